@@ -1,0 +1,143 @@
+"""Atomic, concurrent-safe builds of one dataset (DESIGN.md §4).
+
+A build is written into ``<dir>.incomplete`` while holding ``<dir>.lock``, its manifest is
+written last, and the directory is renamed into place: a directory with a manifest is a complete
+build, anything else is invisible. Processes that ask for the same build at once wait on the
+lock; the first one builds, the others find the manifest and return.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import __version__
+from .cache import (INCOMPLETE_SUFFIX, MANIFEST, STORAGE_FORMAT_VERSION, dataset_dir, ensure_writable_dir,
+                    file_lock, fingerprint, is_disk_full, read_manifest, remove_tree)
+from .errors import CacheError, HubError, LoaderError
+from .lean_ted import LeanTEDWriter
+from .loader import DatasetSpec, Loader, LoaderContext
+
+
+def build_fingerprint(spec: DatasetSpec, loader: Loader) -> str:
+    """hash(id, params, sources, loader format_version, storage format version).
+
+    Sources enter by identity (name, URLs, and the catalogue's sha256/size when it has them), so a
+    build can be found without re-hashing multi-GB raw files; files without a catalogue checksum
+    are pinned by the sha256 recorded at first download, which `datasets-hub verify` checks.
+    """
+    return fingerprint({
+        "id": spec.id,
+        "loader": loader.name,
+        "params": spec.params,
+        "sources": [[r.name, r.sha256, r.size] for r in loader.resources(spec)],
+        "loader_format_version": loader.format_version,
+        "storage_format_version": STORAGE_FORMAT_VERSION,
+    })
+
+
+def build_path(spec: DatasetSpec, loader: Loader) -> Path:
+    return dataset_dir(spec.id) / build_fingerprint(spec, loader)
+
+
+def _progress_bar(total: int | None, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, disable=not sys.stderr.isatty(), leave=False)
+
+
+def _write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(payload, fh, indent=1, sort_keys=True, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_tree(path: Path) -> None:
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def build(spec: DatasetSpec, loader: Loader, files: Mapping[str, Path], sources: list[dict[str, Any]],
+          *, force: bool = False, chunk_rows: int = 65536) -> Path:
+    """Convert ``files`` with ``loader`` into the build directory of ``spec`` and return it.
+
+    Returns at once if a complete build exists (unless ``force``). ``sources`` is the provenance
+    recorded in the manifest (url, sha256, bytes per raw file).
+    """
+    final = build_path(spec, loader)
+    if not force and read_manifest(final) is not None:
+        return final
+    ensure_writable_dir(final.parent)
+    with file_lock(final.with_name(final.name + ".lock")):
+        if read_manifest(final) is not None:
+            if not force:
+                return final  # another process built it while we waited
+        incomplete = final.with_name(final.name + INCOMPLETE_SUFFIX)
+        if incomplete.exists():
+            remove_tree(incomplete)  # left by a process that was killed mid-build
+        try:
+            manifest = _convert(spec, loader, files, sources, incomplete, final.name, chunk_rows)
+            _fsync_tree(incomplete / "data")
+            _write_json_atomic(incomplete / MANIFEST, manifest)
+            if final.exists():
+                remove_tree(final)  # readers with open memmaps keep their (unlinked) files
+            os.replace(incomplete, final)
+        except BaseException as exc:
+            remove_tree(incomplete)
+            if is_disk_full(exc):
+                raise CacheError(
+                    f"the disk filled up while building {spec.id!r} ({exc}); the partial build was removed. "
+                    "Free space (e.g. `datasets-hub cache prune`) or point DATASETS_HUB_CACHE elsewhere, then load again"
+                ) from exc
+            raise
+    return final
+
+
+def _convert(spec: DatasetSpec, loader: Loader, files: Mapping[str, Path], sources: list[dict[str, Any]],
+             target: Path, build_fp: str, chunk_rows: int) -> dict[str, Any]:
+    started = time.time()
+    writer = LeanTEDWriter(target / "data")
+    with _progress_bar(None, f"building {spec.id}") as bar:
+        ctx = LoaderContext(chunk_rows=chunk_rows, progress=bar.update)
+        try:
+            for chunk in loader.episodes(spec, files, ctx):
+                writer.write(chunk)
+        except (HubError, KeyboardInterrupt, MemoryError):
+            raise
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise
+            raise LoaderError(f"the {loader.name!r} loader failed to read {spec.id!r}: {exc}") from exc
+        except Exception as exc:
+            raise LoaderError(
+                f"the {loader.name!r} loader failed on {spec.id!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+    summary = writer.finish()
+    return {
+        "format": "datasets_hub.ted",
+        "version": 1,
+        "id": spec.id,
+        "fingerprint": build_fp,
+        "loader": loader.name,
+        "loader_format_version": loader.format_version,
+        "storage_format_version": STORAGE_FORMAT_VERSION,
+        "params": spec.params,
+        "sources": sources,
+        "metadata": spec.metadata,
+        "notes": ctx.notes,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_seconds": round(time.time() - started, 3),
+        "hub_version": __version__,
+        **summary,
+    }

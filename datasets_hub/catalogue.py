@@ -1,0 +1,224 @@
+"""The catalogue: which dataset ids exist and what each is made from (DESIGN.md §5).
+
+Sources, merged in this order, clashes being errors that name both sources:
+``registry.yaml`` shipped with the package, the files listed in ``DATASETS_HUB_REGISTRY``
+(``os.pathsep``-separated, read at call time), :func:`register_dataset` calls, and each
+loader's own ``catalogue()`` (consulted only for ids under its prefix, or when listing).
+Catalogue files are data: parsed with ``yaml.safe_load``, they can name a loader but never make
+the hub import or run anything that is not an installed entry point.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import HubError, InvalidParameter, UnknownDataset, did_you_mean
+from .loader import DatasetSpec, Resource
+
+MAX_ID_LENGTH = 200
+_LOADER_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# letters, digits and the punctuation upstream names use (RoboSet folders have parentheses)
+_SEGMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-()+=,]*$")
+_ENTRY_KEYS_WITH_MEANING = {"loader", "params", "resources"}
+
+_registered: dict[str, dict[str, Any]] = {}
+_yaml_cache: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
+def validate_id(dataset_id: Any) -> tuple[str, str]:
+    """Split ``<loader>/<name>`` after checking it is safe to use as a cache path."""
+    if not isinstance(dataset_id, str):
+        raise InvalidParameter(f"a dataset id is a string like 'd4rl/hopper-medium-v2', not {type(dataset_id).__name__}")
+    if len(dataset_id) > MAX_ID_LENGTH:
+        raise InvalidParameter(f"dataset id is {len(dataset_id)} characters long; the limit is {MAX_ID_LENGTH}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in dataset_id):
+        raise InvalidParameter(f"dataset id {dataset_id!r} contains control characters")
+    if "/" not in dataset_id:
+        raise InvalidParameter(
+            f"dataset id {dataset_id!r} has no loader prefix: ids look like '<loader>/<name>', "
+            "e.g. 'gym/pendulum-random-v0' (see `datasets-hub list`)"
+        )
+    loader, name = dataset_id.split("/", 1)
+    if not _LOADER_RE.match(loader):
+        raise InvalidParameter(f"dataset id {dataset_id!r}: loader prefix {loader!r} must be lower-case letters, digits or _")
+    for segment in name.split("/"):
+        if segment in ("", ".", "..") or not _SEGMENT_RE.match(segment):
+            raise InvalidParameter(
+                f"dataset id {dataset_id!r}: path segment {segment!r} is not allowed (use letters, "
+                "digits and . _ - ( ) + = , ; no empty, '.' or '..' segments)"
+            )
+    return loader, name
+
+
+def builtin_registry() -> Path:
+    return Path(__file__).resolve().parent / "registry.yaml"
+
+
+def registry_files() -> list[Path]:
+    """``registry.yaml`` then every file named by ``DATASETS_HUB_REGISTRY``."""
+    files = [builtin_registry()]
+    extra = os.environ.get("DATASETS_HUB_REGISTRY", "")
+    files += [Path(p).expanduser() for p in extra.split(os.pathsep) if p.strip()]
+    return files
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise HubError(f"catalogue file {path} (from DATASETS_HUB_REGISTRY) cannot be read: {exc.strerror}") from exc
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _yaml_cache:
+        try:
+            with open(path) as fh:
+                data = yaml.safe_load(fh)
+        except yaml.YAMLError as exc:
+            raise HubError(f"catalogue file {path} is not valid YAML: {exc}") from exc
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise HubError(f"catalogue file {path} must map dataset ids to entries, found a {type(data).__name__}")
+        _yaml_cache[key] = data
+    return _yaml_cache[key]
+
+
+def _check_entry(dataset_id: str, entry: Any, source: str) -> dict[str, Any]:
+    loader, _ = validate_id(dataset_id)
+    if not isinstance(entry, Mapping):
+        raise HubError(f"{source}: entry {dataset_id!r} must be a mapping with at least 'loader'")
+    entry = dict(entry)
+    declared = entry.setdefault("loader", loader)
+    if declared != loader:
+        raise HubError(f"{source}: entry {dataset_id!r} names loader {declared!r} but its prefix is {loader!r}")
+    if not isinstance(entry.get("params") or {}, Mapping):
+        raise HubError(f"{source}: entry {dataset_id!r}: 'params' must be a mapping")
+    resources = entry.get("resources") or []
+    if not isinstance(resources, list):
+        raise HubError(f"{source}: entry {dataset_id!r}: 'resources' must be a list")
+    try:
+        [Resource.from_dict(r) for r in resources]
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise HubError(f"{source}: entry {dataset_id!r} has a malformed resource: {exc}") from exc
+    return entry
+
+
+def _static_entries() -> dict[str, tuple[dict[str, Any], str]]:
+    merged: dict[str, tuple[dict[str, Any], str]] = {}
+    sources = [(str(p), _read_yaml(p)) for p in registry_files()]
+    sources.append(("register_dataset()", _registered))
+    for source, entries in sources:
+        for dataset_id, entry in entries.items():
+            if dataset_id in merged:
+                raise HubError(
+                    f"dataset id {dataset_id!r} is defined twice: in {merged[dataset_id][1]} and in "
+                    f"{source}; rename one of them"
+                )
+            merged[dataset_id] = (_check_entry(dataset_id, entry, source), source)
+    return merged
+
+
+def _loader_entries(loader_name: str) -> dict[str, tuple[dict[str, Any], str]]:
+    from .plugins import get_loader
+
+    loader = get_loader(loader_name)
+    source = f"the {loader_name!r} loader's catalogue()"
+    out = {}
+    for dataset_id, entry in (loader.catalogue() or {}).items():
+        if not dataset_id.startswith(loader_name + "/"):
+            raise HubError(f"{source} lists {dataset_id!r}, outside its own prefix {loader_name + '/'!r}")
+        out[dataset_id] = (_check_entry(dataset_id, entry, source), source)
+    return out
+
+
+def all_entries(loaders: list[str] | None = None) -> dict[str, tuple[dict[str, Any], str]]:
+    """Every known id with its entry and source; loader catalogues of ``loaders`` included."""
+    from .plugins import loader_names
+
+    merged = _static_entries()
+    for name in loaders if loaders is not None else loader_names():
+        try:
+            extra = _loader_entries(name)
+        except HubError:
+            continue  # a loader whose extra is missing still lists its registry.yaml ids
+        for dataset_id, (entry, source) in extra.items():
+            if dataset_id not in merged:  # the static catalogue wins over a loader's refresh
+                merged[dataset_id] = (entry, source)
+    return merged
+
+
+def list_ids(loader: str | None = None, search: str | None = None) -> list[str]:
+    """Sorted ids, optionally only one loader's, optionally containing ``search`` (case-insensitive)."""
+    entries = all_entries([loader] if loader else None)
+    ids = [i for i in entries if loader is None or i.split("/", 1)[0] == loader]
+    if search:
+        needle = search.lower()
+        ids = [i for i in ids if needle in i.lower() or needle in str(entries[i][0].get("description", "")).lower()]
+    return sorted(ids)
+
+
+def _check_params(dataset_id: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        json.dumps(params, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameter(
+            f"parameters for {dataset_id!r} must be JSON values (str, int, float, bool, None, lists, "
+            f"dicts) so that they can be fingerprinted: {exc}"
+        ) from exc
+    return dict(params)
+
+
+def resolve(dataset_id: str, **overrides: Any) -> DatasetSpec:
+    """The build spec of ``dataset_id`` with ``overrides`` merged over the catalogue's params."""
+    loader, _ = validate_id(dataset_id)
+    entries = _static_entries()
+    if dataset_id not in entries:
+        from .plugins import loader_names
+
+        if loader in loader_names():
+            entries.update({k: v for k, v in _loader_entries(loader).items() if k not in entries})
+    if dataset_id not in entries:
+        from .plugins import loader_names
+
+        known = list(entries)
+        hint = did_you_mean(dataset_id, known)
+        if loader not in loader_names():
+            hint += f" No loader {loader!r} is installed (installed: {', '.join(loader_names()) or 'none'})."
+        raise UnknownDataset(f"unknown dataset {dataset_id!r}.{hint} See `datasets-hub list`.")
+    entry, source = entries[dataset_id]
+    params = _check_params(dataset_id, {**(entry.get("params") or {}), **overrides})
+    metadata = {k: v for k, v in entry.items() if k not in _ENTRY_KEYS_WITH_MEANING}
+    resources = [Resource.from_dict(r) for r in entry.get("resources") or []]
+    return DatasetSpec(id=dataset_id, loader=loader, params=params, resources=resources,
+                       metadata=metadata, source=source)
+
+
+def register_dataset(dataset_id: str, *, loader: str | None = None, params: Mapping[str, Any] | None = None,
+                     resources: list[Mapping[str, Any]] | None = None, **metadata: Any) -> None:
+    """Add ``dataset_id`` to the catalogue of this process (e.g. a private copy of a dataset).
+
+    ``loader`` defaults to the id's prefix and must equal it; ``resources`` are dicts with
+    ``url``/``urls`` and optional ``sha256``, ``size``, ``name``; extra keywords (``license``,
+    ``description``…) go to the dataset card. Registering an id that exists is an error.
+    """
+    prefix, _ = validate_id(dataset_id)
+    entry: dict[str, Any] = {"loader": loader or prefix, "params": dict(params or {}),
+                             "resources": [dict(r) for r in resources or []], **metadata}
+    _check_entry(dataset_id, entry, "register_dataset()")
+    existing = _static_entries()
+    if dataset_id in existing:
+        raise HubError(
+            f"dataset id {dataset_id!r} already exists (from {existing[dataset_id][1]}); pick another "
+            "id, or pass your changes as parameters: datasets_hub.load(id, **params)"
+        )
+    _check_params(dataset_id, entry["params"])
+    _registered[dataset_id] = entry
+
+
+def unregister_dataset(dataset_id: str) -> None:
+    """Remove an id added with :func:`register_dataset` (no-op if absent)."""
+    _registered.pop(dataset_id, None)

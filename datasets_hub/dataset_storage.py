@@ -1,0 +1,169 @@
+"""Read-only storage over one lean-TED build (DESIGN.md §3–§4).
+
+Observation-like keys are stored once per episode with T+1 rows; ``observation[t]`` and
+``next/observation[t]`` are gathered from the same array at rows ``i + e`` and ``i + e + 1``
+(transition ``i`` of episode ``e``). Samples are exactly what a naive TED copy would return.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from .episode_index import EpisodeIndex
+from .errors import CacheError
+from .storages import Storage
+
+Key = tuple[str, ...]
+_ROOT_FLAGS = ("done", "terminated", "truncated")
+
+
+def _open_leaf(path: Path, dtype_name: str, shape: list[int], rows: int) -> torch.Tensor:
+    dtype = getattr(torch, dtype_name)
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    expected = rows * int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError as exc:
+        raise CacheError(f"build file {path} is missing: the build is damaged; run `datasets-hub rm` and load again") from exc
+    if size != expected:
+        raise CacheError(
+            f"build file {path} has {size} bytes where the manifest says {expected}: the build is damaged "
+            "or was modified; run `datasets-hub verify` / `datasets-hub rm` and load again"
+        )
+    if rows == 0:
+        return torch.empty((0, *shape), dtype=dtype)
+    # copy-on-write mapping: needs only read permission, and a stray in-place write can never reach the file
+    array = np.memmap(path, dtype=np_dtype, mode="c", shape=(rows, *shape))
+    return torch.from_numpy(array)
+
+
+class DatasetStorage(Storage):
+    """A read-only :class:`Storage` over the build at ``path`` (the directory holding manifest.json).
+
+    ``get`` returns a TED TensorDict: root ``observation``-like keys, ``action``, ``episode``,
+    ``step``, ``done``/``terminated``/``truncated`` (False), and ``next`` with the next
+    observation-like keys, ``reward``, ``terminated``, ``truncated`` and ``done``. Writes raise.
+    """
+
+    read_only = True
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.manifest = json.loads((self.path / "manifest.json").read_text())
+        except FileNotFoundError as exc:
+            raise CacheError(f"{self.path} holds no complete build (no manifest.json); load the dataset again") from exc
+        data = self.path / "data"
+        columns: dict[str, torch.Tensor] = {}
+        for name, spec in self.manifest["schema"].items():
+            columns[name] = _open_leaf(data / (name + ".memmap"), spec["dtype"], spec["shape"], spec["rows"])
+        layout = self.manifest["layout"]
+        split = {tuple(k.split("/")) for k in layout["next_stored_per_step"]}
+        self._obs: list[tuple[Key, torch.Tensor, bool]] = [
+            (tuple(k.split("/")), columns["obs/" + k], tuple(k.split("/")) not in split) for k in layout["obs"]
+        ]
+        self._steps: list[tuple[Key, torch.Tensor]] = [
+            (tuple(name.split("/")[1:]), col) for name, col in columns.items() if name.startswith("steps/")
+        ]
+        self._start = columns["episodes/start"]
+        self._length = columns["episodes/length"]
+        self._episode_id = columns["episodes/id"]
+        self.episode_returns = columns["episodes/return"]
+        self._index = EpisodeIndex(self._start.clone(), self._length.clone())
+        self._len = int(self.manifest["counts"]["transitions"])
+        self._terminated = dict(self._steps)[("next", "terminated")]
+        self._truncated = dict(self._steps)[("next", "truncated")]
+        super().__init__(self._len)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def episode_index(self) -> EpisodeIndex:
+        return self._index
+
+    def _rows(self, index: Any) -> torch.Tensor:
+        if isinstance(index, slice):
+            return torch.arange(self._len)[index]
+        rows = torch.as_tensor(index)
+        if rows.dtype == torch.bool:
+            return torch.nonzero(rows.reshape(-1)).reshape(-1)
+        rows = rows.to(torch.int64)
+        if rows.numel() and (int(rows.max()) >= self._len or int(rows.min()) < -self._len):
+            raise IndexError(f"index out of range for a dataset of {self._len} transitions")
+        return torch.where(rows < 0, rows + self._len, rows)
+
+    def get(self, index: Any) -> TensorDict:
+        if isinstance(index, int):
+            return self.get(torch.tensor([index]))[0]
+        rows = self._rows(index)
+        shape = rows.shape
+        rows = rows.reshape(-1)
+        b = rows.numel()
+        episode = torch.searchsorted(self._start, rows, right=True) - 1
+        root: dict[str, Any] = {}
+        nxt: dict[str, Any] = {}
+        if self._obs:
+            obs_rows = rows + episode
+            both = torch.cat([obs_rows, obs_rows + 1])
+            for key, column, shared_next in self._obs:
+                gathered = column[both]
+                _put(root, key, gathered[:b])
+                if shared_next:
+                    _put(nxt, key, gathered[b:])
+        for key, column in self._steps:
+            if key[0] == "next":
+                _put(nxt, key[1:], column[rows])
+            else:
+                _put(root, key, column[rows])
+        nxt["done"] = nxt["terminated"] | nxt["truncated"]
+        root["episode"] = self._episode_id[episode]
+        root["step"] = rows - self._start[episode]
+        for flag in _ROOT_FLAGS:
+            root[flag] = torch.zeros((b, 1), dtype=torch.bool)
+        root["next"] = nxt
+        out = TensorDict(root, batch_size=[b])
+        return out.reshape(shape) if len(shape) != 1 else out
+
+    def set(self, cursor: Any, data: Any) -> None:
+        raise RuntimeError(
+            "this buffer is a read-only dataset build; to modify data, copy it into a writable "
+            "buffer: rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))); rb2.extend(rb[:])"
+        )
+
+    def empty(self) -> None:
+        self.set(None, None)
+
+    def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
+        key = (key,) if isinstance(key, str) else tuple(key)
+        if key == ("episode",):
+            return torch.repeat_interleave(self._episode_id, self._length)
+        if key == ("next", "done"):
+            return self._terminated | self._truncated
+        for stored, column in self._steps:
+            if stored == key:
+                return column
+        return self.get(slice(None)).get(key)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "fingerprint": self.manifest.get("fingerprint")}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("fingerprint") != self.manifest.get("fingerprint"):
+            raise ValueError(
+                f"this state belongs to build {state_dict.get('fingerprint')!r}, not {self.manifest.get('fingerprint')!r}"
+            )
+
+    def __repr__(self) -> str:
+        return f"DatasetStorage({self.manifest.get('id')!r}, transitions={self._len}, path={str(self.path)!r})"
+
+
+def _put(tree: dict[str, Any], key: Key, value: torch.Tensor) -> None:
+    for part in key[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[key[-1]] = value
+

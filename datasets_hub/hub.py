@@ -1,0 +1,163 @@
+"""Load-by-name: the functions a training script calls (DESIGN.md §2).
+
+``load`` finds the build for (id, params) in the cache — opening it costs milliseconds and no
+network — or downloads the upstream files, converts them once, and publishes the build atomically.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .build import build, build_path
+from .cache import dir_size, raw_dir, read_manifest
+from .catalogue import list_ids, resolve
+from .errors import DownloadError, InvalidParameter
+from .loader import DatasetSpec, Loader, Resource
+from .plugins import check_requirements, get_loader
+
+
+@dataclass
+class DatasetInfo:
+    """The dataset card: what a dataset is, where it comes from, and (once built) what it holds."""
+
+    id: str
+    loader: str
+    params: dict[str, Any]
+    resources: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    source: str
+    cached: bool
+    build_path: Path | None = None
+    raw_bytes: int = 0
+    built_bytes: int = 0
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.manifest.get("counts", {})
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return self.manifest.get("schema", {})
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self.manifest.get("stats", {})
+
+    @property
+    def notes(self) -> dict[str, Any]:
+        return self.manifest.get("notes", {})
+
+    @property
+    def description(self) -> str:
+        return str(self.metadata.get("description", ""))
+
+
+def _raw_path(loader: Loader, resource: Resource) -> Path:
+    name = resource.name
+    parts = Path(name).parts
+    if not name or Path(name).is_absolute() or any(p in ("..", ".") for p in parts) or "\x00" in name:
+        raise InvalidParameter(
+            f"the {loader.name!r} loader asked for a raw file named {name!r}: names must be relative paths "
+            "without '..' (a loader bug; report it to the loader's authors)"
+        )
+    return raw_dir(loader.name).joinpath(*parts)
+
+
+def _recorded_sha256(path: Path) -> str | None:
+    sidecar = path.with_name(path.name + ".sha256")
+    try:
+        return json.loads(sidecar.read_text()).get("sha256")
+    except (OSError, ValueError):
+        return None
+
+
+def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], list[dict[str, Any]]]:
+    files: dict[str, Path] = {}
+    sources: list[dict[str, Any]] = []
+    for resource in loader.resources(spec):
+        from .download import fetch  # requests & co. load only when something is fetched
+
+        dest = _raw_path(loader, resource)
+        fetch(resource, dest, loader=loader.name)
+        files[resource.name] = dest
+        sources.append({"name": resource.name, "url": resource.urls[0],
+                        "sha256": resource.sha256 or _recorded_sha256(dest), "bytes": dest.stat().st_size})
+    return files, sources
+
+
+def _ensure_build(dataset_id: str, *, force: bool, allow_download: bool, params: dict[str, Any]) -> Path:
+    spec = resolve(dataset_id, **params)
+    loader = get_loader(spec.loader)
+    loader.check_params(spec)
+    path = build_path(spec, loader)
+    if not force and read_manifest(path) is not None:
+        return path
+    if not allow_download:
+        raise DownloadError(
+            f"{dataset_id!r} is not in the cache ({path.parent}) and download=False; call "
+            f"datasets_hub.download({dataset_id!r}) or load with download=True"
+        )
+    check_requirements(loader)
+    files, sources = _fetch_sources(spec, loader)
+    return build(spec, loader, files, sources, force=force)
+
+
+def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
+    """Fetch and convert ``dataset_id`` into the cache; return the build directory.
+
+    ``force=True`` rebuilds even when a build exists (raw files are re-verified, not re-fetched).
+    """
+    return _ensure_build(dataset_id, force=force, allow_download=True, params=params)
+
+
+def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None, transform: Any = None,
+         prefetch: int = 0, download: bool = True, generator: torch.Generator | None = None,
+         **params: Any):
+    """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
+
+    ``params`` override the catalogue's parameters (and so select a different build). The buffer
+    samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
+    """
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+        raise InvalidParameter(f"batch_size must be a positive integer or None, got {batch_size!r}")
+    if not isinstance(prefetch, int) or prefetch < 0:
+        raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
+    path = _ensure_build(dataset_id, force=False, allow_download=download, params=params)
+    from .dataset_storage import DatasetStorage
+    from .replay_buffers import TensorDictReplayBuffer
+    from .samplers import RandomSampler
+    from .writers import ImmutableDatasetWriter
+
+    storage = DatasetStorage(path)
+    return TensorDictReplayBuffer(storage=storage, sampler=sampler if sampler is not None else RandomSampler(),
+                                  writer=ImmutableDatasetWriter(), batch_size=batch_size, transform=transform,
+                                  prefetch=prefetch, generator=generator)
+
+
+def info(dataset_id: str, **params: Any) -> DatasetInfo:
+    """The card of ``dataset_id``: catalogue facts, plus counts, schema and statistics once built."""
+    spec = resolve(dataset_id, **params)
+    loader = get_loader(spec.loader)
+    path = build_path(spec, loader)
+    manifest = read_manifest(path)
+    raw = 0
+    for resource in loader.resources(spec):
+        candidate = _raw_path(loader, resource)
+        if candidate.exists():
+            raw += candidate.stat().st_size
+    return DatasetInfo(
+        id=spec.id, loader=spec.loader, params=spec.params,
+        resources=[r.to_dict() for r in loader.resources(spec)], metadata=spec.metadata, source=spec.source,
+        cached=manifest is not None, build_path=path if manifest is not None else None, raw_bytes=raw,
+        built_bytes=dir_size(path) if manifest is not None else 0, manifest=manifest or {},
+    )
+
+
+def list_datasets(loader: str | None = None, search: str | None = None) -> list[str]:
+    """Known dataset ids, sorted; ``loader`` keeps one loader's, ``search`` filters by substring."""
+    return list_ids(loader=loader, search=search)

@@ -1,0 +1,299 @@
+"""The lean-TED writer: streams TED chunks from a loader into the on-disk layout of DESIGN.md §4.
+
+Layout of ``data/`` (a tensordict memmap tree, opened by :class:`DatasetStorage`):
+
+- ``obs/<key>``: observation-like keys, stored once per episode with T+1 rows
+  (row ``start[e] + e + t`` holds the value at time t of episode e; the extra row is the final
+  next value), N + E rows in all;
+- ``steps/<key>``: per-step keys (``action``, ``next/reward``, ``next/terminated``,
+  ``next/truncated``, ``info/...``), N rows; ``steps/next/<K>`` also holds the next value of an
+  observation-like key K whose upstream next values are not the following rows (never guessed);
+- ``episodes/{start,length,id,return}``: the episode index, E rows.
+
+Nothing here knows about any loader; chunks are checked against the TED contract as they arrive,
+and each leaf is appended to its own file, so memory use is bounded by one chunk.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+
+from .episode_index import EpisodeIndex
+from .errors import TEDError
+
+FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
+# keys the core derives itself; if a loader sends them they are ignored
+DERIVED_KEYS = {("done",), ("terminated",), ("truncated",), ("step",), ("next", "done"), ("episode",)}
+
+Key = tuple[str, ...]
+
+
+def key_to_str(key: Key) -> str:
+    return "/".join(key)
+
+
+def _as_key(key: str | tuple) -> Key:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _equal_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.is_floating_point():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy()
+
+
+class _LeafFile:
+    """One append-only binary file per stored leaf."""
+
+    def __init__(self, path: Path, dtype: torch.dtype, row_shape: tuple[int, ...]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.dtype = dtype
+        self.row_shape = row_shape
+        self.rows = 0
+        self.sha256 = hashlib.sha256()  # recorded in the manifest so `datasets-hub verify` can spot tampering
+        self._fh = open(path, "wb")
+
+    def append(self, values: torch.Tensor) -> None:
+        buffer = memoryview(_to_numpy(values)).cast("B")
+        self.sha256.update(buffer)
+        self._fh.write(buffer)
+        self.rows += values.shape[0]
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            self._fh.close()
+
+    def read_back(self) -> torch.Tensor:
+        """What was written so far (flushes first)."""
+        self._fh.flush()
+        numel = self.rows * int(np.prod(self.row_shape, dtype=np.int64))
+        flat = torch.from_file(str(self.path), shared=False, size=numel, dtype=self.dtype)
+        return flat.view(self.rows, *self.row_shape)
+
+
+class LeanTEDWriter:
+    """Append TED chunks (see :mod:`datasets_hub.loader`) to ``data_dir``; ``finish()`` seals it.
+
+    Contract: chunks hold whole episodes; an episode id never repeats; done flags are only set
+    on an episode's last row; every chunk has the same keys, dtypes and per-row shapes as the first.
+    Violations raise :class:`TEDError` naming the key and what differs.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.files: dict[tuple[str, Key], _LeafFile] = {}
+        self.obs_keys: list[Key] = []
+        self.step_keys: list[Key] = []
+        self.split_next: list[Key] = []  # obs-like keys whose next values are stored per step too
+        self.num_transitions = 0
+        self.episode_starts: list[torch.Tensor] = []
+        self.episode_lengths: list[torch.Tensor] = []
+        self.episode_ids: list[torch.Tensor] = []
+        self.episode_returns: list[torch.Tensor] = []
+        self.flag_counts = {"terminated": 0, "truncated": 0, "unflagged_end": 0}
+        self._seen_ids: set[int] = set()
+        self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] | None = None
+
+    # -- schema -------------------------------------------------------------------------------
+    def _classify(self, chunk: TensorDictBase) -> None:
+        keys = [_as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)]
+        keyset = set(keys)
+        for required in (("episode",), ("next", "reward"), *FLAG_KEYS):
+            if required not in keyset:
+                raise TEDError(f"a TED chunk must have the key {key_to_str(required)!r}; the loader sent {sorted(map(key_to_str, keys))}")
+        for key in keys:
+            if key in DERIVED_KEYS:
+                continue
+            if key[0] == "next":
+                inner = key[1:]
+                if inner in keyset and inner not in DERIVED_KEYS:
+                    self.obs_keys.append(inner)
+                else:
+                    self.step_keys.append(key)
+            elif ("next", *key) not in keyset:
+                self.step_keys.append(key)
+        self.obs_keys.sort()
+        self.step_keys.sort()
+        self._schema = {}
+        for key in keys:
+            value = chunk.get(key)
+            if not isinstance(value, torch.Tensor):
+                raise TEDError(f"key {key_to_str(key)!r} holds {type(value).__name__}; only tensors can be stored")
+            self._schema[key] = (value.dtype, tuple(value.shape[1:]))
+        for key in self.obs_keys:
+            if self._schema[key] != self._schema[("next", *key)]:
+                raise TEDError(
+                    f"{key_to_str(key)!r} and {key_to_str(('next', *key))!r} differ in dtype/shape "
+                    f"({self._schema[key]} vs {self._schema[('next', *key)]}); they must match"
+                )
+
+    def _check_schema(self, chunk: TensorDictBase) -> None:
+        assert self._schema is not None
+        keys = {_as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
+        if keys != set(self._schema):
+            missing = sorted(map(key_to_str, set(self._schema) - keys))
+            extra = sorted(map(key_to_str, keys - set(self._schema)))
+            raise TEDError(f"chunk keys changed from the first chunk: missing {missing}, unexpected {extra}")
+        for key, (dtype, shape) in self._schema.items():
+            value = chunk.get(key)
+            if value.dtype != dtype or tuple(value.shape[1:]) != shape:
+                raise TEDError(
+                    f"key {key_to_str(key)!r} is {value.dtype} {tuple(value.shape[1:])} per row in this chunk "
+                    f"but was {dtype} {shape} in the first chunk"
+                )
+
+    def _file(self, group: str, key: Key) -> _LeafFile:
+        handle = self.files.get((group, key))
+        if handle is None:
+            source_key = ("next", *key[1:]) if group == "steps" and key[0] == "next" else key
+            dtype, shape = self._schema[source_key]  # type: ignore[index]
+            path = self.data_dir.joinpath(group, *key[:-1], key[-1] + ".memmap")
+            handle = self.files[(group, key)] = _LeafFile(path, dtype, shape)
+        return handle
+
+    # -- writing ------------------------------------------------------------------------------
+    def write(self, chunk: TensorDictBase) -> None:
+        if chunk.batch_dims != 1 or chunk.batch_size[0] == 0:
+            raise TEDError(f"a TED chunk must have batch size [N] with N >= 1, got {list(chunk.batch_size)}")
+        if self._schema is None:
+            self._classify(chunk)
+        else:
+            self._check_schema(chunk)
+        n = chunk.batch_size[0]
+        episode = chunk.get("episode").reshape(n).to(torch.int64)
+        local = EpisodeIndex.from_episode_ids(episode)
+        ids = episode[local.start]
+        self._check_episodes(ids)
+        ends = local.end - 1
+        terminated = chunk.get(("next", "terminated")).reshape(n).to(torch.bool)
+        truncated = chunk.get(("next", "truncated")).reshape(n).to(torch.bool)
+        done = terminated | truncated
+        inner = done.clone()
+        inner[ends] = False
+        if inner.any():
+            row = int(torch.nonzero(inner)[0])
+            raise TEDError(
+                f"episode {int(episode[row])} has a done flag at row {row} of its chunk but goes on; "
+                "a loader must end an episode where terminated or truncated is set"
+            )
+        self.flag_counts["terminated"] += int(terminated[ends].sum())
+        self.flag_counts["truncated"] += int((truncated[ends] & ~terminated[ends]).sum())
+        self.flag_counts["unflagged_end"] += int((~done[ends]).sum())
+
+        ep_local = torch.repeat_interleave(torch.arange(local.num_episodes), local.length)
+        obs_rows = torch.arange(n) + ep_local  # where each time-t value lands in the T+1 layout
+        final_rows = ends + torch.arange(local.num_episodes) + 1
+        not_last = torch.ones(n, dtype=torch.bool)
+        not_last[ends] = False
+        inner_rows = torch.nonzero(not_last[:-1]).reshape(-1)
+        for key in self.obs_keys:
+            now, nxt = chunk.get(key), chunk.get(("next", *key))
+            if key not in self.split_next and not _equal_rows(nxt[inner_rows], now[inner_rows + 1]):
+                self._split(key)
+            merged = torch.empty((n + local.num_episodes, *now.shape[1:]), dtype=now.dtype)
+            merged[obs_rows] = now
+            merged[final_rows] = nxt[ends]
+            self._file("obs", key).append(merged)
+            if key in self.split_next:
+                self._file("steps", ("next", *key)).append(nxt)
+        for key in self.step_keys:
+            self._file("steps", key).append(chunk.get(key))
+
+        reward = chunk.get(("next", "reward")).reshape(n, -1).sum(-1).to(torch.float64)
+        returns = torch.zeros(local.num_episodes, dtype=torch.float64).index_add_(0, ep_local, reward)
+        self.episode_starts.append(local.start + self.num_transitions)
+        self.episode_lengths.append(local.length)
+        self.episode_ids.append(ids)
+        self.episode_returns.append(returns)
+        self.num_transitions += n
+
+    def _check_episodes(self, ids: torch.Tensor) -> None:
+        id_list = ids.tolist()
+        if len(set(id_list)) != len(id_list):
+            raise TEDError("a chunk holds an episode in two separate runs of rows; rows of an episode must be contiguous")
+        repeated = self._seen_ids.intersection(id_list)
+        if repeated:
+            raise TEDError(
+                f"episode id {min(repeated)} appears in two chunks; a loader must yield whole episodes "
+                "with ids unique over the dataset"
+            )
+        self._seen_ids.update(id_list)
+
+    def _split(self, key: Key) -> None:
+        """Upstream next values of ``key`` differ from the following rows: store them per step from
+        now on, and backfill the rows already written (where they did follow) from the obs file."""
+        self.split_next.append(key)
+        target = self._file("steps", ("next", *key))
+        if self.num_transitions:
+            stored = self._file("obs", key).read_back()
+            starts = torch.cat(self.episode_starts)
+            lengths = torch.cat(self.episode_lengths)
+            ep = torch.repeat_interleave(torch.arange(starts.numel()), lengths)
+            target.append(stored[torch.arange(self.num_transitions) + ep + 1])
+
+    # -- sealing ------------------------------------------------------------------------------
+    def finish(self) -> dict[str, Any]:
+        """Close the files, write the tensordict metadata and the episode index; return the
+        counts, schema and statistics for the manifest."""
+        if self.num_transitions == 0:
+            raise TEDError("the loader produced no transitions; check the dataset's parameters")
+        for handle in self.files.values():
+            handle.close()
+        starts = torch.cat(self.episode_starts)
+        lengths = torch.cat(self.episode_lengths)
+        returns = torch.cat(self.episode_returns)
+        episodes = {"start": starts, "length": lengths, "id": torch.cat(self.episode_ids), "return": returns}
+        for name, values in episodes.items():
+            handle = self.files[("episodes", (name,))] = _LeafFile(
+                self.data_dir / "episodes" / f"{name}.memmap", values.dtype, ())
+            handle.append(values)
+            handle.close()
+        tree: dict[str, Any] = {}
+        for (group, key), handle in self.files.items():
+            node = tree.setdefault(group, {})
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = MemoryMappedTensor.from_filename(
+                str(handle.path), dtype=handle.dtype, shape=torch.Size([handle.rows, *handle.row_shape])
+            )
+        TensorDict(tree, batch_size=[]).memmap_(prefix=str(self.data_dir), existsok=True)
+        return self._summary(lengths, returns)
+
+    def _summary(self, lengths: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:
+        def describe(values: torch.Tensor) -> dict[str, float]:
+            values = values.to(torch.float64)
+            return {"mean": float(values.mean()), "std": float(values.std(unbiased=False)),
+                    "min": float(values.min()), "max": float(values.max())}
+
+        schema = {}
+        for (group, key), handle in sorted(self.files.items()):
+            schema[f"{group}/{key_to_str(key)}"] = {
+                "dtype": str(handle.dtype).replace("torch.", ""), "shape": list(handle.row_shape), "rows": handle.rows,
+                "sha256": handle.sha256.hexdigest(),
+            }
+        return {
+            "counts": {"transitions": self.num_transitions, "episodes": int(lengths.numel()),
+                       "episodes_terminated": self.flag_counts["terminated"],
+                       "episodes_truncated": self.flag_counts["truncated"],
+                       "episodes_unflagged_end": self.flag_counts["unflagged_end"]},
+            "schema": schema,
+            "layout": {"obs": [key_to_str(k) for k in self.obs_keys],
+                       "steps": [key_to_str(k) for k in self.step_keys],
+                       "next_stored_per_step": [key_to_str(k) for k in self.split_next]},
+            "stats": {"episode_return": describe(returns), "episode_length": describe(lengths)},
+        }

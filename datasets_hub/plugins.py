@@ -1,0 +1,75 @@
+"""Loader plugins, found through the ``datasets_hub.loaders`` entry-point group (DESIGN.md §5).
+
+Entry points are read on first use only; a loader module is imported only when one of its
+datasets is asked for, so ``import datasets_hub`` never pays for a plugin or its upstream library.
+"""
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+from importlib.metadata import EntryPoint, entry_points
+
+from .errors import HubError, MissingDependency, UnknownLoader, did_you_mean
+from .loader import Loader
+
+GROUP = "datasets_hub.loaders"
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def loader_names() -> list[str]:
+    """Names of the installed loader plugins (no plugin is imported)."""
+    return sorted(_entry_points())
+
+
+def get_loader(name: str) -> Loader:
+    """The loader plugin ``name``, imported now; errors say which package to install."""
+    return _load(name)
+
+
+@lru_cache(maxsize=None)
+def _load(name: str) -> Loader:
+    eps = _entry_points()
+    if not eps:
+        raise HubError(
+            "no datasets_hub loader plugins are installed: the package metadata is missing. "
+            "Install the project (`pip install -e .` from the repository, or `pip install datasets-hub`)."
+        )
+    ep = eps.get(name)
+    if ep is None:
+        raise UnknownLoader(
+            f"no loader named {name!r} is installed (installed: {', '.join(sorted(eps))})."
+            + did_you_mean(name, eps)
+        )
+    try:
+        cls = ep.load()
+    except ImportError as exc:
+        hint = f"pip install '{ep.dist.name}'" if ep.dist is not None else "pip install the plugin's package"
+        raise MissingDependency(
+            f"the loader {name!r} ({ep.value}) cannot be imported: {exc}. Fix: {hint}"
+        ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, Loader)):
+        raise HubError(f"entry point {name!r} = {ep.value!r} is not a datasets_hub.Loader subclass")
+    if cls.name != name:
+        raise HubError(
+            f"loader class {cls.__qualname__} declares name {cls.name!r} but is registered as "
+            f"{name!r}: the entry-point name and Loader.name must be equal"
+        )
+    return cls()
+
+
+def check_requirements(loader: Loader) -> None:
+    """Raise ``MissingDependency`` with the loader's pip line if an import it needs is missing."""
+    missing = [mod for mod in loader.requires if importlib.util.find_spec(mod) is None]
+    if missing:
+        hint = loader.install_hint or f"pip install {' '.join(missing)}"
+        raise MissingDependency(
+            f"the {loader.name!r} loader needs {', '.join(missing)}, which is not installed. Fix: {hint}"
+        )
+
+
+def clear_cache() -> None:
+    """Forget imported plugins (after installing a new one in the same process)."""
+    _load.cache_clear()
