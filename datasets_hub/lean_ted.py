@@ -41,7 +41,7 @@ def _as_key(key: str | tuple) -> Key:
     return (key,) if isinstance(key, str) else tuple(key)
 
 
-def _equal_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
+def equal_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_floating_point():
         return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
     return bool(torch.equal(a, b))
@@ -203,7 +203,7 @@ class LeanTEDWriter:
         inner_rows = torch.nonzero(not_last[:-1]).reshape(-1)
         for key in self.obs_keys:
             now, nxt = chunk.get(key), chunk.get(("next", *key))
-            if key not in self.split_next and not _equal_rows(nxt[inner_rows], now[inner_rows + 1]):
+            if key not in self.split_next and not equal_rows(nxt[inner_rows], now[inner_rows + 1]):
                 self._split(key)
             merged = torch.empty((n + local.num_episodes, *now.shape[1:]), dtype=now.dtype)
             merged[obs_rows] = now

@@ -1,0 +1,149 @@
+"""Helpers for plugin authors and for our own tests.
+
+``check_loader(cls, spec, files)`` runs a loader end to end against the TED chunk contract;
+``fake_episodes(...)`` makes a TED chunk whose every value tells where it came from, and
+``naive_ted(chunk)`` is the plain, non-lean TED copy a build must reproduce exactly.
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from .lean_ted import LeanTEDWriter, equal_rows
+from .loader import DatasetSpec, Loader, LoaderContext
+
+
+def fake_episodes(lengths: Sequence[int] = (5, 3, 4), *, obs_dim: int = 3, act_dim: int = 2,
+                  first_episode: int = 0, first_row: int = 0, ends: Sequence[str] | None = None) -> TensorDict:
+    """A TED chunk of whole episodes with distinct values per step.
+
+    ``observation[i, d] = row * 100 + d`` where ``row`` counts observations over the whole fake
+    dataset (T+1 per episode, starting at ``first_row``), so ``next/observation`` of a step is
+    the following observation row; ``action = -(transition * 10 + d)``; ``reward = transition``,
+    where ``transition`` counts steps over the whole fake dataset (``first_row - first_episode``
+    before this chunk).
+    ``ends[e]`` is ``"terminated"``, ``"truncated"`` or ``"none"`` (default: alternating).
+    """
+    ends = list(ends) if ends is not None else ["terminated" if e % 2 == 0 else "truncated" for e in range(len(lengths))]
+    n = int(sum(lengths))
+    obs, nxt, episode = [], [], []
+    terminated = torch.zeros(n, 1, dtype=torch.bool)
+    truncated = torch.zeros(n, 1, dtype=torch.bool)
+    row, t = first_row, 0
+    dims = torch.arange(obs_dim, dtype=torch.float32)
+    for e, length in enumerate(lengths):
+        rows = torch.arange(row, row + length + 1, dtype=torch.float32)[:, None] * 100 + dims
+        obs.append(rows[:-1])
+        nxt.append(rows[1:])
+        episode.append(torch.full((length,), first_episode + e, dtype=torch.int64))
+        if ends[e] == "terminated":
+            terminated[t + length - 1] = True
+        elif ends[e] == "truncated":
+            truncated[t + length - 1] = True
+        row += length + 1
+        t += length
+    first_transition = first_row - first_episode  # every earlier episode had one more observation than steps
+    transition = torch.arange(first_transition, first_transition + n, dtype=torch.float32)
+    return TensorDict({
+        "observation": torch.cat(obs),
+        "action": -(transition[:, None] * 10 + torch.arange(act_dim, dtype=torch.float32)),
+        "episode": torch.cat(episode),
+        "next": {"observation": torch.cat(nxt), "reward": transition[:, None].clone(),
+                 "terminated": terminated, "truncated": truncated},
+    }, batch_size=[n])
+
+
+def naive_ted(chunks: TensorDictBase | Sequence[TensorDictBase]) -> TensorDict:
+    """The full TED copy of ``chunks`` as a build must return it (root flags False, ``step``,
+    ``next/done`` added)."""
+    chunks = [chunks] if isinstance(chunks, TensorDictBase) else list(chunks)
+    td = torch.cat([c.clone() for c in chunks])
+    n = td.batch_size[0]
+    episode = td.get("episode")
+    step = torch.zeros(n, dtype=torch.int64)
+    for i in range(1, n):
+        step[i] = step[i - 1] + 1 if episode[i] == episode[i - 1] else 0
+    td.set("step", step)
+    for flag in ("done", "terminated", "truncated"):
+        td.set(flag, torch.zeros(n, 1, dtype=torch.bool))
+    td.set(("next", "done"), td.get(("next", "terminated")) | td.get(("next", "truncated")))
+    return td
+
+
+class FakeLoader(Loader):
+    """A loader over :func:`fake_episodes`; params ``lengths`` (list of ints) and ``chunks`` (how many
+    chunks to split the episodes into)."""
+
+    name = "fake"
+    format_version = 1
+
+    def resources(self, spec: DatasetSpec) -> list:
+        return []
+
+    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDict]:
+        lengths = list(spec.params.get("lengths", [5, 3, 4]))
+        parts = max(1, int(spec.params.get("chunks", 1)))
+        per = -(-len(lengths) // parts)
+        row = episode = 0
+        for start in range(0, len(lengths), per):
+            group = lengths[start:start + per]
+            yield fake_episodes(group, first_episode=episode, first_row=row)
+            episode += len(group)
+            row += sum(group) + len(group)
+
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def check_loader(cls: type[Loader], spec: DatasetSpec | None = None, files: Mapping[str, Path] | None = None,
+                 *, max_chunks: int | None = None) -> dict[str, Any]:
+    """Check a loader class against the plugin contract (DESIGN.md §5); return the build summary.
+
+    Checks the class attributes, then (when ``spec`` is given) converts ``files`` twice into a
+    temporary directory, validating every chunk against the TED contract and that two runs
+    produce identical data (deterministic order). Raises ``AssertionError`` naming the problem.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Loader)):
+        raise AssertionError(f"{cls!r} is not a datasets_hub.Loader subclass")
+    if not _NAME_RE.match(cls.name or ""):
+        raise AssertionError(f"{cls.__name__}.name = {cls.name!r}: a loader needs a lower-case name (the id prefix)")
+    if not isinstance(cls.requires, tuple) or not all(isinstance(r, str) for r in cls.requires):
+        raise AssertionError(f"{cls.__name__}.requires must be a tuple of import names")
+    if cls.requires and not cls.install_hint.startswith("pip install"):
+        raise AssertionError(f"{cls.__name__}.install_hint must be the exact 'pip install …' line for {cls.requires}")
+    if not isinstance(cls.format_version, int) or cls.format_version < 1:
+        raise AssertionError(f"{cls.__name__}.format_version must be a positive int")
+    if spec is None:
+        return {}
+    loader = cls()
+    loader.check_params(spec)
+    summaries, first = [], None
+    for _ in range(2):
+        with tempfile.TemporaryDirectory() as tmp:
+            writer = LeanTEDWriter(Path(tmp) / "data")
+            chunks = []
+            for i, chunk in enumerate(loader.episodes(spec, files or {}, LoaderContext(chunk_rows=1024))):
+                if max_chunks is not None and i >= max_chunks:
+                    break
+                if not isinstance(chunk, TensorDictBase):
+                    raise AssertionError(f"{cls.__name__}.episodes yielded {type(chunk).__name__}, not a TensorDict")
+                writer.write(chunk)
+                chunks.append(chunk.clone())
+            summaries.append(writer.finish())
+        data = torch.cat(chunks)
+        if first is None:
+            first = data
+        elif not _same(first, data):
+            raise AssertionError(f"{cls.__name__}.episodes is not deterministic: two runs gave different data")
+    return summaries[0]
+
+
+def _same(a: TensorDictBase, b: TensorDictBase) -> bool:
+    if set(a.keys(True, True)) != set(b.keys(True, True)):
+        return False
+    return all(equal_rows(a.get(k), b.get(k)) for k in a.keys(True, True))

@@ -1,0 +1,145 @@
+"""The lean-TED build: what it stores, and that it returns exactly what a naive TED copy would."""
+from __future__ import annotations
+
+import json
+import hashlib
+
+import pytest
+import torch
+
+from datasets_hub.build import build
+from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.errors import LoaderError, TEDError
+from datasets_hub.loader import DatasetSpec
+from datasets_hub.testing import FakeLoader, check_loader, fake_episodes, naive_ted
+
+
+def _build(chunks, spec_id="fake/test", **params):
+    class ChunkLoader(FakeLoader):
+        def episodes(self, spec, files, ctx):
+            yield from (c.clone() for c in chunks)
+
+    return build(DatasetSpec(id=spec_id, loader="fake", params=params), ChunkLoader(), {}, [])
+
+
+def _assert_same(sample, expected):
+    assert set(sample.keys(True, True)) == set(expected.keys(True, True))
+    for key in expected.keys(True, True):
+        torch.testing.assert_close(sample.get(key), expected.get(key), rtol=0, atol=0, msg=f"key {key}")
+
+
+def _chunks():
+    first = fake_episodes([5, 3], first_episode=0, first_row=0)
+    second = fake_episodes([4, 1, 6], first_episode=2, first_row=5 + 3 + 2, ends=["terminated", "truncated", "none"])
+    return [first, second]
+
+
+def test_build_returns_exactly_the_naive_ted_copy():
+    chunks = _chunks()
+    storage = DatasetStorage(_build(chunks))
+    expected = naive_ted(chunks)
+    assert len(storage) == expected.batch_size[0] == 19
+    _assert_same(storage[:], expected)
+    index = torch.tensor([18, 0, 4, 7, 8, 12, 13, 4])  # includes the last step of several episodes
+    _assert_same(storage.get(index), expected[index])
+    _assert_same(storage[-1], expected[-1])
+
+
+def test_observations_are_stored_once_per_episode():
+    path = _build(_chunks())
+    manifest = json.loads((path / "manifest.json").read_text())
+    schema = manifest["schema"]
+    assert schema["obs/observation"]["rows"] == 19 + 5  # N + E rows
+    assert "steps/next/observation" not in schema
+    assert schema["steps/action"]["rows"] == 19
+    assert manifest["counts"] == {"transitions": 19, "episodes": 5, "episodes_terminated": 2,
+                                  "episodes_truncated": 2, "episodes_unflagged_end": 1}
+    index = DatasetStorage(path).episode_index()
+    assert index.start.tolist() == [0, 5, 8, 12, 13]
+    assert index.length.tolist() == [5, 3, 4, 1, 6]
+
+
+def test_manifest_records_statistics_provenance_and_file_hashes():
+    path = _build(_chunks(), seed=3)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["format"] == "datasets_hub.ted" and manifest["version"] == 1
+    assert manifest["params"] == {"seed": 3}
+    returns = [sum(range(0, 5)), sum(range(5, 8)), sum(range(8, 12)), 12, sum(range(13, 19))]
+    assert manifest["stats"]["episode_return"]["max"] == max(returns)
+    assert manifest["stats"]["episode_length"]["min"] == 1
+    for name, entry in manifest["schema"].items():
+        digest = hashlib.sha256((path / "data" / (name + ".memmap")).read_bytes()).hexdigest()
+        assert digest == entry["sha256"], name
+    assert torch.equal(DatasetStorage(path).episode_returns, torch.tensor(returns, dtype=torch.float64))
+
+
+def test_next_values_that_do_not_follow_are_stored_per_step_and_backfilled():
+    first, second = _chunks()
+    second = second.clone()
+    second["next", "observation"][1] += 0.5  # upstream says next obs differs from the following row
+    storage = DatasetStorage(_build([first, second]))
+    assert storage.manifest["layout"]["next_stored_per_step"] == ["observation"]
+    _assert_same(storage[:], naive_ted([first, second]))
+
+
+def test_nested_observation_keys_and_extra_info_are_kept():
+    chunk = fake_episodes([3, 2])
+    chunk["pixels"] = torch.arange(5 * 2 * 2, dtype=torch.uint8).reshape(5, 2, 2)
+    chunk["next", "pixels"] = chunk["pixels"].roll(-1, 0)
+    chunk["info", "qpos"] = torch.arange(5, dtype=torch.float64)[:, None]
+    storage = DatasetStorage(_build([chunk]))
+    _assert_same(storage[:], naive_ted(chunk))
+    assert storage[:]["pixels"].dtype == torch.uint8
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["next", "terminated"].__setitem__(1, True), "goes on"),
+    (lambda c: c.__setitem__("episode", torch.tensor([0, 1, 0, 0, 0])), "contiguous"),
+    (lambda c: c.exclude(("next", "reward")), "next/reward"),
+])
+def test_chunks_that_break_the_ted_contract_are_rejected(mutate, message):
+    chunk = fake_episodes([5])
+    out = mutate(chunk)
+    chunk = out if out is not None else chunk
+    with pytest.raises(TEDError, match=message):
+        _build([chunk])
+
+
+def test_a_repeated_episode_id_or_changed_schema_is_rejected():
+    with pytest.raises(TEDError, match="appears in two chunks"):
+        _build([fake_episodes([2]), fake_episodes([3])])
+    with pytest.raises(TEDError, match="action"):
+        _build([fake_episodes([2]), fake_episodes([3], act_dim=4, first_episode=1)])
+
+
+def test_a_failing_loader_leaves_no_build_behind(isolated_cache):
+    class Broken(FakeLoader):
+        def episodes(self, spec, files, ctx):
+            yield fake_episodes([3])
+            raise ValueError("upstream file is truncated")
+
+    with pytest.raises(LoaderError, match="upstream file is truncated"):
+        build(DatasetSpec(id="fake/broken", loader="fake"), Broken(), {}, [])
+    leftovers = [p.name for p in (isolated_cache / "datasets" / "fake" / "broken").iterdir()]
+    assert all(name.endswith(".lock") for name in leftovers), leftovers
+
+
+def test_force_rebuilds_and_the_same_spec_reuses():
+    path = _build(_chunks())
+    first_created = json.loads((path / "manifest.json").read_text())["created"]
+    assert _build(_chunks()) == path
+    loader = FakeLoader()
+    rebuilt = build(DatasetSpec(id="fake/test", loader="fake"), loader, {}, [], force=True)
+    assert rebuilt == path and json.loads((path / "manifest.json").read_text())["created"] >= first_created
+    assert len(DatasetStorage(path)) == 12  # FakeLoader's own default episodes now
+
+
+def test_check_loader_accepts_a_good_loader_and_catches_a_bad_one():
+    summary = check_loader(FakeLoader, DatasetSpec(id="fake/x", loader="fake", params={"lengths": [2, 3, 4], "chunks": 2}))
+    assert summary["counts"]["transitions"] == 9
+
+    class NoName(FakeLoader):
+        name = "Bad Name"
+
+    with pytest.raises(AssertionError, match="lower-case"):
+        check_loader(NoName)
