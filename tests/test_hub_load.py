@@ -1,0 +1,95 @@
+"""Load-by-name end to end on the local gym loader (no network)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import datasets_hub as dh
+from datasets_hub import SliceSampler
+from datasets_hub.errors import DownloadError, InvalidParameter
+
+ID = "gym/cartpole-random-v0"
+SMALL = {"steps": 600, "seed": 1}
+
+
+def test_load_returns_a_read_only_ted_buffer():
+    rb = dh.load(ID, batch_size=32, **SMALL)
+    assert len(rb) == 600
+    batch = rb.sample()
+    assert batch.batch_size == torch.Size([32])
+    for key in ["observation", "action", "episode", "step", "done", ("next", "observation"), ("next", "reward"),
+                ("next", "terminated"), ("next", "truncated"), ("next", "done"), "index"]:
+        assert key in batch.keys(include_nested=True), key
+    assert batch["next", "reward"].shape == (32, 1) and batch["next", "done"].dtype == torch.bool
+    with pytest.raises(RuntimeError, match="read-only"):
+        rb.extend(batch)
+
+
+def test_samples_are_the_rows_they_claim_to_be():
+    rb = dh.load(ID, batch_size=64, generator=torch.Generator().manual_seed(0), **SMALL)
+    everything = rb[:]
+    batch = rb.sample()
+    index = batch["index"]
+    torch.testing.assert_close(batch["observation"], everything["observation"][index])
+    torch.testing.assert_close(batch["next", "observation"], everything["next", "observation"][index])
+    inside = ~everything["next", "done"][:-1, 0]  # within an episode, next obs is the following row's obs
+    torch.testing.assert_close(everything["next", "observation"][:-1][inside], everything["observation"][1:][inside])
+
+
+def test_same_seed_same_batches():
+    def batches(seed):
+        rb = dh.load(ID, batch_size=16, sampler=SliceSampler(slice_len=4),
+                     generator=torch.Generator().manual_seed(seed), **SMALL)
+        return [rb.sample()["index"] for _ in range(3)]
+
+    a, b, c = batches(5), batches(5), batches(6)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not all(torch.equal(x, y) for x, y in zip(a, c))
+
+
+def test_slices_use_the_build_time_episode_index(monkeypatch):
+    rb = dh.load(ID, batch_size=64, sampler=SliceSampler(slice_len=8), **SMALL)
+    storage = rb._storage if hasattr(rb, "_storage") else rb.storage
+
+    def forbidden(key):
+        raise AssertionError(f"slice sampling read the whole column {key!r}")
+
+    monkeypatch.setattr(storage, "read_key", forbidden)
+    batch = rb.sample().reshape(8, 8)
+    assert (batch["episode"] == batch["episode"][:, :1]).all()
+    assert ((batch["step"][:, 1:] - batch["step"][:, :-1]) == 1).all()
+    assert batch["next", "truncated"][:, -1].all()
+
+
+def test_download_false_on_a_missing_build_says_how_to_fix():
+    with pytest.raises(DownloadError, match="download=False"):
+        dh.load(ID, download=False, **SMALL)
+
+
+def test_offline_mode_still_builds_local_datasets(monkeypatch):
+    monkeypatch.setenv("DATASETS_HUB_OFFLINE", "1")
+    assert len(dh.load(ID, **SMALL)) == 600
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_bad_batch_sizes_are_rejected(bad):
+    with pytest.raises(InvalidParameter, match="batch_size"):
+        dh.load(ID, batch_size=bad, **SMALL)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"steps": -5}, "positive integer"), ({"stepz": 10}, "unknown gym parameter"), ({"policy": "smart"}, "'random'"),
+])
+def test_bad_loader_params_are_rejected(params, message):
+    with pytest.raises(InvalidParameter, match=message):
+        dh.load(ID, **params)
+
+
+def test_heuristic_policy_and_truncation_flags():
+    rb = dh.load("gym/pendulum-random-v0", policy="heuristic", steps=450)
+    data = rb[:]
+    # Pendulum never terminates; its 200-step time limit truncates, and the step budget cuts the last episode
+    assert not data["next", "terminated"].any()
+    ends = torch.nonzero(data["next", "truncated"][:, 0]).flatten().tolist()
+    assert ends == [199, 399, 449]
+    assert dh.info("gym/pendulum-random-v0", policy="heuristic", steps=450).notes["budget_truncated_episodes"] == 1
