@@ -42,16 +42,16 @@ def main() -> None:
     batch = rb.sample()
     t_sample = time.perf_counter() - t0
     print(f"\nsampled 8 slices x 32 steps = {batch.batch_size[0]} transitions in {t_sample * 1000:.1f} ms:")
-    for key in sorted(batch.keys(include_nested=True, leaves_only=True), key=str):
-        value = batch.get(key)
-        name = "/".join(key) if isinstance(key, tuple) else key
+    names = {("/".join(k) if isinstance(k, tuple) else k): k for k in batch.keys(include_nested=True, leaves_only=True)}
+    for name in sorted(names):
+        value = batch.get(names[name])
         print(f"  {name:<20} {str(tuple(value.shape)):<12} {str(value.dtype).replace('torch.', '')}")
     slices = batch.reshape(-1, 32)
     print("\nfirst step of each slice (episode, step):",
           [(int(e), int(s)) for e, s in zip(slices["episode"][:, 0], slices["step"][:, 0])])
     print("each slice stays inside one episode:",
           bool((slices["episode"] == slices["episode"][:, :1]).all()))
-    print("observation[0..2] of slice 0:", slices["observation"][0, :3].tolist())
+    print("observation[0..2] of slice 0:", [[round(v, 3) for v in row] for row in slices["observation"][0, :3].tolist()])
     print("reward[0..2] of slice 0:    ", [round(r, 3) for r in slices["next", "reward"][0, :3, 0].tolist()])
 
     benchmark_batches = 200
