@@ -80,7 +80,7 @@ def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], 
     files: dict[str, Path] = {}
     sources: list[dict[str, Any]] = []
     for resource in loader.resources(spec):
-        from .download import fetch  # requests & co. load only when something is fetched
+        from .downloader import fetch  # requests & co. load only when something is fetched
 
         dest = _raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)

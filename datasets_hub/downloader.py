@@ -1,0 +1,509 @@
+"""Fetching upstream files into ``<cache>/raw/<loader>/``: once, resumably, checksummed.
+
+The contract of :func:`fetch`:
+
+- A file already at ``dest`` is used without any network when it is verified: its size matches the
+  catalogue's, and its sha256 matches the catalogue's (or, without one, the sha256 recorded at
+  first download). The check is cheap: the sidecar ``<dest>.sha256`` (JSON ``{sha256, size, url,
+  downloaded_at, mtime_ns}``) vouches for a file whose size and mtime are unchanged; anything else
+  is rehashed once. :func:`verify_file` always rehashes (``datasets-hub verify``).
+- Sources (``Resource.urls``) are mirrors tried in order: ``http(s)://``, ``file://`` (a local
+  copy, streamed and hashed) and ``hf://<repo_type>s/<repo_id>/<path>[@<revision>]`` (the Hugging
+  Face Hub through ``huggingface_hub``, see :mod:`datasets_hub.hf_source`).
+- HTTP(S): streamed in 1 MiB chunks to ``<dest>.partial``; after a dropped connection or a read
+  timeout the download resumes with ``Range: bytes=<have>-`` (a 200 answer restarts from zero); a
+  partial left by a killed process is resumed too (rehashed first). Connection errors, timeouts,
+  429 and 5xx are retried with exponential backoff, up to ``retries`` consecutive failures that
+  brought no new bytes; other 4xx fail that mirror at once. Redirects are followed (at most
+  :data:`MAX_REDIRECTS`, http/https only, loops refused).
+- The declared and received sizes are checked against the catalogue's ``size``, the sha256
+  (computed while streaming) against the catalogue's ``sha256``: a mismatch raises
+  :class:`~datasets_hub.errors.ChecksumMismatch` and the bad bytes go to ``<dest>.corrupt``
+  (never reused, never left at ``dest``). Success = fsync, atomic rename to ``dest``, sidecar.
+- One download per file across processes: a ``filelock`` on ``<dest>.lock``; the other processes
+  wait and then find the file verified.
+
+Environment, read at call time:
+
+- ``DATASETS_HUB_OFFLINE=1``: never open a connection. A missing file is a
+  :class:`~datasets_hub.errors.DownloadError` saying where to copy it; ``file://`` mirrors and
+  files already in the Hugging Face cache still work.
+- ``DATASETS_HUB_ENDPOINT_<LOADER>`` (loader name upper-cased, other characters -> ``_``, e.g.
+  ``DATASETS_HUB_ENDPOINT_D4RL``): a mirror base URL that replaces the scheme and host of every
+  http(s) URL of that loader, keeping the URL's path after the base's own path:
+  base ``http://127.0.0.1:8123/mirror`` + ``http://rail.eecs.berkeley.edu/datasets/x.hdf5`` ->
+  ``http://127.0.0.1:8123/mirror/datasets/x.hdf5``. The upstream host is then not contacted.
+- ``HF_ENDPOINT``, ``HF_HUB_OFFLINE``, ``HF_HUB_CACHE``/``HF_HOME`` for ``hf://`` sources.
+
+Sidecar files the cache must skip when listing raw files: ``.sha256``, ``.lock``, ``.partial``,
+``.corrupt`` suffixes (see :data:`SIDE_SUFFIXES`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+from urllib.parse import unquote, urljoin, urlsplit
+from urllib.request import url2pathname
+
+from .errors import ChecksumMismatch, DownloadError, HubError
+
+if TYPE_CHECKING:  # loader.py imports tensordict; this module stays light
+    from .loader import Resource
+
+CHUNK_SIZE = 1 << 20
+MAX_REDIRECTS = 10
+# Backoff between retries: BACKOFF_BASE * 2**(n-1) seconds, capped. Tests set BACKOFF_BASE = 0.
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 30.0
+SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt")
+_SCHEMES = ("http", "https", "file", "hf")
+_TRUE = {"1", "true", "yes", "on"}
+_sleep: Callable[[float], None] = time.sleep
+
+__all__ = ["fetch", "verify_file", "is_offline", "endpoint_for", "endpoint_env_var", "apply_endpoint",
+           "resolve_urls", "list_hf_files", "read_sidecar", "sidecar_path", "SIDE_SUFFIXES", "CHUNK_SIZE",
+           "MAX_REDIRECTS", "BACKOFF_BASE", "BACKOFF_CAP"]
+
+
+# ---------------------------------------------------------------------------------------- environment
+def is_offline() -> bool:
+    """True when ``DATASETS_HUB_OFFLINE`` is set to 1/true/yes/on (read now, not at import)."""
+    return os.environ.get("DATASETS_HUB_OFFLINE", "").strip().lower() in _TRUE
+
+
+def endpoint_env_var(loader: str) -> str:
+    """The mirror variable of ``loader``: ``DATASETS_HUB_ENDPOINT_<LOADER>``."""
+    return "DATASETS_HUB_ENDPOINT_" + re.sub(r"[^A-Z0-9]", "_", loader.upper())
+
+
+def endpoint_for(loader: str) -> str | None:
+    """The mirror base URL set for ``loader`` (``DATASETS_HUB_ENDPOINT_<LOADER>``), or ``None``."""
+    var = endpoint_env_var(loader)
+    base = os.environ.get(var, "").strip()
+    if not base:
+        return None
+    if urlsplit(base).scheme not in ("http", "https") or not urlsplit(base).netloc:
+        raise DownloadError(f"{var}={base!r} is not an http(s) base URL; set it to e.g. "
+                            f"'http://mirror.example.org/path' or unset it to use the upstream hosts.")
+    return base.rstrip("/")
+
+
+def apply_endpoint(url: str, base: str | None) -> str:
+    """Replace scheme+host(+port) of an http(s) ``url`` by ``base``, keeping the path and query."""
+    if base is None or urlsplit(url).scheme not in ("http", "https"):
+        return url
+    parts = urlsplit(url)
+    return base.rstrip("/") + (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def resolve_urls(resource: Resource, loader: str) -> list[str]:
+    """The URLs :func:`fetch` tries for ``resource``, mirror override applied, schemes checked."""
+    base = endpoint_for(loader)
+    urls = []
+    for url in resource.urls:
+        scheme = urlsplit(url).scheme.lower()
+        if scheme not in _SCHEMES:
+            raise DownloadError(f"{resource.name}: unsupported URL scheme {scheme or '(none)'!r} in {url!r}; "
+                                f"use http(s)://, file:// or hf://<repo_type>s/<repo_id>/<path>.")
+        urls.append(apply_endpoint(url, base))
+    if not urls:
+        raise DownloadError(f"{resource.name}: the resource lists no URL; add one to its catalogue entry.")
+    return urls
+
+
+# ---------------------------------------------------------------------------------------- sidecar
+def sidecar_path(dest: Path) -> Path:
+    return Path(dest).with_name(Path(dest).name + ".sha256")
+
+
+def read_sidecar(dest: Path) -> dict[str, Any] | None:
+    """The sidecar record of ``dest``, or ``None`` if absent or unreadable."""
+    try:
+        meta = json.loads(sidecar_path(dest).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _write_sidecar(dest: Path, sha256: str, size: int, url: str, downloaded_at: str | None = None) -> None:
+    record = {"sha256": sha256, "size": size, "url": url,
+              "downloaded_at": downloaded_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "mtime_ns": dest.stat().st_mtime_ns}
+    side = sidecar_path(dest)
+    tmp = side.with_name(f"{side.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, side)
+
+
+def _hash_file(path: Path, limit: int | None = None) -> "hashlib._Hash":
+    h = hashlib.sha256()
+    left = limit
+    with open(path, "rb") as f:
+        while left is None or left > 0:
+            block = f.read(CHUNK_SIZE if left is None else min(CHUNK_SIZE, left))
+            if not block:
+                break
+            h.update(block)
+            if left is not None:
+                left -= len(block)
+    return h
+
+
+def _check_cached(resource: Resource, dest: Path) -> str | None:
+    """``None`` if ``dest`` holds the right bytes, ``"missing"``, or why it is wrong."""
+    try:
+        st = dest.stat()
+    except FileNotFoundError:
+        return "missing"
+    if not dest.is_file():
+        return f"{dest} is not a regular file"
+    if resource.size is not None and st.st_size != resource.size:
+        return f"it has {st.st_size} bytes, the catalogue says {resource.size}"
+    want = resource.sha256.lower() if resource.sha256 else None
+    meta = read_sidecar(dest)
+    if (meta and meta.get("size") == st.st_size and meta.get("mtime_ns") == st.st_mtime_ns
+            and (want is None or meta.get("sha256") == want)):
+        return None
+    # no or stale sidecar: rehash once (a file copied in by hand, or touched since)
+    digest = _hash_file(dest).hexdigest()
+    reference, origin = (want, "the catalogue") if want else ((meta or {}).get("sha256"), "recorded at download")
+    if reference and digest != reference:
+        return f"its sha256 is {digest}, expected {reference} ({origin})"
+    _write_sidecar(dest, digest, st.st_size, (meta or {}).get("url") or "local copy",
+                   (meta or {}).get("downloaded_at"))
+    return None
+
+
+def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[bool, str]:
+    """Rehash ``path`` fully and compare with the catalogue (``resource``) or the sidecar.
+
+    Returns ``(ok, message)``; the message names the file and, when not ok, what is wrong and the
+    fix. A file with neither a catalogue sha256 nor a sidecar cannot be verified (``ok`` False).
+    """
+    path = Path(path)
+    if not path.is_file():
+        return False, f"{path}: missing; run `datasets-hub download` to fetch it again."
+    size = path.stat().st_size
+    if resource is not None and resource.size is not None and size != resource.size:
+        return False, (f"{path}: {size} bytes, the catalogue says {resource.size}; delete it and download "
+                       f"again.")
+    digest = _hash_file(path).hexdigest()
+    meta = read_sidecar(path)
+    if resource is not None and resource.sha256:
+        reference, origin = resource.sha256.lower(), "catalogue"
+    else:
+        reference, origin = (meta or {}).get("sha256"), "recorded at download"
+    if not reference:
+        return False, (f"{path}: no checksum to compare with (sha256 is {digest}); files fetched by "
+                       f"datasets_hub record one in {sidecar_path(path).name}.")
+    if digest != reference:
+        return False, (f"{path}: sha256 {digest} does not match {reference} ({origin}); the file is "
+                       f"corrupt or was modified: delete it and download again.")
+    if meta and meta.get("sha256") == digest and meta.get("mtime_ns") != path.stat().st_mtime_ns:
+        _write_sidecar(path, digest, size, meta.get("url", "local copy"), meta.get("downloaded_at"))
+    return True, f"{path}: ok ({size} bytes, sha256 {digest[:16]}…, {origin})"
+
+
+# ---------------------------------------------------------------------------------------- fetch
+def fetch(resource: Resource, dest: Path, *, loader: str, offline: bool | None = None,
+          progress: bool | None = None, timeout: float = 60.0, retries: int = 5) -> Path:
+    """Make ``dest`` hold ``resource``'s verified bytes and return ``dest`` (see the module docstring).
+
+    ``offline`` defaults to ``DATASETS_HUB_OFFLINE``; ``progress`` to "stderr is a TTY";
+    ``timeout`` is the connect and read timeout in seconds; ``retries`` the number of consecutive
+    failed attempts (no new bytes) per mirror before trying the next one.
+    Raises :class:`DownloadError` (with the fix) or :class:`ChecksumMismatch`.
+    """
+    dest = Path(dest)
+    offline = is_offline() if offline is None else bool(offline)
+    urls = resolve_urls(resource, loader)
+    if _check_cached(resource, dest) is None:
+        return dest
+    from filelock import FileLock
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(dest) + ".lock"):
+        problem = _check_cached(resource, dest)  # another process may have fetched it meanwhile
+        if problem is None:
+            return dest
+        if problem != "missing":
+            if offline:
+                raise ChecksumMismatch(
+                    f"{resource.name}: the cached file {dest} is wrong: {problem}. Offline mode forbids "
+                    f"downloading it again: copy a good copy to that path, or unset DATASETS_HUB_OFFLINE.")
+            _move_aside(dest)
+        if offline:
+            urls = [u for u in urls if urlsplit(u).scheme in ("file", "hf")]  # no connection needed
+            if not urls:
+                raise DownloadError(_offline_message(resource, dest))
+        return _download_any(resource, dest, urls, offline=offline, progress=progress,
+                             timeout=timeout, retries=retries)
+
+
+def _offline_message(resource: Resource, dest: Path) -> str:
+    sources = ", ".join(resource.urls)
+    return (f"{resource.name} is not in the cache and offline mode (DATASETS_HUB_OFFLINE=1) forbids "
+            f"downloading it from {sources}. Fix: copy the file to exactly {dest}, or unset "
+            f"DATASETS_HUB_OFFLINE to download it.")
+
+
+def _move_aside(path: Path, dest: Path | None = None) -> Path:
+    """Move bad bytes at ``path`` to ``<dest>.corrupt`` (kept for inspection, never reused)."""
+    dest = path if dest is None else dest
+    corrupt = dest.with_name(dest.name + ".corrupt")
+    os.replace(path, corrupt)
+    sidecar_path(path).unlink(missing_ok=True)
+    return corrupt
+
+
+def _download_any(resource: Resource, dest: Path, urls: list[str], *, offline: bool,
+                  progress: bool | None, timeout: float, retries: int) -> Path:
+    partial = dest.with_name(dest.name + ".partial")
+    show = progress if progress is not None else bool(getattr(sys.stderr, "isatty", lambda: False)())
+    from tqdm.auto import tqdm
+
+    errors: list[tuple[str, HubError]] = []
+    with tqdm(total=resource.size, unit="B", unit_scale=True, unit_divisor=1024, desc=resource.name,
+              disable=not show, leave=False) as bar:
+        for url in urls:
+            scheme = urlsplit(url).scheme.lower()
+            try:
+                if scheme in ("http", "https"):
+                    digest, size = _http_download(url, partial, resource, timeout=timeout, retries=retries,
+                                                  bar=bar)
+                elif scheme == "file":
+                    digest, size = _copy_local(_file_url_path(url, resource), partial, bar, link=False)
+                else:
+                    from .hf_source import download_hf
+
+                    source = download_hf(url, resource_name=resource.name, dest=dest, offline=offline,
+                                         progress=show, timeout=timeout)
+                    digest, size = _copy_local(source, partial, bar, link=True)
+                _finish(resource, dest, partial, url, digest, size)
+                return dest
+            except (DownloadError, ChecksumMismatch) as exc:
+                errors.append((url, exc))
+    if len(errors) == 1:
+        raise errors[0][1]
+    kind = ChecksumMismatch if any(isinstance(e, ChecksumMismatch) for _, e in errors) else DownloadError
+    lines = "\n".join(f"  - {url}: {exc}" for url, exc in errors)
+    raise kind(f"{resource.name}: every mirror failed:\n{lines}") from errors[-1][1]
+
+
+def _finish(resource: Resource, dest: Path, partial: Path, url: str, digest: str, size: int) -> None:
+    """Check size and sha256 of the complete ``partial``, then publish it atomically as ``dest``."""
+    if resource.size is not None and size != resource.size:
+        partial.unlink(missing_ok=True)
+        raise DownloadError(f"{resource.name}: {url} gave {size} bytes, the catalogue says {resource.size}; "
+                            f"the upstream file changed or the mirror is wrong (fix the catalogue entry or "
+                            f"the mirror).")
+    if resource.sha256 and digest != resource.sha256.lower():
+        corrupt = _move_aside(partial, dest)
+        raise ChecksumMismatch(
+            f"{resource.name}: the file downloaded from {url} has sha256 {digest}, expected "
+            f"{resource.sha256.lower()}. It was moved aside to {corrupt}. Try again, or use another mirror "
+            f"(DATASETS_HUB_ENDPOINT_<LOADER>); if upstream really changed, fix the catalogue's sha256.")
+    fd = os.open(partial, os.O_RDONLY)  # read-only: a hard link into a shared HF cache may not be ours
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(partial, dest)
+    _fsync_dir(dest.parent)
+    _write_sidecar(dest, digest, size, url)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------- local copies
+def _file_url_path(url: str, resource: Resource) -> Path:
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise DownloadError(f"{resource.name}: {url} names host {parts.netloc!r}; file:// URLs must be local "
+                            f"(file:///absolute/path).")
+    path = Path(url2pathname(unquote(parts.path)))
+    if not path.is_file():
+        raise DownloadError(f"{resource.name}: {url} does not exist ({path}); fix the path or the mirror.")
+    return path
+
+
+def _copy_local(source: Path, partial: Path, bar: Any, *, link: bool) -> tuple[str, int]:
+    """Copy (or hard-link, when ``link`` and possible) ``source`` to ``partial``; return (sha256, size)."""
+    partial.unlink(missing_ok=True)
+    if link:
+        try:
+            os.link(os.path.realpath(source), partial)
+        except OSError:
+            pass  # another filesystem or no hard links: copy instead
+        else:
+            h = _hash_file(partial)
+            size = partial.stat().st_size
+            bar.reset(total=size)
+            bar.update(size)
+            return h.hexdigest(), size
+    h = hashlib.sha256()
+    size = 0
+    bar.reset(total=os.path.getsize(source))
+    try:
+        with open(source, "rb") as src, open(partial, "wb") as out:
+            while block := src.read(CHUNK_SIZE):
+                out.write(block)
+                h.update(block)
+                size += len(block)
+                bar.update(len(block))
+    except OSError as exc:
+        raise DownloadError(f"could not copy {source} to {partial}: {exc}") from exc
+    return h.hexdigest(), size
+
+
+# ---------------------------------------------------------------------------------------- HTTP
+class _Retry(Exception):
+    """A transient failure of one attempt (5xx, 429, dropped connection, timeout); ``restart``:
+    the partial file cannot be resumed and the next attempt starts from byte zero."""
+
+    def __init__(self, message: str, restart: bool = False) -> None:
+        super().__init__(message)
+        self.restart = restart
+
+
+def _status_message(url: str, status: int, resource: Resource) -> str:
+    if status == 404:
+        return (f"{resource.name}: {url} answered 404: file not found upstream: check the id or point "
+                f"DATASETS_HUB_ENDPOINT_<LOADER> at a mirror.")
+    if status in (401, 403):
+        return (f"{resource.name}: {url} answered {status} (access denied): the file is private, gated or "
+                f"moved; check the URL or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).")
+    return f"{resource.name}: {url} answered HTTP {status}; check the URL or use a mirror."
+
+
+def _open(session: Any, url: str, headers: dict[str, str], timeout: float, resource: Resource) -> Any:
+    """GET ``url`` following at most MAX_REDIRECTS http(s) redirects; return a 2xx/416 response."""
+    chain = [url]
+    current = url
+    for _ in range(MAX_REDIRECTS + 1):
+        resp = session.get(current, headers=headers, stream=True, timeout=timeout, allow_redirects=False)
+        if resp.is_redirect:
+            location = urljoin(current, resp.headers["Location"])
+            resp.close()
+            if urlsplit(location).scheme.lower() not in ("http", "https"):
+                raise DownloadError(f"{resource.name}: {current} redirects to {location}; only http and https "
+                                    f"redirects are followed. Use a direct http(s) URL or a mirror.")
+            if location in chain:
+                raise DownloadError(f"{resource.name}: redirect loop: {' -> '.join(chain + [location])}; the "
+                                    f"server is misconfigured, use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).")
+            chain.append(location)
+            current = location
+            continue
+        if resp.status_code == 429 or resp.status_code >= 500:
+            resp.close()
+            raise _Retry(f"HTTP {resp.status_code} from {current}")
+        if resp.status_code >= 400 and resp.status_code != 416:
+            resp.close()
+            raise DownloadError(_status_message(current, resp.status_code, resource))
+        return resp
+    raise DownloadError(f"{resource.name}: more than {MAX_REDIRECTS} redirects from {url}; use a direct URL.")
+
+
+def _parse_content_range(value: str | None) -> tuple[int, int | None] | None:
+    m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", value or "")
+    if not m:
+        return None
+    return int(m.group(1)), None if m.group(3) == "*" else int(m.group(3))
+
+
+def _http_download(url: str, partial: Path, resource: Resource, *, timeout: float, retries: int,
+                   bar: Any) -> tuple[str, int]:
+    """Download ``url`` into ``partial`` (resuming what is there); return (sha256, size)."""
+    import requests
+
+    have = partial.stat().st_size if partial.exists() else 0
+    hasher = _hash_file(partial, have) if have else hashlib.sha256()  # a resumed partial is rehashed once
+    best, failures, last = have, 0, ""
+    with requests.Session() as session:
+        while True:
+            headers = {"Accept-Encoding": "identity"}  # sizes and hashes are of the bytes on the wire
+            if have:
+                headers["Range"] = f"bytes={have}-"
+            try:
+                with _open(session, url, headers, timeout, resource) as resp:
+                    total: int | None = None
+                    if resp.status_code == 206:
+                        rng = _parse_content_range(resp.headers.get("Content-Range"))
+                        if rng is None or rng[0] != have:
+                            raise _Retry(f"bad Content-Range {resp.headers.get('Content-Range')!r}",
+                                         restart=True)
+                        total = rng[1]
+                    elif resp.status_code == 416:
+                        m = re.fullmatch(r"\s*bytes\s+\*/(\d+)\s*", resp.headers.get("Content-Range", ""))
+                        if m and int(m.group(1)) == have:  # the partial was complete (killed before rename)
+                            return hasher.hexdigest(), have
+                        raise _Retry("HTTP 416 for a resumed download", restart=True)  # not a prefix
+                    else:  # 200: the whole file (also when the server ignored our Range)
+                        if have:
+                            have, hasher = 0, hashlib.sha256()
+                            partial.unlink(missing_ok=True)
+                        length = resp.headers.get("Content-Length")
+                        total = int(length) if length and length.isdigit() else None
+                    if total is not None and resource.size is not None and total != resource.size:
+                        partial.unlink(missing_ok=True)
+                        raise DownloadError(
+                            f"{resource.name}: {url} announces {total} bytes, the catalogue says "
+                            f"{resource.size}; the upstream file changed or the mirror is wrong.")
+                    bar.reset(total=total if total is not None else resource.size)
+                    bar.update(have)
+                    with open(partial, "ab") as out:
+                        for block in resp.iter_content(CHUNK_SIZE):
+                            out.write(block)
+                            hasher.update(block)
+                            have += len(block)
+                            bar.update(len(block))
+                    if total is not None and have < total:
+                        raise _Retry(f"connection closed after {have} of {total} bytes")
+                    if total is not None and have > total:
+                        raise _Retry(f"received {have} bytes, more than the {total} announced", restart=True)
+                    return hasher.hexdigest(), have
+            except (_Retry, requests.ConnectionError, requests.Timeout,
+                    requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
+                last = str(exc) or type(exc).__name__
+                if isinstance(exc, _Retry) and exc.restart:
+                    have, hasher = 0, hashlib.sha256()  # start over: the partial cannot be resumed
+                    partial.unlink(missing_ok=True)
+                if have > best:  # progress: a flaky but working connection keeps going
+                    best, failures = have, 0
+                else:
+                    failures += 1
+                if failures > retries:
+                    raise DownloadError(
+                        f"{resource.name}: giving up on {url} after {retries} retries without progress "
+                        f"(last error: {last}); {have} bytes are kept in {partial} and the next attempt "
+                        f"resumes. Check the network or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).") from exc
+                _sleep(min(BACKOFF_CAP, BACKOFF_BASE * 2 ** max(failures - 1, 0)))
+            except requests.RequestException as exc:  # invalid URL, too many redirects…: not transient
+                raise DownloadError(f"{resource.name}: cannot download {url}: {exc}") from exc
+
+
+def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None = None,
+                  prefix: str = "") -> list[str]:
+    """Sorted files of a Hugging Face Hub repo starting with ``prefix`` (for loaders that need a
+    listing); see :func:`datasets_hub.hf_source.list_hf_files`."""
+    from .hf_source import list_hf_files as _list
+
+    return _list(repo_id, repo_type=repo_type, revision=revision, prefix=prefix)
