@@ -114,5 +114,6 @@ def test_params_must_be_json_values():
 
 
 def test_search_filters_ids_and_descriptions():
-    assert dh.list_datasets(search="pendulum") == ["gym/pendulum-random-v0"]
+    assert dh.list_datasets(loader="gym", search="pendulum") == ["gym/pendulum-random-v0"]
+    assert "gym/cartpole-random-v0" not in dh.list_datasets(search="pendulum")
     assert "gym/mountaincar-random-v0" in dh.list_datasets(search="MOUNTAINCAR")
