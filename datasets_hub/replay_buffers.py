@@ -1,0 +1,582 @@
+"""Replay buffers: a storage, a sampler and a writer behind TorchRL's API (DESIGN.md §2, §6).
+
+``ReplayBuffer`` works with any data its storage holds; ``TensorDictReplayBuffer`` adds ``"index"``
+(and the sampler's per-item info such as ``"_weight"``) to every sample. The prioritized variants
+build a ``PrioritizedSampler`` and update priorities from losses.
+
+Threading: one lock guards writes and draws. With ``prefetch=N`` a thread pool keeps N batches in
+flight; draws take numbered tickets and run in ticket order, so a seeded ``generator`` gives the
+same batches with or without prefetching.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from tensordict import TensorDictBase, is_tensorclass
+
+from .samplers import RandomSampler, Sampler
+from .storages import ListStorage, Storage, _as_index, _slice_items, _write_json
+from .transforms import Compose, as_transform
+from .writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
+
+_FORMAT = "datasets_hub.replay_buffer"
+_REDUCTIONS = ("max", "min", "sum", "mean", "median")
+
+
+def _collate_list(items: list[Any]) -> Any:
+    """Default collate of ListStorage samples: stack TensorDicts/tensors, else torch's default_collate."""
+    if not items:
+        return items
+    first = items[0]
+    if isinstance(first, (TensorDictBase, torch.Tensor)) or is_tensorclass(first):
+        try:
+            return torch.stack(items)
+        except (RuntimeError, TypeError):
+            return items
+    from torch.utils.data import default_collate
+
+    try:
+        return default_collate(items)
+    except (TypeError, RuntimeError):
+        return items  # arbitrary objects: the list itself is the batch
+
+
+class ReplayBuffer:
+    """A composable replay buffer (TorchRL's ``ReplayBuffer``).
+
+    Defaults: ``ListStorage(1000)``, ``RandomSampler()``, ``RoundRobinWriter()`` (an
+    ``ImmutableDatasetWriter`` when the storage is read-only). ``sample()`` draws ``batch_size``
+    items (the constructor's when not given); ``extend`` returns the positions written; iterating
+    yields batches until the sampler has ``ran_out`` (forever with a uniform sampler).
+    Transforms run on samples and ``rb[idx]``; their inverses run on ``add``/``extend``/``rb[idx] = x``.
+    ``read_all_in_order``/``write_all`` move raw storage contents, without transforms.
+    """
+
+    def __init__(self, *, storage: Storage | None = None, sampler: Sampler | None = None,
+                 writer: Writer | None = None, collate_fn: Callable | None = None,
+                 batch_size: int | None = None, transform: Any = None, prefetch: int = 0,
+                 generator: torch.Generator | None = None, shared: bool = False) -> None:
+        self._storage = ListStorage(1000) if storage is None else storage
+        self._sampler = RandomSampler() if sampler is None else sampler
+        if writer is None:
+            writer = ImmutableDatasetWriter() if getattr(self._storage, "read_only", False) else RoundRobinWriter()
+        self._writer = writer
+        writer.register_storage(self._storage)
+        if collate_fn is None and isinstance(self._storage, ListStorage):
+            collate_fn = _collate_list
+        self._collate_fn = collate_fn
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        self._batch_size = batch_size
+        if transform is None:
+            self._transform = Compose()
+        elif isinstance(transform, Compose):
+            self._transform = transform
+        else:
+            self._transform = Compose(transform)
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0 (batches kept in flight), got {prefetch!r}")
+        self._prefetch = prefetch
+        self._init_threading()
+        if generator is not None:
+            self.set_rng(generator)
+        self._shared = False
+        if shared:
+            self.share()
+
+    def _init_threading(self) -> None:
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._next_ticket = 0  # next draw number to hand out
+        self._turn = 0  # draw number allowed to use the sampler now
+        self._queue: collections.deque = collections.deque()
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- components ------------------------------------------------------------------------------
+    @property
+    def storage(self) -> Storage:
+        return self._storage
+
+    @property
+    def sampler(self) -> Sampler:
+        return self._sampler
+
+    @property
+    def writer(self) -> Writer:
+        return self._writer
+
+    @property
+    def transform(self) -> Compose:
+        return self._transform
+
+    @property
+    def batch_size(self) -> int | None:
+        return self._batch_size
+
+    @property
+    def write_count(self) -> int:
+        """Items written through ``add``/``extend`` since creation or the last ``empty()``."""
+        return self._writer.write_count
+
+    def __len__(self) -> int:
+        return len(self._storage)
+
+    def set_rng(self, generator: torch.Generator) -> None:
+        """Make ``generator`` the sampler's only source of randomness."""
+        self._sampler.generator = generator
+
+    def share(self) -> None:
+        """Share the storage and write cursor with ``torch.multiprocessing`` children (``shared=True``)."""
+        if not hasattr(self._storage, "share"):
+            raise ValueError(
+                f"shared=True needs a storage that lives outside one process; {type(self._storage).__name__} "
+                "does not. Use LazyMemmapStorage(max_size) (or LazyTensorStorage, allocated before sharing)"
+            )
+        self._storage.share()
+        self._writer.share()
+        self._shared = True
+
+    def append_transform(self, transform: Any, *, invert: bool = False) -> "ReplayBuffer":
+        """Add a transform at the end; ``invert=True`` runs it on writes instead of on samples."""
+        self._transform.append(as_transform(transform, invert=invert))
+        return self
+
+    def insert_transform(self, index: int, transform: Any, *, invert: bool = False) -> "ReplayBuffer":
+        self._transform.insert(index, as_transform(transform, invert=invert))
+        return self
+
+    def _inv(self, data: Any) -> Any:
+        return self._transform.inv(data) if self._transform.transforms else data
+
+    def _fwd(self, data: Any) -> Any:
+        return self._transform(data) if self._transform.transforms else data
+
+    # -- writes ----------------------------------------------------------------------------------
+    def add(self, data: Any) -> int:
+        """Write one item; returns its position."""
+        data = self._inv(data)
+        with self._lock:
+            index = self._writer.add(data)
+            self._sampler.add(index)
+        return index
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write a batch (leading dim = items; a list at the root is a list of items); returns positions."""
+        data = self._inv(data)
+        with self._lock:
+            index = self._writer.extend(data)
+            self._sampler.extend(index)
+        return index
+
+    def _refuse_if_read_only(self) -> None:
+        if isinstance(self._writer, ImmutableDatasetWriter) or getattr(self._storage, "read_only", False):
+            ImmutableDatasetWriter._refuse(self._writer)
+
+    def __setitem__(self, index: Any, data: Any) -> None:
+        """Overwrite items in place (``rb[:] = data`` on an empty buffer fills it like ``extend``)."""
+        self._refuse_if_read_only()
+        data = self._inv(data)
+        with self._lock:
+            if len(self) == 0 and isinstance(index, slice) and index == slice(None):
+                self._sampler.extend(self._writer.extend(data))
+                return
+            index = self._check_index(index)
+            if isinstance(index, slice) and hasattr(self._storage, "_num_items"):
+                want, got = len(range(index.start, index.stop, index.step)), self._storage._num_items(data)
+                if want != got:
+                    raise ValueError(f"rb[{index.start}:{index.stop}] = data needs {want} items, got {got}")
+            self._storage.set(index, data)
+
+    def write_all(self, data: Any, end: int | None = None) -> torch.Tensor:
+        """Overwrite the items ``read_all_in_order(end)`` returns, in that order (raw, no transforms).
+
+        On an empty buffer this writes ``data[:end]`` like ``extend``. Length and write cursor are
+        unchanged otherwise; returns the positions written.
+        """
+        self._refuse_if_read_only()
+        with self._lock:
+            if len(self) == 0:
+                if end is not None:
+                    data = _slice_items(data, 0, end)
+                index = self._writer.extend(data)
+                self._sampler.extend(index)
+                return index
+            order = self._writer.indices_in_order()
+            if end is not None:
+                order = order[:end]
+            n = self._storage._num_items(data) if hasattr(self._storage, "_num_items") else len(data)
+            if n != order.numel():
+                raise ValueError(
+                    f"write_all got {n} items but the buffer's in-order range holds {order.numel()}: "
+                    "pass exactly what read_all_in_order(end) returned, transformed item by item"
+                )
+            self._storage.set(order, data)
+            return order
+
+    def empty(self) -> None:
+        """Remove every item and reset the write cursor, ``write_count`` and the sampler."""
+        self._refuse_if_read_only()
+        self._drain()
+        with self._lock:
+            self._writer.empty()
+            self._storage.empty()
+            self._sampler.empty()
+
+    # -- reads -----------------------------------------------------------------------------------
+    def _check_index(self, index: Any) -> Any:
+        n = len(self)
+        index = _as_index(index, n)
+        if isinstance(index, torch.Tensor) and index.numel():
+            if int(index.min()) < -n or int(index.max()) >= n:
+                raise IndexError(f"index out of range for a buffer holding {n} items")
+            if int(index.min()) < 0:
+                index = torch.where(index < 0, index + n, index)
+        return index
+
+    def __getitem__(self, index: Any) -> Any:
+        """``rb[i]`` one item, ``rb[a:b]``/``rb[tensor]`` a batch, ``rb["key"]`` one column of ``rb[:]``."""
+        if isinstance(index, str) or (isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)):
+            return self[:][index]
+        with self._lock:
+            index = self._check_index(index)
+            data = self._storage.get(index)
+        if not isinstance(index, int) and self._collate_fn is not None:
+            data = self._collate_fn(data)
+        return self._fwd(data)
+
+    def read_all_in_order(self, end: int | None = None) -> Any:
+        """Every item oldest first (the first ``end`` of them), raw from storage (no transforms).
+
+        When the items are contiguous in storage this is one slice read (zero-copy for tensor storages).
+        """
+        with self._lock:
+            order = self._writer.indices_in_order()
+            if end is not None:
+                order = order[:end]
+            n = order.numel()
+            if n and int(order[-1]) - int(order[0]) == n - 1:
+                first = int(order[0])
+                data = self._storage.get(slice(first, first + n))
+            else:
+                data = self._storage.get(order)
+        if self._collate_fn is not None:
+            data = self._collate_fn(data)
+        return data
+
+    def _gather(self, index: torch.Tensor, info: dict[str, Any]) -> Any:
+        data = self._storage.get(index)
+        return self._collate_fn(data) if self._collate_fn is not None else data
+
+    def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
+        """Draw and gather one batch; callers hold the lock."""
+        index, info = self._sampler.sample(self._storage, batch_size)
+        ran_out = self._sampler.ran_out
+        info = {**info, "index": index}
+        return self._gather(index, info), info, ran_out
+
+    def _job(self, batch_size: int, ticket: int) -> tuple[Any, dict[str, Any], bool]:
+        with self._cond:
+            while self._turn != ticket:
+                self._cond.wait()
+            try:
+                data, info, ran_out = self._sample_now(batch_size)
+            finally:
+                self._turn += 1
+                self._cond.notify_all()
+        return self._fwd(data), info, ran_out
+
+    def _ticket(self) -> int:
+        with self._lock:
+            t = self._next_ticket
+            self._next_ticket += 1
+            return t
+
+    def _draw(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
+        if not self._prefetch:
+            with self._lock:
+                data, info, ran_out = self._sample_now(batch_size)
+            return self._fwd(data), info, ran_out
+        if batch_size != self._batch_size or not self._queue:
+            result = self._job(batch_size, self._ticket())
+        else:
+            result = self._queue.popleft().result()
+        if batch_size == self._batch_size:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self._prefetch, thread_name_prefix="datasets_hub_prefetch")
+            while len(self._queue) < self._prefetch:
+                self._queue.append(self._executor.submit(self._job, batch_size, self._ticket()))
+        return result
+
+    def _drain(self) -> None:
+        """Wait for in-flight prefetches and drop them (after empty/load, they would be stale)."""
+        while self._queue:
+            try:
+                self._queue.popleft().result()
+            except Exception:  # noqa: BLE001 - a failed stale batch is dropped with the others
+                pass
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """A batch of ``batch_size`` items (default: the constructor's), and its info if ``return_info``."""
+        if batch_size is None:
+            batch_size = self._batch_size
+            if batch_size is None:
+                raise RuntimeError(
+                    "sample() needs a batch size: pass sample(batch_size=...) or build the buffer with batch_size=..."
+                )
+        data, info, _ = self._draw(batch_size)
+        return (data, info) if return_info else data
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._batch_size is None:
+            raise RuntimeError(
+                "cannot iterate over a buffer without a batch size: build it with batch_size=..., "
+                "or call sample(batch_size) in a loop"
+            )
+        while True:
+            data, _, ran_out = self._draw(self._batch_size)
+            yield data
+            if ran_out:
+                return
+
+    # -- priorities ------------------------------------------------------------------------------
+    def update_priority(self, index: Any, priority: Any) -> None:
+        """Set the priorities of the items at ``index`` (prioritized samplers only)."""
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1) if not isinstance(index, int) else index
+        with self._lock:
+            self._sampler.update_priority(index, torch.as_tensor(priority))
+
+    # -- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {"_storage": self._storage.state_dict(), "_sampler": self._sampler.state_dict(),
+                    "_writer": self._writer.state_dict(), "_batch_size": self._batch_size}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._drain()
+        with self._lock:
+            self._storage.load_state_dict(state_dict["_storage"])
+            self._sampler.load_state_dict(state_dict["_sampler"])
+            self._writer.load_state_dict(state_dict["_writer"])
+
+    def dumps(self, path: str | Path) -> None:
+        """Save storage, sampler, writer (and generator) state under the directory ``path``.
+
+        Tensor storages are written as a tensordict memmap tree, metadata as JSON, sampler state with
+        ``torch.save`` (loaded back with ``weights_only=True``). Read-only dataset storages are not
+        copied: only the sampler and writer state are saved. With ``prefetch``, the saved sampler
+        state is the one after the batches already in flight.
+        """
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            dump = getattr(self._storage, "dumps", None)
+            if dump is not None:
+                dump(path / "storage")
+            elif not getattr(self._storage, "read_only", False):
+                raise TypeError(f"{type(self._storage).__name__} cannot be dumped (it has no dumps method)")
+            torch.save(self._sampler.state_dict(), path / "sampler.pt")
+            gen = self._sampler.generator
+            if gen is not None:
+                torch.save({"state": gen.get_state()}, path / "generator.pt")
+            _write_json(path / "writer.json", self._writer.state_dict())
+            _write_json(path / "buffer.json", {
+                "format": _FORMAT, "version": 1, "storage": type(self._storage).__name__,
+                "sampler": type(self._sampler).__name__, "writer": type(self._writer).__name__,
+                "batch_size": self._batch_size, "len": len(self), "write_count": self.write_count,
+            })
+
+    def loads(self, path: str | Path) -> None:
+        """Restore what :meth:`dumps` saved into this buffer (built with the same component kinds)."""
+        path = Path(path)
+        meta_path = path / "buffer.json"
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{path} holds no dumped replay buffer (no buffer.json): pass a path written by dumps()")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != _FORMAT:
+            raise ValueError(f"{meta_path} is not a datasets_hub replay-buffer dump")
+        for part, obj in (("sampler", self._sampler), ("writer", self._writer)):
+            if meta[part] != type(obj).__name__:
+                raise ValueError(
+                    f"{path} was dumped with a {meta[part]} but this buffer has a {type(obj).__name__}: "
+                    f"build the buffer with a {meta[part]} to load it"
+                )
+        self._drain()
+        with self._lock:
+            if (path / "storage").exists():
+                self._storage.loads(path / "storage")
+            self._sampler.load_state_dict(torch.load(path / "sampler.pt", weights_only=True))
+            gen = self._sampler.generator
+            if gen is not None and (path / "generator.pt").exists():
+                gen.set_state(torch.load(path / "generator.pt", weights_only=True)["state"])
+            self._writer.load_state_dict(json.loads((path / "writer.json").read_text()))
+
+    dump = dumps  # TorchRL's aliases
+    load = loads
+
+    # -- pickling (torch.multiprocessing children) -----------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in ("_lock", "_cond", "_queue", "_executor", "_next_ticket", "_turn"):
+            state.pop(k)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_threading()
+
+    def __del__(self) -> None:
+        executor = getattr(self, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(storage={self._storage!r}, sampler={type(self._sampler).__name__}(), "
+                f"writer={self._writer!r}, batch_size={self._batch_size}, transform={self._transform!r})")
+
+
+def _reduce(priority: torch.Tensor, reduction: str) -> torch.Tensor:
+    """One priority per item: reduce every dim after the first."""
+    if priority.ndim <= 1:
+        return priority
+    flat = priority.reshape(priority.shape[0], -1)
+    if reduction == "median":
+        return flat.median(dim=1).values
+    return getattr(flat, {"max": "amax", "min": "amin"}.get(reduction, reduction))(dim=1)
+
+
+class TensorDictReplayBuffer(ReplayBuffer):
+    """A ``ReplayBuffer`` of TensorDicts whose samples carry ``"index"`` and the sampler's info.
+
+    Every tensor in the sampler's info whose first dim equals the batch (``"_weight"``,
+    ``("next", "truncated")``, ...) is written into the sample. ``"index"`` and ``"_weight"`` in
+    data being written are dropped (they describe a previous sample), and ``extend`` sets
+    ``"index"`` in the caller's TensorDict, as TorchRL does, so ``update_tensordict_priority`` works.
+    When the data holds ``priority_key`` and the sampler is prioritized, ``extend`` sets the priorities.
+    """
+
+    def __init__(self, *, priority_key: str | tuple[str, ...] = "td_error", reduction: str = "max",
+                 **kwargs: Any) -> None:
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        self._priority_key = priority_key
+        self._reduction = reduction
+        super().__init__(**kwargs)
+
+    @property
+    def priority_key(self) -> str | tuple[str, ...]:
+        return self._priority_key
+
+    def _gather(self, index: torch.Tensor, info: dict[str, Any]) -> Any:
+        n = index.shape[0] if index.ndim else None
+        extra = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == n}
+        storage = self._storage
+        if getattr(storage, "_kind", None) == "td" and not storage._row_batch and storage._plain \
+                and index.ndim == 1 and index.dtype == torch.int64:
+            return storage._get_extra(index, extra)  # one TensorDict build, no per-key set()
+        data = storage.get(index)
+        if self._collate_fn is not None:
+            data = self._collate_fn(data)
+        if isinstance(data, TensorDictBase):
+            for key, value in extra.items():
+                if data.batch_dims > value.ndim:
+                    value = value.reshape(*value.shape, *([1] * (data.batch_dims - value.ndim))).expand(data.batch_size)
+                data.set(key, value)
+        return data
+
+    def _strip(self, data: Any) -> Any:
+        if isinstance(data, TensorDictBase):
+            drop = [k for k in ("index", "_weight") if k in data.keys()]
+            if drop:
+                data = data.exclude(*drop)
+        return data
+
+    def _has_priorities(self) -> bool:
+        return type(self._sampler).update_priority is not Sampler.update_priority
+
+    def add(self, data: Any) -> int:
+        raw = data
+        index = super().add(self._strip(data))
+        self._priorities_from(raw, torch.tensor([index]), single=True)
+        return index
+
+    def extend(self, data: Any) -> torch.Tensor:
+        raw = data
+        index = super().extend(self._strip(data))
+        self._priorities_from(raw, index)
+        if isinstance(raw, TensorDictBase) and not raw.is_locked and raw.batch_dims >= 1:
+            n = raw.batch_size[0]
+            if index.numel() == n:  # an extend longer than the capacity kept only its tail
+                try:
+                    value = index.reshape(n, *([1] * (raw.batch_dims - 1))).expand(raw.batch_size)
+                    raw.set("index", value.clone())
+                except (RuntimeError, ValueError):
+                    pass  # a read-only or exotic TensorDict: the index is still returned
+        return index
+
+    def _priorities_from(self, data: Any, index: torch.Tensor, single: bool = False) -> None:
+        if not isinstance(data, TensorDictBase) or not self._has_priorities():
+            return
+        priority = data.get(self._priority_key, None)
+        if priority is None:
+            return
+        priority = priority.reshape(1, *priority.shape) if single else priority
+        priority = _reduce(priority, self._reduction)[-index.numel():]
+        self.update_priority(index, priority)
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Update priorities from a sample: reads ``"index"`` and ``priority_key``, one value per item
+        (extra dims reduced with ``reduction``)."""
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"update_tensordict_priority needs a TensorDict, got {type(data).__name__}")
+        index = data.get("index", None)
+        if index is None:
+            raise KeyError("the TensorDict has no 'index' entry: pass a sample from this buffer (samples carry 'index')")
+        priority = data.get(self._priority_key, None)
+        if priority is None:
+            raise KeyError(
+                f"the TensorDict has no {self._priority_key!r} entry (this buffer's priority_key): "
+                "write the new priorities there, e.g. td.set('td_error', loss.detach())"
+            )
+        if index.ndim > 1:
+            index = index.reshape(index.shape[0], -1)[:, 0]
+        self.update_priority(index, _reduce(priority.detach(), self._reduction))
+
+
+def _prioritized_sampler(storage: Storage, alpha: float, beta: float, eps: float, reduction: str,
+                         dtype: torch.dtype) -> Sampler:
+    try:
+        from .prioritized import PrioritizedSampler
+    except ImportError as exc:  # the module belongs to the samplers layer
+        raise ImportError(f"PrioritizedSampler is unavailable (datasets_hub.prioritized failed to import: {exc})") from exc
+    return PrioritizedSampler(storage.max_size, alpha, beta, eps=eps, dtype=dtype, reduction=reduction)
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """``ReplayBuffer`` with a ``PrioritizedSampler(alpha, beta, eps)``; samples' info carry ``"_weight"``."""
+
+    def __init__(self, *, alpha: float, beta: float, eps: float = 1e-8, dtype: torch.dtype = torch.float,
+                 storage: Storage | None = None, **kwargs: Any) -> None:
+        if "sampler" in kwargs:
+            raise TypeError("PrioritizedReplayBuffer builds its own PrioritizedSampler: do not pass sampler=")
+        storage = ListStorage(1000) if storage is None else storage
+        super().__init__(storage=storage, sampler=_prioritized_sampler(storage, alpha, beta, eps, "max", dtype),
+                         **kwargs)
+
+
+class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
+    """``TensorDictReplayBuffer`` with a ``PrioritizedSampler``; priorities come from ``priority_key``."""
+
+    def __init__(self, *, alpha: float, beta: float, priority_key: str | tuple[str, ...] = "td_error",
+                 eps: float = 1e-8, dtype: torch.dtype = torch.float, storage: Storage | None = None,
+                 reduction: str = "max", **kwargs: Any) -> None:
+        if "sampler" in kwargs:
+            raise TypeError("TensorDictPrioritizedReplayBuffer builds its own PrioritizedSampler: do not pass sampler=")
+        storage = ListStorage(1000) if storage is None else storage
+        super().__init__(storage=storage, sampler=_prioritized_sampler(storage, alpha, beta, eps, reduction, dtype),
+                         priority_key=priority_key, reduction=reduction, **kwargs)

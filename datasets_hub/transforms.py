@@ -1,0 +1,203 @@
+"""Transforms applied to what a buffer returns (and, inverted, to what it writes).
+
+A transform is called on a sample (``t(td) -> td``) and ``t.inv(td)`` runs on data being written;
+both default to the identity. Plain callables are accepted anywhere a transform is: they become
+the forward call, with an identity inverse. ``Rename``, ``Select`` and ``Exclude`` align datasets
+whose keys differ (nested keys are tuples), e.g. before an ensemble stacks their samples.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+from tensordict import TensorDictBase
+
+from .errors import did_you_mean
+
+
+
+class Transform:
+    """Base class: override ``forward`` (sample side) and/or ``inverse`` (write side)."""
+
+    def __call__(self, data: Any) -> Any:
+        return self.forward(data)
+
+    def forward(self, data: Any) -> Any:
+        return data
+
+    def inv(self, data: Any) -> Any:
+        return self.inverse(data)
+
+    def inverse(self, data: Any) -> Any:
+        return data
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class _CallableTransform(Transform):
+    """A plain function as the forward call."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def forward(self, data: Any) -> Any:
+        return self.fn(data)
+
+    def __repr__(self) -> str:
+        return f"{getattr(self.fn, '__qualname__', repr(self.fn))}"
+
+
+class _Inverted(Transform):
+    """Runs ``transform``'s forward call on writes and nothing on reads (``append_transform(invert=True)``)."""
+
+    def __init__(self, transform: Transform) -> None:
+        self.transform = transform
+
+    def forward(self, data: Any) -> Any:
+        return data
+
+    def inverse(self, data: Any) -> Any:
+        return self.transform(data)
+
+    def __repr__(self) -> str:
+        return f"Inverted({self.transform!r})"
+
+
+def as_transform(obj: Any, invert: bool = False) -> Transform:
+    """A :class:`Transform` from a transform, any object with ``__call__`` (and maybe ``inv``), or a function."""
+    if isinstance(obj, Transform):
+        t = obj
+    elif callable(obj):
+        t = obj if hasattr(obj, "inv") else _CallableTransform(obj)
+    else:
+        raise TypeError(f"a transform must be callable, got {type(obj).__name__}")
+    return _Inverted(t) if invert else t
+
+
+class Compose(Transform):
+    """Transforms run in order on samples, in reverse order (their ``inv``) on writes."""
+
+    def __init__(self, *transforms: Any) -> None:
+        if len(transforms) == 1 and isinstance(transforms[0], (list, tuple)):
+            transforms = tuple(transforms[0])
+        self.transforms: list[Transform] = [as_transform(t) for t in transforms]
+
+    def forward(self, data: Any) -> Any:
+        for t in self.transforms:
+            data = t(data)
+        return data
+
+    def inverse(self, data: Any) -> Any:
+        for t in reversed(self.transforms):
+            inv = getattr(t, "inv", None)
+            if inv is not None:
+                data = inv(data)
+        return data
+
+    def append(self, transform: Any) -> None:
+        self.transforms.append(as_transform(transform))
+
+    def insert(self, index: int, transform: Any) -> None:
+        self.transforms.insert(index, as_transform(transform))
+
+    def __len__(self) -> int:
+        return len(self.transforms)
+
+    def __getitem__(self, index: int) -> Transform:
+        return self.transforms[index]
+
+    def __iter__(self) -> Iterator[Transform]:
+        return iter(self.transforms)
+
+    def __repr__(self) -> str:
+        return f"Compose({', '.join(map(repr, self.transforms))})"
+
+
+def _norm(key: Any) -> Any:
+    if isinstance(key, tuple) and len(key) == 1:
+        return key[0]
+    if isinstance(key, list):
+        return tuple(key)
+    return key
+
+
+def _require_td(data: Any, who: str) -> TensorDictBase:
+    if not isinstance(data, TensorDictBase):
+        raise TypeError(f"{who} works on TensorDict samples, got {type(data).__name__}")
+    return data
+
+
+def _missing(data: TensorDictBase, keys: Sequence[Any], who: str) -> None:
+    present = set(data.keys(include_nested=True))
+    absent = [k for k in keys if k not in present]
+    if absent:
+        names = [k if isinstance(k, str) else "/".join(k) for k in present]
+        key = absent[0] if isinstance(absent[0], str) else "/".join(absent[0])
+        raise KeyError(
+            f"{who}: key {absent[0]!r} is not in the sample (keys: {sorted(names)}).{did_you_mean(key, names)}"
+        )
+
+
+class Rename(Transform):
+    """Rename ``in_keys[i]`` to ``out_keys[i]`` in samples; the inverse renames back on writes."""
+
+    def __init__(self, in_keys: Sequence[Any], out_keys: Sequence[Any]) -> None:
+        if isinstance(in_keys, (str, tuple)) and not isinstance(in_keys, list):
+            in_keys, out_keys = [in_keys], [out_keys]
+        self.in_keys = [_norm(k) for k in in_keys]
+        self.out_keys = [_norm(k) for k in out_keys]
+        if len(self.in_keys) != len(self.out_keys):
+            raise ValueError(f"Rename needs as many out_keys as in_keys, got {len(self.in_keys)} and {len(self.out_keys)}")
+
+    def _rename(self, data: Any, src: list, dst: list) -> Any:
+        data = _require_td(data, "Rename").copy()  # shallow: never mutate the caller's TensorDict
+        _missing(data, src, "Rename")
+        for a, b in zip(src, dst):
+            data.rename_key_(a, b)
+        return data
+
+    def forward(self, data: Any) -> Any:
+        return self._rename(data, self.in_keys, self.out_keys)
+
+    def inverse(self, data: Any) -> Any:
+        present = set(_require_td(data, "Rename").keys(include_nested=True))
+        pairs = [(b, a) for a, b in zip(self.in_keys, self.out_keys) if b in present]
+        return self._rename(data, [p[0] for p in pairs], [p[1] for p in pairs]) if pairs else data
+
+    def __repr__(self) -> str:
+        return f"Rename(in_keys={self.in_keys}, out_keys={self.out_keys})"
+
+
+class Select(Transform):
+    """Keep only ``keys`` (plus ``"index"`` and other buffer bookkeeping when present) in samples."""
+
+    _bookkeeping = ("index", "_weight")
+
+    def __init__(self, *keys: Any) -> None:
+        if len(keys) == 1 and isinstance(keys[0], list):
+            keys = tuple(keys[0])
+        self.keys = [_norm(k) for k in keys]
+
+    def forward(self, data: Any) -> Any:
+        data = _require_td(data, "Select")
+        _missing(data, self.keys, "Select")
+        extra = [k for k in self._bookkeeping if k in data.keys()]
+        return data.select(*self.keys, *extra)
+
+    def __repr__(self) -> str:
+        return f"Select({', '.join(map(repr, self.keys))})"
+
+
+class Exclude(Transform):
+    """Drop ``keys`` from samples (absent keys are ignored)."""
+
+    def __init__(self, *keys: Any) -> None:
+        if len(keys) == 1 and isinstance(keys[0], list):
+            keys = tuple(keys[0])
+        self.keys = [_norm(k) for k in keys]
+
+    def forward(self, data: Any) -> Any:
+        return _require_td(data, "Exclude").exclude(*self.keys)
+
+    def __repr__(self) -> str:
+        return f"Exclude({', '.join(map(repr, self.keys))})"

@@ -1,0 +1,148 @@
+"""Writers decide where new items go in a storage (TorchRL's ``Writer`` family).
+
+A writer is attached to one storage by the buffer (``register_storage``). ``add(item) -> int`` and
+``extend(batch) -> LongTensor`` write and return the positions written; ``indices_in_order()``
+lists the valid positions oldest first (what ``read_all_in_order`` reads).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .storages import Storage, _slice_items
+
+
+class Writer:
+    """Base contract: ``add``, ``extend``, ``write_count``, ``empty``, ``state_dict``/``load_state_dict``."""
+
+    def __init__(self) -> None:
+        self._storage: Storage | None = None
+
+    def register_storage(self, storage: Storage) -> None:
+        self._storage = storage
+
+    def add(self, data: Any) -> int:
+        raise NotImplementedError
+
+    def extend(self, data: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    @property
+    def write_count(self) -> int:
+        return 0
+
+    def indices_in_order(self) -> torch.Tensor:
+        return torch.arange(len(self._storage))
+
+    def empty(self) -> None:
+        return None
+
+    def share(self) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return None
+
+
+class RoundRobinWriter(Writer):
+    """Circular writes: item ``k`` (counting from the first write) goes to row ``k % max_size``.
+
+    ``extend`` with more items than the capacity writes only the last ``max_size`` of them (the
+    others would be overwritten by the same call) and returns their positions.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # [cursor, write_count]; a numpy view of a tensor so share() can move it to shared memory
+        self._counts_t = torch.zeros(2, dtype=torch.int64)
+        self._counts = self._counts_t.numpy()
+
+    @property
+    def cursor(self) -> int:
+        return int(self._counts[0])
+
+    @property
+    def write_count(self) -> int:
+        return int(self._counts[1])
+
+    def add(self, data: Any) -> int:
+        storage = self._storage
+        index = int(self._counts[0])
+        storage.set(index, data)
+        self._counts[0] = (index + 1) % storage.max_size
+        self._counts[1] += 1
+        return index
+
+    def extend(self, data: Any) -> torch.Tensor:
+        storage = self._storage
+        n = storage._num_items(data)
+        cap = storage.max_size
+        skipped = 0
+        if n > cap:
+            skipped = n - cap
+            data, n = _slice_items(data, skipped, skipped + cap), cap
+        start = (int(self._counts[0]) + skipped) % cap
+        if start + n <= cap:  # no wrap: one contiguous range
+            index = torch.arange(start, start + n)
+        else:
+            index = (torch.arange(n) + start) % cap
+        storage.set(index, data)
+        self._counts[0] = (start + n) % cap
+        self._counts[1] += n + skipped
+        return index
+
+    def indices_in_order(self) -> torch.Tensor:
+        n = len(self._storage)
+        if n < self._storage.max_size or self.write_count <= n:
+            return torch.arange(n)
+        return (torch.arange(n) + self.cursor) % n
+
+    def empty(self) -> None:
+        self._counts[:] = 0
+
+    def share(self) -> None:
+        self._counts_t.share_memory_()
+        self._counts = self._counts_t.numpy()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"_cursor": self.cursor, "_write_count": self.write_count}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._counts[0] = int(state_dict["_cursor"])
+        self._counts[1] = int(state_dict["_write_count"])
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_counts")
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._counts = self._counts_t.numpy()
+
+    def __repr__(self) -> str:
+        return f"RoundRobinWriter(cursor={self.cursor}, write_count={self.write_count})"
+
+
+class ImmutableDatasetWriter(Writer):
+    """The writer of read-only datasets: every write raises, telling how to get a writable copy."""
+
+    def _refuse(self, *_: Any, **__: Any) -> Any:
+        raise RuntimeError(
+            "this buffer is a read-only dataset (ImmutableDatasetWriter): it cannot be written to. "
+            "For a writable copy, extend a new buffer from its contents, e.g. "
+            "`rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))); rb2.extend(rb[:])`"
+        )
+
+    add = _refuse
+    extend = _refuse
+
+    def empty(self) -> None:
+        self._refuse()
+
+    def __repr__(self) -> str:
+        return "ImmutableDatasetWriter()"

@@ -1,0 +1,436 @@
+"""ReplayBuffer / TensorDictReplayBuffer: TorchRL's documented behaviours, on rows that identify themselves."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from tensordict import TensorDict
+
+from datasets_hub.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
+from datasets_hub.samplers import RandomSampler, Sampler
+from datasets_hub.storages import LazyMemmapStorage, LazyTensorStorage, ListStorage, TensorStorage
+from datasets_hub.transforms import Compose
+from datasets_hub.writers import ImmutableDatasetWriter, RoundRobinWriter
+
+
+def rows(n: int, start: int = 0) -> TensorDict:
+    """Row r has obs == r and ("next", "obs") == r + 1000, so a sample tells which row it is."""
+    r = torch.arange(start, start + n)
+    return TensorDict({"obs": r.float(), "next": {"obs": r.float() + 1000, "done": (r % 5 == 4)[:, None]}}, [n])
+
+
+def sampler_without_replacement(**kw):
+    try:
+        from datasets_hub.samplers import SamplerWithoutReplacement
+    except ImportError:
+        pytest.skip("SamplerWithoutReplacement is not in datasets_hub.samplers yet (samplers engineer)")
+    return SamplerWithoutReplacement(**kw)
+
+
+STORAGES = [pytest.param(lambda tmp: ListStorage(100), id="list"),
+            pytest.param(lambda tmp: LazyTensorStorage(100), id="lazy"),
+            pytest.param(lambda tmp: LazyMemmapStorage(100, scratch_dir=tmp / "mm"), id="memmap")]
+
+
+# -- TorchRL tutorial basics ---------------------------------------------------------------------
+
+def test_default_buffer_is_a_list_storage_of_1000():
+    rb = ReplayBuffer()
+    assert isinstance(rb.storage, ListStorage) and isinstance(rb.sampler, RandomSampler)
+    assert isinstance(rb.writer, RoundRobinWriter)
+    rb.extend(range(2000))
+    assert len(rb) == 1000 and rb.write_count == 2000
+    sample = rb.sample(64)
+    assert isinstance(sample, torch.Tensor) and sample.shape == (64,)
+    assert (sample >= 1000).all()  # the first 1000 items were overwritten
+
+
+def test_extend_returns_indices_and_wraps():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    assert rb.extend(rows(6)).tolist() == [0, 1, 2, 3, 4, 5]
+    assert rb.extend(rows(6, start=6)).tolist() == [6, 7, 8, 9, 0, 1]
+    assert rb.add(rows(1, start=12)[0]) == 2
+    assert len(rb) == 10 and rb.write_count == 13
+    assert rb[:]["obs"].tolist() == [10, 11, 12, 3, 4, 5, 6, 7, 8, 9]
+    # more items than the capacity: only the last 10 are kept
+    idx = rb.extend(rows(25, start=100))
+    assert sorted(rb[:]["obs"].tolist()) == list(range(115, 125)) and idx.numel() == 10
+
+
+@pytest.mark.parametrize("make", STORAGES)
+def test_tensordict_samples_carry_index(make, tmp_path):
+    rb = TensorDictReplayBuffer(storage=make(tmp_path), batch_size=16)
+    rb.extend(rows(50))
+    s = rb.sample()
+    assert s.batch_size == (16,)
+    assert (s["obs"] == s["index"].float()).all()
+    assert (s["next", "obs"] == s["index"].float() + 1000).all()
+    data, info = rb.sample(8, return_info=True)
+    assert (info["index"] == data["index"]).all() and data.batch_size == (8,)
+
+
+def test_sampler_info_entries_are_written_into_tensordict_samples():
+    class Tagging(Sampler):
+        def sample(self, storage, batch_size):
+            index = torch.arange(batch_size)
+            trunc = torch.zeros(batch_size, 1, dtype=torch.bool)
+            trunc[-1] = True
+            return index, {"_weight": torch.full((batch_size,), 0.5), ("next", "truncated"): trunc,
+                           "not_per_item": torch.ones(3)}
+
+    for storage in (LazyTensorStorage(20), ListStorage(20)):
+        rb = TensorDictReplayBuffer(storage=storage, sampler=Tagging())
+        rb.extend(rows(10))
+        s = rb.sample(4)
+        assert s["_weight"].tolist() == [0.5] * 4
+        assert s["next", "truncated"].flatten().tolist() == [False, False, False, True]
+        assert "not_per_item" not in s.keys()
+        assert s["next", "obs"].tolist() == [1000.0, 1001.0, 1002.0, 1003.0]
+
+
+def test_written_samples_drop_bookkeeping_and_extend_sets_index():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20))
+    data = rows(5)
+    rb.extend(data)
+    assert data["index"].tolist() == [0, 1, 2, 3, 4]  # as TorchRL does
+    other = TensorDictReplayBuffer(storage=LazyTensorStorage(20))
+    other.extend(rb.sample(3))  # a sample carries "index": it is not part of the schema
+    other.extend(rows(2))
+    assert len(other) == 5
+
+
+def test_getitem_setitem_and_columns():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(rows(6))
+    assert rb[2]["obs"] == 2.0
+    assert rb[-1]["obs"] == 5.0
+    assert rb[1:3]["obs"].tolist() == [1.0, 2.0]
+    assert rb[torch.tensor([4, 0])]["obs"].tolist() == [4.0, 0.0]
+    assert rb["obs"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert rb["next", "obs"][0] == 1000.0
+    with pytest.raises(IndexError):
+        rb[6]
+    with pytest.raises(IndexError):
+        rb[torch.tensor([1, 7])]
+    rb[:] = rows(6, start=50)
+    assert rb["obs"].tolist() == [50, 51, 52, 53, 54, 55] and len(rb) == 6
+    rb[torch.tensor([0, 5])] = rows(2, start=90)
+    assert rb["obs"].tolist() == [90, 51, 52, 53, 54, 91]
+    empty = ReplayBuffer(storage=LazyTensorStorage(10))
+    empty[:] = rows(4)  # fills an empty buffer
+    assert len(empty) == 4 and empty.write_count == 4
+
+
+def test_list_storage_items_and_collation():
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.add("first")
+    rb.extend([{"a": 1}, {"a": 2}])
+    assert rb[0] == "first" and rb[2] == {"a": 2}
+    rb2 = ReplayBuffer(storage=ListStorage(10), batch_size=3)
+    rb2.extend([torch.full((2,), float(i)) for i in range(5)])
+    assert rb2.sample().shape == (3, 2)
+    rb3 = ReplayBuffer(storage=ListStorage(10), collate_fn=lambda x: x)  # TorchRL's tuple recipe
+    rb3.add((0, 1, 2))
+    assert rb3.sample(2) == [(0, 1, 2), (0, 1, 2)]
+
+
+def test_read_all_in_order_and_write_all_after_wrap():
+    rb = ReplayBuffer(storage=LazyTensorStorage(5))
+    rb.extend(torch.arange(7))  # storage holds [5, 6, 2, 3, 4]
+    assert rb.read_all_in_order().tolist() == [2, 3, 4, 5, 6]
+    assert rb.read_all_in_order(end=3).tolist() == [2, 3, 4]
+    rb.write_all(rb.read_all_in_order() * 10)
+    assert rb.read_all_in_order().tolist() == [20, 30, 40, 50, 60]
+    assert rb[:].tolist() == [50, 60, 20, 30, 40] and rb.write_count == 7
+    rb.write_all(torch.tensor([-1, -2]), end=2)
+    assert rb.read_all_in_order().tolist() == [-1, -2, 40, 50, 60]
+    with pytest.raises(ValueError, match="read_all_in_order"):
+        rb.write_all(torch.arange(3))
+    fresh = ReplayBuffer(storage=LazyTensorStorage(5))
+    fresh.write_all(torch.arange(10, 14))
+    assert fresh.read_all_in_order().tolist() == [10, 11, 12, 13]
+
+
+def test_read_all_in_order_is_a_view_when_contiguous(tmp_path):
+    rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(100, scratch_dir=tmp_path / "mm"))
+    rb.extend(rows(40))
+    out = rb.read_all_in_order()
+    assert out["obs"].data_ptr() == rb.storage._plain[0].data_ptr()
+    assert out["obs"].tolist() == list(range(40))
+
+
+def test_empty_resets_everything():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(torch.arange(12))
+    rb.empty()
+    assert len(rb) == 0 and rb.write_count == 0
+    assert rb.extend(torch.arange(3)).tolist() == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="empty"):
+        ReplayBuffer(storage=LazyTensorStorage(5)).sample(2)
+
+
+# -- iteration --------------------------------------------------------------------------------------
+
+def test_iteration_needs_a_batch_size_and_is_endless_with_random_sampling():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(torch.arange(10))
+    with pytest.raises(RuntimeError, match="batch_size"):
+        next(iter(rb))
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)
+    rb.extend(torch.arange(10))
+    assert len(list(itertools.islice(rb, 7))) == 7
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_iterating_without_replacement_gives_four_batches_of_32(prefetch):
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(128), batch_size=32, prefetch=prefetch,
+                                sampler=sampler_without_replacement())
+    rb.extend(rows(128))
+    for _epoch in range(2):
+        batches = list(rb)
+        assert len(batches) == 4
+        seen = torch.cat([b["obs"] for b in batches])
+        assert sorted(seen.tolist()) == list(range(128))  # every item exactly once per epoch
+
+
+# -- transforms -----------------------------------------------------------------------------------
+
+def test_transforms_run_on_samples_and_inverses_on_writes():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=lambda x: x * 2)
+    rb.extend(torch.arange(5))
+    assert rb[:].tolist() == [0, 2, 4, 6, 8]
+    assert set(rb.sample(20).tolist()) <= {0, 2, 4, 6, 8}
+    rb.append_transform(lambda x: x + 1)
+    assert rb[1].item() == 3  # (1 * 2) + 1: appended transforms run after
+    rb.insert_transform(0, lambda x: x - 1)
+    assert rb[1].item() == 1  # ((1 - 1) * 2) + 1
+    rb.append_transform(lambda x: x * 100, invert=True)  # runs on writes only
+    rb.extend(torch.tensor([7]))
+    assert rb.storage[5].item() == 700 and rb[5].item() == (699 * 2) + 1
+    assert len(rb.transform) == 4 and isinstance(rb.transform, Compose)
+
+
+def test_compose_transform_on_tensordict_buffer():
+    from datasets_hub.transforms import Exclude, Rename
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), transform=Compose(Rename("obs", "observation"),
+                                                                                 Exclude(("next", "done"))))
+    rb.extend(rows(4))
+    s = rb.sample(3)
+    assert "observation" in s.keys() and "obs" not in s.keys() and ("next", "done") not in s.keys(True)
+    assert (s["observation"] == s["index"].float()).all()
+
+
+# -- randomness -----------------------------------------------------------------------------------
+
+def _draws(prefetch: int, seed: int, batches: int = 8, **kw) -> list[list[float]]:
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), batch_size=16, prefetch=prefetch,
+                                generator=torch.Generator().manual_seed(seed), **kw)
+    rb.extend(rows(1000))
+    torch.manual_seed(1234 + prefetch)  # the global RNG must not matter
+    return [rb.sample()["obs"].tolist() for _ in range(batches)]
+
+
+def test_generator_gives_the_same_batches_for_the_same_seed():
+    assert _draws(0, 7) == _draws(0, 7)
+    assert _draws(0, 7) != _draws(0, 8)
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), generator=torch.Generator().manual_seed(0))
+    assert rb.sampler.generator is not None
+
+
+def test_prefetch_is_deterministic_and_matches_no_prefetch():
+    plain = _draws(0, 3, batches=12)
+    assert _draws(3, 3, batches=12) == plain
+    assert _draws(1, 3, batches=12) == plain
+
+
+def test_prefetch_with_a_different_batch_size_stays_ordered():
+    def run(prefetch):
+        rb = ReplayBuffer(storage=LazyTensorStorage(500), batch_size=8, prefetch=prefetch,
+                          generator=torch.Generator().manual_seed(5))
+        rb.extend(torch.arange(500))
+        return [rb.sample().tolist(), rb.sample(3).tolist(), rb.sample().tolist(), rb.sample(5).tolist()]
+
+    got = run(2)
+    assert [len(b) for b in got] == [8, 3, 8, 5]
+    assert got == run(2)
+
+
+# -- writers --------------------------------------------------------------------------------------
+
+def test_immutable_dataset_writer_refuses_every_write():
+    rb = TensorDictReplayBuffer(storage=TensorStorage(rows(10)), writer=ImmutableDatasetWriter())
+    assert len(rb) == 10 and rb.sample(4).batch_size == (4,)
+    for write in (lambda: rb.add(rows(1)[0]), lambda: rb.extend(rows(2)), lambda: rb.__setitem__(0, rows(1)[0]),
+                  rb.empty, lambda: rb.write_all(rows(10))):
+        with pytest.raises(RuntimeError, match="read-only dataset") as err:
+            write()
+        assert "LazyMemmapStorage" in str(err.value) and "rb[:]" in str(err.value)
+    # the recipe in the message works
+    copy = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb)))
+    copy.extend(rb[:])
+    copy.add(rows(1, start=77)[0])
+    assert copy[0]["obs"] == 77.0
+
+
+def test_read_only_storage_gets_an_immutable_writer_by_default():
+    storage = TensorStorage(rows(5))
+    storage.read_only = True
+    rb = ReplayBuffer(storage=storage)
+    assert isinstance(rb.writer, ImmutableDatasetWriter)
+
+
+def test_schema_mismatch_surfaces_through_the_buffer():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(rows(3))
+    with pytest.raises(ValueError, match=r"'obs'.*\(2,\)"):
+        rb.extend(TensorDict({"obs": torch.zeros(3, 2), "next": rows(3)["next"]}, [3]))
+    with pytest.raises(ValueError, match="add()"):
+        rb.extend(rows(1)[0])
+
+
+def test_pytree_data_through_the_buffer():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4, generator=torch.Generator().manual_seed(0))
+    rb.extend({"obs": torch.arange(6.0), "pair": (torch.arange(6) * 2, torch.arange(6) * 3)})
+    s = rb.sample()
+    assert (s["pair"][0] == 2 * s["obs"].long()).all() and (s["pair"][1] == 3 * s["obs"].long()).all()
+    rb.extend([{"obs": torch.tensor(6.0), "pair": (torch.tensor(12), torch.tensor(18))}])
+    assert len(rb) == 7 and rb[6]["pair"][1] == 18
+
+
+# -- state ----------------------------------------------------------------------------------------
+
+STORAGE_KINDS = ["list", "tensor", "lazy", "memmap"]
+
+
+def _buffer(kind: str, tmp_path, seed: int = 0) -> TensorDictReplayBuffer:
+    storage = {"list": lambda: ListStorage(30), "tensor": lambda: TensorStorage(rows(30, start=500)),
+               "lazy": lambda: LazyTensorStorage(30),
+               "memmap": lambda: LazyMemmapStorage(30, scratch_dir=tmp_path / f"mm{seed}")}[kind]()
+    return TensorDictReplayBuffer(storage=storage, batch_size=6, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("kind", STORAGE_KINDS)
+def test_dumps_loads_restores_storage_sampler_writer_and_cursor(kind, tmp_path):
+    rb = _buffer(kind, tmp_path, seed=0)
+    rb.extend(rows(40))  # wraps: cursor at 10 (or past the pre-filled rows)
+    rb.sample()
+    rb.dumps(tmp_path / "dump")
+    meta = json.loads((tmp_path / "dump" / "buffer.json").read_text())
+    assert meta["len"] == 30 and meta["write_count"] == 40
+    expected = [rb.sample()["obs"].tolist() for _ in range(3)]
+    expected_idx = rb.extend(rows(3, start=900)).tolist()
+
+    other = _buffer(kind, tmp_path, seed=99)
+    other.loads(tmp_path / "dump")
+    assert len(other) == 30 and other.write_count == 40
+    assert other.writer.state_dict() == {"_cursor": 10, "_write_count": 40}
+    assert [other.sample()["obs"].tolist() for _ in range(3)] == expected  # generator state restored too
+    assert other.extend(rows(3, start=900)).tolist() == expected_idx == [10, 11, 12]
+    assert other["obs"].tolist() == rb["obs"].tolist()
+
+
+def test_loads_refuses_a_different_sampler(tmp_path):
+    rb = _buffer("lazy", tmp_path)
+    rb.extend(rows(5))
+    rb.dumps(tmp_path / "d")
+
+    class Other(RandomSampler):
+        pass
+
+    with pytest.raises(ValueError, match="RandomSampler"):
+        TensorDictReplayBuffer(storage=LazyTensorStorage(30), sampler=Other()).loads(tmp_path / "d")
+    with pytest.raises(FileNotFoundError, match="dumps"):
+        rb.loads(tmp_path / "nowhere")
+
+
+def test_dumped_files_are_memmaps_json_and_weights_only_state(tmp_path):
+    rb = _buffer("memmap", tmp_path)
+    rb.extend(rows(5))
+    rb.dumps(tmp_path / "d")
+    names = {p.relative_to(tmp_path / "d").as_posix() for p in (tmp_path / "d").rglob("*") if p.is_file()}
+    assert {"buffer.json", "writer.json", "sampler.pt", "generator.pt", "storage/storage.json"} <= names
+    assert any(n.endswith("obs.memmap") for n in names)
+    torch.load(tmp_path / "d" / "sampler.pt", weights_only=True)
+
+
+def test_state_dict_round_trip():
+    rb = ReplayBuffer(storage=LazyTensorStorage(8))
+    rb.extend(torch.arange(11))
+    other = ReplayBuffer(storage=LazyTensorStorage(8))
+    other.load_state_dict(rb.state_dict())
+    assert other[:].tolist() == rb[:].tolist() and other.write_count == 11
+    assert other.extend(torch.tensor([99])).tolist() == [3]
+
+
+# -- sharing across processes -----------------------------------------------------------------------
+
+def _child_extend(buffers, start):
+    for rb in buffers:
+        rb.extend(rows(5, start=start))
+
+
+def test_shared_memmap_buffer_extended_in_a_spawned_child(tmp_path):
+    """One spawned child (spawning costs seconds) extends two shared buffers: one already allocated
+    by the parent, one whose memmap files the child allocates itself."""
+    allocated = TensorDictReplayBuffer(storage=LazyMemmapStorage(50, scratch_dir=tmp_path / "a"), shared=True)
+    allocated.extend(rows(3))
+    lazy = TensorDictReplayBuffer(storage=LazyMemmapStorage(50, scratch_dir=tmp_path / "b"), shared=True)
+    in_ram = TensorDictReplayBuffer(storage=LazyTensorStorage(50))
+    in_ram.extend(rows(3))  # RAM storages share once allocated
+    in_ram.share()
+    proc = mp.get_context("spawn").Process(target=_child_extend, args=([allocated, lazy, in_ram], 100))
+    proc.start()
+    proc.join(120)
+    assert proc.exitcode == 0
+    for rb, base in ((allocated, 3), (lazy, 0), (in_ram, 3)):
+        assert len(rb) == base + 5 and rb.write_count == base + 5
+        assert rb["obs"][base:].tolist() == [100, 101, 102, 103, 104]
+        assert rb.sample(200)["obs"].max() == 104  # samples see the child's rows
+        assert rb.extend(rows(1, start=7)).tolist() == [base + 5]  # the cursor moved in the child too
+
+
+def test_shared_needs_a_shareable_storage():
+    with pytest.raises(ValueError, match="LazyMemmapStorage"):
+        ReplayBuffer(storage=ListStorage(10), shared=True)
+    unallocated = ReplayBuffer(storage=LazyTensorStorage(10), shared=True)
+    with pytest.raises(RuntimeError, match="extend it once first"):
+        mp.get_context("spawn").Process(target=_child_extend, args=([unallocated], 0)).start()
+
+
+def test_tensorclass_and_list_of_tensordicts():
+    from tensordict import tensorclass
+
+    @tensorclass
+    class MyData:
+        images: torch.Tensor
+        labels: torch.Tensor
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=12)
+    rb.extend(MyData(images=torch.arange(30.0).view(10, 3), labels=torch.arange(10), batch_size=[10]))
+    s = rb.sample()
+    assert type(s).__name__ == "MyData" and s.batch_size == (12,)
+    assert (s.images[:, 0] == s.labels * 3).all()
+    tdrb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    tdrb.extend([rows(1, start=i)[0] for i in range(4)])  # a list of TensorDicts is a batch
+    assert tdrb["obs"].tolist() == [0, 1, 2, 3]
+
+
+def test_setitem_slice_needs_matching_length():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(torch.arange(6))
+    with pytest.raises(ValueError, match="needs 6 items, got 2"):
+        rb[:] = torch.arange(2)
+
+
+def test_items_can_be_whole_trajectories():
+    """Each item a [T] TensorDict (TorchRL's 'storing trajectories'): samples are [B, T], index expanded."""
+    traj = TensorDict({"obs": torch.arange(40.0).view(8, 5)}, [8, 5])  # item i holds 5i..5i+4
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), batch_size=3, generator=torch.Generator().manual_seed(1))
+    rb.extend(traj)
+    s = rb.sample()
+    assert s.batch_size == (3, 5) and s["index"].shape == (3, 5)
+    assert (s["obs"][:, 0] == s["index"][:, 0] * 5).all()

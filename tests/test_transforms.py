@@ -1,0 +1,97 @@
+"""Transforms: Compose order and inverses, Rename/Select/Exclude on nested keys, plain callables."""
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from datasets_hub.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.storages import LazyTensorStorage
+from datasets_hub.transforms import Compose, Exclude, Rename, Select, Transform, as_transform
+
+
+def sample(n: int = 4) -> TensorDict:
+    r = torch.arange(n)
+    return TensorDict({"obs": r.float(), "action": r * 2, "index": r,
+                       "next": {"obs": r.float() + 100, "reward": r.float() * 3}}, [n])
+
+
+class AddOne(Transform):
+    def forward(self, data):
+        return data + 1
+
+    def inverse(self, data):
+        return data - 1
+
+
+def test_transform_base_is_identity_both_ways():
+    t = Transform()
+    x = torch.arange(3)
+    assert t(x) is x and t.inv(x) is x
+
+
+def test_compose_runs_in_order_and_inverts_in_reverse():
+    c = Compose(AddOne(), lambda x: x * 10)
+    assert c(torch.tensor([1])).item() == 20  # (1 + 1) * 10
+    assert c.inv(torch.tensor([5])).item() == 4  # the callable has no inverse; AddOne's runs
+    c.insert(0, lambda x: x * 2)
+    assert c(torch.tensor([1])).item() == 30  # ((1 * 2) + 1) * 10
+    assert len(c) == 3 and isinstance(c[1], AddOne)
+    assert Compose([AddOne(), AddOne()])(torch.tensor([0])).item() == 2
+
+
+def test_plain_callables_and_inverted_wrapping():
+    t = as_transform(lambda x: x * 3)
+    assert t(torch.tensor([2])).item() == 6 and t.inv(torch.tensor([2])).item() == 2
+    inv = as_transform(lambda x: x * 3, invert=True)
+    assert inv(torch.tensor([2])).item() == 2 and inv.inv(torch.tensor([2])).item() == 6
+    with pytest.raises(TypeError, match="callable"):
+        as_transform(3)
+
+
+def test_rename_nested_keys_and_back():
+    td = sample()
+    out = Rename(["obs", ("next", "obs")], ["observation", ("next", "observation")])(td)
+    assert set(out.keys(True, True)) >= {"observation", ("next", "observation")}
+    assert "obs" not in out.keys() and ("next", "obs") not in out.keys(True)
+    assert "obs" in td.keys()  # the caller's TensorDict is untouched
+    assert (out["next", "observation"] == td["next", "obs"]).all()
+    back = Rename(["obs"], ["observation"]).inv(out)
+    assert "obs" in back.keys() and "observation" not in back.keys()
+    assert Rename("obs", "o")(td)["o"].tolist() == [0, 1, 2, 3]
+
+
+def test_rename_unknown_key_suggests_the_closest():
+    with pytest.raises(KeyError, match="Did you mean 'obs'"):
+        Rename(["obz"], ["x"])(sample())
+
+
+def test_select_keeps_keys_and_bookkeeping():
+    out = Select("obs", ("next", "reward"))(sample())
+    assert set(out.keys(True, True)) == {"obs", ("next", "reward"), "index"}
+    with pytest.raises(KeyError, match="actoin.*Did you mean 'action'"):
+        Select("actoin")(sample())
+
+
+def test_exclude_drops_nested_keys():
+    out = Exclude(("next", "reward"), "action")(sample())
+    assert set(out.keys(True, True)) == {"obs", "index", ("next", "obs")}
+    assert set(Exclude("not_there")(sample()).keys()) == set(sample().keys())
+
+
+def test_transforms_need_tensordicts():
+    with pytest.raises(TypeError, match="TensorDict"):
+        Select("a")(torch.zeros(3))
+
+
+def test_aligning_two_buffers_with_different_keys():
+    a = TensorDictReplayBuffer(storage=LazyTensorStorage(10), transform=Select("obs", ("next", "obs")))
+    b = TensorDictReplayBuffer(storage=LazyTensorStorage(10),
+                               transform=Compose(Rename(["observation", ("next", "observation")],
+                                                        ["obs", ("next", "obs")]), Exclude("extra")))
+    a.extend(sample())
+    b.extend(TensorDict({"observation": torch.zeros(4), "extra": torch.ones(4),
+                         "next": {"observation": torch.ones(4)}}, [4]))
+    sa, sb = a.sample(3), b.sample(3)
+    assert set(sa.keys(True, True)) == set(sb.keys(True, True)) == {"obs", ("next", "obs"), "index"}
+    torch.stack([sa, sb])  # now stackable, as an ensemble needs
