@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from . import __version__
 from .cache import (INCOMPLETE_SUFFIX, MANIFEST, STORAGE_FORMAT_VERSION, dataset_dir, ensure_writable_dir,
                     file_lock, fingerprint, is_disk_full, read_manifest, remove_tree)
+from .cache_verify import write_manifest_checksum
 from .errors import CacheError, HubError, LoaderError
 from .lean_ted import LeanTEDWriter
 from .loader import DatasetSpec, Loader, LoaderContext
@@ -90,6 +91,7 @@ def build(spec: DatasetSpec, loader: Loader, files: Mapping[str, Path], sources:
             manifest = _convert(spec, loader, files, sources, incomplete, final.name, chunk_rows)
             _fsync_tree(incomplete / "data")
             _write_json_atomic(incomplete / MANIFEST, manifest)
+            write_manifest_checksum(incomplete)  # published with the manifest by the same rename
             if final.exists():
                 remove_tree(final)  # readers with open memmaps keep their (unlinked) files
             os.replace(incomplete, final)

@@ -38,6 +38,21 @@ def raw_dir(loader: str) -> Path:
     return cache_root() / "raw" / loader
 
 
+def raw_file_path(loader_name: str, resource_name: str) -> Path:
+    """Where a loader's resource is kept: ``<cache>/raw/<loader>/<name>``; names must be safe
+    relative paths (a loader cannot make the hub write outside its raw folder)."""
+    parts = Path(resource_name).parts
+    if (not resource_name or Path(resource_name).is_absolute() or any(p in ("..", ".") for p in parts)
+            or "\x00" in resource_name):
+        from .errors import InvalidParameter
+
+        raise InvalidParameter(
+            f"the {loader_name!r} loader names a raw file {resource_name!r}: names must be relative paths "
+            "without '..' (a loader bug; report it to the loader's authors)"
+        )
+    return raw_dir(loader_name).joinpath(*parts)
+
+
 def datasets_dir() -> Path:
     return cache_root() / "datasets"
 

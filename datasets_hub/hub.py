@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .build import build, build_path
-from .cache import dir_size, raw_dir, read_manifest
+from .cache import dir_size, raw_file_path, read_manifest
 from .catalogue import list_ids, resolve
 from .errors import DownloadError, InvalidParameter
 from .loader import DatasetSpec, Loader, Resource
@@ -57,15 +57,9 @@ class DatasetInfo:
         return str(self.metadata.get("description", ""))
 
 
-def _raw_path(loader: Loader, resource: Resource) -> Path:
-    name = resource.name
-    parts = Path(name).parts
-    if not name or Path(name).is_absolute() or any(p in ("..", ".") for p in parts) or "\x00" in name:
-        raise InvalidParameter(
-            f"the {loader.name!r} loader asked for a raw file named {name!r}: names must be relative paths "
-            "without '..' (a loader bug; report it to the loader's authors)"
-        )
-    return raw_dir(loader.name).joinpath(*parts)
+def raw_path(loader: Loader, resource: Resource) -> Path:
+    """Where ``resource`` of ``loader`` lives in the raw cache."""
+    return raw_file_path(loader.name, resource.name)
 
 
 def _recorded_sha256(path: Path) -> str | None:
@@ -82,7 +76,7 @@ def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], 
     for resource in loader.resources(spec):
         from .downloader import fetch  # requests & co. load only when something is fetched
 
-        dest = _raw_path(loader, resource)
+        dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
         files[resource.name] = dest
         sources.append({"name": resource.name, "url": resource.urls[0],
@@ -143,11 +137,12 @@ def info(dataset_id: str, **params: Any) -> DatasetInfo:
     """The card of ``dataset_id``: catalogue facts, plus counts, schema and statistics once built."""
     spec = resolve(dataset_id, **params)
     loader = get_loader(spec.loader)
+    loader.check_params(spec)
     path = build_path(spec, loader)
     manifest = read_manifest(path)
     raw = 0
     for resource in loader.resources(spec):
-        candidate = _raw_path(loader, resource)
+        candidate = raw_path(loader, resource)
         if candidate.exists():
             raw += candidate.stat().st_size
     return DatasetInfo(

@@ -47,7 +47,7 @@ __all__ = ["MinariLoader", "decode_text", "store_root"]
 # (namespace/)name-v<version>, the id grammar of minari.dataset.minari_dataset.parse_dataset_id
 _MINARI_ID_RE = re.compile(r"^(?:[-_\w][-_\w/]*[-_\w]+/)?[-_\w]+?-v\d+$")
 _EPISODES_PER_READ = 64  # ids per get_episodes call: one file open (hdf5) / one Arrow dataset each
-_REMOTE_TIMEOUT_S = 10.0
+_REMOTE_TIMEOUT_S = 3.0  # `datasets-hub list` on a machine with no route out must not hang
 _remote_ids_cache: dict[tuple[str, str], list[str]] = {}
 
 

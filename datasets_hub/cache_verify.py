@@ -1,0 +1,241 @@
+"""``datasets-hub verify``: does the cache still hold the bytes it recorded? (DESIGN.md §4)
+
+:func:`verify` rehashes raw files (``downloader.verify_file``: against the catalogue sha256 or the
+one recorded at first download) and every data file of a build against the sha256, dtype, shape and
+rows the manifest's ``schema`` records. It checks the manifest itself against ``manifest.sha256``
+(:data:`MANIFEST_SHA256`) when the build has one, and in any case against what can be recomputed
+from the data: counts vs rows, episode return/length statistics, the fingerprint (id, params and
+sources hash to the directory's name) and the id (the build's location). It only reads, and it
+reports every mismatch with the file's path; what it could not check is a note, not a failure.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .cache import MANIFEST, dataset_dir, read_manifest
+from .errors import CacheError
+from .cache import raw_file_path
+from .maintenance import builds_of, catalogue_build, human_bytes, sha256_file
+
+#: A build's manifest checksum, in ``sha256sum`` format: ``"<hex>  manifest.json\n"`` (so that
+#: ``sha256sum -c manifest.sha256`` works in the build directory). Written by the builder after the
+#: manifest, inside the ``.incomplete`` directory (the rename publishes both at once).
+MANIFEST_SHA256 = "manifest.sha256"
+_ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
+             "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8,
+             "complex64": 8, "complex128": 16}
+
+
+def write_manifest_checksum(build_dir: Path) -> Path:
+    """Record the sha256 of ``build_dir/manifest.json`` in ``build_dir/manifest.sha256`` (builder side)."""
+    target = Path(build_dir) / MANIFEST_SHA256
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(f"{sha256_file(Path(build_dir) / MANIFEST)}  {MANIFEST}\n")
+    os.replace(tmp, target)
+    return target
+
+
+@dataclass
+class VerifyResult:
+    """What :func:`verify` looked at: ``problems`` lists every mismatch with its file path."""
+
+    dataset_id: str
+    checked: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _verify_raw(path: Path, resource: Any, result: VerifyResult) -> None:
+    try:
+        from .downloader import verify_file
+    except ImportError:  # an older install without the downloader: compare with the recorded hash ourselves
+        verify_file = None
+    if verify_file is not None:
+        ok, message = verify_file(path, resource)
+    else:
+        reference = getattr(resource, "sha256", None)
+        digest = sha256_file(path)
+        ok = reference is None or digest == reference
+        message = f"{path}: sha256 {digest}" + ("" if ok else f" does not match {reference}")
+    (result.checked if ok else result.problems).append(message)
+
+
+def _verify_data_file(build: Path, name: str, entry: dict[str, Any], result: VerifyResult) -> None:
+    path = build / "data" / (name + ".memmap")
+    if not path.is_file():
+        result.problems.append(f"{path}: missing (listed in the manifest's schema)")
+        return
+    size = path.stat().st_size
+    itemsize = _ITEMSIZE.get(str(entry.get("dtype")))
+    if itemsize is not None:
+        expected = int(entry.get("rows", 0)) * itemsize
+        for dim in entry.get("shape", []):
+            expected *= int(dim)
+        if size != expected:
+            result.problems.append(f"{path}: {size} bytes, the manifest's schema says {expected} "
+                                   f"({entry.get('rows')} rows of {entry.get('dtype')} {entry.get('shape')})")
+            return
+    reference = entry.get("sha256")
+    if not reference:
+        result.notes.append(f"{path}: the manifest records no sha256 (older build); size checked only")
+        return
+    digest = sha256_file(path)
+    if digest != reference:
+        result.problems.append(f"{path}: sha256 {digest} does not match the manifest's {reference}; "
+                               "the build was modified or damaged")
+    else:
+        result.checked.append(f"{path}: ok ({human_bytes(size)})")
+
+
+def _stats_of(values: Any) -> dict[str, float]:
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.float64)
+    return {"mean": float(values.mean()), "std": float(values.std()), "min": float(values.min()),
+            "max": float(values.max())}
+
+
+def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult) -> None:
+    """The manifest against its checksum, then against what the data says (fallback and belt)."""
+    path = build / MANIFEST
+    recorded = build / MANIFEST_SHA256
+    if recorded.is_file():
+        words = recorded.read_text().split()
+        digest = sha256_file(path)
+        if not words or words[0].lower() != digest:
+            result.problems.append(f"{path}: sha256 {digest} does not match {recorded.name} "
+                                   f"({words[0] if words else 'empty'}); the manifest was edited")
+        else:
+            result.checked.append(f"{path}: ok (matches {recorded.name})")
+    else:
+        result.notes.append(f"{path}: no {MANIFEST_SHA256} beside it (built by an older version); "
+                            "checked the manifest's counts, statistics and fingerprint against the data instead")
+    where = f"{path}:"
+    if manifest.get("fingerprint") not in (None, build.name):
+        result.problems.append(f"{where} fingerprint {manifest.get('fingerprint')!r} is not the build "
+                               f"directory's name {build.name!r}")
+    if manifest.get("id") and dataset_dir(str(manifest["id"])) != build.parent:
+        result.problems.append(f"{where} id {manifest.get('id')!r} does not match the build's location {build.parent}")
+    schema = manifest.get("schema") or {}
+    counts = manifest.get("counts") or {}
+    transitions, episodes = counts.get("transitions"), counts.get("episodes")
+    for name, entry in schema.items():
+        rows = entry.get("rows")
+        group = name.split("/", 1)[0]
+        want = {"steps": transitions, "episodes": episodes,
+                "obs": None if transitions is None or episodes is None else transitions + episodes}.get(group)
+        if want is not None and rows != want:
+            result.problems.append(f"{where} schema {name!r} has {rows} rows but counts say {want} "
+                                   f"({group} rows must equal {'transitions' if group == 'steps' else 'episodes' if group == 'episodes' else 'transitions + episodes'})")
+    _verify_stats(build, manifest, result)
+    _verify_fingerprint(build, manifest, result)
+
+
+def _verify_stats(build: Path, manifest: dict[str, Any], result: VerifyResult) -> None:
+    import numpy as np
+
+    schema = manifest.get("schema") or {}
+    stats = manifest.get("stats") or {}
+    for stat_key, column in (("episode_return", "episodes/return"), ("episode_length", "episodes/length")):
+        entry, recorded = schema.get(column), stats.get(stat_key)
+        if not entry or not recorded:
+            continue
+        file = build / "data" / (column + ".memmap")
+        try:
+            if entry.get("sha256") and sha256_file(file) != entry["sha256"]:
+                continue  # a damaged data file, reported by the data-file check, not a manifest edit
+            values = np.fromfile(file, dtype=np.dtype(str(entry["dtype"])))
+        except (OSError, TypeError, ValueError):
+            continue  # the data-file check reports it
+        if values.size == 0 or values.size != entry.get("rows"):
+            continue
+        actual = _stats_of(values)
+        for k, v in actual.items():
+            have = recorded.get(k)
+            if not isinstance(have, (int, float)) or abs(have - v) > 1e-9 * max(1.0, abs(v)):
+                result.problems.append(f"{build / MANIFEST}: stats.{stat_key}.{k} is {have!r} but the data "
+                                       f"({file.name}) gives {v!r}; the manifest was edited")
+                break
+
+
+def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyResult) -> None:
+    from .errors import HubError
+
+    dataset_id, params = manifest.get("id"), manifest.get("params")
+    if not isinstance(dataset_id, str) or not isinstance(params, dict):
+        result.problems.append(f"{build / MANIFEST}: no id/params; the manifest is not a datasets_hub build manifest")
+        return
+    try:
+        _spec, _loader, expected = catalogue_build(dataset_id, params)
+    except HubError as exc:  # loader not installed, id only registered in another process…
+        result.notes.append(f"{build}: fingerprint not recomputed ({exc})")
+        return
+    if expected.name != build.name:
+        result.problems.append(
+            f"{build / MANIFEST}: its id, params and sources fingerprint to {expected.name}, not to the "
+            f"directory {build.name}; the manifest was edited, or the catalogue's sources or the loader's "
+            "format_version changed since the build (then `datasets-hub download --force` rebuilds)")
+
+
+def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool = True) -> VerifyResult:
+    """Check one build directory (and, with ``raw``, the raw files its manifest names)."""
+    build = Path(build)
+    manifest = read_manifest(build)
+    if manifest is None:
+        raise CacheError(f"{build} holds no complete build (no {MANIFEST})")
+    result = result or VerifyResult(str(manifest.get("id", build)))
+    _verify_manifest(build, manifest, result)
+    for name, entry in sorted((manifest.get("schema") or {}).items()):
+        _verify_data_file(build, name, entry, result)
+    if raw:
+        from .loader import Resource
+
+        for source in manifest.get("sources") or []:
+            path = raw_file_path(str(manifest.get("loader")), str(source.get("name")))
+            if not path.exists():
+                result.notes.append(f"{path}: raw file not in the cache (removed with `rm --raw`?); "
+                                    "the build does not need it")
+                continue
+            resource = Resource(name=str(source["name"]), urls=(str(source.get("url") or "file:///"),),
+                                sha256=source.get("sha256"), size=source.get("bytes"))
+            _verify_raw(path, resource, result)
+    return result
+
+
+def verify(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False) -> VerifyResult:
+    """Verify the build of ``dataset_id`` for ``params`` (or every build), and its raw files.
+
+    Without a build, the raw files the catalogue names are verified. Nothing in the cache at all
+    is a :class:`CacheError` (there is nothing to vouch for).
+    """
+    result = VerifyResult(dataset_id)
+    if all_builds:
+        builds = builds_of(dataset_id)
+        if not builds:
+            raise CacheError(f"no build of {dataset_id!r} in the cache ({dataset_dir(dataset_id)}); "
+                             f"run `datasets-hub download {dataset_id}`")
+        for build in builds:
+            verify_build(build, result)
+        return result
+    spec, loader, build = catalogue_build(dataset_id, params)
+    if read_manifest(build) is not None:
+        return verify_build(build, result)
+    raw_found = False
+    for resource in loader.resources(spec):
+        path = raw_file_path(loader.name, resource.name)
+        if path.exists():
+            raw_found = True
+            _verify_raw(path, resource, result)
+    if not raw_found:
+        others = builds_of(dataset_id)
+        hint = f" ({len(others)} build(s) with other params exist: use --all-builds)" if others else ""
+        raise CacheError(f"{dataset_id!r} is not in the cache{hint}; run `datasets-hub download {dataset_id}`")
+    result.notes.append(f"{build}: not built yet; only raw files were verified")
+    return result

@@ -1,0 +1,346 @@
+"""Cache maintenance: remove, list, measure and prune what the hub keeps on disk (DESIGN.md §4).
+
+These are the functions behind ``datasets-hub rm|cache`` (``verify`` lives in
+:mod:`datasets_hub.cache_verify`); they return plain data and never print, so scripts can call them
+too. Contracts:
+
+- :func:`remove` deletes builds atomically (renamed aside first, so no reader sees half a build)
+  and refuses to touch a build another process is building right now.
+- :func:`prune` removes leftovers of killed processes (``*.incomplete`` builds, ``.partial`` and
+  ``.corrupt`` downloads, ``*.deleting-<pid>`` directories) and, with ``older_than_days``, old
+  builds. It takes each item's lock without waiting and skips whatever is busy.
+
+Light on purpose: stdlib, numpy and :mod:`datasets_hub.cache` at import; the loader machinery is
+imported only by the functions that need a catalogue entry.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from .cache import (INCOMPLETE_SUFFIX, MANIFEST, cache_root, dataset_dir, datasets_dir, dir_size, file_lock, raw_file_path,
+                    iter_builds, raw_dir, read_manifest, remove_tree)
+from .errors import CacheError
+
+#: Suffixes of the downloader's side files, which are not raw data.
+SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".tmp")
+DELETING_MARK = ".deleting-"
+_HASH_BLOCK = 1 << 20
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def human_bytes(n: int | float) -> str:
+    """``1536 -> '1.5 KiB'`` (binary units, as ``du -h``)."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_HASH_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _try_lock(lock_path: Path) -> Iterator[bool]:
+    """Hold ``lock_path`` if nobody else does (yield True), else yield False at once: never wait."""
+    from filelock import Timeout
+
+    lock = file_lock(lock_path, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+def _build_lock(build: Path) -> Path:
+    return build.with_name(build.name + ".lock")  # the lock build.py holds while building `build`
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def builds_of(dataset_id: str) -> list[Path]:
+    """Every published build of ``dataset_id`` (any params), sorted."""
+    root = dataset_dir(dataset_id)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir()
+                  if p.is_dir() and not p.name.endswith(INCOMPLETE_SUFFIX) and DELETING_MARK not in p.name
+                  and (p / MANIFEST).is_file())
+
+
+def catalogue_build(dataset_id: str, params: dict[str, Any] | None = None) -> tuple[Any, Any, Path]:
+    """``(spec, loader, build path)`` of ``dataset_id`` with ``params`` over the catalogue's."""
+    from .build import build_path
+    from .catalogue import resolve
+    from .plugins import get_loader
+
+    spec = resolve(dataset_id, **(params or {}))
+    loader = get_loader(spec.loader)
+    loader.check_params(spec)
+    return spec, loader, build_path(spec, loader)
+
+
+# ------------------------------------------------------------------------------------------ remove
+def _remove_build(build: Path) -> None:
+    with _try_lock(_build_lock(build)) as free:
+        if not free:
+            raise CacheError(f"{build} is being built by another process right now; try again when it finishes")
+        remove_tree(build)
+    # the lock file stays: unlinking it could let two processes hold "the" lock on two inodes
+    pre = cache_root() / "preprocessed" / build.name
+    if pre.is_dir():
+        remove_tree(pre)  # derived from the build; unreachable without it
+
+
+def remove(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False,
+           raw: bool = False) -> list[Path]:
+    """Delete the build of ``dataset_id`` for ``params`` (or every build), and with ``raw`` its raw files.
+
+    Returns what was removed. Builds go atomically (renamed aside, then deleted); their cached
+    preprocessing results under ``<cache>/preprocessed/<build-fp>`` go too.
+    """
+    removed: list[Path] = []
+    if all_builds:
+        from .catalogue import validate_id
+
+        validate_id(dataset_id)
+        targets = builds_of(dataset_id)
+    else:
+        _spec, _loader, build = catalogue_build(dataset_id, params)
+        targets = [build] if read_manifest(build) is not None else []
+    raw_files: list[Path] = []
+    if raw:
+        spec, loader, _build = catalogue_build(dataset_id, params)
+        names = {r.name for r in loader.resources(spec)}
+        for build in targets:
+            names.update(str(s.get("name")) for s in (read_manifest(build) or {}).get("sources") or [])
+        raw_files = [raw_file_path(loader.name, n) for n in sorted(names)]
+    for build in targets:
+        _remove_build(build)
+        removed.append(build)
+    for path in raw_files:
+        existed = path.exists()
+        for side in ("", ".sha256", ".partial", ".corrupt"):
+            path.with_name(path.name + side).unlink(missing_ok=True)
+        if existed:
+            removed.append(path)
+    _remove_empty_parents(dataset_dir(dataset_id), datasets_dir())
+    return removed
+
+
+def _remove_empty_parents(path: Path, stop: Path) -> None:
+    """Remove ``path`` and its parents up to ``stop`` while they are empty."""
+    while path != stop and stop in path.parents and path.is_dir():
+        try:
+            path.rmdir()
+        except OSError:
+            return  # not empty (e.g. lock files, which must stay: see _remove_build)
+        path = path.parent
+
+
+# ------------------------------------------------------------------------------------------ listing
+@dataclass
+class BuildEntry:
+    id: str
+    fingerprint: str
+    path: Path
+    transitions: int
+    episodes: int
+    bytes: int
+    created: str
+
+
+@dataclass
+class CacheListing:
+    root: Path
+    builds: list[BuildEntry]
+    raw: dict[str, list[tuple[str, int]]]  # loader -> [(relative name, bytes)]
+    preprocessed: list[tuple[str, int]]    # "<build-fp>/<transform-fp>" -> bytes
+
+
+def _raw_files() -> dict[str, list[tuple[str, int]]]:
+    root = cache_root() / "raw"
+    out: dict[str, list[tuple[str, int]]] = {}
+    if not root.is_dir():
+        return out
+    for loader_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = []
+        for path in sorted(loader_dir.rglob("*")):
+            if path.is_file() and not path.name.endswith(SIDE_SUFFIXES) and ".tmp" not in path.name:
+                files.append((str(path.relative_to(loader_dir)), path.stat().st_size))
+        if files:
+            out[loader_dir.name] = files
+    return out
+
+
+def _preprocessed() -> list[tuple[str, int]]:
+    root = cache_root() / "preprocessed"
+    if not root.is_dir():
+        return []
+    out = []
+    for parent in sorted(p for p in root.iterdir() if p.is_dir()):
+        for variant in sorted(p for p in parent.iterdir() if p.is_dir()):
+            if not variant.name.endswith(INCOMPLETE_SUFFIX) and DELETING_MARK not in variant.name:
+                out.append((f"{parent.name}/{variant.name}", dir_size(variant)))
+    return out
+
+
+def list_cache() -> CacheListing:
+    """Every published build, raw file (per loader) and preprocessed variant in the cache."""
+    builds = []
+    for path, manifest in iter_builds():
+        counts = manifest.get("counts") or {}
+        builds.append(BuildEntry(id=str(manifest.get("id", path.parent.name)), fingerprint=path.name, path=path,
+                                 transitions=int(counts.get("transitions", 0)), episodes=int(counts.get("episodes", 0)),
+                                 bytes=dir_size(path), created=str(manifest.get("created", ""))))
+    return CacheListing(root=cache_root(), builds=builds, raw=_raw_files(), preprocessed=_preprocessed())
+
+
+def usage() -> dict[str, int]:
+    """Bytes per cache section: ``raw``, ``datasets``, ``preprocessed``, ``other`` and ``total``."""
+    root = cache_root()
+    out = {name: dir_size(root / name) if (root / name).is_dir() else 0 for name in ("raw", "datasets", "preprocessed")}
+    total = dir_size(root) if root.is_dir() else 0
+    out["other"] = total - sum(out.values())
+    out["total"] = total
+    return out
+
+
+def cached_ids() -> dict[str, list[dict[str, Any]]]:
+    """Ids with at least one build in the cache -> their manifests' params (cheap: reads manifests only)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for _path, manifest in iter_builds():
+        out.setdefault(str(manifest.get("id")), []).append(manifest.get("params") or {})
+    return out
+
+
+# ------------------------------------------------------------------------------------------ prune
+@dataclass
+class PruneItem:
+    """One thing :func:`prune` removed (or, with ``dry_run``, would remove), or skipped and why."""
+
+    path: Path
+    reason: str
+    bytes: int
+    skipped: str | None = None
+
+
+def _size(path: Path) -> int:
+    try:
+        return dir_size(path) if path.is_dir() else path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _created(build: Path, manifest: dict[str, Any]) -> float:
+    """When the build was made: the manifest's ``created`` (UTC), else the manifest file's mtime."""
+    with contextlib.suppress(TypeError, ValueError):
+        stamp = datetime.strptime(str(manifest.get("created")), "%Y-%m-%dT%H:%M:%SZ")
+        return stamp.replace(tzinfo=timezone.utc).timestamp()
+    return (build / MANIFEST).stat().st_mtime
+
+
+def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, Path | None]]:
+    """(path, reason, lock to hold while deleting, or None) for everything prunable."""
+    root = cache_root()
+    for section in ("datasets", "preprocessed", "raw"):
+        base = root / section
+        if not base.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            here = Path(dirpath)
+            for name in list(dirnames):
+                path = here / name
+                if name.endswith(INCOMPLETE_SUFFIX):
+                    final = path.with_name(name[: -len(INCOMPLETE_SUFFIX)])
+                    yield path, "unfinished build (its process died)", _build_lock(final)
+                    dirnames.remove(name)
+                elif DELETING_MARK in name:
+                    pid = name.rsplit(DELETING_MARK, 1)[1]
+                    if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+                        continue  # another process is deleting it right now
+                    yield path, "interrupted deletion", None
+                    dirnames.remove(name)
+                elif name == "data" or (here / name / MANIFEST).is_file():
+                    dirnames.remove(name)  # a build's insides are not leftovers
+            for name in filenames:
+                path = here / name
+                if name.endswith(".partial"):
+                    yield path, "unfinished download", path.with_name(name[: -len(".partial")] + ".lock")
+                elif name.endswith(".corrupt"):
+                    yield path, "download that failed its checksum", None
+                elif DELETING_MARK in name:
+                    yield path, "interrupted deletion", None
+    if older_than_days is not None:
+        cutoff = time.time() - older_than_days * 86400
+        for build, manifest in iter_builds():
+            if _created(build, manifest) < cutoff:
+                yield build, f"build older than {older_than_days:g} days ({manifest.get('id')})", _build_lock(build)
+        pre = root / "preprocessed"
+        if pre.is_dir():
+            for parent in pre.iterdir():
+                for variant in (parent.iterdir() if parent.is_dir() else []):
+                    if (variant.is_dir() and not variant.name.endswith(INCOMPLETE_SUFFIX)
+                            and DELETING_MARK not in variant.name and variant.stat().st_mtime < cutoff):
+                        yield variant, f"preprocessed result older than {older_than_days:g} days", _build_lock(variant)
+
+
+def prune(*, older_than_days: float | None = None, dry_run: bool = False) -> list[PruneItem]:
+    """Remove leftovers of killed processes and, with ``older_than_days``, builds older than that.
+
+    Whatever another process holds (a build in progress, a download being written) is skipped,
+    never waited for: the item is returned with ``skipped`` saying why.
+    """
+    if older_than_days is not None and older_than_days < 0:
+        raise ValueError(f"--older-than must be a number of days >= 0, got {older_than_days}")
+    items: list[PruneItem] = []
+    for path, reason, lock in list(_candidates(older_than_days)):
+        item = PruneItem(path, reason, _size(path))
+        items.append(item)
+        if lock is None:
+            if not dry_run:
+                _delete(path)
+            continue
+        with _try_lock(lock) as free:
+            if not free:
+                item.skipped = "in use by another process"
+            elif not dry_run:
+                _delete(path)
+    return items
+
+
+def _delete(path: Path) -> None:
+    if path.is_dir():
+        if DELETING_MARK in path.name:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            remove_tree(path)
+    else:
+        path.unlink(missing_ok=True)
