@@ -1,0 +1,212 @@
+"""Weighted ensembles of replay buffers (DESIGN.md §6), as TorchRL's ``ReplayBufferEnsemble``."""
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+
+def _put(tree: dict, key: Any, value: torch.Tensor) -> None:
+    if isinstance(key, str):
+        tree[key] = value
+        return
+    for part in key[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[key[-1]] = value
+
+
+def _key_name(key: Any) -> str:
+    return key if isinstance(key, str) else "/".join(key)
+
+
+class ReplayBufferEnsemble:
+    """Sample from several replay buffers at once and stack the results.
+
+    ``sample(n)`` picks ``k = num_buffer_sampled`` buffers (default: all of them) and draws
+    ``n // k`` items from each; the result is a TensorDict of shape ``[k, n // k]`` (``[k, n // k,
+    ...]`` when the buffers return more dims) holding, besides the data, ``("index",
+    "buffer_ids")`` (which buffer each row comes from) and ``("index", "index")`` (the row's index
+    in that buffer). ``n`` must be divisible by ``k``.
+
+    - ``sample_from_all=True``: buffer ``i`` fills row ``i`` (no ``p`` then).
+    - Otherwise the ``k`` buffers are drawn with replacement, uniformly or with weights ``p``
+      (normalised), using the ensemble's ``generator`` (``set_rng``): the same seed picks the same
+      buffers. Each buffer draws its items with its own generator, so seed those too for
+      identical batches.
+    - Each buffer's own transform runs inside its ``sample`` (before stacking): use it to align
+      datasets whose keys differ (``Rename``, ``Select``, ``Exclude``). ``transform`` runs on the
+      stacked batch. Buffers whose samples still differ in keys, shapes or dtypes raise a
+      ``ValueError`` naming the keys and the buffers.
+    - ``len(ensemble)`` is the number of buffers; ``ensemble[i]`` is buffer ``i`` and
+      ``ensemble[i, idx]`` is ``ensemble[i][idx]``.
+    """
+
+    def __init__(self, *buffers: Any, p: Sequence[float] | torch.Tensor | None = None,
+                 sample_from_all: bool = False, num_buffer_sampled: int | None = None,
+                 transform: Any = None, batch_size: int | None = None,
+                 generator: torch.Generator | None = None) -> None:
+        if len(buffers) == 1 and isinstance(buffers[0], (list, tuple)):
+            buffers = tuple(buffers[0])
+        if not buffers:
+            raise ValueError("ReplayBufferEnsemble needs at least one buffer: ReplayBufferEnsemble(rb0, rb1, ...)")
+        for i, rb in enumerate(buffers):
+            if not hasattr(rb, "sample"):
+                raise TypeError(f"argument {i} is a {type(rb).__name__}, not a replay buffer")
+        self._buffers = tuple(buffers)
+        n = len(buffers)
+        if sample_from_all:
+            if p is not None:
+                raise ValueError("sample_from_all=True samples every buffer: it cannot be combined with p")
+            if num_buffer_sampled not in (None, n):
+                raise ValueError(f"sample_from_all=True samples all {n} buffers; num_buffer_sampled must be None or {n}")
+        if p is not None:
+            p = torch.as_tensor(p, dtype=torch.float64).reshape(-1)
+            if p.numel() != n:
+                raise ValueError(f"p has {p.numel()} weights for {n} buffers: give one weight per buffer")
+            if not torch.isfinite(p).all() or (p < 0).any() or float(p.sum()) <= 0:
+                raise ValueError(f"p must be finite, non-negative weights with a positive sum, got {p.tolist()}")
+            p = p / p.sum()
+        self.p = p
+        self.sample_from_all = bool(sample_from_all)
+        if num_buffer_sampled is not None and (not isinstance(num_buffer_sampled, int) or num_buffer_sampled < 1):
+            raise ValueError(f"num_buffer_sampled must be a positive int, got {num_buffer_sampled!r}")
+        self.num_buffer_sampled = n if num_buffer_sampled is None else num_buffer_sampled
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        self.batch_size = batch_size
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        self.transform = transform
+        self.generator = generator
+
+    def set_rng(self, generator: torch.Generator) -> None:
+        """Make ``generator`` the source of the ensemble's buffer choices."""
+        self.generator = generator
+
+    # -- container -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._buffers)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, tuple):
+            if not index:
+                raise IndexError("empty index")
+            rb = self._buffers[index[0]]
+            rest = index[1:]
+            return rb[rest[0] if len(rest) == 1 else rest] if rest else rb
+        if isinstance(index, slice):
+            return self._buffers[index]
+        return self._buffers[int(index)]
+
+    def __iter__(self) -> Iterator[Any]:
+        """Batches of ``batch_size`` until a sampled buffer runs out (forever with uniform samplers)."""
+        if self.batch_size is None:
+            raise RuntimeError("cannot iterate over an ensemble without a batch size: build it with batch_size=...")
+        while True:
+            yield self.sample()
+            if any(getattr(rb.sampler, "ran_out", False) for rb in self._buffers if hasattr(rb, "sampler")):
+                return
+
+    # -- sampling ------------------------------------------------------------------------------------
+    def _choose(self) -> torch.Tensor:
+        n = len(self._buffers)
+        if self.sample_from_all:
+            return torch.arange(n)
+        if self.p is None:
+            return torch.randint(n, (self.num_buffer_sampled,), generator=self.generator)
+        return torch.multinomial(self.p, self.num_buffer_sampled, replacement=True, generator=self.generator)
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """``[k, batch_size // k]`` items (see the class docstring), and ``info`` if ``return_info``."""
+        if batch_size is None:
+            batch_size = self.batch_size
+            if batch_size is None:
+                raise RuntimeError("sample() needs a batch size: pass sample(batch_size=...) or build the ensemble with batch_size=...")
+        k = self.num_buffer_sampled
+        if batch_size % k:
+            raise ValueError(
+                f"batch_size={batch_size} is not divisible by the {k} buffers sampled per batch: use a multiple "
+                f"of {k} (e.g. {max(1, batch_size // k) * k})"
+            )
+        sub = batch_size // k
+        buffer_ids = self._choose()
+        ids = buffer_ids.tolist()
+        parts: list[Any] = [None] * k  # (buffer id, sample of that buffer, start row in it)
+        locals_: list[Any] = [None] * k
+        for b in sorted(set(ids)):
+            positions = [i for i, x in enumerate(ids) if x == b]
+            # one call per distinct buffer: the same buffer picked twice is sampled once, then split
+            data, info = self._buffers[b].sample(sub * len(positions), return_info=True)
+            local = torch.as_tensor(info["index"])
+            got = local.shape[0] if local.ndim else 0
+            if got != sub * len(positions):
+                raise RuntimeError(
+                    f"buffer {b} returned {got} items for a request of {sub * len(positions)}: ensembles need "
+                    "samplers that return full batches (e.g. SliceSampler(strict_length=True))"
+                )
+            for j, pos in enumerate(positions):
+                parts[pos] = (b, data, j * sub)
+                locals_[pos] = local[j * sub:(j + 1) * sub]
+        index = torch.stack(locals_)
+        out = self._stack(parts, sub, index, buffer_ids)
+        if self.transform is not None:
+            out = self.transform(out)
+        if return_info:
+            return out, {"buffer_ids": buffer_ids, "index": index}
+        return out
+
+    def _stack(self, parts: list[tuple[int, Any, int]], sub: int, index: torch.Tensor,
+               buffer_ids: torch.Tensor) -> Any:
+        first = parts[0][1]
+        if not isinstance(first, TensorDictBase):
+            pieces = [data[lo:lo + sub] for _, data, lo in parts]
+            if all(isinstance(p, torch.Tensor) for p in pieces):
+                return torch.stack(pieces)
+            return pieces
+        # stack leaf by leaf (cheaper than stacking TensorDicts); one leaf dict per distinct buffer
+        leaves: dict[int, dict] = {}
+        for b, data, _ in parts:
+            if b not in leaves:
+                if not isinstance(data, TensorDictBase):
+                    raise TypeError(f"buffer {b} returned a {type(data).__name__} where buffer {parts[0][0]} "
+                                    "returned a TensorDict")
+                leaves[b] = {k: v for k, v in data.items(include_nested=True, leaves_only=True) if k != "index"}
+        self._check_compatible([(b, leaves[b]) for b in dict.fromkeys(p[0] for p in parts)])
+        tree: dict[str, Any] = {}
+        for key in leaves[parts[0][0]]:
+            value = torch.stack([leaves[b][key][lo:lo + sub] for b, _, lo in parts])
+            _put(tree, key, value)
+        batch = torch.Size([len(parts), sub, *first.batch_size[1:]])
+        extra = [1] * (len(batch) - 2)
+        tree["index"] = {"index": index.reshape(*index.shape, *extra).expand(batch).clone(),
+                         "buffer_ids": buffer_ids.reshape(-1, 1, *extra).expand(batch).clone()}
+        return TensorDict(tree, batch_size=batch)
+
+    @staticmethod
+    def _check_compatible(leaves: list[tuple[int, dict]]) -> None:
+        b0, l0 = leaves[0]
+        spec0 = {k: (tuple(v.shape[1:]), v.dtype) for k, v in l0.items()}
+        for b, lv in leaves[1:]:
+            spec = {k: (tuple(v.shape[1:]), v.dtype) for k, v in lv.items()}
+            if spec.keys() != spec0.keys():
+                only0 = sorted(_key_name(k) for k in spec0.keys() - spec.keys())
+                only = sorted(_key_name(k) for k in spec.keys() - spec0.keys())
+                raise ValueError(
+                    f"cannot stack samples of buffers {b0} and {b}: their keys differ "
+                    f"(only in buffer {b0}: {only0 or 'none'}; only in buffer {b}: {only or 'none'}). "
+                    "Give each buffer a transform that aligns them before stacking, e.g. "
+                    "transform=Rename(in_keys=[...], out_keys=[...]), Select(...) or Exclude(...)"
+                )
+            for key, (shape, dtype) in spec.items():
+                if (shape, dtype) != spec0[key]:
+                    raise ValueError(
+                        f"cannot stack {_key_name(key)!r}: buffer {b0} gives per-item shape {list(spec0[key][0])} "
+                        f"{spec0[key][1]} but buffer {b} gives {list(shape)} {dtype}. Align them with a "
+                        "per-buffer transform (convert or drop the key: Exclude(...) / Select(...))"
+                    )
+
+    def __repr__(self) -> str:
+        p = None if self.p is None else [round(x, 4) for x in self.p.tolist()]
+        return (f"ReplayBufferEnsemble({len(self._buffers)} buffers, p={p}, sample_from_all={self.sample_from_all}, "
+                f"num_buffer_sampled={self.num_buffer_sampled})")

@@ -1,0 +1,605 @@
+"""Sub-trajectory ("slice") samplers over episode boundaries (DESIGN.md §6).
+
+Where episodes are:
+- a storage with a build-time index (``storage.episode_index()`` is not None, e.g. the hub's
+  read-only dataset builds) is used as is;
+- otherwise boundaries are derived once from ``traj_key`` (runs of equal ids, default
+  ``"episode"``) or ``end_key`` (rows whose flag is set end an episode, default
+  ``("next", "done")``) and kept until ``storage.write_version`` changes.
+
+Online circular buffers: episodes are runs of *consecutive rows*, so an episode that wrapped past
+the end of the storage counts as two pieces (its tail at the end, its head from row 0), and the
+write cursor (one past the last row written, learnt from the buffer's ``extend`` calls) is always
+a boundary: the newest rows are never glued to the oldest ones being overwritten. No slice ever
+mixes unrelated data.
+
+What a slice sampler returns: a flat index of ``num_slices`` contiguous slices, slice after slice,
+and ``info`` with ``truncated_key`` (default ``("next", "truncated")``) True at the last row of
+every slice and the matching ``done`` key (``("next", "done")``) = stored done | truncated, both
+``[len(index), 1]`` bool: as in TorchRL, a TensorDict buffer writes them into the sample, so each
+slice reads as an episode cut by a time limit. (The stored done flags are gathered at the sampled
+rows for this: one extra 1-byte-per-row read.)
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+
+from .episode_index import EpisodeIndex
+from .prioritized import PrioritizedSampler, as_index, min_tree, sum_tree
+from .samplers import Sampler
+from .storages import Storage
+
+NestedKey = Any
+_DEFAULT_TRAJ_KEY = "episode"
+_DEFAULT_END_KEY = ("next", "done")
+
+
+def _replace_last(key: NestedKey, name: str) -> NestedKey:
+    return name if isinstance(key, str) else (*key[:-1], name)
+
+
+class _Layout:
+    """Episodes of one storage version and, for one slice length, where the valid slice starts are.
+
+    Valid starts of an episode of length ``L`` for slices of ``s`` rows: ``L - s + 1`` of them when
+    ``L >= s``; when ``L < s`` none (``strict_length=True``) or one, the episode's first row,
+    giving a slice of ``L`` rows (``strict_length=False``). Starts are numbered episode after
+    episode; ``base[e] + u`` maps start number ``u`` of (kept) episode ``e`` to its storage row.
+    """
+
+    def __init__(self, episodes: EpisodeIndex, slice_len: int, strict: bool) -> None:
+        start, length = episodes.start, episodes.length
+        self.start, self.length = start, length
+        self.slice_len, self.strict = slice_len, strict
+        count = length - slice_len + 1
+        count = count.clamp_min(0) if strict else torch.where(length >= slice_len, count, torch.ones_like(count))
+        keep = count > 0
+        self.uniform_len = bool((length[keep] >= slice_len).all()) if keep.any() else True
+        self.k_start, self.k_length, k_count = start[keep], length[keep], count[keep]
+        excl = torch.cumsum(k_count, 0) - k_count
+        self.excl = excl.contiguous()
+        self.bounds = excl[1:].contiguous()  # searchsorted(bounds, u, right=True) is u's episode
+        self.base = (self.k_start - excl).contiguous()
+        # numpy twins for the per-call path: on arrays of a few slices numpy ops cost ~1 us, torch ~5
+        self.bounds_np, self.base_np = self.bounds.numpy(), self.base.numpy()
+        self.total = int(k_count.sum()) if k_count.numel() else 0
+        self.count = k_count
+
+    def valid_start_mask(self, size: int) -> torch.Tensor:
+        """Bool ``[size]``: True at the rows that are valid slice starts."""
+        mask = torch.zeros(size, dtype=torch.bool)
+        if self.total:
+            rows = torch.arange(self.total) + torch.repeat_interleave(self.base, self.count)
+            mask[rows] = True
+        return mask
+
+    def rows_of(self, u: torch.Tensor) -> torch.Tensor:
+        """Storage rows of start numbers ``u`` (each in ``[0, total)``)."""
+        e = torch.searchsorted(self.bounds, u, right=True)
+        return u + torch.index_select(self.base, 0, e)
+
+    def slice_lengths(self, rows: torch.Tensor) -> torch.Tensor | None:
+        """Length of the slice starting at each row, or None when every slice is full."""
+        if self.uniform_len:
+            return None
+        e = torch.searchsorted(self.k_start, rows, right=True) - 1
+        return torch.minimum(self.k_start[e] + self.k_length[e] - rows, torch.tensor(self.slice_len))
+
+
+class SliceSampler(Sampler):
+    """Uniform sampling of contiguous slices that never cross an episode boundary.
+
+    Exactly one of ``num_slices`` (slices per batch; ``slice_len = batch_size // num_slices``) or
+    ``slice_len`` (rows per slice; ``num_slices = batch_size // slice_len``) is given, and the
+    batch size must be a multiple of it. Every valid slice start (see module docstring for where
+    episodes come from) is equally likely: long episodes give more slices than short ones. A call
+    costs ``O(batch)`` plus one ``searchsorted`` over the episodes, whatever the storage size; the
+    boundaries are derived once per storage version (``cache_values=False`` re-derives them at
+    every call for storages without a build-time index).
+
+    ``strict_length=True``: episodes shorter than ``slice_len`` are never sampled; output is
+    exactly ``[num_slices * slice_len]``. ``strict_length=False``: such an episode counts as one
+    valid start whose slice is the whole episode, so the output may be shorter than the batch
+    size (the ``truncated`` mask tells where each slice ends), as in TorchRL.
+    """
+
+    def __init__(self, num_slices: int | None = None, slice_len: int | None = None,
+                 traj_key: NestedKey | None = None, end_key: NestedKey | None = None,
+                 strict_length: bool = True, cache_values: bool = True,
+                 truncated_key: NestedKey | None = ("next", "truncated")) -> None:
+        if (num_slices is None) == (slice_len is None):
+            raise ValueError(
+                "pass exactly one of num_slices (slices per batch) or slice_len (rows per slice), "
+                f"got num_slices={num_slices}, slice_len={slice_len}"
+            )
+        for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if traj_key is not None and end_key is not None:
+            raise ValueError("pass traj_key (episode ids) or end_key (done flags), not both")
+        self.num_slices, self.slice_len = num_slices, slice_len
+        self.traj_key, self.end_key = traj_key, end_key
+        self.strict_length, self.cache_values = bool(strict_length), bool(cache_values)
+        self.truncated_key = truncated_key
+        self.done_key = _replace_last(truncated_key, "done") if truncated_key is not None else None
+        self._write_end: int | None = None  # one past the last row the buffer wrote
+        self._cache_key: tuple | None = None
+        self._episodes: EpisodeIndex | None = None
+        self._layouts: dict[int, _Layout] = {}
+        self._done: torch.Tensor | None = None
+        self._done_np: Any = None
+        self._done_key_seen: tuple | None = None
+        self._masks: dict[tuple[int, int], torch.Tensor] = {}
+        self._storage_ref: Any = None  # the storage the cache describes (ids can be reused)
+
+    # -- buffer hooks ------------------------------------------------------------------------------
+    def add(self, index: int) -> None:
+        self._write_end = int(index) + 1
+
+    def extend(self, index: torch.Tensor) -> None:
+        index = as_index(index).reshape(-1)
+        if index.numel():
+            self._write_end = int(index[-1]) + 1
+
+    def empty(self) -> None:
+        self._write_end, self._cache_key, self._episodes, self._layouts = None, None, None, {}
+        self._done = self._done_key_seen = None
+
+    # -- shape of a batch --------------------------------------------------------------------------
+    def _shape(self, batch_size: int) -> tuple[int, int]:
+        if self.num_slices is not None:
+            if batch_size % self.num_slices:
+                raise ValueError(
+                    f"batch_size={batch_size} is not divisible by num_slices={self.num_slices}: use a "
+                    f"multiple of {self.num_slices} (e.g. {max(1, batch_size // self.num_slices) * self.num_slices})"
+                )
+            return self.num_slices, batch_size // self.num_slices
+        if batch_size % self.slice_len:
+            raise ValueError(
+                f"batch_size={batch_size} is not divisible by slice_len={self.slice_len}: use a "
+                f"multiple of {self.slice_len} (e.g. {max(1, batch_size // self.slice_len) * self.slice_len})"
+            )
+        return batch_size // self.slice_len, self.slice_len
+
+    # -- episodes ----------------------------------------------------------------------------------
+    def _derive(self, storage: Storage) -> EpisodeIndex:
+        if self.traj_key is not None or self.end_key is None:
+            key = self.traj_key if self.traj_key is not None else _DEFAULT_TRAJ_KEY
+            try:
+                episodes = EpisodeIndex.from_episode_ids(storage.read_key(key))
+            except KeyError:
+                if self.traj_key is not None:
+                    raise KeyError(
+                        f"traj_key {key!r} is not in the stored data: pass the key holding episode ids, "
+                        "or end_key=('next', 'done') to cut episodes at done flags"
+                    ) from None
+                episodes = None
+            if episodes is not None:
+                return episodes
+        key = self.end_key if self.end_key is not None else _DEFAULT_END_KEY
+        try:
+            return EpisodeIndex.from_done(storage.read_key(key))
+        except KeyError:
+            raise KeyError(
+                f"cannot find episode boundaries: the storage has no episode index and no {key!r} entry"
+                + ("" if self.end_key is not None else f" nor {_DEFAULT_TRAJ_KEY!r}")
+                + ": pass traj_key=<key of episode ids> or end_key=<key of done flags>"
+            ) from None
+
+    def _split_at_cursor(self, episodes: EpisodeIndex, n: int) -> EpisodeIndex:
+        cut = self._write_end
+        if cut is None or not 0 < cut < n or episodes.num_episodes == 0:
+            return episodes
+        start, end = episodes.start, episodes.end
+        e = int(torch.searchsorted(start, torch.tensor(cut), right=True)) - 1
+        if e < 0 or not int(start[e]) < cut < int(end[e]):
+            return episodes
+        new_start = torch.cat([start[: e + 1], torch.tensor([cut]), start[e + 1:]])
+        new_end = torch.cat([end[:e], torch.tensor([cut]), end[e:]])
+        return EpisodeIndex(new_start, new_end - new_start)
+
+    def episodes(self, storage: Storage) -> EpisodeIndex:
+        """The episodes slices are drawn from (cached; see the module docstring)."""
+        index = storage.episode_index()
+        if index is not None:
+            key = ("index", id(storage), id(index))
+        else:
+            key = ("derived", id(storage), storage.write_version, len(storage), self._write_end)
+        ref = self._storage_ref
+        if key != self._cache_key or ref is None or ref() is not storage or (
+                index is None and not self.cache_values):
+            if index is None:
+                index = self._split_at_cursor(self._derive(storage), len(storage))
+            self._episodes, self._layouts, self._cache_key = index, {}, key
+            self._storage_ref = weakref.ref(storage) if _weakrefable(storage) else (lambda s=storage: s)
+            self._done = self._done_key_seen = None
+            self._on_new_episodes(storage)
+        return self._episodes
+
+    def _on_new_episodes(self, storage: Storage) -> None:
+        """Hook for subclasses: the episode structure changed."""
+        return None
+
+    def _layout(self, storage: Storage, slice_len: int) -> _Layout:
+        episodes = self.episodes(storage)
+        layout = self._layouts.get(slice_len)
+        if layout is None:
+            layout = _Layout(episodes, slice_len, self.strict_length)
+            if layout.total == 0:
+                self._no_valid_start(episodes, slice_len)
+            self._layouts[slice_len] = layout
+        return layout
+
+    @staticmethod
+    def _no_valid_start(episodes: EpisodeIndex, slice_len: int) -> None:
+        if episodes.num_episodes == 0:
+            raise RuntimeError("the buffer holds no complete episode to slice: add data first")
+        longest = int(torch.argmax(episodes.length))
+        raise RuntimeError(
+            f"no episode is long enough for slices of {slice_len} rows: the longest of the "
+            f"{episodes.num_episodes} episodes has {int(episodes.length[longest])} rows (the one starting "
+            f"at row {int(episodes.start[longest])}). Use a smaller slice_len (or more num_slices), or "
+            "strict_length=False to accept shorter slices"
+        )
+
+    # -- info --------------------------------------------------------------------------------------
+    def _stored_done(self, storage: Storage) -> torch.Tensor | None:
+        if self._done_key_seen != self._cache_key:
+            try:
+                done = storage.read_key(self.done_key)
+            except (KeyError, NotImplementedError):
+                done = None
+            if done is not None and (not isinstance(done, torch.Tensor) or done.ndim > 2
+                                     or (done.ndim == 2 and done.shape[1] != 1)):
+                done = None  # not one flag per row (e.g. per-agent flags): done = truncated then
+            self._done = done
+            self._done_np = None
+            if done is not None and type(done) is torch.Tensor and done.device.type == "cpu":
+                try:
+                    self._done_np = done.detach().numpy()  # a view: no copy of the leaf
+                except (RuntimeError, TypeError):
+                    self._done_np = None
+            self._done_key_seen = self._cache_key
+        return self._done
+
+    def _info(self, storage: Storage, index: torch.Tensor, num_slices: int, slice_len: int,
+              lengths: torch.Tensor | None) -> dict[str, Any]:
+        if self.truncated_key is None:
+            return {}
+        if lengths is None:
+            mask = self._masks.get((num_slices, slice_len))
+            if mask is None:
+                mask = torch.zeros(num_slices, slice_len, dtype=torch.bool)
+                mask[:, -1] = True
+                mask = self._masks[(num_slices, slice_len)] = mask.reshape(-1, 1)
+            truncated = mask.clone()
+        else:
+            truncated = torch.zeros(index.numel(), 1, dtype=torch.bool)
+            truncated[torch.cumsum(lengths, 0) - 1] = True
+        stored = self._stored_done(storage)
+        if stored is not None:
+            # index_select, not stored[index]: advanced indexing is ~100x slower on a memmap leaf
+            done = torch.index_select(stored, 0, index)
+            if lengths is None and done.dtype == torch.bool and done.ndim == 2:
+                done.view(num_slices, slice_len)[:, -1] = True  # = stored | truncated, in place
+            else:
+                done = done.reshape(-1, 1).to(torch.bool) | truncated
+        else:
+            done = truncated.clone()
+        return {self.truncated_key: truncated, self.done_key: done}
+
+    # -- sampling ----------------------------------------------------------------------------------
+    @staticmethod
+    def _expand(rows: torch.Tensor, slice_len: int, lengths: torch.Tensor | None) -> torch.Tensor:
+        if lengths is None:
+            return (rows.unsqueeze(1) + _arange(slice_len)).view(-1)
+        total = int(lengths.sum())
+        first = torch.cumsum(lengths, 0) - lengths
+        return torch.repeat_interleave(rows - first, lengths, output_size=total) + torch.arange(total)
+
+    def _starts(self, layout: _Layout, num_slices: int) -> torch.Tensor:
+        u = torch.randint(layout.total, (num_slices,), generator=self.generator)
+        return layout.rows_of(u)
+
+    def _sample_full(self, storage: Storage, layout: _Layout, num_slices: int,
+                     slice_len: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The hot path when every slice is full: one torch draw, then a few numpy ops on the batch."""
+        u = torch.randint(layout.total, (num_slices,), generator=self.generator).numpy()
+        rows = u + layout.base_np[np.searchsorted(layout.bounds_np, u, side="right")]
+        index_np = (rows[:, None] + _arange(slice_len).numpy()).reshape(-1)
+        index = torch.from_numpy(index_np)
+        if self.truncated_key is None:
+            return index, {}
+        mask = self._masks.get((num_slices, slice_len))
+        if mask is None:
+            mask = torch.zeros(num_slices, slice_len, dtype=torch.bool)
+            mask[:, -1] = True
+            mask = self._masks[(num_slices, slice_len)] = mask.reshape(-1, 1)
+        truncated = mask.clone()
+        stored = self._stored_done(storage)
+        stored_np = self._done_np
+        if stored is None:
+            done = mask.clone()
+        elif stored_np is not None:
+            d = stored_np[index_np]
+            d = d.astype(np.bool_, copy=False).reshape(-1, 1)
+            d.reshape(num_slices, slice_len)[:, -1] = True  # = stored | truncated, in place
+            done = torch.from_numpy(d)
+        else:
+            done = torch.index_select(stored, 0, index).reshape(-1, 1).to(torch.bool) | truncated
+        return index, {self.truncated_key: truncated, self.done_key: done}
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        num_slices, slice_len = self._shape(batch_size)
+        if len(storage) == 0:
+            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+        layout = self._layout(storage, slice_len)
+        if layout.uniform_len:
+            return self._sample_full(storage, layout, num_slices, slice_len)
+        rows = self._starts(layout, num_slices)
+        lengths = layout.slice_lengths(rows)
+        index = self._expand(rows, slice_len, lengths)
+        info = self._info(storage, index, num_slices, slice_len, lengths)
+        return index, info
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"write_end": self._write_end}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._write_end = state_dict.get("write_end")
+        self._cache_key = None
+
+    def __repr__(self) -> str:
+        size = f"num_slices={self.num_slices}" if self.num_slices is not None else f"slice_len={self.slice_len}"
+        return f"{type(self).__name__}({size}, strict_length={self.strict_length})"
+
+
+_ARANGES: dict[int, torch.Tensor] = {}
+
+
+def _arange(n: int) -> torch.Tensor:
+    """A cached ``torch.arange(n)`` (read-only use: one allocation less per call)."""
+    t = _ARANGES.get(n)
+    if t is None:
+        t = _ARANGES[n] = torch.arange(n)
+    return t
+
+
+def _weakrefable(obj: Any) -> bool:
+    try:
+        weakref.ref(obj)
+        return True
+    except TypeError:
+        return False
+
+
+class SliceSamplerWithoutReplacement(SliceSampler):
+    """Epochs of non-overlapping slices: every row is returned at most once per epoch.
+
+    The exact rule. When an epoch starts, each episode of ``L`` rows is cut, for slices of ``s``
+    rows, into ``k = L // s`` consecutive non-overlapping slices starting at rows
+    ``first + o + j * s`` (``j = 0 .. k-1``), where the offset ``o`` is drawn uniformly from
+    ``{0, ..., L - k * s}`` with the generator, once per episode and epoch. The ``L - k * s``
+    rows left out (some at the head, the rest at the tail) change from epoch to epoch. An episode
+    shorter than ``s`` gives no slice (``strict_length=True``) or one slice holding the whole
+    episode (``strict_length=False``). All slices of the epoch are shuffled (``shuffle=True``)
+    and served ``num_slices`` per batch; the last batch holds the rest (``drop_last=False``) or
+    is skipped when it would be short (``drop_last=True``). ``ran_out`` is True right after the
+    last batch; the next call starts a new epoch. A write to the storage (its ``write_version``
+    or length changes) or a new slice length also starts a new epoch at the next call.
+    Same generator seed, same epochs.
+    """
+
+    def __init__(self, num_slices: int | None = None, slice_len: int | None = None, drop_last: bool = False,
+                 traj_key: NestedKey | None = None, end_key: NestedKey | None = None,
+                 strict_length: bool = True, shuffle: bool = True,
+                 truncated_key: NestedKey | None = ("next", "truncated")) -> None:
+        super().__init__(num_slices=num_slices, slice_len=slice_len, traj_key=traj_key, end_key=end_key,
+                         strict_length=strict_length, cache_values=True, truncated_key=truncated_key)
+        self.drop_last, self.shuffle = bool(drop_last), bool(shuffle)
+        self._rows: torch.Tensor | None = None  # starts of the slices still to serve this epoch
+        self._lens: torch.Tensor | None = None
+        self._epoch_sig: tuple | None = None
+        self._ran_out = False
+
+    @property
+    def ran_out(self) -> bool:
+        return self._ran_out
+
+    @ran_out.setter
+    def ran_out(self, value: bool) -> None:
+        self._ran_out = bool(value)
+
+    def _new_epoch(self, storage: Storage, slice_len: int) -> None:
+        episodes = self.episodes(storage)
+        start, length = episodes.start, episodes.length
+        k = length // slice_len
+        if not self.strict_length:
+            k = torch.where(length < slice_len, torch.ones_like(k), k)
+        if int(k.sum()) == 0:
+            self._no_valid_start(episodes, slice_len)
+        spare = (length - k * slice_len).clamp_min(0)
+        offset = (torch.rand(start.shape, dtype=torch.float64, generator=self.generator) * (spare + 1)).long()
+        offset = torch.minimum(offset, spare)  # rand < 1, but keep float rounding out of the rows
+        total = int(k.sum())
+        within = torch.arange(total) - torch.repeat_interleave(torch.cumsum(k, 0) - k, k, output_size=total)
+        rows = torch.repeat_interleave(start + offset, k, output_size=total) + within * slice_len
+        lens = torch.repeat_interleave(length.clamp_max(slice_len), k, output_size=total)
+        if self.shuffle:
+            perm = torch.randperm(total, generator=self.generator)
+            rows, lens = rows[perm], lens[perm]
+        self._rows, self._lens = rows, lens
+
+    def _signature(self, storage: Storage, slice_len: int) -> tuple:
+        return (storage.write_version, len(storage), self._write_end, slice_len)
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        num_slices, slice_len = self._shape(batch_size)
+        if len(storage) == 0:
+            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+        sig = self._signature(storage, slice_len)
+        if self._rows is None or self._rows.numel() == 0 or sig != self._epoch_sig:
+            self._new_epoch(storage, slice_len)
+            self._epoch_sig = sig
+        if self.drop_last and self._rows.numel() < num_slices:
+            raise ValueError(
+                f"drop_last=True and an epoch holds only {self._rows.numel()} slices of {slice_len} rows, "
+                f"fewer than num_slices={num_slices}: lower the batch size or use drop_last=False"
+            )
+        rows, self._rows = self._rows[:num_slices], self._rows[num_slices:]
+        lens, self._lens = self._lens[:num_slices], self._lens[num_slices:]
+        left = self._rows.numel()
+        self._ran_out = left == 0 or (self.drop_last and left < num_slices)
+        if self._ran_out:
+            self._rows = self._lens = None
+        lengths = None if bool((lens == slice_len).all()) and rows.numel() == num_slices else lens
+        index = self._expand(rows, slice_len, lengths)
+        if lengths is None:
+            info = self._info(storage, index, num_slices, slice_len, None)
+        else:
+            info = self._info(storage, index, rows.numel(), slice_len, lengths)
+        return index, info
+
+    def empty(self) -> None:
+        super().empty()
+        self._rows = self._lens = self._epoch_sig = None
+        self._ran_out = False
+
+    def state_dict(self) -> dict[str, Any]:
+        empty = torch.zeros(0, dtype=torch.int64)
+        return {"write_end": self._write_end, "ran_out": self._ran_out,
+                "has_epoch": self._rows is not None,
+                "rows": self._rows.clone() if self._rows is not None else empty,
+                "lens": self._lens.clone() if self._lens is not None else empty,
+                "epoch_sig": list(self._epoch_sig) if self._epoch_sig is not None else None}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._ran_out = bool(state_dict["ran_out"])
+        has = state_dict["has_epoch"]
+        self._rows = state_dict["rows"].clone() if has else None
+        self._lens = state_dict["lens"].clone() if has else None
+        sig = state_dict["epoch_sig"]
+        self._epoch_sig = tuple(sig) if sig is not None else None
+
+
+class PrioritizedSliceSampler(SliceSampler):
+    """Slices whose start row is drawn by priority.
+
+    Priorities are per transition (row), as in :class:`PrioritizedSampler`: ``q_i = (p_i + eps) **
+    alpha``, new rows get the largest priority seen, ``update_priority(index, priority)`` sets
+    ``p`` for the given rows (pass the sampled index and one priority per row, or per slice start).
+    A slice starting at valid start row ``i`` (same valid starts as :class:`SliceSampler`) is drawn
+    with probability ``q_i / sum_{j valid} q_j``: only the start row's priority matters. Each row
+    of a slice carries the slice's importance weight ``_weight = (q_i / min_{j valid} q_j) ** -beta``
+    (the Schaul et al. weight of the drawn start, normalised so the largest is 1).
+    Valid starts are re-derived after each write (``O(max_capacity)`` once per write, then
+    ``O(batch * log capacity)`` per call).
+    """
+
+    def __init__(self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8,
+                 dtype: torch.dtype = torch.float, reduction: str = "max",
+                 max_priority_within_buffer: bool = False, *, num_slices: int | None = None,
+                 slice_len: int | None = None, traj_key: NestedKey | None = None,
+                 end_key: NestedKey | None = None, strict_length: bool = True, cache_values: bool = True,
+                 truncated_key: NestedKey | None = ("next", "truncated")) -> None:
+        super().__init__(num_slices=num_slices, slice_len=slice_len, traj_key=traj_key, end_key=end_key,
+                         strict_length=strict_length, cache_values=cache_values, truncated_key=truncated_key)
+        self._prio = PrioritizedSampler(max_capacity, alpha, beta, eps, dtype, reduction,
+                                        max_priority_within_buffer)
+        self._trees: tuple | None = None  # (layout, valid mask, sum tree, min tree) of valid starts
+
+    @property
+    def max_capacity(self) -> int:
+        return self._prio.max_capacity
+
+    @property
+    def alpha(self) -> float:
+        return self._prio.alpha
+
+    @property
+    def beta(self) -> float:
+        return self._prio.beta
+
+    def _on_new_episodes(self, storage: Storage) -> None:
+        self._trees = None
+
+    def _start_trees(self, layout: _Layout) -> tuple:
+        if self._trees is None or self._trees[0] is not layout:
+            cap = self._prio.max_capacity
+            mask = layout.valid_start_mask(cap)
+            q = self._prio._sum.leaves()
+            s_tree, m_tree = sum_tree(cap), min_tree(cap)
+            s_tree.fill_(torch.where(mask, q, 0.0))
+            m_tree.fill_(torch.where(mask & (q > 0), q, torch.inf))
+            self._trees = (layout, mask, s_tree, m_tree)
+        return self._trees
+
+    def add(self, index: int) -> None:
+        self._prio.add(index)
+        super().add(index)
+
+    def extend(self, index: torch.Tensor) -> None:
+        self._prio.extend(index)
+        super().extend(index)
+
+    def update_priority(self, index: Any, priority: Any) -> None:
+        self._prio.update_priority(index, priority)
+        if self._trees is not None:
+            _, mask, s_tree, m_tree = self._trees
+            rows = torch.unique(as_index(index).reshape(-1))
+            q = self._prio._sum[rows]
+            valid = mask[rows]
+            s_tree.set_(rows, torch.where(valid, q, 0.0))
+            m_tree.set_(rows, torch.where(valid, q, torch.inf))
+
+    def priorities(self, index: Any) -> torch.Tensor:
+        """The stored ``q = (p + eps) ** alpha`` of rows ``index``."""
+        return self._prio.priorities(index)
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        num_slices, slice_len = self._shape(batch_size)
+        if len(storage) == 0:
+            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+        if len(storage) > self._prio.max_capacity:
+            raise ValueError(
+                f"the storage holds {len(storage)} rows but max_capacity={self._prio.max_capacity}: build "
+                "the sampler with max_capacity >= the storage's max_size"
+            )
+        layout = self._layout(storage, slice_len)
+        _, _, s_tree, m_tree = self._start_trees(layout)
+        total = s_tree.root
+        if total <= 0:
+            raise RuntimeError(
+                "PrioritizedSliceSampler has no priorities for the stored rows: write data through the "
+                "buffer (it calls sampler.extend) or call sampler.extend(indices) yourself"
+            )
+        mass = torch.rand(num_slices, dtype=torch.float64, generator=self.generator) * total
+        rows = s_tree.find_prefix(mass)
+        lengths = layout.slice_lengths(rows)
+        index = self._expand(rows, slice_len, lengths)
+        info = self._info(storage, index, num_slices, slice_len, lengths)
+        weight = torch.pow(s_tree[rows] / m_tree.root, -self._prio.beta).to(self._prio.dtype)
+        if lengths is None:
+            weight = weight.repeat_interleave(slice_len)
+        else:
+            weight = weight.repeat_interleave(lengths)
+        info["_weight"] = weight
+        return index, info
+
+    def empty(self) -> None:
+        super().empty()
+        self._prio.empty()
+        self._trees = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"write_end": self._write_end, "priorities": self._prio.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._prio.load_state_dict(state_dict["priorities"])
+        self._trees = None

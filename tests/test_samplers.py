@@ -1,0 +1,171 @@
+"""RandomSampler and SamplerWithoutReplacement: epochs, growth, state, determinism, buffer iteration."""
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from datasets_hub.samplers import RandomSampler, SamplerWithoutReplacement
+from datasets_hub.storages import Storage
+
+
+class FakeStorage(Storage):
+    """Rows ``0..n-1``; only the length matters to these samplers."""
+
+    def __init__(self, n: int, max_size: int | None = None) -> None:
+        super().__init__(max_size or max(n, 1))
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def get(self, index):
+        return torch.as_tensor(index) * 10
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def epoch(sampler, storage, batch_size):
+    batches = []
+    while True:
+        index, info = sampler.sample(storage, batch_size)
+        assert info == {}
+        batches.append(index)
+        if sampler.ran_out:
+            return batches
+        assert len(batches) < 10_000, "the epoch never ended"
+
+
+def test_random_sampler_is_uniform_and_seeded():
+    s = RandomSampler()
+    s.generator = gen(1)
+    index, _ = s.sample(FakeStorage(10), 100_000)
+    freq = torch.bincount(index, minlength=10).double() / index.numel()
+    # binomial std ~ 0.001: 0.006 is 6 sigma
+    assert (freq - 0.1).abs().max() < 0.006
+    s.generator = gen(1)
+    assert torch.equal(s.sample(FakeStorage(10), 100_000)[0], index)
+
+
+def test_epoch_visits_every_row_once_and_runs_out():
+    s = SamplerWithoutReplacement()
+    s.generator = gen()
+    storage = FakeStorage(128)
+    batches = epoch(s, storage, 32)
+    assert len(batches) == 4 and all(b.numel() == 32 for b in batches)
+    assert torch.equal(torch.cat(batches).sort().values, torch.arange(128))
+    assert not torch.equal(torch.cat(batches), torch.arange(128))  # shuffled
+    # the next call starts a new epoch with a new permutation
+    nxt = epoch(s, storage, 32)
+    assert len(nxt) == 4 and s.ran_out
+    assert torch.equal(torch.cat(nxt).sort().values, torch.arange(128))
+    assert not torch.equal(torch.cat(nxt), torch.cat(batches))
+
+
+def test_last_batch_short_or_dropped():
+    s = SamplerWithoutReplacement()
+    s.generator = gen()
+    batches = epoch(s, FakeStorage(130), 32)
+    assert [b.numel() for b in batches] == [32, 32, 32, 32, 2]
+    s = SamplerWithoutReplacement(drop_last=True)
+    s.generator = gen()
+    batches = epoch(s, FakeStorage(130), 32)
+    assert [b.numel() for b in batches] == [32, 32, 32, 32]
+    assert torch.cat(batches).unique().numel() == 128
+    with pytest.raises(ValueError, match="drop_last"):
+        SamplerWithoutReplacement(drop_last=True).sample(FakeStorage(10), 32)
+
+
+def test_no_shuffle_is_in_order():
+    s = SamplerWithoutReplacement(shuffle=False)
+    assert torch.equal(torch.cat(epoch(s, FakeStorage(10), 4)), torch.arange(10))
+
+
+def test_growth_mid_epoch_adds_new_rows_without_repeats():
+    s = SamplerWithoutReplacement()
+    s.generator = gen(3)
+    storage = FakeStorage(100)
+    seen = [s.sample(storage, 32)[0], s.sample(storage, 32)[0]]
+    storage.n = 150  # the buffer was extended between calls
+    seen += epoch(s, storage, 32)
+    rows = torch.cat(seen)
+    assert rows.numel() == 150 and torch.equal(rows.sort().values, torch.arange(150))
+
+
+def test_shrink_starts_a_new_epoch():
+    s = SamplerWithoutReplacement()
+    s.generator = gen()
+    storage = FakeStorage(100)
+    s.sample(storage, 32)
+    storage.n = 10
+    index, _ = s.sample(storage, 32)
+    assert torch.equal(index.sort().values, torch.arange(10)) and s.ran_out
+
+
+def test_state_dict_restores_the_exact_position():
+    s = SamplerWithoutReplacement()
+    s.generator = gen(5)
+    storage = FakeStorage(100)
+    s.sample(storage, 16), s.sample(storage, 16)
+    state, gstate = s.state_dict(), s.generator.get_state()
+    expected = epoch(s, storage, 16) + epoch(s, storage, 16)
+    t = SamplerWithoutReplacement()
+    t.generator = torch.Generator()
+    t.load_state_dict(state)
+    t.generator.set_state(gstate)
+    got = epoch(t, storage, 16) + epoch(t, storage, 16)
+    assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+def test_same_seed_same_batches():
+    a, b = SamplerWithoutReplacement(), SamplerWithoutReplacement()
+    a.generator, b.generator = gen(7), gen(7)
+    storage = FakeStorage(50)
+    for _ in range(8):
+        assert torch.equal(a.sample(storage, 7)[0], b.sample(storage, 7)[0])
+
+
+def test_empty_storage_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="empty"):
+        SamplerWithoutReplacement().sample(FakeStorage(0), 4)
+
+
+# -- through the real buffers ------------------------------------------------------------------------
+def _buffers():
+    return pytest.importorskip("datasets_hub.replay_buffers")
+
+
+def test_buffer_iteration_is_finite_without_replacement():
+    rbs = _buffers()
+    from datasets_hub.storages import LazyTensorStorage
+
+    rb = rbs.TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=SamplerWithoutReplacement(),
+                                    batch_size=32, generator=gen())
+    rb.extend(TensorDict({"obs": torch.arange(128)}, batch_size=[128]))
+    batches = list(rb)
+    assert len(batches) == 4  # TorchRL tutorial: 128 items, batch 32, without replacement
+    obs = torch.cat([b["obs"] for b in batches])
+    assert torch.equal(obs.sort().values, torch.arange(128))
+    assert all(torch.equal(b["obs"], b["index"]) for b in batches)
+    assert len(list(rb)) == 4  # a second pass is a new epoch
+
+
+def test_buffer_dumps_loads_keeps_sampler_position(tmp_path):
+    rbs = _buffers()
+    from datasets_hub.storages import LazyTensorStorage
+
+    def make():
+        return rbs.ReplayBuffer(storage=LazyTensorStorage(100), sampler=SamplerWithoutReplacement(),
+                                generator=gen(2))
+
+    rb = make()
+    rb.extend(torch.arange(100))
+    rb.sample(30)
+    rb.dumps(tmp_path / "rb")
+    expected = [rb.sample(30) for _ in range(3)]
+    rb2 = make()
+    rb2.loads(tmp_path / "rb")
+    got = [rb2.sample(30) for _ in range(3)]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
