@@ -1,0 +1,386 @@
+"""The D4RL loader on files in the exact upstream HDF5 layout, checked row by row.
+
+Every fixture has distinct values per step: ``observations[t] = t + 0.001 * dim``, so any row of a
+chunk tells which file row it came from, and a next observation taken from the wrong row (or the
+wrong episode) is visible. The expected TED rows are computed by a plain per-row loop, independent
+of the loader's vectorised code.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from datasets_hub.errors import InvalidParameter, LoaderError
+from datasets_hub.loader import DatasetSpec, LoaderContext, Resource
+from loaders.d4rl import D4RLLoader
+
+OBS_DIM, ACT_DIM, QPOS_DIM = 3, 2, 4
+# (length, how the episode ends): terminal, timeout, both, none (only valid last: end of file)
+EPISODES = [(5, "terminal"), (12, "timeout"), (3, "both"), (1, "terminal"), (9, "timeout"), (4, "none")]
+
+
+def flags_for(episodes):
+    terminals, timeouts = [], []
+    for length, end in episodes:
+        terminals += [False] * (length - 1) + [end in ("terminal", "both")]
+        timeouts += [False] * (length - 1) + [end in ("timeout", "both")]
+    return np.array(terminals), np.array(timeouts)
+
+
+def obs_row(t):
+    return t + 0.001 * np.arange(OBS_DIM)
+
+
+def write_d4rl(path: Path, episodes=EPISODES, *, timeouts=True, next_obs=True, infos=True, metadata=True,
+               float_flags=False) -> Path:
+    """A D4RL-layout file; the true next observation at an episode's last row is ``t + 0.5 + …``."""
+    terminals, tos = flags_for(episodes)
+    n = len(terminals)
+    t = np.arange(n)
+    obs = (t[:, None] + 0.001 * np.arange(OBS_DIM)[None]).astype(np.float32)
+    ends = terminals | tos
+    ends[-1] = True
+    true_next = np.where(ends[:, None], obs + 0.5, np.roll(obs, -1, axis=0)).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        f["observations"] = obs
+        f["actions"] = (-t[:, None] - 0.01 * np.arange(ACT_DIM)[None]).astype(np.float32)
+        f["rewards"] = (10.0 * t).astype(np.float32)
+        f["terminals"] = terminals.astype(np.float32) if float_flags else terminals
+        if timeouts:
+            f["timeouts"] = tos.astype(np.float32) if float_flags else tos
+        if next_obs:
+            f["next_observations"] = true_next
+        if infos:
+            f["infos/qpos"] = 100.0 * t[:, None] + np.arange(QPOS_DIM)[None]  # float64 upstream
+            f["infos/goal/xy"] = np.stack([t, -t], axis=1).astype(np.int32)
+            f["infos/scalar"] = np.float32(3.0)  # not per-step: skipped and noted
+            f["extra_per_step"] = (t % 7).astype(np.int64)
+        if metadata:
+            f["metadata/algorithm"] = b"SAC"
+            f["metadata/policy/fc0/weight"] = np.arange(6, dtype=np.float32).reshape(2, 3)
+            f["metadata/big"] = np.zeros(10000, dtype=np.float32)
+            f["metadata"].attrs["seed"] = 7
+    return path
+
+
+def expected_rows(episodes, *, timeouts=True, next_obs=True, max_steps=None):
+    """Per-row truth by a plain loop: (episode, terminated, truncated, next obs or None)."""
+    terminals, file_tos = flags_for(episodes)
+    tos = file_tos if timeouts else np.zeros_like(file_tos)
+    n = len(terminals)
+    rows, episode, step = [], 0, 0
+    for t in range(n):
+        term, trunc = bool(terminals[t]), bool(tos[t])
+        step += 1
+        if not timeouts and max_steps and not term and step == max_steps:
+            trunc = True
+        end = term or trunc or t == n - 1
+        if t == n - 1 and not (term or trunc):
+            trunc = True
+        if next_obs:  # the file's own value: its episodes ignore max_episode_steps cuts
+            file_end = terminals[t] or file_tos[t] or t == n - 1
+            nxt = obs_row(t) + 0.5 if file_end else obs_row(t + 1)
+        else:
+            nxt = None if end else obs_row(t + 1)
+        rows.append((episode, term, trunc, nxt))
+        if end:
+            episode, step = episode + 1, 0
+    return rows
+
+
+def convert(path, chunk_rows=7, **params):
+    spec = DatasetSpec(id="d4rl/test-v0", loader="d4rl", params=params,
+                       resources=[Resource(name=path.name, urls=("file://" + str(path),))])
+    ctx = LoaderContext(chunk_rows=chunk_rows)
+    chunks = list(D4RLLoader().episodes(spec, {path.name: path}, ctx))
+    return chunks, ctx.notes
+
+
+def check_rows(chunks, truth, chunk_rows):
+    td = torch.cat(chunks)
+    n = len(truth)
+    assert td.batch_size == torch.Size([n])
+    t = np.arange(n)
+    np.testing.assert_array_equal(td["observation"].numpy(), (t[:, None] + 0.001 * np.arange(OBS_DIM)).astype(np.float32))
+    np.testing.assert_array_equal(td["action"][:, 1].numpy(), (-t - 0.01).astype(np.float32))
+    np.testing.assert_array_equal(td["next", "reward"].numpy(), (10.0 * t).astype(np.float32)[:, None])
+    for row, (episode, term, trunc, nxt) in enumerate(truth):
+        assert td["episode"][row].item() == episode, row
+        assert td["next", "terminated"][row].item() == term, row
+        assert td["next", "truncated"][row].item() == trunc, row
+        got = td["next", "observation"][row].numpy()
+        if nxt is None:
+            assert np.isnan(got).all(), row
+            assert td["info", "next_observation_unknown"][row].item(), row
+        else:
+            np.testing.assert_array_equal(got, nxt.astype(np.float32), err_msg=f"row {row}")
+            assert not td["info", "next_observation_unknown"][row].item(), row
+    # every chunk holds whole episodes, ids contiguous, at most chunk_rows unless one long episode
+    for chunk in chunks:
+        ep = chunk["episode"]
+        first, last = ep[0].item(), ep[-1].item()
+        assert (td["episode"] == first).sum() == (ep == first).sum()
+        assert (td["episode"] == last).sum() == (ep == last).sum()
+        assert chunk.batch_size[0] <= chunk_rows or first == last
+        assert chunk["next", "terminated"].shape == (chunk.batch_size[0], 1)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 4, 7, 100])
+def test_timeouts_and_next_observations_row_by_row(tmp_path, chunk_rows):
+    path = write_d4rl(tmp_path / "x.hdf5")
+    chunks, notes = convert(path, chunk_rows=chunk_rows)
+    check_rows(chunks, expected_rows(EPISODES), chunk_rows)
+    assert notes["episodes"] == len(EPISODES)
+    assert notes["episode_ends"] == {"terminal": 2, "timeout": 2, "terminal_and_timeout": 1,
+                                     "max_episode_steps": 0, "end_of_file": 1}
+    assert notes["final_episode_truncated_by_end_of_file"] == {"rows": 4}
+    assert notes["next_observation_unknown_rows"] == 0
+    assert notes["next_observation_mismatch_rows"] == 0
+    assert notes["timeouts"] == "present"
+
+
+@pytest.mark.parametrize("chunk_rows", [3, 8, 1000])
+def test_without_next_observations_last_rows_are_nan_and_flagged(tmp_path, chunk_rows):
+    path = write_d4rl(tmp_path / "x.hdf5", next_obs=False)
+    chunks, notes = convert(path, chunk_rows=chunk_rows)
+    truth = expected_rows(EPISODES, next_obs=False)
+    check_rows(chunks, truth, chunk_rows)
+    assert notes["next_observation_unknown_rows"] == len(EPISODES) == sum(r[3] is None for r in truth)
+    assert "next_observation_mismatch_rows" not in notes
+    td = torch.cat(chunks)
+    # no next observation is another episode's first observation
+    same_ep_next = td["next", "observation"][:-1] == td["observation"][1:]
+    crosses = td["episode"][:-1] != td["episode"][1:]
+    assert not same_ep_next.all(-1)[crosses].any()
+
+
+def test_without_timeouts_episodes_end_at_terminals_only(tmp_path):
+    path = write_d4rl(tmp_path / "x.hdf5", timeouts=False, next_obs=False)
+    chunks, notes = convert(path, chunk_rows=5)
+    truth = expected_rows(EPISODES, timeouts=False, next_obs=False)
+    check_rows(chunks, truth, 5)
+    assert notes["timeouts"].startswith("absent")
+    assert notes["episodes"] == 4  # terminals at rows 4, 19 (both), 20; then rows 21..33 to the end
+    assert notes["final_episode_truncated_by_end_of_file"] == {"rows": 13}
+
+
+@pytest.mark.parametrize("chunk_rows", [2, 3, 50])
+def test_max_episode_steps_cuts_files_without_timeouts(tmp_path, chunk_rows):
+    episodes = [(3, "terminal"), (12, "none"), (3, "terminal"), (9, "none"), (2, "none")]
+    path = write_d4rl(tmp_path / "x.hdf5", episodes, timeouts=False)
+    chunks, notes = convert(path, chunk_rows=chunk_rows, max_episode_steps=4)
+    truth = expected_rows(episodes, timeouts=False, max_steps=4)
+    # rows 3..17 run 15 steps to a terminal at row 17: cut after 4, 4 and 4 steps, then the terminal
+    assert [r[0] for r in truth][3:18] == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 3
+    assert [r[2] for r in truth][3:18] == ([False] * 3 + [True]) * 3 + [False] * 3
+    check_rows(chunks, truth, chunk_rows)
+    assert notes["episode_ends"]["max_episode_steps"] == sum(r[2] for r in truth) - 1
+    assert "max_episode_steps=4" in notes["timeouts"]
+
+
+def test_max_episode_steps_ignored_when_file_has_timeouts(tmp_path):
+    path = write_d4rl(tmp_path / "x.hdf5")
+    chunks, notes = convert(path, max_episode_steps=2)
+    check_rows(chunks, expected_rows(EPISODES), 7)
+    assert notes["max_episode_steps"].startswith("ignored")
+
+
+def test_dtypes_infos_and_metadata(tmp_path):
+    path = write_d4rl(tmp_path / "x.hdf5", float_flags=True)
+    chunks, notes = convert(path, chunk_rows=10)
+    td = torch.cat(chunks)
+    n = td.batch_size[0]
+    assert td["observation"].dtype == torch.float32 and td["next", "observation"].dtype == torch.float32
+    assert td["next", "reward"].shape == (n, 1) and td["next", "reward"].dtype == torch.float32
+    assert td["next", "terminated"].dtype == torch.bool and td["next", "truncated"].dtype == torch.bool
+    assert td["episode"].dtype == torch.int64
+    assert td["info", "qpos"].dtype == torch.float64  # upstream dtype kept
+    np.testing.assert_array_equal(td["info", "qpos"].numpy(), 100.0 * np.arange(n)[:, None] + np.arange(QPOS_DIM))
+    np.testing.assert_array_equal(td["info", "goal", "xy"][:, 1].numpy(), -np.arange(n))
+    np.testing.assert_array_equal(td["info", "extra_per_step"].numpy(), np.arange(n) % 7)
+    assert td["info", "next_observation_unknown"].dtype == torch.bool
+    meta = notes["metadata"]
+    assert meta["algorithm"] == "SAC" and meta["seed"] == 7
+    assert meta["policy/fc0/weight"] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert meta["big"].startswith("<array shape=[10000]")
+    assert "infos/scalar" in notes["skipped_keys"]
+    json.dumps(notes, allow_nan=False)  # the card must be JSON
+
+
+def test_mismatching_next_observations_are_counted(tmp_path):
+    path = write_d4rl(tmp_path / "x.hdf5")
+    with h5py.File(path, "r+") as f:
+        f["next_observations"][2] = -1.0  # a hidden reset inside episode 0
+    chunks, notes = convert(path)
+    assert notes["next_observation_mismatch_rows"] == 1
+    assert torch.cat(chunks)["next", "observation"][2].eq(-1).all()  # the file's value is kept
+
+
+def test_single_row_file_and_all_terminal_rows(tmp_path):
+    chunks, notes = convert(write_d4rl(tmp_path / "a.hdf5", [(1, "none")], next_obs=False))
+    td = torch.cat(chunks)
+    assert td.batch_size == (1,) and td["next", "truncated"].item() and td["info", "next_observation_unknown"].item()
+    eps = [(1, "terminal")] * 6
+    chunks, notes = convert(write_d4rl(tmp_path / "b.hdf5", eps), chunk_rows=4)
+    check_rows(chunks, expected_rows(eps), 4)
+    assert [c.batch_size[0] for c in chunks] == [4, 2]
+
+
+def test_params_are_checked():
+    loader = D4RLLoader()
+    with pytest.raises(InvalidParameter, match="max_episode_steps"):
+        loader.check_params(DatasetSpec("d4rl/x", "d4rl", params={"max_episode_step": 3}))
+    with pytest.raises(InvalidParameter, match="positive int"):
+        loader.check_params(DatasetSpec("d4rl/x", "d4rl", params={"max_episode_steps": 0}))
+    with pytest.raises(InvalidParameter, match="url"):
+        loader.check_params(DatasetSpec("d4rl/x", "d4rl", params={"url": []}))
+    with pytest.raises(InvalidParameter, match="no resource"):
+        loader.resources(DatasetSpec("d4rl/x", "d4rl"))
+
+
+def test_resources_default_and_url_override():
+    res = Resource(name="h.hdf5", urls=("http://example.invalid/h.hdf5",))
+    loader = D4RLLoader()
+    assert loader.resources(DatasetSpec("d4rl/x", "d4rl", resources=[res])) == [res]
+    got = loader.resources(DatasetSpec("d4rl/x", "d4rl", params={"url": ["http://a/m.hdf5", "http://b/m.hdf5"]},
+                                       resources=[res]))
+    assert got == [Resource(name="m.hdf5", urls=("http://a/m.hdf5", "http://b/m.hdf5"))]
+
+
+def test_bad_files_raise_loader_error(tmp_path):
+    junk = tmp_path / "junk.hdf5"
+    junk.write_bytes(b"not hdf5 at all")
+    with pytest.raises(LoaderError, match="not a readable HDF5"):
+        convert(junk)
+    other = tmp_path / "other.hdf5"
+    with h5py.File(other, "w") as f:
+        f["observations"] = np.zeros((3, 2), np.float32)
+    with pytest.raises(LoaderError, match="'actions'"):
+        convert(other)
+    short = write_d4rl(tmp_path / "short.hdf5")
+    with h5py.File(short, "r+") as f:
+        del f["actions"]
+        f["actions"] = np.zeros((3, ACT_DIM), np.float32)
+    with pytest.raises(LoaderError, match="rows"):
+        convert(short)
+
+
+def test_loader_declares_contract():
+    assert D4RLLoader.name == "d4rl" and D4RLLoader.requires == ("h5py",)
+    assert D4RLLoader.install_hint == "pip install h5py" and D4RLLoader.format_version == 1
+    assert math.isfinite(D4RLLoader.format_version)
+
+
+# -- the catalogue -----------------------------------------------------------------------------
+def _d4rl_entries():
+    import yaml
+
+    with open(Path(__file__).resolve().parents[1] / "registry.yaml") as fh:
+        data = yaml.safe_load(fh)
+    return list(data), {k: v for k, v in data.items() if k.startswith("d4rl/")}
+
+
+def test_catalogue_lists_every_gym_mujoco_and_adroit_dataset():
+    _, entries = _d4rl_entries()
+    for env in ("halfcheetah", "hopper", "walker2d", "ant"):
+        for kind in ("random", "medium", "expert", "medium-replay", "medium-expert"):
+            for version in ("v0", "v1", "v2"):
+                assert f"d4rl/{env}-{kind}-{version}" in entries
+        for version in ("v1", "v2"):
+            assert f"d4rl/{env}-full-replay-{version}" in entries
+    for env in ("pen", "hammer", "door", "relocate"):
+        for kind in ("human", "cloned", "expert"):
+            for version in ("v0", "v1"):
+                assert f"d4rl/{env}-{kind}-{version}" in entries
+    for prefix in ("antmaze-umaze-v2", "antmaze-large-diverse-v0", "maze2d-umaze-v1", "kitchen-mixed-v0",
+                   "flow-ring-random-v0", "carla-lane-v0"):
+        assert f"d4rl/{prefix}" in entries
+    assert entries["d4rl/hopper-medium-v2"]["resources"] == [
+        {"url": "http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"}]
+    assert entries["d4rl/walker2d-medium-replay-v0"]["resources"][0]["url"].endswith("gym_mujoco/walker_mixed.hdf5")
+
+
+def test_catalogue_entries_are_well_formed_and_sorted():
+    keys, entries = _d4rl_entries()
+    assert keys == sorted(keys)
+    assert len(entries) > 150
+    for dataset_id, entry in entries.items():
+        assert entry["loader"] == "d4rl"
+        assert entry["license"] and entry["citation"] and entry["description"]
+        (resource,) = entry["resources"]
+        url = resource["url"]
+        assert url.startswith("http://rail.eecs.berkeley.edu/datasets/offline_rl/") and url.endswith(".hdf5")
+        assert ("ref_min_score" in entry) == ("ref_max_score" in entry), dataset_id
+        if "ref_min_score" in entry:
+            assert entry["ref_min_score"] < entry["ref_max_score"], dataset_id
+    urls = [e["resources"][0]["url"] for e in entries.values()]
+    assert len(set(urls)) == len(urls)  # no two ids share a file
+
+
+def test_catalogue_resolves_to_specs():
+    from datasets_hub.catalogue import resolve
+
+    spec = resolve("d4rl/hopper-medium-v2")
+    assert spec.loader == "d4rl" and spec.metadata["ref_max_score"] == 3234.3
+    assert D4RLLoader().resources(spec)[0].name == "hopper_medium-v2.hdf5"
+
+
+# -- through the hub: served from 127.0.0.1, downloaded, built, loaded -------------------------
+def test_check_loader_contract(tmp_path):
+    from datasets_hub.testing import check_loader
+
+    path = write_d4rl(tmp_path / "x.hdf5", next_obs=False)
+    spec = DatasetSpec(id="d4rl/test-v0", loader="d4rl", resources=[Resource(name="x.hdf5", urls=("file://" + str(path),))])
+    summary = check_loader(D4RLLoader, spec, {"x.hdf5": path})
+    assert summary
+
+
+@pytest.mark.parametrize("next_obs", [True, False])
+def test_load_from_local_mirror_row_by_row(tmp_path, monkeypatch, next_obs):
+    import datasets_hub
+    from http_server import serve_files
+
+    path = write_d4rl(tmp_path / "x.hdf5", next_obs=next_obs)
+    upstream = "datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"  # the catalogue's path
+    with serve_files({upstream: path.read_bytes()}) as server:
+        monkeypatch.setenv("DATASETS_HUB_ENDPOINT_D4RL", server.base_url)
+        rb = datasets_hub.load("d4rl/hopper-medium-v2", batch_size=8)
+        assert server.count(upstream) == 1
+        rb2 = datasets_hub.load("d4rl/hopper-medium-v2")  # cached: no second request
+        assert server.count(upstream) == 1 and len(rb2) == len(rb)
+    data = rb[:]
+    check_rows([data], expected_rows(EPISODES, next_obs=next_obs), len(rb))
+    np.testing.assert_array_equal(data["info", "qpos"].numpy(), 100.0 * np.arange(len(rb))[:, None] + np.arange(QPOS_DIM))
+    # samples are rows of the file: the observation tells which row, every other key must agree
+    torch.manual_seed(0)
+    batch = rb.sample()
+    row = batch["observation"][:, 0].round().long()
+    assert torch.equal(batch["episode"], data["episode"][row])
+    assert torch.equal(batch["next", "reward"], data["next", "reward"][row])
+    card = datasets_hub.info("d4rl/hopper-medium-v2")
+    assert card.cached and card.metadata["ref_max_score"] == 3234.3
+    notes = card.notes
+    assert notes["episodes"] == len(EPISODES)
+    assert notes["next_observation_unknown_rows"] == (0 if next_obs else len(EPISODES))
+    assert notes["metadata"]["algorithm"] == "SAC"
+
+
+def test_big_endian_and_float64_sources_convert_to_native(tmp_path):
+    path = write_d4rl(tmp_path / "x.hdf5", infos=False, metadata=False)
+    with h5py.File(path, "r+") as f:
+        obs = f["observations"][()]
+        del f["observations"]
+        f.create_dataset("observations", data=obs.astype(">f4"))
+        rewards = f["rewards"][()]
+        del f["rewards"]
+        f["rewards"] = rewards.astype(np.float64)  # kept as float64, as upstream stores it
+    chunks, _ = convert(path, chunk_rows=5)
+    td = torch.cat(chunks)
+    assert td["observation"].dtype == torch.float32 and td["next", "reward"].dtype == torch.float64
+    check_rows([td.apply(lambda x: x.float() if x.dtype == torch.float64 else x)], expected_rows(EPISODES), len(td))
