@@ -23,8 +23,8 @@ _EXPORTS: dict[str, str] = {
     "PrioritizedReplayBuffer": "replay_buffers", "TensorDictPrioritizedReplayBuffer": "replay_buffers",
     "ReplayBufferEnsemble": "ensemble",
     # storages
-    "Storage": "storages", "ListStorage": "storages", "TensorStorage": "storages",
-    "LazyTensorStorage": "storages", "LazyMemmapStorage": "storages", "DatasetStorage": "dataset_storage",
+    "Storage": "storages", "ListStorage": "storages", "TensorStorage": "tensor_storages",
+    "LazyTensorStorage": "tensor_storages", "LazyMemmapStorage": "tensor_storages", "DatasetStorage": "dataset_storage",
     # samplers
     "Sampler": "samplers", "RandomSampler": "samplers", "SamplerWithoutReplacement": "samplers",
     "PrioritizedSampler": "prioritized", "SliceSampler": "slice_samplers",
