@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -85,8 +86,12 @@ def test_missing_requirement_gives_the_pip_line():
 
 
 def test_the_wheel_ships_registry_yaml(tmp_path):
+    # build from a copy: setuptools writes build/ and *.egg-info into the tree it builds
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, symlinks=True,
+                    ignore=shutil.ignore_patterns(".venv*", ".git", "build", "*.egg-info", "__pycache__", "results"))
     result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                             "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+                             "-w", str(tmp_path), str(source)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     wheel = next(tmp_path.glob("datasets_hub-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
