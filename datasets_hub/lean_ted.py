@@ -16,8 +16,10 @@ and each leaf is appended to its own file, so memory use is bounded by one chunk
 from __future__ import annotations
 
 import hashlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -47,6 +49,19 @@ def equal_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a, b))
 
 
+def _next_follows(now: torch.Tensor, nxt: torch.Tensor, episodes: EpisodeIndex) -> bool:
+    """Whether ``nxt[t] == now[t + 1]`` inside every episode (NaN equal to NaN)."""
+    if episodes.num_episodes <= 256:
+        # long episodes: one allocation-free comparison per episode
+        spans = zip(episodes.start.tolist(), episodes.end.tolist())
+        if all(torch.equal(nxt[s:e - 1], now[s + 1:e]) for s, e in spans):
+            return True
+    inner = torch.ones(now.shape[0], dtype=torch.bool)
+    inner[episodes.end - 1] = False
+    rows = torch.nonzero(inner).reshape(-1)
+    return equal_rows(nxt[rows], now[rows + 1])
+
+
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach().cpu().contiguous()
     if t.dtype == torch.bfloat16:
@@ -54,10 +69,37 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-class _LeafFile:
-    """One append-only binary file per stored leaf."""
+class _BackgroundIO:
+    """One worker thread that hashes and writes chunks while the loader reads the next ones
+    (hashlib and file writes release the GIL). Writes run in submission order; at most
+    ``max_pending`` are queued, so memory stays bounded by a few chunks."""
 
-    def __init__(self, path: Path, dtype: torch.dtype, row_shape: tuple[int, ...]) -> None:
+    def __init__(self, max_pending: int = 64) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="datasets_hub-build-io")
+        self._pending: deque[Future] = deque()
+        self._max_pending = max_pending
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self._pending.append(self._pool.submit(fn))
+        while len(self._pending) > self._max_pending:
+            self._pending.popleft().result()
+
+    def drain(self) -> None:
+        """Wait for every queued write; re-raise the first error (e.g. a full disk)."""
+        while self._pending:
+            self._pending.popleft().result()
+
+    def close(self) -> None:
+        try:
+            self.drain()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+class _LeafFile:
+    """One append-only binary file per stored leaf, written by the background IO thread."""
+
+    def __init__(self, path: Path, dtype: torch.dtype, row_shape: tuple[int, ...], io: _BackgroundIO) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.dtype = dtype
@@ -65,11 +107,17 @@ class _LeafFile:
         self.rows = 0
         self.sha256 = hashlib.sha256()  # recorded in the manifest so `datasets-hub verify` can spot tampering
         self._fh = open(path, "wb")
+        self._io = io
 
     def append(self, values: torch.Tensor) -> None:
+        """Queue ``values`` for writing; the caller must not modify them afterwards."""
         buffer = memoryview(_to_numpy(values)).cast("B")
-        self.sha256.update(buffer)
-        self._fh.write(buffer)
+
+        def write() -> None:
+            self.sha256.update(buffer)
+            self._fh.write(buffer)
+
+        self._io.submit(write)
         self.rows += values.shape[0]
 
     def close(self) -> None:
@@ -78,7 +126,8 @@ class _LeafFile:
             self._fh.close()
 
     def read_back(self) -> torch.Tensor:
-        """What was written so far (flushes first)."""
+        """What was written so far."""
+        self._io.drain()
         self._fh.flush()
         numel = self.rows * int(np.prod(self.row_shape, dtype=np.int64))
         flat = torch.from_file(str(self.path), shared=False, size=numel, dtype=self.dtype)
@@ -97,6 +146,7 @@ class LeanTEDWriter:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.files: dict[tuple[str, Key], _LeafFile] = {}
+        self._io = _BackgroundIO()
         self.obs_keys: list[Key] = []
         self.step_keys: list[Key] = []
         self.split_next: list[Key] = []  # obs-like keys whose next values are stored per step too
@@ -163,7 +213,7 @@ class LeanTEDWriter:
             source_key = ("next", *key[1:]) if group == "steps" and key[0] == "next" else key
             dtype, shape = self._schema[source_key]  # type: ignore[index]
             path = self.data_dir.joinpath(group, *key[:-1], key[-1] + ".memmap")
-            handle = self.files[(group, key)] = _LeafFile(path, dtype, shape)
+            handle = self.files[(group, key)] = _LeafFile(path, dtype, shape, self._io)
         return handle
 
     # -- writing ------------------------------------------------------------------------------
@@ -198,16 +248,13 @@ class LeanTEDWriter:
         ep_local = torch.repeat_interleave(torch.arange(local.num_episodes), local.length)
         obs_rows = torch.arange(n) + ep_local  # where each time-t value lands in the T+1 layout
         final_rows = ends + torch.arange(local.num_episodes) + 1
-        not_last = torch.ones(n, dtype=torch.bool)
-        not_last[ends] = False
-        inner_rows = torch.nonzero(not_last[:-1]).reshape(-1)
         for key in self.obs_keys:
             now, nxt = chunk.get(key), chunk.get(("next", *key))
-            if key not in self.split_next and not equal_rows(nxt[inner_rows], now[inner_rows + 1]):
+            if key not in self.split_next and not _next_follows(now, nxt, local):
                 self._split(key)
             merged = torch.empty((n + local.num_episodes, *now.shape[1:]), dtype=now.dtype)
-            merged[obs_rows] = now
-            merged[final_rows] = nxt[ends]
+            merged.index_copy_(0, obs_rows, now)
+            merged.index_copy_(0, final_rows, nxt[ends])
             self._file("obs", key).append(merged)
             if key in self.split_next:
                 self._file("steps", ("next", *key)).append(nxt)
@@ -252,17 +299,15 @@ class LeanTEDWriter:
         counts, schema and statistics for the manifest."""
         if self.num_transitions == 0:
             raise TEDError("the loader produced no transitions; check the dataset's parameters")
-        for handle in self.files.values():
-            handle.close()
         starts = torch.cat(self.episode_starts)
         lengths = torch.cat(self.episode_lengths)
         returns = torch.cat(self.episode_returns)
         episodes = {"start": starts, "length": lengths, "id": torch.cat(self.episode_ids), "return": returns}
         for name, values in episodes.items():
-            handle = self.files[("episodes", (name,))] = _LeafFile(
-                self.data_dir / "episodes" / f"{name}.memmap", values.dtype, ())
-            handle.append(values)
-            handle.close()
+            self.files[("episodes", (name,))] = _LeafFile(
+                self.data_dir / "episodes" / f"{name}.memmap", values.dtype, (), self._io)
+            self.files[("episodes", (name,))].append(values)
+        self.close()
         tree: dict[str, Any] = {}
         for (group, key), handle in self.files.items():
             node = tree.setdefault(group, {})
@@ -273,6 +318,21 @@ class LeanTEDWriter:
             )
         TensorDict(tree, batch_size=[]).memmap_(prefix=str(self.data_dir), existsok=True)
         return self._summary(lengths, returns)
+
+    def close(self) -> None:
+        """Finish every queued write and close the files (also after a failed build)."""
+        try:
+            self._io.close()
+        finally:
+            for handle in self.files.values():
+                handle.close()
+
+    def abort(self) -> None:
+        """Stop after a failure: wait for the IO thread, ignore its errors, close the files."""
+        try:
+            self.close()
+        except Exception:  # the error that made us abort is the one worth reporting
+            pass
 
     def _summary(self, lengths: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:
         def describe(values: torch.Tensor) -> dict[str, float]:

@@ -11,7 +11,8 @@ and re-raise upstream errors as ``LoaderError(...) from exc``.
 
 The TED chunk a loader yields (a ``TensorDict`` with batch size ``[N]``, N >= 1):
 
-- whole episodes only, in a deterministic order, rows of an episode contiguous;
+- whole episodes only, in a deterministic order, rows of an episode contiguous; a chunk is not
+  modified after it is yielded (the core may still be writing it in the background);
 - ``"episode"``: int64 ``[N]``, one id per episode, unique over the whole dataset;
 - per-step keys at the root: ``"action"`` and any others (``"info", ...`` for upstream infos);
 - ``("next", "reward")`` ``[N, 1]``; ``("next", "terminated")`` and ``("next", "truncated")``
