@@ -64,16 +64,18 @@ class DatasetStorage(Storage):
             columns[name] = _open_leaf(data / (name + ".memmap"), spec["dtype"], spec["shape"], spec["rows"])
         layout = self.manifest["layout"]
         split = {tuple(k.split("/")) for k in layout["next_stored_per_step"]}
-        self._obs: list[tuple[Key, torch.Tensor, bool]] = [
-            (tuple(k.split("/")), columns["obs/" + k], tuple(k.split("/")) not in split) for k in layout["obs"]
+        self._obs: list[tuple[Key, np.ndarray, bool]] = [
+            (tuple(k.split("/")), columns["obs/" + k].numpy(), tuple(k.split("/")) not in split) for k in layout["obs"]
         ]
         self._steps: list[tuple[Key, torch.Tensor]] = [
             (tuple(name.split("/")[1:]), col) for name, col in columns.items() if name.startswith("steps/")
         ]
         self._start = columns["episodes/start"]
         self._start_np = np.ascontiguousarray(self._start.numpy())
+        self._steps_np = [(key, column.numpy()) for key, column in self._steps]
         self._length = columns["episodes/length"]
         self._episode_id = columns["episodes/id"]
+        self._episode_id_np = self._episode_id.numpy()
         self.episode_returns = columns["episodes/return"]
         self._index = EpisodeIndex(self._start.clone(), self._length.clone())
         self._len = int(self.manifest["counts"]["transitions"])
@@ -87,55 +89,59 @@ class DatasetStorage(Storage):
     def episode_index(self) -> EpisodeIndex:
         return self._index
 
-    def _rows(self, index: Any) -> torch.Tensor:
+    def _rows(self, index: Any) -> np.ndarray:
+        """``index`` as a flat int64 array of valid rows, plus the shape to give the result."""
         if isinstance(index, slice):
-            return torch.arange(self._len)[index]
-        rows = torch.as_tensor(index)
-        if rows.dtype == torch.bool:
-            return torch.nonzero(rows.reshape(-1)).reshape(-1)
-        rows = rows.to(torch.int64)
-        if rows.numel() and (int(rows.max()) >= self._len or int(rows.min()) < -self._len):
-            raise IndexError(f"index out of range for a dataset of {self._len} transitions")
-        return torch.where(rows < 0, rows + self._len, rows)
+            rows = np.arange(self._len)[index]
+            return rows, rows.shape
+        if isinstance(index, torch.Tensor):
+            rows = index.numpy() if index.dtype != torch.bool else np.flatnonzero(index.numpy())
+        else:
+            rows = np.asarray(index)
+            if rows.dtype == np.bool_:
+                rows = np.flatnonzero(rows)
+        shape = rows.shape
+        rows = rows.reshape(-1).astype(np.int64, copy=False)
+        if rows.size:
+            low, high = rows.min(), rows.max()
+            if high >= self._len or low < -self._len:
+                raise IndexError(f"index out of range for a dataset of {self._len} transitions")
+            if low < 0:
+                rows = np.where(rows < 0, rows + self._len, rows)
+        return rows, shape
 
     def get(self, index: Any) -> TensorDict:
-        if isinstance(index, int):
-            return self.get(torch.tensor([index]))[0]
-        rows = self._rows(index)
-        shape = rows.shape
-        rows = rows.reshape(-1)
-        b = rows.numel()
-        episode = self._episode_of(rows)
+        if isinstance(index, (int, np.integer)):
+            return self.get(torch.tensor([int(index)]))[0]
+        # numpy does the index arithmetic and the gathers: single-threaded and cheaper per call
+        # than torch here (torch's parallel kernels cost milliseconds when the other cores are busy)
+        rows, shape = self._rows(index)
+        b = rows.size
+        episode = np.searchsorted(self._start_np, rows, side="right") - 1
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         if self._obs:
             obs_rows = rows + episode
-            both = torch.cat([obs_rows, obs_rows + 1])
+            both = np.concatenate([obs_rows, obs_rows + 1])
             for key, column, shared_next in self._obs:
-                gathered = torch.index_select(column, 0, both)  # one read serves t and t+1
+                gathered = torch.from_numpy(column.take(both, axis=0))  # one read serves t and t+1
                 _put(root, key, gathered[:b])
                 if shared_next:
                     _put(nxt, key, gathered[b:])
-        for key, column in self._steps:
+        for key, column in self._steps_np:
             if key[0] == "next":
-                _put(nxt, key[1:], torch.index_select(column, 0, rows))
+                _put(nxt, key[1:], torch.from_numpy(column.take(rows, axis=0)))
             else:
-                _put(root, key, torch.index_select(column, 0, rows))
-        nxt["done"] = nxt["terminated"] | nxt["truncated"]
-        root["episode"] = torch.index_select(self._episode_id, 0, episode)
-        root["step"] = rows - torch.index_select(self._start, 0, episode)
+                _put(root, key, torch.from_numpy(column.take(rows, axis=0)))
+        nxt["done"] = torch.logical_or(nxt["terminated"], nxt["truncated"])
+        root["episode"] = torch.from_numpy(self._episode_id_np.take(episode))
+        root["step"] = torch.from_numpy(rows - self._start_np.take(episode))
         flags = torch.zeros((len(_ROOT_FLAGS), b, 1), dtype=torch.bool)  # one allocation, three disjoint views
         for i, flag in enumerate(_ROOT_FLAGS):
             root[flag] = flags[i]
         root["next"] = nxt
         out = _tensordict(root, torch.Size([b]))
         return out.reshape(shape) if len(shape) != 1 else out
-
-    def _episode_of(self, rows: torch.Tensor) -> torch.Tensor:
-        # numpy's single-threaded search: torch's parallel searchsorted costs milliseconds per call
-        # when the other cores are busy (seen with 2 cores), for a few microseconds of work
-        found = np.searchsorted(self._start_np, rows.numpy(), side="right") - 1
-        return torch.from_numpy(found)
 
     def set(self, cursor: Any, data: Any) -> None:
         raise RuntimeError(

@@ -242,5 +242,14 @@ def _check_meta(path: Path, expected: str | tuple[str, ...]) -> dict[str, Any]:
     return meta
 
 
-# TensorStorage, LazyTensorStorage and LazyMemmapStorage live in tensor_storages.py; re-exported here.
-from .tensor_storages import LazyMemmapStorage, LazyTensorStorage, TensorStorage  # noqa: E402,F401
+_TENSOR_STORAGES = ("TensorStorage", "LazyTensorStorage", "LazyMemmapStorage")
+
+
+def __getattr__(name: str) -> Any:
+    """``TensorStorage``, ``LazyTensorStorage`` and ``LazyMemmapStorage`` live in tensor_storages.py
+    (which imports this module); they are re-exported here on first use."""
+    if name in _TENSOR_STORAGES:
+        from . import tensor_storages
+
+        return getattr(tensor_storages, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
