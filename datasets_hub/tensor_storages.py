@@ -20,6 +20,22 @@ from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
 from .storages import Storage, _FORMAT, _as_index, _check_meta, _write_json
 
+_NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+                 torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128}
+
+
+def _numpy_views(leaves: list[torch.Tensor]) -> list[np.ndarray | None]:
+    """numpy views of the leaves' memory (None where numpy has no such dtype)."""
+    return [t.numpy() if t.dtype in _NUMPY_DTYPES and t.is_contiguous() else None for t in leaves]
+
+
+def gather_rows(leaf: torch.Tensor, view: np.ndarray | None, index: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+    """``leaf[index]`` in one read: through numpy's take when there is a view (less per-call
+    overhead than ``index_select``, and no torch thread pool), else ``index_select``."""
+    if view is not None:
+        return torch.from_numpy(view.take(rows, axis=0))
+    return torch.index_select(leaf, 0, index)
+
 
 # ---------------------------------------------------------------------------------------------
 # Tensor storages: every leaf is one preallocated tensor [max_size, *row_shape].
@@ -149,6 +165,7 @@ class TensorStorage(Storage):
         self._keys: list[tuple[str, ...]] = []
         self._schema: list[tuple[tuple[int, ...], torch.dtype]] = []
         self._plain: list[torch.Tensor] = []
+        self._np: list[np.ndarray | None] = []
         self._td: TensorDictBase | None = None
         self._meta: Any = None
         self._row_batch: tuple = ()
@@ -186,6 +203,9 @@ class TensorStorage(Storage):
         self._kind, self._keys, self._meta, self._row_batch = kind, list(keys), meta, tuple(row_batch)
         self._schema = [(tuple(t.shape[1:]), t.dtype) for t in leaves]
         self._plain = [t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t for t in leaves]
+        # numpy views of the same memory (None where numpy has no dtype): np.take gathers with less
+        # per-call overhead than index_select and never spins up torch's thread pool
+        self._np = _numpy_views(self._plain)
         self._td = None
         self._build_template()
 
@@ -235,15 +255,17 @@ class TensorStorage(Storage):
     def get(self, index: Any) -> Any:
         if type(index) is not torch.Tensor or index.dtype != torch.int64 or not self._plain:
             return self._get_other(index)
-        out = [torch.index_select(t, 0, index.reshape(-1)) for t in self._plain] if index.ndim != 1 else \
-            [torch.index_select(t, 0, index) for t in self._plain]
+        flat = index.reshape(-1)
+        rows = flat.numpy()
+        out = [gather_rows(t, a, flat, rows) for a, t in zip(self._np, self._plain)]
         if index.ndim != 1:
             out = [t.reshape(*index.shape, *t.shape[1:]) for t in out]
         return self._wrap(out, index.shape)
 
     def _get_extra(self, index: torch.Tensor, extra: dict) -> TensorDictBase:
         """``get`` for 1-D int64 ``index`` plus ``extra`` entries (key -> tensor) in the same TensorDict."""
-        out = [torch.index_select(t, 0, index) for t in self._plain]
+        rows = index.numpy()
+        out = [gather_rows(t, a, index, rows) for a, t in zip(self._np, self._plain)]
         return self._wrap(out, index.shape, extra)
 
     def _get_other(self, index: Any) -> Any:
@@ -343,6 +365,7 @@ class TensorStorage(Storage):
         self._shared = True
         for t in self._plain:
             t.share_memory_()
+        self._np = _numpy_views(self._plain)  # share_memory_ moved in-memory leaves: refresh the views
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -506,7 +529,7 @@ class LazyMemmapStorage(TensorStorage):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_plain", "_mm_td", "_td", "_counts", "_finalizer", "_meta", "_paths", "_flat", "_kind",
+        for k in ("_plain", "_np", "_mm_td", "_td", "_counts", "_finalizer", "_meta", "_paths", "_flat", "_kind",
                   "_keys", "_schema", "_row_batch"):
             state.pop(k, None)
         state["_was_initialized"] = self.initialized
@@ -518,6 +541,7 @@ class LazyMemmapStorage(TensorStorage):
         self._counts = self._counts_t.numpy()
         self._finalizer = None  # only the creating process removes the scratch dir
         self._kind, self._keys, self._schema, self._plain, self._td, self._meta = None, [], [], [], None, None
+        self._np = []
         self._row_batch = ()
         if was or self._shared:
             meta_path = self.scratch_dir / "storage.json"
