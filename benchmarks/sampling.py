@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import datasets_hub as dh  # noqa: E402
+import datasets_hub.storages  # noqa: E402,F401  (load the storage contract before the concrete storages)
 
 try:
     import torchrl

@@ -345,3 +345,17 @@ def test_dataset_build_slices_use_its_episode_index():
     ep = data["episode"].reshape(10, 6)
     assert (ep == ep[:, :1]).all() and (ep != 1).all()  # episode 1 has 3 steps
     assert (torch.diff(data["step"].reshape(10, 6), dim=1) == 1).all()
+
+
+def test_prioritized_slices_through_the_buffer():
+    rb = _online_buffer(100, PrioritizedSliceSampler(100, alpha=1.0, beta=0.5, slice_len=5))
+    rb.extend(_episodes([30, 30, 40]))
+    sample = rb.sample(50)
+    assert sample["_weight"].shape == (50,)
+    start = int(sample["index"][0])  # a valid start: raise its priority far above the others
+    sample["td_error"] = torch.where(sample["index"] == start, 1e5, 1e-3)
+    rb.update_tensordict_priority(sample)
+    again = rb.sample(500)
+    starts = again["index"].reshape(-1, 5)[:, 0]
+    assert (starts == start).float().mean() > 0.9
+    assert (torch.diff(again["write"].reshape(-1, 5), dim=1) == 1).all()
