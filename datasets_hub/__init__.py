@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Writer": "writers", "RoundRobinWriter": "writers", "ImmutableDatasetWriter": "writers",
     # transforms
     "Transform": "transforms", "Compose": "transforms", "Rename": "transforms", "Select": "transforms",
-    "Exclude": "transforms",
+    "Exclude": "transforms", "FrameStack": "frame_stack", "FullStackSampler": "frame_stack",
     "EpisodeIndex": "episode_index",
     # errors
     "HubError": "errors", "UnknownDataset": "errors", "UnknownLoader": "errors",

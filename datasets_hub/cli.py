@@ -279,7 +279,7 @@ def _plot(card: Any, target: Path) -> None:
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise MissingDependency(
-            f"--plot needs matplotlib, which is not installed. Fix: pip install 'datasets-hub[plot]'"
+            "--plot needs matplotlib, which is not installed. Fix: pip install 'datasets-hub[plot]'"
         ) from exc
     if not card.cached:
         raise CacheError(f"{card.id!r} is not built yet, so there is nothing to plot; run `{PROG} download {card.id}`")

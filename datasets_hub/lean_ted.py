@@ -316,7 +316,7 @@ class LeanTEDWriter:
             node[key[-1]] = MemoryMappedTensor.from_filename(
                 str(handle.path), dtype=handle.dtype, shape=torch.Size([handle.rows, *handle.row_shape])
             )
-        TensorDict(tree, batch_size=[]).memmap_(prefix=str(self.data_dir), existsok=True)
+        TensorDict(tree, batch_size=[]).memmap_(prefix=str(self.data_dir), existsok=True, robust_key=False)
         return self._summary(lengths, returns)
 
     def close(self) -> None:

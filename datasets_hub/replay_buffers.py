@@ -80,6 +80,7 @@ class ReplayBuffer:
             self._transform = transform
         else:
             self._transform = Compose(transform)
+        self._bind(self._transform)
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0 (batches kept in flight), got {prefetch!r}")
         self._prefetch = prefetch
@@ -144,12 +145,20 @@ class ReplayBuffer:
 
     def append_transform(self, transform: Any, *, invert: bool = False) -> "ReplayBuffer":
         """Add a transform at the end; ``invert=True`` runs it on writes instead of on samples."""
-        self._transform.append(as_transform(transform, invert=invert))
+        self._transform.append(self._bind(as_transform(transform, invert=invert)))
         return self
 
     def insert_transform(self, index: int, transform: Any, *, invert: bool = False) -> "ReplayBuffer":
-        self._transform.insert(index, as_transform(transform, invert=invert))
+        self._transform.insert(index, self._bind(as_transform(transform, invert=invert)))
         return self
+
+    def _bind(self, transform: Any) -> Any:
+        """Attach transforms that read the buffer's storage (e.g. ``FrameStack``) to this buffer."""
+        for inner in getattr(transform, "transforms", ()):
+            self._bind(inner)
+        if callable(getattr(transform, "bind", None)):
+            transform.bind(self)
+        return transform
 
     def _inv(self, data: Any) -> Any:
         return self._transform.inv(data) if self._transform.transforms else data

@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 _FAULT_KEYS = {"status", "fail_status", "fail_times", "drop_after", "drop_times", "stall", "corrupt",
                "length_delta", "ignore_range", "trickle", "trickle_chunk"}

@@ -1,7 +1,6 @@
 """Loader plugins: real entry points, lazy imports, helpful errors, and the shipped wheel."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess

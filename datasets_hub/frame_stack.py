@@ -1,0 +1,222 @@
+"""DQN-style frame stacks built at sample time, never crossing an episode start.
+
+A build stores every frame once (DESIGN.md §4); the stacked state a DQN consumes — frames
+``t-n+1..t`` — is gathered when a batch is sampled, so a 4-frame Atari build costs no more disk than
+a 1-frame one. :class:`FrameStack` is the transform; :class:`FullStackSampler` is the sampler
+option for those who would rather never pad.
+
+Contract of ``FrameStack(n)`` on a sample (any batch shape, TED keys):
+
+- ``observation`` becomes ``[*B, n, *frame]`` holding frames ``t-n+1, …, t`` of the row's own
+  episode (oldest first, so ``[..., -1, :, :]`` is the sample's own frame), and
+  ``("next", "observation")`` becomes frames ``t-n+2, …, t+1``; dtype unchanged.
+- Frames before the episode's first one are **zeros** (``padding="zeros"``, the default): this is
+  what Dopamine, which produced the DQN Replay Dataset, feeds its agents (it writes 3 zero frames
+  before every episode). ``padding="first"`` repeats the episode's first frame instead (the
+  convention of many PyTorch DQN implementations and TorchRL's ``CatFrames``).
+- A stack never holds a frame of another episode, whatever the padding.
+
+The transform reads earlier frames from the buffer's storage, so it must be bound to it. A replay
+buffer binds the transforms it is given (``load(id, transform=FrameStack(4))``,
+``rb.append_transform(FrameStack(4))``); used on its own, bind it explicitly:
+``fs = FrameStack(4).bind(rb); fs(rb.sample())``. Over a hub build (a
+:class:`~datasets_hub.dataset_storage.DatasetStorage`) the frames are gathered straight from the
+build's frame file (one read of ``n + 1`` frames per sample serves both stacks) and the sample only
+needs its ``episode`` and ``step`` keys. Over any other storage whose episodes occupy consecutive
+rows, the sample must also carry ``"index"`` (``TensorDictReplayBuffer`` samples do).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from .samplers import Sampler
+from .transforms import Transform
+
+_PADDINGS = ("zeros", "first")
+
+
+def _key(key: Any) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+class FrameStack(Transform):
+    """Replace ``keys`` (default ``observation``) and their ``next`` values by n-frame stacks.
+
+    See the module docstring for the contract. ``storage`` (or a later :meth:`bind`) is the
+    buffer or storage the samples come from.
+    """
+
+    def __init__(self, n: int = 4, keys: Sequence[Any] = ("observation",), *, padding: str = "zeros",
+                 storage: Any = None) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"FrameStack needs a positive number of frames (e.g. FrameStack(4)), got {n!r}")
+        if padding not in _PADDINGS:
+            raise ValueError(f"FrameStack padding must be one of {_PADDINGS}, got {padding!r}")
+        if isinstance(keys, str):
+            keys = [keys]  # one key; a nested key is a tuple inside the list: keys=[("pixels", "left")]
+        self.n = n
+        self.keys = [_key(k) for k in keys]
+        self.padding = padding
+        self._storage: Any = None
+        self._columns: dict[tuple[str, ...], torch.Tensor] = {}
+        self._obs_start: torch.Tensor | None = None
+        self._ordinal: Any = None
+        if storage is not None:
+            self.bind(storage)
+
+    # -- binding --------------------------------------------------------------------------------
+    def bind(self, buffer: Any) -> "FrameStack":
+        """Attach to ``buffer`` (a replay buffer, or a storage) whose samples this transform sees."""
+        storage = getattr(buffer, "storage", buffer)
+        if not hasattr(storage, "get"):
+            raise TypeError(f"FrameStack.bind needs a replay buffer or a storage, got {type(buffer).__name__}")
+        self._storage = storage
+        self._columns = {}
+        self._obs_start = None
+        manifest = getattr(storage, "manifest", None)
+        if isinstance(manifest, dict) and "layout" in manifest and hasattr(storage, "episode_index"):
+            self._bind_build(storage, manifest)
+        return self
+
+    def _bind_build(self, storage: Any, manifest: dict) -> None:
+        """A hub build: open the frame files (T+1 rows per episode) and the episode index."""
+        layout = manifest["layout"]
+        stored = {_key(k.split("/")) for k in layout["obs"]}
+        split = {_key(k.split("/")) for k in layout["next_stored_per_step"]}
+        missing = [k for k in self.keys if k not in stored or k in split]
+        if missing:
+            raise KeyError(
+                f"FrameStack: {'/'.join(missing[0])!r} is not a frame key stored once per episode in this build "
+                f"(such keys: {sorted(layout['obs'])}); pass keys=[...] naming one of them"
+            )
+        data = Path(storage.path) / "data"
+        for key in self.keys:
+            spec = manifest["schema"]["obs/" + "/".join(key)]
+            dtype = getattr(torch, spec["dtype"])
+            np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+            array = np.memmap(data / "obs" / Path(*key[:-1]) / (key[-1] + ".memmap"), dtype=np_dtype, mode="c",
+                              shape=(spec["rows"], *spec["shape"])) if spec["rows"] else np.empty((0, *spec["shape"]), np_dtype)
+            self._columns[key] = torch.from_numpy(array)
+        index = storage.episode_index()
+        self._obs_start = index.start + torch.arange(index.num_episodes)  # first frame row of each episode
+        ids = np.asarray(np.memmap(data / "episodes" / "id.memmap", dtype=np.int64, mode="r")) \
+            if index.num_episodes else np.zeros(0, np.int64)
+        if np.array_equal(ids, np.arange(ids.size)):
+            self._ordinal = None  # ids are the ordinals (every built-in loader numbers episodes 0..E-1)
+        else:
+            order = np.argsort(ids, kind="stable")
+            self._ordinal = (ids[order], order)
+
+    # -- the transform --------------------------------------------------------------------------
+    def forward(self, data: Any) -> Any:
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"FrameStack works on TensorDict samples, got {type(data).__name__}")
+        if self._storage is None:
+            raise RuntimeError(
+                f"FrameStack({self.n}) is not bound to a buffer, so it cannot read earlier frames: use "
+                f"rb.append_transform(FrameStack({self.n}).bind(rb)), or keep a handle and call fs.bind(rb)"
+            )
+        for needed in ("episode", "step"):
+            if needed not in data.keys():
+                raise KeyError(f"FrameStack needs the sample's {needed!r} key (TED samples carry it); it is missing")
+        shape = data.batch_size
+        flat = data.reshape(-1) if len(shape) != 1 else data
+        flat = flat.copy()  # shallow: never change the caller's TensorDict in place
+        step = flat.get("step").reshape(-1).to(torch.int64)
+        # times t-n+1 .. t+1 of each row's episode: columns [:n] are the state, [1:] the next state
+        offsets = torch.arange(-self.n + 1, 2, dtype=torch.int64)
+        times = step[:, None] + offsets[None, :]
+        before = times < 0
+        times = times.clamp_min(0)
+        if self._columns:
+            frames = self._from_build(flat, times)
+        else:
+            frames = self._from_storage(flat, step, times)
+        for key, window in frames.items():
+            if self.padding == "zeros" and before.any():
+                window[before] = 0
+            flat.set(key, window[:, : self.n])
+            flat.set(("next", *key), window[:, 1:])
+        return flat.reshape(shape) if len(shape) != 1 else flat
+
+    def _episode_ordinal(self, episode: torch.Tensor) -> torch.Tensor:
+        if self._ordinal is None:
+            return episode
+        sorted_ids, order = self._ordinal
+        pos = np.searchsorted(sorted_ids, episode.numpy())
+        return torch.from_numpy(order[np.minimum(pos, len(order) - 1)])
+
+    def _from_build(self, flat: TensorDictBase, times: torch.Tensor) -> dict[tuple[str, ...], torch.Tensor]:
+        assert self._obs_start is not None
+        ordinal = self._episode_ordinal(flat.get("episode").reshape(-1).to(torch.int64))
+        rows = (self._obs_start[ordinal][:, None] + times).reshape(-1)
+        out = {}
+        for key, column in self._columns.items():
+            out[key] = torch.index_select(column, 0, rows).reshape(*times.shape, *column.shape[1:])
+        return out
+
+    def _from_storage(self, flat: TensorDictBase, step: torch.Tensor, times: torch.Tensor
+                      ) -> dict[tuple[str, ...], torch.Tensor]:
+        if "index" not in flat.keys():
+            raise KeyError(
+                "FrameStack over this storage needs the sample's 'index' key (TensorDictReplayBuffer samples "
+                "carry it): earlier frames are read at rows index - k"
+            )
+        index = flat.get("index").reshape(-1).to(torch.int64)
+        b = index.numel()
+        first_row = index - step
+        # frames at t-n+1..t are the root observations of earlier rows; t+1 is this row's next value
+        rows = (first_row[:, None] + times[:, : self.n]).reshape(-1)
+        earlier = self._storage.get(rows)
+        out = {}
+        for key in self.keys:
+            now = earlier.get(key).reshape(b, self.n, *earlier.get(key).shape[1:])
+            nxt = flat.get(("next", *key))[:, None]
+            out[key] = torch.cat([now, nxt], dim=1)
+        return out
+
+    def __repr__(self) -> str:
+        keys = ", ".join("/".join(k) for k in self.keys)
+        return f"FrameStack(n={self.n}, keys=[{keys}], padding={self.padding!r}, bound={self._storage is not None})"
+
+
+class FullStackSampler(Sampler):
+    """Uniform over the transitions whose ``n``-frame stack lies inside their episode (``step >= n - 1``).
+
+    The sampler option for training without padded stacks: rows within ``n - 1`` steps of an
+    episode start are never drawn, the others equally often. Needs a storage with an episode index
+    (every hub build has one). Pair it with ``FrameStack(n)``, which then never pads.
+    """
+
+    def __init__(self, n: int = 4, generator: torch.Generator | None = None) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"FullStackSampler needs a positive number of frames, got {n!r}")
+        self.n = n
+        self.generator = generator
+        self._cache: tuple[Any, torch.Tensor, torch.Tensor] | None = None
+
+    def _valid(self, storage: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        index = storage.episode_index() if hasattr(storage, "episode_index") else None
+        if index is None:
+            raise RuntimeError("FullStackSampler needs a storage with an episode index (a hub build, e.g. from "
+                               "datasets_hub.load); this storage has none")
+        if self._cache is None or self._cache[0] is not index:
+            count = (index.length - (self.n - 1)).clamp_min(0)
+            first = index.start + (self.n - 1)
+            self._cache = (index, torch.cumsum(count, 0), first)
+        return self._cache[1], self._cache[2]
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        cum, first = self._valid(storage)
+        total = int(cum[-1]) if cum.numel() else 0
+        if total == 0:
+            raise RuntimeError(f"no episode is at least {self.n} steps long: nothing to sample with full {self.n}-frame stacks")
+        draw = torch.randint(total, (batch_size,), generator=self.generator)
+        episode = torch.searchsorted(cum, draw, right=True)
+        before = torch.where(episode > 0, cum[(episode - 1).clamp_min(0)], torch.zeros_like(draw))
+        return first[episode] + (draw - before), {}

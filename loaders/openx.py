@@ -1,0 +1,600 @@
+"""Open X-Embodiment (RLDS / TFDS release) as TorchRL Episode Data (``openx/<dataset>``).
+
+Source: the TFDS-prepared release ``<dataset>/<version>/`` on the public bucket
+``gs://gresearch/robotics`` (HTTP endpoint ``https://storage.googleapis.com/gresearch/robotics``;
+``DATASETS_HUB_ENDPOINT_OPENX`` points at a mirror with the same layout). Files fetched:
+``dataset_info.json``, ``features.json`` and the shards
+``<dataset>-<split>.tfrecord-<i:05d>-of-<n:05d>``. No TensorFlow: TFRecord framing (CRCs checked)
+and ``tf.train.Example`` are read by :mod:`loaders.tfrecord`, guided by ``features.json``.
+
+**Parameters** (catalogue values, overridable in ``load``; all are part of the build fingerprint):
+
+- ``version`` (str): the TFDS version directory, e.g. ``"0.1.0"``.
+- ``num_shards``: shards per split, ``{"train": 1024, "test": 64}`` (or an int for the chosen
+  split). The catalogue carries the counts of each dataset's ``dataset_info.json``
+  (``splits[].shardLengths``); the file list is derived from them, because the resources of a
+  build must be known before anything is fetched. A dataset registered without it fails with the
+  fix: pass ``num_shards=<len(shardLengths)>``. At build time the count is checked against the
+  fetched ``dataset_info.json`` and each shard's record count against its ``shardLengths`` entry.
+- ``split`` (default ``"train"``), ``shards`` (list of shard indices to load, default all; read in
+  the order given), ``final_step`` (below), ``text_width`` (bytes per text value, default 512),
+  ``base_url`` (a mirror directory holding the files, ``https://…``, ``file://…`` or
+  ``gs://bucket/path``), ``dataset`` (the TFDS name when it differs from the id).
+
+**Mapping** (one ``tf.train.Example`` = one episode; TFDS flattens nested features with ``/``: step
+features are ``steps/<path>`` with the T per-step values concatenated, episode features
+``episode_metadata/<path>`` etc.):
+
+==============================================  =================================================
+upstream (``features.json`` kind)               TED
+==============================================  =================================================
+``steps/observation/<k…>``                      ``("observation", k…)`` and ``("next", "observation", k…)``
+``steps/action`` or ``steps/action/<k…>``       ``"action"`` or ``("action", k…)``
+``steps/reward``                                ``("next", "reward")`` ``[N, 1]`` (zeros + a card note
+                                                when the dataset has no reward)
+``steps/discount``                              ``("next", "discount")`` ``[N, 1]``
+``steps/is_terminal`` at the last step          ``("next", "terminated")`` on the episode's last row
+``steps/is_last`` without ``is_terminal``       ``("next", "truncated")`` on the episode's last row
+other step features (``language_instruction``,  root keys of the same name (``("info", name)`` for
+``language_embedding``, …)                      names TED reserves: episode, step, done, …)
+episode features (``episode_metadata/<k…>``)    ``("info", "episode_metadata", k…)``, repeated per row
+``Image`` (jpeg/png, uint8 or uint16)           decoded once at build time with Pillow, HWC as declared
+                                                (uint16 kept exactly as int32: torch cannot copy
+                                                uint16 rows; the card lists ``widened_dtypes``)
+``Image`` float32 (depth)                       the 4 PNG bytes per pixel reinterpreted as float32
+``Text`` / string ``Tensor``                    uint8 ``[W]`` per row, UTF-8 zero-padded,
+                                                ``W = text_width``: read with :func:`decode_text`
+``Tensor`` / ``Scalar`` / ``ClassLabel``        upstream dtype and shape (bool from int64, float64
+                                                from TFDS's float32 storage)
+ragged / Video / Audio / other features         skipped, listed in the card (``skipped_keys``)
+==============================================  =================================================
+
+**The last step** (``final_step``). RLDS defines the ``is_last`` step as holding only the final
+observation (its action and reward "are considered invalid"), but the Open X-Embodiment
+conversions record a real action and reward at every step, the last one included (demos put
+``reward = 1`` and ``is_terminal`` on their last step). So, by default (``"transition"``) every step
+is a row: step t gives ``observation[t]``, ``action[t]``, ``reward[t]`` and ``next/observation[t] =
+observation[t + 1]`` inside the episode. The last row's next observation was never recorded: we do
+not fabricate one (house rule, as in the D4RL loader) and keep the row: its
+``("next", "observation", …)`` is NaN for floats and 0 otherwise, and the per-step bool
+``("info", "next_observation_unknown")`` is True (``next_observation_unknown_rows`` in the card).
+``final_step="observation"`` follows RLDS strictly: the last step only provides the final next
+observation, an episode of T steps gives T-1 rows, the last step's action and reward are dropped,
+``is_terminal`` of the last step marks the previous row terminated, and no row is flagged unknown
+(1-step episodes are skipped and counted).
+
+Episode ids are 0..E-1 in the order shards are read (the order of ``shards``) and records within a
+shard. Memory: one record (episode) is decoded at a time; a chunk holds at most ``ctx.chunk_rows``
+rows or about 128 MiB, whichever comes first (one longer episode is yielded alone).
+"""
+from __future__ import annotations
+
+import io
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from datasets_hub.errors import InvalidParameter, LoaderError, did_you_mean
+from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+from loaders.minari_convert import decode_text, encode_text
+
+__all__ = ["OpenXLoader", "Leaf", "parse_features", "decode_text", "UNKNOWN_KEY"]
+
+PARAMS = ("base_url", "dataset", "final_step", "num_shards", "shards", "split", "text_width", "version")
+FINAL_STEP = ("transition", "observation")
+UPSTREAM = "https://storage.googleapis.com/gresearch/robotics"
+DEFAULT_TEXT_WIDTH = 512
+CHUNK_BYTES = 128 << 20
+UNKNOWN_KEY = ("info", "next_observation_unknown")
+_RESERVED = {"episode", "step", "done", "terminated", "truncated", "next", "info", "observation", "action"}
+_FLAGS = ("is_first", "is_last", "is_terminal")
+_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+           "float16", "float32", "float64"}
+
+_WIDEN = {"uint16": "int32", "uint32": "int64"}
+
+Key = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One feature of ``features.json``: ``path`` under the episode (``("steps", "observation",
+    "image")``), ``kind`` in tensor/image/text/skip, numpy ``dtype`` name (``"string"`` for text),
+    ``shape`` (-1 where dynamic), tensor ``encoding`` or image ``fmt``; ``why`` for skipped ones."""
+
+    path: Key
+    kind: str
+    dtype: str = "float32"
+    shape: tuple[int, ...] = ()
+    encoding: str = "none"
+    why: str = ""
+
+    @property
+    def name(self) -> str:
+        return "/".join(self.path)
+
+
+# ---------------------------------------------------------------------------------------- schema
+def parse_features(features_json: Mapping[str, Any]) -> list[Leaf]:
+    """The leaves of a TFDS ``features.json`` (an episode ``FeaturesDict`` with a ``steps``
+    ``Dataset``), in a deterministic (sorted) order."""
+    return sorted(_walk(features_json, (), in_steps=False), key=lambda leaf: leaf.path)
+
+
+def _walk(node: Mapping[str, Any], path: Key, *, in_steps: bool) -> Iterator[Leaf]:
+    if not isinstance(node, Mapping):
+        raise LoaderError(f"features.json: {'/'.join(path) or 'the root'} is not an object")
+    if "featuresDict" in node:
+        for name, sub in (node["featuresDict"].get("features") or {}).items():
+            yield from _walk(sub, (*path, str(name)), in_steps=in_steps)
+    elif "sequence" in node:
+        if path == ("steps",) and not in_steps:
+            yield from _walk(node["sequence"].get("feature") or {}, path, in_steps=True)
+        else:
+            yield Leaf(path, "skip", why="a nested sequence (stored ragged by TFDS)")
+    elif "tensor" in node or "classLabel" in node or "boundingBox" in node:
+        spec = node.get("tensor") or node.get("boundingBox") or {}
+        dtype = _dtype(spec.get("dtype") or ("int64" if "classLabel" in node else "float32"))
+        shape = _shape(spec.get("shape"))
+        encoding = str(spec.get("encoding") or "none").lower()
+        if dtype == "string" and encoding == "none":
+            yield Leaf(path, "text", "string", shape)
+        elif dtype not in _DTYPES:
+            yield Leaf(path, "skip", why=f"dtype {dtype!r} is not supported")
+        elif encoding not in ("none", "bytes", "zlib"):
+            yield Leaf(path, "skip", why=f"tensor encoding {encoding!r} is not supported")
+        else:
+            yield Leaf(path, "tensor", dtype, shape, encoding)
+    elif "image" in node:
+        spec = node["image"]
+        dtype = _dtype(spec.get("dtype") or "uint8")
+        shape = _shape(spec.get("shape"))
+        if dtype not in ("uint8", "uint16", "float32") or len(shape) != 3:
+            yield Leaf(path, "skip", why=f"image of dtype {dtype} and shape {list(shape)} is not supported")
+        else:
+            yield Leaf(path, "image", dtype, shape, str(spec.get("encodingFormat") or "png"))
+    elif "text" in node:
+        yield Leaf(path, "text", "string", ())
+    else:
+        kinds = sorted(k for k in node if k not in ("pythonClassName", "description", "metadata"))
+        yield Leaf(path, "skip", why=f"feature kind {kinds or node.get('pythonClassName')} is not supported")
+
+
+def _dtype(name: str) -> str:
+    name = str(name).replace("tf.", "")
+    return "string" if name in ("string", "str", "bytes") else name
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    dims = (shape or {}).get("dimensions") or [] if isinstance(shape, Mapping) else (shape or [])
+    return tuple(int(d) if d is not None else -1 for d in dims)
+
+
+# ---------------------------------------------------------------------------------------- loader
+class OpenXLoader(Loader):
+    """Loader for the Open X-Embodiment RLDS release (see the module docstring)."""
+
+    name = "openx"
+    requires = ("PIL",)
+    install_hint = "pip install Pillow"
+    format_version = 1
+
+    def check_params(self, spec: DatasetSpec) -> None:
+        p = spec.params
+        unknown = sorted(set(p) - set(PARAMS))
+        if unknown:
+            raise InvalidParameter(
+                f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the openx loader "
+                f"(it accepts {', '.join(PARAMS)}).{did_you_mean(unknown[0], PARAMS)}")
+        version = p.get("version")
+        if not isinstance(version, str) or not version:
+            raise InvalidParameter(
+                f"{spec.id}: the openx loader needs version='<x.y.z>', the TFDS version directory of the "
+                f"release (e.g. '0.1.0'), got {version!r}")
+        for name in ("split", "dataset", "base_url"):
+            if name in p and (not isinstance(p[name], str) or not p[name]):
+                raise InvalidParameter(f"{spec.id}: {name} must be a non-empty string, got {p[name]!r}")
+        if p.get("final_step", "transition") not in FINAL_STEP:
+            raise InvalidParameter(
+                f"{spec.id}: final_step must be one of {FINAL_STEP}, got {p.get('final_step')!r}"
+                f"{did_you_mean(str(p.get('final_step')), FINAL_STEP)}")
+        width = p.get("text_width", DEFAULT_TEXT_WIDTH)
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise InvalidParameter(f"{spec.id}: text_width must be a positive int (bytes per text value), got {width!r}")
+        total = self._num_shards(spec)
+        shards = p.get("shards")
+        if shards is not None:
+            if (not isinstance(shards, list) or not shards
+                    or not all(isinstance(s, int) and not isinstance(s, bool) for s in shards)):
+                raise InvalidParameter(f"{spec.id}: shards must be a non-empty list of shard indices, e.g. [0, 1], got {shards!r}")
+            bad = [s for s in shards if not 0 <= s < total]
+            if bad:
+                raise InvalidParameter(
+                    f"{spec.id}: shard index(es) {bad} out of range: split {self._split(spec)!r} has "
+                    f"{total} shards (0..{total - 1})")
+            if len(set(shards)) != len(shards):
+                raise InvalidParameter(f"{spec.id}: shards lists an index twice: {shards}")
+
+    # -- what to fetch --------------------------------------------------------------------------
+    @staticmethod
+    def _split(spec: DatasetSpec) -> str:
+        return spec.params.get("split", "train")
+
+    @staticmethod
+    def _dataset(spec: DatasetSpec) -> str:
+        return spec.params.get("dataset") or spec.name
+
+    def _num_shards(self, spec: DatasetSpec) -> int:
+        counts, split = spec.params.get("num_shards"), self._split(spec)
+        if isinstance(counts, Mapping):
+            if split not in counts:
+                raise InvalidParameter(
+                    f"{spec.id}: no split {split!r}; the catalogue lists {sorted(counts)}."
+                    f"{did_you_mean(split, list(counts))}")
+            counts = counts[split]
+        if isinstance(counts, bool) or not isinstance(counts, int) or counts < 1:
+            raise InvalidParameter(
+                f"{spec.id}: the number of {split!r} shards is unknown or invalid ({counts!r}); pass "
+                f"num_shards=<n>, the length of splits[name={split!r}].shardLengths in the dataset's "
+                f"dataset_info.json (or the NNNNN of its '-of-NNNNN' file names)")
+        return counts
+
+    def _base(self, spec: DatasetSpec) -> str:
+        base = spec.params.get("base_url")
+        if base is None:
+            return f"{UPSTREAM}/{self._dataset(spec)}/{spec.params['version']}"
+        if base.startswith("gs://"):
+            base = "https://storage.googleapis.com/" + base[len("gs://"):]
+        return base.rstrip("/")
+
+    def shard_names(self, spec: DatasetSpec) -> list[str]:
+        """The file names of the shards this build reads, in reading order."""
+        total = self._num_shards(spec)
+        shards = spec.params.get("shards") or list(range(total))
+        prefix = f"{self._dataset(spec)}-{self._split(spec)}.tfrecord"
+        return [f"{prefix}-{i:05d}-of-{total:05d}" for i in shards]
+
+    def resources(self, spec: DatasetSpec) -> list[Resource]:
+        self.check_params(spec)
+        base, local = self._base(spec), f"{self._dataset(spec)}/{spec.params['version']}"
+        known = {r.name: r for r in spec.resources}  # catalogue entries may pin sha256/size
+        out = []
+        for file in ("dataset_info.json", "features.json", *self.shard_names(spec)):
+            name = f"{local}/{file}"
+            out.append(known.get(name) or Resource(name=name, urls=(f"{base}/{file}",)))
+        return out
+
+    # -- conversion -----------------------------------------------------------------------------
+    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext
+                 ) -> Iterator[TensorDictBase]:
+        self.check_params(spec)
+        local = f"{self._dataset(spec)}/{spec.params['version']}"
+        missing = [n for n in (f"{local}/dataset_info.json", f"{local}/features.json") if n not in files]
+        if missing:
+            raise LoaderError(f"{spec.id}: the build needs {missing}; they were not fetched")
+        info = _read_json(Path(files[f"{local}/dataset_info.json"]), spec)
+        features = _read_json(Path(files[f"{local}/features.json"]), spec)
+        converter = EpisodeConverter(spec, parse_features(features), ctx,
+                                     final_step=spec.params.get("final_step", "transition"),
+                                     text_width=spec.params.get("text_width", DEFAULT_TEXT_WIDTH))
+        lengths = _shard_lengths(info, self._split(spec), self._num_shards(spec), spec)
+        shards = spec.params.get("shards") or list(range(self._num_shards(spec)))
+        shard_paths = []
+        for index, file in zip(shards, self.shard_names(spec)):
+            if f"{local}/{file}" not in files:
+                raise LoaderError(f"{spec.id}: shard {file} was not fetched")
+            shard_paths.append((index, Path(files[f"{local}/{file}"])))
+        yield from converter.run(shard_paths, lengths)
+        ctx.note("dataset_info", {k: info.get(k) for k in ("name", "version", "description") if k in info})
+
+
+def _read_json(path: Path, spec: DatasetSpec) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LoaderError(f"{spec.id}: {path.name} is not readable JSON ({exc}); delete {path} and download again") from exc
+    if not isinstance(value, dict):
+        raise LoaderError(f"{spec.id}: {path.name} holds {type(value).__name__}, not a JSON object")
+    return value
+
+
+def _shard_lengths(info: Mapping[str, Any], split: str, num_shards: int, spec: DatasetSpec) -> list[int] | None:
+    """Episodes per shard from ``dataset_info.json`` (``None`` when it does not say)."""
+    for entry in info.get("splits") or []:
+        if isinstance(entry, Mapping) and entry.get("name") == split and entry.get("shardLengths"):
+            lengths = [int(x) for x in entry["shardLengths"]]
+            if len(lengths) != num_shards:
+                raise LoaderError(
+                    f"{spec.id}: dataset_info.json lists {len(lengths)} {split!r} shards but the catalogue "
+                    f"says num_shards={num_shards}; load with num_shards={len(lengths)} (and tell us, "
+                    f"so the catalogue gets fixed)")
+            return lengths
+    return None
+
+
+
+
+# ---------------------------------------------------------------------------------------- episodes
+class EpisodeConverter:
+    """Shards in, TED chunks of whole episodes out (one record decoded at a time)."""
+
+    def __init__(self, spec: DatasetSpec, leaves: list[Leaf], ctx: LoaderContext, *, final_step: str,
+                 text_width: int) -> None:
+        self.spec, self.ctx, self.final_step, self.text_width = spec, ctx, final_step, text_width
+        self.skipped = {leaf.name: leaf.why for leaf in leaves if leaf.kind == "skip"}
+        usable = []
+        for leaf in leaves:
+            if leaf.kind == "skip":
+                continue
+            if leaf.kind in ("tensor", "text") and any(d < 0 for d in leaf.shape):
+                self.skipped[leaf.name] = f"dynamic shape {list(leaf.shape)} (rows of one key must share a shape)"
+            elif leaf.kind == "text" and leaf.shape:
+                self.skipped[leaf.name] = f"a text tensor of shape {list(leaf.shape)} (only scalar text is kept)"
+            else:
+                usable.append(leaf)
+        self.step_leaves = [x for x in usable if x.path[0] == "steps" and len(x.path) > 1]
+        self.episode_leaves = [x for x in usable if x.path[0] != "steps"]
+        if not self.step_leaves:
+            raise LoaderError(f"{spec.id}: features.json has no usable 'steps' features, so it is not an RLDS dataset "
+                              f"(skipped: {self.skipped})")
+        self.has_reward = any(x.path[1:] == ("reward",) for x in self.step_leaves)
+        self.schema: dict[Key, tuple[np.dtype, tuple[int, ...]]] | None = None
+        self.records: dict[str, int] = {}
+        self.length_mismatch: dict[str, dict[str, int]] = {}
+        self.ends = {"terminal": 0, "truncated": 0}
+        self.anomalies = {"is_first_not_only_first": 0, "is_last_not_only_last": 0, "is_terminal_before_last": 0}
+        self.skipped_episodes = {"no_steps": 0, "one_step_with_final_step_observation": 0}
+        self.unknown_rows = 0
+        self.widened: dict[str, str] = {}
+
+    # -- one feature ----------------------------------------------------------------------------
+    def _values(self, example: Mapping[str, Any], leaf: Leaf, where: str) -> Any:
+        if leaf.name not in example:
+            raise LoaderError(f"{self.spec.id}: {where} has no feature {leaf.name!r} although features.json "
+                              f"declares it; the shard does not match its features.json")
+        return example[leaf.name]
+
+    def _decode(self, leaf: Leaf, values: Any, count: int, where: str) -> np.ndarray:
+        bad = f"{self.spec.id}: {where}: feature {leaf.name!r}"
+        if leaf.kind == "tensor" and leaf.encoding == "none":
+            if isinstance(values, list):
+                raise LoaderError(f"{bad} holds bytes but features.json declares a {leaf.dtype} tensor")
+            per = int(np.prod(leaf.shape, dtype=np.int64))
+            if values.size != count * per:
+                raise LoaderError(f"{bad} has {values.size} values; {count} steps of shape {list(leaf.shape)} "
+                                  f"need {count * per}")
+            array = values.reshape(count, *leaf.shape)
+            return array != 0 if leaf.dtype == "bool" else array.astype(leaf.dtype, copy=False)
+        if not isinstance(values, list) or len(values) != count:
+            got = len(values) if isinstance(values, list) else f"a numeric list of {values.size}"
+            raise LoaderError(f"{bad} should hold {count} byte strings (one per step), got {got}")
+        if leaf.kind == "text":
+            longest = max((len(v) for v in values), default=0)
+            if longest > self.text_width:
+                raise LoaderError(f"{bad} holds a {longest}-byte text, longer than text_width={self.text_width}; "
+                                  f"load with text_width={max(longest, 2 * self.text_width)}")
+            return encode_text(values, self.text_width, leaf.path)
+        if leaf.kind == "image":
+            return np.stack([self._image(leaf, blob, bad) for blob in values]) if values else \
+                np.zeros((0, *leaf.shape), dtype=leaf.dtype)
+        # tensor stored as raw bytes (Encoding.BYTES / ZLIB): numpy's little-endian buffer per step
+        rows = []
+        for blob in values:
+            raw = zlib.decompress(blob) if leaf.encoding == "zlib" else blob
+            try:
+                rows.append(np.frombuffer(raw, dtype=np.dtype(leaf.dtype).newbyteorder("<")).reshape(leaf.shape))
+            except ValueError as exc:
+                raise LoaderError(f"{bad}: {len(raw)} bytes do not make a {leaf.dtype} tensor of shape "
+                                  f"{list(leaf.shape)}") from exc
+        return np.stack(rows).astype(leaf.dtype) if rows else np.zeros((0, *leaf.shape), dtype=leaf.dtype)
+
+    def _image(self, leaf: Leaf, blob: bytes, bad: str) -> np.ndarray:
+        from PIL import Image, UnidentifiedImageError
+
+        channels = leaf.shape[2]
+        try:
+            with Image.open(io.BytesIO(blob)) as image:
+                if leaf.dtype == "float32":  # TFDS stores float32 pixels as 4 PNG bytes (RGBA)
+                    array = np.asarray(image.convert("RGBA")).copy().view("<f4").astype(np.float32)
+                elif leaf.dtype == "uint16":
+                    array = np.asarray(image).astype(np.uint16)
+                else:
+                    mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(channels)
+                    if mode is None:
+                        raise LoaderError(f"{bad}: uint8 images with {channels} channels are not supported")
+                    array = np.asarray(image if image.mode == mode else image.convert(mode))
+        except (UnidentifiedImageError, OSError) as exc:
+            raise LoaderError(f"{bad}: an image that Pillow cannot decode ({exc})") from exc
+        if array.ndim == 2:
+            array = array[:, :, None]
+        expected = tuple(d if d >= 0 else array.shape[i] for i, d in enumerate(leaf.shape))
+        if array.shape != expected:
+            raise LoaderError(f"{bad}: decoded image has shape {list(array.shape)}, features.json says "
+                              f"{list(leaf.shape)}")
+        return array
+
+    def _widen(self, leaf: Leaf, array: np.ndarray) -> np.ndarray:
+        """uint16/uint32 -> int32/int64: torch cannot copy rows of unsigned types beyond uint8
+        (``index_copy_`` is not implemented for UInt16), so the values are kept exactly, one size up."""
+        wider = _WIDEN.get(array.dtype.name)
+        if wider is None:
+            return array
+        self.widened[leaf.name] = f"{array.dtype.name} -> {wider}"
+        return array.astype(wider)
+
+    # -- one episode ----------------------------------------------------------------------------
+    def _target(self, rest: Key) -> Key | None:
+        if rest[0] in ("observation", "action"):
+            return rest
+        if rest in (("reward",), ("discount",)):
+            return ("next", *rest)
+        if rest[0] in _FLAGS and len(rest) == 1:
+            return None
+        return ("info", *rest) if rest[0] in _RESERVED else rest
+
+    def convert(self, example: Mapping[str, Any], where: str, episode_id: int) -> dict[Key, np.ndarray] | None:
+        """The TED columns of one episode, or ``None`` when it yields no row (counted)."""
+        first = next((x for x in self.step_leaves if x.path[1:] == ("is_first",)), self.step_leaves[0])
+        values = self._values(example, first, where)
+        if isinstance(values, list):
+            steps = len(values)
+        elif first.kind == "tensor" and first.encoding == "none":
+            steps = values.size // max(1, int(np.prod(first.shape, dtype=np.int64)))
+        else:
+            steps = len(values)
+        if steps == 0:
+            self.skipped_episodes["no_steps"] += 1
+            return None
+        observation_mode = self.final_step == "observation"
+        if observation_mode and steps < 2:
+            self.skipped_episodes["one_step_with_final_step_observation"] += 1
+            return None
+        rows = steps - 1 if observation_mode else steps
+        out: dict[Key, np.ndarray] = {}
+        flags: dict[str, np.ndarray] = {}
+        for leaf in self.step_leaves:
+            array = self._widen(leaf, self._decode(leaf, self._values(example, leaf, where), steps, where))
+            target = self._target(leaf.path[1:])
+            if target is None:
+                flags[leaf.path[1]] = array.reshape(steps).astype(bool)
+            elif target[0] == "observation":
+                out[target] = array[:rows]
+                if observation_mode:
+                    out[("next", *target)] = array[1:]
+                else:
+                    nxt = np.empty_like(array)
+                    nxt[:-1] = array[1:]
+                    nxt[-1] = np.nan if array.dtype.kind == "f" else 0
+                    out[("next", *target)] = nxt
+            elif target[0] == "next" and array.ndim == 1:
+                out[target] = array[:rows].reshape(rows, 1)
+            else:
+                out[target] = array[:rows]
+        if ("next", "reward") not in out:
+            out[("next", "reward")] = np.zeros((rows, 1), dtype=np.float32)
+        self._count_flags(flags, steps)
+        terminal = bool(flags["is_terminal"][-1]) if "is_terminal" in flags else False
+        terminated = np.zeros((rows, 1), dtype=bool)
+        terminated[-1] = terminal
+        out[("next", "terminated")] = terminated
+        out[("next", "truncated")] = ~terminated & (np.arange(rows) == rows - 1)[:, None]
+        self.ends["terminal" if terminal else "truncated"] += 1
+        unknown = np.zeros(rows, dtype=bool)
+        if not observation_mode:
+            unknown[-1] = True
+            self.unknown_rows += 1
+        out[UNKNOWN_KEY] = unknown
+        for leaf in self.episode_leaves:
+            value = self._widen(leaf, self._decode(leaf, self._values(example, leaf, where), 1, where))
+            out[("info", *leaf.path)] = np.repeat(value, rows, axis=0)
+        out[("episode",)] = np.full(rows, episode_id, dtype=np.int64)
+        return out
+
+    def _count_flags(self, flags: Mapping[str, np.ndarray], steps: int) -> None:
+        if "is_first" in flags and (not flags["is_first"][0] or flags["is_first"][1:].any()):
+            self.anomalies["is_first_not_only_first"] += 1
+        if "is_last" in flags and (not flags["is_last"][-1] or flags["is_last"][:-1].any()):
+            self.anomalies["is_last_not_only_last"] += 1
+        if "is_terminal" in flags and steps > 1 and flags["is_terminal"][:-1].any():
+            self.anomalies["is_terminal_before_last"] += 1
+
+    def _check_schema(self, columns: Mapping[Key, np.ndarray], where: str) -> None:
+        schema = {k: (v.dtype, v.shape[1:]) for k, v in columns.items()}
+        if self.schema is None:
+            self.schema = schema
+        elif schema != self.schema:
+            key = next(k for k in set(schema) | set(self.schema) if schema.get(k) != self.schema.get(k))
+            raise LoaderError(
+                f"{self.spec.id}: {where}: {'/'.join(key)!r} is {schema.get(key)} here but "
+                f"{self.schema.get(key)} in the first episode (dtype, per-row shape); every episode of a build "
+                f"must share one schema")
+
+    # -- the pass -------------------------------------------------------------------------------
+    def run(self, shard_paths: list[tuple[int, Path]], lengths: list[int] | None) -> Iterator[TensorDictBase]:
+        from .tfrecord import crc32c_implementation, iter_records, parse_example
+
+        pending: list[dict[Key, np.ndarray]] = []
+        rows = nbytes = episode_id = 0
+        limit = max(1, self.ctx.chunk_rows)
+        for index, path in shard_paths:
+            count = 0
+            for offset, record in iter_records(path):
+                where = f"{path.name} (record at byte offset {offset})"
+                try:
+                    example = parse_example(record)
+                except ValueError as exc:
+                    raise LoaderError(f"{self.spec.id}: {where} is not a tf.train.Example ({exc}); the file is "
+                                      f"damaged: delete {path} and download it again") from exc
+                count += 1
+                columns = self.convert(example, where, episode_id)
+                del example
+                if columns is None:
+                    continue
+                self._check_schema(columns, where)
+                episode_id += 1
+                n = len(columns[("episode",)])
+                size = sum(v.nbytes for v in columns.values())
+                if pending and (rows + n > limit or nbytes + size > CHUNK_BYTES):
+                    yield _chunk(pending)  # this episode would overflow the chunk: start a new one
+                    pending, rows, nbytes = [], 0, 0
+                pending.append(columns)
+                rows += n
+                nbytes += size
+                self.ctx.progress(n)
+                if rows >= limit or nbytes >= CHUNK_BYTES:
+                    yield _chunk(pending)
+                    pending, rows, nbytes = [], 0, 0
+            self.records[path.name] = count
+            if lengths is not None and count != lengths[index]:
+                self.length_mismatch[path.name] = {"records": count, "dataset_info": lengths[index]}
+        if pending:
+            yield _chunk(pending)
+        if episode_id == 0:
+            raise LoaderError(f"{self.spec.id}: the shards {[p.name for _, p in shard_paths]} hold no usable episode "
+                              f"(skipped: {self.skipped_episodes})")
+        self._write_notes(episode_id, crc32c_implementation())
+
+    def _write_notes(self, episodes: int, crc: str) -> None:
+        note = self.ctx.note
+        note("episodes", episodes)
+        note("episode_ends", dict(self.ends))
+        note("records_per_shard", dict(self.records))
+        note("crc32c", crc)
+        note("final_step", self.final_step)
+        note("next_observation_unknown_rows", self.unknown_rows)
+        if self.unknown_rows:
+            note("next_observation_unknown",
+                 f"{self.unknown_rows} rows (the last step of each episode) have no next observation upstream: "
+                 f"('next', 'observation', …) is NaN (floats) or 0 there and {UNKNOWN_KEY} is True")
+        if not self.has_reward:
+            note("reward", "absent upstream: ('next', 'reward') is 0 everywhere")
+        text = {"/".join(self._target(x.path[1:]) or x.path) if x.path[0] == "steps" else "/".join(("info", *x.path)):
+                self.text_width for x in self.step_leaves + self.episode_leaves if x.kind == "text"}
+        if text:
+            note("text_keys", text)
+        if any(self.anomalies.values()):
+            note("flag_anomalies", dict(self.anomalies))
+        if any(self.skipped_episodes.values()):
+            note("skipped_episodes", dict(self.skipped_episodes))
+        if self.length_mismatch:
+            note("shard_length_mismatch", dict(self.length_mismatch))
+        if self.skipped:
+            note("skipped_keys", dict(self.skipped))
+        if self.widened:
+            note("widened_dtypes", dict(self.widened))
+
+
+def _chunk(episodes: list[dict[Key, np.ndarray]]) -> TensorDictBase:
+    n = sum(len(e[("episode",)]) for e in episodes)
+    out = TensorDict({}, batch_size=[n])
+    for key in episodes[0]:
+        parts = [e[key] for e in episodes]
+        value = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        out.set(key, torch.from_numpy(np.ascontiguousarray(value)))
+    return out
