@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from tensordict import TensorDictBase
 
@@ -122,6 +122,18 @@ class Loader:
     def check_params(self, spec: DatasetSpec) -> None:
         """Reject parameters this loader does not understand (raise ``InvalidParameter``)."""
         return None
+
+    def reject_unknown_params(self, spec: DatasetSpec, accepted: Iterable[str]) -> None:
+        """Raise ``InvalidParameter`` naming the first parameter of ``spec`` not in ``accepted``, with a
+        did-you-mean and the accepted list: the usual first step of :meth:`check_params`."""
+        from .errors import InvalidParameter, did_you_mean
+
+        accepted = sorted(accepted)
+        unknown = sorted(set(spec.params) - set(accepted))
+        if unknown:
+            raise InvalidParameter(
+                f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the {self.name} loader "
+                f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}")
 
     def resources(self, spec: DatasetSpec) -> list[Resource]:
         """What to fetch for ``spec``; the default is the catalogue entry's resources."""

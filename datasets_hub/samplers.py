@@ -39,14 +39,16 @@ class Sampler:
             f"{type(self).__name__} has no priorities; use PrioritizedSampler or PrioritizedSliceSampler"
         )
 
+    _ran_out = False  # epoch-style samplers set it; the others never run out
+
     @property
     def ran_out(self) -> bool:
-        return False
+        return self._ran_out
 
     @ran_out.setter
     def ran_out(self, value: bool) -> None:
-        # samplers without epochs never run out; buffers may still reset the flag before iterating
-        return None
+        # buffers reset the flag before iterating
+        self._ran_out = bool(value)
 
     def empty(self) -> None:
         return None
@@ -92,14 +94,6 @@ class SamplerWithoutReplacement(Sampler):
         self._remaining: torch.Tensor | None = None  # rows still to visit this epoch, in order
         self._len_seen = 0  # len(storage) the remaining rows were drawn from
         self._ran_out = False
-
-    @property
-    def ran_out(self) -> bool:
-        return self._ran_out
-
-    @ran_out.setter
-    def ran_out(self, value: bool) -> None:
-        self._ran_out = bool(value)
 
     def _order(self, rows: torch.Tensor) -> torch.Tensor:
         if not self.shuffle or rows.numel() <= 1:

@@ -266,17 +266,21 @@ class SliceSampler(Sampler):
             self._done_key_seen = self._cache_key
         return self._done
 
+    def _slice_end_mask(self, num_slices: int, slice_len: int) -> torch.Tensor:
+        """``[num_slices * slice_len, 1]``, True on the last row of each full slice (cached: never mutate)."""
+        mask = self._masks.get((num_slices, slice_len))
+        if mask is None:
+            mask = torch.zeros(num_slices, slice_len, dtype=torch.bool)
+            mask[:, -1] = True
+            mask = self._masks[(num_slices, slice_len)] = mask.reshape(-1, 1)
+        return mask
+
     def _info(self, storage: Storage, index: torch.Tensor, num_slices: int, slice_len: int,
               lengths: torch.Tensor | None) -> dict[str, Any]:
         if self.truncated_key is None:
             return {}
         if lengths is None:
-            mask = self._masks.get((num_slices, slice_len))
-            if mask is None:
-                mask = torch.zeros(num_slices, slice_len, dtype=torch.bool)
-                mask[:, -1] = True
-                mask = self._masks[(num_slices, slice_len)] = mask.reshape(-1, 1)
-            truncated = mask.clone()
+            truncated = self._slice_end_mask(num_slices, slice_len).clone()
         else:
             truncated = torch.zeros(index.numel(), 1, dtype=torch.bool)
             truncated[torch.cumsum(lengths, 0) - 1] = True
@@ -314,11 +318,7 @@ class SliceSampler(Sampler):
         index = torch.from_numpy(index_np)
         if self.truncated_key is None:
             return index, {}
-        mask = self._masks.get((num_slices, slice_len))
-        if mask is None:
-            mask = torch.zeros(num_slices, slice_len, dtype=torch.bool)
-            mask[:, -1] = True
-            mask = self._masks[(num_slices, slice_len)] = mask.reshape(-1, 1)
+        mask = self._slice_end_mask(num_slices, slice_len)
         truncated = mask.clone()
         stored = self._stored_done(storage)
         stored_np = self._done_np
@@ -405,14 +405,6 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._lens: torch.Tensor | None = None
         self._epoch_sig: tuple | None = None
         self._ran_out = False
-
-    @property
-    def ran_out(self) -> bool:
-        return self._ran_out
-
-    @ran_out.setter
-    def ran_out(self, value: bool) -> None:
-        self._ran_out = bool(value)
 
     def _new_epoch(self, storage: Storage, slice_len: int) -> None:
         episodes = self.episodes(storage)

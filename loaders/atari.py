@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from datasets_hub.errors import InvalidParameter, LoaderError, did_you_mean
+from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
 from .atari_replay import (FILE_KEYS, STACK_SIZE, CheckpointPlan, LogicalFrames, NpyStream, checkpoint_file,
@@ -88,12 +88,7 @@ class AtariLoader(Loader):
 
     # -- parameters -------------------------------------------------------------------------
     def check_params(self, spec: DatasetSpec) -> None:
-        unknown = sorted(set(spec.params) - set(PARAMS))
-        if unknown:
-            raise InvalidParameter(
-                f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the atari loader "
-                f"(it accepts {', '.join(PARAMS)}).{did_you_mean(unknown[0], PARAMS)}"
-            )
+        self.reject_unknown_params(spec, PARAMS)
         self.checkpoints(spec)
         self.source(spec)
         base = spec.params.get("base_url")

@@ -54,9 +54,7 @@ class GymLoader(Loader):
 
     def check_params(self, spec: DatasetSpec) -> None:
         params = spec.params
-        unknown = set(params) - _PARAMS
-        if unknown:
-            raise InvalidParameter(f"{spec.id!r}: unknown gym parameter(s) {sorted(unknown)}; known: {sorted(_PARAMS)}")
+        self.reject_unknown_params(spec, _PARAMS)
         if not isinstance(params.get("env"), str):
             raise InvalidParameter(f"{spec.id!r}: 'env' must be a gymnasium id string, got {params.get('env')!r}")
         steps = params.get("steps", 10000)

@@ -114,11 +114,7 @@ class RoboSetLoader(Loader):
     # -- parameters ------------------------------------------------------------------------------
     def check_params(self, spec: DatasetSpec) -> None:
         params = spec.params
-        unknown = sorted(set(params) - set(PARAMS))
-        if unknown:
-            raise InvalidParameter(
-                f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the roboset loader "
-                f"(it accepts {', '.join(PARAMS)}).{did_you_mean(unknown[0], PARAMS)}")
+        self.reject_unknown_params(spec, PARAMS)
         layout = params.get("layout", "auto")
         if layout not in LAYOUTS:
             raise InvalidParameter(f"{spec.id}: layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}"

@@ -53,6 +53,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote, unquote
 
@@ -188,6 +189,27 @@ def serve_files(files: dict[str, bytes] | None = None) -> Iterator[FileServer]:
         yield server
     finally:
         server.stop()
+
+
+def point_huggingface_hub_at(server: FileServer, monkeypatch: Any, hf_cache: Path) -> None:
+    """Make huggingface_hub talk to ``server`` only, with its cache in ``hf_cache``.
+
+    huggingface_hub reads HF_HUB_OFFLINE and HF_ENDPOINT once, at import (tests/conftest.py sets
+    HF_HUB_OFFLINE=1, so an earlier import froze offline mode): reset the frozen offline flag, and
+    point its import-time default endpoint at a closed local port, so that only an endpoint our
+    code reads from HF_ENDPOINT at call time can work, and nothing can reach huggingface.co.
+    """
+    from huggingface_hub import constants
+
+    for name in ("HF_HUB_OFFLINE", "DATASETS_HUB_OFFLINE", "HF_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", server.base_url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(hf_cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}")
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -14,7 +14,7 @@ from datasets_hub import downloader as dl
 from datasets_hub.errors import ChecksumMismatch, DownloadError
 from datasets_hub.hf_source import HFRef, parse_hf_url
 from datasets_hub.loader import Resource
-from http_server import serve_files
+from http_server import point_huggingface_hub_at, serve_files
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = "jdvakil/RoboSet_Sim"
@@ -36,29 +36,13 @@ OTHER = payload(1000, seed=1)
 
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
-    """A Hub on 127.0.0.1 with two files, HF_ENDPOINT pointing at it, the HF cache under tmp_path.
-
-    huggingface_hub reads HF_HUB_OFFLINE and HF_ENDPOINT once, at import (tests/conftest.py sets
-    HF_HUB_OFFLINE=1, so an earlier import froze offline mode): reset the frozen offline flag, and
-    point its import-time default endpoint at a closed local port, so that only an endpoint our
-    code reads from HF_ENDPOINT at call time can work, and nothing can reach huggingface.co.
-    """
-    from huggingface_hub import constants
-
+    """A Hub on 127.0.0.1 with two files, HF_ENDPOINT pointing at it, the HF cache under tmp_path
+    (``point_huggingface_hub_at`` says why nothing can reach huggingface.co)."""
     with serve_files() as server:
         server.add_hf_file(REPO, PATH, DATA)
         server.add_hf_file(REPO, "FK1-v4(expert)/other.h5", OTHER)
         server.add_hf_file(REPO, "README.md", b"# card\n")
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.delenv("DATASETS_HUB_OFFLINE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        monkeypatch.setenv("HF_ENDPOINT", server.base_url)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-        monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}")
+        point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
         yield server
 
 

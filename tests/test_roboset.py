@@ -144,27 +144,15 @@ def check_ted(td, truth, layout: str = "robohive") -> None:
 
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
-    """A Hub on 127.0.0.1 serving the fixture files (see tests/test_hf_download.py for why the
-    huggingface_hub constants are reset: nothing may reach huggingface.co)."""
-    from huggingface_hub import constants
-
-    from http_server import serve_files
+    """A Hub on 127.0.0.1 serving the fixture files (see ``http_server.point_huggingface_hub_at``)."""
+    from http_server import point_huggingface_hub_at, serve_files
 
     with serve_files() as server:
         for f, (name, trials) in enumerate(sorted(FILES.items())):
             server.add_hf_file(REPO, name, h5_bytes(f, trials))
         for name, data in DECOYS.items():
             server.add_hf_file(REPO, name, data if data is not None else h5_bytes(9, {"Trial0": (3, False, ())}))
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.delenv("DATASETS_HUB_OFFLINE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        monkeypatch.setenv("HF_ENDPOINT", server.base_url)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-        monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}")
+        point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
         monkeypatch.setattr(rs, "_listings", {})
         yield server
 
