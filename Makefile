@@ -7,7 +7,12 @@ PIP := $(PY) -m pip
 PIP_INSTALL := $(PIP) install --constraint constraints.txt
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench install clean
+# Benchmarks compare with TorchRL, which pins its own tensordict: they get a venv of their own.
+BENCH_VENV := .venv-bench
+BENCH_PY := $(BENCH_VENV)/bin/python
+BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+
+.PHONY: demo test bench bench-install install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +31,22 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-bench: install
-	$(PIP_INSTALL) -e '.[bench]'
-	$(PY) benchmarks/sampling.py
+$(BENCH_PY):
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install --upgrade pip
+
+$(BENCH_STAMP): $(BENCH_PY) pyproject.toml constraints.txt
+	$(BENCH_PY) -m pip install --constraint constraints.txt torch==2.13.0
+	$(BENCH_PY) -m pip install --constraint constraints.txt -e '.[bench]'
+	rm -f $(BENCH_VENV)/.installed-* && touch $@
+
+bench-install: $(BENCH_STAMP)
+
+# Each script prints a table and writes JSON under benchmarks/results/.
+bench: bench-install
+	$(BENCH_PY) benchmarks/sampling.py
+	$(BENCH_PY) benchmarks/build.py
+	$(BENCH_PY) benchmarks/images.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info
