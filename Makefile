@@ -12,7 +12,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench bench-install install clean
+.PHONY: demo test test-ray test-torchrl bench bench-install install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,16 @@ demo: install
 	$(PY) examples/demo.py
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not ray and not slow"
+
+# Ray installs in ~20 s and ray.init takes ~10-20 s on 2 cores: its tests have a target of their own.
+test-ray: install
+	$(PIP_INSTALL) -e '.[test,ray]'
+	$(PY) -m pytest -q -m ray
+
+# TorchRL pins its own tensordict: the interop tests run in the benchmark venv.
+test-torchrl: bench-install
+	$(BENCH_PY) -m pytest -q tests/test_torchrl_interop.py
 
 $(BENCH_PY):
 	$(PYTHON) -m venv $(BENCH_VENV)

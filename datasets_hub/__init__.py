@@ -35,6 +35,9 @@ _EXPORTS: dict[str, str] = {
     "Transform": "transforms", "Compose": "transforms", "Rename": "transforms", "Select": "transforms",
     "Exclude": "transforms", "FrameStack": "frame_stack", "FullStackSampler": "frame_stack",
     "EpisodeIndex": "episode_index",
+    # interop (DESIGN.md §8)
+    "BufferDataset": "torch_data", "SampledBatches": "torch_data", "EpisodeShardSampler": "torch_data",
+    "tensordict_collate": "torch_data", "to_torchrl": "torchrl_interop", "RayReplayBuffer": "ray_buffer",
     # errors
     "HubError": "errors", "UnknownDataset": "errors", "UnknownLoader": "errors",
     "MissingDependency": "errors", "ChecksumMismatch": "errors", "DownloadError": "errors",

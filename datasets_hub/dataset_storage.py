@@ -42,6 +42,18 @@ def _open_leaf(path: Path, dtype_name: str, shape: list[int], rows: int) -> torc
     return torch.from_numpy(array)
 
 
+def _reopen(path: str, fingerprint: str | None) -> "DatasetStorage":
+    """Unpickle a :class:`DatasetStorage`: open ``path`` again, refusing a build that was replaced."""
+    storage = DatasetStorage(path)
+    found = storage.manifest.get("fingerprint")
+    if fingerprint is not None and found != fingerprint:
+        raise CacheError(
+            f"the build at {path} has fingerprint {found!r}, but the pickled buffer was made from "
+            f"{fingerprint!r}: it was rebuilt or replaced in between. Load the dataset again and re-send it"
+        )
+    return storage
+
+
 class DatasetStorage(Storage):
     """A read-only :class:`Storage` over the build at ``path`` (the directory holding manifest.json).
 
@@ -82,6 +94,12 @@ class DatasetStorage(Storage):
         self._terminated = dict(self._steps)[("next", "terminated")]
         self._truncated = dict(self._steps)[("next", "truncated")]
         super().__init__(self._len)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str | None]]:
+        # Pickled by reference (path + fingerprint), never by value: a buffer over a 10 GB build
+        # reaches DataLoader workers, Ray actors and preprocess workers as a few hundred bytes,
+        # and each process maps the files itself (the build must be on a filesystem it sees).
+        return _reopen, (str(self.path), self.manifest.get("fingerprint"))
 
     def __len__(self) -> int:
         return self._len

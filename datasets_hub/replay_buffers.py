@@ -338,6 +338,8 @@ class ReplayBuffer:
                 raise RuntimeError(
                     "sample() needs a batch size: pass sample(batch_size=...) or build the buffer with batch_size=..."
                 )
+        elif not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")  # 0 gave an empty batch
         data, info, _ = self._draw(batch_size)
         return (data, info) if return_info else data
 
@@ -352,6 +354,15 @@ class ReplayBuffer:
             yield data
             if ran_out:
                 return
+
+    # -- preprocessing (datasets_hub/preprocess.py owns it) ---------------------------------------
+    def preprocess(self, fn: Callable, *, num_workers: int | None = None, chunk_size: int | None = None,
+                   version: Any = None, backend: str = "process") -> "TensorDictReplayBuffer":
+        """Map ``fn(batch of n transitions) -> TensorDict of n rows`` over every stored transition once,
+        cached by fingerprint; returns a read-only buffer over the result (see :mod:`datasets_hub.preprocess`)."""
+        from .preprocess import preprocess
+
+        return preprocess(self, fn, num_workers=num_workers, chunk_size=chunk_size, version=version, backend=backend)
 
     # -- priorities ------------------------------------------------------------------------------
     def update_priority(self, index: Any, priority: Any) -> None:
@@ -427,6 +438,25 @@ class ReplayBuffer:
 
     dump = dumps  # TorchRL's aliases
     load = loads
+
+    # -- interop (datasets_hub/torch_data.py, torchrl_interop.py) --------------------------------
+    def to_torchrl(self, **kwargs: Any) -> Any:
+        """A TorchRL ``TensorDictReplayBuffer`` over this buffer's build, no copy (see ``torchrl_interop.to_torchrl``)."""
+        from .torchrl_interop import to_torchrl
+
+        return to_torchrl(self, **kwargs)
+
+    def as_map_dataset(self, **kwargs: Any) -> Any:
+        """A map-style PyTorch dataset over the items (``torch_data.BufferDataset``)."""
+        from .torch_data import BufferDataset
+
+        return BufferDataset(self, **kwargs)
+
+    def as_iterable_dataset(self, batch_size: int | None = None, **kwargs: Any) -> Any:
+        """A PyTorch iterable over sampled batches, seeded per worker and rank (``torch_data.SampledBatches``)."""
+        from .torch_data import SampledBatches
+
+        return SampledBatches(self, batch_size, **kwargs)
 
     # -- pickling (torch.multiprocessing children) -----------------------------------------------
     def __getstate__(self) -> dict[str, Any]:

@@ -97,3 +97,22 @@ def test_heuristic_policy_and_truncation_flags():
     ends = torch.nonzero(data["next", "truncated"][:, 0]).flatten().tolist()
     assert ends == [199, 399, 449]
     assert dh.info("gym/pendulum-random-v0", policy="heuristic", steps=450).notes["budget_truncated_episodes"] == 1
+
+
+def test_a_buffer_over_a_build_pickles_by_reference():
+    import pickle
+
+    from datasets_hub.errors import CacheError
+
+    rb = dh.load(ID, batch_size=16, **SMALL)
+    blob = pickle.dumps(rb)
+    assert len(blob) < 4096  # the path and fingerprint, not the 600 transitions
+    again = pickle.loads(blob)
+    rows = torch.arange(0, len(rb), 5)
+    assert (again[rows] == rb[rows]).all()
+    # a build replaced under the same path is refused, never read as if it were the same data
+    manifest = rb.storage.path / "manifest.json"
+    text = manifest.read_text()
+    manifest.write_text(text.replace(rb.storage.manifest["fingerprint"], "0" * 16))
+    with pytest.raises(CacheError, match="rebuilt or replaced"):
+        pickle.loads(blob)

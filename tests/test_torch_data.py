@@ -1,0 +1,265 @@
+"""PyTorch DataLoader datasets and DDP sharding over dataset builds (issue 5, interop)."""
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import DistributedSampler
+
+from datasets_hub.build import build
+from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.errors import InvalidParameter
+from datasets_hub.loader import DatasetSpec
+from datasets_hub.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.slice_samplers import SliceSampler
+from datasets_hub.testing import FakeLoader, fake_episodes
+from datasets_hub.torch_data import (BufferDataset, EpisodeShardSampler, SampledBatches, dumps_by_reference,
+                                     loads_by_reference, resolve_rank, tensordict_collate)
+
+LENGTHS = [7, 3, 12, 5, 9, 1, 4, 15, 6, 8, 2, 11, 5, 10, 3, 6]  # 107 transitions, 16 episodes
+OBS_DIM = 256
+
+
+@pytest.fixture
+def build_path():
+    class ChunkLoader(FakeLoader):
+        def episodes(self, spec, files, ctx):
+            yield fake_episodes(LENGTHS[:8], obs_dim=OBS_DIM)
+            yield fake_episodes(LENGTHS[8:], obs_dim=OBS_DIM, first_episode=8, first_row=sum(LENGTHS[:8]) + 8)
+
+    return build(DatasetSpec(id="fake/interop", loader="fake", params={}), ChunkLoader(), {}, [])
+
+
+@pytest.fixture
+def rb(build_path):
+    return TensorDictReplayBuffer(storage=DatasetStorage(build_path), batch_size=8)
+
+
+def _same(a, b):
+    assert set(a.keys(True, True)) == set(b.keys(True, True))
+    for key in b.keys(True, True):
+        torch.testing.assert_close(a.get(key), b.get(key), rtol=0, atol=0, msg=f"key {key}")
+
+
+def _check_rows(batch, storage):
+    """Every row of ``batch`` is exactly the stored transition its ``index`` names."""
+    expected = storage.get(batch["index"])
+    _same(batch.exclude("index"), expected)
+    # the fake data tell rows apart: next observation is the following observation row
+    torch.testing.assert_close(batch["next", "observation"], batch["observation"] + 100)
+
+
+# -- map-style ------------------------------------------------------------------------------------
+
+def test_map_dataset_items_and_one_gather_per_batch(rb, monkeypatch):
+    ds = BufferDataset(rb)
+    n = sum(LENGTHS)
+    assert len(ds) == n
+    item = ds[5]
+    assert item.batch_size == torch.Size([]) and int(item["index"]) == 5
+    _same(item.exclude("index"), rb.storage.get(5))
+    assert int(ds[-1]["index"]) == n - 1
+    with pytest.raises(IndexError):
+        ds[n]
+
+    calls = []
+    real_get = rb.storage.get
+    monkeypatch.setattr(rb.storage, "get", lambda index: calls.append(index) or real_get(index))
+    loader = ds.dataloader(batch_size=10, shuffle=True, generator=torch.Generator().manual_seed(0))
+    seen = []
+    for batch in loader:
+        assert batch.batch_size[0] <= 10
+        _check_rows(batch, DatasetStorage(rb.storage.path))
+        seen.append(batch["index"])
+    assert len(calls) == len(loader) == -(-n // 10)  # __getitems__: one gather per batch, not per item
+    assert sorted(torch.cat(seen).tolist()) == list(range(n))
+
+
+def test_map_dataset_with_workers_visits_every_row_once(rb):
+    loader = BufferDataset(rb).dataloader(batch_size=16, shuffle=True, num_workers=2,
+                                          generator=torch.Generator().manual_seed(1))
+    seen = []
+    for batch in loader:
+        _check_rows(batch, rb.storage)
+        seen.append(batch["index"])
+    assert sorted(torch.cat(seen).tolist()) == list(range(sum(LENGTHS)))
+
+
+def test_collate_leaves_tensordicts_alone(rb):
+    batch = rb[torch.arange(4)]
+    assert tensordict_collate(batch) is batch
+    stacked = tensordict_collate([rb[0], rb[1]])
+    assert stacked.batch_size == torch.Size([2])
+    assert tensordict_collate([1, 2]).tolist() == [1, 2]
+
+
+# -- iterable -------------------------------------------------------------------------------------
+
+def _collect(loader):
+    return [batch["index"].clone() for batch in loader]
+
+
+def test_iterable_workers_are_seeded_distinctly_and_reproducibly(rb):
+    ds = SampledBatches(rb, batch_size=8, num_batches=10)
+    first = _collect(ds.dataloader(num_workers=2, generator=torch.Generator().manual_seed(7)))
+    assert len(first) == 10
+    # no two batches alike: workers that shared a seed would yield identical pairs of batches
+    assert len({tuple(b.tolist()) for b in first}) == 10
+    again = _collect(ds.dataloader(num_workers=2, generator=torch.Generator().manual_seed(7)))
+    assert [b.tolist() for b in again] == [b.tolist() for b in first]
+    other = _collect(ds.dataloader(num_workers=2, generator=torch.Generator().manual_seed(8)))
+    assert [b.tolist() for b in other] != [b.tolist() for b in first]
+    # the parent's sampler generator is untouched by the workers
+    assert rb.sampler.generator is None
+
+
+def test_iterable_batches_are_correct_and_pin_memory_works(rb):
+    ds = SampledBatches(rb, batch_size=6, num_batches=4, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no accelerator is found" on a CPU-only machine
+        batches = list(ds.dataloader(num_workers=2, pin_memory=True))
+    assert len(batches) == 4
+    for batch in batches:
+        assert batch.batch_size == torch.Size([6])
+        _check_rows(batch, rb.storage)
+
+
+def test_iterable_in_the_main_process_and_with_slices(rb):
+    torch.manual_seed(0)
+    a = _collect(SampledBatches(rb, num_batches=3).dataloader())
+    torch.manual_seed(0)
+    b = _collect(SampledBatches(rb, num_batches=3).dataloader())
+    assert [x.tolist() for x in a] == [x.tolist() for x in b] and len(a) == 3
+    slices = TensorDictReplayBuffer(storage=rb.storage, sampler=SliceSampler(slice_len=4), batch_size=12)
+    for batch in SampledBatches(slices, num_batches=3, seed=0).dataloader(num_workers=2):
+        episodes = batch["episode"].reshape(3, 4)
+        steps = batch["step"].reshape(3, 4)
+        assert (episodes == episodes[:, :1]).all()
+        assert (steps[:, 1:] - steps[:, :-1] == 1).all()
+
+
+def test_simulated_ranks_draw_different_batches(rb):
+    per_rank = []
+    for rank in range(4):
+        ds = SampledBatches(rb, batch_size=8, num_batches=5, seed=11, rank=rank, world_size=4)
+        per_rank.append([b["index"].tolist() for b in ds.dataloader()])
+    flat = [tuple(b) for batches in per_rank for b in batches]
+    assert len(set(flat)) == len(flat) == 20
+    again = SampledBatches(rb, batch_size=8, num_batches=5, seed=11, rank=2, world_size=4)
+    assert [b["index"].tolist() for b in again.dataloader()] == per_rank[2]
+    again.set_epoch(1)
+    assert [b["index"].tolist() for b in again.dataloader()] != per_rank[2]
+
+
+def test_bad_arguments_teach(rb, monkeypatch):
+    with pytest.raises(InvalidParameter, match="batch_size"):
+        SampledBatches(TensorDictReplayBuffer(storage=rb.storage))
+    with pytest.raises(InvalidParameter, match="rank"):
+        SampledBatches(rb, rank=4, world_size=4)
+    with pytest.raises(TypeError, match="path of a dataset build"):
+        BufferDataset(42)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert resolve_rank() == (1, 3)
+    assert resolve_rank(0, 2) == (0, 2)
+
+
+# -- DDP: episodes dealt to ranks -----------------------------------------------------------------
+
+@pytest.mark.parametrize("world_size", [1, 3, 4])
+def test_episode_shards_are_disjoint_cover_everything_and_equal_in_length(rb, world_size):
+    samplers = [EpisodeShardSampler(rb, rank=r, world_size=world_size, seed=5) for r in range(world_size)]
+    owned = samplers[0].assignment()
+    assert sorted(torch.cat(owned).tolist()) == list(range(len(LENGTHS)))  # disjoint and complete
+    lengths = torch.tensor(LENGTHS)
+    sizes = [int(lengths[o].sum()) for o in owned]
+    assert max(sizes) - min(sizes) <= max(LENGTHS)
+    assert len({len(s) for s in samplers}) == 1 and len(samplers[0]) == max(sizes)
+    episode_of_row = rb.storage.read_key("episode")
+    for rank, sampler in enumerate(samplers):
+        rows = list(sampler)
+        assert len(rows) == len(sampler)
+        assert set(episode_of_row[rows].tolist()) == set(owned[rank].tolist())  # only its own episodes
+        assert set(rows) == set(sampler.rows().tolist())  # and all of their rows
+    truncated = EpisodeShardSampler(rb, rank=0, world_size=world_size, seed=5, drop_last=True)
+    assert len(truncated) == min(sizes) == len(list(truncated))
+
+
+def test_episode_shards_reshuffle_per_epoch_and_feed_a_dataloader(rb):
+    sampler = EpisodeShardSampler(rb, rank=1, world_size=2, seed=0)
+    first = [o.tolist() for o in sampler.assignment()]
+    sampler.set_epoch(1)
+    assert [o.tolist() for o in sampler.assignment()] != first
+    loader = BufferDataset(rb).dataloader(batch_size=9, sampler=sampler)
+    rows = torch.cat([b["index"] for b in loader])
+    assert set(rb.storage.read_key("episode")[rows].tolist()) == set(sampler.assignment()[1].tolist())
+    with pytest.raises(InvalidParameter, match="episodes"):
+        EpisodeShardSampler(rb, rank=0, world_size=len(LENGTHS) + 1)
+
+
+def test_map_dataset_works_with_torch_distributed_sampler(rb):
+    n = sum(LENGTHS)
+    seen = []
+    for rank in range(2):
+        sampler = DistributedSampler(BufferDataset(rb), num_replicas=2, rank=rank, seed=0)
+        seen.append(torch.cat([b["index"] for b in BufferDataset(rb).dataloader(batch_size=10, sampler=sampler)]))
+    assert set(seen[0].tolist()) | set(seen[1].tolist()) == set(range(n))
+
+
+# -- pickling: builds travel by reference ---------------------------------------------------------
+
+def test_pickling_a_dataset_does_not_copy_the_build(rb, build_path):
+    data_bytes = sum(f.stat().st_size for f in (build_path / "data").rglob("*.memmap"))
+    assert data_bytes > 100_000
+    assert len(pickle.dumps(rb)) < 20_000  # DatasetStorage itself pickles by reference
+    for ds in (BufferDataset(rb), SampledBatches(rb, num_batches=2, seed=0)):
+        blob = pickle.dumps(ds)
+        assert len(blob) < 20_000
+        copy = pickle.loads(blob)
+        assert copy.buffer.storage.path == build_path
+    ds = pickle.loads(pickle.dumps(BufferDataset(rb)))
+    _same(ds[torch.arange(5)], BufferDataset(rb)[torch.arange(5)])
+    # one open build per process, however many references arrive
+    assert loads_by_reference(dumps_by_reference(rb.storage)) is loads_by_reference(dumps_by_reference(rb.storage))
+
+
+def test_spawned_workers_reopen_the_build(rb):
+    ds = BufferDataset(rb)
+    loader = ds.dataloader(batch_size=32, num_workers=1, multiprocessing_context="spawn")
+    rows = []
+    for batch in loader:
+        _check_rows(batch, rb.storage)
+        rows.append(batch["index"])
+    assert torch.cat(rows).tolist() == list(range(sum(LENGTHS)))
+
+
+def test_an_ensemble_iterates_with_private_seeded_members(rb):
+    from datasets_hub.ensemble import ReplayBufferEnsemble
+
+    ensemble = ReplayBufferEnsemble(rb, TensorDictReplayBuffer(storage=rb.storage, sampler=SliceSampler(slice_len=2)),
+                                    batch_size=8)
+    batches = list(SampledBatches(ensemble, num_batches=6).dataloader(
+        num_workers=2, generator=torch.Generator().manual_seed(0)))
+    assert len(batches) == 6 and batches[0].batch_size == torch.Size([2, 4])
+    assert len({tuple(b["index", "index"].reshape(-1).tolist()) for b in batches}) == 6
+    with pytest.raises(TypeError, match="SampledBatches"):
+        BufferDataset(ensemble)
+
+
+def test_a_reference_to_a_replaced_build_is_refused(rb, build_path):
+    from datasets_hub.errors import CacheError
+    from datasets_hub.torch_data import open_build
+
+    assert open_build(build_path, rb.storage.manifest["fingerprint"]).path == build_path
+    with pytest.raises(CacheError, match="rebuilt or replaced"):
+        open_build(build_path, "0" * 16)
+
+
+def test_buffer_convenience_methods(rb):
+    ds = rb.as_map_dataset()
+    assert isinstance(ds, BufferDataset) and len(ds) == len(rb)
+    batches = rb.as_iterable_dataset(num_batches=2, seed=0)
+    assert isinstance(batches, SampledBatches) and batches.batch_size == rb.batch_size == 8
+    assert [b.batch_size[0] for b in batches.dataloader()] == [8, 8]
