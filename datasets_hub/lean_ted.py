@@ -72,22 +72,32 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 class _BackgroundIO:
     """One worker thread that hashes and writes chunks while the loader reads the next ones
     (hashlib and file writes release the GIL). Writes run in submission order; at most
-    ``max_pending`` are queued, so memory stays bounded by a few chunks."""
+    ``max_pending`` writes and ``max_bytes`` bytes are queued (the newest write always is), so
+    memory stays bounded by a few chunks, however large a chunk of image frames is."""
 
-    def __init__(self, max_pending: int = 64) -> None:
+    def __init__(self, max_pending: int = 64, max_bytes: int = 64 << 20) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="datasets_hub-build-io")
-        self._pending: deque[Future] = deque()
+        self._pending: deque[tuple[Future, int]] = deque()
+        self._pending_bytes = 0
         self._max_pending = max_pending
+        self._max_bytes = max_bytes
 
-    def submit(self, fn: Callable[[], None]) -> None:
-        self._pending.append(self._pool.submit(fn))
-        while len(self._pending) > self._max_pending:
-            self._pending.popleft().result()
+    def submit(self, fn: Callable[[], None], nbytes: int = 0) -> None:
+        self._pending.append((self._pool.submit(fn), nbytes))
+        self._pending_bytes += nbytes
+        while len(self._pending) > 1 and (len(self._pending) > self._max_pending
+                                          or self._pending_bytes > self._max_bytes):
+            self._wait_oldest()
+
+    def _wait_oldest(self) -> None:
+        future, nbytes = self._pending.popleft()
+        self._pending_bytes -= nbytes
+        future.result()
 
     def drain(self) -> None:
         """Wait for every queued write; re-raise the first error (e.g. a full disk)."""
         while self._pending:
-            self._pending.popleft().result()
+            self._wait_oldest()
 
     def close(self) -> None:
         try:
@@ -117,7 +127,7 @@ class _LeafFile:
             self.sha256.update(buffer)
             self._fh.write(buffer)
 
-        self._io.submit(write)
+        self._io.submit(write, buffer.nbytes)
         self.rows += values.shape[0]
 
     def close(self) -> None:
