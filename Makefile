@@ -12,7 +12,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-ray test-torchrl bench bench-install install clean
+.PHONY: demo test test-faults test-ray test-torchrl bench bench-install install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q -m "not ray and not slow"
+
+# Fault injection: seeded kill -9 trials, concurrent loaders, rm while sampling (~2-3 min).
+test-faults: install
+	$(PY) -m pytest -q tests/faults -m slow
 
 # Ray installs in ~20 s and ray.init takes ~10-20 s on 2 cores: its tests have a target of their own.
 test-ray: install

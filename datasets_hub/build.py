@@ -5,6 +5,10 @@ written last, and the directory is renamed into place: a directory with a manife
 build, anything else is invisible. Processes that ask for the same build at once wait on the
 lock; the first one builds, the others find the manifest and return.
 
+A loader that finds a raw file malformed raises :class:`~datasets_hub.errors.CorruptFile`; the
+build moves that file aside to ``<name>.corrupt`` (so the next load downloads it again instead of
+failing on the same bytes forever) and re-raises naming the URL it came from.
+
 Nothing is fsynced (on ext4 one fsync flushes the whole build and doubled build times): a killed
 process never publishes a build, and after a power loss `datasets-hub verify` finds a damaged one
 through the per-file sha256 the manifest records.
@@ -22,7 +26,7 @@ from . import __version__
 from .cache import (INCOMPLETE_SUFFIX, MANIFEST, STORAGE_FORMAT_VERSION, dataset_dir, ensure_writable_dir,
                     file_lock, fingerprint, is_disk_full, read_manifest, remove_tree)
 from .cache_verify import write_manifest_checksum
-from .errors import CacheError, HubError, LoaderError
+from .errors import CacheError, CorruptFile, HubError, LoaderError
 from .lean_ted import LeanTEDWriter
 from .loader import DatasetSpec, Loader, LoaderContext
 
@@ -88,6 +92,8 @@ def build(spec: DatasetSpec, loader: Loader, files: Mapping[str, Path], sources:
             os.replace(incomplete, final)
         except BaseException as exc:
             remove_tree(incomplete)
+            if isinstance(exc, CorruptFile):
+                _quarantine(exc, spec, files, sources)
             if is_disk_full(exc):
                 raise CacheError(
                     f"the disk filled up while building {spec.id!r} ({exc}); the partial build was removed. "
@@ -95,6 +101,38 @@ def build(spec: DatasetSpec, loader: Loader, files: Mapping[str, Path], sources:
                 ) from exc
             raise
     return final
+
+
+def _quarantine(exc: CorruptFile, spec: DatasetSpec, files: Mapping[str, Path],
+               sources: list[dict[str, Any]]) -> None:
+    """Move the raw file a loader found malformed to ``<name>.corrupt`` and re-raise naming its URL.
+
+    A truncated or damaged download must not be reused: with it gone, the next load fetches the
+    file again. Files that are not raw downloads of this build are left alone.
+    """
+    if exc.path is None:
+        return
+    bad = Path(str(exc.path)).absolute()
+    name = next((n for n, p in files.items() if Path(p).absolute() == bad), None)
+    if name is None or not bad.is_file():
+        return
+    from .downloader import read_sidecar, sidecar_path
+
+    url = (read_sidecar(bad) or {}).get("url") or next(
+        (s.get("url") for s in sources if s.get("name") == name), None) or "an unknown URL"
+    corrupt = bad.with_name(bad.name + ".corrupt")
+    try:  # the download lock: never move a file another process is publishing right now
+        with file_lock(bad.with_name(bad.name + ".lock"), timeout=30):
+            os.replace(bad, corrupt)
+            sidecar_path(bad).unlink(missing_ok=True)
+    except Exception as move_error:  # a read-only cache, a lock held too long: say so, keep the cause
+        raise CorruptFile(
+            f"{exc} [{spec.id}: {name} came from {url}; it could not be moved aside ({move_error}): delete {bad} "
+            "and load again]", path=bad) from exc
+    raise CorruptFile(
+        f"{exc} [{spec.id}: {name} came from {url}; it was moved aside to {corrupt} and the next load downloads "
+        "it again. If that fails the same way, the upstream file itself is damaged: use a mirror "
+        "(DATASETS_HUB_ENDPOINT_<LOADER>) or report it upstream]", path=corrupt) from exc
 
 
 def _chunks_of(loader: Loader, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext):

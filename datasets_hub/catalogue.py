@@ -91,13 +91,16 @@ def _parsed_copy(path: Path, key: tuple[str, int, int]) -> dict[str, Any]:
     data = _parse_yaml(path)
     for dataset_id, entry in data.items():  # checked once per file version; the JSON copy is trusted
         _check_entry(dataset_id, entry, str(path))
+    tmp = copy.with_name(f"{copy.name}.{os.getpid()}.tmp")
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
-        tmp = copy.with_name(f"{copy.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data, default=str))
         os.replace(tmp, copy)
-    except OSError:
-        pass  # a read-only cache still works, only slower
+    except OSError:  # a read-only or full cache still works, only slower
+        try:
+            tmp.unlink(missing_ok=True)  # a full disk leaves a cut copy behind
+        except OSError:
+            pass
     return data
 
 

@@ -14,12 +14,16 @@ The contract of :func:`fetch`:
   timeout the download resumes with ``Range: bytes=<have>-`` (a 200 answer restarts from zero); a
   partial left by a killed process is resumed too (rehashed first). Connection errors, timeouts,
   429 and 5xx are retried with exponential backoff, up to ``retries`` consecutive failures that
-  brought no new bytes; other 4xx fail that mirror at once. Redirects are followed (at most
+  brought no new bytes; other 4xx fail that mirror at once. Body bytes are written as they arrive
+  (a dropped connection loses none of them), and a server that first announces a size and later
+  claims the file is shorter is not believed. Redirects are followed (at most
   :data:`MAX_REDIRECTS`, http/https only, loops refused).
 - The declared and received sizes are checked against the catalogue's ``size``, the sha256
   (computed while streaming) against the catalogue's ``sha256``: a mismatch raises
   :class:`~datasets_hub.errors.ChecksumMismatch` and the bad bytes go to ``<dest>.corrupt``
   (never reused, never left at ``dest``). Success = fsync, atomic rename to ``dest``, sidecar.
+- A full disk or an unwritable cache is a :class:`~datasets_hub.errors.CacheError` naming the
+  file, the URL and the fix (the ``.partial`` is kept: the next attempt resumes).
 - One download per file across processes: a ``filelock`` on ``<dest>.lock``; the other processes
   wait and then find the file verified.
 
@@ -52,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
-from .errors import ChecksumMismatch, DownloadError, HubError
+from .errors import CacheError, ChecksumMismatch, DownloadError, HubError
 
 if TYPE_CHECKING:  # loader.py imports tensordict; this module stays light
     from .loader import Resource
@@ -228,8 +232,13 @@ def fetch(resource: Resource, dest: Path, *, loader: str, offline: bool | None =
         return dest
     from filelock import FileLock
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(dest) + ".lock"):
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(dest) + ".lock")
+        lock.acquire()
+    except OSError as exc:
+        raise _cache_write_error(exc, resource, dest) or exc
+    try:
         problem = _check_cached(resource, dest)  # another process may have fetched it meanwhile
         if problem is None:
             return dest
@@ -245,6 +254,8 @@ def fetch(resource: Resource, dest: Path, *, loader: str, offline: bool | None =
                 raise DownloadError(_offline_message(resource, dest))
         return _download_any(resource, dest, urls, offline=offline, progress=progress,
                              timeout=timeout, retries=retries)
+    finally:
+        lock.release()
 
 
 def _offline_message(resource: Resource, dest: Path) -> str:
@@ -252,6 +263,26 @@ def _offline_message(resource: Resource, dest: Path) -> str:
     return (f"{resource.name} is not in the cache and offline mode (DATASETS_HUB_OFFLINE=1) forbids "
             f"downloading it from {sources}. Fix: copy the file to exactly {dest}, or unset "
             f"DATASETS_HUB_OFFLINE to download it.")
+
+
+def _cache_write_error(exc: OSError, resource: Resource, dest: Path, url: str | None = None) -> CacheError | None:
+    """A teaching ``CacheError`` for a full disk or an unwritable cache, else ``None``."""
+    import errno
+
+    source = f" from {url}" if url else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        partial = dest.with_name(dest.name + ".partial")
+        kept = partial.stat().st_size if partial.exists() else 0
+        return CacheError(
+            f"{resource.name}: the disk filled up while downloading{source} to {dest} ({exc.strerror}); "
+            f"{kept} bytes are kept in {partial.name} and the next attempt resumes. Free space (e.g. "
+            "`datasets-hub cache prune`) or point DATASETS_HUB_CACHE at a larger disk, then load again.")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return CacheError(
+            f"{resource.name}: cannot write to {dest.parent} ({exc.strerror}): the cache is read-only for this "
+            "process. Point DATASETS_HUB_CACHE at a writable directory or fix its permissions; builds already "
+            "in the cache can still be read.")
+    return None
 
 
 def _move_aside(path: Path, dest: Path | None = None) -> Path:
@@ -290,6 +321,8 @@ def _download_any(resource: Resource, dest: Path, urls: list[str], *, offline: b
                 return dest
             except (DownloadError, ChecksumMismatch) as exc:
                 errors.append((url, exc))
+            except OSError as exc:  # our side failed (full disk, read-only cache): no other mirror helps
+                raise _cache_write_error(exc, resource, dest, url) or exc
     if len(errors) == 1:
         raise errors[0][1]
     kind = ChecksumMismatch if any(isinstance(e, ChecksumMismatch) for _, e in errors) else DownloadError
@@ -429,6 +462,29 @@ def _parse_content_range(value: str | None) -> tuple[int, int | None] | None:
     return int(m.group(1)), None if m.group(3) == "*" else int(m.group(3))
 
 
+def _body(resp: Any) -> Any:
+    """The response body in blocks of at most CHUNK_SIZE, each yielded as soon as it arrives.
+
+    ``iter_content`` waits for a full block, so a connection dropped after 900 KiB of a 1 MiB
+    block lost all of it and a flaky link that drops every few hundred KiB never made progress;
+    ``read1`` hands over what has arrived, and the partial file keeps every byte received.
+    """
+    raw = resp.raw
+    if not hasattr(raw, "read1"):  # urllib3 < 2
+        yield from resp.iter_content(CHUNK_SIZE)
+        return
+    import urllib3.exceptions
+
+    while True:
+        try:
+            block = raw.read1(CHUNK_SIZE, decode_content=True)
+        except urllib3.exceptions.HTTPError as exc:  # dropped connection, read timeout, bad chunking
+            raise _Retry(f"{type(exc).__name__}: {exc}") from exc
+        if not block:
+            return
+        yield block
+
+
 def _http_download(url: str, partial: Path, resource: Resource, *, timeout: float, retries: int,
                    bar: Any) -> tuple[str, int]:
     """Download ``url`` into ``partial`` (resuming what is there); return (sha256, size)."""
@@ -437,6 +493,7 @@ def _http_download(url: str, partial: Path, resource: Resource, *, timeout: floa
     have = partial.stat().st_size if partial.exists() else 0
     hasher = _hash_file(partial, have) if have else hashlib.sha256()  # a resumed partial is rehashed once
     best, failures, last = have, 0, ""
+    announced: int | None = None  # the first total size the server stated: a later, smaller one is not trusted
     with requests.Session() as session:
         while True:
             headers = {"Accept-Encoding": "identity"}  # sizes and hashes are of the bytes on the wire
@@ -453,8 +510,8 @@ def _http_download(url: str, partial: Path, resource: Resource, *, timeout: floa
                         total = rng[1]
                     elif resp.status_code == 416:
                         m = re.fullmatch(r"\s*bytes\s+\*/(\d+)\s*", resp.headers.get("Content-Range", ""))
-                        if m and int(m.group(1)) == have:  # the partial was complete (killed before rename)
-                            return hasher.hexdigest(), have
+                        if m and int(m.group(1)) == have and announced in (None, have):
+                            return hasher.hexdigest(), have  # the partial was complete (killed before rename)
                         raise _Retry("HTTP 416 for a resumed download", restart=True)  # not a prefix
                     else:  # 200: the whole file (also when the server ignored our Range)
                         if have:
@@ -462,6 +519,8 @@ def _http_download(url: str, partial: Path, resource: Resource, *, timeout: floa
                             partial.unlink(missing_ok=True)
                         length = resp.headers.get("Content-Length")
                         total = int(length) if length and length.isdigit() else None
+                    if announced is None:
+                        announced = total
                     if total is not None and resource.size is not None and total != resource.size:
                         partial.unlink(missing_ok=True)
                         raise DownloadError(
@@ -470,7 +529,7 @@ def _http_download(url: str, partial: Path, resource: Resource, *, timeout: floa
                     bar.reset(total=total if total is not None else resource.size)
                     bar.update(have)
                     with open(partial, "ab") as out:
-                        for block in resp.iter_content(CHUNK_SIZE):
+                        for block in _body(resp):
                             out.write(block)
                             hasher.update(block)
                             have += len(block)

@@ -66,3 +66,17 @@ def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
     if not close:
         return ""
     return " Did you mean " + ", ".join(repr(c) for c in close) + "?"
+
+
+class CorruptFile(LoaderError):
+    """A fetched upstream file is malformed (truncated, a bad CRC, not the format it claims).
+
+    ``path`` is the local file. A loader raises it instead of a plain :class:`LoaderError` when
+    the bytes of one file are at fault; the build then moves that file aside to
+    ``<name>.corrupt`` (never reused: the next load downloads it again) and adds the URL it came
+    from to the message.
+    """
+
+    def __init__(self, message: str, *, path: object = None) -> None:  # a str or Path
+        super().__init__(message)
+        self.path = path

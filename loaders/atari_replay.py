@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from datasets_hub.errors import LoaderError
+from datasets_hub.errors import CorruptFile, LoaderError
 
 STORE_PREFIX = "$store$_"
 STORE_KEYS = ("observation", "action", "reward", "terminal")
@@ -91,9 +91,9 @@ class NpyStream:
             else:
                 raise ValueError(f"unsupported .npy version {version}")
         except (OSError, EOFError, ValueError, zlib.error) as exc:
-            raise LoaderError(
+            raise CorruptFile(
                 f"{self.path.name} is not a gzipped .npy array ({exc}); Dopamine replay logs are "
-                f"np.save() output inside gzip: delete {self.path} and download it again"
+                f"np.save() output inside gzip: delete {self.path} and download it again", path=self.path
             ) from exc
         if dtype.hasobject:
             raise LoaderError(f"{self.path.name} holds Python objects (pickled); only plain numeric arrays are read")
@@ -110,12 +110,13 @@ class NpyStream:
                     break
                 got += n
         except (OSError, EOFError, zlib.error) as exc:
-            raise LoaderError(f"{self.path.name} is damaged ({exc}); delete {self.path} and download it again") from exc
+            raise CorruptFile(f"{self.path.name} is damaged ({exc}); delete {self.path} and download it again",
+                              path=self.path) from exc
         if got < len(view):
-            raise LoaderError(
+            raise CorruptFile(
                 f"{self.path.name} ends early: its header announces {self.rows} rows but the stream "
-                f"stopped in row {self.pos + got // max(self.row_bytes, 1)}; delete {self.path} and download it again"
-            )
+                f"stopped in row {self.pos + got // max(self.row_bytes, 1)}; delete {self.path} and download it again",
+                path=self.path)
 
     def read(self, n: int) -> np.ndarray:
         """The next ``n`` rows as a fresh array ``[n, *row_shape]``."""

@@ -66,7 +66,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from datasets_hub.errors import InvalidParameter, LoaderError, did_you_mean
+from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
 PARAMS = ("max_episode_steps", "url")
@@ -84,12 +84,7 @@ class D4RLLoader(Loader):
     format_version = 1
 
     def check_params(self, spec: DatasetSpec) -> None:
-        unknown = sorted(set(spec.params) - set(PARAMS))
-        if unknown:
-            raise InvalidParameter(
-                f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the d4rl loader "
-                f"(it accepts {', '.join(PARAMS)}).{did_you_mean(unknown[0], PARAMS)}"
-            )
+        self.reject_unknown_params(spec, PARAMS)
         steps = spec.params.get("max_episode_steps")
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
             raise InvalidParameter(
@@ -126,11 +121,14 @@ class D4RLLoader(Loader):
         try:
             handle = h5py.File(path, "r")
         except OSError as exc:
-            raise LoaderError(f"{spec.id}: {path} is not a readable HDF5 file ({exc}); delete it and download again") from exc
+            raise CorruptFile(f"{spec.id}: {path} is not a readable HDF5 file ({exc}); delete it and download again",
+                              path=path) from exc
         with handle:
             try:
                 yield from _Converter(spec, handle, path, ctx).run()
-            except (KeyError, OSError, ValueError, TypeError) as exc:
+            except OSError as exc:  # h5py's read errors: damaged or truncated bytes
+                raise CorruptFile(f"{spec.id}: cannot read {path}: {exc}", path=path) from exc
+            except (KeyError, ValueError, TypeError) as exc:
                 raise LoaderError(f"{spec.id}: cannot read {path}: {exc}") from exc
 
 

@@ -57,6 +57,10 @@ class GymLoader(Loader):
         self.reject_unknown_params(spec, _PARAMS)
         if not isinstance(params.get("env"), str):
             raise InvalidParameter(f"{spec.id!r}: 'env' must be a gymnasium id string, got {params.get('env')!r}")
+        if ":" in params["env"]:  # gymnasium.make('pkg:Env-v0') imports pkg: a catalogue entry must never run code
+            raise InvalidParameter(
+                f"{spec.id!r}: env {params['env']!r} imports a module ('module:EnvId'); import the module that "
+                "registers the environment yourself, then pass its plain id (e.g. 'MyEnv-v0')")
         steps = params.get("steps", 10000)
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise InvalidParameter(f"{spec.id!r}: 'steps' must be a positive integer, got {steps!r}")

@@ -80,7 +80,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from datasets_hub.errors import InvalidParameter, LoaderError, did_you_mean
+from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from loaders.minari_convert import decode_text, encode_text
 
@@ -187,11 +187,7 @@ class OpenXLoader(Loader):
 
     def check_params(self, spec: DatasetSpec) -> None:
         p = spec.params
-        unknown = sorted(set(p) - set(PARAMS))
-        if unknown:
-            raise InvalidParameter(
-                f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the openx loader "
-                f"(it accepts {', '.join(PARAMS)}).{did_you_mean(unknown[0], PARAMS)}")
+        self.reject_unknown_params(spec, PARAMS)
         version = p.get("version")
         if not isinstance(version, str) or not version:
             raise InvalidParameter(
@@ -298,7 +294,8 @@ def _read_json(path: Path, spec: DatasetSpec) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise LoaderError(f"{spec.id}: {path.name} is not readable JSON ({exc}); delete {path} and download again") from exc
+        raise CorruptFile(f"{spec.id}: {path.name} is not readable JSON ({exc}); delete {path} and download again",
+                          path=path) from exc
     if not isinstance(value, dict):
         raise LoaderError(f"{spec.id}: {path.name} holds {type(value).__name__}, not a JSON object")
     return value

@@ -13,7 +13,8 @@ record). The framing of every record is::
 
 with ``masked(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8  (mod 2**32)`` over CRC-32C
 (Castagnoli). Both CRCs are checked; a mismatch or a file cut inside a record raises
-:class:`~datasets_hub.errors.LoaderError` naming the file and the record's byte offset. CRC-32C
+:class:`~datasets_hub.errors.CorruptFile` (a ``LoaderError``) naming the file and the record's byte
+offset; the build then moves the file aside so that the next load downloads it again. CRC-32C
 uses the C implementation of ``google-crc32c`` when installed (about 1 GB/s) and otherwise a
 pure-Python table (a few MB/s: fine for tests, slow for 100 MB shards; the dataset card says which
 one ran).
@@ -39,7 +40,7 @@ from typing import Callable, Iterator, Union
 
 import numpy as np
 
-from datasets_hub.errors import LoaderError
+from datasets_hub.errors import CorruptFile
 
 FeatureValues = Union[list, np.ndarray]
 _MASK_DELTA = 0xA282EAD8
@@ -112,7 +113,7 @@ def masked_crc32c(data: bytes) -> int:
 def iter_records(path: Path | str, *, check_crc: bool = True) -> Iterator[tuple[int, bytes]]:
     """Yield ``(byte offset, record bytes)`` for every record of the TFRecord file ``path``.
 
-    Raises :class:`LoaderError` naming the file and offset when a CRC does not match or the file
+    Raises :class:`CorruptFile` naming the file and offset when a CRC does not match or the file
     ends inside a record (a truncated or corrupt download: delete the file and fetch it again).
     """
     path = Path(path)
@@ -123,16 +124,18 @@ def iter_records(path: Path | str, *, check_crc: bool = True) -> Iterator[tuple[
             if not header:
                 return
             if len(header) < _HEADER.size:
-                raise LoaderError(_bad(path, offset, f"the file ends inside a record header ({len(header)} of 12 bytes)"))
+                raise CorruptFile(_bad(path, offset, f"the file ends inside a record header ({len(header)} of 12 bytes)"),
+                                  path=path)
             length, length_crc = _HEADER.unpack(header)
             if check_crc and masked_crc32c(header[:8]) != length_crc:
-                raise LoaderError(_bad(path, offset, "the CRC of the record length does not match"))
+                raise CorruptFile(_bad(path, offset, "the CRC of the record length does not match"), path=path)
             data = f.read(length)
             trailer = f.read(4)
             if len(data) < length or len(trailer) < 4:
-                raise LoaderError(_bad(path, offset, f"the file ends inside a record of {length} bytes"))
+                raise CorruptFile(_bad(path, offset, f"the file ends inside a record of {length} bytes"), path=path)
             if check_crc and masked_crc32c(data) != _U32.unpack(trailer)[0]:
-                raise LoaderError(_bad(path, offset, f"the CRC of the {length}-byte record data does not match"))
+                raise CorruptFile(_bad(path, offset, f"the CRC of the {length}-byte record data does not match"),
+                                  path=path)
             yield offset, data
             offset += _HEADER.size + length + 4
 

@@ -398,7 +398,7 @@ def test_sample_slices(run):
     (["sample", CARTPOLE, "-b", "0"], "--batch-size must be a positive integer"),
     (["info", CARTPOLE, "--param", "steps"], "key=value"),
     (["info", CARTPOLE, "--param", "steps=-1"], "'steps' must be a positive integer"),
-    (["info", CARTPOLE, "--param", "colour=red"], "unknown gym parameter"),
+    (["info", CARTPOLE, "--param", "colour=red"], "for the gym loader"),
     (["cache", "prune", "--older-than", "soon"], "invalid float value"),
 ])
 def test_bad_arguments_exit_2_with_one_line(run, argv, needle):
