@@ -20,7 +20,7 @@ _EXPORTS: dict[str, str] = {
     "Loader": "loader", "Resource": "loader", "DatasetSpec": "loader", "LoaderContext": "loader",
     # replay buffers
     "ReplayBuffer": "replay_buffers", "TensorDictReplayBuffer": "replay_buffers",
-    "PrioritizedReplayBuffer": "replay_buffers", "TensorDictPrioritizedReplayBuffer": "replay_buffers",
+    "PrioritizedReplayBuffer": "prioritized_buffers", "TensorDictPrioritizedReplayBuffer": "prioritized_buffers",
     "ReplayBufferEnsemble": "ensemble",
     # storages
     "Storage": "storages", "ListStorage": "storages", "TensorStorage": "tensor_storages",

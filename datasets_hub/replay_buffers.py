@@ -2,7 +2,7 @@
 
 ``ReplayBuffer`` works with any data its storage holds; ``TensorDictReplayBuffer`` adds ``"index"``
 (and the sampler's per-item info such as ``"_weight"``) to every sample. The prioritized variants
-build a ``PrioritizedSampler`` and update priorities from losses.
+live in :mod:`datasets_hub.prioritized_buffers`.
 
 Threading: one lock guards writes and draws. With ``prefetch=N`` a thread pool keeps N batches in
 flight; draws take numbered tickets and run in ticket order, so a seeded ``generator`` gives the
@@ -585,37 +585,3 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if index.ndim > 1:
             index = index.reshape(index.shape[0], -1)[:, 0]
         self.update_priority(index, _reduce(priority.detach(), self._reduction))
-
-
-def _prioritized_sampler(storage: Storage, alpha: float, beta: float, eps: float, reduction: str,
-                         dtype: torch.dtype) -> Sampler:
-    try:
-        from .prioritized import PrioritizedSampler
-    except ImportError as exc:  # the module belongs to the samplers layer
-        raise ImportError(f"PrioritizedSampler is unavailable (datasets_hub.prioritized failed to import: {exc})") from exc
-    return PrioritizedSampler(storage.max_size, alpha, beta, eps=eps, dtype=dtype, reduction=reduction)
-
-
-class PrioritizedReplayBuffer(ReplayBuffer):
-    """``ReplayBuffer`` with a ``PrioritizedSampler(alpha, beta, eps)``; samples' info carry ``"_weight"``."""
-
-    def __init__(self, *, alpha: float, beta: float, eps: float = 1e-8, dtype: torch.dtype = torch.float,
-                 storage: Storage | None = None, **kwargs: Any) -> None:
-        if "sampler" in kwargs:
-            raise TypeError("PrioritizedReplayBuffer builds its own PrioritizedSampler: do not pass sampler=")
-        storage = ListStorage(1000) if storage is None else storage
-        super().__init__(storage=storage, sampler=_prioritized_sampler(storage, alpha, beta, eps, "max", dtype),
-                         **kwargs)
-
-
-class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
-    """``TensorDictReplayBuffer`` with a ``PrioritizedSampler``; priorities come from ``priority_key``."""
-
-    def __init__(self, *, alpha: float, beta: float, priority_key: str | tuple[str, ...] = "td_error",
-                 eps: float = 1e-8, dtype: torch.dtype = torch.float, storage: Storage | None = None,
-                 reduction: str = "max", **kwargs: Any) -> None:
-        if "sampler" in kwargs:
-            raise TypeError("TensorDictPrioritizedReplayBuffer builds its own PrioritizedSampler: do not pass sampler=")
-        storage = ListStorage(1000) if storage is None else storage
-        super().__init__(storage=storage, sampler=_prioritized_sampler(storage, alpha, beta, eps, reduction, dtype),
-                         priority_key=priority_key, reduction=reduction, **kwargs)

@@ -18,7 +18,8 @@ from datasets_hub.build import build  # noqa: E402
 from datasets_hub.dataset_storage import DatasetStorage  # noqa: E402
 from datasets_hub.loader import DatasetSpec  # noqa: E402
 from datasets_hub.ray_buffer import RayReplayBuffer  # noqa: E402
-from datasets_hub.replay_buffers import TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer  # noqa: E402
+from datasets_hub.prioritized_buffers import TensorDictPrioritizedReplayBuffer  # noqa: E402
+from datasets_hub.replay_buffers import TensorDictReplayBuffer  # noqa: E402
 from datasets_hub.slice_samplers import SliceSampler  # noqa: E402
 from datasets_hub.tensor_storages import LazyTensorStorage  # noqa: E402
 from datasets_hub.testing import FakeLoader  # noqa: E402
