@@ -12,11 +12,12 @@ stores them, episodes of 1000 steps ending by timeout), then, each in a fresh su
 - builds it with ``datasets_hub.download`` (the catalogue entry points at a ``file://`` URL, so the
   hub copies, checksums and converts it as it would a download), and with TorchRL's
   ``D4RLExperienceReplay(direct_download=True)`` whose URL table is pointed at the same file
-  (``urllib`` copies ``file://`` URLs the way it downloads ``http://`` ones); build time excludes
-  imports, peak RSS is the child's ``ru_maxrss``;
+  (``urllib`` copies ``file://`` URLs the way it downloads ``http://`` ones); each library builds
+  ``--build-repeats`` times from nothing, interleaved, and the median build is reported; build time
+  excludes imports, peak RSS is the child's ``ru_maxrss``;
 - measures bytes on disk of each converted dataset (our raw copy is reported separately);
 - measures the whole-process time from interpreter start to the first sample of the cached
-  dataset (imports included; median of ``--repeats``) against ``python -c "import torch, tensordict"``;
+  dataset (imports included; median of ``--repeats`` interleaved rounds) against ``python -c "import torch, tensordict"``;
 - builds a ~``--big-gb`` GB file with our loader only and reports its peak RSS.
 
 Prints a table and writes ``benchmarks/results/build.json``. Not a test: figures depend on the machine.
@@ -96,14 +97,29 @@ def child(code: str, env: dict[str, str]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def time_to_first_sample(code: str, env: dict[str, str], repeats: int) -> float:
-    """Median seconds from spawning the interpreter to the moment the child has its first sample."""
-    times = []
+def time_to_first_sample(codes: dict[str, str], env: dict[str, str], repeats: int) -> dict[str, float]:
+    """Median seconds from spawning the interpreter to the moment the child has its first sample,
+    per name; the children run interleaved (one of each per round), so machine noise hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in codes}
     for _ in range(repeats):
-        spawned = time.time()
-        out = child(code, env)
-        times.append(out["t"] - spawned)
-    return statistics.median(times)
+        for name, code in codes.items():
+            spawned = time.time()
+            out = child(code, env)
+            times[name].append(out["t"] - spawned)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def median_builds(jobs: dict[str, tuple[str, list[Path]]], env: dict[str, str], repeats: int) -> dict[str, dict]:
+    """Each job (code, directories to clear first) built ``repeats`` times, interleaved; the run with
+    the median build time per job (its peak RSS and output come along)."""
+    runs: dict[str, list[dict]] = {name: [] for name in jobs}
+    for _ in range(repeats):
+        for name, (code, clear) in jobs.items():
+            for path in clear:
+                shutil.rmtree(path, ignore_errors=True)
+            runs[name].append(child(code, env))
+    return {name: sorted(out, key=lambda r: r["seconds"])[len(out) // 2] | {"all_seconds": [r["seconds"] for r in out]}
+            for name, out in runs.items()}
 
 
 OURS_BUILD = """
@@ -157,7 +173,7 @@ def registry(work: Path, entries: dict[str, Path]) -> Path:
     return path
 
 
-def run(work: Path, rows: int, big_gb: float, repeats: int) -> dict:
+def run(work: Path, rows: int, big_gb: float, repeats: int, build_repeats: int) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     src = work / "bench.hdf5"
     t0 = time.perf_counter()
@@ -177,17 +193,22 @@ def run(work: Path, rows: int, big_gb: float, repeats: int) -> dict:
     for stale in (work / "cache", work / "torchrl"):
         shutil.rmtree(stale, ignore_errors=True)
 
-    ours = child(OURS_BUILD.format(id="d4rl/bench-v0"), env)
     trl_root = work / "torchrl"
-    theirs = child(TORCHRL_BUILD.format(name=TORCHRL_NAME, url=f"file://{src}", root=str(trl_root)), env)
+    # every build starts from nothing: ours copies the file:// source into its raw cache, as TorchRL does
+    built = median_builds({
+        "ours": (OURS_BUILD.format(id="d4rl/bench-v0"), [work / "cache"]),
+        "torchrl": (TORCHRL_BUILD.format(name=TORCHRL_NAME, url=f"file://{src}", root=str(trl_root)), [trl_root]),
+    }, env, build_repeats)
+    ours, theirs = built["ours"], built["torchrl"]
     ours_bytes = tree_bytes(Path(ours["path"]))
     raw_bytes = src.stat().st_size
     theirs_bytes = tree_bytes(trl_root / TORCHRL_NAME)
 
     offline = dict(env, DATASETS_HUB_OFFLINE="1")
-    baseline = time_to_first_sample(BASELINE, offline, repeats)
-    ours_first = time_to_first_sample(OURS_FIRST.format(id="d4rl/bench-v0"), offline, repeats)
-    theirs_first = time_to_first_sample(TORCHRL_FIRST.format(name=TORCHRL_NAME, root=str(trl_root)), offline, repeats)
+    first = time_to_first_sample({
+        "baseline": BASELINE, "ours": OURS_FIRST.format(id="d4rl/bench-v0"),
+        "torchrl": TORCHRL_FIRST.format(name=TORCHRL_NAME, root=str(trl_root))}, offline, repeats)
+    baseline, ours_first, theirs_first = first["baseline"], first["ours"], first["torchrl"]
 
     big_build = child(OURS_BUILD.format(id="d4rl/bench-big-v0"), env) if big_rows else None
 
@@ -212,6 +233,7 @@ def run(work: Path, rows: int, big_gb: float, repeats: int) -> dict:
         rows_out.append({"metric": f"build time, {big_gb:g} GB file (s)", "ours": big_build["seconds"],
                          "torchrl": None, "ratio": None, "target": "-", "ok": None})
     return {"rows": rows, "baseline_import_torch_tensordict_s": baseline, "table": rows_out,
+            "build_seconds": {"ours": ours["all_seconds"], "torchrl": theirs["all_seconds"]},
             "python": sys.executable, "big_rows": big_rows}
 
 
@@ -250,13 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--big-gb", type=float, default=2.0, help="size of the RSS-only build; 0 skips it")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of the first-sample timing")
+    parser.add_argument("--build-repeats", type=int, default=3, help="builds per library (median reported)")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory, removed after")
     parser.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     args = parser.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="datasets_hub_bench_"))
     try:
-        result = run(work, args.rows, args.big_gb, args.repeats)
+        result = run(work, args.rows, args.big_gb, args.repeats, args.build_repeats)
         print(f"\nD4RL build, {args.rows} transitions (python: {sys.executable}); "
               f"`import torch, tensordict` baseline {result['baseline_import_torch_tensordict_s']:.3f} s")
         print_table(result["table"])
