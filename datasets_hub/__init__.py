@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "HubError": "errors", "UnknownDataset": "errors", "UnknownLoader": "errors",
     "MissingDependency": "errors", "ChecksumMismatch": "errors", "DownloadError": "errors",
     "LoaderError": "errors", "CacheError": "errors", "TEDError": "errors", "InvalidParameter": "errors",
+    "CorruptFile": "errors", "PreprocessError": "errors", "UncachedPreprocessWarning": "fingerprint",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -365,8 +365,10 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
     else:
         _out("  (none)")
     if listing.preprocessed:
-        _out("\npreprocessed (build-fp/transform-fp)")
-        _out([f"  {name}  {human_bytes(size)}" for name, size in listing.preprocessed])
+        _out("\npreprocessed variants")
+        rows = [(p.id, p.name, f"{p.transitions:,}", human_bytes(p.bytes), p.transform) for p in listing.preprocessed]
+        _out(["  " + line for line in _table(("id", "build-fp/transform-fp", "transitions", "bytes", "transform"),
+                                             rows, truncate_last=True)])
     return 0
 
 

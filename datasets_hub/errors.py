@@ -80,3 +80,7 @@ class CorruptFile(LoaderError):
     def __init__(self, message: str, *, path: object = None) -> None:  # a str or Path
         super().__init__(message)
         self.path = path
+
+
+class PreprocessError(HubError):
+    """``fn`` failed (or broke its contract) while preprocessing; the message names fn and the rows."""

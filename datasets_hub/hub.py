@@ -111,12 +111,17 @@ def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
 
 def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None, transform: Any = None,
          prefetch: int = 0, download: bool = True, generator: torch.Generator | None = None,
-         **params: Any):
+         preprocess: Any = None, **params: Any):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
 
     ``params`` override the catalogue's parameters (and so select a different build). The buffer
     samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
+    ``preprocess`` (a function or a list of functions, applied in order) maps the stored transitions
+    once, cached by fingerprint (see :mod:`datasets_hub.preprocess`); ``transform`` then runs on samples.
     """
+    steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
+    if not all(callable(fn) for fn in steps):
+        raise InvalidParameter(f"preprocess= takes a function or a list of functions, got {preprocess!r}")
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
         raise InvalidParameter(f"batch_size must be a positive integer or None, got {batch_size!r}")
     if not isinstance(prefetch, int) or prefetch < 0:
@@ -128,9 +133,14 @@ def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None,
     from .writers import ImmutableDatasetWriter
 
     storage = DatasetStorage(path)
-    return TensorDictReplayBuffer(storage=storage, sampler=sampler if sampler is not None else RandomSampler(),
-                                  writer=ImmutableDatasetWriter(), batch_size=batch_size, transform=transform,
-                                  prefetch=prefetch, generator=generator)
+    rb = TensorDictReplayBuffer(storage=storage, sampler=sampler if sampler is not None else RandomSampler(),
+                                writer=ImmutableDatasetWriter(), batch_size=batch_size,
+                                transform=None if steps else transform, prefetch=prefetch, generator=generator)
+    if steps:
+        from .preprocess import preprocess_chain
+
+        rb = preprocess_chain(rb, steps, transform=transform)
+    return rb
 
 
 def info(dataset_id: str, **params: Any) -> DatasetInfo:

@@ -6,9 +6,11 @@ too. Contracts:
 
 - :func:`remove` deletes builds atomically (renamed aside first, so no reader sees half a build)
   and refuses to touch a build another process is building right now.
-- :func:`prune` removes leftovers of killed processes (``*.incomplete`` builds, ``.partial`` and
-  ``.corrupt`` downloads, ``*.deleting-<pid>`` directories) and, with ``older_than_days``, old
-  builds. It takes each item's lock without waiting and skips whatever is busy.
+- :func:`prune` removes leftovers of killed processes (``*.incomplete`` builds and preprocessing
+  results, ``.partial`` and ``.corrupt`` downloads, ``*.deleting-<pid>`` directories), preprocessed
+  results whose build is gone, and, with ``older_than_days``, old builds (with their preprocessed
+  results) and old preprocessed results. It takes each item's lock without waiting and skips
+  whatever is busy.
 
 Light on purpose: stdlib, numpy and :mod:`datasets_hub.cache` at import; the loader machinery is
 imported only by the functions that need a catalogue entry.
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .cache import (INCOMPLETE_SUFFIX, MANIFEST, cache_root, dataset_dir, datasets_dir, dir_size, file_lock, raw_file_path,
-                    iter_builds, raw_dir, read_manifest, remove_tree)
+                    iter_builds, read_manifest, remove_tree)
 from .errors import CacheError
 
 #: Suffixes of the downloader's side files, which are not raw data.
@@ -178,11 +180,29 @@ class BuildEntry:
 
 
 @dataclass
+class PreprocessedEntry:
+    """One preprocessed variant: ``<cache>/preprocessed/<build_fp>/<fingerprint>``."""
+
+    build_fp: str
+    fingerprint: str
+    path: Path
+    id: str             # the dataset it derives from ("?" when unknown)
+    transform: str      # the transform's name; a chain shows every step ("a -> b")
+    transitions: int
+    bytes: int
+    created: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.build_fp}/{self.fingerprint}"
+
+
+@dataclass
 class CacheListing:
     root: Path
     builds: list[BuildEntry]
     raw: dict[str, list[tuple[str, int]]]  # loader -> [(relative name, bytes)]
-    preprocessed: list[tuple[str, int]]    # "<build-fp>/<transform-fp>" -> bytes
+    preprocessed: list[PreprocessedEntry]
 
 
 def _raw_files() -> dict[str, list[tuple[str, int]]]:
@@ -200,15 +220,34 @@ def _raw_files() -> dict[str, list[tuple[str, int]]]:
     return out
 
 
-def _preprocessed() -> list[tuple[str, int]]:
+def _variants() -> Iterator[Path]:
+    """Every published-looking variant directory under ``<cache>/preprocessed/<build-fp>/``."""
     root = cache_root() / "preprocessed"
     if not root.is_dir():
-        return []
-    out = []
-    for parent in sorted(p for p in root.iterdir() if p.is_dir()):
+        return
+    for parent in sorted(p for p in root.iterdir() if p.is_dir() and DELETING_MARK not in p.name):
         for variant in sorted(p for p in parent.iterdir() if p.is_dir()):
             if not variant.name.endswith(INCOMPLETE_SUFFIX) and DELETING_MARK not in variant.name:
-                out.append((f"{parent.name}/{variant.name}", dir_size(variant)))
+                yield variant
+
+
+def _variant_manifest(variant: Path) -> dict[str, Any] | None:
+    try:
+        return read_manifest(variant)
+    except CacheError:
+        return None  # unreadable: listed (and prunable) like a variant without a manifest
+
+
+def _preprocessed() -> list[PreprocessedEntry]:
+    out = []
+    for variant in _variants():
+        manifest = _variant_manifest(variant) or {}
+        chain = manifest.get("chain") or []
+        transform = " -> ".join(chain) if chain else "(no manifest: incomplete or foreign)"
+        out.append(PreprocessedEntry(
+            build_fp=variant.parent.name, fingerprint=variant.name, path=variant, id=str(manifest.get("id") or "?"),
+            transform=transform, transitions=int((manifest.get("counts") or {}).get("transitions", 0)),
+            bytes=dir_size(variant), created=str(manifest.get("created", ""))))
     return out
 
 
@@ -267,9 +306,22 @@ def _created(build: Path, manifest: dict[str, Any]) -> float:
     return (build / MANIFEST).stat().st_mtime
 
 
+def _orphaned_preprocessed() -> list[Path]:
+    """``<cache>/preprocessed/<build-fp>`` directories whose build is gone (unreachable by any load)."""
+    pre = cache_root() / "preprocessed"
+    if not pre.is_dir():
+        return []
+    builds = {build.name for build, _manifest in iter_builds()}
+    return sorted(p for p in pre.iterdir()
+                  if p.is_dir() and DELETING_MARK not in p.name and p.name not in builds)
+
+
 def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, Path | None]]:
     """(path, reason, lock to hold while deleting, or None) for everything prunable."""
     root = cache_root()
+    orphans = _orphaned_preprocessed()
+    for path in orphans:
+        yield path, "preprocessed results of a build that no longer exists", None
     for section in ("datasets", "preprocessed", "raw"):
         base = root / section
         if not base.is_dir():
@@ -278,6 +330,9 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, Path
             here = Path(dirpath)
             for name in list(dirnames):
                 path = here / name
+                if path in orphans:
+                    dirnames.remove(name)
+                    continue
                 if name.endswith(INCOMPLETE_SUFFIX):
                     final = path.with_name(name[: -len(INCOMPLETE_SUFFIX)])
                     yield path, "unfinished build (its process died)", _build_lock(final)
@@ -300,16 +355,21 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, Path
                     yield path, "interrupted deletion", None
     if older_than_days is not None:
         cutoff = time.time() - older_than_days * 86400
+        old_builds = set()
         for build, manifest in iter_builds():
             if _created(build, manifest) < cutoff:
+                old_builds.add(build.name)
                 yield build, f"build older than {older_than_days:g} days ({manifest.get('id')})", _build_lock(build)
-        pre = root / "preprocessed"
-        if pre.is_dir():
-            for parent in pre.iterdir():
-                for variant in (parent.iterdir() if parent.is_dir() else []):
-                    if (variant.is_dir() and not variant.name.endswith(INCOMPLETE_SUFFIX)
-                            and DELETING_MARK not in variant.name and variant.stat().st_mtime < cutoff):
-                        yield variant, f"preprocessed result older than {older_than_days:g} days", _build_lock(variant)
+                pre = root / "preprocessed" / build.name
+                if pre.is_dir():  # derived from that build; same lock, so skipped with it when busy
+                    yield pre, f"preprocessed results of that build ({manifest.get('id')})", _build_lock(build)
+        for variant in _variants():
+            if variant.parent.name in old_builds:
+                continue
+            manifest = _variant_manifest(variant)
+            created = _created(variant, manifest) if manifest else variant.stat().st_mtime
+            if created < cutoff:
+                yield variant, f"preprocessed result older than {older_than_days:g} days", _build_lock(variant)
 
 
 def prune(*, older_than_days: float | None = None, dry_run: bool = False) -> list[PruneItem]:

@@ -1,0 +1,117 @@
+"""Read-only storage over one preprocessing result (see :mod:`datasets_hub.preprocess`).
+
+A result directory holds ``manifest.json`` (format ``datasets_hub.preprocessed``: schema with one
+file per leaf, row count, fingerprints), the leaf memmaps and, when the parent had one, the
+parent's episode index as ``episodes.pt``.
+"""
+from __future__ import annotations
+
+import shutil
+import weakref
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from .cache import read_manifest
+from .episode_index import EpisodeIndex
+from .errors import CacheError
+from .tensor_storages import TensorStorage
+
+FORMAT = "datasets_hub.preprocessed"
+Key = tuple[str, ...]
+
+
+def _open_leaf(path: Path, dtype: torch.dtype, shape: Sequence[int], rows: int, mode: str) -> torch.Tensor:
+    """Map one leaf file: ``mode="c"`` copy-on-write (needs only read permission), ``"r+"`` shared writes."""
+    if rows * int(np.prod(shape, dtype=np.int64)) == 0:
+        return torch.empty((rows, *shape), dtype=dtype)
+    try:
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError:  # no numpy twin (bfloat16, ...): map an int of the same width and view it
+        np_dtype = np.dtype(f"i{torch.empty(0, dtype=dtype).element_size()}")
+    tensor = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode=mode, shape=(rows, *shape)))
+    return tensor if tensor.dtype == dtype else tensor.view(dtype)
+
+
+def _key(name: str) -> Key:
+    return tuple(name.split("/"))
+
+
+def _open_schema(root: Path, manifest: dict[str, Any], mode: str) -> dict[Key, torch.Tensor]:
+    rows = int(manifest["counts"]["transitions"])
+    return {_key(name): _open_leaf(root / spec["file"], getattr(torch, spec["dtype"]), spec["shape"], rows, mode)
+            for name, spec in manifest["schema"].items()}
+
+
+def _nest(leaves: dict[Key, torch.Tensor]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for key, value in leaves.items():
+        node = tree
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = value
+    return tree
+
+
+class PreprocessedStorage(TensorStorage):
+    """Read-only storage over one preprocessing result (the directory holding its manifest.json).
+
+    Rows are the transform's output, in the parent's row order; ``episode_index()`` is the
+    parent's (when it had one). Sent to another process, it reopens the same files.
+    """
+
+    read_only = True
+    dumps = None  # a read-only result is not copied by ReplayBuffer.dumps: reload it by fingerprint
+    loads = None
+
+    def __init__(self, path: str | Path, *, _cleanup: Path | None = None) -> None:
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+        if self.manifest is None or self.manifest.get("format") != FORMAT:
+            raise CacheError(f"{self.path} holds no complete preprocessing result (no manifest.json); preprocess again")
+        leaves = _open_schema(self.path, self.manifest, "c")
+        n = int(self.manifest["counts"]["transitions"])
+        super().__init__(TensorDict(_nest(leaves), batch_size=[n]))
+        index_file = self.path / "episodes.pt"
+        self._index = None
+        if index_file.exists():
+            saved = torch.load(index_file, weights_only=True)
+            self._index = EpisodeIndex(saved["start"], saved["length"])
+        # an uncached result lives in a temporary directory, removed with the storage that made it
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(_cleanup), True) if _cleanup else None
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self.manifest.get("fingerprint")
+
+    def episode_index(self) -> EpisodeIndex | None:
+        return self._index
+
+    def set(self, cursor: Any, data: Any) -> None:
+        raise RuntimeError(
+            "this buffer is a read-only preprocessing result; to modify data, copy it into a writable buffer: "
+            "rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))); rb2.extend(rb[:])"
+        )
+
+    def empty(self) -> None:
+        self.set(None, None)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "fingerprint": self.fingerprint}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("fingerprint") != self.fingerprint:
+            raise ValueError(f"this state belongs to result {state_dict.get('fingerprint')!r}, not {self.fingerprint!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": str(self.path)}  # the creating process alone removes a temporary result
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])
+
+    def __repr__(self) -> str:
+        transform = (self.manifest.get("transform") or {}).get("name")
+        return f"PreprocessedStorage({transform!r}, transitions={len(self)}, path={str(self.path)!r})"
