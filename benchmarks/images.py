@@ -43,7 +43,6 @@ import gzip
 import io
 import json
 import os
-import platform
 import pstats
 import shutil
 import statistics
@@ -61,6 +60,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "images.json"
 sys.path.insert(0, str(ROOT))
+
+from _report import environment, write_report  # noqa: E402
 
 GAME, RUN, CHECKPOINT = "Pong", "1", 0
 DATASET_ID = f"atari/{GAME}/{RUN}"
@@ -481,16 +482,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(work, ignore_errors=True)
     if args.build_only:
         return {"runs": runs}
-    import datasets_hub as dh
     import torchrl
 
     report: dict[str, Any] = {"benchmark": "images", "capacity": args.transitions, "upstream": gen}
     report.update(summarize(runs))
     report["runs"] = runs
-    report["env"] = {"python": platform.python_version(), "torch": torch.__version__,
-                     "tensordict": __import__("tensordict").__version__, "torchrl": torchrl.__version__,
-                     "datasets_hub": dh.__version__, "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
-                     "machine": platform.machine(), "load_average": os.getloadavg()}
+    report["env"] = environment(torchrl=torchrl.__version__)
     report["settings"] = {"runs": args.runs, "calls": args.calls, "repeats": args.repeats, "warmup": args.warmup,
                           "gzip_level": args.gzip_level,
                           "torchrl_slice_sampler": "SliceSampler(num_slices=8, traj_key='episode', cache_values=True)"}
@@ -556,10 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(report))
     if args.out is None and args.small:
         return 0  # a quick check does not overwrite the recorded figures
-    out = Path(args.out or RESULTS)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"\nwrote {out}")
+    write_report(report, args.out or RESULTS)
     return 0
 
 

@@ -22,9 +22,7 @@ stdout and to ``benchmarks/results/preprocess.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -43,6 +41,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 import datasets_hub as dh  # noqa: E402
+from _report import command, environment, write_report  # noqa: E402
 
 EPISODE_LEN = 1000
 ROUNDS = 30  # rounds of sin/cos per observation value: the fn's CPU cost
@@ -246,17 +245,12 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "benchmark": "preprocess", "transitions": args.n, "repeats": args.repeats, "chunk": args.chunk,
         "rounds": ROUNDS,
-        "env": {"python": platform.python_version(), "torch": torch.__version__,
-                "tensordict": __import__("tensordict").__version__, "torchrl": results.get("torchrl_version"),
-                "datasets_hub": dh.__version__, "cpus": os.cpu_count(), "machine": platform.machine()},
-        "results": results, "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "env": environment(torchrl=results.get("torchrl_version")),
+        "results": results, "command": command(),
     }
     print()
     print(table(report))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    print(f"\nwrote {out}")
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

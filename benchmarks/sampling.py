@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
-import platform
 import shutil
 import statistics
 import sys
@@ -31,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import datasets_hub as dh  # noqa: E402
+from _report import command, environment, write_report  # noqa: E402
 import datasets_hub.storages  # noqa: E402,F401  (load the storage contract before the concrete storages)
 
 try:
@@ -212,13 +210,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "sampling", "transitions": args.n, "big": args.big, "repeats": args.repeats,
         "warmup": args.warmup,
-        "env": {"python": platform.python_version(), "torch": torch.__version__,
-                "tensordict": __import__("tensordict").__version__,
-                "torchrl": getattr(torchrl, "__version__", None) if have_rl else None,
-                "datasets_hub": dh.__version__, "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
-                "machine": platform.machine()},
-        "results": results, "scaling": scaling,
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "env": environment(torchrl=getattr(torchrl, "__version__", None) if have_rl else None),
+        "results": results, "scaling": scaling, "command": command(),
     }
 
 
@@ -260,10 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     report = run(args)
     print()
     print(table(report))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    print(f"\nwrote {out}")
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":
