@@ -183,8 +183,10 @@ _ZYGOTE = textwrap.dedent(r'''
                       "mro": [c.__name__ for c in type(exc).__mro__], "traceback": traceback.format_exc()}
         else:
             result = {"ok": True, "value": scope.get("RESULT")}
-        with open(job["result"], "w") as fh:
+        partial = job["result"] + ".partial"  # written whole, then renamed: a kill never leaves half a result
+        with open(partial, "w") as fh:
             json.dump(result, fh, default=str)
+        os.replace(partial, job["result"])
         sys.stdout.flush()
         os._exit(0)
 

@@ -34,7 +34,7 @@ D4RL = "d4rl/fault-kill-v0"
 FILE = "fault-kill-v0.hdf5"
 SERVED = f"m/{FILE}"
 TRIALS = int(os.environ.get("FAULT_TRIALS", "20"))  # kills that must land inside the phase under test
-MAX_TRIALS = 3 * TRIALS  # kills that land before or after it do not count; stop trying after this many
+MAX_TRIALS = 4 * TRIALS  # kills that land before or after it do not count; stop trying after this many
 
 
 def _log(kind: str, outcome: Counter) -> None:
@@ -120,19 +120,22 @@ def test_kill_9_during_builds(zygote, served, payload, isolated_cache):
     rng = random.Random(20240602)
     dh.download(D4RL)
     build = dh.info(D4RL).build_path
-    t0 = time.monotonic()
-    remove(D4RL)
-    job = zygote.start(LOAD, env=hub_env(isolated_cache))
-    job.wait()
-    duration = time.monotonic() - t0  # how long a child build takes here, to spread the kills over it
-    assert (build / "manifest.json").exists()
+    durations = []
+    for _ in range(3):  # how long a warm child build takes here, to spread the kills over it
+        remove(D4RL)
+        t0 = time.monotonic()
+        job = zygote.start(LOAD, env=hub_env(isolated_cache))
+        job.wait()
+        durations.append(time.monotonic() - t0)
+        assert (build / "manifest.json").exists()
+    duration = min(durations)  # the first child also pays one-off imports (h5py, the loader)
     outcome: Counter = Counter()
     trials = 0
     while outcome["killed mid-build"] < TRIALS and trials < MAX_TRIALS:
         trials += 1
         remove(D4RL)
         job = zygote.start(LOAD, env=hub_env(isolated_cache))
-        time.sleep(rng.uniform(0.0, duration))
+        time.sleep(rng.uniform(0.0, 0.85 * duration))  # the build is the end of the child's run
         job.kill()
         signal, _ = job.wait()
         outcome[_phase(isolated_cache) if signal else "finished before the kill"] += 1
