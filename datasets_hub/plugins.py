@@ -62,12 +62,19 @@ def _load(name: str) -> Loader:
 
 def check_requirements(loader: Loader) -> None:
     """Raise ``MissingDependency`` with the loader's pip line if an import it needs is missing."""
-    missing = [mod for mod in loader.requires if importlib.util.find_spec(mod) is None]
+    missing = [mod for mod in loader.requires if not _importable(mod)]
     if missing:
         hint = loader.install_hint or f"pip install {' '.join(missing)}"
         raise MissingDependency(
             f"the {loader.name!r} loader needs {', '.join(missing)}, which is not installed. Fix: {hint}"
         )
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing ("google.protobuf")
+        return False
 
 
 def clear_cache() -> None:

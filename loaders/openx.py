@@ -181,8 +181,8 @@ class OpenXLoader(Loader):
     """Loader for the Open X-Embodiment RLDS release (see the module docstring)."""
 
     name = "openx"
-    requires = ("PIL",)
-    install_hint = "pip install Pillow"
+    requires = ("PIL", "google.protobuf")
+    install_hint = "pip install 'datasets-hub[openx]'"
     format_version = 1
 
     def check_params(self, spec: DatasetSpec) -> None:
@@ -514,7 +514,8 @@ class EpisodeConverter:
 
     # -- the pass -------------------------------------------------------------------------------
     def run(self, shard_paths: list[tuple[int, Path]], lengths: list[int] | None) -> Iterator[TensorDictBase]:
-        from .tfrecord import crc32c_implementation, iter_records, parse_example
+        from .tf_example import parse_example
+        from .tfrecord import crc32c_implementation, iter_records
 
         pending: list[dict[Key, np.ndarray]] = []
         rows = nbytes = episode_id = 0

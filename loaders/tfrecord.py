@@ -1,7 +1,5 @@
-"""TFRecord files and ``tf.train.Example`` protos, read without TensorFlow.
-
-Two small, exact readers used by the Open X-Embodiment loader (and usable by any loader of
-TFDS-prepared data):
+"""TFRecord files, read without TensorFlow (used by the Open X-Embodiment loader, and usable by any
+loader of TFDS-prepared data).
 
 :func:`iter_records` streams the records of one TFRecord file, one at a time (memory: one
 record). The framing of every record is::
@@ -19,30 +17,16 @@ uses the C implementation of ``google-crc32c`` when installed (about 1 GB/s) and
 pure-Python table (a few MB/s: fine for tests, slow for 100 MB shards; the dataset card says which
 one ran).
 
-:func:`parse_example` decodes one serialized ``tf.train.Example`` (protobuf wire format) into
-``{feature name: values}``, where values are ``list[bytes]`` (``bytes_list``), a float32
-``np.ndarray`` (``float_list``) or an int64 ``np.ndarray`` (``int64_list``). Packed and unpacked
-repeated fields are both accepted (proto3 writers pack, old writers may not); unknown fields are
-skipped as protobuf requires. The messages (from ``tensorflow/core/example/feature.proto``)::
-
-    Example   { Features features = 1; }
-    Features  { map<string, Feature> feature = 1; }
-    Feature   { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }
-    BytesList { repeated bytes value = 1; }
-    FloatList { repeated float value = 1 [packed = true]; }
-    Int64List { repeated int64 value = 1 [packed = true]; }
+:func:`loaders.tf_example.parse_example` decodes the ``tf.train.Example`` protos the records hold.
 """
 from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Callable, Iterator, Union
-
-import numpy as np
+from typing import Callable, Iterator
 
 from datasets_hub.errors import CorruptFile
 
-FeatureValues = Union[list, np.ndarray]
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
 _U32 = struct.Struct("<I")
@@ -143,107 +127,3 @@ def iter_records(path: Path | str, *, check_crc: bool = True) -> Iterator[tuple[
 def _bad(path: Path, offset: int, what: str) -> str:
     return (f"{path.name}: corrupt TFRecord at byte offset {offset}: {what}. The file is damaged or "
             f"incomplete; delete {path} and download it again (`datasets-hub verify` rehashes the cache).")
-
-
-# ---------------------------------------------------------------------------------------- protobuf
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
-def _fields(buf: memoryview) -> Iterator[tuple[int, int, object]]:
-    """``(field number, wire type, value)``: value is an int (varint, fixed32/64 raw) or a
-    memoryview (length-delimited)."""
-    pos, end = 0, len(buf)
-    while pos < end:
-        tag, pos = _varint(buf, pos)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 2:
-            size, pos = _varint(buf, pos)
-            if pos + size > end:
-                raise ValueError("length-delimited field runs past its message")
-            value, pos = buf[pos:pos + size], pos + size
-        elif wire == 5:
-            if pos + 4 > end:
-                raise ValueError("truncated fixed32")
-            value, pos = buf[pos:pos + 4], pos + 4
-        elif wire == 1:
-            if pos + 8 > end:
-                raise ValueError("truncated fixed64")
-            value, pos = buf[pos:pos + 8], pos + 8
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        yield number, wire, value
-
-
-def decode_varints(data: bytes | memoryview) -> np.ndarray:
-    """A packed run of varints -> int64 array (vectorised; int64 two's complement kept)."""
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if raw.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.flatnonzero(raw < 0x80)
-    if ends.size == 0 or ends[-1] != raw.size - 1:
-        raise ValueError("truncated packed varints")
-    starts = np.concatenate([[0], ends[:-1] + 1])
-    position = np.arange(raw.size) - np.repeat(starts, ends - starts + 1)
-    if position.max() > 9:
-        raise ValueError("varint longer than 10 bytes")
-    parts = (raw & 0x7F).astype(np.uint64) << (7 * position).astype(np.uint64)
-    return np.add.reduceat(parts, starts).view(np.int64)
-
-
-def _feature(buf: memoryview) -> FeatureValues:
-    for number, wire, value in _fields(buf):
-        if number == 1 and wire == 2:  # BytesList
-            return [bytes(v) for n, w, v in _fields(value) if n == 1 and w == 2]
-        if number == 2 and wire == 2:  # FloatList
-            pieces = []
-            for n, w, v in _fields(value):
-                if n == 1 and w == 2:
-                    pieces.append(np.frombuffer(v, dtype="<f4"))
-                elif n == 1 and w == 5:
-                    pieces.append(np.frombuffer(v, dtype="<f4"))
-            return np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
-        if number == 3 and wire == 2:  # Int64List
-            pieces = []
-            for n, w, v in _fields(value):
-                if n == 1 and w == 2:
-                    pieces.append(decode_varints(v))
-                elif n == 1 and w == 0:
-                    pieces.append(np.array([v], dtype=np.uint64).view(np.int64))
-            return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-    return []  # a Feature with no kind set: an empty list
-
-
-def parse_example(data: bytes) -> dict[str, FeatureValues]:
-    """Decode a serialized ``tf.train.Example`` (see the module docstring). Raises ``ValueError``
-    on malformed bytes."""
-    out: dict[str, FeatureValues] = {}
-    for number, wire, features in _fields(memoryview(data)):
-        if number != 1 or wire != 2:
-            continue
-        for n, w, entry in _fields(features):  # map entries of Features.feature
-            if n != 1 or w != 2:
-                continue
-            key, value = None, memoryview(b"")
-            for fn, fw, fv in _fields(entry):
-                if fn == 1 and fw == 2:
-                    key = bytes(fv).decode("utf-8")
-                elif fn == 2 and fw == 2:
-                    value = fv
-            if key is None:
-                raise ValueError("a feature map entry has no key")
-            out[key] = _feature(value)
-    return out

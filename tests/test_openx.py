@@ -396,7 +396,8 @@ def test_other_feature_kinds(tmp_path):
     # add the extra features' values to shard 1's records by rewriting it
     folder = tmp_path / PREFIX
     g, e, records = 8, 2, []
-    from loaders.tfrecord import iter_records, parse_example
+    from loaders.tf_example import parse_example
+    from loaders.tfrecord import iter_records
 
     for (length, terminal), (_, rec) in zip(SHARDS[1], iter_records(folder / f"{DATASET}-train.tfrecord-00001-of-01024")):
         ex = parse_example(rec)
@@ -428,4 +429,4 @@ def test_loader_declares_contract():
     from datasets_hub.testing import check_loader
 
     check_loader(OpenXLoader)
-    assert OpenXLoader.name == "openx" and OpenXLoader.requires == ("PIL",)
+    assert OpenXLoader.name == "openx" and OpenXLoader.requires == ("PIL", "google.protobuf")

@@ -1,7 +1,8 @@
 """TFRecord framing and ``tf.train.Example`` decoding, on bytes these tests encode themselves.
 
 The encoder below is written from the protobuf wire-format spec and TensorFlow's TFRecord framing,
-independently of ``loaders.tfrecord``; ``tests/test_openx.py`` imports it to write RLDS shards.
+independently of ``loaders.tfrecord``; ``tests/test_openx.py`` imports it to write RLDS shards. A
+test checks that it writes exactly the bytes protobuf's own serializer writes for the same Example.
 Known vectors pin the CRC: CRC-32C("123456789") = 0xE3069283 (RFC 3720 check value).
 """
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 
 from datasets_hub.errors import LoaderError
 from loaders import tfrecord
-from loaders.tfrecord import decode_varints, iter_records, masked_crc32c, parse_example
+from loaders.tf_example import example_class, parse_example
+from loaders.tfrecord import iter_records, masked_crc32c
 
 
 # ---------------------------------------------------------------------------------------- encoder
@@ -154,12 +156,16 @@ def test_parse_example_all_kinds(packed):
     assert parsed["empty"] == []
 
 
-def test_decode_varints_matches_encoder():
-    values = [0, 1, 2 ** 7 - 1, 2 ** 7, 2 ** 14, 2 ** 35 + 5, -5]
-    got = decode_varints(b"".join(varint(v) for v in values))
-    assert got.tolist() == values
-    with pytest.raises(ValueError):
-        decode_varints(b"\x80\x80")  # no terminating byte
+def test_fixture_encoder_writes_what_protobuf_writes():
+    """The tests' hand-written encoder agrees byte for byte with protobuf's serializer (packed, the
+    proto3 default TFDS writes), so the fixtures are real ``tf.train.Example`` bytes."""
+    values = {"f": np.array([0.5, -1.25], dtype=np.float32), "i": np.array([0, 300, -5, 2 ** 40]),
+              "b": [b"\x00jpeg", b"text"]}
+    for name, kind in (("f", "float_list"), ("i", "int64_list"), ("b", "bytes_list")):
+        example = example_class()()
+        getattr(example.features.feature[name], kind).value.extend(
+            values[name].tolist() if isinstance(values[name], np.ndarray) else values[name])
+        assert example.SerializeToString() == encode_example({name: values[name]}), name
 
 
 def test_parse_example_skips_unknown_fields_and_rejects_garbage():
