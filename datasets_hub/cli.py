@@ -112,11 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_rm)
 
     p = sub.add_parser("cache", help="inspect and clean the cache")
-    cache_sub = p.add_subparsers(dest="cache_command", metavar="ls|du|prune", required=True)
+    cache_sub = p.add_subparsers(dest="cache_command", metavar="ls|du|rm|prune", required=True)
     c = cache_sub.add_parser("ls", help="every build, raw file and preprocessed variant")
     c.set_defaults(func=cmd_cache_ls)
     c = cache_sub.add_parser("du", help="bytes per cache section")
     c.set_defaults(func=cmd_cache_du)
+    c = cache_sub.add_parser("rm", help="remove preprocessed variants (<build-fp>/<transform-fp>, as ls shows)")
+    c.add_argument("variants", nargs="+", metavar="VARIANT")
+    c.set_defaults(func=cmd_cache_rm)
     c = cache_sub.add_parser("prune", help="remove leftovers of killed processes (and old builds)")
     c.add_argument("--older-than", type=float, metavar="DAYS", help="also remove builds older than DAYS days")
     c.add_argument("--dry-run", action="store_true", help="only say what would be removed")
@@ -380,6 +383,13 @@ def cmd_cache_du(args: argparse.Namespace) -> int:
     rows = [(name, human_bytes(sizes[name]), f"{sizes[name]:,}") for name in ("raw", "datasets", "preprocessed", "other", "total")]
     _out(f"cache: {cache_root()}")
     _out(_table(("section", "size", "bytes"), rows))
+    return 0
+
+
+def cmd_cache_rm(args: argparse.Namespace) -> int:
+    from .maintenance import remove_preprocessed
+
+    _out([f"removed {remove_preprocessed(name)}" for name in args.variants])
     return 0
 
 

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from .cache import (INCOMPLETE_SUFFIX, MANIFEST, cache_root, dataset_dir, datasets_dir, dir_size, file_lock, raw_file_path,
                     iter_builds, read_manifest, remove_tree)
-from .errors import CacheError
+from .errors import CacheError, InvalidParameter, did_you_mean
 
 #: Suffixes of the downloader's side files, which are not raw data.
 SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".tmp")
@@ -155,6 +155,35 @@ def remove(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds:
             removed.append(path)
     _remove_empty_parents(dataset_dir(dataset_id), datasets_dir())
     return removed
+
+
+def remove_preprocessed(name: str) -> Path:
+    """Delete one preprocessed variant, named as ``cache ls`` shows it (``<build-fp>/<transform-fp>``,
+    or the ``<transform-fp>`` alone when it is unique). Returns the removed directory.
+
+    The variant is renamed aside and deleted (no reader sees half of it); one being computed right
+    now (its lock held) is refused, as builds are.
+    """
+    if not isinstance(name, str) or not name or any(part in ("", ".", "..") for part in name.split("/")) \
+            or name.count("/") > 1 or "\\" in name or "\x00" in name:
+        raise InvalidParameter(f"{name!r} is not a preprocessed variant name: use <build-fp>/<transform-fp> "
+                         f"as `datasets-hub cache ls` shows it")
+    variants = {v.parent.name + "/" + v.name: v for v in _variants()}
+    matches = [path for full, path in variants.items() if full == name or ("/" not in name and path.name == name)]
+    if not matches:
+        known = list(variants) + [full.split("/")[1] for full in variants]
+        raise InvalidParameter(f"no preprocessed variant {name!r} in {cache_root() / 'preprocessed'}."
+                         f"{did_you_mean(name, known)} `datasets-hub cache ls` lists them")
+    if len(matches) > 1:
+        raise InvalidParameter(f"{name!r} names {len(matches)} variants (one per build): give <build-fp>/<transform-fp>, "
+                         f"one of {', '.join(sorted(m.parent.name + '/' + m.name for m in matches))}")
+    variant = matches[0]
+    with _try_lock(variant.with_name(variant.name + ".lock")) as free:
+        if not free:
+            raise CacheError(f"{variant} is being computed by another process right now; try again when it finishes")
+        remove_tree(variant)
+    _remove_empty_parents(variant.parent, cache_root() / "preprocessed")
+    return variant
 
 
 def _remove_empty_parents(path: Path, stop: Path) -> None:

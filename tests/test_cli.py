@@ -429,3 +429,40 @@ def test_installed_console_script(tmp_path):
     assert CARTPOLE in proc.stdout and "gym/pendulum-random-v0" in proc.stdout
     proc = subprocess.run([str(script), "info", "gym/nope"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------ cache rm
+def _double_observation(td):
+    td.set("observation", td["observation"] * 2)
+    return td
+
+
+def _negate_reward(td):
+    td.set(("next", "reward"), -td["next", "reward"])
+    return td
+
+
+def test_cache_rm_removes_one_preprocessed_variant(run):
+    import datasets_hub as dh
+
+    rb = dh.load(CARTPOLE, steps=300)
+    doubled = rb.preprocess(_double_observation, num_workers=0)
+    negated = rb.preprocess(_negate_reward, num_workers=0)
+    code, out, _ = run("cache", "ls")
+    assert code == 0 and "test_cli._double_" in out and "test_cli._negate_" in out  # the transform names
+    build_fp, doubled_fp = doubled.storage.path.parent.name, doubled.storage.path.name
+    negated_fp = negated.storage.path.name
+
+    code, _out, err = run("cache", "rm", doubled_fp[:-1] + "x")  # a typo: nothing removed, a suggestion
+    assert code == 2 and "Did you mean" in err and doubled.storage.path.is_dir()
+    code, _out, err = run("cache", "rm", "../" + doubled_fp)
+    assert code == 2 and "not a preprocessed variant name" in err
+
+    code, out, _ = run("cache", "rm", f"{build_fp}/{doubled_fp}")
+    assert code == 0 and "removed" in out and not doubled.storage.path.exists()
+    assert (negated[:]["next", "reward"] == -rb[:]["next", "reward"]).all()  # the other variant is untouched
+    code, out, _ = run("cache", "rm", negated_fp)  # the transform fingerprint alone, when unique
+    assert code == 0 and not negated.storage.path.exists()
+    code, out, _ = run("cache", "ls")
+    assert "preprocessed variants" not in out
+    assert rb.storage.path.is_dir()  # the build itself stays
