@@ -42,8 +42,9 @@ def _open_leaf(path: Path, dtype_name: str, shape: list[int], rows: int) -> torc
     return torch.from_numpy(array)
 
 
-def _reopen(path: str, fingerprint: str | None) -> "DatasetStorage":
-    """Unpickle a :class:`DatasetStorage`: open ``path`` again, refusing a build that was replaced."""
+def reopen_build(path: str, fingerprint: str | None) -> "DatasetStorage":
+    """Open the build at ``path`` again (how a pickled :class:`DatasetStorage` comes back), refusing a
+    build whose fingerprint is no longer ``fingerprint``: it was rebuilt or replaced in between."""
     storage = DatasetStorage(path)
     found = storage.manifest.get("fingerprint")
     if fingerprint is not None and found != fingerprint:
@@ -99,7 +100,7 @@ class DatasetStorage(Storage):
         # Pickled by reference (path + fingerprint), never by value: a buffer over a 10 GB build
         # reaches DataLoader workers, Ray actors and preprocess workers as a few hundred bytes,
         # and each process maps the files itself (the build must be on a filesystem it sees).
-        return _reopen, (str(self.path), self.manifest.get("fingerprint"))
+        return reopen_build, (str(self.path), self.manifest.get("fingerprint"))
 
     def __len__(self) -> int:
         return self._len

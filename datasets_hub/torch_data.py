@@ -38,9 +38,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data import Dataset as _MapStyle
 from torch.utils.data import Sampler as _TorchSampler
 
-from .dataset_storage import DatasetStorage
+from .dataset_storage import DatasetStorage, reopen_build
 from .episode_index import EpisodeIndex
-from .errors import CacheError, InvalidParameter
+from .errors import InvalidParameter
 from .storages import Storage
 
 # ----------------------------------------------------------------------------------------------
@@ -60,14 +60,7 @@ def open_build(path: str | Path, fingerprint: str | None = None) -> DatasetStora
     key = (str(Path(path)), fingerprint)
     storage = _OPEN.get(key)
     if storage is None:
-        storage = DatasetStorage(path)
-        found = storage.manifest.get("fingerprint")
-        if fingerprint is not None and found != fingerprint:
-            raise CacheError(
-                f"the build at {path} has fingerprint {found!r}, but this buffer was made from {fingerprint!r}: "
-                "it was rebuilt or replaced in between. Load the dataset again in the parent and re-create the workers"
-            )
-        _OPEN[key] = storage
+        storage = _OPEN[key] = reopen_build(str(path), fingerprint)
     return storage
 
 
