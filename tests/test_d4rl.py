@@ -245,12 +245,12 @@ def test_params_are_checked():
 
 
 def test_resources_default_and_url_override():
-    res = Resource(name="h.hdf5", urls=("http://example.invalid/h.hdf5",))
+    res = Resource(name="h.hdf5", urls=("http://127.0.0.1:9/h.hdf5",))
     loader = D4RLLoader()
     assert loader.resources(DatasetSpec("d4rl/x", "d4rl", resources=[res])) == [res]
-    got = loader.resources(DatasetSpec("d4rl/x", "d4rl", params={"url": ["http://a/m.hdf5", "http://b/m.hdf5"]},
+    got = loader.resources(DatasetSpec("d4rl/x", "d4rl", params={"url": ["http://127.0.0.1:9/a/m.hdf5", "http://127.0.0.1:9/b/m.hdf5"]},
                                        resources=[res]))
-    assert got == [Resource(name="m.hdf5", urls=("http://a/m.hdf5", "http://b/m.hdf5"))]
+    assert got == [Resource(name="m.hdf5", urls=("http://127.0.0.1:9/a/m.hdf5", "http://127.0.0.1:9/b/m.hdf5"))]
 
 
 def test_bad_files_raise_loader_error(tmp_path):
