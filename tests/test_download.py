@@ -459,3 +459,16 @@ def test_import_is_light_and_does_not_shadow_datasets_hub_download():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["[]", "NoneType"]
+
+
+def test_the_suite_cannot_reach_outside_hosts(raw):
+    """conftest's guard: only the loopback is reachable from a test (a broken endpoint override fails
+    loudly instead of downloading from upstream)."""
+    import socket
+
+    with pytest.raises(OSError, match="outside host"):
+        socket.getaddrinfo("rail.eecs.berkeley.edu", 80)
+    with pytest.raises(OSError, match="may only reach 127.0.0.1"):
+        socket.create_connection(("192.0.2.1", 80), timeout=0.1)
+    with serve_files({"x": b"ok"}) as server:  # the loopback still works
+        assert dl.fetch(res("x.bin", server.url("x"), data=b"ok"), raw / "x.bin", loader="d4rl").read_bytes() == b"ok"
