@@ -18,6 +18,7 @@ import torch
 import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
+from .shared_counters import SharedCounters
 from .storages import Storage, _FORMAT, _as_index, _check_meta, _write_json
 
 _NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
@@ -136,7 +137,7 @@ def _flatten_pytree(data: Any, batched: bool) -> tuple:
     return "pytree", keys, leaves, spec, ()
 
 
-class TensorStorage(Storage):
+class TensorStorage(SharedCounters, Storage):
     """Preallocated tensor storage over a tensor, TensorDict, tensorclass or PyTree of tensors.
 
     ``TensorStorage(storage, max_size=None)`` wraps existing data whose leading dim is the capacity;
@@ -159,8 +160,7 @@ class TensorStorage(Storage):
             )
         if storage is None and max_size is None:
             raise ValueError("TensorStorage needs data to wrap (or use LazyTensorStorage(max_size))")
-        self._counts_t = torch.zeros(2, dtype=torch.int64)  # [len, write_version]
-        self._counts = self._counts_t.numpy()
+        self._init_counters(2)  # [len, write_version]
         self._kind: str | None = None
         self._keys: list[tuple[str, ...]] = []
         self._schema: list[tuple[tuple[int, ...], torch.dtype]] = []
@@ -360,21 +360,11 @@ class TensorStorage(Storage):
     # -- sharing, state, dumps -------------------------------------------------------------------
     def share(self) -> None:
         """Put the counters (and in-memory leaves) in shared memory for ``torch.multiprocessing`` children."""
-        self._counts_t.share_memory_()
-        self._counts = self._counts_t.numpy()  # share_memory_ moved the bytes: refresh the view
+        self._share_counters()
         self._shared = True
         for t in self._plain:
             t.share_memory_()
         self._np = _numpy_views(self._plain)  # share_memory_ moved in-memory leaves: refresh the views
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_counts")
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._counts = self._counts_t.numpy()
 
     def _as_td(self, stop: int | None = None) -> TensorDict:
         stop = len(self) if stop is None else stop
@@ -523,8 +513,7 @@ class LazyMemmapStorage(TensorStorage):
                               tuple(info["row_batch"]))
 
     def share(self) -> None:
-        self._counts_t.share_memory_()
-        self._counts = self._counts_t.numpy()
+        self._share_counters()
         self._shared = True
 
     def __getstate__(self) -> dict[str, Any]:
@@ -538,7 +527,7 @@ class LazyMemmapStorage(TensorStorage):
     def __setstate__(self, state: dict[str, Any]) -> None:
         was = state.pop("_was_initialized")
         self.__dict__.update(state)
-        self._counts = self._counts_t.numpy()
+        self._refresh_counters()
         self._finalizer = None  # only the creating process removes the scratch dir
         self._kind, self._keys, self._schema, self._plain, self._td, self._meta = None, [], [], [], None, None
         self._np = []

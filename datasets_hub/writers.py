@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from .shared_counters import SharedCounters
 from .storages import Storage, _slice_items
 
 
@@ -48,7 +49,7 @@ class Writer:
         return None
 
 
-class RoundRobinWriter(Writer):
+class RoundRobinWriter(SharedCounters, Writer):
     """Circular writes: item ``k`` (counting from the first write) goes to row ``k % max_size``.
 
     ``extend`` with more items than the capacity writes only the last ``max_size`` of them (the
@@ -57,9 +58,7 @@ class RoundRobinWriter(Writer):
 
     def __init__(self) -> None:
         super().__init__()
-        # [cursor, write_count]; a numpy view of a tensor so share() can move it to shared memory
-        self._counts_t = torch.zeros(2, dtype=torch.int64)
-        self._counts = self._counts_t.numpy()
+        self._init_counters(2)  # [cursor, write_count]
 
     @property
     def cursor(self) -> int:
@@ -105,8 +104,7 @@ class RoundRobinWriter(Writer):
         self._counts[:] = 0
 
     def share(self) -> None:
-        self._counts_t.share_memory_()
-        self._counts = self._counts_t.numpy()
+        self._share_counters()
 
     def state_dict(self) -> dict[str, Any]:
         return {"_cursor": self.cursor, "_write_count": self.write_count}
@@ -114,15 +112,6 @@ class RoundRobinWriter(Writer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._counts[0] = int(state_dict["_cursor"])
         self._counts[1] = int(state_dict["_write_count"])
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_counts")
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._counts = self._counts_t.numpy()
 
     def __repr__(self) -> str:
         return f"RoundRobinWriter(cursor={self.cursor}, write_count={self.write_count})"
