@@ -95,7 +95,7 @@ sys.path.insert(0, {root!r}); sys.path.insert(0, {here!r})
 import torch, tensordict, datasets_hub
 from datasets_hub import TensorDictReplayBuffer
 from datasets_hub.dataset_storage import DatasetStorage
-import datasets_hub.preprocess, datasets_hub.fingerprint, datasets_hub.replay_buffers
+import datasets_hub.preprocess, datasets_hub.fingerprint, datasets_hub.buffers.replay_buffers
 import preprocess as bench
 t1 = time.perf_counter()
 rb = TensorDictReplayBuffer(storage=DatasetStorage({build!r}), batch_size=256)

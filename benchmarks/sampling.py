@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import datasets_hub as dh  # noqa: E402
 from _report import command, environment, write_report  # noqa: E402
-import datasets_hub.storages  # noqa: E402,F401  (load the storage contract before the concrete storages)
+import datasets_hub.buffers.storages  # noqa: E402,F401  (load the storage contract before the concrete storages)
 
 try:
     import torchrl

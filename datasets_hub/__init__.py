@@ -19,25 +19,25 @@ _EXPORTS: dict[str, str] = {
     # plugin contract
     "Loader": "loader", "Resource": "loader", "DatasetSpec": "loader", "LoaderContext": "loader",
     # replay buffers
-    "ReplayBuffer": "replay_buffers", "TensorDictReplayBuffer": "replay_buffers",
-    "PrioritizedReplayBuffer": "prioritized_buffers", "TensorDictPrioritizedReplayBuffer": "prioritized_buffers",
-    "ReplayBufferEnsemble": "ensemble",
+    "ReplayBuffer": "buffers.replay_buffers", "TensorDictReplayBuffer": "buffers.replay_buffers",
+    "PrioritizedReplayBuffer": "buffers.prioritized_buffers", "TensorDictPrioritizedReplayBuffer": "buffers.prioritized_buffers",
+    "ReplayBufferEnsemble": "buffers.ensemble",
     # storages
-    "Storage": "storages", "ListStorage": "storages", "TensorStorage": "tensor_storages",
-    "LazyTensorStorage": "tensor_storages", "LazyMemmapStorage": "tensor_storages", "DatasetStorage": "dataset_storage",
+    "Storage": "buffers.storages", "ListStorage": "buffers.storages", "TensorStorage": "buffers.tensor_storages",
+    "LazyTensorStorage": "buffers.tensor_storages", "LazyMemmapStorage": "buffers.tensor_storages", "DatasetStorage": "dataset_storage",
     # samplers
-    "Sampler": "samplers", "RandomSampler": "samplers", "SamplerWithoutReplacement": "samplers",
-    "PrioritizedSampler": "prioritized", "SliceSampler": "slice_samplers",
-    "SliceSamplerWithoutReplacement": "slice_samplers", "PrioritizedSliceSampler": "slice_samplers",
+    "Sampler": "buffers.samplers", "RandomSampler": "buffers.samplers", "SamplerWithoutReplacement": "buffers.samplers",
+    "PrioritizedSampler": "buffers.prioritized", "SliceSampler": "buffers.slice_samplers",
+    "SliceSamplerWithoutReplacement": "buffers.slice_samplers", "PrioritizedSliceSampler": "buffers.slice_samplers",
     # writers
-    "Writer": "writers", "RoundRobinWriter": "writers", "ImmutableDatasetWriter": "writers",
+    "Writer": "buffers.writers", "RoundRobinWriter": "buffers.writers", "ImmutableDatasetWriter": "buffers.writers",
     # transforms
-    "Transform": "transforms", "Compose": "transforms", "Rename": "transforms", "Select": "transforms",
-    "Exclude": "transforms", "FrameStack": "frame_stack", "FullStackSampler": "frame_stack",
-    "EpisodeIndex": "episode_index",
+    "Transform": "buffers.transforms", "Compose": "buffers.transforms", "Rename": "buffers.transforms", "Select": "buffers.transforms",
+    "Exclude": "buffers.transforms", "FrameStack": "buffers.frame_stack", "FullStackSampler": "buffers.frame_stack",
+    "EpisodeIndex": "buffers.episode_index",
     # interop (DESIGN.md §8)
-    "BufferDataset": "torch_data", "SampledBatches": "torch_data", "EpisodeShardSampler": "torch_data",
-    "tensordict_collate": "torch_data", "to_torchrl": "torchrl_interop", "RayReplayBuffer": "ray_buffer",
+    "BufferDataset": "interop.torch_data", "SampledBatches": "interop.torch_data", "EpisodeShardSampler": "interop.torch_data",
+    "tensordict_collate": "interop.torch_data", "to_torchrl": "interop.torchrl", "RayReplayBuffer": "interop.ray",
     # errors
     "HubError": "errors", "UnknownDataset": "errors", "UnknownLoader": "errors",
     "MissingDependency": "errors", "ChecksumMismatch": "errors", "DownloadError": "errors",

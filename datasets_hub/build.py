@@ -24,13 +24,13 @@ from typing import Any, Mapping
 
 import torch
 
-from . import __version__
-from .cache import (INCOMPLETE_SUFFIX, MANIFEST, STORAGE_FORMAT_VERSION, dataset_dir, ensure_writable_dir,
+from datasets_hub import __version__
+from datasets_hub.cache import (INCOMPLETE_SUFFIX, MANIFEST, STORAGE_FORMAT_VERSION, dataset_dir, ensure_writable_dir,
                     file_lock, fingerprint, is_disk_full, read_manifest, remove_tree)
-from .cache_verify import write_manifest_checksum
-from .errors import CacheError, CorruptFile, HubError, LoaderError
-from .lean_ted import LeanTEDWriter
-from .loader import DatasetSpec, Loader, LoaderContext
+from datasets_hub.cache_verify import write_manifest_checksum
+from datasets_hub.errors import CacheError, CorruptFile, HubError, LoaderError
+from datasets_hub.lean_ted import LeanTEDWriter
+from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
 
 
 def build_fingerprint(spec: DatasetSpec, loader: Loader) -> str:
@@ -118,7 +118,7 @@ def _quarantine(exc: CorruptFile, spec: DatasetSpec, files: Mapping[str, Path],
     name = next((n for n, p in files.items() if Path(p).absolute() == bad), None)
     if name is None or not bad.is_file():
         return
-    from .downloader import read_sidecar, sidecar_path
+    from datasets_hub.downloader import read_sidecar, sidecar_path
 
     url = (read_sidecar(bad) or {}).get("url") or next(
         (s.get("url") for s in sources if s.get("name") == name), None) or "an unknown URL"

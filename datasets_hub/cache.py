@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import CacheError
+from datasets_hub.errors import CacheError
 
 MANIFEST = "manifest.json"
 INCOMPLETE_SUFFIX = ".incomplete"
@@ -44,7 +44,7 @@ def raw_file_path(loader_name: str, resource_name: str) -> Path:
     parts = Path(resource_name).parts
     if (not resource_name or Path(resource_name).is_absolute() or any(p in ("..", ".") for p in parts)
             or "\x00" in resource_name):
-        from .errors import InvalidParameter
+        from datasets_hub.errors import InvalidParameter
 
         raise InvalidParameter(
             f"the {loader_name!r} loader names a raw file {resource_name!r}: names must be relative paths "

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cache import MANIFEST, dataset_dir, read_manifest
-from .errors import CacheError
-from .cache import raw_file_path
-from .maintenance import builds_of, catalogue_build, human_bytes, sha256_file
+from datasets_hub.cache import MANIFEST, dataset_dir, read_manifest
+from datasets_hub.errors import CacheError
+from datasets_hub.cache import raw_file_path
+from datasets_hub.maintenance import builds_of, catalogue_build, human_bytes, sha256_file
 
 #: A build's manifest checksum, in ``sha256sum`` format: ``"<hex>  manifest.json\n"`` (so that
 #: ``sha256sum -c manifest.sha256`` works in the build directory). Written by the builder after the
@@ -54,7 +54,7 @@ class VerifyResult:
 
 def _verify_raw(path: Path, resource: Any, result: VerifyResult) -> None:
     try:
-        from .downloader import verify_file
+        from datasets_hub.downloader import verify_file
     except ImportError:  # an older install without the downloader: compare with the recorded hash ourselves
         verify_file = None
     if verify_file is not None:
@@ -166,7 +166,7 @@ def _verify_stats(build: Path, manifest: dict[str, Any], result: VerifyResult) -
 
 
 def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyResult) -> None:
-    from .errors import HubError
+    from datasets_hub.errors import HubError
 
     dataset_id, params = manifest.get("id"), manifest.get("params")
     if not isinstance(dataset_id, str) or not isinstance(params, dict):
@@ -195,7 +195,7 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
     for name, entry in sorted((manifest.get("schema") or {}).items()):
         _verify_data_file(build, name, entry, result)
     if raw:
-        from .loader import Resource
+        from datasets_hub.loader import Resource
 
         for source in manifest.get("sources") or []:
             path = raw_file_path(str(manifest.get("loader")), str(source.get("name")))

@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import HubError, InvalidParameter, UnknownDataset, did_you_mean
-from .loader import DatasetSpec, Resource
+from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, did_you_mean
+from datasets_hub.loader import DatasetSpec, Resource
 
 MAX_ID_LENGTH = 200
 _LOADER_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -80,7 +80,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def _parsed_copy(path: Path, key: tuple[str, int, int]) -> dict[str, Any]:
     """Parse a catalogue file, through a JSON copy in the cache: importing and running the YAML
     parser costs ~70 ms, which a script that only opens a cached build should not pay."""
-    from .cache import cache_root, fingerprint
+    from datasets_hub.cache import cache_root, fingerprint
 
     copy = cache_root() / "catalogue" / f"{fingerprint(list(key))}.json"
     try:
@@ -157,7 +157,7 @@ def _static_entries() -> dict[str, tuple[dict[str, Any], str]]:
 
 
 def _loader_entries(loader_name: str) -> dict[str, tuple[dict[str, Any], str]]:
-    from .plugins import get_loader
+    from datasets_hub.plugins import get_loader
 
     loader = get_loader(loader_name)
     source = f"the {loader_name!r} loader's catalogue()"
@@ -171,7 +171,7 @@ def _loader_entries(loader_name: str) -> dict[str, tuple[dict[str, Any], str]]:
 
 def all_entries(loaders: list[str] | None = None) -> dict[str, tuple[dict[str, Any], str]]:
     """Every known id with its entry and source; loader catalogues of ``loaders`` included."""
-    from .plugins import loader_names
+    from datasets_hub.plugins import loader_names
 
     merged = _static_entries()
     for name in loaders if loaders is not None else loader_names():
@@ -211,12 +211,12 @@ def resolve(dataset_id: str, **overrides: Any) -> DatasetSpec:
     loader, _ = validate_id(dataset_id)
     entries = _static_entries()
     if dataset_id not in entries:
-        from .plugins import loader_names
+        from datasets_hub.plugins import loader_names
 
         if loader in loader_names():
             entries.update({k: v for k, v in _loader_entries(loader).items() if k not in entries})
     if dataset_id not in entries:
-        from .plugins import loader_names
+        from datasets_hub.plugins import loader_names
 
         known = list(entries)
         hint = did_you_mean(dataset_id, known)

@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import __version__
-from .errors import HubError, InvalidParameter, UnknownDataset, UnknownLoader, did_you_mean
+from datasets_hub import __version__
+from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, UnknownLoader, did_you_mean
 
 PROG = "datasets-hub"
 
@@ -159,10 +159,10 @@ def _out(lines: str | Sequence[str] = "") -> None:
 
 # ------------------------------------------------------------------------------------------ commands
 def cmd_list(args: argparse.Namespace) -> int:
-    from .catalogue import all_entries, list_ids
-    from .maintenance import cached_ids, catalogue_build
-    from .cache import read_manifest
-    from .plugins import loader_names
+    from datasets_hub.catalogue import all_entries, list_ids
+    from datasets_hub.maintenance import cached_ids, catalogue_build
+    from datasets_hub.cache import read_manifest
+    from datasets_hub.plugins import loader_names
 
     ids = list_ids(loader=args.loader, search=args.search)
     if args.loader and not ids and args.loader not in loader_names():
@@ -207,8 +207,8 @@ def _fmt_stats(stats: dict[str, Any]) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .hub import info as hub_info
-    from .maintenance import catalogue_build, human_bytes
+    from datasets_hub.hub import info as hub_info
+    from datasets_hub.maintenance import catalogue_build, human_bytes
 
     catalogue_build(args.id, _params(args))  # checks the params with the loader (hub.info does not, yet)
     card = hub_info(args.id, **_params(args))
@@ -275,7 +275,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def _plot(card: Any, target: Path) -> None:
-    from .errors import CacheError, MissingDependency
+    from datasets_hub.errors import CacheError, MissingDependency
 
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -286,7 +286,7 @@ def _plot(card: Any, target: Path) -> None:
         ) from exc
     if not card.cached:
         raise CacheError(f"{card.id!r} is not built yet, so there is nothing to plot; run `{PROG} download {card.id}`")
-    from .dataset_storage import DatasetStorage
+    from datasets_hub.dataset_storage import DatasetStorage
 
     storage = DatasetStorage(card.build_path)
     returns = storage.episode_returns.numpy()
@@ -305,7 +305,7 @@ def _plot(card: Any, target: Path) -> None:
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    from .hub import download
+    from datasets_hub.hub import download
 
     failures = 0
     for dataset_id in args.ids:
@@ -322,7 +322,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .cache_verify import verify
+    from datasets_hub.cache_verify import verify
 
     result = verify(args.id, params=_params(args), all_builds=args.all_builds)
     if args.verbose:
@@ -338,7 +338,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from .maintenance import remove
+    from datasets_hub.maintenance import remove
 
     removed = remove(args.id, params=_params(args), all_builds=args.all_builds, raw=args.raw)
     if not removed:
@@ -350,7 +350,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
-    from .maintenance import human_bytes, list_cache
+    from datasets_hub.maintenance import human_bytes, list_cache
 
     listing = list_cache()
     _out(f"cache: {listing.root}")
@@ -376,8 +376,8 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_du(args: argparse.Namespace) -> int:
-    from .cache import cache_root
-    from .maintenance import human_bytes, usage
+    from datasets_hub.cache import cache_root
+    from datasets_hub.maintenance import human_bytes, usage
 
     sizes = usage()
     rows = [(name, human_bytes(sizes[name]), f"{sizes[name]:,}") for name in ("raw", "datasets", "preprocessed", "other", "total")]
@@ -387,14 +387,14 @@ def cmd_cache_du(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_rm(args: argparse.Namespace) -> int:
-    from .maintenance import remove_preprocessed
+    from datasets_hub.maintenance import remove_preprocessed
 
     _out([f"removed {remove_preprocessed(name)}" for name in args.variants])
     return 0
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
-    from .maintenance import human_bytes, prune
+    from datasets_hub.maintenance import human_bytes, prune
 
     items = prune(older_than_days=args.older_than, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
@@ -412,7 +412,7 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
 def cmd_sample(args: argparse.Namespace) -> int:
     import torch
 
-    from .hub import load
+    from datasets_hub.hub import load
 
     if args.batch_size < 1:
         raise InvalidParameter(f"--batch-size must be a positive integer, got {args.batch_size}")
@@ -421,9 +421,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
         if args.slice_len < 1:
             raise InvalidParameter(f"--slice-len must be a positive integer, got {args.slice_len}")
         try:
-            from .slice_samplers import SliceSampler
+            from datasets_hub.buffers.slice_samplers import SliceSampler
         except ImportError as exc:
-            raise HubError(f"--slice-len needs datasets_hub.slice_samplers, which this installation lacks ({exc})") from exc
+            raise HubError(f"--slice-len needs datasets_hub.buffers.slice_samplers, which this installation lacks ({exc})") from exc
         sampler = SliceSampler(slice_len=args.slice_len)
     generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     rb = load(args.id, batch_size=args.batch_size, sampler=sampler, generator=generator, **_params(args))

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from .episode_index import EpisodeIndex
-from .errors import CacheError
-from .storages import Storage
+from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.errors import CacheError
+from datasets_hub.buffers.storages import Storage
 
 Key = tuple[str, ...]
 _ROOT_FLAGS = ("done", "terminated", "truncated")

@@ -56,10 +56,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
-from .errors import CacheError, ChecksumMismatch, DownloadError, HubError
+from datasets_hub.errors import CacheError, ChecksumMismatch, DownloadError, HubError
 
 if TYPE_CHECKING:  # loader.py imports tensordict; this module stays light
-    from .loader import Resource
+    from datasets_hub.loader import Resource
 
 CHUNK_SIZE = 1 << 20
 MAX_REDIRECTS = 10
@@ -312,7 +312,7 @@ def _download_any(resource: Resource, dest: Path, urls: list[str], *, offline: b
                 elif scheme == "file":
                     digest, size = _copy_local(_file_url_path(url, resource), partial, bar, link=False)
                 else:
-                    from .hf_source import download_hf
+                    from datasets_hub.hf_source import download_hf
 
                     source = download_hf(url, resource_name=resource.name, dest=dest, offline=offline,
                                          progress=show, timeout=timeout)
@@ -547,6 +547,6 @@ def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None
                   prefix: str = "") -> list[str]:
     """Sorted files of a Hugging Face Hub repo starting with ``prefix`` (for loaders that need a
     listing); see :func:`datasets_hub.hf_source.list_hf_files`."""
-    from .hf_source import list_hf_files as _list
+    from datasets_hub.hf_source import list_hf_files as _list
 
     return _list(repo_id, repo_type=repo_type, revision=revision, prefix=prefix)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-from .errors import DownloadError, MissingDependency
+from datasets_hub.errors import DownloadError, MissingDependency
 
 _REPO_TYPES = {"datasets": "dataset", "models": "model", "spaces": "space"}
 _TRUE = {"1", "true", "yes", "on"}
@@ -153,7 +153,7 @@ def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None
     Offline (``DATASETS_HUB_OFFLINE`` or ``HF_HUB_OFFLINE``) the listing comes from the snapshot in
     the Hugging Face cache (only the files downloaded before); a repo never fetched is an error.
     """
-    from .downloader import is_offline
+    from datasets_hub.downloader import is_offline
 
     hf = _import_hf()
     from huggingface_hub import errors as hf_errors

@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 
-from .build import build, build_path
-from .cache import dir_size, raw_file_path, read_manifest
-from .catalogue import list_ids, resolve
-from .errors import DownloadError, InvalidParameter
-from .loader import DatasetSpec, Loader, Resource
-from .plugins import check_requirements, get_loader
+from datasets_hub.build import build, build_path
+from datasets_hub.cache import dir_size, raw_file_path, read_manifest
+from datasets_hub.catalogue import list_ids, resolve
+from datasets_hub.errors import DownloadError, InvalidParameter
+from datasets_hub.loader import DatasetSpec, Loader, Resource
+from datasets_hub.plugins import check_requirements, get_loader
 
 
 @dataclass
@@ -74,7 +74,7 @@ def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], 
     files: dict[str, Path] = {}
     sources: list[dict[str, Any]] = []
     for resource in loader.resources(spec):
-        from .downloader import fetch  # requests & co. load only when something is fetched
+        from datasets_hub.downloader import fetch  # requests & co. load only when something is fetched
 
         dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
@@ -127,17 +127,17 @@ def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None,
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
     path = _ensure_build(dataset_id, force=False, allow_download=download, params=params)
-    from .dataset_storage import DatasetStorage
-    from .replay_buffers import TensorDictReplayBuffer
-    from .samplers import RandomSampler
-    from .writers import ImmutableDatasetWriter
+    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+    from datasets_hub.buffers.samplers import RandomSampler
+    from datasets_hub.buffers.writers import ImmutableDatasetWriter
 
     storage = DatasetStorage(path)
     rb = TensorDictReplayBuffer(storage=storage, sampler=sampler if sampler is not None else RandomSampler(),
                                 writer=ImmutableDatasetWriter(), batch_size=batch_size,
                                 transform=None if steps else transform, prefetch=prefetch, generator=generator)
     if steps:
-        from .preprocess import preprocess_chain
+        from datasets_hub.preprocess import preprocess_chain
 
         rb = preprocess_chain(rb, steps, transform=transform)
     return rb

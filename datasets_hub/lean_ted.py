@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
-from .episode_index import EpisodeIndex
-from .errors import TEDError
+from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.errors import TEDError
 
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
 # keys the core derives itself; if a loader sends them they are ignored

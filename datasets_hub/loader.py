@@ -126,7 +126,7 @@ class Loader:
     def reject_unknown_params(self, spec: DatasetSpec, accepted: Iterable[str]) -> None:
         """Raise ``InvalidParameter`` naming the first parameter of ``spec`` not in ``accepted``, with a
         did-you-mean and the accepted list: the usual first step of :meth:`check_params`."""
-        from .errors import InvalidParameter, did_you_mean
+        from datasets_hub.errors import InvalidParameter, did_you_mean
 
         accepted = sorted(accepted)
         unknown = sorted(set(spec.params) - set(accepted))

@@ -27,9 +27,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from .cache import (INCOMPLETE_SUFFIX, MANIFEST, cache_root, dataset_dir, datasets_dir, dir_size, file_lock, raw_file_path,
+from datasets_hub.cache import (INCOMPLETE_SUFFIX, MANIFEST, cache_root, dataset_dir, datasets_dir, dir_size, file_lock, raw_file_path,
                     iter_builds, read_manifest, remove_tree)
-from .errors import CacheError, InvalidParameter, did_you_mean
+from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
 #: Suffixes of the downloader's side files, which are not raw data.
 SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".tmp")
@@ -99,9 +99,9 @@ def builds_of(dataset_id: str) -> list[Path]:
 
 def catalogue_build(dataset_id: str, params: dict[str, Any] | None = None) -> tuple[Any, Any, Path]:
     """``(spec, loader, build path)`` of ``dataset_id`` with ``params`` over the catalogue's."""
-    from .build import build_path
-    from .catalogue import resolve
-    from .plugins import get_loader
+    from datasets_hub.build import build_path
+    from datasets_hub.catalogue import resolve
+    from datasets_hub.plugins import get_loader
 
     spec = resolve(dataset_id, **(params or {}))
     loader = get_loader(spec.loader)
@@ -130,7 +130,7 @@ def remove(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds:
     """
     removed: list[Path] = []
     if all_builds:
-        from .catalogue import validate_id
+        from datasets_hub.catalogue import validate_id
 
         validate_id(dataset_id)
         targets = builds_of(dataset_id)

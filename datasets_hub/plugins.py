@@ -9,8 +9,8 @@ import importlib.util
 from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
 
-from .errors import HubError, MissingDependency, UnknownLoader, did_you_mean
-from .loader import Loader
+from datasets_hub.errors import HubError, MissingDependency, UnknownLoader, did_you_mean
+from datasets_hub.loader import Loader
 
 GROUP = "datasets_hub.loaders"
 

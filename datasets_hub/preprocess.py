@@ -40,12 +40,12 @@ from typing import Any, Callable, Sequence
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from . import __version__
-from .cache import INCOMPLETE_SUFFIX, MANIFEST, cache_root, ensure_writable_dir, file_lock, read_manifest, remove_tree
-from .errors import InvalidParameter, MissingDependency, PreprocessError
-from .fingerprint import _module_identity, describe_name, transform_fingerprint
-from .preprocessed_storage import FORMAT, PreprocessedStorage, _key, _nest, _open_schema
-from .tensor_storages import TensorStorage
+from datasets_hub import __version__
+from datasets_hub.cache import INCOMPLETE_SUFFIX, MANIFEST, cache_root, ensure_writable_dir, file_lock, read_manifest, remove_tree
+from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
+from datasets_hub.fingerprint import _module_identity, describe_name, transform_fingerprint
+from datasets_hub.preprocessed_storage import FORMAT, PreprocessedStorage, _key, _nest, _open_schema
+from datasets_hub.buffers.tensor_storages import TensorStorage
 
 PROBE_ROWS = 4
 BACKENDS = ("process", "ray")
@@ -62,7 +62,7 @@ class _Source:
 
     def open(self) -> Callable[[int, int], TensorDictBase]:
         if self.kind == "build":
-            from .dataset_storage import DatasetStorage
+            from datasets_hub.dataset_storage import DatasetStorage
 
             storage: Any = DatasetStorage(self.path)
         elif self.kind == "preprocessed":
@@ -249,7 +249,7 @@ def _check_output(result: Any, rows: int, schema: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------ parent
 def _describe_parent(rb: Any) -> tuple[_Source | None, dict[str, Any]]:
     """The source workers open and the parent's identity (fingerprint, build, id, chain)."""
-    from .dataset_storage import DatasetStorage
+    from datasets_hub.dataset_storage import DatasetStorage
 
     storage = rb.storage
     if isinstance(storage, DatasetStorage):
@@ -307,7 +307,7 @@ def preprocess(rb: Any, fn: Callable, *, num_workers: int | None = None, chunk_s
     if not callable(fn):
         raise InvalidParameter(f"preprocess needs a callable fn(batch) -> TensorDict, got {type(fn).__name__}")
     if backend not in BACKENDS:
-        from .errors import did_you_mean
+        from datasets_hub.errors import did_you_mean
 
         raise InvalidParameter(f"backend must be one of {BACKENDS}, got {backend!r}." + did_you_mean(str(backend), BACKENDS))
     n = len(rb)
@@ -333,8 +333,8 @@ def preprocess(rb: Any, fn: Callable, *, num_workers: int | None = None, chunk_s
 
 
 def _buffer_like(rb: Any, storage: PreprocessedStorage, transform: Any) -> Any:
-    from .replay_buffers import TensorDictReplayBuffer
-    from .writers import ImmutableDatasetWriter
+    from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+    from datasets_hub.buffers.writers import ImmutableDatasetWriter
 
     sampler = rb.sampler
     generator = getattr(sampler, "generator", None)
@@ -417,7 +417,7 @@ def _compute(rb: Any, fn: Callable, source: _Source, target: Path, fp: str | Non
 
 def _map_chunks(fn: Callable, source: _Source, target: Path, manifest: dict[str, Any], n: int,
                 run: dict[str, Any]) -> None:
-    from .build import _progress_bar
+    from datasets_hub.build import _progress_bar
 
     chunk_size, workers = run["chunk_size"], run["num_workers"]
     chunks = [(a, min(a + chunk_size, n)) for a in range(0, n, chunk_size)]

@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from .cache import read_manifest
-from .episode_index import EpisodeIndex
-from .errors import CacheError
-from .tensor_storages import TensorStorage
+from datasets_hub.cache import read_manifest
+from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.errors import CacheError
+from datasets_hub.buffers.tensor_storages import TensorStorage
 
 FORMAT = "datasets_hub.preprocessed"
 Key = tuple[str, ...]

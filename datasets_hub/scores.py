@@ -10,12 +10,12 @@ import math
 import numbers
 from typing import Any
 
-from .errors import InvalidParameter, did_you_mean
+from datasets_hub.errors import InvalidParameter, did_you_mean
 
 
 def reference_scores(dataset_id: str) -> tuple[float, float]:
     """``(ref_min_score, ref_max_score)`` of ``dataset_id``; ``InvalidParameter`` names the ids that have them."""
-    from .catalogue import all_entries, resolve
+    from datasets_hub.catalogue import all_entries, resolve
 
     spec = resolve(dataset_id)  # unknown ids raise UnknownDataset with "did you mean"
     low, high = spec.metadata.get("ref_min_score"), spec.metadata.get("ref_max_score")

@@ -14,8 +14,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from .lean_ted import LeanTEDWriter, equal_rows
-from .loader import DatasetSpec, Loader, LoaderContext
+from datasets_hub.lean_ted import LeanTEDWriter, equal_rows
+from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
 
 
 def fake_episodes(lengths: Sequence[int] = (5, 3, 4), *, obs_dim: int = 3, act_dim: int = 2,

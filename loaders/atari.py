@@ -29,7 +29,7 @@ end of the checkpoint                 the episode ends, ``("next", "truncated")`
                                       never joined across checkpoints
 Dopamine's zero padding               the ``stack_size - 1 = 3`` zero transitions Dopamine writes
                                       before each episode's first frame are dropped (they are not
-                                      transitions); :class:`datasets_hub.frame_stack.FrameStack`
+                                      transitions); :class:`datasets_hub.buffers.frame_stack.FrameStack`
                                       rebuilds the zero-padded stacks at sample time
 buffer index, checkpoint              ``("info", "replay_index")``, ``("info", "checkpoint")``
 ====================================  =========================================================

@@ -124,7 +124,7 @@ class MinariLoader(Loader):
                  **text_keys(dataset.action_space, ("action",))}
         if texts:
             ctx.note("text_fields", {k: {"dtype": "uint8", "width": w, "encoding": "utf-8, zero-padded",
-                                         "decode": "loaders.minari.decode_text"} for k, w in texts.items()})
+                                         "decode": "datasets_hub.loaders.minari.decode_text"} for k, w in texts.items()})
         dropped: dict[str, str] = {}
         info_layout: dict[str, str] = {}
         pending: list[dict[tuple[str, ...], np.ndarray]] = []

@@ -82,7 +82,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
-from loaders.minari_convert import decode_text, encode_text
+from .minari_convert import decode_text, encode_text
 
 __all__ = ["OpenXLoader", "Leaf", "parse_features", "decode_text", "UNKNOWN_KEY"]
 

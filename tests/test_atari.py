@@ -21,8 +21,8 @@ import datasets_hub
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.testing import check_loader
-from loaders.atari import UPSTREAM, AtariLoader
-from loaders.atari_replay import NpyStream, checkpoint_file
+from datasets_hub.loaders.atari import UPSTREAM, AtariLoader
+from datasets_hub.loaders.atari_replay import NpyStream, checkpoint_file
 
 SHAPE = (6, 5)  # tiny frames: the loader reads the shape from the .npy header
 CAP = 40

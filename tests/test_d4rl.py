@@ -18,7 +18,7 @@ import torch
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext, Resource
-from loaders.d4rl import D4RLLoader
+from datasets_hub.loaders.d4rl import D4RLLoader
 
 OBS_DIM, ACT_DIM, QPOS_DIM = 3, 2, 4
 # (length, how the episode ends): terminal, timeout, both, none (only valid last: end of file)

@@ -5,12 +5,12 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-rbs = pytest.importorskip("datasets_hub.replay_buffers")
-from datasets_hub.ensemble import ReplayBufferEnsemble  # noqa: E402
-from datasets_hub.samplers import SamplerWithoutReplacement  # noqa: E402
-from datasets_hub.slice_samplers import SliceSampler  # noqa: E402
-from datasets_hub.storages import LazyMemmapStorage, LazyTensorStorage  # noqa: E402
-from datasets_hub.transforms import Rename  # noqa: E402
+rbs = pytest.importorskip("datasets_hub.buffers.replay_buffers")
+from datasets_hub.buffers.ensemble import ReplayBufferEnsemble  # noqa: E402
+from datasets_hub.buffers.samplers import SamplerWithoutReplacement  # noqa: E402
+from datasets_hub.buffers.slice_samplers import SliceSampler  # noqa: E402
+from datasets_hub.buffers.storages import LazyMemmapStorage, LazyTensorStorage  # noqa: E402
+from datasets_hub.buffers.transforms import Rename  # noqa: E402
 
 
 def buffer(offset, n=100, seed=0, transform=None, key="obs", storage=None, sampler=None):

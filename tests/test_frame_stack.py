@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import datasets_hub
-from datasets_hub.frame_stack import FrameStack, FullStackSampler
-from datasets_hub.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.tensor_storages import LazyTensorStorage
+from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from test_atari import CAP, ENDS, LENGTHS, SHAPE, DopamineBuffer, frame_id, play, save_checkpoint
 
 N = 4

@@ -24,7 +24,7 @@ minari = pytest.importorskip("minari")
 
 from datasets_hub.errors import DownloadError, InvalidParameter  # noqa: E402
 from datasets_hub.loader import DatasetSpec, LoaderContext  # noqa: E402
-from loaders.minari import MinariLoader, decode_text  # noqa: E402
+from datasets_hub.loaders.minari import MinariLoader, decode_text  # noqa: E402
 
 FORMATS = ("hdf5", "arrow")
 CHARSET = "abcdefghijklmnopqrstuvwxyz0123456789 é"  # é: 2 UTF-8 bytes, so the text width doubles
@@ -385,7 +385,7 @@ def test_catalogue_lists_the_local_store_without_network(minari_store):
 def test_registry_minari_entries_are_wellformed():
     import yaml
 
-    from loaders.minari import _MINARI_ID_RE
+    from datasets_hub.loaders.minari import _MINARI_ID_RE
 
     registry = yaml.safe_load((REPO_ROOT / "registry.yaml").read_text())
     ids = [k for k in registry if k.startswith("minari/")]
@@ -402,7 +402,7 @@ _CHILD = r"""
 import sys, torch
 from datasets_hub.errors import DownloadError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from loaders.minari import MinariLoader
+from datasets_hub.loaders.minari import MinariLoader
 out = sys.argv[1]
 for i, dataset_id in enumerate(sys.argv[2:]):
     spec = DatasetSpec(id="minari/" + dataset_id, loader="minari")

@@ -21,7 +21,7 @@ from PIL import Image
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from loaders.openx import UNKNOWN_KEY, OpenXLoader, decode_text, parse_features
+from datasets_hub.loaders.openx import UNKNOWN_KEY, OpenXLoader, decode_text, parse_features
 from test_tfrecord import encode_example, write_tfrecord
 
 DATASET, VERSION, NUM_SHARDS = "fractal20220817_data", "0.1.0", 1024
@@ -396,8 +396,8 @@ def test_other_feature_kinds(tmp_path):
     # add the extra features' values to shard 1's records by rewriting it
     folder = tmp_path / PREFIX
     g, e, records = 8, 2, []
-    from loaders.tf_example import parse_example
-    from loaders.tfrecord import iter_records
+    from datasets_hub.loaders.tf_example import parse_example
+    from datasets_hub.loaders.tfrecord import iter_records
 
     for (length, terminal), (_, rec) in zip(SHARDS[1], iter_records(folder / f"{DATASET}-train.tfrecord-00001-of-01024")):
         ex = parse_example(rec)

@@ -98,4 +98,7 @@ def test_the_wheel_ships_registry_yaml(tmp_path):
         assert "datasets_hub/registry.yaml" in names
         assert "gym/cartpole-random-v0" in zf.read("datasets_hub/registry.yaml").decode()
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-        assert "gym = loaders.gym:GymLoader" in zf.read(entry_points).decode()
+        assert "gym = datasets_hub.loaders.gym:GymLoader" in zf.read(entry_points).decode()
+        # one top-level name only: the repository's loaders/ folder is shipped inside datasets_hub
+        assert "datasets_hub/loaders/gym.py" in names
+        assert {n.split("/")[0] for n in names if not n.startswith("datasets_hub-")} == {"datasets_hub"}

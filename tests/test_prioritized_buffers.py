@@ -6,10 +6,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-pytest.importorskip("datasets_hub.prioritized", reason="datasets_hub.prioritized (PrioritizedSampler) is not there yet")
+pytest.importorskip("datasets_hub.buffers.prioritized", reason="datasets_hub.buffers.prioritized (PrioritizedSampler) is not there yet")
 
-from datasets_hub.prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer  # noqa: E402
-from datasets_hub.storages import LazyMemmapStorage, LazyTensorStorage, ListStorage  # noqa: E402
+from datasets_hub.buffers.prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer  # noqa: E402
+from datasets_hub.buffers.storages import LazyMemmapStorage, LazyTensorStorage, ListStorage  # noqa: E402
 
 N_DRAWS = 20000  # binomial std of a frequency is at most 0.0035: the tolerances below are > 5 std
 

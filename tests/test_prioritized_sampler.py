@@ -5,8 +5,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.prioritized import PrioritizedSampler, min_tree, sum_tree
-from datasets_hub.storages import Storage
+from datasets_hub.buffers.prioritized import PrioritizedSampler, min_tree, sum_tree
+from datasets_hub.buffers.storages import Storage
 
 
 class FakeStorage(Storage):
@@ -154,8 +154,8 @@ def test_large_updates_are_vectorised():
 
 # -- through the real buffers ------------------------------------------------------------------------
 def test_tensordict_prioritized_buffer_end_to_end():
-    rbs = pytest.importorskip("datasets_hub.replay_buffers")
-    from datasets_hub.storages import LazyTensorStorage
+    rbs = pytest.importorskip("datasets_hub.buffers.replay_buffers")
+    from datasets_hub.buffers.storages import LazyTensorStorage
 
     rb = rbs.TensorDictReplayBuffer(storage=LazyTensorStorage(100),
                                     sampler=PrioritizedSampler(100, alpha=1.0, beta=0.5),

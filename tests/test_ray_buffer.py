@@ -17,11 +17,11 @@ pytestmark = pytest.mark.ray  # slow start-up: `make test-ray` runs these, `make
 from datasets_hub.build import build  # noqa: E402
 from datasets_hub.dataset_storage import DatasetStorage  # noqa: E402
 from datasets_hub.loader import DatasetSpec  # noqa: E402
-from datasets_hub.ray_buffer import RayReplayBuffer  # noqa: E402
-from datasets_hub.prioritized_buffers import TensorDictPrioritizedReplayBuffer  # noqa: E402
-from datasets_hub.replay_buffers import TensorDictReplayBuffer  # noqa: E402
-from datasets_hub.slice_samplers import SliceSampler  # noqa: E402
-from datasets_hub.tensor_storages import LazyTensorStorage  # noqa: E402
+from datasets_hub.interop.ray import RayReplayBuffer  # noqa: E402
+from datasets_hub.buffers.prioritized_buffers import TensorDictPrioritizedReplayBuffer  # noqa: E402
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer  # noqa: E402
+from datasets_hub.buffers.slice_samplers import SliceSampler  # noqa: E402
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage  # noqa: E402
 from datasets_hub.testing import FakeLoader  # noqa: E402
 
 

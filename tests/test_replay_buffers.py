@@ -9,11 +9,11 @@ import torch
 import torch.multiprocessing as mp
 from tensordict import TensorDict
 
-from datasets_hub.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
-from datasets_hub.samplers import RandomSampler, Sampler
-from datasets_hub.storages import LazyMemmapStorage, LazyTensorStorage, ListStorage, TensorStorage
-from datasets_hub.transforms import Compose
-from datasets_hub.writers import ImmutableDatasetWriter, RoundRobinWriter
+from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
+from datasets_hub.buffers.samplers import RandomSampler, Sampler
+from datasets_hub.buffers.storages import LazyMemmapStorage, LazyTensorStorage, ListStorage, TensorStorage
+from datasets_hub.buffers.transforms import Compose
+from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter
 
 
 def rows(n: int, start: int = 0) -> TensorDict:
@@ -24,9 +24,9 @@ def rows(n: int, start: int = 0) -> TensorDict:
 
 def sampler_without_replacement(**kw):
     try:
-        from datasets_hub.samplers import SamplerWithoutReplacement
+        from datasets_hub.buffers.samplers import SamplerWithoutReplacement
     except ImportError:
-        pytest.skip("SamplerWithoutReplacement is not in datasets_hub.samplers yet (samplers engineer)")
+        pytest.skip("SamplerWithoutReplacement is not in datasets_hub.buffers.samplers yet (samplers engineer)")
     return SamplerWithoutReplacement(**kw)
 
 
@@ -214,7 +214,7 @@ def test_transforms_run_on_samples_and_inverses_on_writes():
 
 
 def test_compose_transform_on_tensordict_buffer():
-    from datasets_hub.transforms import Exclude, Rename
+    from datasets_hub.buffers.transforms import Exclude, Rename
 
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), transform=Compose(Rename("obs", "observation"),
                                                                                  Exclude(("next", "done"))))

@@ -18,8 +18,8 @@ import torch
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from loaders import roboset as rs
-from loaders.roboset import RoboSetLoader
+from datasets_hub.loaders import roboset as rs
+from datasets_hub.loaders.roboset import RoboSetLoader
 
 REPO = "jdvakil/RoboSet_Sim"
 TASK = "FK1-v4(expert)/FK1_MicroOpenRandom_v2d-v4"

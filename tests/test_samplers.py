@@ -5,8 +5,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.samplers import RandomSampler, SamplerWithoutReplacement
-from datasets_hub.storages import Storage
+from datasets_hub.buffers.samplers import RandomSampler, SamplerWithoutReplacement
+from datasets_hub.buffers.storages import Storage
 
 
 class FakeStorage(Storage):
@@ -134,12 +134,12 @@ def test_empty_storage_is_a_clear_error():
 
 # -- through the real buffers ------------------------------------------------------------------------
 def _buffers():
-    return pytest.importorskip("datasets_hub.replay_buffers")
+    return pytest.importorskip("datasets_hub.buffers.replay_buffers")
 
 
 def test_buffer_iteration_is_finite_without_replacement():
     rbs = _buffers()
-    from datasets_hub.storages import LazyTensorStorage
+    from datasets_hub.buffers.storages import LazyTensorStorage
 
     rb = rbs.TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=SamplerWithoutReplacement(),
                                     batch_size=32, generator=gen())
@@ -154,7 +154,7 @@ def test_buffer_iteration_is_finite_without_replacement():
 
 def test_buffer_dumps_loads_keeps_sampler_position(tmp_path):
     rbs = _buffers()
-    from datasets_hub.storages import LazyTensorStorage
+    from datasets_hub.buffers.storages import LazyTensorStorage
 
     def make():
         return rbs.ReplayBuffer(storage=LazyTensorStorage(100), sampler=SamplerWithoutReplacement(),

@@ -5,9 +5,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.episode_index import EpisodeIndex
-from datasets_hub.slice_samplers import PrioritizedSliceSampler, SliceSampler, SliceSamplerWithoutReplacement
-from datasets_hub.storages import Storage
+from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.slice_samplers import PrioritizedSliceSampler, SliceSampler, SliceSamplerWithoutReplacement
+from datasets_hub.buffers.storages import Storage
 
 LENGTHS = [50, 3, 20, 100, 7, 40]
 
@@ -277,8 +277,8 @@ def test_prioritized_slices_state_round_trip():
 
 # -- through the real buffers and a dataset build -----------------------------------------------------
 def _online_buffer(capacity, sampler):
-    rbs = pytest.importorskip("datasets_hub.replay_buffers")
-    from datasets_hub.storages import LazyTensorStorage
+    rbs = pytest.importorskip("datasets_hub.buffers.replay_buffers")
+    from datasets_hub.buffers.storages import LazyTensorStorage
 
     return rbs.TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler, generator=gen(9))
 

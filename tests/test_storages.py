@@ -7,8 +7,8 @@ import pytest
 import torch
 from tensordict import TensorDict, tensorclass
 
-from datasets_hub import tensor_storages
-from datasets_hub.storages import (
+from datasets_hub.buffers import tensor_storages
+from datasets_hub.buffers.storages import (
     LazyMemmapStorage,
     LazyTensorStorage,
     ListStorage,

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from datasets_hub.errors import LoaderError
-from loaders import tfrecord
-from loaders.tf_example import example_class, parse_example
-from loaders.tfrecord import iter_records, masked_crc32c
+from datasets_hub.loaders import tfrecord
+from datasets_hub.loaders.tf_example import example_class, parse_example
+from datasets_hub.loaders.tfrecord import iter_records, masked_crc32c
 
 
 # ---------------------------------------------------------------------------------------- encoder

@@ -12,10 +12,10 @@ from datasets_hub.build import build
 from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.slice_samplers import SliceSampler
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.slice_samplers import SliceSampler
 from datasets_hub.testing import FakeLoader, fake_episodes
-from datasets_hub.torch_data import (BufferDataset, EpisodeShardSampler, SampledBatches, dumps_by_reference,
+from datasets_hub.interop.torch_data import (BufferDataset, EpisodeShardSampler, SampledBatches, dumps_by_reference,
                                      loads_by_reference, resolve_rank, tensordict_collate)
 
 LENGTHS = [7, 3, 12, 5, 9, 1, 4, 15, 6, 8, 2, 11, 5, 10, 3, 6]  # 107 transitions, 16 episodes
@@ -236,7 +236,7 @@ def test_spawned_workers_reopen_the_build(rb):
 
 
 def test_an_ensemble_iterates_with_private_seeded_members(rb):
-    from datasets_hub.ensemble import ReplayBufferEnsemble
+    from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 
     ensemble = ReplayBufferEnsemble(rb, TensorDictReplayBuffer(storage=rb.storage, sampler=SliceSampler(slice_len=2)),
                                     batch_size=8)
@@ -250,7 +250,7 @@ def test_an_ensemble_iterates_with_private_seeded_members(rb):
 
 def test_a_reference_to_a_replaced_build_is_refused(rb, build_path):
     from datasets_hub.errors import CacheError
-    from datasets_hub.torch_data import open_build
+    from datasets_hub.interop.torch_data import open_build
 
     assert open_build(build_path, rb.storage.manifest["fingerprint"]).path == build_path
     with pytest.raises(CacheError, match="rebuilt or replaced"):

@@ -15,10 +15,10 @@ from datasets_hub.build import build
 from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import MissingDependency
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.tensor_storages import LazyTensorStorage
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.testing import FakeLoader, fake_episodes
-from datasets_hub.torchrl_interop import to_torchrl
+from datasets_hub.interop.torchrl import to_torchrl
 
 HAS_TORCHRL = importlib.util.find_spec("torchrl") is not None
 needs_torchrl = pytest.mark.skipif(not HAS_TORCHRL, reason="torchrl not installed: run with .venv-bench (make test-torchrl)")

@@ -5,9 +5,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.storages import LazyTensorStorage
-from datasets_hub.transforms import Compose, Exclude, Rename, Select, Transform, as_transform
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.storages import LazyTensorStorage
+from datasets_hub.buffers.transforms import Compose, Exclude, Rename, Select, Transform, as_transform
 
 
 def sample(n: int = 4) -> TensorDict:

@@ -138,9 +138,9 @@ def files_outside(root: Path, cache: Path) -> set[Path]:
 _ZYGOTE = textwrap.dedent(r'''
     import ctypes, json, os, resource, signal, sys, traceback
     import datasets_hub, datasets_hub.hub, datasets_hub.build, datasets_hub.downloader, datasets_hub.cache_verify
-    import datasets_hub.maintenance, datasets_hub.dataset_storage, datasets_hub.replay_buffers, datasets_hub.cli
+    import datasets_hub.maintenance, datasets_hub.dataset_storage, datasets_hub.buffers.replay_buffers, datasets_hub.cli
     import datasets_hub.catalogue, datasets_hub.plugins
-    import loaders.d4rl, loaders.gym, gymnasium, h5py, requests, filelock, tqdm.auto, yaml, numpy, torch, tensordict
+    import datasets_hub.loaders.d4rl, datasets_hub.loaders.gym, gymnasium, h5py, requests, filelock, tqdm.auto, yaml, numpy, torch, tensordict
     from datasets_hub.plugins import get_loader
     for name in ("d4rl", "gym"):
         get_loader(name)

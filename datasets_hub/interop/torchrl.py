@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
-from .dataset_storage import DatasetStorage
-from .errors import MissingDependency
+from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.errors import MissingDependency
 
 _INSTALL = "pip install torchrl  (a torchrl release matching your tensordict, e.g. torchrl 0.14 with tensordict 0.14)"
 
@@ -70,7 +70,7 @@ def _storage_class() -> type:
         def build(self) -> DatasetStorage:
             """Our storage underneath (reopened by reference after unpickling)."""
             if self._build is None:
-                from .torch_data import open_build
+                from datasets_hub.interop.torch_data import open_build
 
                 self._build = open_build(*self._ref)
             return self._build
@@ -125,7 +125,7 @@ def _storage_class() -> type:
 
 
 def _as_module_level(cls: type) -> type:
-    """Name a class made on first use as ``datasets_hub.torchrl_interop.<name>`` so pickle finds it
+    """Name a class made on first use as ``datasets_hub.interop.torchrl.<name>`` so pickle finds it
     (through the module ``__getattr__`` below, which makes it again in a fresh process)."""
     cls.__module__ = __name__
     cls.__qualname__ = cls.__name__
@@ -162,7 +162,7 @@ def _dataset_storage(source: Any) -> DatasetStorage:
     if isinstance(source, DatasetStorage):
         return source
     if isinstance(source, (str, Path)):
-        from .torch_data import open_build
+        from datasets_hub.interop.torch_data import open_build
 
         return open_build(source)
     storage = getattr(source, "storage", None)

@@ -8,7 +8,7 @@ The actor runs one call at a time, so writes, draws and priority updates never i
 How the actor gets its buffer:
 
 - ``RayReplayBuffer(rb)``: ``rb`` is pickled *by reference* to its build (path + fingerprint, see
-  :func:`datasets_hub.torch_data.dumps_by_reference`); the actor reopens the memmaps itself, so
+  :func:`datasets_hub.interop.torch_data.dumps_by_reference`); the actor reopens the memmaps itself, so
   the build must be on a filesystem the actor's node sees (a shared filesystem for many nodes).
   In-memory storages travel by value; sampler, transforms and batch size come along.
 - ``RayReplayBuffer.from_dataset(id, **load_kwargs)``: the actor calls ``datasets_hub.load``
@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import MissingDependency
+from datasets_hub.errors import MissingDependency
 
 _INSTALL = "pip install 'datasets-hub[ray]'"
 
@@ -45,7 +45,7 @@ class _BufferActor:
 
     def __init__(self, kind: str, payload: Any) -> None:
         if kind == "blob":
-            from .torch_data import loads_by_reference
+            from datasets_hub.interop.torch_data import loads_by_reference
 
             self.buffer = loads_by_reference(payload)
         elif kind == "factory":
@@ -114,13 +114,13 @@ class RayReplayBuffer:
                 "RayReplayBuffer.from_dataset(id), or RayReplayBuffer.connect(name) for an existing actor"
             )
         if isinstance(buffer, (str, Path)):
-            from .torch_data import as_buffer
+            from datasets_hub.interop.torch_data import as_buffer
 
             buffer = as_buffer(buffer)
         if callable(buffer) and not hasattr(buffer, "sample"):
             kind, payload = "factory", buffer
         else:
-            from .torch_data import dumps_by_reference
+            from datasets_hub.interop.torch_data import dumps_by_reference
 
             kind, payload = "blob", dumps_by_reference(buffer)
         options = dict(actor_options or {})
@@ -139,7 +139,7 @@ class RayReplayBuffer:
                      detached: bool = False, actor_options: dict[str, Any] | None = None,
                      **load_kwargs: Any) -> "RayReplayBuffer":
         """An actor that calls ``datasets_hub.load(dataset_id, **load_kwargs)`` itself."""
-        from .hub import load
+        from datasets_hub.hub import load
 
         return cls(functools.partial(load, dataset_id, **load_kwargs), name=name, namespace=namespace,
                    detached=detached, actor_options=actor_options)

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from .shared_counters import SharedCounters
-from .storages import Storage, _slice_items
+from datasets_hub.buffers.shared_counters import SharedCounters
+from datasets_hub.buffers.storages import Storage, _slice_items
 
 
 class Writer:

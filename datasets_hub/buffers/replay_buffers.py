@@ -2,7 +2,7 @@
 
 ``ReplayBuffer`` works with any data its storage holds; ``TensorDictReplayBuffer`` adds ``"index"``
 (and the sampler's per-item info such as ``"_weight"``) to every sample. The prioritized variants
-live in :mod:`datasets_hub.prioritized_buffers`.
+live in :mod:`datasets_hub.buffers.prioritized_buffers`.
 
 Threading: one lock guards writes and draws. With ``prefetch=N`` a thread pool keeps N batches in
 flight; draws take numbered tickets and run in ticket order, so a seeded ``generator`` gives the
@@ -20,10 +20,10 @@ from typing import Any, Callable, Iterator
 import torch
 from tensordict import TensorDictBase, is_tensorclass
 
-from .samplers import RandomSampler, Sampler
-from .storages import ListStorage, Storage, _as_index, _slice_items, _write_json
-from .transforms import Compose, as_transform
-from .writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
+from datasets_hub.buffers.samplers import RandomSampler, Sampler
+from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, _write_json
+from datasets_hub.buffers.transforms import Compose, as_transform
+from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
 
 _FORMAT = "datasets_hub.replay_buffer"
 _REDUCTIONS = ("max", "min", "sum", "mean", "median")
@@ -360,7 +360,7 @@ class ReplayBuffer:
                    version: Any = None, backend: str = "process") -> "TensorDictReplayBuffer":
         """Map ``fn(batch of n transitions) -> TensorDict of n rows`` over every stored transition once,
         cached by fingerprint; returns a read-only buffer over the result (see :mod:`datasets_hub.preprocess`)."""
-        from .preprocess import preprocess
+        from datasets_hub.preprocess import preprocess
 
         return preprocess(self, fn, num_workers=num_workers, chunk_size=chunk_size, version=version, backend=backend)
 
@@ -442,19 +442,19 @@ class ReplayBuffer:
     # -- interop (datasets_hub/torch_data.py, torchrl_interop.py) --------------------------------
     def to_torchrl(self, **kwargs: Any) -> Any:
         """A TorchRL ``TensorDictReplayBuffer`` over this buffer's build, no copy (see ``torchrl_interop.to_torchrl``)."""
-        from .torchrl_interop import to_torchrl
+        from datasets_hub.interop.torchrl import to_torchrl
 
         return to_torchrl(self, **kwargs)
 
     def as_map_dataset(self, **kwargs: Any) -> Any:
         """A map-style PyTorch dataset over the items (``torch_data.BufferDataset``)."""
-        from .torch_data import BufferDataset
+        from datasets_hub.interop.torch_data import BufferDataset
 
         return BufferDataset(self, **kwargs)
 
     def as_iterable_dataset(self, batch_size: int | None = None, **kwargs: Any) -> Any:
         """A PyTorch iterable over sampled batches, seeded per worker and rank (``torch_data.SampledBatches``)."""
-        from .torch_data import SampledBatches
+        from datasets_hub.interop.torch_data import SampledBatches
 
         return SampledBatches(self, batch_size, **kwargs)
 

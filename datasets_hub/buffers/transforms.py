@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from tensordict import TensorDictBase
 
-from .errors import did_you_mean
+from datasets_hub.errors import did_you_mean
 
 
 

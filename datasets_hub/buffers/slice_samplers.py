@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .episode_index import EpisodeIndex
-from .prioritized import PrioritizedSampler, as_index, min_tree, sum_tree
-from .samplers import Sampler
-from .storages import Storage
+from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.prioritized import PrioritizedSampler, as_index, min_tree, sum_tree
+from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any
 _DEFAULT_TRAJ_KEY = "episode"

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .storages import Storage
+from datasets_hub.buffers.storages import Storage
 
 
 class Sampler:

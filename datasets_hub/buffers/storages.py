@@ -17,7 +17,7 @@ import numpy as np
 import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
-from .episode_index import EpisodeIndex
+from datasets_hub.buffers.episode_index import EpisodeIndex
 
 
 class Storage:
@@ -249,7 +249,7 @@ def __getattr__(name: str) -> Any:
     """``TensorStorage``, ``LazyTensorStorage`` and ``LazyMemmapStorage`` live in tensor_storages.py
     (which imports this module); they are re-exported here on first use."""
     if name in _TENSOR_STORAGES:
-        from . import tensor_storages
+        from datasets_hub.buffers import tensor_storages
 
         return getattr(tensor_storages, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

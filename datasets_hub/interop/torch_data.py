@@ -38,10 +38,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data import Dataset as _MapStyle
 from torch.utils.data import Sampler as _TorchSampler
 
-from .dataset_storage import DatasetStorage, reopen_build
-from .episode_index import EpisodeIndex
-from .errors import InvalidParameter
-from .storages import Storage
+from datasets_hub.dataset_storage import DatasetStorage, reopen_build
+from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.errors import InvalidParameter
+from datasets_hub.buffers.storages import Storage
 
 # ----------------------------------------------------------------------------------------------
 # Pickling by reference: a build travels as (path, fingerprint), never as its bytes
@@ -127,7 +127,7 @@ class _LazyBuffer:
 def as_buffer(source: Any) -> Any:
     """A replay buffer for ``source``: a buffer as is, a :class:`Storage` or a build directory wrapped
     in a read-only ``TensorDictReplayBuffer``."""
-    from .replay_buffers import ReplayBuffer, TensorDictReplayBuffer
+    from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
 
     if isinstance(source, ReplayBuffer) or hasattr(source, "sample"):
         return source  # a buffer, an ensemble, or another object with the buffer API

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 import torch
 
-from .samplers import Sampler
-from .storages import Storage
+from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.storages import Storage
 
 _REDUCTIONS = ("max", "min", "mean", "median")
 

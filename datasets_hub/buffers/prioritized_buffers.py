@@ -11,17 +11,17 @@ from typing import Any
 
 import torch
 
-from .replay_buffers import ReplayBuffer, TensorDictReplayBuffer
-from .samplers import Sampler
-from .storages import ListStorage, Storage
+from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
+from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.storages import ListStorage, Storage
 
 
 def _prioritized_sampler(storage: Storage, alpha: float, beta: float, eps: float, reduction: str,
                          dtype: torch.dtype) -> Sampler:
     try:
-        from .prioritized import PrioritizedSampler
+        from datasets_hub.buffers.prioritized import PrioritizedSampler
     except ImportError as exc:  # the module belongs to the samplers layer
-        raise ImportError(f"PrioritizedSampler is unavailable (datasets_hub.prioritized failed to import: {exc})") from exc
+        raise ImportError(f"PrioritizedSampler is unavailable (datasets_hub.buffers.prioritized failed to import: {exc})") from exc
     return PrioritizedSampler(storage.max_size, alpha, beta, eps=eps, dtype=dtype, reduction=reduction)
 
 

@@ -18,8 +18,8 @@ import torch
 import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
-from .shared_counters import SharedCounters
-from .storages import Storage, _FORMAT, _as_index, _check_meta, _write_json
+from datasets_hub.buffers.shared_counters import SharedCounters
+from datasets_hub.buffers.storages import Storage, _FORMAT, _as_index, _check_meta, _write_json
 
 _NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
                  torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128}

@@ -34,8 +34,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from .samplers import Sampler
-from .transforms import Transform
+from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.transforms import Transform
 
 _PADDINGS = ("zeros", "first")
 
