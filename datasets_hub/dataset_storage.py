@@ -4,6 +4,7 @@ Observation-like keys are stored once per episode with T+1 rows; ``observation[t
 ``next/observation[t]`` are gathered from the same array at rows ``i + e`` and ``i + e + 1``
 (transition ``i`` of episode ``e``). Samples are exactly what a naive TED copy would return.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,9 @@ def _open_leaf(path: Path, dtype_name: str, shape: list[int], rows: int) -> torc
     try:
         size = path.stat().st_size
     except FileNotFoundError as exc:
-        raise CacheError(f"build file {path} is missing: the build is damaged; run `datasets-hub rm` and load again") from exc
+        raise CacheError(
+            f"build file {path} is missing: the build is damaged; run `datasets-hub rm` and load again"
+        ) from exc
     if size != expected:
         raise CacheError(
             f"build file {path} has {size} bytes where the manifest says {expected}: the build is damaged "
@@ -92,7 +95,7 @@ class DatasetStorage(Storage):
         self.episode_returns = columns["episodes/return"]
         self._index = EpisodeIndex(self._start.clone(), self._length.clone())
         self._len = int(self.manifest["counts"]["transitions"])
-        self._history = {name[len("history/"):]: col for name, col in columns.items() if name.startswith("history/")}
+        self._history = {name[len("history/") :]: col for name, col in columns.items() if name.startswith("history/")}
         self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
         self._terminated = dict(self._steps)[("next", "terminated")]
         self._truncated = dict(self._steps)[("next", "truncated")]
@@ -129,8 +132,10 @@ class DatasetStorage(Storage):
                 pos = np.minimum(pos, len(order) - 1)
                 ordinal = order[pos]
                 if not np.array_equal(self._episode_id_np[ordinal], ids.numpy()):
-                    raise CacheError(f"{self.path}: history frames name episodes the build does not hold; the build "
-                                     "is damaged: run `datasets-hub rm` and load again")
+                    raise CacheError(
+                        f"{self.path}: history frames name episodes the build does not hold; the build "
+                        "is damaged: run `datasets-hub rm` and load again"
+                    )
                 ordinal_t = torch.from_numpy(ordinal)
                 count.index_add_(0, ordinal_t, torch.ones_like(ordinal_t))
                 rows = torch.arange(ordinal_t.numel())
@@ -144,8 +149,10 @@ class DatasetStorage(Storage):
         key = (key,) if isinstance(key, str) else tuple(key)
         column = self._history.get("/".join(key))
         if column is None:
-            raise KeyError(f"this build keeps no history frames of {'/'.join(key)!r} (keys with history: "
-                           f"{['/'.join(k) for k in self.history_keys()]})")
+            raise KeyError(
+                f"this build keeps no history frames of {'/'.join(key)!r} (keys with history: "
+                f"{['/'.join(k) for k in self.history_keys()]})"
+            )
         return column
 
     def _rows(self, index: Any) -> np.ndarray:
@@ -251,4 +258,3 @@ def _put(tree: dict[str, Any], key: Key, value: torch.Tensor) -> None:
     for part in key[:-1]:
         tree = tree.setdefault(part, {})
     tree[key[-1]] = value
-

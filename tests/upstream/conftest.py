@@ -11,6 +11,7 @@ To add a reference package: append it to ``tests/upstream/requirements.txt`` (or
 ``tests/upstream/test_upstream_<loader>.py`` (file names must not repeat those of ``tests/``) and
 import the package with ``upstream("name")``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -14,6 +14,7 @@ and every index it accepts (``is_valid_transition``) goes through its own
 ``sample_transition_batch``: state, action, reward, next state and terminal must equal our build's
 row for that index with ``FrameStack(4)``; our build must hold no other row.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -74,8 +75,9 @@ def logs(crb, tmp_path_factory):
     root = tmp_path_factory.mktemp("dqn")
     folder = root / "Pong" / "1" / "replay_logs"
     folder.mkdir(parents=True)
-    buf = _logged_buffer_class(crb)(str(folder), observation_shape=SHAPE, stack_size=STACK,
-                                    replay_capacity=CAP, batch_size=1)
+    buf = _logged_buffer_class(crb)(
+        str(folder), observation_shape=SHAPE, stack_size=STACK, replay_capacity=CAP, batch_size=1
+    )
     rng = np.random.default_rng(7)
     mid = {150: 40, 40: 41}  # Dopamine save() calls mid-buffer (add_count -> suffix): wrapped, unwrapped
     g, episode = 1, 0
@@ -111,8 +113,13 @@ def _dopamine_view(crb, folder, k):
     arrays = dict(zip(names, batch))
     out = {}
     for j, i in enumerate(valid):
-        out[i] = (np.moveaxis(arrays["state"][j], -1, 0), int(arrays["action"][j]), float(arrays["reward"][j]),
-                  np.moveaxis(arrays["next_state"][j], -1, 0), bool(arrays["terminal"][j]))
+        out[i] = (
+            np.moveaxis(arrays["state"][j], -1, 0),
+            int(arrays["action"][j]),
+            float(arrays["reward"][j]),
+            np.moveaxis(arrays["next_state"][j], -1, 0),
+            bool(arrays["terminal"][j]),
+        )
     return buf, out
 
 
@@ -135,8 +142,10 @@ def test_every_dopamine_sample_equals_ours(crb, logs):
     folder = root / "Pong" / "1" / "replay_logs"
     rb = datasets_hub.load("atari/Pong/1", checkpoints=ks, base_url=root.as_uri())
     ours = FrameStack(4).bind(rb)(rb[:])
-    where = {(int(k), int(i)): row for row, (k, i) in
-             enumerate(zip(ours["info", "checkpoint"].tolist(), ours["info", "replay_index"].tolist()))}
+    where = {
+        (int(k), int(i)): row
+        for row, (k, i) in enumerate(zip(ours["info", "checkpoint"].tolist(), ours["info", "replay_index"].tolist()))
+    }
     expected_rows = 0
     history_checked = 0
     for k in ks:
@@ -155,4 +164,3 @@ def test_every_dopamine_sample_equals_ours(crb, logs):
     # no other row: every row of ours is an index Dopamine accepts
     assert len(ours) == expected_rows == len(where)
     assert history_checked > 0  # real frames before an episode's first row were compared
-

@@ -1,4 +1,5 @@
 """Importing upstream reference packages: skip in an ordinary venv, fail under ``make test-upstream``."""
+
 from __future__ import annotations
 
 import importlib
@@ -22,6 +23,9 @@ def upstream(module: str) -> ModuleType:
         return importlib.import_module(module)
     except Exception as exc:  # ImportError, or a broken install raising anything at import
         if upstream_required():
-            pytest.fail(f"upstream reference {module!r} cannot be imported under make test-upstream ({exc!r}); "
-                        f"install it into .venv-upstream: see tests/upstream/requirements*.txt", pytrace=False)
+            pytest.fail(
+                f"upstream reference {module!r} cannot be imported under make test-upstream ({exc!r}); "
+                f"install it into .venv-upstream: see tests/upstream/requirements*.txt",
+                pytrace=False,
+            )
         pytest.skip(f"{module} is not installed (run `make test-upstream`)")
