@@ -270,7 +270,7 @@ class LeanTEDWriter:
                 # one episode (e.g. a long one of camera frames, possibly memory-mapped): append the rows
                 # as views, without a T+1-row copy in memory
                 self._file("obs", key).append(now)
-                self._file("obs", key).append(nxt[n - 1:])
+                self._file("obs", key).append(nxt[n - 1 :])
             else:
                 merged = torch.empty((n + local.num_episodes, *now.shape[1:]), dtype=now.dtype)
                 merged.index_copy_(0, obs_rows, now)

@@ -50,14 +50,16 @@ else ``min(4, cpu_count)``). ``fps``, robot type, features and tasks go on the c
 frame per camera (ALOHA's 480x640: 0.92 MB; an MP4 holds the same frame in a few KB).
 ``image_size=`` is the lever (see ``docs/datasets/lerobot.md``).
 """
+
 from __future__ import annotations
 
 import os
 import tempfile
 import threading
 from collections import deque
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -82,19 +84,34 @@ _metas_lock = threading.Lock()
 
 # well-known repos (facts from their Hub dataset cards); any other repo in the format loads by id too
 _KNOWN = {
-    "lerobot/pusht": ("Push-T (Diffusion Policy): 206 episodes, 25,650 frames at 10 fps, one 96x96 camera, "
-                      "2-D state and action", "MIT"),
+    "lerobot/pusht": (
+        "Push-T (Diffusion Policy): 206 episodes, 25,650 frames at 10 fps, one 96x96 camera, 2-D state and action",
+        "MIT",
+    ),
     "lerobot/pusht_image": ("Push-T with its 96x96 frames stored as images in the parquet files", "MIT"),
-    "lerobot/aloha_sim_insertion_human": ("ALOHA simulated peg insertion, human demonstrations: 50 episodes at "
-                                          "50 fps, one 480x640 camera, 14-D state and action", "MIT"),
-    "lerobot/aloha_sim_insertion_scripted": ("ALOHA simulated peg insertion, scripted policy: 50 episodes at "
-                                             "50 fps, one 480x640 camera", "MIT"),
-    "lerobot/aloha_sim_transfer_cube_human": ("ALOHA simulated cube transfer, human demonstrations: 50 episodes "
-                                              "at 50 fps, one 480x640 camera", "MIT"),
-    "lerobot/aloha_sim_transfer_cube_scripted": ("ALOHA simulated cube transfer, scripted policy: 50 episodes at "
-                                                 "50 fps, one 480x640 camera", "MIT"),
-    "nvidia/LIBERO_LeRobot_v3": ("LIBERO task suites (lifelong manipulation, language-conditioned) as a LeRobot "
-                                 "v3.0 dataset", "openmdw-1.0"),
+    "lerobot/aloha_sim_insertion_human": (
+        (
+            "ALOHA simulated peg insertion, human demonstrations: 50 episodes at "
+            "50 fps, one 480x640 camera, 14-D state and action"
+        ),
+        "MIT",
+    ),
+    "lerobot/aloha_sim_insertion_scripted": (
+        "ALOHA simulated peg insertion, scripted policy: 50 episodes at 50 fps, one 480x640 camera",
+        "MIT",
+    ),
+    "lerobot/aloha_sim_transfer_cube_human": (
+        "ALOHA simulated cube transfer, human demonstrations: 50 episodes at 50 fps, one 480x640 camera",
+        "MIT",
+    ),
+    "lerobot/aloha_sim_transfer_cube_scripted": (
+        "ALOHA simulated cube transfer, scripted policy: 50 episodes at 50 fps, one 480x640 camera",
+        "MIT",
+    ),
+    "nvidia/LIBERO_LeRobot_v3": (
+        "LIBERO task suites (lifelong manipulation, language-conditioned) as a LeRobot v3.0 dataset",
+        "openmdw-1.0",
+    ),
 }
 
 
@@ -108,15 +125,19 @@ class LeRobotLoader(Loader):
 
     # -- ids ---------------------------------------------------------------------------------------
     def catalogue(self) -> dict[str, dict[str, Any]]:
-        return {f"lerobot/{repo}": {"description": text, "license": license_,
-                                    "homepage": _HF_CO + repo} for repo, (text, license_) in _KNOWN.items()}
+        return {
+            f"lerobot/{repo}": {"description": text, "license": license_, "homepage": _HF_CO + repo}
+            for repo, (text, license_) in _KNOWN.items()
+        }
 
     def entry_for(self, dataset_id: str) -> dict[str, Any] | None:
         parts = dataset_id.split("/")
         if len(parts) != 3 or not all(parts) or any(p in (".", "..") for p in parts):
             return None
-        return {"description": f"the Hugging Face dataset {parts[1]}/{parts[2]} read as a LeRobot dataset",
-                "homepage": _HF_CO + f"{parts[1]}/{parts[2]}"}
+        return {
+            "description": f"the Hugging Face dataset {parts[1]}/{parts[2]} read as a LeRobot dataset",
+            "homepage": _HF_CO + f"{parts[1]}/{parts[2]}",
+        }
 
     # -- parameters --------------------------------------------------------------------------------
     def check_params(self, spec: DatasetSpec) -> None:
@@ -132,19 +153,28 @@ class LeRobotLoader(Loader):
             raise InvalidParameter(f"{spec.id}: revision must be a non-empty string, got {p['revision']!r}")
         episodes = p.get("episodes")
         if episodes is not None:
-            if (not isinstance(episodes, list) or not episodes
-                    or not all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in episodes)):
-                raise InvalidParameter(f"{spec.id}: episodes must be a non-empty list of episode indices, "
-                                       f"e.g. [0, 1, 2], got {episodes!r}")
+            if (
+                not isinstance(episodes, list)
+                or not episodes
+                or not all(isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in episodes)
+            ):
+                raise InvalidParameter(
+                    f"{spec.id}: episodes must be a non-empty list of episode indices, e.g. [0, 1, 2], got {episodes!r}"
+                )
             if len(set(episodes)) != len(episodes):
                 raise InvalidParameter(f"{spec.id}: episodes lists an index twice: {episodes!r}")
         size = p.get("image_size")
-        if size is not None and (not isinstance(size, (list, tuple)) or len(size) != 2 or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)):
+        if size is not None and (
+            not isinstance(size, (list, tuple))
+            or len(size) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
+        ):
             raise InvalidParameter(f"{spec.id}: image_size must be [height, width] in pixels, got {size!r}")
         if size is not None and any(v % 2 for v in size):
-            raise InvalidParameter(f"{spec.id}: image_size {list(size)} must have even height and width "
-                                   "(frames are resized from YUV 4:2:0)")
+            raise InvalidParameter(
+                f"{spec.id}: image_size {list(size)} must have even height and width "
+                "(frames are resized from YUV 4:2:0)"
+            )
         if p.get("channels_first") is not None and not isinstance(p["channels_first"], bool):
             raise InvalidParameter(f"{spec.id}: channels_first must be true or false, got {p['channels_first']!r}")
         tol = p.get("tolerance_s")
@@ -168,12 +198,11 @@ class LeRobotLoader(Loader):
         return [_resource(repo, path, revision) for path in paths]
 
     # -- conversion --------------------------------------------------------------------------------
-    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext
-                 ) -> Iterator[TensorDictBase]:
+    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
         self.check_params(spec)
         repo, revision = _repo(spec), spec.params.get("revision")
         prefix = f"{repo}@{revision}/" if revision else f"{repo}/"
-        local = {name[len(prefix):]: Path(path) for name, path in files.items() if name.startswith(prefix)}
+        local = {name[len(prefix) :]: Path(path) for name, path in files.items() if name.startswith(prefix)}
         if lm.INFO_PATH not in local:
             raise LoaderError(f"{spec.id}: meta/info.json is not among the fetched files")
         info = lm.read_info(local[lm.INFO_PATH], spec.id)
@@ -185,8 +214,9 @@ class LeRobotLoader(Loader):
 def _repo(spec: DatasetSpec) -> str:
     repo = spec.params.get("repo") or spec.name
     if not isinstance(repo, str) or repo.count("/") != 1 or not all(repo.split("/")):
-        raise InvalidParameter(f"{spec.id}: the repo must look like '<org>/<name>' (ids are lerobot/<org>/<name>), "
-                               f"got {repo!r}")
+        raise InvalidParameter(
+            f"{spec.id}: the repo must look like '<org>/<name>' (ids are lerobot/<org>/<name>), got {repo!r}"
+        )
     return repo
 
 
@@ -213,8 +243,11 @@ def _metadata(spec: DatasetSpec) -> tuple[dict[str, Any], list[str]]:
         if key not in _metas:
             try:
                 info = lm.read_info(_hf_local(repo, lm.INFO_PATH, revision), spec.id)
-                listed = list_hf_files(repo, repo_type="dataset", revision=revision, prefix="meta/") \
-                    if lm.is_v3(info) else []
+                listed = (
+                    list_hf_files(repo, repo_type="dataset", revision=revision, prefix="meta/")
+                    if lm.is_v3(info)
+                    else []
+                )
             except DownloadError as exc:
                 raise DownloadError(f"{spec.id}: cannot read the LeRobot metadata of {repo}: {exc}") from exc
             _metas[key] = (info, lm.meta_paths(info, listed))
@@ -240,7 +273,9 @@ class _Converter:
         self.text_width = max([1, *(len(t.encode("utf-8")) for t in texts)])
         workers = spec.metadata.get("num_workers")
         frames = sum(e.length for e in self.selected) * len(meta.video_keys)
-        self.num_workers = int(workers) if workers is not None else (1 if frames < 1000 else min(4, os.cpu_count() or 1))
+        self.num_workers = (
+            int(workers) if workers is not None else (1 if frames < 1000 else min(4, os.cpu_count() or 1))
+        )
         self.reader = EpisodeReader(spec.id, meta, local, self.selected)
         self.notes: dict[str, Any] = {"missing_reward": 0}
         self.skipped: dict[str, str] = {}
@@ -295,17 +330,25 @@ class _Converter:
         for key in self.meta.video_keys:
             video = episode.videos[key]
             if video.path not in self.local:
-                raise LoaderError(f"{self.spec.id}: episode {episode.index}, camera {key!r}: {video.path} was not "
-                                  "fetched")
+                raise LoaderError(
+                    f"{self.spec.id}: episode {episode.index}, camera {key!r}: {video.path} was not fetched"
+                )
             shape = self.frame_shapes[key]
             target = scratch / f"{episode.index}-{key}.u8"
             with open(target, "wb") as fh:
                 fh.truncate((episode.length + 1) * int(np.prod(shape)))
-            task = DecodeTask(where=f"{self.spec.id}: episode {episode.index}, camera {key!r}",
-                              video=str(self.local[video.path]), label=video.path,
-                              from_timestamp=video.from_timestamp, timestamps=timestamps, out=str(target),
-                              frame_shape=shape, image_size=self.image_size,
-                              channels_first=self.layouts[key][1], tolerance_s=self.tolerance)
+            task = DecodeTask(
+                where=f"{self.spec.id}: episode {episode.index}, camera {key!r}",
+                video=str(self.local[video.path]),
+                label=video.path,
+                from_timestamp=video.from_timestamp,
+                timestamps=timestamps,
+                out=str(target),
+                frame_shape=shape,
+                image_size=self.image_size,
+                channels_first=self.layouts[key][1],
+                tolerance_s=self.tolerance,
+            )
             out[key] = (pool.submit(task), str(target))
         return out
 
@@ -326,13 +369,17 @@ class _Converter:
                 td.set(("next", *key), values[1:])
                 continue
             if feature.get("dtype") == "image":
-                values = torch.from_numpy(self.reader.images(rows, name, episode.index, self.image_size,
-                                                             *self.layouts[name]))
+                values = torch.from_numpy(
+                    self.reader.images(rows, name, episode.index, self.image_size, *self.layouts[name])
+                )
             else:
                 values = torch.from_numpy(column(rows, name, n, shape=feature.get("shape")))
             if key[0] == "observation":
-                fill = torch.full((1, *values.shape[1:]), float("nan"), dtype=values.dtype) \
-                    if values.is_floating_point() else torch.zeros((1, *values.shape[1:]), dtype=values.dtype)
+                fill = (
+                    torch.full((1, *values.shape[1:]), float("nan"), dtype=values.dtype)
+                    if values.is_floating_point()
+                    else torch.zeros((1, *values.shape[1:]), dtype=values.dtype)
+                )
                 td.set(key, values)
                 td.set(("next", *key), torch.cat([values[1:], fill]))
             else:
@@ -365,10 +412,12 @@ class _Converter:
         n = episode.length
         if "task_index" in rows.column_names:
             indices = column(rows, "task_index", n)
-            unknown = sorted(set(int(i) for i in np.unique(indices)) - set(self.meta.tasks))
+            unknown = sorted({int(i) for i in np.unique(indices)} - set(self.meta.tasks))
             if unknown:
-                raise LoaderError(f"{self.spec.id}: episode {episode.index} uses task_index {unknown[0]}, which the "
-                                  "task metadata does not list")
+                raise LoaderError(
+                    f"{self.spec.id}: episode {episode.index} uses task_index {unknown[0]}, which the "
+                    "task metadata does not list"
+                )
             return [self.meta.tasks[int(i)] for i in indices]
         return [episode.tasks[0] if episode.tasks else ""] * n
 
@@ -378,18 +427,32 @@ class _Converter:
         note("fps", self.meta.fps)
         note("robot_type", info.get("robot_type"))
         note("episodes", [e.index for e in self.selected])
-        note("cameras", {k: {"source": self.features[k].get("dtype"), "shape": list(self.frame_shapes[k]),
-                             "codec": (self.features[k].get("info") or {}).get("video.codec")}
-                         for k in self.cameras})
+        note(
+            "cameras",
+            {
+                k: {
+                    "source": self.features[k].get("dtype"),
+                    "shape": list(self.frame_shapes[k]),
+                    "codec": (self.features[k].get("info") or {}).get("video.codec"),
+                }
+                for k in self.cameras
+            },
+        )
         note("image_size", list(self.image_size) if self.image_size else "as recorded")
         note("tasks", {str(i): t for i, t in sorted(self.meta.tasks.items())})
         note("task_text_width", self.text_width)
         note("tolerance_s", self.tolerance)
         note("features", {k: {"dtype": f.get("dtype"), "shape": f.get("shape")} for k, f in self.features.items()})
-        note("episode_end", "next.done on an episode's last row -> terminated; otherwise truncated (a recorded "
-                            "demo stops, it does not terminate)")
-        note("next_observation_unknown", "the last step of every episode: LeRobot records no observation after "
-                                         "it; ('next', 'observation', ...) is NaN (0 for integers and images) there")
+        note(
+            "episode_end",
+            "next.done on an episode's last row -> terminated; otherwise truncated (a recorded "
+            "demo stops, it does not terminate)",
+        )
+        note(
+            "next_observation_unknown",
+            "the last step of every episode: LeRobot records no observation after "
+            "it; ('next', 'observation', ...) is NaN (0 for integers and images) there",
+        )
         if self.skipped:
             note("skipped_features", self.skipped)
         if self.notes["missing_reward"]:

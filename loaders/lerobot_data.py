@@ -7,12 +7,14 @@ episode's. Its rows must agree with the episode metadata: as many rows as ``leng
 ``index`` running from ``dataset_from_index`` to ``dataset_to_index - 1`` (v3.0), and
 ``frame_index`` counting 0..length-1. A disagreement is an error naming the episode and the file.
 """
+
 from __future__ import annotations
 
 import io
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +35,7 @@ def key_of(name: str) -> tuple[str, ...]:
 def _flatten(array: Any) -> Any:
     import pyarrow as pa
 
-    while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or \
-            pa.types.is_fixed_size_list(array.type):
+    while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
         array = array.flatten()
     return array
 
@@ -77,8 +78,9 @@ class EpisodeReader:
             try:
                 table = pq.read_table(str(self.local[path]))
             except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
-                raise CorruptFile(f"{self.where}: cannot read the parquet file {path}: {exc}",
-                                  path=self.local[path]) from exc
+                raise CorruptFile(
+                    f"{self.where}: cannot read the parquet file {path}: {exc}", path=self.local[path]
+                ) from exc
             if "episode_index" not in table.column_names:
                 raise LoaderError(f"{self.where}: {path} has no episode_index column")
             self._tables[path] = (table, column(table, "episode_index", table.num_rows))
@@ -94,8 +96,10 @@ class EpisodeReader:
         found = np.flatnonzero(index == episode.index)
         where = f"{self.where}: episode {episode.index} ({path})"
         if found.size != episode.length:
-            raise LoaderError(f"{where}: the data file has {found.size} rows with episode_index {episode.index} but "
-                              f"the episode metadata says length {episode.length}; the dataset disagrees with itself")
+            raise LoaderError(
+                f"{where}: the data file has {found.size} rows with episode_index {episode.index} but "
+                f"the episode metadata says length {episode.length}; the dataset disagrees with itself"
+            )
         if found.size == 0:
             raise LoaderError(f"{where}: the episode has no rows")
         if found[-1] - found[0] + 1 != found.size:
@@ -110,13 +114,21 @@ class EpisodeReader:
             if episode.to_index != episode.from_index + n or not np.array_equal(idx, expected):
                 raise LoaderError(
                     f"{where}: the rows' index runs {int(idx[0])}..{int(idx[-1])} but meta/episodes says "
-                    f"dataset_from_index={episode.from_index}, dataset_to_index={episode.to_index}")
+                    f"dataset_from_index={episode.from_index}, dataset_to_index={episode.to_index}"
+                )
         if "timestamp" not in rows.column_names and self.meta.video_keys:
             raise LoaderError(f"{where}: no timestamp column; frames cannot be matched to rows")
         return rows
 
-    def images(self, rows: Any, name: str, episode: int, image_size: tuple[int, int] | None,
-               shape: tuple[int, ...], channels_first: bool) -> np.ndarray:
+    def images(
+        self,
+        rows: Any,
+        name: str,
+        episode: int,
+        image_size: tuple[int, int] | None,
+        shape: tuple[int, ...],
+        channels_first: bool,
+    ) -> np.ndarray:
         """An image feature stored in the parquet (PNG/JPEG bytes) as uint8 frames ``[T, *shape]``."""
         from PIL import Image
 
@@ -126,17 +138,22 @@ class EpisodeReader:
         for t, cell in enumerate(rows.column(name).to_pylist()):
             data = cell.get("bytes") if isinstance(cell, dict) else cell
             if not data:
-                raise LoaderError(f"{self.where}: episode {episode}, image {name!r} row {t} has no image bytes "
-                                  "(images stored as paths outside the parquet are not supported)")
+                raise LoaderError(
+                    f"{self.where}: episode {episode}, image {name!r} row {t} has no image bytes "
+                    "(images stored as paths outside the parquet are not supported)"
+                )
             try:
                 with Image.open(io.BytesIO(data)) as img:
                     array = np.asarray(img.convert("RGB"))
             except Exception as exc:  # PIL raises many types for bad bytes
-                raise LoaderError(f"{self.where}: episode {episode}, image {name!r} row {t} cannot be decoded "
-                                  f"({exc})") from exc
+                raise LoaderError(
+                    f"{self.where}: episode {episode}, image {name!r} row {t} cannot be decoded ({exc})"
+                ) from exc
             pixels = image_to_rgb(array, image_size, channels_first)
             if pixels.shape != shape:
-                raise LoaderError(f"{self.where}: episode {episode}, image {name!r} row {t} is {pixels.shape}, "
-                                  f"not the {shape} its feature declares")
+                raise LoaderError(
+                    f"{self.where}: episode {episode}, image {name!r} row {t} is {pixels.shape}, "
+                    f"not the {shape} its feature declares"
+                )
             out[t] = pixels
         return out

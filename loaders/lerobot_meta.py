@@ -19,12 +19,14 @@ Two on-disk versions are read (constants as in LeRobot's ``datasets/utils.py``):
 Statistics files (``meta/stats.json``, ``meta/episodes_stats.jsonl``) are not needed to convert
 and are not fetched. Any other ``codebase_version`` is refused naming it.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from datasets_hub.errors import LoaderError
 
@@ -87,11 +89,13 @@ class Meta:
         if episodes is None:
             return list(self.episodes)
         by_index = {e.index: e for e in self.episodes}
-        wanted = sorted(set(int(e) for e in episodes))
+        wanted = sorted({int(e) for e in episodes})
         missing = [e for e in wanted if e not in by_index]
         if missing:
-            raise LoaderError(f"{where}: episodes {missing} are not in the dataset (it has {len(by_index)} episodes, "
-                              f"indices {min(by_index, default=0)}..{max(by_index, default=-1)})")
+            raise LoaderError(
+                f"{where}: episodes {missing} are not in the dataset (it has {len(by_index)} episodes, "
+                f"indices {min(by_index, default=0)}..{max(by_index, default=-1)})"
+            )
         return [by_index[e] for e in wanted]
 
 
@@ -108,7 +112,8 @@ def read_info(path: Path, where: str) -> dict[str, Any]:
             f"{where}: LeRobot codebase_version {version or '(missing)'!r} is not supported; this loader reads "
             f"{', '.join(SUPPORTED_VERSIONS)}. For an older dataset, convert it with LeRobot's own converter "
             "(lerobot.datasets.v30.convert_dataset_v21_to_v30); for a newer one, upgrade datasets_hub or pass "
-            "revision= naming a branch or tag of the repo that holds a supported version")
+            "revision= naming a branch or tag of the repo that holds a supported version"
+        )
     for key in ("fps", "features", "data_path"):
         if not info.get(key):
             raise LoaderError(f"{where}: meta/info.json has no {key!r}; it is not a LeRobot {version} dataset")
@@ -191,8 +196,15 @@ def _episodes_v21(info: dict[str, Any], path: Path, where: str) -> list[Episode]
             raise LoaderError(f"{where}: meta/episodes.jsonl rows need episode_index and length ({exc})") from exc
         chunk = _chunk(e, info)
         videos = {k: Video(video_path.format(episode_chunk=chunk, video_key=k, episode_index=e)) for k in video_keys}
-        out.append(Episode(index=e, length=length, tasks=[str(t) for t in row.get("tasks") or []],
-                           data_path=info["data_path"].format(episode_chunk=chunk, episode_index=e), videos=videos))
+        out.append(
+            Episode(
+                index=e,
+                length=length,
+                tasks=[str(t) for t in row.get("tasks") or []],
+                data_path=info["data_path"].format(episode_chunk=chunk, episode_index=e),
+                videos=videos,
+            )
+        )
     return sorted(out, key=lambda ep: ep.index)
 
 
@@ -200,13 +212,21 @@ def _episodes_v3(info: dict[str, Any], paths: list[Path], where: str) -> list[Ep
     import pyarrow.parquet as pq
 
     if not paths:
-        raise LoaderError(f"{where}: no meta/episodes/chunk-*/file-*.parquet file; the v3.0 episode metadata is missing")
+        raise LoaderError(
+            f"{where}: no meta/episodes/chunk-*/file-*.parquet file; the v3.0 episode metadata is missing"
+        )
     video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
     video_path = info.get("video_path")
     if video_keys and not video_path:
         raise LoaderError(f"{where}: info.json declares video features {video_keys} but no video_path")
-    needed = ["episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
-              "dataset_to_index"]
+    needed = [
+        "episode_index",
+        "length",
+        "data/chunk_index",
+        "data/file_index",
+        "dataset_from_index",
+        "dataset_to_index",
+    ]
     out = []
     for path in paths:
         try:
@@ -215,26 +235,53 @@ def _episodes_v3(info: dict[str, Any], paths: list[Path], where: str) -> list[Ep
             raise LoaderError(f"{where}: cannot read {Path(path).name} of meta/episodes ({exc})") from exc
         names = set(table.column_names)
         for key in video_keys:
-            missing = [c for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
-                       if f"videos/{key}/{c}" not in names]
+            missing = [
+                c
+                for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+                if f"videos/{key}/{c}" not in names
+            ]
             if missing:
-                raise LoaderError(f"{where}: camera {key!r} is declared in info.json but meta/episodes has no "
-                                  f"videos/{key}/{missing[0]} column; the dataset's metadata is incomplete")
+                raise LoaderError(
+                    f"{where}: camera {key!r} is declared in info.json but meta/episodes has no "
+                    f"videos/{key}/{missing[0]} column; the dataset's metadata is incomplete"
+                )
         lacking = [c for c in needed if c not in names]
         if lacking:
             raise LoaderError(f"{where}: meta/episodes lacks the columns {lacking}")
-        columns = [*needed, *(c for c in ("tasks",) if c in names),
-                   *(f"videos/{k}/{c}" for k in video_keys for c in ("chunk_index", "file_index", "from_timestamp",
-                                                                      "to_timestamp"))]
+        columns = [
+            *needed,
+            *(c for c in ("tasks",) if c in names),
+            *(
+                f"videos/{k}/{c}"
+                for k in video_keys
+                for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+            ),
+        ]
         for row in table.select(columns).to_pylist():
             e = int(row["episode_index"])
-            videos = {k: Video(video_path.format(video_key=k, chunk_index=int(row[f"videos/{k}/chunk_index"]),
-                                                 file_index=int(row[f"videos/{k}/file_index"])),
-                               float(row[f"videos/{k}/from_timestamp"]), float(row[f"videos/{k}/to_timestamp"]))
-                      for k in video_keys}
-            out.append(Episode(
-                index=e, length=int(row["length"]), tasks=[str(t) for t in row.get("tasks") or []],
-                data_path=info["data_path"].format(chunk_index=int(row["data/chunk_index"]),
-                                                   file_index=int(row["data/file_index"])),
-                from_index=int(row["dataset_from_index"]), to_index=int(row["dataset_to_index"]), videos=videos))
+            videos = {
+                k: Video(
+                    video_path.format(
+                        video_key=k,
+                        chunk_index=int(row[f"videos/{k}/chunk_index"]),
+                        file_index=int(row[f"videos/{k}/file_index"]),
+                    ),
+                    float(row[f"videos/{k}/from_timestamp"]),
+                    float(row[f"videos/{k}/to_timestamp"]),
+                )
+                for k in video_keys
+            }
+            out.append(
+                Episode(
+                    index=e,
+                    length=int(row["length"]),
+                    tasks=[str(t) for t in row.get("tasks") or []],
+                    data_path=info["data_path"].format(
+                        chunk_index=int(row["data/chunk_index"]), file_index=int(row["data/file_index"])
+                    ),
+                    from_index=int(row["dataset_from_index"]),
+                    to_index=int(row["dataset_to_index"]),
+                    videos=videos,
+                )
+            )
     return sorted(out, key=lambda ep: ep.index)

@@ -20,6 +20,7 @@ back as plain tuples so that a worker's failure is re-raised in the build's proc
 right error type (a malformed file is a :class:`~datasets_hub.errors.CorruptFile`, which makes
 the build move that download aside).
 """
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,9 @@ def output_shape(height: int, width: int, image_size: Any, channels_first: bool)
 def to_rgb(frame: Any, image_size: tuple[int, int] | None, channels_first: bool) -> np.ndarray:
     """An ``av.VideoFrame`` as uint8 RGB, resized to ``image_size`` and permuted as asked."""
     if image_size is not None and (frame.height, frame.width) != tuple(image_size):
-        frame = frame.reformat(width=int(image_size[1]), height=int(image_size[0]), format="rgb24",
-                               interpolation=INTERPOLATION)
+        frame = frame.reformat(
+            width=int(image_size[1]), height=int(image_size[0]), format="rgb24", interpolation=INTERPOLATION
+        )
     array = frame.to_ndarray(format="rgb24")
     return array.transpose(2, 0, 1) if channels_first else array
 
@@ -112,8 +114,14 @@ def decode(task: DecodeTask) -> tuple[str, str, str | None] | None:
                 seen.append(ft)
                 pixels = to_rgb(frame, task.image_size, task.channels_first)
                 if pixels.shape != task.frame_shape:
-                    return ("frames", f"{task.where}: {task.label} decodes to frames of shape {pixels.shape}, not "
-                            f"the {task.frame_shape} its feature declares", None)
+                    return (
+                        "frames",
+                        (
+                            f"{task.where}: {task.label} decodes to frames of shape {pixels.shape}, not "
+                            f"the {task.frame_shape} its feature declares"
+                        ),
+                        None,
+                    )
                 for r in rows:
                     out[r] = pixels
                     filled[r] = True
@@ -127,11 +135,20 @@ def decode(task: DecodeTask) -> tuple[str, str, str | None] | None:
     if not filled.all():
         row = int(np.flatnonzero(~filled)[0])
         ts = float(task.timestamps[row])
-        found = f"the last frame it decoded is at {seen[-1] - task.from_timestamp:.6f} s" if seen else \
-            "no frame of the episode was decoded"
-        return ("frames", f"{task.where}: no frame of {task.label} within tolerance_s={tol} of timestamp {ts:.6f} s "
+        found = (
+            f"the last frame it decoded is at {seen[-1] - task.from_timestamp:.6f} s"
+            if seen
+            else "no frame of the episode was decoded"
+        )
+        return (
+            "frames",
+            (
+                f"{task.where}: no frame of {task.label} within tolerance_s={tol} of timestamp {ts:.6f} s "
                 f"(row {row} of {n}; {int((~filled).sum())} rows without a frame; {found}). The video is shorter "
-                "than the episode or its timestamps are off the frame grid", None)
+                "than the episode or its timestamps are off the frame grid"
+            ),
+            None,
+        )
     return None
 
 
@@ -157,17 +174,18 @@ class DecodePool:
         if self.num_workers > 1:
             import multiprocessing
 
-            self._pool = ProcessPoolExecutor(self.num_workers, mp_context=multiprocessing.get_context("forkserver"),
-                                             initializer=_worker_init)
+            self._pool = ProcessPoolExecutor(
+                self.num_workers, mp_context=multiprocessing.get_context("forkserver"), initializer=_worker_init
+            )
 
-    def submit(self, task: DecodeTask) -> "Future[Any] | DecodeTask":
+    def submit(self, task: DecodeTask) -> Future[Any] | DecodeTask:
         """A future of the task's result (or the task itself, decoded later by :meth:`result`)."""
         if self._pool is None:
             return task
         return self._pool.submit(decode, task)
 
     @staticmethod
-    def result(handle: "Future[Any] | DecodeTask") -> None:
+    def result(handle: Future[Any] | DecodeTask) -> None:
         raise_error(decode(handle) if isinstance(handle, DecodeTask) else handle.result())
 
     def close(self) -> None:

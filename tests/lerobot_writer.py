@@ -12,6 +12,7 @@ Every value tells where it came from (global frame index ``i``, episode ``e``, s
 Each image draws ``i + 1`` in binary as 8x8 black/white blocks in channels 0 and 1 (robust to the
 lossy codec) and the camera number ``* 60 + 40`` in channel 2: :func:`read_index` decodes it back.
 """
+
 from __future__ import annotations
 
 import io
@@ -60,7 +61,7 @@ def frame_image(index: int, camera: int, height: int, width: int) -> np.ndarray:
     for bit in range((height // BLOCK) * cols):
         if (value >> bit) & 1:
             r, c = divmod(bit, cols)
-            img[r * BLOCK:(r + 1) * BLOCK, c * BLOCK:(c + 1) * BLOCK, :2] = 255
+            img[r * BLOCK : (r + 1) * BLOCK, c * BLOCK : (c + 1) * BLOCK, :2] = 255
     img[..., 2] = camera * 60 + 40
     return img
 
@@ -75,9 +76,9 @@ def read_index(img: np.ndarray, channels_first: bool = False) -> tuple[int, int]
     value = 0
     for bit in range((height // BLOCK) * cols):
         r, c = divmod(bit, cols)
-        if img[r * BLOCK + 2:(r + 1) * BLOCK - 2, c * BLOCK + 2:(c + 1) * BLOCK - 2, 0].mean() > 127:
+        if img[r * BLOCK + 2 : (r + 1) * BLOCK - 2, c * BLOCK + 2 : (c + 1) * BLOCK - 2, 0].mean() > 127:
             value |= 1 << bit
-    return value - 1, int(round((float(img[..., 2].mean()) - 40) / 60))
+    return value - 1, round((float(img[..., 2].mean()) - 40) / 60)
 
 
 def state_of(episode: int, t: int, dim: int) -> np.ndarray:
@@ -116,22 +117,44 @@ def _png(img: np.ndarray) -> bytes:
 def _features(spec: Spec) -> dict[str, Any]:
     feats: dict[str, Any] = {}
     for cam in spec.cameras:
-        entry: dict[str, Any] = {"dtype": spec.image_mode, "shape": [spec.height, spec.width, 3],
-                                 "names": ["height", "width", "channels"]}
+        entry: dict[str, Any] = {
+            "dtype": spec.image_mode,
+            "shape": [spec.height, spec.width, 3],
+            "names": ["height", "width", "channels"],
+        }
         if spec.image_mode == "video":
-            entry["info"] = {"video.height": spec.height, "video.width": spec.width, "video.codec": "av1",
-                             "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": spec.fps,
-                             "video.channels": 3, "has_audio": False}
+            entry["info"] = {
+                "video.height": spec.height,
+                "video.width": spec.width,
+                "video.codec": "av1",
+                "video.pix_fmt": "yuv420p",
+                "video.is_depth_map": False,
+                "video.fps": spec.fps,
+                "video.channels": 3,
+                "has_audio": False,
+            }
         feats[cam] = entry
-    feats["observation.state"] = {"dtype": "float32", "shape": [spec.state_dim],
-                                  "names": [f"s{d}" for d in range(spec.state_dim)]}
-    feats["action"] = {"dtype": "float32", "shape": [spec.action_dim], "names": [f"a{d}" for d in range(spec.action_dim)]}
+    feats["observation.state"] = {
+        "dtype": "float32",
+        "shape": [spec.state_dim],
+        "names": [f"s{d}" for d in range(spec.state_dim)],
+    }
+    feats["action"] = {
+        "dtype": "float32",
+        "shape": [spec.action_dim],
+        "names": [f"a{d}" for d in range(spec.action_dim)],
+    }
     if spec.reward:
         feats["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
         feats["next.done"] = {"dtype": "bool", "shape": [1], "names": None}
     feats.update(spec.extra_features)
-    for name, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
-                        ("index", "int64"), ("task_index", "int64")):
+    for name, dtype in (
+        ("timestamp", "float32"),
+        ("frame_index", "int64"),
+        ("episode_index", "int64"),
+        ("index", "int64"),
+        ("task_index", "int64"),
+    ):
         feats[name] = {"dtype": dtype, "shape": [1], "names": None}
     return feats
 
@@ -140,8 +163,10 @@ def _frames_table(spec: Spec, episodes: list[int], starts: list[int], task_index
     """One parquet table with the frames of ``episodes``."""
     import pyarrow as pa
 
-    cols: dict[str, list] = {k: [] for k in ("observation.state", "action", "timestamp", "frame_index",
-                                             "episode_index", "index", "task_index")}
+    cols: dict[str, list] = {
+        k: []
+        for k in ("observation.state", "action", "timestamp", "frame_index", "episode_index", "index", "task_index")
+    }
     if spec.reward:
         cols["next.reward"], cols["next.done"] = [], []
     if spec.image_mode == "image":
@@ -152,7 +177,7 @@ def _frames_table(spec: Spec, episodes: list[int], starts: list[int], task_index
             i = starts[e] + t
             state = state_of(e, t, spec.state_dim)
             cols["observation.state"].append(state.tolist())
-            cols["action"].append((-state[:spec.action_dim]).tolist())
+            cols["action"].append((-state[: spec.action_dim]).tolist())
             cols["timestamp"].append(np.float32(t / spec.fps))
             cols["frame_index"].append(t)
             cols["episode_index"].append(e)
@@ -200,9 +225,15 @@ def write_dataset(root: Path, spec: Spec | None = None) -> dict[str, Any]:
     starts = np.concatenate([[0], np.cumsum(spec.lengths)[:-1]]).astype(int).tolist()
     total = int(sum(spec.lengths))
     info: dict[str, Any] = {
-        "codebase_version": spec.version, "robot_type": spec.robot_type, "total_episodes": len(spec.lengths),
-        "total_frames": total, "total_tasks": len(task_names), "chunks_size": 1000, "fps": spec.fps,
-        "splits": {"train": f"0:{len(spec.lengths)}"}, "features": _features(spec),
+        "codebase_version": spec.version,
+        "robot_type": spec.robot_type,
+        "total_episodes": len(spec.lengths),
+        "total_frames": total,
+        "total_tasks": len(task_names),
+        "chunks_size": 1000,
+        "fps": spec.fps,
+        "splits": {"train": f"0:{len(spec.lengths)}"},
+        "features": _features(spec),
     }
     if spec.version.startswith("v3"):
         _write_v3(root, spec, info, starts, task_index, task_names)
@@ -214,38 +245,67 @@ def write_dataset(root: Path, spec: Spec | None = None) -> dict[str, Any]:
 
 def _stats(values: np.ndarray) -> dict[str, list]:
     values = np.asarray(values, dtype=np.float64).reshape(len(values), -1)
-    return {"min": values.min(0).tolist(), "max": values.max(0).tolist(), "mean": values.mean(0).tolist(),
-            "std": values.std(0).tolist(), "count": [len(values)]}
+    return {
+        "min": values.min(0).tolist(),
+        "max": values.max(0).tolist(),
+        "mean": values.mean(0).tolist(),
+        "std": values.std(0).tolist(),
+        "count": [len(values)],
+    }
 
 
-def _write_v3(root: Path, spec: Spec, info: dict, starts: list[int], task_index: dict[str, int],
-              task_names: list[str]) -> None:
+def _write_v3(
+    root: Path, spec: Spec, info: dict, starts: list[int], task_index: dict[str, int], task_names: list[str]
+) -> None:
     import pyarrow as pa
 
-    info.update({"data_files_size_in_mb": 100, "video_files_size_in_mb": 500, "data_path": V3_DATA,
-                 "video_path": V3_VIDEO if spec.image_mode == "video" else None})
-    groups = [list(range(i, min(i + spec.episodes_per_file, len(spec.lengths))))
-              for i in range(0, len(spec.lengths), spec.episodes_per_file)]
+    info.update(
+        {
+            "data_files_size_in_mb": 100,
+            "video_files_size_in_mb": 500,
+            "data_path": V3_DATA,
+            "video_path": V3_VIDEO if spec.image_mode == "video" else None,
+        }
+    )
+    groups = [
+        list(range(i, min(i + spec.episodes_per_file, len(spec.lengths))))
+        for i in range(0, len(spec.lengths), spec.episodes_per_file)
+    ]
     rows: list[dict[str, Any]] = []
     for file_index, episodes in enumerate(groups):
-        _write_parquet(_frames_table(spec, episodes, starts, task_index),
-                       root / V3_DATA.format(chunk_index=0, file_index=file_index))
+        _write_parquet(
+            _frames_table(spec, episodes, starts, task_index),
+            root / V3_DATA.format(chunk_index=0, file_index=file_index),
+        )
         offsets = {}
         if spec.image_mode == "video":
             for c, cam in enumerate(spec.cameras):
-                frames = np.stack([frame_image(starts[e] + t, c, spec.height, spec.width)
-                                   for e in episodes for t in range(spec.lengths[e])])
-                encode_video(root / V3_VIDEO.format(video_key=cam, chunk_index=0, file_index=file_index),
-                             frames, spec.fps, spec.codec)
+                frames = np.stack(
+                    [
+                        frame_image(starts[e] + t, c, spec.height, spec.width)
+                        for e in episodes
+                        for t in range(spec.lengths[e])
+                    ]
+                )
+                encode_video(
+                    root / V3_VIDEO.format(video_key=cam, chunk_index=0, file_index=file_index),
+                    frames,
+                    spec.fps,
+                    spec.codec,
+                )
             position = 0
             for e in episodes:
                 offsets[e] = (position / spec.fps, (position + spec.lengths[e]) / spec.fps)
                 position += spec.lengths[e]
         for e in episodes:
             row: dict[str, Any] = {
-                "episode_index": e, "tasks": [spec.tasks[e]], "length": spec.lengths[e],
-                "data/chunk_index": 0, "data/file_index": file_index,
-                "dataset_from_index": starts[e], "dataset_to_index": starts[e] + spec.lengths[e],
+                "episode_index": e,
+                "tasks": [spec.tasks[e]],
+                "length": spec.lengths[e],
+                "data/chunk_index": 0,
+                "data/file_index": file_index,
+                "dataset_from_index": starts[e],
+                "dataset_to_index": starts[e] + spec.lengths[e],
             }
             if spec.image_mode == "video":
                 for cam in spec.cameras:
@@ -271,43 +331,73 @@ def _tasks_table(task_names: list[str]):
     text as the (named) index, recorded in the pandas schema metadata."""
     import pyarrow as pa
 
-    table = pa.table({"task_index": pa.array(range(len(task_names)), type=pa.int64()),
-                      "task": pa.array(task_names, type=pa.string())})
+    table = pa.table(
+        {
+            "task_index": pa.array(range(len(task_names)), type=pa.int64()),
+            "task": pa.array(task_names, type=pa.string()),
+        }
+    )
     pandas_meta = {
         "index_columns": ["task"],
-        "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
-                            "metadata": {"encoding": "UTF-8"}}],
-        "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
-                     "metadata": None},
-                    {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object",
-                     "metadata": None}],
-        "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": "2.2.3",
+        "column_indexes": [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "object",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ],
+        "columns": [
+            {
+                "name": "task_index",
+                "field_name": "task_index",
+                "pandas_type": "int64",
+                "numpy_type": "int64",
+                "metadata": None,
+            },
+            {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object", "metadata": None},
+        ],
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "2.2.3",
     }
     return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
 
 
-def _write_v21(root: Path, spec: Spec, info: dict, starts: list[int], task_index: dict[str, int],
-               task_names: list[str]) -> None:
-    info.update({"total_chunks": 1, "total_videos": len(spec.lengths) * len(spec.cameras)
-                 if spec.image_mode == "video" else 0, "data_path": V21_DATA,
-                 "video_path": V21_VIDEO if spec.image_mode == "video" else None})
+def _write_v21(
+    root: Path, spec: Spec, info: dict, starts: list[int], task_index: dict[str, int], task_names: list[str]
+) -> None:
+    info.update(
+        {
+            "total_chunks": 1,
+            "total_videos": len(spec.lengths) * len(spec.cameras) if spec.image_mode == "video" else 0,
+            "data_path": V21_DATA,
+            "video_path": V21_VIDEO if spec.image_mode == "video" else None,
+        }
+    )
     episodes_lines, stats_lines = [], []
     for e, length in enumerate(spec.lengths):
-        _write_parquet(_frames_table(spec, [e], starts, task_index),
-                       root / V21_DATA.format(episode_chunk=0, episode_index=e))
+        _write_parquet(
+            _frames_table(spec, [e], starts, task_index), root / V21_DATA.format(episode_chunk=0, episode_index=e)
+        )
         if spec.image_mode == "video":
             for c, cam in enumerate(spec.cameras):
                 frames = np.stack([frame_image(starts[e] + t, c, spec.height, spec.width) for t in range(length)])
-                encode_video(root / V21_VIDEO.format(episode_chunk=0, video_key=cam, episode_index=e),
-                             frames, spec.fps, spec.codec)
+                encode_video(
+                    root / V21_VIDEO.format(episode_chunk=0, video_key=cam, episode_index=e),
+                    frames,
+                    spec.fps,
+                    spec.codec,
+                )
         episodes_lines.append({"episode_index": e, "tasks": [spec.tasks[e]], "length": length})
         states = np.stack([state_of(e, t, spec.state_dim) for t in range(length)])
         stats_lines.append({"episode_index": e, "stats": {"observation.state": _stats(states)}})
     meta = root / "meta"
     (meta / "episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in episodes_lines))
     (meta / "episodes_stats.jsonl").write_text("".join(json.dumps(x) + "\n" for x in stats_lines))
-    (meta / "tasks.jsonl").write_text("".join(json.dumps({"task_index": i, "task": t}) + "\n"
-                                              for i, t in enumerate(task_names)))
+    (meta / "tasks.jsonl").write_text(
+        "".join(json.dumps({"task_index": i, "task": t}) + "\n" for i, t in enumerate(task_names))
+    )
 
 
 def files_of(root: Path) -> dict[str, bytes]:

@@ -2,20 +2,21 @@
 episodes of different lengths, the global frame index drawn into every frame, language tasks),
 videos encoded as LeRobot encodes them (libsvtav1, yuv420p, g=2, crf=30), served by a Hugging
 Face-compatible Hub on 127.0.0.1."""
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import lerobot_writer as lw
 import numpy as np
 import pytest
 import torch
-
-import lerobot_writer as lw
-from datasets_hub.errors import CorruptFile, DownloadError, InvalidParameter, LoaderError
-from datasets_hub.loader import DatasetSpec
 from datasets_hub.loaders import lerobot as lr
 from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
+
+from datasets_hub.errors import CorruptFile, DownloadError, InvalidParameter, LoaderError
+from datasets_hub.loader import DatasetSpec
 
 os.environ.setdefault("SVT_LOG", "1")  # the SVT-AV1 encoder logs its configuration at info level otherwise
 REPO = "acme/koch_push"
@@ -53,8 +54,9 @@ def hub(monkeypatch, tmp_path):
 
 def truth(spec: lw.Spec, summary: dict, episodes=None) -> dict[str, np.ndarray]:
     """Plain per-row expectations (episodes in index order)."""
-    cols: dict[str, list] = {k: [] for k in ("episode", "t", "index", "state", "action", "reward", "term", "trunc",
-                                             "task", "ts", "last")}
+    cols: dict[str, list] = {
+        k: [] for k in ("episode", "t", "index", "state", "action", "reward", "term", "trunc", "task", "ts", "last")
+    }
     for e, n in enumerate(spec.lengths):
         if episodes is not None and e not in episodes:
             continue
@@ -65,7 +67,7 @@ def truth(spec: lw.Spec, summary: dict, episodes=None) -> dict[str, np.ndarray]:
             cols["t"].append(t)
             cols["index"].append(i)
             cols["state"].append(state)
-            cols["action"].append(-state[:spec.action_dim])
+            cols["action"].append(-state[: spec.action_dim])
             cols["reward"].append(np.float32(i / 2))
             cols["term"].append(t == n - 1 and spec.reward)
             cols["trunc"].append(t == n - 1 and not spec.reward)
@@ -165,8 +167,11 @@ def test_image_size_and_channels_first_are_build_options(hub, written):
     small = datasets_hub.load(ID, image_size=[32, 48], num_workers=1)
     frames = small[:]["observation", "images", "top"]
     assert tuple(frames.shape[1:]) == (32, 48, 3)
-    paths = {datasets_hub.download(ID), datasets_hub.download(ID, channels_first=True),
-             datasets_hub.download(ID, image_size=[32, 48])}
+    paths = {
+        datasets_hub.download(ID),
+        datasets_hub.download(ID, channels_first=True),
+        datasets_hub.download(ID, image_size=[32, 48]),
+    }
     assert len(paths) == 3
 
 
@@ -178,8 +183,9 @@ def test_images_stored_in_parquet(tmp_path, hub):
     hub(lw.files_of(tmp_path / "img"))
     td = datasets_hub.load(ID)[:]
     for c, cam in enumerate(("top", "wrist")):  # PNG is lossless: the drawn index reads back exactly
-        np.testing.assert_array_equal(td["observation", "images", cam].numpy()[0],
-                                      lw.frame_image(0, c, spec.height, spec.width))
+        np.testing.assert_array_equal(
+            td["observation", "images", cam].numpy()[0], lw.frame_image(0, c, spec.height, spec.width)
+        )
     check(td, spec, summary)
     notes = datasets_hub.info(ID).notes
     assert "next.reward" in notes["reward"] and notes["cameras"]["observation.images.top"]["source"] == "image"
@@ -191,8 +197,9 @@ def test_slices_stay_in_one_episode(hub, written):
 
     root, _, _ = written["v3.0"]
     hub(lw.files_of(root))
-    rb = datasets_hub.load(ID, sampler=SliceSampler(slice_len=3), batch_size=30, num_workers=1,
-                           generator=torch.Generator().manual_seed(0))
+    rb = datasets_hub.load(
+        ID, sampler=SliceSampler(slice_len=3), batch_size=30, num_workers=1, generator=torch.Generator().manual_seed(0)
+    )
     batch = rb.sample()
     index = batch["info", "index"].reshape(-1, 3)
     assert (index[:, 1:] - index[:, :-1] == 1).all()
@@ -215,11 +222,18 @@ def test_unknown_version_is_named(tmp_path, hub):
 
 def test_params_are_checked():
     loader = LeRobotLoader()
-    for params, match in [({"episode": [1]}, "Did you mean 'episodes'"), ({"episodes": []}, "non-empty list"),
-                          ({"episodes": [1, 1]}, "twice"), ({"episodes": [-1]}, "episode indices"),
-                          ({"image_size": [10]}, r"\[height, width\]"), ({"image_size": [9, 10]}, "even"),
-                          ({"channels_first": "yes"}, "true or false"), ({"num_workers": -1}, "non-negative"),
-                          ({"tolerance_s": 0}, "positive"), ({"repo": "noslash"}, "<org>/<name>")]:
+    for params, match in [
+        ({"episode": [1]}, "Did you mean 'episodes'"),
+        ({"episodes": []}, "non-empty list"),
+        ({"episodes": [1, 1]}, "twice"),
+        ({"episodes": [-1]}, "episode indices"),
+        ({"image_size": [10]}, r"\[height, width\]"),
+        ({"image_size": [9, 10]}, "even"),
+        ({"channels_first": "yes"}, "true or false"),
+        ({"num_workers": -1}, "non-negative"),
+        ({"tolerance_s": 0}, "positive"),
+        ({"repo": "noslash"}, "<org>/<name>"),
+    ]:
         with pytest.raises(InvalidParameter, match=match):
             loader.check_params(DatasetSpec(id=ID, loader="lerobot", params=dict(params)))
 
@@ -278,11 +292,14 @@ def test_parquet_disagreeing_with_episode_metadata(tmp_path, hub, written):
     table = pq.read_table(path)
     ep = table.column("episode_index").to_numpy().copy()
     ep[4] = 1  # the last row of episode 0 (length 5) claims to be episode 1
-    pq.write_table(table.set_column(table.column_names.index("episode_index"), "episode_index",
-                                    pa.array(ep, type=pa.int64())), path)
+    pq.write_table(
+        table.set_column(table.column_names.index("episode_index"), "episode_index", pa.array(ep, type=pa.int64())),
+        path,
+    )
     hub(lw.files_of(copy))
-    with pytest.raises(LoaderError, match="episode 0 .*4 rows with episode_index 0 but the episode metadata says "
-                                          "length 5"):
+    with pytest.raises(
+        LoaderError, match="episode 0 .*4 rows with episode_index 0 but the episode metadata says length 5"
+    ):
         datasets_hub.load(ID, num_workers=1)
     _no_build_left()
 
@@ -296,8 +313,11 @@ def test_video_shorter_than_its_episode(tmp_path, hub):
     frames = np.stack([lw.frame_image(summary["starts"][1] + t, 0, spec.height, spec.width) for t in range(6)])
     lw.encode_video(video, frames, spec.fps)  # 6 frames for an episode of 8
     hub(lw.files_of(tmp_path / "d"))
-    with pytest.raises(LoaderError, match=r"episode 1, camera 'observation.images.top'.*timestamp 0\.600000 s "
-                                          r"\(row 6 of 8; 2 rows without a frame"):
+    with pytest.raises(
+        LoaderError,
+        match=r"episode 1, camera 'observation.images.top'.*timestamp 0\.600000 s "
+        r"\(row 6 of 8; 2 rows without a frame",
+    ):
         datasets_hub.load(ID, num_workers=1)
     _no_build_left()
 
@@ -334,8 +354,11 @@ def test_missing_camera(tmp_path, hub, written):
     table = pq.read_table(path)
     pq.write_table(table.drop_columns([c for c in table.column_names if "images.wrist" in c]), path)
     hub(lw.files_of(copy), repo="acme/other")
-    with pytest.raises(LoaderError, match="camera 'observation.images.wrist' is declared in info.json but "
-                                          "meta/episodes has no videos/observation.images.wrist/chunk_index"):
+    with pytest.raises(
+        LoaderError,
+        match="camera 'observation.images.wrist' is declared in info.json but "
+        "meta/episodes has no videos/observation.images.wrist/chunk_index",
+    ):
         datasets_hub.load("lerobot/acme/other", num_workers=1)
     _no_build_left("lerobot/acme/other")
 
