@@ -21,8 +21,9 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from datasets_hub import __version__
 from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, UnknownLoader, did_you_mean
@@ -170,9 +171,9 @@ def _out(lines: str | Sequence[str] = "") -> None:
 
 # ------------------------------------------------------------------------------------------ commands
 def cmd_list(args: argparse.Namespace) -> int:
+    from datasets_hub.cache import read_manifest
     from datasets_hub.catalogue import all_entries, list_ids
     from datasets_hub.maintenance import cached_ids, catalogue_build
-    from datasets_hub.cache import read_manifest
     from datasets_hub.plugins import loader_names
 
     ids = list_ids(loader=args.loader, search=args.search)
@@ -193,7 +194,11 @@ def cmd_list(args: argparse.Namespace) -> int:
                     mark = "yes"
             except HubError:
                 pass
-        rows.append((dataset_id, mark, str(entries[dataset_id][0].get("description", "")).strip()))
+        entry = entries[dataset_id][0]
+        description = str(entry.get("description", "")).strip()
+        if entry.get("status"):  # e.g. a source removed upstream: say so before anything else
+            description = f"[{entry['status']}] {description}"
+        rows.append((dataset_id, mark, description))
     if not rows:
         _out(
             "no dataset matches"

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -242,7 +243,7 @@ class LeanTEDWriter:
         if chunk.batch_dims != 1 or chunk.batch_size[0] == 0:
             raise TEDError(f"a TED chunk must have batch size [N] with N >= 1, got {list(chunk.batch_size)}")
         history = None
-        if HISTORY_KEY[0] in chunk.keys():
+        if HISTORY_KEY[0] in chunk:
             chunk, history = _split_history(chunk)
         if self._schema is None:
             self._classify(chunk)

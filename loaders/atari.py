@@ -74,8 +74,8 @@ episode stays whole), so peak memory is a few chunks, not a 7 GB checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
 from urllib.parse import quote
 
 import numpy as np

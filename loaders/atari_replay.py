@@ -37,7 +37,6 @@ import gzip
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -154,10 +153,10 @@ class NpyStream:
     def close(self) -> None:
         self._fh.close()
 
-    def __enter__(self) -> "NpyStream":
+    def __enter__(self) -> NpyStream:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -83,8 +83,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -181,7 +182,7 @@ class RoboSetLoader(Loader):
         strip = f"{repo}@{revision}/" if revision else f"{repo}/"
         for name in sorted(files):
             path = Path(files[name])
-            label = name[len(strip) :] if name.startswith(strip) else name  # the path in the repo, for the card
+            label = name.removeprefix(strip)  # the path in the repo, for the card
             try:
                 handle = h5py.File(path, "r")
             except OSError as exc:

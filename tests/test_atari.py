@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from datasets_hub.loaders.atari import UPSTREAM, AtariLoader
+from datasets_hub.loaders.atari_replay import NpyStream, checkpoint_file
 
 import datasets_hub
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.testing import check_loader
-from datasets_hub.loaders.atari import UPSTREAM, AtariLoader
-from datasets_hub.loaders.atari_replay import NpyStream, checkpoint_file
 
 SHAPE = (6, 5)  # tiny frames: the loader reads the shape from the .npy header
 CAP = 40
@@ -161,7 +161,7 @@ def convert(folder: Path, checkpoints, chunk_rows=7, game="Pong", run="1"):
 
 def check_chunks(chunks, logs_and_ks, truth, chunk_rows):
     td = torch.cat(chunks)
-    if "history" in td.keys():  # history frames: real frames of the episode, right before its first row
+    if "history" in td:  # history frames: real frames of the episode, right before its first row
         hist = td["history"]
         for i in torch.nonzero(hist).reshape(-1).tolist():
             j = i + 1
@@ -196,7 +196,7 @@ def check_chunks(chunks, logs_and_ks, truth, chunk_rows):
     assert td["action"].dtype == torch.int32 and td["next", "reward"].dtype == torch.float32
     assert td["observation"].dtype == torch.uint8 and td["observation"].shape[1:] == SHAPE
     for chunk in chunks:  # whole episodes, within the row budget unless one episode is longer
-        ep = chunk["episode"][~chunk["history"]] if "history" in chunk.keys() else chunk["episode"]
+        ep = chunk["episode"][~chunk["history"]] if "history" in chunk else chunk["episode"]
         assert (td["episode"] == ep[0]).sum() == (ep == ep[0]).sum()
         assert (td["episode"] == ep[-1]).sum() == (ep == ep[-1]).sum()
         assert ep.numel() <= chunk_rows or ep[0] == ep[-1]

@@ -16,11 +16,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from datasets_hub.loaders import roboset as rs
+from datasets_hub.loaders.roboset import RoboSetLoader
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders import roboset as rs
-from datasets_hub.loaders.roboset import RoboSetLoader
 
 REPO = "jdvakil/RoboSet_Sim"
 TASK = "FK1-v4(expert)/FK1_MicroOpenRandom_v2d-v4"

@@ -31,8 +31,9 @@ rows, the sample must also carry ``"index"`` (``TensorDictReplayBuffer`` samples
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -77,7 +78,7 @@ class FrameStack(Transform):
             self.bind(storage)
 
     # -- binding --------------------------------------------------------------------------------
-    def bind(self, buffer: Any) -> "FrameStack":
+    def bind(self, buffer: Any) -> FrameStack:
         """Attach to ``buffer`` (a replay buffer, or a storage) whose samples this transform sees."""
         storage = getattr(buffer, "storage", buffer)
         if not hasattr(storage, "get"):
@@ -261,7 +262,7 @@ class FullStackSampler(Sampler):
             )
         if self._cache is None or self._cache[0] is not index:
             # history frames kept before an episode's first transition count towards a full stack
-            history = storage.history_index()[1] if getattr(storage, "history_keys", lambda: [])() else 0
+            history = storage.history_index()[1] if getattr(storage, "history_keys", list)() else 0
             skip = (self.n - 1 - torch.as_tensor(history)).clamp_min(0)
             count = (index.length - skip).clamp_min(0)
             first = index.start + skip

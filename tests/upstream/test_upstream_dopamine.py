@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+from upstream_ref import upstream
 
 import datasets_hub
 from datasets_hub.buffers.frame_stack import FrameStack
-from upstream_ref import upstream
 
 SHAPE = (7, 6)
 CAP = 64
