@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     # the hub (DESIGN.md §2)
     "load": "hub", "download": "hub", "info": "hub", "list_datasets": "hub",
-    "register_dataset": "catalogue", "normalized_score": "scores", "DatasetInfo": "hub",
+    "register_dataset": "catalogue", "export": "publish", "push": "publish", "normalized_score": "scores", "DatasetInfo": "hub",
     # plugin contract
     "Loader": "loader", "Resource": "loader", "DatasetSpec": "loader", "LoaderContext": "loader",
     # replay buffers

@@ -111,13 +111,18 @@ def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
 
 def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None, transform: Any = None,
          prefetch: int = 0, download: bool = True, generator: torch.Generator | None = None,
-         preprocess: Any = None, **params: Any):
+         preprocess: Any = None, resident: str = "full", max_bytes: int | None = None, **params: Any):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
 
     ``params`` override the catalogue's parameters (and so select a different build). The buffer
     samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
     ``preprocess`` (a function or a list of functions, applied in order) maps the stored transitions
     once, cached by fingerprint (see :mod:`datasets_hub.preprocess`); ``transform`` then runs on samples.
+
+    ``dataset_id`` may also be the URL of a published build (``hf://datasets/<org>/<repo>[@rev]``,
+    ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote`): ``resident="full"``
+    fetches all of it in the background, ``resident="lazy"`` only what batches touch (``max_bytes``
+    bounds it); sampling is uniform over the whole dataset either way.
     """
     steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
     if not all(callable(fn) for fn in steps):
@@ -126,13 +131,26 @@ def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None,
         raise InvalidParameter(f"batch_size must be a positive integer or None, got {batch_size!r}")
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
-    path = _ensure_build(dataset_id, force=False, allow_download=download, params=params)
-    from datasets_hub.dataset_storage import DatasetStorage
+    if isinstance(dataset_id, str) and "://" in dataset_id:  # a published build's URL, never a catalogue id
+        if params:
+            raise InvalidParameter(
+                f"a published build is loaded as it was built; loader params {sorted(params)} cannot change it "
+                "(build with them locally and export that build instead)"
+            )
+        from datasets_hub.remote import open_remote
+
+        storage = open_remote(dataset_id, resident=resident, max_bytes=max_bytes)
+    else:
+        if resident != "full" or max_bytes is not None:
+            raise InvalidParameter("resident= and max_bytes= apply to published builds loaded by URL "
+                                   "(hf://, https://, s3://, file://), not to catalogue ids")
+        from datasets_hub.dataset_storage import DatasetStorage
+
+        storage = DatasetStorage(_ensure_build(dataset_id, force=False, allow_download=download, params=params))
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers import RandomSampler
     from datasets_hub.buffers.writers import ImmutableDatasetWriter
 
-    storage = DatasetStorage(path)
     rb = TensorDictReplayBuffer(storage=storage, sampler=sampler if sampler is not None else RandomSampler(),
                                 writer=ImmutableDatasetWriter(), batch_size=batch_size,
                                 transform=None if steps else transform, prefetch=prefetch, generator=generator)
