@@ -8,12 +8,26 @@ from typing import Any
 
 # licence names as catalogues write them -> Hugging Face licence identifiers
 _HF_LICENSES = {
-    "mit": "mit", "apache 2.0": "apache-2.0", "apache-2.0": "apache-2.0", "cc by 4.0": "cc-by-4.0",
-    "cc-by-4.0": "cc-by-4.0", "cc by-sa 4.0": "cc-by-sa-4.0", "cc0": "cc0-1.0", "cc0 1.0": "cc0-1.0",
-    "bsd-3-clause": "bsd-3-clause", "cc by-nc 4.0": "cc-by-nc-4.0",
+    "mit": "mit",
+    "apache 2.0": "apache-2.0",
+    "apache-2.0": "apache-2.0",
+    "cc by 4.0": "cc-by-4.0",
+    "cc-by-4.0": "cc-by-4.0",
+    "cc by-sa 4.0": "cc-by-sa-4.0",
+    "cc0": "cc0-1.0",
+    "cc0 1.0": "cc0-1.0",
+    "bsd-3-clause": "bsd-3-clause",
+    "cc by-nc 4.0": "cc-by-nc-4.0",
 }
-_SIZE_CATEGORIES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
-                    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]
+_SIZE_CATEGORIES = [
+    (1_000, "n<1K"),
+    (10_000, "1K<n<10K"),
+    (100_000, "10K<n<100K"),
+    (1_000_000, "100K<n<1M"),
+    (10_000_000, "1M<n<10M"),
+    (100_000_000, "10M<n<100M"),
+    (1_000_000_000, "100M<n<1B"),
+]
 
 
 def _size_category(transitions: int) -> str:
@@ -44,8 +58,7 @@ def _histogram(values: list[float], bins: int = 10, width: int = 40) -> list[str
     return lines
 
 
-def render_card(manifest: dict[str, Any], published: dict[str, Any],
-                episode_returns: list[float] | None = None) -> str:
+def render_card(manifest: dict[str, Any], published: dict[str, Any], episode_returns: list[float] | None = None) -> str:
     """The card text for a build with ``manifest``, published as described by ``published``."""
     metadata = manifest.get("metadata", {}) or {}
     counts = manifest.get("counts", {}) or {}
@@ -95,8 +108,11 @@ def render_card(manifest: dict[str, Any], published: dict[str, Any],
     for name in ("episode_return", "episode_length"):
         if name in stats:
             s = stats[name]
-            body += [f"**{name.replace('_', ' ')}**: " + ", ".join(f"{k} {v:.6g}" for k, v in sorted(s.items())
-                                                                   if isinstance(v, (int, float))), ""]
+            body += [
+                f"**{name.replace('_', ' ')}**: "
+                + ", ".join(f"{k} {v:.6g}" for k, v in sorted(s.items()) if isinstance(v, (int, float))),
+                "",
+            ]
     lines = _histogram(episode_returns or [])
     if lines:
         body += ["## Episode returns", "", "```", *lines, "```", ""]
@@ -115,11 +131,14 @@ def render_card(manifest: dict[str, Any], published: dict[str, Any],
         f"{published.get('published_bytes', 0):,} bytes",
     ]
     for source in manifest.get("sources", []) or []:
-        body.append(f"- source `{source.get('name')}`: {source.get('url')} (sha256 `{source.get('sha256')}`, "
-                    f"{source.get('bytes')} bytes)")
+        body.append(
+            f"- source `{source.get('name')}`: {source.get('url')} (sha256 `{source.get('sha256')}`, "
+            f"{source.get('bytes')} bytes)"
+        )
     if metadata.get("reference_scores") or metadata.get("ref_min_score") is not None:
-        scores = metadata.get("reference_scores") or {k: metadata[k] for k in ("ref_min_score", "ref_max_score")
-                                                      if k in metadata}
+        scores = metadata.get("reference_scores") or {
+            k: metadata[k] for k in ("ref_min_score", "ref_max_score") if k in metadata
+        }
         body += ["", "## Reference scores", "", f"`{json.dumps(scores, sort_keys=True)}`"]
     if metadata.get("citation"):
         body += ["", "## Citation", "", str(metadata["citation"])]

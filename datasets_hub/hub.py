@@ -3,6 +3,7 @@
 ``load`` finds the build for (id, params) in the cache — opening it costs milliseconds and no
 network — or downloads the upstream files, converts them once, and publishes the build atomically.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,8 +80,14 @@ def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], 
         dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
         files[resource.name] = dest
-        sources.append({"name": resource.name, "url": resource.urls[0],
-                        "sha256": resource.sha256 or _recorded_sha256(dest), "bytes": dest.stat().st_size})
+        sources.append(
+            {
+                "name": resource.name,
+                "url": resource.urls[0],
+                "sha256": resource.sha256 or _recorded_sha256(dest),
+                "bytes": dest.stat().st_size,
+            }
+        )
     return files, sources
 
 
@@ -109,9 +116,43 @@ def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
     return _ensure_build(dataset_id, force=force, allow_download=True, params=params)
 
 
-def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None, transform: Any = None,
-         prefetch: int = 0, download: bool = True, generator: torch.Generator | None = None,
-         preprocess: Any = None, resident: str = "full", max_bytes: int | None = None, **params: Any):
+def _open_storage(
+    dataset_id: str, *, download: bool, resident: str, max_bytes: int | None, params: dict[str, Any]
+) -> Any:
+    """The read-only storage ``load`` wraps: a local build of a catalogue id, or a published build by URL."""
+    if isinstance(dataset_id, str) and "://" in dataset_id:  # a published build's URL, never a catalogue id
+        if params:
+            raise InvalidParameter(
+                f"a published build is loaded as it was built; loader params {sorted(params)} cannot change it "
+                "(build with them locally and export that build instead)"
+            )
+        from datasets_hub.remote import open_remote
+
+        return open_remote(dataset_id, resident=resident, max_bytes=max_bytes)
+    if resident != "full" or max_bytes is not None:
+        raise InvalidParameter(
+            "resident= and max_bytes= apply to published builds loaded by URL "
+            "(hf://, https://, s3://, file://), not to catalogue ids"
+        )
+    from datasets_hub.dataset_storage import DatasetStorage
+
+    return DatasetStorage(_ensure_build(dataset_id, force=False, allow_download=download, params=params))
+
+
+def load(
+    dataset_id: str,
+    *,
+    batch_size: int | None = None,
+    sampler: Any = None,
+    transform: Any = None,
+    prefetch: int = 0,
+    download: bool = True,
+    generator: torch.Generator | None = None,
+    preprocess: Any = None,
+    resident: str = "full",
+    max_bytes: int | None = None,
+    **params: Any,
+):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
 
     ``params`` override the catalogue's parameters (and so select a different build). The buffer
@@ -131,29 +172,20 @@ def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None,
         raise InvalidParameter(f"batch_size must be a positive integer or None, got {batch_size!r}")
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
-    if isinstance(dataset_id, str) and "://" in dataset_id:  # a published build's URL, never a catalogue id
-        if params:
-            raise InvalidParameter(
-                f"a published build is loaded as it was built; loader params {sorted(params)} cannot change it "
-                "(build with them locally and export that build instead)"
-            )
-        from datasets_hub.remote import open_remote
-
-        storage = open_remote(dataset_id, resident=resident, max_bytes=max_bytes)
-    else:
-        if resident != "full" or max_bytes is not None:
-            raise InvalidParameter("resident= and max_bytes= apply to published builds loaded by URL "
-                                   "(hf://, https://, s3://, file://), not to catalogue ids")
-        from datasets_hub.dataset_storage import DatasetStorage
-
-        storage = DatasetStorage(_ensure_build(dataset_id, force=False, allow_download=download, params=params))
+    storage = _open_storage(dataset_id, download=download, resident=resident, max_bytes=max_bytes, params=params)
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers import RandomSampler
     from datasets_hub.buffers.writers import ImmutableDatasetWriter
 
-    rb = TensorDictReplayBuffer(storage=storage, sampler=sampler if sampler is not None else RandomSampler(),
-                                writer=ImmutableDatasetWriter(), batch_size=batch_size,
-                                transform=None if steps else transform, prefetch=prefetch, generator=generator)
+    rb = TensorDictReplayBuffer(
+        storage=storage,
+        sampler=sampler if sampler is not None else RandomSampler(),
+        writer=ImmutableDatasetWriter(),
+        batch_size=batch_size,
+        transform=None if steps else transform,
+        prefetch=prefetch,
+        generator=generator,
+    )
     if steps:
         from datasets_hub.preprocess import preprocess_chain
 
@@ -174,10 +206,17 @@ def info(dataset_id: str, **params: Any) -> DatasetInfo:
         if candidate.exists():
             raw += candidate.stat().st_size
     return DatasetInfo(
-        id=spec.id, loader=spec.loader, params=spec.params,
-        resources=[r.to_dict() for r in loader.resources(spec)], metadata=spec.metadata, source=spec.source,
-        cached=manifest is not None, build_path=path if manifest is not None else None, raw_bytes=raw,
-        built_bytes=dir_size(path) if manifest is not None else 0, manifest=manifest or {},
+        id=spec.id,
+        loader=spec.loader,
+        params=spec.params,
+        resources=[r.to_dict() for r in loader.resources(spec)],
+        metadata=spec.metadata,
+        source=spec.source,
+        cached=manifest is not None,
+        build_path=path if manifest is not None else None,
+        raw_bytes=raw,
+        built_bytes=dir_size(path) if manifest is not None else 0,
+        manifest=manifest or {},
     )
 
 

@@ -40,9 +40,18 @@ DEFAULT_CHUNK_BYTES = 4 << 20
 
 # the build's dtype names (torch's) -> numpy dtypes zarr v3 stores natively
 _NUMPY_DTYPES = {
-    "bool": np.bool_, "uint8": np.uint8, "int8": np.int8, "int16": np.int16, "int32": np.int32,
-    "int64": np.int64, "float16": np.float16, "float32": np.float32, "float64": np.float64,
-    "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+    "bool": np.bool_,
+    "uint8": np.uint8,
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "float16": np.float16,
+    "float32": np.float32,
+    "float64": np.float64,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
 }
 
 
@@ -100,8 +109,15 @@ def _resolve_build(source: Any, params: dict[str, Any]) -> Path:
     )
 
 
-def export(source: Any, out_dir: str | os.PathLike[str], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-           compression_level: int = 3, overwrite: bool = False, **params: Any) -> Path:
+def export(
+    source: Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    compression_level: int = 3,
+    overwrite: bool = False,
+    **params: Any,
+) -> Path:
     """Write the build of ``source`` (an id, a build directory, or a loaded buffer) to ``out_dir`` in the
     published form described in the module docstring; return ``out_dir``.
 
@@ -137,17 +153,26 @@ def export(source: Any, out_dir: str | os.PathLike[str], *, chunk_bytes: int = D
         row_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         chunk_rows = chunk_rows_for(row_bytes, chunk_bytes)
         array = group.create_array(
-            name, shape=(rows, *shape), dtype=dtype, chunks=(chunk_rows, *shape) if rows else (1, *shape),
-            compressors=ZstdCodec(level=compression_level), fill_value=0,
+            name,
+            shape=(rows, *shape),
+            dtype=dtype,
+            chunks=(chunk_rows, *shape) if rows else (1, *shape),
+            compressors=ZstdCodec(level=compression_level),
+            fill_value=0,
             config={"write_empty_chunks": True},
         )
         if rows:
             column = np.memmap(build / "data" / (name + ".memmap"), dtype=dtype, mode="r", shape=(rows, *shape))
             for start in range(0, rows, chunk_rows):
-                array[start:start + chunk_rows] = column[start:start + chunk_rows]
+                array[start : start + chunk_rows] = column[start : start + chunk_rows]
             del column
-        arrays[name] = {"rows": rows, "shape": list(shape), "dtype": spec["dtype"], "chunk_rows": chunk_rows,
-                        "chunks": -(-rows // chunk_rows)}
+        arrays[name] = {
+            "rows": rows,
+            "shape": list(shape),
+            "dtype": spec["dtype"],
+            "chunk_rows": chunk_rows,
+            "chunks": -(-rows // chunk_rows),
+        }
 
     files: dict[str, dict[str, Any]] = {}
     for path in sorted((staging / ZARR_DIR).rglob("*")):
@@ -155,10 +180,15 @@ def export(source: Any, out_dir: str | os.PathLike[str], *, chunk_bytes: int = D
             files[path.relative_to(staging).as_posix()] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
     (staging / "manifest.json").write_bytes(manifest_bytes)
     published = {
-        "format": PUBLISHED_FORMAT, "version": PUBLISHED_VERSION, "zarr_format": 3,
-        "id": manifest.get("id"), "fingerprint": manifest.get("fingerprint"),
+        "format": PUBLISHED_FORMAT,
+        "version": PUBLISHED_VERSION,
+        "zarr_format": 3,
+        "id": manifest.get("id"),
+        "fingerprint": manifest.get("fingerprint"),
         "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
-        "arrays": arrays, "files": files, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "arrays": arrays,
+        "files": files,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "hub_version": __version__,
         "published_bytes": sum(f["bytes"] for f in files.values()) + len(manifest_bytes),
     }
@@ -176,8 +206,15 @@ def export(source: Any, out_dir: str | os.PathLike[str], *, chunk_bytes: int = D
     return out
 
 
-def push(source: Any, repo_id: str, *, revision: str | None = None, private: bool | None = None,
-         out_dir: str | os.PathLike[str] | None = None, **params: Any) -> str:
+def push(
+    source: Any,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    private: bool | None = None,
+    out_dir: str | os.PathLike[str] | None = None,
+    **params: Any,
+) -> str:
     """Export ``source`` and upload it to the Hugging Face dataset repo ``repo_id``; return its
     ``hf://datasets/<repo_id>`` URL, which ``datasets_hub.load`` opens.
 

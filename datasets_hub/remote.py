@@ -88,8 +88,9 @@ class RemoteFolder:
         try:
             return bytes(self.fs.cat_file(self.path(relpath)))
         except FileNotFoundError as exc:
-            raise DownloadError(f"{self.shown}/{relpath} does not exist: is {self.shown} a build published by "
-                                "`datasets-hub export`?") from exc
+            raise DownloadError(
+                f"{self.shown}/{relpath} does not exist: is {self.shown} a build published by `datasets-hub export`?"
+            ) from exc
         except Exception as exc:  # fsspec backends raise their own types (aiohttp, botocore, httpx, OSError)
             raise DownloadError(f"could not read {self.shown}/{relpath}: {type(exc).__name__}: {exc}") from exc
 
@@ -123,7 +124,7 @@ def _filesystem(url: str) -> tuple[Any, str]:
     if url.startswith("hf://"):
         from huggingface_hub import HfFileSystem
 
-        rest = url[len("hf://"):].rstrip("/")
+        rest = url[len("hf://") :].rstrip("/")
         if not rest.startswith(("datasets/", "models/", "spaces/")):
             raise InvalidParameter(f"{url!r}: a Hugging Face URL reads hf://datasets/<org>/<repo>[@revision]")
         return HfFileSystem(), rest
@@ -134,10 +135,12 @@ def _filesystem(url: str) -> tuple[Any, str]:
     if url.startswith("s3://"):
         if importlib.util.find_spec("s3fs") is None:  # fsspec loads it by protocol
             raise MissingDependency("loading a build from S3 needs s3fs: pip install s3fs")
-        return fsspec.filesystem("s3"), url[len("s3://"):].rstrip("/")
+        return fsspec.filesystem("s3"), url[len("s3://") :].rstrip("/")
     if url.startswith("file://"):
-        return fsspec.filesystem("file"), url[len("file://"):].rstrip("/")
-    raise InvalidParameter(f"{url!r} is not a published-build URL; it must start with one of {', '.join(REMOTE_SCHEMES)}")
+        return fsspec.filesystem("file"), url[len("file://") :].rstrip("/")
+    raise InvalidParameter(
+        f"{url!r} is not a published-build URL; it must start with one of {', '.join(REMOTE_SCHEMES)}"
+    )
 
 
 # -- the local, partially resident copy -------------------------------------------------------------
@@ -194,7 +197,9 @@ def _parse_published(data: bytes, shown: str) -> dict[str, Any]:
     try:
         published = json.loads(data)
     except ValueError as exc:
-        raise CacheError(f"{shown}/{PUBLISHED} is not JSON ({exc}): is this a folder written by `datasets-hub export`?") from exc
+        raise CacheError(
+            f"{shown}/{PUBLISHED} is not JSON ({exc}): is this a folder written by `datasets-hub export`?"
+        ) from exc
     if not isinstance(published, dict) or published.get("format") != PUBLISHED_FORMAT:
         raise CacheError(f"{shown}/{PUBLISHED} is not a datasets_hub publishing record; export the build again")
     if published.get("version") != PUBLISHED_VERSION:
@@ -220,8 +225,10 @@ def _prepare(path: Path, folder: RemoteFolder, published: dict[str, Any], publis
             return
         manifest_bytes = folder.read("manifest.json")
         if _sha256(manifest_bytes) != published.get("manifest_sha256"):
-            raise DownloadError(f"{folder.shown}/manifest.json does not match the sha256 in {PUBLISHED}: the "
-                                "folder was modified after export or is being re-uploaded; retry later")
+            raise DownloadError(
+                f"{folder.shown}/manifest.json does not match the sha256 in {PUBLISHED}: the "
+                "folder was modified after export or is being re-uploaded; retry later"
+            )
         manifest = json.loads(manifest_bytes)
         if set(manifest.get("schema", {})) != set(published.get("arrays", {})):
             raise CacheError(f"{folder.shown}: manifest and {PUBLISHED} list different leaves; export it again")
@@ -240,8 +247,13 @@ def _prepare(path: Path, folder: RemoteFolder, published: dict[str, Any], publis
         _write_atomic(path / "manifest.json", manifest_bytes)
         # the episode index (kilobytes) comes now: samplers need all of it before the first batch
         chunks = Chunks(path, folder, published)
-        chunks.ensure({name: np.arange(spec["chunks"]) for name, spec in published["arrays"].items()
-                       if name.startswith("episodes/")})
+        chunks.ensure(
+            {
+                name: np.arange(spec["chunks"])
+                for name, spec in published["arrays"].items()
+                if name.startswith("episodes/")
+            }
+        )
         chunks.close()
         _write_atomic(path / PUBLISHED, published_bytes)  # last: a skeleton without it is redone
 
@@ -250,8 +262,9 @@ class Chunks:
     """Residency of the chunks of one local copy: which are in, fetching and writing the missing ones,
     and least-recently-used eviction under a byte budget."""
 
-    def __init__(self, path: Path, folder: RemoteFolder, published: dict[str, Any],
-                 max_bytes: int | None = None) -> None:
+    def __init__(
+        self, path: Path, folder: RemoteFolder, published: dict[str, Any], max_bytes: int | None = None
+    ) -> None:
         self.path = path
         self.folder = folder
         self.arrays: dict[str, dict[str, Any]] = published["arrays"]
@@ -266,8 +279,12 @@ class Chunks:
         self._thread_lock = threading.RLock()
         self.fetched_bytes = 0
         for name, spec in self.arrays.items():
-            self.maps[name] = np.memmap(_safe_leaf(name, path / "resident").with_suffix(".map"), dtype=np.uint8,
-                                        mode="r+", shape=(max(1, int(spec["chunks"])),))
+            self.maps[name] = np.memmap(
+                _safe_leaf(name, path / "resident").with_suffix(".map"),
+                dtype=np.uint8,
+                mode="r+",
+                shape=(max(1, int(spec["chunks"])),),
+            )
             self.row_bytes[name] = int(np.prod(spec["shape"], dtype=np.int64)) * numpy_dtype(spec["dtype"]).itemsize
 
     def close(self) -> None:
@@ -375,8 +392,11 @@ class Chunks:
                 continue
             self.maps[name][chunk] = 0  # first unclaim, then drop the bytes
             self.maps[name].flush()
-            _punch_hole(_safe_leaf(name, self.path / "data"), chunk * int(self.arrays[name]["chunk_rows"]) *
-                        self.row_bytes[name], self.chunk_bytes(name, chunk))
+            _punch_hole(
+                _safe_leaf(name, self.path / "data"),
+                chunk * int(self.arrays[name]["chunk_rows"]) * self.row_bytes[name],
+                self.chunk_bytes(name, chunk),
+            )
             self._lru.pop(key, None)
             over -= self.chunk_bytes(name, chunk)
         # chunks resident from other processes (not in this LRU) are evicted too, oldest chunk number first
@@ -390,8 +410,11 @@ class Chunks:
                     if (name, chunk) in keep:
                         continue
                     residency[chunk] = 0
-                    _punch_hole(_safe_leaf(name, self.path / "data"), chunk * int(self.arrays[name]["chunk_rows"]) *
-                                self.row_bytes[name], self.chunk_bytes(name, chunk))
+                    _punch_hole(
+                        _safe_leaf(name, self.path / "data"),
+                        chunk * int(self.arrays[name]["chunk_rows"]) * self.row_bytes[name],
+                        self.chunk_bytes(name, chunk),
+                    )
                     over -= self.chunk_bytes(name, chunk)
 
     def _fetch(self, wanted: list[tuple[str, int]]) -> None:
@@ -425,13 +448,13 @@ class Chunks:
     def _write(self, name: str, chunk: int, relpath: str, data: bytes) -> None:
         """Decode one verified chunk into the leaf's file, then mark it resident (that order)."""
         array, contents = self._decoder(name)
-        key = relpath[len(f"data.zarr/{name}/"):]
+        key = relpath[len(f"data.zarr/{name}/") :]
         contents[key] = self._prototype.buffer.from_bytes(data)
         spec = self.arrays[name]
         rows = int(spec["chunk_rows"])
         start = chunk * rows
         try:
-            values = np.ascontiguousarray(array[start:min(start + rows, int(spec["rows"]))])
+            values = np.ascontiguousarray(array[start : min(start + rows, int(spec["rows"]))])
         finally:
             contents.pop(key, None)
         fd = os.open(_safe_leaf(name, self.path / "data"), os.O_WRONLY | os.O_NOFOLLOW)
@@ -443,8 +466,10 @@ class Chunks:
         self.fetched_bytes += len(data)
 
     def all_resident(self) -> bool:
-        return all(bool(m[: max(1, int(self.arrays[n]["chunks"]))].all()) or int(self.arrays[n]["chunks"]) == 0
-                   for n, m in self.maps.items())
+        return all(
+            bool(m[: max(1, int(self.arrays[n]["chunks"]))].all()) or int(self.arrays[n]["chunks"]) == 0
+            for n, m in self.maps.items()
+        )
 
 
 class _Corrupt(Exception):
@@ -477,8 +502,9 @@ class ResidentStorage(DatasetStorage):
     """A :class:`DatasetStorage` over a partially resident local copy: every read first makes the chunks
     it touches resident. Sampling is unchanged (and uniform): samplers see the whole episode index."""
 
-    def __init__(self, path: Path, folder: RemoteFolder, published: dict[str, Any], *, fill: bool,
-                 max_bytes: int | None) -> None:
+    def __init__(
+        self, path: Path, folder: RemoteFolder, published: dict[str, Any], *, fill: bool, max_bytes: int | None
+    ) -> None:
         super().__init__(path)
         self.url = folder.shown
         self.chunks = Chunks(path, folder, published, max_bytes=max_bytes)
@@ -516,8 +542,13 @@ class ResidentStorage(DatasetStorage):
 
     def read_key(self, key: str | tuple[str, ...]) -> Any:
         names = [n for n in self._step_leaves + self._obs_leaves]
-        self.chunks.ensure({n: np.arange(int(self.chunks.arrays[n]["chunks"])) for n in names
-                            if n.split("/", 1)[1] == "/".join((key,) if isinstance(key, str) else key)})
+        self.chunks.ensure(
+            {
+                n: np.arange(int(self.chunks.arrays[n]["chunks"]))
+                for n in names
+                if n.split("/", 1)[1] == "/".join((key,) if isinstance(key, str) else key)
+            }
+        )
         return super().read_key(key)
 
     # background fill (resident="full")
@@ -544,17 +575,24 @@ class ResidentStorage(DatasetStorage):
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
             if digest.hexdigest() != expected:
-                raise CacheError(f"{self.url}: leaf {name} does not match the manifest's sha256 once complete; "
-                                 "the published build is inconsistent: export it again")
+                raise CacheError(
+                    f"{self.url}: leaf {name} does not match the manifest's sha256 once complete; "
+                    "the published build is inconsistent: export it again"
+                )
         _write_atomic(self.path / COMPLETE, b"")
 
     def fill_status(self) -> dict[str, Any]:
         """Progress of the local copy: resident and total bytes, whether complete, and a fill error if any."""
-        total = sum(self.chunks.chunk_bytes(n, c) for n, s in self.chunks.arrays.items()
-                    for c in range(int(s["chunks"])))
-        return {"resident_bytes": self.chunks.resident_bytes(), "total_bytes": total,
-                "complete": (self.path / COMPLETE).exists(), "fetched_bytes": self.chunks.fetched_bytes,
-                "error": None if self._fill_error is None else repr(self._fill_error)}
+        total = sum(
+            self.chunks.chunk_bytes(n, c) for n, s in self.chunks.arrays.items() for c in range(int(s["chunks"]))
+        )
+        return {
+            "resident_bytes": self.chunks.resident_bytes(),
+            "total_bytes": total,
+            "complete": (self.path / COMPLETE).exists(),
+            "fetched_bytes": self.chunks.fetched_bytes,
+            "error": None if self._fill_error is None else repr(self._fill_error),
+        }
 
     def wait_complete(self, timeout: float | None = None) -> None:
         """Block until the background fill is done (``resident="full"``); raise its error if it failed."""
