@@ -94,9 +94,11 @@ def render_card(manifest: dict[str, Any], published: dict[str, Any], episode_ret
         'rb = dh.load("<this folder\'s URL>", batch_size=256)   # hf://datasets/<org>/<repo>, https://, s3://, file://',
         "```",
         "",
-        "Samples are TensorDicts in TorchRL Episode Data (TED) layout. The data is stored as zarr v3 arrays "
-        "(`data.zarr/`), chunked along rows and zstd-compressed; `published.json` holds the sha256 of every "
-        "file, and `manifest.json` is the build's own manifest.",
+        (
+            "Samples are TensorDicts in TorchRL Episode Data (TED) layout. The data is stored as zarr v3 arrays "
+            "(`data.zarr/`), chunked along rows and zstd-compressed; `published.json` holds the sha256 of every "
+            "file, and `manifest.json` is the build's own manifest."
+        ),
         "",
         "## Counts",
         "",
@@ -123,12 +125,19 @@ def render_card(manifest: dict[str, Any], published: dict[str, Any], episode_ret
         "",
         "## Provenance",
         "",
-        f"- loader `{manifest.get('loader')}` (format version {manifest.get('loader_format_version')}), "
-        f"params `{json.dumps(manifest.get('params', {}), sort_keys=True)}`",
-        f"- build fingerprint `{manifest.get('fingerprint')}`, storage format {manifest.get('storage_format_version')}, "
-        f"built {manifest.get('created')} by datasets_hub {manifest.get('hub_version')}",
-        f"- published {published.get('created')} by datasets_hub {published.get('hub_version')}; "
-        f"{published.get('published_bytes', 0):,} bytes",
+        (
+            f"- loader `{manifest.get('loader')}` (format version {manifest.get('loader_format_version')}), "
+            f"params `{json.dumps(manifest.get('params', {}), sort_keys=True)}`"
+        ),
+        (
+            f"- build fingerprint `{manifest.get('fingerprint')}`, storage format "
+            f"{manifest.get('storage_format_version')}, built {manifest.get('created')} by datasets_hub "
+            f"{manifest.get('hub_version')}"
+        ),
+        (
+            f"- published {published.get('created')} by datasets_hub {published.get('hub_version')}; "
+            f"{published.get('published_bytes', 0):,} bytes"
+        ),
     ]
     for source in manifest.get("sources", []) or []:
         body.append(

@@ -33,10 +33,10 @@ import importlib.util
 import json
 import os
 import threading
-import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -91,7 +91,7 @@ class RemoteFolder:
             raise DownloadError(
                 f"{self.shown}/{relpath} does not exist: is {self.shown} a build published by `datasets-hub export`?"
             ) from exc
-        except Exception as exc:  # fsspec backends raise their own types (aiohttp, botocore, httpx, OSError)
+        except Exception as exc:
             raise DownloadError(f"could not read {self.shown}/{relpath}: {type(exc).__name__}: {exc}") from exc
 
     def read_many(self, relpaths: list[str]) -> dict[str, bytes | Exception]:
@@ -107,7 +107,7 @@ class RemoteFolder:
         paths = {self.path(p): p for p in relpaths}
         try:
             got = self.fs.cat(list(paths), on_error="return")
-        except Exception as exc:  # a backend that fails the whole call
+        except Exception as exc:  # noqa: BLE001  (a backend that fails the whole call: reported per file)
             return {p: exc for p in relpaths}
         return {paths.get(k, k): (v if isinstance(v, Exception) else bytes(v)) for k, v in got.items()}
 
@@ -125,9 +125,14 @@ def _filesystem(url: str) -> tuple[Any, str]:
         from huggingface_hub import HfFileSystem
 
         rest = url[len("hf://") :].rstrip("/")
+        if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+            raise DownloadError(
+                f"{url} is on the Hugging Face Hub but HF_HUB_OFFLINE=1; unset it, or load with DATASETS_HUB_OFFLINE=1 "
+                "to use a complete local copy"
+            )
         if not rest.startswith(("datasets/", "models/", "spaces/")):
             raise InvalidParameter(f"{url!r}: a Hugging Face URL reads hf://datasets/<org>/<repo>[@revision]")
-        return HfFileSystem(), rest
+        return HfFileSystem(endpoint=os.environ.get("HF_ENDPOINT") or None), rest  # read at call time
     if url.startswith(("http://", "https://")):
         if importlib.util.find_spec("aiohttp") is None:  # fsspec's HTTP filesystem needs it
             raise MissingDependency("loading a build over HTTP needs aiohttp: pip install 'datasets-hub[remote]'")
@@ -346,17 +351,24 @@ class Chunks:
         return data
 
     def missing(self, name: str, chunks: np.ndarray) -> np.ndarray:
-        return chunks[self.maps[name][chunks] == 0]
+        """The chunks among ``chunks`` (repeats allowed) that are not resident, without repeats."""
+        absent = chunks[self.maps[name][chunks] == 0]
+        return np.unique(absent) if len(absent) else absent
 
     def chunks_of_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
-        return np.unique(rows // int(self.arrays[name]["chunk_rows"]))
+        """The chunk of each row (repeats kept: checking residency is cheaper than deduplicating)."""
+        return rows // int(self.arrays[name]["chunk_rows"])
 
     def ensure(self, needed: dict[str, np.ndarray]) -> None:
-        """Make every chunk in ``needed`` (leaf -> chunk numbers) resident; fetch what is missing."""
-        for name, chunks in needed.items():
-            for chunk in np.asarray(chunks).tolist():
-                self._touch(name, int(chunk))
-        todo = {name: self.missing(name, np.asarray(chunks, dtype=np.int64)) for name, chunks in needed.items()}
+        """Make every chunk in ``needed`` (leaf -> chunk numbers) resident; fetch what is missing. Under a
+        byte budget, chunks are evicted least recently used first, never one that ``needed`` names."""
+        needed = {name: np.asarray(chunks, dtype=np.int64) for name, chunks in needed.items()}
+        if self.max_bytes is not None:  # the LRU order wants each chunk once
+            needed = {name: np.unique(chunks) for name, chunks in needed.items()}
+            for name, chunks in needed.items():
+                for chunk in chunks.tolist():
+                    self._touch(name, chunk)
+        todo = {name: self.missing(name, chunks) for name, chunks in needed.items()}
         if not any(len(c) for c in todo.values()):
             return
         with self.locked(exclusive=True):
@@ -364,7 +376,15 @@ class Chunks:
             wanted = [(name, int(c)) for name, cs in todo.items() for c in cs.tolist()]
             if not wanted:
                 return
-            self._make_room(sum(self.chunk_bytes(n, c) for n, c in wanted), keep=set(wanted))
+            if self.max_bytes is not None:
+                keep = {(name, int(c)) for name, cs in needed.items() for c in cs.tolist()}
+                batch_bytes = sum(self.chunk_bytes(n, c) for n, c in keep if not n.startswith("episodes/"))
+                if batch_bytes > self.max_bytes:
+                    raise InvalidParameter(
+                        f"one read needs {batch_bytes:,} bytes of chunks but max_bytes={self.max_bytes:,}: raise "
+                        "max_bytes (a few batches' worth at least) or sample smaller batches"
+                    )
+                self._make_room(sum(self.chunk_bytes(n, c) for n, c in wanted), keep=keep)
             self._fetch(wanted)
 
     def chunk_bytes(self, name: str, chunk: int) -> int:
@@ -373,12 +393,19 @@ class Chunks:
         return max(0, rows) * self.row_bytes[name]
 
     def _touch(self, name: str, chunk: int) -> None:
-        if self.max_bytes is not None:
-            self._lru[(name, chunk)] = self.chunk_bytes(name, chunk)
-            self._lru.move_to_end((name, chunk))
+        self._lru[(name, chunk)] = self.chunk_bytes(name, chunk)
+        self._lru.move_to_end((name, chunk))
 
     def resident_bytes(self) -> int:
-        return sum(self.chunk_bytes(name, int(c)) for name, m in self.maps.items() for c in np.flatnonzero(m))
+        total = 0
+        for name, residency in self.maps.items():
+            chunks = int(self.arrays[name]["chunks"])
+            full = int(self.arrays[name]["chunk_rows"]) * self.row_bytes[name]
+            count = int(np.count_nonzero(residency[:chunks]))
+            total += count * full
+            if chunks and residency[chunks - 1]:  # the last chunk may be short
+                total -= full - self.chunk_bytes(name, chunks - 1)
+        return total
 
     def _make_room(self, incoming: int, keep: set[tuple[str, int]]) -> None:
         if self.max_bytes is None:
@@ -530,6 +557,8 @@ class ResidentStorage(DatasetStorage):
     def get(self, index: Any) -> TensorDict:
         if isinstance(index, (int, np.integer)):
             return self.get(np.asarray([int(index)]))[0]
+        if isinstance(self._fill_error, CacheError):  # the published data is inconsistent: never serve it
+            raise self._fill_error
         rows, _ = self._rows(index)
         self.chunks.ensure(self._needed(rows))
         if self.chunks.max_bytes is None:
@@ -561,7 +590,7 @@ class ResidentStorage(DatasetStorage):
                         return
                     self.chunks.ensure({name: np.arange(begin, min(total, begin + 16))})
             self._finish()
-        except BaseException as exc:  # surfaced by the next sample() through fill_status()
+        except BaseException as exc:  # noqa: BLE001  (a thread's error, re-raised by wait_complete/sample)
             self._fill_error = exc
 
     def _finish(self) -> None:
