@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "Sampler": "buffers.samplers", "RandomSampler": "buffers.samplers", "SamplerWithoutReplacement": "buffers.samplers",
     "PrioritizedSampler": "buffers.prioritized", "SliceSampler": "buffers.slice_samplers",
     "SliceSamplerWithoutReplacement": "buffers.slice_samplers", "PrioritizedSliceSampler": "buffers.slice_samplers",
+    "WindowSampler": "buffers.window_sampler", "GoalSampler": "buffers.goal_sampler",
     # writers
     "Writer": "buffers.writers", "RoundRobinWriter": "buffers.writers", "ImmutableDatasetWriter": "buffers.writers",
     # transforms
