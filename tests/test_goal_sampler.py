@@ -1,4 +1,5 @@
 """GoalSampler: goals checked value by value, and their laws checked statistically with fixed seeds."""
+
 from __future__ import annotations
 
 import math
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from datasets_hub.buffers.goal_sampler import CURRENT, FUTURE, RANDOM, GoalSampler
+from datasets_hub.buffers.goal_sampler import CURRENT, RANDOM, GoalSampler
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
@@ -15,7 +16,6 @@ from datasets_hub.testing import FakeLoader, fake_episodes
 
 LENGTHS = [12, 3, 1, 9, 40]
 STARTS = np.cumsum([0] + LENGTHS[:-1])
-
 
 
 def chi2_critical(df, z=3.090):
@@ -80,8 +80,9 @@ def episode_of(row):
 
 @pytest.mark.parametrize("make", [online, built])
 def test_goals_are_the_states_they_claim(make):
-    s = GoalSampler(0.2, 0.5, 0.3, future="geometric", gamma=0.9, actor=dict(p_future=1.0, future="uniform"),
-                    subgoal_steps=4)
+    s = GoalSampler(
+        0.2, 0.5, 0.3, future="geometric", gamma=0.9, actor={"p_future": 1.0, "future": "uniform"}, subgoal_steps=4
+    )
     rb, chunk = make(s)
     for _ in range(4):
         batch = rb.sample(256)
@@ -176,8 +177,9 @@ def test_success_fn_negative_reward_and_multiple_keys():
     def close(state, goal):
         return (state - goal).abs().max(-1).values < 150  # within one row of each other
 
-    rb, chunk = online(GoalSampler(0.5, 0.5, 0.0, future="geometric", gamma=0.5, success_fn=close,
-                                   negative_reward=True))
+    rb, _chunk = online(
+        GoalSampler(0.5, 0.5, 0.0, future="geometric", gamma=0.5, success_fn=close, negative_reward=True)
+    )
     batch = rb.sample(512)
     want = (batch["observation"] - batch["goal", "observation"]).abs().max(-1).values < 150
     assert torch.equal(batch["goal", "success"].reshape(-1), want)
@@ -193,9 +195,11 @@ def test_success_fn_negative_reward_and_multiple_keys():
     chunk2 = fake_episodes(LENGTHS)
     chunk2["pos"] = chunk2["observation"][:, :2].clone()
     chunk2["next", "pos"] = chunk2["next", "observation"][:, :2].clone()
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), generator=gen(1),
-                                sampler=GoalSampler(goal_keys=["observation", "pos"], success_fn=both,
-                                                    success_on="next"))
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(1000),
+        generator=gen(1),
+        sampler=GoalSampler(goal_keys=["observation", "pos"], success_fn=both, success_on="next"),
+    )
     rb.extend(chunk2)
     batch = rb.sample(64)
     assert seen["keys"] == ["observation", "pos"]

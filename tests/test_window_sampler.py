@@ -1,4 +1,5 @@
 """WindowSampler: every window compared with a plain loop over the episodes, on a build and online."""
+
 from __future__ import annotations
 
 import pytest
@@ -60,8 +61,12 @@ def expected_window(chunk, key, row, offsets):
 
 @pytest.mark.parametrize("make", [build_buffer, online_buffer])
 def test_windows_match_a_plain_loop(make):
-    offsets = {"observation": [-2, -1, 0], "action": list(range(0, 6)), ("next", "reward"): [0, 1],
-               ("next", "observation"): [-1, 0, 2]}
+    offsets = {
+        "observation": [-2, -1, 0],
+        "action": list(range(6)),
+        ("next", "reward"): [0, 1],
+        ("next", "observation"): [-1, 0, 2],
+    }
     rb, chunk = make(sampler=WindowSampler(offsets))
     for _ in range(5):
         sample = rb.sample(64)
@@ -96,7 +101,7 @@ def test_every_anchor_row_is_drawn_uniformly():
 
 @pytest.mark.parametrize("make", [build_buffer, online_buffer])
 def test_pad_false_draws_only_fitting_anchors(make):
-    rb, chunk = make(sampler=WindowSampler({"observation": [-1, 0], "action": range(8)}, pad=False))
+    rb, _chunk = make(sampler=WindowSampler({"observation": [-1, 0], "action": range(8)}, pad=False))
     seen = set()
     for _ in range(20):
         sample = rb.sample(128)

@@ -8,6 +8,7 @@ flags of an online buffer, cached until the next write. :class:`AnchorSampler` i
 of those samplers: it draws anchor rows (uniformly over the rows that lie in an episode, or from an
 inner sampler the user passes) and forwards the buffer's hooks.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -99,8 +100,9 @@ class AnchorSampler(Sampler):
     inner sampler too, so one seed fixes every draw.
     """
 
-    def __init__(self, sampler: Sampler | None = None, traj_key: NestedKey | None = None,
-                 end_key: NestedKey | None = None) -> None:
+    def __init__(
+        self, sampler: Sampler | None = None, traj_key: NestedKey | None = None, end_key: NestedKey | None = None
+    ) -> None:
         if sampler is not None and not isinstance(sampler, Sampler):
             raise TypeError(f"sampler must be a datasets_hub Sampler (or None), got {type(sampler).__name__}")
         self.sampler = sampler
@@ -148,8 +150,10 @@ class AnchorSampler(Sampler):
             self.sampler.empty()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"episodes": self.episodes.state_dict(),
-                "sampler": self.sampler.state_dict() if self.sampler is not None else {}}
+        return {
+            "episodes": self.episodes.state_dict(),
+            "sampler": self.sampler.state_dict() if self.sampler is not None else {},
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.episodes.load_state_dict(state_dict["episodes"])

@@ -39,10 +39,12 @@ What a sample gains (``TensorDictReplayBuffer`` writes the sampler's info into i
 
 All draws use the buffer's generator (the same seed gives the same goals).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -71,8 +73,14 @@ def _flat(key: tuple[str, ...]) -> NestedKey:
 class GoalMix:
     """One goal distribution: kind probabilities and the law of future offsets (checked once)."""
 
-    def __init__(self, p_current: float = 0.0, p_future: float = 1.0, p_random: float = 0.0,
-                 future: str = "geometric", gamma: float = 0.99) -> None:
+    def __init__(
+        self,
+        p_current: float = 0.0,
+        p_future: float = 1.0,
+        p_random: float = 0.0,
+        future: str = "geometric",
+        gamma: float = 0.99,
+    ) -> None:
         probs = []
         for name, p in (("p_current", p_current), ("p_future", p_future), ("p_random", p_random)):
             if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= float(p) <= 1.0:
@@ -85,7 +93,9 @@ class GoalMix:
         if future not in FUTURE_LAWS:
             raise ValueError(f"future must be one of {FUTURE_LAWS}, got {future!r}")
         if future == "geometric" and not (isinstance(gamma, (int, float)) and 0.0 <= float(gamma) < 1.0):
-            raise ValueError(f"future='geometric' needs gamma in [0, 1) (offsets have mean 1 / (1 - gamma)), got {gamma!r}")
+            raise ValueError(
+                f"future='geometric' needs gamma in [0, 1) (offsets have mean 1 / (1 - gamma)), got {gamma!r}"
+            )
         self.p_current, self.p_future, self.p_random = probs
         self.future, self.gamma = future, float(gamma)
 
@@ -93,8 +103,14 @@ class GoalMix:
         law = f"geometric(gamma={self.gamma})" if self.future == "geometric" else self.future
         return f"p_current={self.p_current}, p_future={self.p_future}, p_random={self.p_random}, future={law}"
 
-    def draw(self, eps: EpisodeRows, rows: np.ndarray, episode: np.ndarray, step: np.ndarray,
-             generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def draw(
+        self,
+        eps: EpisodeRows,
+        rows: np.ndarray,
+        episode: np.ndarray,
+        step: np.ndarray,
+        generator: torch.Generator | None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(goal_episode, goal_time, kind)`` for anchors at ``step`` of ``episode``."""
         b = rows.size
         length = eps.length[episode]
@@ -133,12 +149,24 @@ class GoalSampler(AnchorSampler):
     ``traj_key`` / ``end_key`` say where episodes are in an online buffer (as for ``SliceSampler``).
     """
 
-    def __init__(self, p_current: float = 0.0, p_future: float = 1.0, p_random: float = 0.0, *,
-                 future: str = "geometric", gamma: float = 0.99, actor: dict[str, Any] | None = None,
-                 subgoal_steps: int | None = None, goal_keys: Iterable[NestedKey] = ("observation",),
-                 success_fn: Callable[[Any, Any], torch.Tensor] | None = None, success_on: str = "observation",
-                 negative_reward: bool = False, sampler: Sampler | None = None,
-                 traj_key: NestedKey | None = None, end_key: NestedKey | None = None) -> None:
+    def __init__(
+        self,
+        p_current: float = 0.0,
+        p_future: float = 1.0,
+        p_random: float = 0.0,
+        *,
+        future: str = "geometric",
+        gamma: float = 0.99,
+        actor: dict[str, Any] | None = None,
+        subgoal_steps: int | None = None,
+        goal_keys: Iterable[NestedKey] = ("observation",),
+        success_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+        success_on: str = "observation",
+        negative_reward: bool = False,
+        sampler: Sampler | None = None,
+        traj_key: NestedKey | None = None,
+        end_key: NestedKey | None = None,
+    ) -> None:
         super().__init__(sampler=sampler, traj_key=traj_key, end_key=end_key)
         self.value = GoalMix(p_current, p_future, p_random, future, gamma)
         if actor is not None:
@@ -147,8 +175,9 @@ class GoalSampler(AnchorSampler):
             self.actor: GoalMix | None = GoalMix(**actor)
         else:
             self.actor = None
-        if subgoal_steps is not None and (isinstance(subgoal_steps, bool) or not isinstance(subgoal_steps, int)
-                                          or subgoal_steps < 1):
+        if subgoal_steps is not None and (
+            isinstance(subgoal_steps, bool) or not isinstance(subgoal_steps, int) or subgoal_steps < 1
+        ):
             raise ValueError(f"subgoal_steps must be a positive int (steps ahead), got {subgoal_steps!r}")
         self.subgoal_steps = subgoal_steps
         if isinstance(goal_keys, str):
@@ -157,19 +186,25 @@ class GoalSampler(AnchorSampler):
         if not self.goal_keys:
             raise ValueError("goal_keys must name at least one observation key")
         if success_on not in ("observation", "next"):
-            raise ValueError(f"success_on must be 'observation' (state at t) or 'next' (state at t+1), got {success_on!r}")
+            raise ValueError(
+                f"success_on must be 'observation' (state at t) or 'next' (state at t+1), got {success_on!r}"
+            )
         if success_fn is not None and not callable(success_fn):
             raise TypeError("success_fn must be callable: success_fn(state, goal) -> bool tensor [B]")
         self.success_fn, self.success_on = success_fn, success_on
         self.negative_reward = bool(negative_reward)
 
     @classmethod
-    def her(cls, strategy: str, **kwargs: Any) -> "GoalSampler":
+    def her(cls, strategy: str, **kwargs: Any) -> GoalSampler:
         """HER's relabelling strategies: ``"future"`` (a uniformly drawn later state of the episode),
         ``"final"`` (its final state), ``"episode"`` (any of its states), ``"random"`` (any state of
         the dataset). Other keywords (``goal_keys``, ``success_fn``, ...) pass through."""
-        laws = {"future": dict(p_future=1.0, future="uniform"), "final": dict(p_future=1.0, future="final"),
-                "episode": dict(p_future=1.0, future="episode"), "random": dict(p_future=0.0, p_random=1.0)}
+        laws = {
+            "future": {"p_future": 1.0, "future": "uniform"},
+            "final": {"p_future": 1.0, "future": "final"},
+            "episode": {"p_future": 1.0, "future": "episode"},
+            "random": {"p_future": 0.0, "p_random": 1.0},
+        }
         if strategy not in laws:
             raise ValueError(f"HER strategy must be one of {sorted(laws)}, got {strategy!r}")
         return cls(**{**laws[strategy], **kwargs})
@@ -199,8 +234,16 @@ class GoalSampler(AnchorSampler):
             out[key] = value
         return out
 
-    def _goal(self, storage: Storage, name: str, mix: GoalMix, rows: np.ndarray, episode: np.ndarray,
-              step: np.ndarray, info: dict[NestedKey, Any]) -> tuple[np.ndarray, dict]:
+    def _goal(
+        self,
+        storage: Storage,
+        name: str,
+        mix: GoalMix,
+        rows: np.ndarray,
+        episode: np.ndarray,
+        step: np.ndarray,
+        info: dict[NestedKey, Any],
+    ) -> tuple[np.ndarray, dict]:
         goal_episode, time, kind = mix.draw(self.episodes, rows, episode, step, self.generator)
         in_episode = goal_episode == episode
         distance = np.where(in_episode, time - step, -1)
@@ -226,7 +269,9 @@ class GoalSampler(AnchorSampler):
                 key = self.goal_keys[0]
                 result = self.success_fn(state[key], goals[key])
             else:
-                result = self.success_fn({_flat(k): v for k, v in state.items()}, {_flat(k): v for k, v in goals.items()})
+                result = self.success_fn(
+                    {_flat(k): v for k, v in state.items()}, {_flat(k): v for k, v in goals.items()}
+                )
             success = torch.as_tensor(result)
             if success.shape not in ((batch_size,), (batch_size, 1)):
                 raise ValueError(

@@ -19,9 +19,11 @@ Contract of :class:`WindowSampler` (samples of a ``TensorDictReplayBuffer``, whi
   is padded; episodes too short for the window are never drawn).
 - Per call: ``O(B * T)`` rows read for the window keys only, one ``searchsorted`` over the episodes.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,10 +74,19 @@ class WindowSampler(AnchorSampler):
     ``end_key`` say where episodes are in an online buffer (as for ``SliceSampler``).
     """
 
-    def __init__(self, offsets: Mapping[NestedKey, Iterable[int]] | Iterable[int],
-                 keys: Iterable[NestedKey] | None = None, *, stride: int = 1, burn_in: int = 0,
-                 pad: bool = True, sampler: Sampler | None = None, traj_key: NestedKey | None = None,
-                 end_key: NestedKey | None = None, pad_suffix: str = "_is_pad") -> None:
+    def __init__(
+        self,
+        offsets: Mapping[NestedKey, Iterable[int]] | Iterable[int],
+        keys: Iterable[NestedKey] | None = None,
+        *,
+        stride: int = 1,
+        burn_in: int = 0,
+        pad: bool = True,
+        sampler: Sampler | None = None,
+        traj_key: NestedKey | None = None,
+        end_key: NestedKey | None = None,
+        pad_suffix: str = "_is_pad",
+    ) -> None:
         super().__init__(sampler=sampler, traj_key=traj_key, end_key=end_key)
         for name, value, low in (("stride", stride, 1), ("burn_in", burn_in, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
