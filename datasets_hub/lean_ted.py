@@ -61,7 +61,7 @@ def _next_follows(now: torch.Tensor, nxt: torch.Tensor, episodes: EpisodeIndex) 
     """Whether ``nxt[t] == now[t + 1]`` inside every episode (NaN equal to NaN)."""
     if episodes.num_episodes <= 256:
         # long episodes: one allocation-free comparison per episode
-        spans = zip(episodes.start.tolist(), episodes.end.tolist())
+        spans = zip(episodes.start.tolist(), episodes.end.tolist(), strict=True)
         if all(torch.equal(nxt[s : e - 1], now[s + 1 : e]) for s, e in spans):
             return True
     inner = torch.ones(now.shape[0], dtype=torch.bool)
@@ -125,7 +125,7 @@ class _LeafFile:
         self.row_shape = row_shape
         self.rows = 0
         self.sha256 = hashlib.sha256()  # recorded in the manifest so `datasets-hub verify` can spot tampering
-        self._fh = open(path, "wb")
+        self._fh = open(path, "wb")  # noqa: SIM115 - the column writer owns the handle until close()
         self._io = io
 
     def append(self, values: torch.Tensor) -> None:
@@ -243,7 +243,7 @@ class LeanTEDWriter:
         if chunk.batch_dims != 1 or chunk.batch_size[0] == 0:
             raise TEDError(f"a TED chunk must have batch size [N] with N >= 1, got {list(chunk.batch_size)}")
         history = None
-        if HISTORY_KEY[0] in chunk:
+        if HISTORY_KEY[0] in chunk.keys():
             chunk, history = _split_history(chunk)
         if self._schema is None:
             self._classify(chunk)
@@ -385,7 +385,7 @@ class LeanTEDWriter:
         """Stop after a failure: wait for the IO thread, ignore its errors, close the files."""
         try:
             self.close()
-        except Exception:  # the error that made us abort is the one worth reporting
+        except Exception:  # noqa: BLE001 - the error that made us abort is the one worth reporting
             pass
 
     def _summary(self, lengths: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def naive_ted(chunks: TensorDictBase | Sequence[TensorDictBase]) -> TensorDict:
     ``next/done`` added)."""
     chunks = [chunks] if isinstance(chunks, TensorDictBase) else list(chunks)
     td = torch.cat([c.clone() for c in chunks])
-    if "history" in td:  # history-only rows are frames before an episode, not transitions
+    if "history" in td.keys():  # history-only rows are frames before an episode, not transitions
         td = td[~td.get("history")].exclude("history")
     n = td.batch_size[0]
     episode = td.get("episode")

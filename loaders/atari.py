@@ -314,8 +314,10 @@ class _Checkpoint:
             self.counts["padding_rows_not_zero"] += int((frames[pad].reshape(pad.size, -1) != 0).any(axis=1).sum())
         lengths = stops - starts + history  # history frames lead their episode's rows, flagged
         n = int(lengths.sum())
-        rows = np.concatenate([np.arange(a - h, b) for a, b, h in zip(starts, stops, history)])  # logical rows
-        is_history = np.concatenate([np.arange(length) < h for length, h in zip(lengths, history)])
+        rows = np.concatenate(
+            [np.arange(a - h, b) for a, b, h in zip(starts, stops, history, strict=True)]
+        )  # logical rows
+        is_history = np.concatenate([np.arange(length) < h for length, h in zip(lengths, history, strict=True)])
         last = np.cumsum(lengths) - 1
         obs = frames[rows - lo]
         nxt_rows = rows + 1

@@ -237,7 +237,7 @@ class OpenXLoader(Loader):
         lengths = _shard_lengths(info, self._split(spec), self._num_shards(spec), spec)
         shards = spec.params.get("shards") or list(range(self._num_shards(spec)))
         shard_paths = []
-        for index, file in zip(shards, self.shard_names(spec)):
+        for index, file in zip(shards, self.shard_names(spec), strict=True):
             if f"{local}/{file}" not in files:
                 raise LoaderError(f"{spec.id}: shard {file} was not fetched")
             shard_paths.append((index, Path(files[f"{local}/{file}"])))

@@ -393,7 +393,7 @@ class _Converter:
             else:
                 infos.append((("info", "trial", key), obj))
         self._check_unique(where, obs + infos)
-        for key, ds in obs:
+        for _key, ds in obs:
             if ds.shape[:1] != (rows,):
                 raise LoaderError(
                     f"{self.spec.id}: {where}/{ds.name.rsplit('/', 1)[-1]} has "

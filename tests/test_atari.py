@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from datasets_hub.loaders.atari import UPSTREAM, AtariLoader
-from datasets_hub.loaders.atari_replay import NpyStream, checkpoint_file
 
 import datasets_hub
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
+from datasets_hub.loaders.atari import UPSTREAM, AtariLoader
+from datasets_hub.loaders.atari_replay import NpyStream, checkpoint_file
 from datasets_hub.testing import check_loader
 
 SHAPE = (6, 5)  # tiny frames: the loader reads the shape from the .npy header
@@ -90,7 +90,7 @@ def play(buf: DopamineBuffer, lengths, ends) -> dict[int, tuple]:
     """Add episodes; return g -> (episode, t, action, reward, terminal, next g or None)."""
     truth: dict[int, tuple] = {}
     g = 1
-    for e, (length, end) in enumerate(zip(lengths, ends)):
+    for e, (length, end) in enumerate(zip(lengths, ends, strict=True)):
         for t in range(length):
             last = t == length - 1
             term = int(last and end == "terminal")
@@ -112,9 +112,9 @@ def save_checkpoint(folder: Path, k: int, log: dict) -> None:
 def dopamine_valid(log: dict, index: int, cap: int = CAP, horizon: int = 1) -> bool:
     """Dopamine's ``OutOfGraphReplayBuffer.is_valid_transition`` on a logged buffer, rule by rule."""
     add_count = int(log["add_count"])
-    if add_count < cap:  # not full (also batch_rl's final log, whose add_count is the cursor)
-        if index >= add_count - horizon or index < STACK - 1:
-            return False
+    # not full (also batch_rl's final log, whose add_count is the cursor)
+    if add_count < cap and (index >= add_count - horizon or index < STACK - 1):
+        return False
     if index in {int(i) % cap for i in log["invalid_range"]}:
         return False
     return not any(log["terminal"][(index - k) % cap] for k in range(1, STACK))  # terminal inside the stack
@@ -161,7 +161,7 @@ def convert(folder: Path, checkpoints, chunk_rows=7, game="Pong", run="1"):
 
 def check_chunks(chunks, logs_and_ks, truth, chunk_rows):
     td = torch.cat(chunks)
-    if "history" in td:  # history frames: real frames of the episode, right before its first row
+    if "history" in td.keys():  # history frames: real frames of the episode, right before its first row
         hist = td["history"]
         for i in torch.nonzero(hist).reshape(-1).tolist():
             j = i + 1
@@ -196,7 +196,7 @@ def check_chunks(chunks, logs_and_ks, truth, chunk_rows):
     assert td["action"].dtype == torch.int32 and td["next", "reward"].dtype == torch.float32
     assert td["observation"].dtype == torch.uint8 and td["observation"].shape[1:] == SHAPE
     for chunk in chunks:  # whole episodes, within the row budget unless one episode is longer
-        ep = chunk["episode"][~chunk["history"]] if "history" in chunk else chunk["episode"]
+        ep = chunk["episode"][~chunk["history"]] if "history" in chunk.keys() else chunk["episode"]
         assert (td["episode"] == ep[0]).sum() == (ep == ep[0]).sum()
         assert (td["episode"] == ep[-1]).sum() == (ep == ep[-1]).sum()
         assert ep.numel() <= chunk_rows or ep[0] == ep[-1]
@@ -288,7 +288,7 @@ def test_end_to_end_over_http_with_endpoint(replay, monkeypatch):
         again = datasets_hub.load("atari/Pong/1", checkpoints=[0, 1])  # cached: no new request
         assert server.count(some) == 1 and len(again) == len(rb)
     data = rb[:]
-    td, rows = check_chunks(
+    _td, rows = check_chunks(
         [data.exclude("step", "done", "terminated", "truncated", ("next", "done"))],
         [(0, buf.logs[0]), (1, buf.logs[1])],
         truth,
@@ -316,7 +316,7 @@ def test_end_to_end_over_http_with_endpoint(replay, monkeypatch):
 
 
 def test_check_loader_contract(replay):
-    buf, _, folder = replay
+    _buf, _, folder = replay
     _, _, spec, files = convert(folder.parents[2], [0, 1, 2])
     summary = check_loader(AtariLoader, spec, files)
     assert summary["counts"]["transitions"] > 0 and summary["layout"]["obs"] == ["observation"]
@@ -382,7 +382,7 @@ def test_damaged_files_raise_loader_errors(replay, tmp_path):
     with pytest.raises(LoaderError, match="download it again"):
         convert(folder.parents[2], [0])
     target.write_bytes(b"not gzip at all")
-    with pytest.raises(LoaderError, match="not a gzipped .npy"):
+    with pytest.raises(LoaderError, match=r"not a gzipped \.npy"):
         convert(folder.parents[2], [0])
 
 
@@ -438,7 +438,7 @@ def test_final_checkpoint_never_samples_below_stack_size(replay):
     """batch_rl's log_final_buffer sets add_count to the cursor, so Dopamine treats the buffer as not
     full and never samples indices 0..stack_size-2, although they hold real frames of the episode
     that ran across the wrap. They must not become transitions (they were a 3-row episode before)."""
-    buf, truth, folder = replay
+    buf, _truth, folder = replay
     final = len(buf.logs) - 1
     log = buf.logs[final]
     assert int(log["add_count"]) < CAP and all(log["meta"][i] is not None for i in range(STACK - 1))
@@ -458,7 +458,7 @@ def test_frame_stacks_equal_dopamine_states(replay):
     their stacks must hold those frames, not zeros."""
     from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
 
-    buf, truth, folder = replay
+    buf, _truth, folder = replay
     ks = list(range(len(buf.logs)))
     rb = datasets_hub.load("atari/Pong/1", checkpoints=ks, base_url=folder.parents[2].as_uri())
     data = FrameStack(4).bind(rb)(rb[:])

@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from datasets_hub.loaders.rlu_atari import UPSTREAM, RLUAtariLoader, num_shards, shard_file
 from PIL import Image
 from test_tfrecord import encode_example, frame
 
 import datasets_hub
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
+from datasets_hub.loaders.rlu_atari import UPSTREAM, RLUAtariLoader, num_shards, shard_file
 from datasets_hub.testing import check_loader
 
 # per shard: episodes as (length L in steps, terminal, checkpoint_idx)

@@ -16,11 +16,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from datasets_hub.loaders import roboset as rs
-from datasets_hub.loaders.roboset import RoboSetLoader
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
+from datasets_hub.loaders import roboset as rs
+from datasets_hub.loaders.roboset import RoboSetLoader
 
 REPO = "jdvakil/RoboSet_Sim"
 TASK = "FK1-v4(expert)/FK1_MicroOpenRandom_v2d-v4"
@@ -295,7 +295,7 @@ def test_listing_offline_without_cache_is_a_clear_error(monkeypatch):
 
 def test_missing_task_upstream_is_a_clear_error(hub):
     spec = DatasetSpec(id="roboset/FK1-v4(expert)/NoSuchTask-v4", loader="roboset")
-    with pytest.raises(InvalidParameter, match="no .h5 file .* starts with 'FK1-v4\\(expert\\)/NoSuchTask-v4'"):
+    with pytest.raises(InvalidParameter, match=r"no \.h5 file .* starts with 'FK1-v4\(expert\)/NoSuchTask-v4'"):
         RoboSetLoader().resources(spec)
 
 

@@ -92,7 +92,7 @@ def logs(crb, tmp_path_factory):
             if suffix is not None:
                 buf.save(str(folder), suffix)
         episode += 1
-    for t in range(int(rng.integers(5, 20))):  # a last episode still running at the end of training
+    for _ in range(int(rng.integers(5, 20))):  # a last episode still running at the end of training
         buf.add(_frame(g, episode), int(rng.integers(0, 6)), np.float32(0.5), 0)
         g += 1
     buf.log_final_buffer()
@@ -109,7 +109,7 @@ def _dopamine_view(crb, folder, k):
         return buf, {}
     batch = buf.sample_transition_batch(batch_size=len(valid), indices=valid)
     names = [e.name for e in buf.get_transition_elements(len(valid))]
-    arrays = dict(zip(names, batch))
+    arrays = dict(zip(names, batch, strict=True))
     out = {}
     for j, i in enumerate(valid):
         out[i] = (
@@ -143,7 +143,9 @@ def test_every_dopamine_sample_equals_ours(crb, logs):
     ours = FrameStack(4).bind(rb)(rb[:])
     where = {
         (int(k), int(i)): row
-        for row, (k, i) in enumerate(zip(ours["info", "checkpoint"].tolist(), ours["info", "replay_index"].tolist()))
+        for row, (k, i) in enumerate(
+            zip(ours["info", "checkpoint"].tolist(), ours["info", "replay_index"].tolist(), strict=True)
+        )
     }
     expected_rows = 0
     history_checked = 0

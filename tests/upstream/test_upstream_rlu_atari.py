@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-import datasets_hub
 from test_rlu_atari import SHARDS, write_shards
 from upstream_ref import upstream
+
+import datasets_hub
 
 
 @pytest.fixture(scope="module")
