@@ -248,6 +248,7 @@ def test_every_row_of_every_checkpoint(replay, chunk_rows):
     assert totals["episodes"] == len(set(td["episode"].tolist()))
     assert totals["terminated"] == int(td["next", "terminated"].sum())
     assert totals["next_observation_unknown_rows"] == int(td["info", "next_observation_unknown"].sum())
+    assert "clipped to [-1, 1]" in notes["reward"]  # Dopamine's runner clipped before storing (the card says so)
     per0 = notes["per_checkpoint"]["0"]
     assert per0["add_count"] == CAP - 1 and per0["padding_rows"] > 0 and per0["invalid_rows"] == STACK
 
