@@ -86,7 +86,7 @@ _EXPORTS: dict[str, str] = {
     "UncachedPreprocessWarning": "fingerprint",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [*sorted(_EXPORTS), "__version__"]  # noqa: PLE0604 - the lazy-export table lists the names
 
 
 def __getattr__(name: str) -> Any:

@@ -12,11 +12,11 @@ import lerobot_writer as lw
 import numpy as np
 import pytest
 import torch
-from datasets_hub.loaders import lerobot as lr
-from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
 
 from datasets_hub.errors import CorruptFile, DownloadError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec
+from datasets_hub.loaders import lerobot as lr
+from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
 
 os.environ.setdefault("SVT_LOG", "1")  # the SVT-AV1 encoder logs its configuration at info level otherwise
 REPO = "acme/koch_push"
@@ -216,7 +216,7 @@ def test_unknown_version_is_named(tmp_path, hub):
     info = tmp_path / "d" / "meta" / "info.json"
     info.write_text(info.read_text().replace('"v3.0"', '"v4.0"'))
     hub(lw.files_of(tmp_path / "d"))
-    with pytest.raises(LoaderError, match="codebase_version 'v4.0' is not supported"):
+    with pytest.raises(LoaderError, match=r"codebase_version 'v4.0' is not supported"):
         datasets_hub.load(ID)
 
 
@@ -275,7 +275,7 @@ def test_truncated_mp4_is_a_corrupt_file(tmp_path, hub, written):
     video = "videos/observation.images.wrist/chunk-000/file-001.mp4"
     files[video] = files[video][: len(files[video]) // 2]
     hub(files)
-    with pytest.raises(CorruptFile, match="episode 2, camera 'observation.images.wrist'.*file-001.mp4"):
+    with pytest.raises(CorruptFile, match=r"episode 2, camera 'observation.images.wrist'.*file-001.mp4"):
         datasets_hub.load(ID, num_workers=1)
     _no_build_left()
 
@@ -298,7 +298,7 @@ def test_parquet_disagreeing_with_episode_metadata(tmp_path, hub, written):
     )
     hub(lw.files_of(copy))
     with pytest.raises(
-        LoaderError, match="episode 0 .*4 rows with episode_index 0 but the episode metadata says length 5"
+        LoaderError, match=r"episode 0 .*4 rows with episode_index 0 but the episode metadata says length 5"
     ):
         datasets_hub.load(ID, num_workers=1)
     _no_build_left()
@@ -345,7 +345,7 @@ def test_missing_camera(tmp_path, hub, written):
     files = lw.files_of(root)
     gone = {p: d for p, d in files.items() if "observation.images.wrist" not in p}
     hub(gone)
-    with pytest.raises(DownloadError, match="videos/observation.images.wrist/chunk-000/file-000.mp4"):
+    with pytest.raises(DownloadError, match=r"videos/observation.images.wrist/chunk-000/file-000.mp4"):
         datasets_hub.load(ID, num_workers=1)
     _no_build_left()
 
@@ -356,8 +356,8 @@ def test_missing_camera(tmp_path, hub, written):
     hub(lw.files_of(copy), repo="acme/other")
     with pytest.raises(
         LoaderError,
-        match="camera 'observation.images.wrist' is declared in info.json but "
-        "meta/episodes has no videos/observation.images.wrist/chunk_index",
+        match=r"camera 'observation.images.wrist' is declared in info.json but "
+        r"meta/episodes has no videos/observation.images.wrist/chunk_index",
     ):
         datasets_hub.load("lerobot/acme/other", num_workers=1)
     _no_build_left("lerobot/acme/other")
