@@ -374,9 +374,8 @@ def test_check_loader_contract(tmp_path, written):
 
 # -- delta_timestamps ----------------------------------------------------------------------------
 def test_delta_timestamps_windows(hub, written):
-    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler
-
     import datasets_hub
+    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler
 
     root, spec, summary = written["v3.0"]
     hub(lw.files_of(root))

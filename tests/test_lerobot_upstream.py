@@ -25,9 +25,9 @@ import torch
 pytest.importorskip("lerobot.datasets.lerobot_dataset", reason="lerobot is installed only in .venv-upstream-lerobot")
 
 import lerobot_writer as lw
-from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
 
 from datasets_hub.loader import DatasetSpec, LoaderContext
+from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
 
 os.environ.setdefault("SVT_LOG", "1")
 REPO = "acme/koch_push"
@@ -104,11 +104,11 @@ def test_v21_matches_lerobot_after_its_own_conversion(tmp_path):
 def test_delta_timestamps_windows_match(tmp_path):
     """Our delta_timestamps windows (WindowSampler offsets at the dataset's fps, padded at episode
     edges with ``<key>_is_pad``) give LeRobot's values and padding masks, for every frame."""
-    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler, ted_key
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.tensor_storages import LazyTensorStorage
+    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler, ted_key
 
     root = tmp_path / REPO
     lw.write_dataset(root, lw.Spec(version="v3.0"))

@@ -1,6 +1,6 @@
 """Import stand-in for torchvision (see tests/upstream_shims/README.md): importable, unusable."""
 
-from . import transforms  # noqa: F401
+from . import transforms  # noqa: F401 - makes the submodule an attribute, as in torchvision
 
 __version__ = "0.0+standin"
 

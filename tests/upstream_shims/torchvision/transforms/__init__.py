@@ -1,6 +1,6 @@
 """Import stand-in (see tests/upstream_shims/README.md)."""
 
-from . import v2  # noqa: F401
+from . import v2  # noqa: F401 - makes the submodule an attribute, as in torchvision
 
 
 class ToTensor:

@@ -3,7 +3,7 @@ own transform classes can be defined; nothing here transforms an image."""
 
 import torch
 
-from . import functional  # noqa: F401
+from . import functional  # noqa: F401 - makes the submodule an attribute, as in torchvision
 
 
 class Transform(torch.nn.Module):
