@@ -20,6 +20,8 @@ _EXPORTS: dict[str, str] = {
     "info": "hub",
     "list_datasets": "hub",
     "register_dataset": "catalogue",
+    "export": "publish",
+    "push": "publish",
     "normalized_score": "scores",
     "DatasetInfo": "hub",
     # plugin contract
@@ -86,7 +88,7 @@ _EXPORTS: dict[str, str] = {
     "UncachedPreprocessWarning": "fingerprint",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [*sorted(_EXPORTS), "__version__"]  # noqa: PLE0604 - the lazy-export table lists the names
 
 
 def __getattr__(name: str) -> Any:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, did_you_mean
 from datasets_hub.loader import DatasetSpec, Resource

@@ -16,8 +16,8 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.errors import CacheError
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.errors import CacheError
 
 Key = tuple[str, ...]
 _ROOT_FLAGS = ("done", "terminated", "truncated")
@@ -45,7 +45,7 @@ def _open_leaf(path: Path, dtype_name: str, shape: list[int], rows: int) -> torc
     return torch.from_numpy(array)
 
 
-def reopen_build(path: str, fingerprint: str | None) -> "DatasetStorage":
+def reopen_build(path: str, fingerprint: str | None) -> DatasetStorage:
     """Open the build at ``path`` again (how a pickled :class:`DatasetStorage` comes back), refusing a
     build whose fingerprint is no longer ``fingerprint``: it was rebuilt or replaced in between."""
     storage = DatasetStorage(path)

@@ -12,9 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import numpy as np
+import torch
 import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
@@ -175,7 +174,7 @@ class ListStorage(Storage):
         n = len(items)
         if top > n:  # a batch may fill rows past the end in any order, as long as it leaves no gap
             items.extend([_GAP] * (top - n))
-        for c, v in zip(cursors, values):
+        for c, v in zip(cursors, values, strict=True):
             items[c] = v
         if top > n and any(x is _GAP for x in items[n:]):
             del items[n:]
