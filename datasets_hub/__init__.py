@@ -34,7 +34,7 @@ _EXPORTS: dict[str, str] = {
     # transforms
     "Transform": "buffers.transforms", "Compose": "buffers.transforms", "Rename": "buffers.transforms", "Select": "buffers.transforms",
     "Exclude": "buffers.transforms", "FrameStack": "buffers.frame_stack", "FullStackSampler": "buffers.frame_stack",
-    "EpisodeIndex": "buffers.episode_index",
+    "EpisodeIndex": "buffers.episode_index", "ReturnToGo": "buffers.returns",
     # interop (DESIGN.md §8)
     "BufferDataset": "interop.torch_data", "SampledBatches": "interop.torch_data", "EpisodeShardSampler": "interop.torch_data",
     "tensordict_collate": "interop.torch_data", "to_torchrl": "interop.torchrl", "RayReplayBuffer": "interop.ray",
