@@ -63,13 +63,16 @@ def _flat_reward(reward: Any) -> torch.Tensor:
 
 def _row_episode_end(start: torch.Tensor, length: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """For every row: the end (exclusive) of its episode, and the episode's ordinal (-1: none)."""
-    ordinal = torch.full((n,), -1, dtype=torch.int64)
-    ordinal[torch.repeat_interleave(start, length) + _ranks(length)] = torch.repeat_interleave(
-        torch.arange(start.numel()), length)
-    end = torch.zeros(n, dtype=torch.int64)
-    inside = ordinal >= 0
-    end[inside] = (start + length)[ordinal[inside]]
-    return end, ordinal
+    ordinal = torch.repeat_interleave(torch.arange(start.numel()), length)
+    end = torch.repeat_interleave(start + length, length)
+    if ordinal.numel() == n:  # episodes cover every row (the usual layout): no scatter needed
+        return end, ordinal
+    rows = torch.repeat_interleave(start, length) + _ranks(length)
+    full_ordinal = torch.full((n,), -1, dtype=torch.int64)
+    full_ordinal[rows] = ordinal
+    full_end = torch.zeros(n, dtype=torch.int64)
+    full_end[rows] = end
+    return full_end, full_ordinal
 
 
 def _ranks(length: torch.Tensor) -> torch.Tensor:
@@ -112,12 +115,10 @@ def reward_to_go(reward: Any, start: Any, length: Any, gamma: float, *, terminat
     shift = 1
     while shift < longest:
         # compose each row's affine map with the one `shift` rows later: (a, b) o (a', b') = (a a', b + a b')
-        b_next = torch.zeros_like(b)
-        b_next[:-shift] = b[shift:]
-        a_next = torch.zeros_like(a)
-        a_next[:-shift] = a[shift:]
-        b = b + a * b_next
-        a = a * a_next
+        b[:-shift] += a[:-shift] * b[shift:]  # the right side is materialised before the in-place add
+        a_next = a[:-shift] * a[shift:]
+        a[-shift:] = 0.0
+        a[:-shift] = a_next
         shift *= 2
         if not bool(a.any()):
             break
