@@ -111,13 +111,15 @@ def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
 
 def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None, transform: Any = None,
          prefetch: int = 0, download: bool = True, generator: torch.Generator | None = None,
-         preprocess: Any = None, **params: Any):
+         preprocess: Any = None, preprocess_by: str | None = None, **params: Any):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
 
     ``params`` override the catalogue's parameters (and so select a different build). The buffer
     samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
     ``preprocess`` (a function or a list of functions, applied in order) maps the stored transitions
     once, cached by fingerprint (see :mod:`datasets_hub.preprocess`); ``transform`` then runs on samples.
+    ``preprocess_by="episode"`` hands those functions whole episodes (default: what each function
+    declares in its ``by`` attribute, else ``"row"``).
     """
     steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
     if not all(callable(fn) for fn in steps):
@@ -139,7 +141,7 @@ def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None,
     if steps:
         from datasets_hub.preprocess import preprocess_chain
 
-        rb = preprocess_chain(rb, steps, transform=transform)
+        rb = preprocess_chain(rb, steps, transform=transform, by=preprocess_by)
     return rb
 
 
