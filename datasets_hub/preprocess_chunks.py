@@ -13,6 +13,7 @@ Two modes (``by=``):
 
 A function may declare its mode with a ``by`` attribute (``ReturnToGo.by == "episode"``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -40,8 +41,10 @@ def resolve_mode(fn: Callable, by: str | None, fn_name: str) -> str:
 
         raise InvalidParameter(f"by must be 'row' or 'episode', got {by!r}." + did_you_mean(str(by), MODES))
     if declared == "episode" and by == "row":
-        raise InvalidParameter(f"{fn_name} works on whole episodes (its by = 'episode'); it cannot run with by='row', "
-                               "where chunks cut episodes. Leave by unset or pass by='episode'")
+        raise InvalidParameter(
+            f"{fn_name} works on whole episodes (its by = 'episode'); it cannot run with by='row', "
+            "where chunks cut episodes. Leave by unset or pass by='episode'"
+        )
     return by
 
 
@@ -62,8 +65,10 @@ def episode_index_of(rb: Any) -> EpisodeIndex:
             except (KeyError, AttributeError):
                 continue
         return derive(column[:n])
-    raise InvalidParameter("preprocess(by='episode') needs episode boundaries: this buffer has no episode index, "
-                           "no 'episode' ids and no ('next', 'done') flags")
+    raise InvalidParameter(
+        "preprocess(by='episode') needs episode boundaries: this buffer has no episode index, "
+        "no 'episode' ids and no ('next', 'done') flags"
+    )
 
 
 def row_chunks(n: int, chunk_size: int) -> list[tuple[int, int]]:
@@ -76,7 +81,11 @@ def episode_chunks(index: EpisodeIndex, n: int, chunk_size: int) -> list[tuple[i
     chunks, a = [], 0
     while a < n:
         fit = int(torch.searchsorted(cuts, torch.tensor(a + chunk_size), right=True)) - 1
-        b = int(cuts[fit]) if fit >= 0 and int(cuts[fit]) > a else int(cuts[int(torch.searchsorted(cuts, torch.tensor(a), right=True))])
+        b = (
+            int(cuts[fit])
+            if fit >= 0 and int(cuts[fit]) > a
+            else int(cuts[int(torch.searchsorted(cuts, torch.tensor(a), right=True))])
+        )
         chunks.append((a, b))
         a = b
     return chunks
@@ -105,7 +114,9 @@ def _call(fn: Callable, rows: Rows, a: int, b: int, fn_name: str) -> Any:
     try:
         return fn(rows(a, b))
     except Exception as exc:
-        raise PreprocessError(f"{fn_name} failed on transitions [{a}, {b}) (the probe): {type(exc).__name__}: {exc}") from exc
+        raise PreprocessError(
+            f"{fn_name} failed on transitions [{a}, {b}) (the probe): {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def row_probe_windows(n: int) -> list[tuple[int, int]]:
@@ -140,7 +151,8 @@ def check_row_wise(fn: Callable, rows: Rows, n: int, fn_name: str) -> None:
                 "whose boundaries fall anywhere, so the result would depend on the chunking. If fn works on whole "
                 "episodes (returns-to-go, per-episode statistics), pass by='episode': rb.preprocess(fn, "
                 "by='episode') or load(id, preprocess=fn, preprocess_by='episode'). If fn is random, make it "
-                "deterministic (e.g. seed it from td['episode'] and td['step'])")
+                "deterministic (e.g. seed it from td['episode'] and td['step'])"
+            )
 
 
 def check_episode_wise(fn: Callable, rows: Rows, chunks: list[tuple[int, int]], fn_name: str) -> None:
@@ -157,7 +169,8 @@ def check_episode_wise(fn: Callable, rows: Rows, chunks: list[tuple[int, int]], 
         raise PreprocessError(
             f"{fn_name} is not episode-wise: its output {key!r} for the episodes in transitions [{a}, {m}) and "
             f"[{m}, {b}) changed when they were passed in one chunk rather than apart. With by='episode' fn gets "
-            "whole episodes, several per chunk; its output for an episode must depend on that episode alone")
+            "whole episodes, several per chunk; its output for an episode must depend on that episode alone"
+        )
 
 
 def single_episode_chunks(index: EpisodeIndex, n: int) -> list[tuple[int, int]]:

@@ -1,4 +1,5 @@
 """preprocess(by="episode"), the row-wise probe and the fingerprint of chunking settings (issue 13)."""
+
 from __future__ import annotations
 
 import pytest
@@ -95,7 +96,9 @@ def test_a_per_episode_fn_in_row_mode_is_refused(isolated_cache):
         rb.preprocess(ReturnToGo(0.9), by="row")
     with pytest.raises(InvalidParameter, match="by must be"):
         rb.preprocess(scale, by="episodes")
-    assert not (isolated_cache / "preprocessed").exists() or not list((isolated_cache / "preprocessed").glob("*/*/manifest.json"))
+    assert not (isolated_cache / "preprocessed").exists() or not list(
+        (isolated_cache / "preprocessed").glob("*/*/manifest.json")
+    )
 
 
 def test_a_fn_mixing_episodes_is_refused_by_episode(isolated_cache):
@@ -142,5 +145,6 @@ def test_issue_example_cartpole_return_to_go(isolated_cache):
     out = dh.load("gym/cartpole-random-v0", preprocess=ReturnToGo(0.99))
     torch.testing.assert_close(out[:]["return_to_go"][:, 0], expected.float(), rtol=1e-5, atol=1e-4)
     again = dh.load("gym/cartpole-random-v0", preprocess=my_rtg, preprocess_by="episode")
-    torch.testing.assert_close(again[:]["rtg"][:, 0], loop_rtg(data["next", "reward"].reshape(-1),
-                                                               data["episode"].tolist(), 0.9).float())
+    torch.testing.assert_close(
+        again[:]["rtg"][:, 0], loop_rtg(data["next", "reward"].reshape(-1), data["episode"].tolist(), 0.9).float()
+    )

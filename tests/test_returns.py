@@ -1,4 +1,5 @@
 """Returns over episodes (datasets_hub.buffers.returns) against plain Python loops."""
+
 from __future__ import annotations
 
 import math
@@ -9,7 +10,12 @@ from tensordict import TensorDict
 
 import datasets_hub as dh
 from datasets_hub.buffers.returns import (
-    ReturnToGo, episode_layout, episode_returns, monte_carlo_returns, n_step_from_reward_to_go, n_step_returns,
+    ReturnToGo,
+    episode_layout,
+    episode_returns,
+    monte_carlo_returns,
+    n_step_from_reward_to_go,
+    n_step_returns,
     reward_to_go,
 )
 from datasets_hub.errors import InvalidParameter
@@ -40,7 +46,7 @@ def _loop_nstep(r, start, length, gamma, n, terminated):
     for e, (s, L) in enumerate(zip(start.tolist(), length.tolist())):
         for t in range(s, s + L):
             m = min(n, s + L - t)
-            value.append(sum(gamma ** k * float(r[t + k]) for k in range(m)))
+            value.append(sum(gamma**k * float(r[t + k]) for k in range(m)))
             steps.append(m)
             boot.append(t + m - 1)
             mask.append(not (t + m == s + L and bool(terminated[e])))
@@ -65,7 +71,7 @@ def test_reward_to_go_gaps_and_long_episode_no_overflow():
     assert torch.allclose(got, _loop_rtg(r, start, length, 0.9), atol=1e-9)
     gaps = torch.ones(n, dtype=torch.bool)
     for s, L in zip(start.tolist(), length.tolist()):
-        gaps[s:s + L] = False
+        gaps[s : s + L] = False
     assert torch.all(got[gaps] == 0) and torch.isfinite(got).all()
 
 
@@ -105,7 +111,7 @@ def test_n_step_per_row_n_from_stored_column():
     got = n_step_from_reward_to_go(rtg, sel, end, 0.8, n)
     for i, t in enumerate(sel.tolist()):
         m = min(int(n[i]), int(end[i]) - t)
-        assert math.isclose(float(got.value[i]), sum(0.8 ** k * float(r[t + k]) for k in range(m)), abs_tol=1e-9)
+        assert math.isclose(float(got.value[i]), sum(0.8**k * float(r[t + k]) for k in range(m)), abs_tol=1e-9)
     assert got.mask.all()  # nothing terminated: every end bootstraps
 
 

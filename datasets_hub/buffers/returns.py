@@ -17,6 +17,7 @@ Definitions, for a row ``t`` of an episode whose rows end before ``end`` (exclus
   after a true end; a time limit is bootstrapped). From a stored reward-to-go column it is one
   subtraction, ``R_t - gamma^m R_{t+m}`` (``R_{t+m}`` only inside the episode): O(1) per row.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ def _episodes(start: Any, length: Any, n: int) -> tuple[torch.Tensor, torch.Tens
             raise InvalidParameter("every episode length must be >= 1")
         end = start + length
         if int(start.min()) < 0 or int(end.max()) > n:
-            raise InvalidParameter(f"episodes reach rows [{int(start.min())}, {int(end.max())}) of a {n}-row reward column")
+            raise InvalidParameter(
+                f"episodes reach rows [{int(start.min())}, {int(end.max())}) of a {n}-row reward column"
+            )
         if bool((start[1:] < end[:-1]).any()):
             raise InvalidParameter("episodes must be sorted by start and must not overlap")
     return start, length
@@ -84,8 +87,9 @@ def _ranks(length: torch.Tensor) -> torch.Tensor:
     return torch.arange(total) - offsets
 
 
-def reward_to_go(reward: Any, start: Any, length: Any, gamma: float, *, terminated: Any = None,
-                 bootstrap: Any = None) -> torch.Tensor:
+def reward_to_go(
+    reward: Any, start: Any, length: Any, gamma: float, *, terminated: Any = None, bootstrap: Any = None
+) -> torch.Tensor:
     """``R_t`` for every row (module docstring), float64 ``[N]``; rows outside every episode get 0.
 
     ``reward``: ``[N]`` or ``[N, 1]``; ``start``/``length``: ``[E]`` episode layout; ``gamma`` in
@@ -165,8 +169,15 @@ class NStepReturn:
     mask: torch.Tensor
 
 
-def n_step_from_reward_to_go(rtg: torch.Tensor, rows: torch.Tensor, episode_end: torch.Tensor, gamma: float,
-                             n: int | torch.Tensor, *, terminated: torch.Tensor | None = None) -> NStepReturn:
+def n_step_from_reward_to_go(
+    rtg: torch.Tensor,
+    rows: torch.Tensor,
+    episode_end: torch.Tensor,
+    gamma: float,
+    n: int | torch.Tensor,
+    *,
+    terminated: torch.Tensor | None = None,
+) -> NStepReturn:
     """n-step returns of ``rows`` from a stored reward-to-go column, O(1) per row.
 
     ``rtg``: the ``[N]`` (or ``[N, 1]``) column from :func:`reward_to_go` with the same ``gamma``
@@ -189,13 +200,17 @@ def n_step_from_reward_to_go(rtg: torch.Tensor, rows: torch.Tensor, episode_end:
     inside = rows + steps < episode_end
     later = column[torch.where(inside, rows + steps, rows)].to(torch.float64)
     value = column[rows].to(torch.float64) - torch.where(inside, discount * later, torch.zeros_like(later))
-    ended = torch.zeros_like(inside) if terminated is None else torch.as_tensor(terminated, dtype=torch.bool,
-                                                                                 device=column.device).reshape(-1)
+    ended = (
+        torch.zeros_like(inside)
+        if terminated is None
+        else torch.as_tensor(terminated, dtype=torch.bool, device=column.device).reshape(-1)
+    )
     return NStepReturn(value, steps, discount, rows + steps - 1, inside | ~ended)
 
 
-def n_step_returns(reward: Any, start: Any, length: Any, gamma: float, n: int | torch.Tensor, *,
-                   terminated: Any = None) -> NStepReturn:
+def n_step_returns(
+    reward: Any, start: Any, length: Any, gamma: float, n: int | torch.Tensor, *, terminated: Any = None
+) -> NStepReturn:
     """n-step returns of every row of every episode (rows outside episodes are dropped: the
     result has ``sum(length)`` rows, in episode order); ``terminated`` is per episode ``[E]``."""
     r = _flat_reward(reward)
@@ -203,12 +218,19 @@ def n_step_returns(reward: Any, start: Any, length: Any, gamma: float, n: int | 
     rtg = reward_to_go(r, start, length, gamma)
     rows = torch.repeat_interleave(start, length) + _ranks(length)
     ended = _episode_flags(terminated, start.numel(), "terminated")
-    return n_step_from_reward_to_go(rtg, rows, torch.repeat_interleave(start + length, length), gamma, n,
-                                    terminated=torch.repeat_interleave(ended, length))
+    return n_step_from_reward_to_go(
+        rtg,
+        rows,
+        torch.repeat_interleave(start + length, length),
+        gamma,
+        n,
+        terminated=torch.repeat_interleave(ended, length),
+    )
 
 
-def monte_carlo_returns(reward: Any, start: Any, length: Any, gamma: float, *, terminated: Any = None,
-                        bootstrap: Any = None) -> torch.Tensor:
+def monte_carlo_returns(
+    reward: Any, start: Any, length: Any, gamma: float, *, terminated: Any = None, bootstrap: Any = None
+) -> torch.Tensor:
     """The Monte-Carlo return of every row (Cal-QL's ``mc_return``): :func:`reward_to_go`, with an
     optional value bootstrapped at the end of truncated episodes only."""
     return reward_to_go(reward, start, length, gamma, terminated=terminated, bootstrap=bootstrap)
@@ -242,8 +264,14 @@ class ReturnToGo:
 
     by = "episode"
 
-    def __init__(self, gamma: float, *, reward_key: Key = ("next", "reward"), out_key: Key = "return_to_go",
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        gamma: float,
+        *,
+        reward_key: Key = ("next", "reward"),
+        out_key: Key = "return_to_go",
+        dtype: torch.dtype | None = None,
+    ) -> None:
         self.gamma = _check_gamma(gamma)
         self.reward_key = reward_key
         self.out_key = out_key
