@@ -21,8 +21,9 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from datasets_hub import __version__
 from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, UnknownLoader, did_you_mean
@@ -156,8 +157,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, truncate_la
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     lines = []
-    for row in [list(headers)] + cells:
-        line = "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths[:-1])) + "  " + row[-1]
+    for row in [list(headers), *cells]:
+        line = "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths[:-1], strict=True)) + "  " + row[-1]
         if truncate_last and len(line) > _width():
             line = line[: _width() - 1] + "…"
         lines.append(line.rstrip())
@@ -170,9 +171,9 @@ def _out(lines: str | Sequence[str] = "") -> None:
 
 # ------------------------------------------------------------------------------------------ commands
 def cmd_list(args: argparse.Namespace) -> int:
+    from datasets_hub.cache import read_manifest
     from datasets_hub.catalogue import all_entries, list_ids
     from datasets_hub.maintenance import cached_ids, catalogue_build
-    from datasets_hub.cache import read_manifest
     from datasets_hub.plugins import loader_names
 
     ids = list_ids(loader=args.loader, search=args.search)
@@ -341,7 +342,9 @@ def _plot(card: Any, target: Path) -> None:
     lengths = storage.episode_index().length.numpy()
     fig = Figure(figsize=(10, 4))
     FigureCanvasAgg(fig)
-    for ax, values, label in zip(fig.subplots(1, 2), (returns, lengths), ("episode return", "episode length")):
+    for ax, values, label in zip(
+        fig.subplots(1, 2), (returns, lengths), ("episode return", "episode length"), strict=True
+    ):
         ax.hist(values, bins=min(50, max(5, len(values) // 2)))
         ax.set_xlabel(label)
         ax.set_ylabel("episodes")

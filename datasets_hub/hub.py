@@ -146,10 +146,10 @@ def load(
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
     path = _ensure_build(dataset_id, force=False, allow_download=download, params=params)
-    from datasets_hub.dataset_storage import DatasetStorage
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers import RandomSampler
     from datasets_hub.buffers.writers import ImmutableDatasetWriter
+    from datasets_hub.dataset_storage import DatasetStorage
 
     storage = DatasetStorage(path)
     rb = TensorDictReplayBuffer(

@@ -52,10 +52,11 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote, unquote
 
 _FAULT_KEYS = {
@@ -114,7 +115,7 @@ class FileServer:
             self.add(path, data)
 
     # lifecycle
-    def start(self) -> "FileServer":
+    def start(self) -> FileServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
@@ -123,7 +124,7 @@ class FileServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def __enter__(self) -> "FileServer":
+    def __enter__(self) -> FileServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
