@@ -16,7 +16,8 @@ A function may declare its mode with a ``by`` attribute (``ReturnToGo.by == "epi
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase

@@ -26,8 +26,8 @@ from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
 from datasets_hub.fingerprint import UncachedPreprocessWarning
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.preprocessed_storage import PreprocessedStorage
 from datasets_hub.preprocess_chunks import probe_calls
+from datasets_hub.preprocessed_storage import PreprocessedStorage
 from datasets_hub.testing import FakeLoader
 
 LENGTHS = [40, 25, 35, 50, 30, 20]  # 200 transitions, 6 episodes

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
-from tensordict import TensorDict
 
 import datasets_hub as dh
 from datasets_hub import LazyTensorStorage, TensorDictReplayBuffer
-from datasets_hub.build import build
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.returns import ReturnToGo
+from datasets_hub.build import build
 from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter, PreprocessError
 from datasets_hub.loader import DatasetSpec
@@ -68,7 +69,7 @@ def test_episode_chunks_cut_only_at_episode_starts():
     index = EpisodeIndex.from_lengths([40, 25, 35, 50, 30, 20])
     chunks = episode_chunks(index, 200, 60)
     assert chunks[0][0] == 0 and chunks[-1][1] == 200
-    assert all(b == c for (_, b), (c, _) in zip(chunks, chunks[1:]))
+    assert all(b == c for (_, b), (c, _) in itertools.pairwise(chunks))
     starts = set(index.start.tolist()) | {200}
     assert all(b in starts for _, b in chunks)
     assert (0, 40) in chunks  # 40 + 25 > 60: cut after the first episode

@@ -31,7 +31,7 @@ def _layout(lengths, gap=0):
 
 def _loop_rtg(r, start, length, gamma, terminated=None, bootstrap=None):
     out = [0.0] * len(r)
-    for e, (s, n) in enumerate(zip(start.tolist(), length.tolist())):
+    for e, (s, n) in enumerate(zip(start.tolist(), length.tolist(), strict=True)):
         g = 0.0
         if bootstrap is not None and not (terminated is not None and bool(terminated[e])):
             g = float(bootstrap[e])
@@ -43,7 +43,7 @@ def _loop_rtg(r, start, length, gamma, terminated=None, bootstrap=None):
 
 def _loop_nstep(r, start, length, gamma, n, terminated):
     value, steps, boot, mask = [], [], [], []
-    for e, (s, L) in enumerate(zip(start.tolist(), length.tolist())):
+    for e, (s, L) in enumerate(zip(start.tolist(), length.tolist(), strict=True)):
         for t in range(s, s + L):
             m = min(n, s + L - t)
             value.append(sum(gamma**k * float(r[t + k]) for k in range(m)))
@@ -70,7 +70,7 @@ def test_reward_to_go_gaps_and_long_episode_no_overflow():
     got = reward_to_go(r, start, length, 0.9)
     assert torch.allclose(got, _loop_rtg(r, start, length, 0.9), atol=1e-9)
     gaps = torch.ones(n, dtype=torch.bool)
-    for s, L in zip(start.tolist(), length.tolist()):
+    for s, L in zip(start.tolist(), length.tolist(), strict=True):
         gaps[s : s + L] = False
     assert torch.all(got[gaps] == 0) and torch.isfinite(got).all()
 
