@@ -8,11 +8,11 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-from datasets_hub.loaders.ogbench import BASE_URL, HUNDRED_M, NUM_SHARDS, OGBenchLoader, dataset_names
 from ogbench_files import expected_transitions, write_ogbench
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
+from datasets_hub.loaders.ogbench import BASE_URL, HUNDRED_M, NUM_SHARDS, OGBenchLoader, dataset_names
 
 LENGTHS = [6, 0, 3, 9, 1]  # a single-row trajectory (0 transitions) mid-file, terminals mid-file and at the end
 
@@ -93,7 +93,7 @@ def test_hundred_million_sets_stream_shard_by_shard(tmp_path):
     assert [r.name for r in picked] == [f"{name}/cube-double-play-v0-000.npz", f"{name}/cube-double-play-v0-002.npz"]
     files, arrays = {}, []
     row = 0
-    for resource, lengths in zip(picked, ([5, 4], [3, 0, 7])):
+    for resource, lengths in zip(picked, ([5, 4], [3, 0, 7]), strict=True):
         path = tmp_path / resource.name
         arrays.append(write_ogbench(path, lengths, first_row=row))
         row += sum(length + 1 for length in lengths)
