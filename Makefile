@@ -61,7 +61,8 @@ bench: bench-install
 	$(BENCH_PY) benchmarks/build.py
 	$(BENCH_PY) benchmarks/images.py
 
-# Lint and types: ruff (rules and formatter settings in pyproject.toml) and mypy, from the `lint` extra.
+# Lint and types: ruff (rules, formatter) and mypy (on datasets_hub and loaders), configured in pyproject.toml,
+# installed from the `lint` extra.
 LINT_STAMP := $(VENV)/.lint-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
 $(LINT_STAMP): $(STAMP)
@@ -73,6 +74,7 @@ lint-install: $(LINT_STAMP)
 lint: lint-install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	@# a kept `# noqa` names its reason: `# noqa: CODE - why`
 	@! grep -rnE --include='*.py' '# noqa(: *[A-Z]+[0-9]+(, *[A-Z]+[0-9]+)*)? *$$' datasets_hub loaders tests benchmarks examples \
 		|| (echo "a # noqa above has no reason: write '# noqa: CODE - why'"; false)

@@ -41,7 +41,7 @@ def _is_usage_error(exc: BaseException) -> bool:
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage block) and did-you-mean for unknown commands."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if match:
             choices = re.findall(r"'([^']*)'", match.group(2))
@@ -513,7 +513,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------ entry point
-def _err(message: str) -> None:
+def _err(message: object) -> None:
     print(f"{PROG}: error: " + " ".join(str(message).split()), file=sys.stderr)
 
 

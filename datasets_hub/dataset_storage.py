@@ -111,7 +111,7 @@ class DatasetStorage(Storage):
     def episode_index(self) -> EpisodeIndex:
         return self._index
 
-    def _rows(self, index: Any) -> np.ndarray:
+    def _rows(self, index: Any) -> tuple[np.ndarray, tuple[int, ...]]:
         """``index`` as a flat int64 array of valid rows, plus the shape to give the result."""
         if isinstance(index, slice):
             rows = np.arange(self._len)[index]

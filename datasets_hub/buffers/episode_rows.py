@@ -109,7 +109,7 @@ class AnchorSampler(Sampler):
         self.episodes = EpisodeRows(traj_key=traj_key, end_key=end_key)
         self._generator: torch.Generator | None = None
 
-    @property  # type: ignore[override]
+    @property
     def generator(self) -> torch.Generator | None:
         return self._generator
 

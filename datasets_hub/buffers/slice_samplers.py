@@ -212,6 +212,7 @@ class SliceSampler(Sampler):
     def episodes(self, storage: Storage) -> EpisodeIndex:
         """The episodes slices are drawn from (cached; see the module docstring)."""
         index = storage.episode_index()
+        key: tuple
         if index is not None:
             key = ("index", id(storage), id(index))
         else:

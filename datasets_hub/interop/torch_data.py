@@ -134,7 +134,7 @@ def as_buffer(source: Any) -> Any:
     if isinstance(source, ReplayBuffer) or hasattr(source, "sample"):
         return source  # a buffer, an ensemble, or another object with the buffer API
     if isinstance(source, (str, os.PathLike)):
-        source = open_build(source)
+        source = open_build(os.fspath(source))
     if isinstance(source, Storage):
         return TensorDictReplayBuffer(storage=source)
     raise TypeError(
