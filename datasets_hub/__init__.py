@@ -20,6 +20,8 @@ _EXPORTS: dict[str, str] = {
     "info": "hub",
     "list_datasets": "hub",
     "register_dataset": "catalogue",
+    "export": "publish",
+    "push": "publish",
     "normalized_score": "scores",
     "DatasetInfo": "hub",
     # plugin contract

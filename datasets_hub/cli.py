@@ -144,6 +144,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed of the sampling generator")
     _add_param(p)
     p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("export", help="write a build in publishable form (zarr v3 chunks, manifest, dataset card)")
+    p.add_argument("id")
+    p.add_argument("dir", help="the folder to write (must not exist, or be empty)")
+    p.add_argument("--chunk-mb", type=float, default=4.0, help="uncompressed chunk size in MB (default 4)")
+    p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
+    _add_param(p)
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("push", help="export a build and upload it to a Hugging Face dataset repo")
+    p.add_argument("id")
+    p.add_argument("repo", help="the Hugging Face dataset repo, <org>/<name> (created if missing)")
+    p.add_argument("--revision", help="the branch to upload to (default: main)")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    _add_param(p)
+    p.set_defaults(func=cmd_push)
     return parser
 
 
@@ -509,6 +525,32 @@ def cmd_sample(args: argparse.Namespace) -> int:
         + (f" ({args.batch_size // args.slice_len} slices of {args.slice_len})" if args.slice_len else "")
     )
     _out(_table(("key", "shape", "dtype"), rows))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from datasets_hub.publish import export
+
+    if not args.chunk_mb > 0:
+        raise InvalidParameter(f"--chunk-mb must be positive, got {args.chunk_mb}")
+    out = export(
+        args.id,
+        args.dir,
+        chunk_bytes=max(1024, int(args.chunk_mb * (1 << 20))),
+        overwrite=args.overwrite,
+        **_params(args),
+    )
+    _out(
+        f"exported {args.id} to {out}; load it with datasets_hub.load('file://{out.absolute()}') or publish the folder"
+    )
+    return 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from datasets_hub.publish import push
+
+    url = push(args.id, args.repo, revision=args.revision, private=args.private or None, **_params(args))
+    _out(f"pushed {args.id} to {url}; load it with datasets_hub.load({url!r})")
     return 0
 
 
