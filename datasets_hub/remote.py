@@ -102,13 +102,13 @@ class RemoteFolder:
             except DownloadError as exc:
                 return {relpaths[0]: exc}
         if _offline():
-            exc = DownloadError(f"chunks of {self.shown} are needed but DATASETS_HUB_OFFLINE=1")
-            return {p: exc for p in relpaths}
+            offline = DownloadError(f"chunks of {self.shown} are needed but DATASETS_HUB_OFFLINE=1")
+            return dict.fromkeys(relpaths, offline)
         paths = {self.path(p): p for p in relpaths}
         try:
             got = self.fs.cat(list(paths), on_error="return")
         except Exception as exc:  # noqa: BLE001  (a backend that fails the whole call: reported per file)
-            return {p: exc for p in relpaths}
+            return dict.fromkeys(relpaths, exc)
         return {paths.get(k, k): (v if isinstance(v, Exception) else bytes(v)) for k, v in got.items()}
 
 
@@ -275,7 +275,7 @@ class Chunks:
         self.arrays: dict[str, dict[str, Any]] = published["arrays"]
         self.files: dict[str, dict[str, Any]] = published["files"]
         self.max_bytes = max_bytes
-        self.maps: dict[str, np.ndarray] = {}
+        self.maps: dict[str, np.memmap] = {}
         self.row_bytes: dict[str, int] = {}
         self._decoders: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._prototype: Any = None
@@ -570,7 +570,7 @@ class ResidentStorage(DatasetStorage):
         return self.get(index)  # evicted by another process in between: fetch again
 
     def read_key(self, key: str | tuple[str, ...]) -> Any:
-        names = [n for n in self._step_leaves + self._obs_leaves]
+        names = self._step_leaves + self._obs_leaves
         self.chunks.ensure(
             {
                 n: np.arange(int(self.chunks.arrays[n]["chunks"]))

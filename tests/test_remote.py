@@ -104,7 +104,7 @@ def _bytes_sent(server) -> int:
     total = 0
     for request in server.requests:
         path = request.path
-        data = server._files.get(path)  # noqa: SLF001  (the test server's own table, read by its own test)
+        data = server._files.get(path)  # the test server's own table, read by its own test
         total += len(data) if data is not None else 0
     return total
 
@@ -182,7 +182,7 @@ def test_server_gone_fails_only_for_missing_chunks(published, local_rb):
         rb = dh.load(url, resident="lazy")
         first = torch.arange(0, 8)
         assert _same(rb[first], local_rb[first])
-        for path in list(server._files):  # noqa: SLF001  (the test server's own table)
+        for path in list(server._files):  # the test server's own table
             server.fault(path, status=503)  # open keep-alive connections would outlive stop()
     assert _same(rb[first], local_rb[first])  # resident: no network needed
     with pytest.raises(DownloadError):
