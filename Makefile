@@ -12,7 +12,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-faults test-ray test-torchrl bench bench-install install lint lint-install clean
+.PHONY: demo test test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -79,5 +79,18 @@ lint: lint-install
 	@! grep -rnE --include='*.py' '# noqa(: *[A-Z]+[0-9]+(, *[A-Z]+[0-9]+)*)? *$$' datasets_hub loaders tests benchmarks examples \
 		|| (echo "a # noqa above has no reason: write '# noqa: CODE - why'"; false)
 
+# The documentation site (mkdocs.yml): guide, datasets, design, API reference from the docstrings.
+# --strict turns every warning (a broken link, an anchor, a docstring mkdocstrings cannot collect) into a failure.
+DOCS_STAMP := $(VENV)/.docs-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+
+$(DOCS_STAMP): $(STAMP)
+	$(PIP_INSTALL) -e '.[docs]'
+	rm -f $(VENV)/.docs-* && touch $@
+
+docs-install: $(DOCS_STAMP)
+
+docs: docs-install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) build site *.egg-info

@@ -1,4 +1,4 @@
-"""The ``datasets-hub`` command line (DESIGN.md §2): list, info, download, verify, rm, cache, sample.
+"""The ``datasets-hub`` command line (docs/reference/hub.md): list, info, download, verify, rm, cache, sample.
 
 ``main(argv=None) -> int`` returns the exit code (the console script exits with it):
 

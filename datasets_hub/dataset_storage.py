@@ -1,4 +1,4 @@
-"""Read-only storage over one lean-TED build (DESIGN.md §3–§4).
+"""Read-only storage over one lean-TED build (docs/design/ted.md, docs/design/on-disk.md).
 
 Observation-like keys are stored once per episode with T+1 rows; ``observation[t]`` and
 ``next/observation[t]`` are gathered from the same array at rows ``i + e`` and ``i + e + 1``

@@ -1,4 +1,4 @@
-"""The lean-TED writer: streams TED chunks from a loader into the on-disk layout of DESIGN.md §4.
+"""The lean-TED writer: streams TED chunks from a loader into the on-disk layout of docs/design/on-disk.md.
 
 Layout of ``data/`` (a tensordict memmap tree, opened by :class:`DatasetStorage`):
 

@@ -1,4 +1,4 @@
-"""Cached, fingerprinted, parallel preprocessing of a buffer's transitions (DESIGN.md §7, §8).
+"""Cached, fingerprinted, parallel preprocessing of a buffer's transitions (docs/guide/preprocessing.md).
 
 ``preprocess(rb, fn)`` returns a read-only buffer over ``fn`` mapped once over every stored row.
 The result lives in ``<cache>/preprocessed/<build-fp>/<transform-fp>/`` (:mod:`.fingerprint`);

@@ -125,7 +125,7 @@ def check_loader(
     *,
     max_chunks: int | None = None,
 ) -> dict[str, Any]:
-    """Check a loader class against the plugin contract (DESIGN.md §5); return the build summary.
+    """Check a loader class against the plugin contract (docs/design/plugins.md); return the build summary.
 
     Checks the class attributes, then (when ``spec`` is given) converts ``files`` twice into a
     temporary directory, validating every chunk against the TED contract and that two runs
@@ -158,9 +158,8 @@ def check_loader(
                 writer.write(chunk)
                 chunks.append(chunk.clone())
             summaries.append(writer.finish())
-        data = cast(
-            TensorDictBase, torch.cat(cast(Any, chunks))
-        )  # torch.cat dispatches TensorDicts; its stubs know only tensors
+        # torch.cat dispatches TensorDicts; its stubs know only tensors
+        data = cast(TensorDictBase, torch.cat(cast(Any, chunks)))
         if first is None:
             first = data
         elif not _same(first, data):

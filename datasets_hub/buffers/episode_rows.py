@@ -1,4 +1,4 @@
-"""Rows and their episodes, for samplers that look beyond the row they draw (DESIGN.md §6).
+"""Rows and their episodes, for samplers that look beyond the row they draw (docs/guide/sampling.md).
 
 Window, goal and return samplers all need, for a batch of rows, the episode each row belongs to
 and where that episode starts and ends. :class:`EpisodeRows` gives that in ``O(batch)`` (one

@@ -1,4 +1,4 @@
-"""Goal-conditioned sampling: transitions plus goals drawn from their own episode or the dataset (DESIGN.md §6).
+"""Goal-conditioned sampling: transitions plus goals drawn from their own episode or the dataset (docs/guide/sampling.md).
 
 Offline goal-conditioned agents (OGBench's GCIVL, GCIQL, QRL, CRL, HIQL; HER-style relabelling) do
 not train on uniform transitions alone: each sampled step ``t`` gets a goal that is the current

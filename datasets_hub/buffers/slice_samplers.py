@@ -1,4 +1,4 @@
-"""Sub-trajectory ("slice") samplers over episode boundaries (DESIGN.md §6).
+"""Sub-trajectory ("slice") samplers over episode boundaries (docs/guide/sampling.md).
 
 Where episodes are:
 - a storage with a build-time index (``storage.episode_index()`` is not None, e.g. the hub's

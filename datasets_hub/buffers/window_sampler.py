@@ -1,4 +1,4 @@
-"""Sequence windows around sampled steps, with edge padding and ``<key>_is_pad`` masks (DESIGN.md §6).
+"""Sequence windows around sampled steps, with edge padding and ``<key>_is_pad`` masks (docs/guide/sampling.md).
 
 What Diffusion Policy, ACT and Decision Transformer consume, and what LeRobot's ``delta_timestamps``
 describe: for each sampled anchor step ``t`` of an episode, the rows ``t + o * stride`` for a list of
