@@ -65,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "FrameStack": "buffers.frame_stack",
     "FullStackSampler": "buffers.frame_stack",
     "EpisodeIndex": "buffers.episode_index",
+    "ReturnToGo": "buffers.returns",
     # interop (docs/guide/interop.md)
     "BufferDataset": "interop.torch_data",
     "SampledBatches": "interop.torch_data",

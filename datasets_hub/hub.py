@@ -149,6 +149,7 @@ def load(
     download: bool = True,
     generator: torch.Generator | None = None,
     preprocess: Any = None,
+    preprocess_by: str | None = None,
     resident: str = "full",
     max_bytes: int | None = None,
     **params: Any,
@@ -159,6 +160,8 @@ def load(
     samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
     ``preprocess`` (a function or a list of functions, applied in order) maps the stored transitions
     once, cached by fingerprint (see :mod:`datasets_hub.preprocess`); ``transform`` then runs on samples.
+    ``preprocess_by="episode"`` hands those functions whole episodes (default: what each function
+    declares in its ``by`` attribute, else ``"row"``).
 
     ``dataset_id`` may also be the URL of a published build (``hf://datasets/<org>/<repo>[@rev]``,
     ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote`): ``resident="full"``
@@ -189,7 +192,7 @@ def load(
     if steps:
         from datasets_hub.preprocess import preprocess_chain
 
-        rb = preprocess_chain(rb, steps, transform=transform)
+        rb = preprocess_chain(rb, steps, transform=transform, by=preprocess_by)
     return rb
 
 

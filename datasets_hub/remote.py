@@ -102,7 +102,7 @@ class RemoteFolder:
             except DownloadError as exc:
                 return {relpaths[0]: exc}
         if _offline():
-            offline = DownloadError(f"chunks of {self.shown} are needed but DATASETS_HUB_OFFLINE=1")
+            offline: Exception = DownloadError(f"chunks of {self.shown} are needed but DATASETS_HUB_OFFLINE=1")
             return dict.fromkeys(relpaths, offline)
         paths = {self.path(p): p for p in relpaths}
         try:
@@ -570,12 +570,12 @@ class ResidentStorage(DatasetStorage):
         return self.get(index)  # evicted by another process in between: fetch again
 
     def read_key(self, key: str | tuple[str, ...]) -> Any:
-        names = self._step_leaves + self._obs_leaves
+        wanted = "/".join((key,) if isinstance(key, str) else key)
         self.chunks.ensure(
             {
-                n: np.arange(int(self.chunks.arrays[n]["chunks"]))
-                for n in names
-                if n.split("/", 1)[1] == "/".join((key,) if isinstance(key, str) else key)
+                name: np.arange(int(self.chunks.arrays[name]["chunks"]))
+                for name in self._step_leaves + self._obs_leaves
+                if name.split("/", 1)[1] == wanted
             }
         )
         return super().read_key(key)
