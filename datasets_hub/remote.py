@@ -140,7 +140,8 @@ def _filesystem(url: str) -> tuple[Any, str]:
     if url.startswith("s3://"):
         if importlib.util.find_spec("s3fs") is None:  # fsspec loads it by protocol
             raise MissingDependency("loading a build from S3 needs s3fs: pip install s3fs")
-        return fsspec.filesystem("s3"), url[len("s3://") :].rstrip("/")
+        # a fresh client per open: endpoint and credentials come from the AWS environment at call time
+        return fsspec.filesystem("s3", skip_instance_cache=True), url[len("s3://") :].rstrip("/")
     if url.startswith("file://"):
         return fsspec.filesystem("file"), url[len("file://") :].rstrip("/")
     raise InvalidParameter(
