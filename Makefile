@@ -12,7 +12,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-upstream-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install clean
+.PHONY: demo test test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,11 @@ $(ULR_STAMP): pyproject.toml constraints.txt
 
 test-upstream-lerobot: $(ULR_STAMP)
 	$(ULR_PY) -m pytest -q tests/test_lerobot_upstream.py -p no:cacheprovider
+
+# LeRobot-format datasets: our build + windows vs LeRobotDataset(delta_timestamps) (~10-20 min, ~20 GB of disk
+# for the ALOHA-shaped build; `--shapes pusht` alone takes ~3 min). Needs the venv above.
+bench-lerobot: $(ULR_STAMP)
+	$(ULR_PY) benchmarks/lerobot.py
 
 # Lint and types: ruff (rules and formatter settings in pyproject.toml) and mypy, from the `lint` extra.
 LINT_STAMP := $(VENV)/.lint-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
