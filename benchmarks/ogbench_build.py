@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _report import command, environment, write_report  # noqa: E402
+from _report import command, environment, write_report
 
 SET, STEM, TRAJ = "cube-double-play-100m-v0", "cube-double-play-v0", 1001
 
