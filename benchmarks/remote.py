@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import command, environment, write_report  # noqa: E402 - benchmarks/ is not a package
+from _report import command, environment, write_report
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "remote.json"
@@ -62,7 +62,7 @@ def make_handler(root: Path, throttle: Throttle) -> type[BaseHTTPRequestHandler]
         def log_message(self, *args: Any) -> None:
             pass
 
-        def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+        def do_GET(self) -> None:
             time.sleep(throttle.latency)
             path = (root / self.path.split("?", 1)[0].lstrip("/")).resolve()
             if not str(path).startswith(str(root)) or not path.is_file():
@@ -193,9 +193,9 @@ def atari_build(work: Path, frames: int) -> tuple[Any, Path]:
         built = images.build_with_hub(env)
     shutil.rmtree(data_root)
     os.environ["DATASETS_HUB_CACHE"] = str(work / "local-cache")
-    from datasets_hub.dataset_storage import DatasetStorage
-    from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub import SliceSampler
+    from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+    from datasets_hub.dataset_storage import DatasetStorage
 
     storage = DatasetStorage(built["path"])
     import torch
@@ -207,10 +207,10 @@ def atari_build(work: Path, frames: int) -> tuple[Any, Path]:
 
 
 def run_case(name: str, rb: Any, build: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
     from datasets_hub import SliceSampler
     from datasets_hub.publish import export
-
-    import torch
 
     local_rb = type(rb)(
         storage=rb.storage,
@@ -246,8 +246,10 @@ def run_case(name: str, rb: Any, build: Path, work: Path, args: argparse.Namespa
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| case | transitions | first batch (s) | open (s) | bytes before 1st batch | of the build | "
-        "lazy after warm-up / local | lazy resident / local | published / local build |",
+        (
+            "| case | transitions | first batch (s) | open (s) | bytes before 1st batch | of the build | "
+            "lazy after warm-up / local | lazy resident / local | published / local build |"
+        ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
