@@ -19,7 +19,7 @@ UPSTREAM_PY := $(UPSTREAM_VENV)/bin/python
 UPSTREAM_REQS := tests/upstream/requirements.txt tests/upstream/requirements-nodeps.txt
 UPSTREAM_STAMP := $(UPSTREAM_VENV)/.installed-$(shell cat pyproject.toml constraints.txt $(UPSTREAM_REQS) | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install clean
+.PHONY: demo test test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -120,7 +120,8 @@ test-upstream-lerobot: $(ULR_STAMP)
 bench-lerobot: $(ULR_STAMP)
 	$(ULR_PY) benchmarks/lerobot.py
 
-# Lint and types: ruff (rules and formatter settings in pyproject.toml) and mypy, from the `lint` extra.
+# Lint and types: ruff (rules, formatter) and mypy (on datasets_hub and loaders), configured in pyproject.toml,
+# installed from the `lint` extra.
 LINT_STAMP := $(VENV)/.lint-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
 $(LINT_STAMP): $(STAMP)
@@ -132,9 +133,23 @@ lint-install: $(LINT_STAMP)
 lint: lint-install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	@# a kept `# noqa` names its reason: `# noqa: CODE - why`
 	@! grep -rnE --include='*.py' '# noqa(: *[A-Z]+[0-9]+(, *[A-Z]+[0-9]+)*)? *$$' datasets_hub loaders tests benchmarks examples \
 		|| (echo "a # noqa above has no reason: write '# noqa: CODE - why'"; false)
 
+# The documentation site (mkdocs.yml): guide, datasets, design, API reference from the docstrings.
+# --strict turns every warning (a broken link, an anchor, a docstring mkdocstrings cannot collect) into a failure.
+DOCS_STAMP := $(VENV)/.docs-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+
+$(DOCS_STAMP): $(STAMP)
+	$(PIP_INSTALL) -e '.[docs]'
+	rm -f $(VENV)/.docs-* && touch $@
+
+docs-install: $(DOCS_STAMP)
+
+docs: docs-install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(UPSTREAM_VENV) $(ULR_VENV) build *.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) $(UPSTREAM_VENV) $(ULR_VENV) build site *.egg-info
