@@ -440,8 +440,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------ entry point
-def _err(message: str) -> None:
-    print(f"{PROG}: error: " + " ".join(str(message).split()), file=sys.stderr)
+def _err(message: object) -> None:
+    from datasets_hub.redact import redact_text
+
+    print(f"{PROG}: error: " + " ".join(redact_text(message).split()), file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
