@@ -6,6 +6,7 @@
 
 The cache root is read from ``DATASETS_HUB_CACHE`` at call time, never at import.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -69,8 +70,13 @@ def raw_file_path(loader_name: str, resource_name: str, source_key: str | None =
     from datasets_hub.errors import InvalidParameter
 
     parts = Path(resource_name).parts if isinstance(resource_name, str) else ()
-    if (not resource_name or not isinstance(resource_name, str) or Path(resource_name).is_absolute()
-            or any(p in ("..", ".") for p in parts) or "\x00" in resource_name):
+    if (
+        not resource_name
+        or not isinstance(resource_name, str)
+        or Path(resource_name).is_absolute()
+        or any(p in ("..", ".") for p in parts)
+        or "\x00" in resource_name
+    ):
         raise InvalidParameter(
             f"the {loader_name!r} loader names a raw file {resource_name!r}: names must be relative paths "
             "without '..' (a loader bug; report it to the loader's authors)"
@@ -80,11 +86,14 @@ def raw_file_path(loader_name: str, resource_name: str, source_key: str | None =
             raise InvalidParameter(
                 f"the resource name {resource_name[:60]!r}… has a component of {len(part.encode('utf-8', 'surrogateescape'))} "
                 f"bytes; the limit is {MAX_NAME_BYTES} (file systems allow 255 and the cache adds suffixes). Give the "
-                "resource a shorter 'name' in its catalogue entry")
+                "resource a shorter 'name' in its catalogue entry"
+            )
         problem = reserved_name_problem(part)
         if problem:
-            raise InvalidParameter(f"the resource name {resource_name!r} is reserved: {problem}. Give the resource "
-                                   "another 'name' in its catalogue entry")
+            raise InvalidParameter(
+                f"the resource name {resource_name!r} is reserved: {problem}. Give the resource "
+                "another 'name' in its catalogue entry"
+            )
     base = raw_dir(loader_name)
     return (base / source_key if source_key else base).joinpath(*parts)
 
@@ -132,7 +141,8 @@ def read_manifest(build_dir: Path) -> dict[str, Any] | None:
         raise CacheError(
             f"the manifest {path} holds a JSON {type(manifest).__name__}, not an object: the build is broken or was "
             f"tampered with. Remove it with `datasets-hub rm <id>` or `datasets-hub cache prune`, or rebuild with "
-            f"`datasets-hub download --force <id>`")
+            f"`datasets-hub download --force <id>`"
+        )
     return manifest
 
 
@@ -147,8 +157,10 @@ def manifest_or_problem(build_dir: Path) -> tuple[dict[str, Any] | None, str | N
 def _not_a_directory(path: Path) -> str:
     for candidate in [path, *path.parents]:
         if candidate.exists() and not candidate.is_dir():
-            return (f"{candidate} is a regular file where the cache expects a directory; move it away, or point "
-                    f"DATASETS_HUB_CACHE at a directory (it is {cache_root()})")
+            return (
+                f"{candidate} is a regular file where the cache expects a directory; move it away, or point "
+                f"DATASETS_HUB_CACHE at a directory (it is {cache_root()})"
+            )
     return f"a component of {path} is not a directory; point DATASETS_HUB_CACHE at a directory"
 
 

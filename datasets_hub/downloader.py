@@ -42,6 +42,7 @@ Environment, read at call time:
 Sidecar files the cache must skip when listing raw files: ``.sha256``, ``.lock``, ``.partial``,
 ``.corrupt`` suffixes (see :data:`SIDE_SUFFIXES`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,9 +73,26 @@ _SCHEMES = ("http", "https", "file", "hf")
 _TRUE = {"1", "true", "yes", "on"}
 _sleep: Callable[[float], None] = time.sleep
 
-__all__ = ["fetch", "verify_file", "source_key", "open_nofollow", "download_settings", "is_offline", "endpoint_for", "endpoint_env_var", "apply_endpoint",
-           "resolve_urls", "list_hf_files", "read_sidecar", "sidecar_path", "SIDE_SUFFIXES", "CHUNK_SIZE",
-           "MAX_REDIRECTS", "BACKOFF_BASE", "BACKOFF_CAP"]
+__all__ = [
+    "fetch",
+    "verify_file",
+    "source_key",
+    "open_nofollow",
+    "download_settings",
+    "is_offline",
+    "endpoint_for",
+    "endpoint_env_var",
+    "apply_endpoint",
+    "resolve_urls",
+    "list_hf_files",
+    "read_sidecar",
+    "sidecar_path",
+    "SIDE_SUFFIXES",
+    "CHUNK_SIZE",
+    "MAX_REDIRECTS",
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+]
 
 
 # ---------------------------------------------------------------------------------------- environment
@@ -95,8 +113,10 @@ def endpoint_for(loader: str) -> str | None:
     if not base:
         return None
     if urlsplit(base).scheme not in ("http", "https") or not urlsplit(base).netloc:
-        raise DownloadError(f"{var}={base!r} is not an http(s) base URL; set it to e.g. "
-                            f"'http://mirror.example.org/path' or unset it to use the upstream hosts.")
+        raise DownloadError(
+            f"{var}={base!r} is not an http(s) base URL; set it to e.g. "
+            f"'http://mirror.example.org/path' or unset it to use the upstream hosts."
+        )
     return base.rstrip("/")
 
 
@@ -115,16 +135,23 @@ def resolve_urls(resource: Resource, loader: str) -> list[str]:
     for url in resource.urls:
         scheme = urlsplit(url).scheme.lower()
         if scheme not in _SCHEMES:
-            raise DownloadError(f"{resource.name}: unsupported URL scheme {scheme or '(none)'!r} in {url!r}; "
-                                f"use http(s)://, file:// or hf://<repo_type>s/<repo_id>/<path>.")
+            raise DownloadError(
+                f"{resource.name}: unsupported URL scheme {scheme or '(none)'!r} in {url!r}; "
+                f"use http(s)://, file:// or hf://<repo_type>s/<repo_id>/<path>."
+            )
         urls.append(apply_endpoint(url, base))
     if not urls:
         raise DownloadError(f"{resource.name}: the resource lists no URL; add one to its catalogue entry.")
     return urls
 
 
-def download_settings(*, min_rate: float | None = None, rate_window: float | None = None,
-                      deadline: float | None = None, progress_interval: float | None = None) -> dict[str, float]:
+def download_settings(
+    *,
+    min_rate: float | None = None,
+    rate_window: float | None = None,
+    deadline: float | None = None,
+    progress_interval: float | None = None,
+) -> dict[str, float]:
     """The download limits, keyword arguments over the environment (read now), over the defaults:
 
     - ``min_rate`` (``DATASETS_HUB_MIN_RATE``, bytes/s, default 1024; 0 disables): an attempt that
@@ -135,6 +162,7 @@ def download_settings(*, min_rate: float | None = None, rate_window: float | Non
     - ``progress_interval`` (``DATASETS_HUB_PROGRESS_INTERVAL``, seconds, default 30): how often a
       progress line is written to stderr when it is not a terminal (a terminal gets a bar).
     """
+
     def pick(value: float | None, var: str, default: float) -> float:
         if value is not None:
             return float(value)
@@ -144,17 +172,21 @@ def download_settings(*, min_rate: float | None = None, rate_window: float | Non
         try:
             number = float(raw)
         except ValueError:
-            raise DownloadError(f"{var}={raw!r} is not a number; set it to a number of "
-                                f"{'bytes per second' if 'RATE' in var and 'WINDOW' not in var else 'seconds'} "
-                                "or unset it") from None
+            raise DownloadError(
+                f"{var}={raw!r} is not a number; set it to a number of "
+                f"{'bytes per second' if 'RATE' in var and 'WINDOW' not in var else 'seconds'} "
+                "or unset it"
+            ) from None
         if number < 0 or number != number:
             raise DownloadError(f"{var}={raw!r} must be >= 0 (0 disables the limit)")
         return number
 
-    return {"min_rate": pick(min_rate, "DATASETS_HUB_MIN_RATE", 1024.0),
-            "rate_window": max(pick(rate_window, "DATASETS_HUB_RATE_WINDOW", 60.0), 0.001),
-            "deadline": pick(deadline, "DATASETS_HUB_DOWNLOAD_DEADLINE", 86400.0),
-            "progress_interval": pick(progress_interval, "DATASETS_HUB_PROGRESS_INTERVAL", 30.0)}
+    return {
+        "min_rate": pick(min_rate, "DATASETS_HUB_MIN_RATE", 1024.0),
+        "rate_window": max(pick(rate_window, "DATASETS_HUB_RATE_WINDOW", 60.0), 0.001),
+        "deadline": pick(deadline, "DATASETS_HUB_DOWNLOAD_DEADLINE", 86400.0),
+        "progress_interval": pick(progress_interval, "DATASETS_HUB_PROGRESS_INTERVAL", 30.0),
+    }
 
 
 def source_key(resource: Resource) -> str:
@@ -185,8 +217,10 @@ def open_nofollow(path: Path, mode: str = "wb") -> Any:
         import errno
 
         if exc.errno == errno.ELOOP or os.path.islink(path):
-            raise CacheError(f"{path} is a symbolic link; the cache never writes through links (someone "
-                             f"planted it, or the cache was copied with links): delete {path} and try again") from exc
+            raise CacheError(
+                f"{path} is a symbolic link; the cache never writes through links (someone "
+                f"planted it, or the cache was copied with links): delete {path} and try again"
+            ) from exc
         raise
     return os.fdopen(fd, mode if "b" in mode else mode + "b")
 
@@ -205,11 +239,17 @@ def read_sidecar(dest: Path) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
-def _write_sidecar(dest: Path, sha256: str, size: int, url: str, downloaded_at: str | None = None,
-                   source: str | None = None) -> None:
-    record = {"sha256": sha256, "size": size, "url": redact_url(url), "source": source,
-              "downloaded_at": downloaded_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "mtime_ns": dest.stat().st_mtime_ns}
+def _write_sidecar(
+    dest: Path, sha256: str, size: int, url: str, downloaded_at: str | None = None, source: str | None = None
+) -> None:
+    record = {
+        "sha256": sha256,
+        "size": size,
+        "url": redact_url(url),
+        "source": source,
+        "downloaded_at": downloaded_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "mtime_ns": dest.stat().st_mtime_ns,
+    }
     side = sidecar_path(dest)
     tmp = side.with_name(f"{side.name}.{os.getpid()}.tmp")
     with open_nofollow(tmp) as fh:
@@ -246,18 +286,25 @@ def _check_cached(resource: Resource, dest: Path) -> str | None:
     key = source_key(resource)
     if meta is not None and meta.get("source") != key and meta.get("url") not in {redact_url(u) for u in resource.urls}:
         # recorded for another source (an older layout, a hand-made copy of another file): never trusted
-        return (f"its sidecar records another source ({meta.get('url')!r}, {meta.get('source')!r}), not "
-                f"{redact_url(resource.urls[0])!r}")
-    if (meta and meta.get("size") == st.st_size and meta.get("mtime_ns") == st.st_mtime_ns
-            and (want is None or meta.get("sha256") == want)):
+        return (
+            f"its sidecar records another source ({meta.get('url')!r}, {meta.get('source')!r}), not "
+            f"{redact_url(resource.urls[0])!r}"
+        )
+    if (
+        meta
+        and meta.get("size") == st.st_size
+        and meta.get("mtime_ns") == st.st_mtime_ns
+        and (want is None or meta.get("sha256") == want)
+    ):
         return None
     # no or stale sidecar: rehash once (a file copied in by hand, or touched since)
     digest = _hash_file(dest).hexdigest()
     reference, origin = (want, "the catalogue") if want else ((meta or {}).get("sha256"), "recorded at download")
     if reference and digest != reference:
         return f"its sha256 is {digest}, expected {reference} ({origin})"
-    _write_sidecar(dest, digest, st.st_size, (meta or {}).get("url") or "local copy",
-                   (meta or {}).get("downloaded_at"), source=key)
+    _write_sidecar(
+        dest, digest, st.st_size, (meta or {}).get("url") or "local copy", (meta or {}).get("downloaded_at"), source=key
+    )
     return None
 
 
@@ -272,8 +319,7 @@ def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[boo
         return False, f"{path}: missing; run `datasets-hub download` to fetch it again."
     size = path.stat().st_size
     if resource is not None and resource.size is not None and size != resource.size:
-        return False, (f"{path}: {size} bytes, the catalogue says {resource.size}; delete it and download "
-                       f"again.")
+        return False, (f"{path}: {size} bytes, the catalogue says {resource.size}; delete it and download again.")
     digest = _hash_file(path).hexdigest()
     meta = read_sidecar(path)
     if resource is not None and resource.sha256:
@@ -281,21 +327,36 @@ def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[boo
     else:
         reference, origin = (meta or {}).get("sha256"), "recorded at download"
     if not reference:
-        return False, (f"{path}: no checksum to compare with (sha256 is {digest}); files fetched by "
-                       f"datasets_hub record one in {sidecar_path(path).name}.")
+        return False, (
+            f"{path}: no checksum to compare with (sha256 is {digest}); files fetched by "
+            f"datasets_hub record one in {sidecar_path(path).name}."
+        )
     if digest != reference:
-        return False, (f"{path}: sha256 {digest} does not match {reference} ({origin}); the file is "
-                       f"corrupt or was modified: delete it and download again.")
+        return False, (
+            f"{path}: sha256 {digest} does not match {reference} ({origin}); the file is "
+            f"corrupt or was modified: delete it and download again."
+        )
     if meta and meta.get("sha256") == digest and meta.get("mtime_ns") != path.stat().st_mtime_ns:
-        _write_sidecar(path, digest, size, meta.get("url", "local copy"), meta.get("downloaded_at"),
-                       source=meta.get("source"))
+        _write_sidecar(
+            path, digest, size, meta.get("url", "local copy"), meta.get("downloaded_at"), source=meta.get("source")
+        )
     return True, f"{path}: ok ({size} bytes, sha256 {digest[:16]}…, {origin})"
 
 
 # ---------------------------------------------------------------------------------------- fetch
-def fetch(resource: Resource, dest: Path, *, loader: str, offline: bool | None = None,
-          progress: bool | None = None, timeout: float = 60.0, retries: int = 5, min_rate: float | None = None,
-          rate_window: float | None = None, deadline: float | None = None) -> Path:
+def fetch(
+    resource: Resource,
+    dest: Path,
+    *,
+    loader: str,
+    offline: bool | None = None,
+    progress: bool | None = None,
+    timeout: float = 60.0,
+    retries: int = 5,
+    min_rate: float | None = None,
+    rate_window: float | None = None,
+    deadline: float | None = None,
+) -> Path:
     """Make ``dest`` hold ``resource``'s verified bytes and return ``dest`` (see the module docstring).
 
     ``offline`` defaults to ``DATASETS_HUB_OFFLINE``; ``progress`` to "stderr is a TTY" (then a
@@ -307,16 +368,32 @@ def fetch(resource: Resource, dest: Path, *, loader: str, offline: bool | None =
     redacted (no password, no signature).
     """
     try:
-        return _fetch(resource, Path(dest), loader=loader, offline=offline, progress=progress, timeout=timeout,
-                      retries=retries, settings=download_settings(min_rate=min_rate, rate_window=rate_window,
-                                                                  deadline=deadline))
+        return _fetch(
+            resource,
+            Path(dest),
+            loader=loader,
+            offline=offline,
+            progress=progress,
+            timeout=timeout,
+            retries=retries,
+            settings=download_settings(min_rate=min_rate, rate_window=rate_window, deadline=deadline),
+        )
     except HubError as exc:
         exc.args = tuple(redact_text(a) if isinstance(a, str) else a for a in exc.args)
         raise
 
 
-def _fetch(resource: Resource, dest: Path, *, loader: str, offline: bool | None, progress: bool | None,
-           timeout: float, retries: int, settings: dict[str, float]) -> Path:
+def _fetch(
+    resource: Resource,
+    dest: Path,
+    *,
+    loader: str,
+    offline: bool | None,
+    progress: bool | None,
+    timeout: float,
+    retries: int,
+    settings: dict[str, float],
+) -> Path:
     offline = is_offline() if offline is None else bool(offline)
     urls = resolve_urls(resource, loader)
     if _check_cached(resource, dest) is None:
@@ -337,23 +414,34 @@ def _fetch(resource: Resource, dest: Path, *, loader: str, offline: bool | None,
             if offline:
                 raise ChecksumMismatch(
                     f"{resource.name}: the cached file {dest} is wrong: {problem}. Offline mode forbids "
-                    f"downloading it again: copy a good copy to that path, or unset DATASETS_HUB_OFFLINE.")
+                    f"downloading it again: copy a good copy to that path, or unset DATASETS_HUB_OFFLINE."
+                )
             _move_aside(dest)
         if offline:
             urls = [u for u in urls if urlsplit(u).scheme in ("file", "hf")]  # no connection needed
             if not urls:
                 raise DownloadError(_offline_message(resource, dest))
-        return _download_any(resource, dest, urls, offline=offline, progress=progress,
-                             timeout=timeout, retries=retries, settings=settings)
+        return _download_any(
+            resource,
+            dest,
+            urls,
+            offline=offline,
+            progress=progress,
+            timeout=timeout,
+            retries=retries,
+            settings=settings,
+        )
     finally:
         lock.release()
 
 
 def _offline_message(resource: Resource, dest: Path) -> str:
     sources = ", ".join(redact_url(u) for u in resource.urls)
-    return (f"{resource.name} is not in the cache and offline mode (DATASETS_HUB_OFFLINE=1) forbids "
-            f"downloading it from {sources}. Fix: copy the file to exactly {dest}, or unset "
-            f"DATASETS_HUB_OFFLINE to download it.")
+    return (
+        f"{resource.name} is not in the cache and offline mode (DATASETS_HUB_OFFLINE=1) forbids "
+        f"downloading it from {sources}. Fix: copy the file to exactly {dest}, or unset "
+        f"DATASETS_HUB_OFFLINE to download it."
+    )
 
 
 def _cache_write_error(exc: OSError, resource: Resource, dest: Path, url: str | None = None) -> CacheError | None:
@@ -367,16 +455,20 @@ def _cache_write_error(exc: OSError, resource: Resource, dest: Path, url: str | 
         return CacheError(
             f"{resource.name}: the disk filled up while downloading{source} to {dest} ({exc.strerror}); "
             f"{kept} bytes are kept in {partial.name} and the next attempt resumes. Free space (e.g. "
-            "`datasets-hub cache prune`) or point DATASETS_HUB_CACHE at a larger disk, then load again.")
+            "`datasets-hub cache prune`) or point DATASETS_HUB_CACHE at a larger disk, then load again."
+        )
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return CacheError(
             f"{resource.name}: cannot write to {dest.parent} ({exc.strerror}): the cache is read-only for this "
             "process. Point DATASETS_HUB_CACHE at a writable directory or fix its permissions; builds already "
-            "in the cache can still be read.")
+            "in the cache can still be read."
+        )
     if exc.errno == errno.ENAMETOOLONG:
-        return CacheError(f"{resource.name}: the path {dest} is too long for this file system ({exc.strerror}); "
-                          "shorten the resource's name in the catalogue entry or move DATASETS_HUB_CACHE to a "
-                          "shorter path.")
+        return CacheError(
+            f"{resource.name}: the path {dest} is too long for this file system ({exc.strerror}); "
+            "shorten the resource's name in the catalogue entry or move DATASETS_HUB_CACHE to a "
+            "shorter path."
+        )
     return None
 
 
@@ -389,8 +481,17 @@ def _move_aside(path: Path, dest: Path | None = None) -> Path:
     return corrupt
 
 
-def _download_any(resource: Resource, dest: Path, urls: list[str], *, offline: bool,
-                  progress: bool | None, timeout: float, retries: int, settings: dict[str, float]) -> Path:
+def _download_any(
+    resource: Resource,
+    dest: Path,
+    urls: list[str],
+    *,
+    offline: bool,
+    progress: bool | None,
+    timeout: float,
+    retries: int,
+    settings: dict[str, float],
+) -> Path:
     from datasets_hub.http_download import Progress, http_download
 
     partial = dest.with_name(dest.name + ".partial")
@@ -402,16 +503,30 @@ def _download_any(resource: Resource, dest: Path, urls: list[str], *, offline: b
             try:
                 bar.start(redact_url(url))
                 if scheme in ("http", "https"):
-                    digest, size = http_download(url, partial, resource, timeout=timeout, retries=retries,
-                                                 bar=bar, settings=settings, started=started,
-                                                 source=source_key(resource))
+                    digest, size = http_download(
+                        url,
+                        partial,
+                        resource,
+                        timeout=timeout,
+                        retries=retries,
+                        bar=bar,
+                        settings=settings,
+                        started=started,
+                        source=source_key(resource),
+                    )
                 elif scheme == "file":
                     digest, size = _copy_local(_file_url_path(url, resource), partial, bar, link=False)
                 else:
                     from datasets_hub.hf_source import download_hf
 
-                    source = download_hf(url, resource_name=resource.name, dest=dest, offline=offline,
-                                         progress=bar.is_bar, timeout=timeout)
+                    source = download_hf(
+                        url,
+                        resource_name=resource.name,
+                        dest=dest,
+                        offline=offline,
+                        progress=bar.is_bar,
+                        timeout=timeout,
+                    )
                     digest, size = _copy_local(source, partial, bar, link=True)
                 _finish(resource, dest, partial, url, digest, size)
                 bar.done()
@@ -433,15 +548,18 @@ def _finish(resource: Resource, dest: Path, partial: Path, url: str, digest: str
     partial.with_name(dest.name + ".validator").unlink(missing_ok=True)  # the resume validator is spent
     if resource.size is not None and size != resource.size:
         partial.unlink(missing_ok=True)
-        raise DownloadError(f"{resource.name}: {shown} gave {size} bytes, the catalogue says {resource.size}; "
-                            f"the upstream file changed or the mirror is wrong (fix the catalogue entry or "
-                            f"the mirror).")
+        raise DownloadError(
+            f"{resource.name}: {shown} gave {size} bytes, the catalogue says {resource.size}; "
+            f"the upstream file changed or the mirror is wrong (fix the catalogue entry or "
+            f"the mirror)."
+        )
     if resource.sha256 and digest != resource.sha256.lower():
         corrupt = _move_aside(partial, dest)
         raise ChecksumMismatch(
             f"{resource.name}: the file downloaded from {shown} has sha256 {digest}, expected "
             f"{resource.sha256.lower()}. It was moved aside to {corrupt}. Try again, or use another mirror "
-            f"(DATASETS_HUB_ENDPOINT_<LOADER>); if upstream really changed, fix the catalogue's sha256.")
+            f"(DATASETS_HUB_ENDPOINT_<LOADER>); if upstream really changed, fix the catalogue's sha256."
+        )
     # No fsync, as for builds (datasets_hub/build.py): a killed process never publishes a partial
     # file, and after a power loss `datasets-hub verify` finds a damaged one by its recorded sha256.
     # An fsync here cost 0.3-0.6 s per 300 MB, a third of a D4RL build.
@@ -453,8 +571,10 @@ def _finish(resource: Resource, dest: Path, partial: Path, url: str, digest: str
 def _file_url_path(url: str, resource: Resource) -> Path:
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
-        raise DownloadError(f"{resource.name}: {redact_url(url)} names host {parts.netloc.rsplit('@', 1)[-1]!r}; "
-                            f"file:// URLs must be local (file:///absolute/path).")
+        raise DownloadError(
+            f"{resource.name}: {redact_url(url)} names host {parts.netloc.rsplit('@', 1)[-1]!r}; "
+            f"file:// URLs must be local (file:///absolute/path)."
+        )
     path = Path(url2pathname(unquote(parts.path)))
     if not path.is_file():
         raise DownloadError(f"{resource.name}: {url} does not exist ({path}); fix the path or the mirror.")
@@ -491,8 +611,10 @@ def _copy_local(source: Path, partial: Path, bar: Any, *, link: bool) -> tuple[s
             try:
                 block = src.read(CHUNK_SIZE)
             except OSError as exc:
-                raise DownloadError(f"could not read {source} after {size} bytes ({exc.strerror}); the source "
-                                    "file or its disk is damaged: use another mirror") from exc
+                raise DownloadError(
+                    f"could not read {source} after {size} bytes ({exc.strerror}); the source "
+                    "file or its disk is damaged: use another mirror"
+                ) from exc
             if not block:
                 break
             out.write(block)  # an OSError here is ours (ENOSPC, EROFS): the caller names it
@@ -502,8 +624,7 @@ def _copy_local(source: Path, partial: Path, bar: Any, *, link: bool) -> tuple[s
     return h.hexdigest(), size
 
 
-def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None = None,
-                  prefix: str = "") -> list[str]:
+def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None = None, prefix: str = "") -> list[str]:
     """Sorted files of a Hugging Face Hub repo starting with ``prefix`` (for loaders that need a
     listing); see :func:`datasets_hub.hf_source.list_hf_files`."""
     from datasets_hub.hf_source import list_hf_files as _list

@@ -17,6 +17,7 @@ The contract of :func:`http_download`:
   stop a server that trickles bytes forever; the ``.partial`` is kept for the next attempt.
 - Cache files are opened with ``O_NOFOLLOW`` (:func:`downloader.open_nofollow`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,8 +56,9 @@ class Progress:
         if self.is_bar:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=self.total, unit="B", unit_scale=True, unit_divisor=1024, desc=self.name,
-                             leave=False)
+            self._bar = tqdm(
+                total=self.total, unit="B", unit_scale=True, unit_divisor=1024, desc=self.name, leave=False
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -90,8 +92,11 @@ class Progress:
 
         of = f" of {human_bytes(self.total)}" if self.total else ""
         rate = self.n / max(now - self._t0, 1e-9)
-        print(f"datasets_hub: {verb} {self.name} from {self.url}: {human_bytes(self.n)}{of} "
-              f"({human_bytes(rate)}/s)", file=sys.stderr, flush=True)
+        print(
+            f"datasets_hub: {verb} {self.name} from {self.url}: {human_bytes(self.n)}{of} ({human_bytes(rate)}/s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -107,11 +112,15 @@ class _Retry(Exception):
 def _status_message(url: str, status: int, resource: Resource) -> str:
     url = redact_url(url)
     if status == 404:
-        return (f"{resource.name}: {url} answered 404: file not found upstream: check the id or point "
-                f"DATASETS_HUB_ENDPOINT_<LOADER> at a mirror.")
+        return (
+            f"{resource.name}: {url} answered 404: file not found upstream: check the id or point "
+            f"DATASETS_HUB_ENDPOINT_<LOADER> at a mirror."
+        )
     if status in (401, 403):
-        return (f"{resource.name}: {url} answered {status} (access denied): the file is private, gated or "
-                f"moved; check the URL or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).")
+        return (
+            f"{resource.name}: {url} answered {status} (access denied): the file is private, gated or "
+            f"moved; check the URL or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
+        )
     return f"{resource.name}: {url} answered HTTP {status}; check the URL or use a mirror."
 
 
@@ -127,12 +136,16 @@ def _open(session: Any, url: str, headers: dict[str, str], timeout: float, resou
             location = urljoin(current, resp.headers["Location"])
             resp.close()
             if urlsplit(location).scheme.lower() not in ("http", "https"):
-                raise DownloadError(f"{resource.name}: {redact_url(current)} redirects to {redact_url(location)}; only "
-                                    f"http and https redirects are followed. Use a direct http(s) URL or a mirror.")
+                raise DownloadError(
+                    f"{resource.name}: {redact_url(current)} redirects to {redact_url(location)}; only "
+                    f"http and https redirects are followed. Use a direct http(s) URL or a mirror."
+                )
             if location in chain:
-                raise DownloadError(f"{resource.name}: redirect loop: "
-                                    f"{' -> '.join(redact_url(u) for u in chain + [location])}; the server is "
-                                    f"misconfigured, use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).")
+                raise DownloadError(
+                    f"{resource.name}: redirect loop: "
+                    f"{' -> '.join(redact_url(u) for u in chain + [location])}; the server is "
+                    f"misconfigured, use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
+                )
             chain.append(location)
             current = location
             continue
@@ -143,8 +156,9 @@ def _open(session: Any, url: str, headers: dict[str, str], timeout: float, resou
             resp.close()
             raise DownloadError(_status_message(current, resp.status_code, resource))
         return resp
-    raise DownloadError(f"{resource.name}: more than {MAX_REDIRECTS} redirects from {redact_url(url)}; use a "
-                        "direct URL.")
+    raise DownloadError(
+        f"{resource.name}: more than {MAX_REDIRECTS} redirects from {redact_url(url)}; use a direct URL."
+    )
 
 
 def _parse_content_range(value: str | None) -> tuple[int, int | None] | None:
@@ -206,8 +220,18 @@ def _if_range(validator: dict[str, Any] | None) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------- download
-def http_download(url: str, partial: Path, resource: Resource, *, timeout: float, retries: int, bar: Any,
-                  settings: dict[str, float], started: float, source: str) -> tuple[str, int]:
+def http_download(
+    url: str,
+    partial: Path,
+    resource: Resource,
+    *,
+    timeout: float,
+    retries: int,
+    bar: Any,
+    settings: dict[str, float],
+    started: float,
+    source: str,
+) -> tuple[str, int]:
     """Download ``url`` into ``partial`` (resuming what is there when its validator allows);
     return (sha256, size). See the module docstring."""
     import requests
@@ -240,11 +264,15 @@ def http_download(url: str, partial: Path, resource: Resource, *, timeout: float
                         if rng is None or rng[0] != have:
                             raise _Retry(f"bad Content-Range {resp.headers.get('Content-Range')!r}", restart=True)
                         now = _validator_of(resp)
-                        if any(now[k] and validator and validator.get(k) and now[k] != validator[k]
-                               for k in ("etag", "last_modified")):
-                            raise _Retry("the file changed upstream since the first bytes (validator "
-                                         f"{_if_range(validator)!r} -> {now['etag'] or now['last_modified']!r})",
-                                         restart=True)
+                        if any(
+                            now[k] and validator and validator.get(k) and now[k] != validator[k]
+                            for k in ("etag", "last_modified")
+                        ):
+                            raise _Retry(
+                                "the file changed upstream since the first bytes (validator "
+                                f"{_if_range(validator)!r} -> {now['etag'] or now['last_modified']!r})",
+                                restart=True,
+                            )
                         total = rng[1]
                     elif resp.status_code == 416:
                         m = re.fullmatch(r"\s*bytes\s+\*/(\d+)\s*", resp.headers.get("Content-Range", ""))
@@ -265,7 +293,8 @@ def http_download(url: str, partial: Path, resource: Resource, *, timeout: float
                         partial.unlink(missing_ok=True)
                         raise DownloadError(
                             f"{resource.name}: {shown} announces {total} bytes, the catalogue says "
-                            f"{resource.size}; the upstream file changed or the mirror is wrong.")
+                            f"{resource.size}; the upstream file changed or the mirror is wrong."
+                        )
                     limit = total if total is not None else resource.size
                     bar.reset(total=limit)
                     bar.update(have)
@@ -274,10 +303,13 @@ def http_download(url: str, partial: Path, resource: Resource, *, timeout: float
                         for block in _body(resp):
                             if limit is not None and have + len(block) > limit:
                                 out.truncate(limit)
-                                raise _Refused(f"{resource.name}: {shown} sent more than the {limit} bytes "
-                                               f"declared ({'Content-Length' if total is not None else 'catalogue size'})"
-                                               "; the server is broken or hostile: nothing past the declared size is "
-                                               "kept. Use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).", drop=True)
+                                raise _Refused(
+                                    f"{resource.name}: {shown} sent more than the {limit} bytes "
+                                    f"declared ({'Content-Length' if total is not None else 'catalogue size'})"
+                                    "; the server is broken or hostile: nothing past the declared size is "
+                                    "kept. Use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).",
+                                    drop=True,
+                                )
                             out.write(block)
                             hasher.update(block)
                             have += len(block)
@@ -293,7 +325,8 @@ def http_download(url: str, partial: Path, resource: Resource, *, timeout: float
                                         f"{now_t - window_start:.0f} s, below the minimum of {min_rate:g} bytes/s "
                                         f"(DATASETS_HUB_MIN_RATE, over DATASETS_HUB_RATE_WINDOW={window:g} s); {have} "
                                         f"bytes are kept in {partial} and the next attempt resumes. Check the "
-                                        "network, use a mirror, or lower DATASETS_HUB_MIN_RATE (0 disables it).")
+                                        "network, use a mirror, or lower DATASETS_HUB_MIN_RATE (0 disables it)."
+                                    )
                                 window_start, window_bytes = now_t, 0
                     if total is not None and have < total:
                         raise _Retry(f"connection closed after {have} of {total} bytes")
@@ -303,8 +336,13 @@ def http_download(url: str, partial: Path, resource: Resource, *, timeout: float
                     partial.unlink(missing_ok=True)
                     validator_path.unlink(missing_ok=True)
                 raise DownloadError(str(exc)) from None
-            except (_Retry, requests.ConnectionError, requests.Timeout,
-                    requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
+            except (
+                _Retry,
+                requests.ConnectionError,
+                requests.Timeout,
+                requests.exceptions.ChunkedEncodingError,
+                requests.exceptions.ContentDecodingError,
+            ) as exc:
                 last = redact_text(str(exc) or type(exc).__name__)
                 if isinstance(exc, _Retry) and exc.restart:
                     have, hasher = 0, hashlib.sha256()  # start over: the partial cannot be resumed
@@ -317,7 +355,8 @@ def http_download(url: str, partial: Path, resource: Resource, *, timeout: float
                     raise DownloadError(
                         f"{resource.name}: giving up on {shown} after {retries} retries without progress "
                         f"(last error: {last}); {have} bytes are kept in {partial} and the next attempt "
-                        f"resumes. Check the network or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).") from None
+                        f"resumes. Check the network or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
+                    ) from None
                 pause = min(downloader.BACKOFF_CAP, downloader.BACKOFF_BASE * 2 ** max(failures - 1, 0))
                 if deadline and time.monotonic() + pause - started > deadline:
                     raise DownloadError(_deadline_message(resource, shown, deadline, have, partial)) from None
@@ -335,6 +374,8 @@ class _Refused(Exception):
 
 
 def _deadline_message(resource: Resource, shown: str, deadline: float, have: int, partial: Path) -> str:
-    return (f"{resource.name}: {shown} did not finish within the deadline of {deadline:g} s "
-            f"(DATASETS_HUB_DOWNLOAD_DEADLINE); {have} bytes are kept in {partial} and the next attempt resumes. "
-            "Use a faster mirror or raise the deadline (0 disables it).")
+    return (
+        f"{resource.name}: {shown} did not finish within the deadline of {deadline:g} s "
+        f"(DATASETS_HUB_DOWNLOAD_DEADLINE); {have} bytes are kept in {partial} and the next attempt resumes. "
+        "Use a faster mirror or raise the deadline (0 disables it)."
+    )

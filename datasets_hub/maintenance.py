@@ -15,6 +15,7 @@ too. Contracts:
 Light on purpose: stdlib, numpy and :mod:`datasets_hub.cache` at import; the loader machinery is
 imported only by the functions that need a catalogue entry.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,9 +28,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from datasets_hub.cache import (DELETING_MARK, INCOMPLETE_SUFFIX, MANIFEST, cache_root, dataset_dir, datasets_dir,
-                                delete_doomed, dir_size, file_lock, iter_builds, manifest_or_problem, raw_file_path,
-                                read_manifest, remove_tree)
+from datasets_hub.cache import (
+    DELETING_MARK,
+    INCOMPLETE_SUFFIX,
+    MANIFEST,
+    cache_root,
+    dataset_dir,
+    datasets_dir,
+    delete_doomed,
+    dir_size,
+    file_lock,
+    iter_builds,
+    manifest_or_problem,
+    raw_file_path,
+    read_manifest,
+    remove_tree,
+)
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
 #: Suffixes of the downloader's side files, which are not raw data.
@@ -83,8 +97,11 @@ def _variant_locks(build_fp: str) -> list[Path]:
     if not pre.is_dir():
         return []
     names = {p.name[: -len(".lock")] for p in pre.iterdir() if p.name.endswith(".lock")}
-    names |= {p.name[: -len(INCOMPLETE_SUFFIX)] if p.name.endswith(INCOMPLETE_SUFFIX) else p.name
-              for p in pre.iterdir() if p.is_dir() and DELETING_MARK not in p.name}
+    names |= {
+        p.name[: -len(INCOMPLETE_SUFFIX)] if p.name.endswith(INCOMPLETE_SUFFIX) else p.name
+        for p in pre.iterdir()
+        if p.is_dir() and DELETING_MARK not in p.name
+    }
     return [pre / (name + ".lock") for name in sorted(names)]
 
 
@@ -104,9 +121,14 @@ def builds_of(dataset_id: str) -> list[Path]:
     root = dataset_dir(dataset_id)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir()
-                  if p.is_dir() and not p.name.endswith(INCOMPLETE_SUFFIX) and DELETING_MARK not in p.name
-                  and (p / MANIFEST).is_file())
+    return sorted(
+        p
+        for p in root.iterdir()
+        if p.is_dir()
+        and not p.name.endswith(INCOMPLETE_SUFFIX)
+        and DELETING_MARK not in p.name
+        and (p / MANIFEST).is_file()
+    )
 
 
 def catalogue_build(dataset_id: str, params: dict[str, Any] | None = None) -> tuple[Any, Any, Path]:
@@ -128,8 +150,9 @@ def _remove_build(build: Path) -> None:
     with _hold_all([_build_lock(build), *_variant_locks(build.name)]) as busy:
         if busy is not None:
             what = "built" if busy == _build_lock(build) else "preprocessed"
-            raise CacheError(f"{build} is being {what} by another process right now ({busy} is held); try again "
-                             "when it finishes")
+            raise CacheError(
+                f"{build} is being {what} by another process right now ({busy} is held); try again when it finishes"
+            )
         remove_tree(build)
         # the build's lock file stays: unlinking it could let two processes hold "the" lock on two inodes
         pre = cache_root() / "preprocessed" / build.name
@@ -152,8 +175,9 @@ def _raw_targets(dataset_id: str, params: dict[str, Any] | None, builds: list[Pa
     return sorted(paths)
 
 
-def remove(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False,
-           raw: bool = False) -> list[Path]:
+def remove(
+    dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False, raw: bool = False
+) -> list[Path]:
     """Delete the build of ``dataset_id`` for ``params`` (or every build), and with ``raw`` its raw files.
 
     Returns what was removed. Builds go atomically (renamed aside, then deleted); their cached
@@ -177,8 +201,7 @@ def remove(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds:
     for path in raw_files:
         with _try_lock(path.with_name(path.name + ".lock")) as free:  # the lock the downloader holds
             if not free:
-                raise CacheError(f"{path} is being downloaded by another process right now; try again when it "
-                                 "finishes")
+                raise CacheError(f"{path} is being downloaded by another process right now; try again when it finishes")
             existed = path.exists()
             for side in ("", ".sha256", ".partial", ".corrupt", ".validator"):
                 path.with_name(path.name + side).unlink(missing_ok=True)
@@ -196,19 +219,31 @@ def remove_preprocessed(name: str) -> Path:
     The variant is renamed aside and deleted (no reader sees half of it); one being computed right
     now (its lock held) is refused, as builds are.
     """
-    if not isinstance(name, str) or not name or any(part in ("", ".", "..") for part in name.split("/")) \
-            or name.count("/") > 1 or "\\" in name or "\x00" in name:
-        raise InvalidParameter(f"{name!r} is not a preprocessed variant name: use <build-fp>/<transform-fp> "
-                         f"as `datasets-hub cache ls` shows it")
+    if (
+        not isinstance(name, str)
+        or not name
+        or any(part in ("", ".", "..") for part in name.split("/"))
+        or name.count("/") > 1
+        or "\\" in name
+        or "\x00" in name
+    ):
+        raise InvalidParameter(
+            f"{name!r} is not a preprocessed variant name: use <build-fp>/<transform-fp> "
+            f"as `datasets-hub cache ls` shows it"
+        )
     variants = {v.parent.name + "/" + v.name: v for v in _variants()}
     matches = [path for full, path in variants.items() if full == name or ("/" not in name and path.name == name)]
     if not matches:
         known = list(variants) + [full.split("/")[1] for full in variants]
-        raise InvalidParameter(f"no preprocessed variant {name!r} in {cache_root() / 'preprocessed'}."
-                         f"{did_you_mean(name, known)} `datasets-hub cache ls` lists them")
+        raise InvalidParameter(
+            f"no preprocessed variant {name!r} in {cache_root() / 'preprocessed'}."
+            f"{did_you_mean(name, known)} `datasets-hub cache ls` lists them"
+        )
     if len(matches) > 1:
-        raise InvalidParameter(f"{name!r} names {len(matches)} variants (one per build): give <build-fp>/<transform-fp>, "
-                         f"one of {', '.join(sorted(m.parent.name + '/' + m.name for m in matches))}")
+        raise InvalidParameter(
+            f"{name!r} names {len(matches)} variants (one per build): give <build-fp>/<transform-fp>, "
+            f"one of {', '.join(sorted(m.parent.name + '/' + m.name for m in matches))}"
+        )
     variant = matches[0]
     with _try_lock(variant.with_name(variant.name + ".lock")) as free:
         if not free:
@@ -247,8 +282,8 @@ class PreprocessedEntry:
     build_fp: str
     fingerprint: str
     path: Path
-    id: str             # the dataset it derives from ("?" when unknown)
-    transform: str      # the transform's name; a chain shows every step ("a -> b")
+    id: str  # the dataset it derives from ("?" when unknown)
+    transform: str  # the transform's name; a chain shows every step ("a -> b")
     transitions: int
     bytes: int
     created: str
@@ -305,10 +340,18 @@ def _preprocessed() -> list[PreprocessedEntry]:
         manifest = _variant_manifest(variant) or {}
         chain = manifest.get("chain") or []
         transform = " -> ".join(chain) if chain else "(no manifest: incomplete or foreign)"
-        out.append(PreprocessedEntry(
-            build_fp=variant.parent.name, fingerprint=variant.name, path=variant, id=str(manifest.get("id") or "?"),
-            transform=transform, transitions=int((manifest.get("counts") or {}).get("transitions", 0)),
-            bytes=dir_size(variant), created=str(manifest.get("created", ""))))
+        out.append(
+            PreprocessedEntry(
+                build_fp=variant.parent.name,
+                fingerprint=variant.name,
+                path=variant,
+                id=str(manifest.get("id") or "?"),
+                transform=transform,
+                transitions=int((manifest.get("counts") or {}).get("transitions", 0)),
+                bytes=dir_size(variant),
+                created=str(manifest.get("created", "")),
+            )
+        )
     return out
 
 
@@ -317,9 +360,17 @@ def list_cache() -> CacheListing:
     builds = []
     for path, manifest in iter_builds():
         counts = manifest.get("counts") or {}
-        builds.append(BuildEntry(id=str(manifest.get("id", path.parent.name)), fingerprint=path.name, path=path,
-                                 transitions=int(counts.get("transitions", 0)), episodes=int(counts.get("episodes", 0)),
-                                 bytes=dir_size(path), created=str(manifest.get("created", ""))))
+        builds.append(
+            BuildEntry(
+                id=str(manifest.get("id", path.parent.name)),
+                fingerprint=path.name,
+                path=path,
+                transitions=int(counts.get("transitions", 0)),
+                episodes=int(counts.get("episodes", 0)),
+                bytes=dir_size(path),
+                created=str(manifest.get("created", "")),
+            )
+        )
     return CacheListing(root=cache_root(), builds=builds, raw=_raw_files(), preprocessed=_preprocessed())
 
 
@@ -374,8 +425,7 @@ def _orphaned_preprocessed() -> list[Path]:
         return []
     builds = {build.name for build, _manifest in iter_builds(warn=False)}
     builds |= {build.name for build, _problem in _broken_builds()}  # their results go with them, not before
-    return sorted(p for p in pre.iterdir()
-                  if p.is_dir() and DELETING_MARK not in p.name and p.name not in builds)
+    return sorted(p for p in pre.iterdir() if p.is_dir() and DELETING_MARK not in p.name and p.name not in builds)
 
 
 def _broken_builds() -> list[tuple[Path, str]]:
@@ -409,8 +459,11 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, list
     for parent in orphans:
         yield from _variant_items(parent, "preprocessed results of a build that no longer exists")
     for build, problem in _broken_builds():
-        yield build, f"broken build ({problem.split(':', 1)[0]}: unreadable manifest)", \
-            [_build_lock(build), *_variant_locks(build.name)]
+        yield (
+            build,
+            f"broken build ({problem.split(':', 1)[0]}: unreadable manifest)",
+            [_build_lock(build), *_variant_locks(build.name)],
+        )
         pre = root / "preprocessed" / build.name
         if pre.is_dir():
             yield from _variant_items(pre, "preprocessed results of that broken build")
@@ -440,7 +493,11 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, list
                 if name.endswith(".partial"):
                     yield path, "unfinished download", [path.with_name(name[: -len(".partial")] + ".lock")]
                 elif name.endswith(".corrupt"):
-                    yield path, "download that failed its checksum", [path.with_name(name[: -len(".corrupt")] + ".lock")]
+                    yield (
+                        path,
+                        "download that failed its checksum",
+                        [path.with_name(name[: -len(".corrupt")] + ".lock")],
+                    )
                 elif DELETING_MARK in name:
                     yield path, "interrupted deletion", []
     if older_than_days is not None:
@@ -493,8 +550,12 @@ def prune(*, older_than_days: float | None = None, dry_run: bool = False) -> lis
         for parent in sorted(touched):
             # an orphaned <build-fp> folder left with nothing but lock files goes too (nothing can lock
             # a variant of a build that does not exist any more)
-            if (parent.parent == cache_root() / "preprocessed" and parent.name not in builds and parent.is_dir()
-                    and not any(p.is_dir() for p in parent.iterdir())):
+            if (
+                parent.parent == cache_root() / "preprocessed"
+                and parent.name not in builds
+                and parent.is_dir()
+                and not any(p.is_dir() for p in parent.iterdir())
+            ):
                 remove_tree(parent)
     return items
 

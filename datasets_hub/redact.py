@@ -11,6 +11,7 @@ Redacted URLs also serve as a source's identity (:func:`datasets_hub.downloader.
 presigned URLs of the same object, or the same URL with another password, name the same file.
 Stdlib only (imported by the CLI's error path).
 """
+
 from __future__ import annotations
 
 import re
@@ -22,9 +23,27 @@ __all__ = ["redact_url", "redact_text", "redact_value", "is_secret_param", "REDA
 REDACTED = "REDACTED"
 # Query parameters that authenticate a request (AWS S3/CloudFront, GCS, Azure SAS, generic tokens).
 _SECRET_NAMES = {
-    "x-amz-signature", "x-amz-credential", "x-amz-security-token", "x-goog-signature", "x-goog-credential",
-    "signature", "sig", "token", "access_token", "id_token", "authorization", "api_key", "apikey",
-    "policy", "key-pair-id", "awsaccesskeyid", "password", "passwd", "pwd", "secret", "client_secret",
+    "x-amz-signature",
+    "x-amz-credential",
+    "x-amz-security-token",
+    "x-goog-signature",
+    "x-goog-credential",
+    "signature",
+    "sig",
+    "token",
+    "access_token",
+    "id_token",
+    "authorization",
+    "api_key",
+    "apikey",
+    "policy",
+    "key-pair-id",
+    "awsaccesskeyid",
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "client_secret",
 }
 _SECRET_WORDS = ("signature", "token", "credential", "secret", "password", "apikey", "api_key")
 _URL_RE = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s'\"<>]+")
@@ -49,8 +68,9 @@ def redact_url(url: str) -> str:
         if query:
             pairs = parse_qsl(query, keep_blank_values=True)
             if any(is_secret_param(k) for k, _ in pairs):
-                query = urlencode([(k, REDACTED if is_secret_param(k) else v) for k, v in pairs], quote_via=quote,
-                                  safe="/:")
+                query = urlencode(
+                    [(k, REDACTED if is_secret_param(k) else v) for k, v in pairs], quote_via=quote, safe="/:"
+                )
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     except ValueError:  # not parseable as a URL (a bad port, …): hide everything after the scheme
         return url.split("://", 1)[0] + "://" + REDACTED

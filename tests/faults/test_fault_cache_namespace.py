@@ -1,5 +1,6 @@
 """The cache's own names, locks and broken states (issue 12): reserved markers, removals that take the
 writers' locks, PID reuse, empty manifests, a file where a directory belongs, builds of another version."""
+
 from __future__ import annotations
 
 import contextlib
@@ -27,17 +28,21 @@ def catalogue(tmp_path, monkeypatch):
     def write(entries):
         register(tmp_path / "extra.yaml", entries)
         monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(tmp_path / "extra.yaml"))
+
     return write
 
 
 @contextlib.contextmanager
 def held_elsewhere(lock_path):
     """Hold ``lock_path`` (a filelock) in another process, as a writer busy there would."""
-    code = ("import sys\nfrom filelock import FileLock\nl = FileLock(sys.argv[1]); l.acquire()\n"
-            "print('held', flush=True)\nsys.stdin.read()\n")
+    code = (
+        "import sys\nfrom filelock import FileLock\nl = FileLock(sys.argv[1]); l.acquire()\n"
+        "print('held', flush=True)\nsys.stdin.read()\n"
+    )
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-c", code, str(lock_path)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(lock_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "held"
         yield
@@ -109,12 +114,14 @@ def test_a_deleting_leftover_of_a_reused_pid_is_reclaimed(catalogue):
         (leftover / "data" / "x").write_bytes(b"x")
     assert dh.download("gym/pid", force=True) == build  # rebuilding renames the old build aside: no ENOTEMPTY
     items = mt.prune()
-    assert {i.path.name for i in items if not i.skipped} >= {f"{build.name}.deleting-1",
-                                                           f"{build.name}.deleting-{os.getpid()}"}
+    assert {i.path.name for i in items if not i.skipped} >= {
+        f"{build.name}.deleting-1",
+        f"{build.name}.deleting-{os.getpid()}",
+    }
     assert not list(build.parent.glob("*.deleting-*"))
 
 
-@pytest.mark.parametrize("content", [b"", b"{\"cut", b"[1, 2]"])
+@pytest.mark.parametrize("content", [b"", b'{"cut', b"[1, 2]"])
 def test_an_unreadable_manifest_is_a_broken_build_that_can_be_cleared(catalogue, capsys, content):
     catalogue({"gym/broken": CARTPOLE, "gym/fine": {**CARTPOLE, "params": {**CARTPOLE["params"], "seed": 1}}})
     build = dh.download("gym/broken")
@@ -161,6 +168,7 @@ def test_a_healthy_build_of_another_version_passes_verify_all_builds(catalogue, 
     healthy = " ".join(n for n in result.notes if "healthy" in n)
     assert "datasets-hub rm" not in healthy and "delete" not in healthy and "edited" not in healthy
     assert "edited" not in capsys.readouterr().out and build.is_dir()
-    (build / "manifest.json").write_text(json.dumps({**json.loads((build / "manifest.json").read_text()),
-                                                     "params": {"steps": 1}}))
+    (build / "manifest.json").write_text(
+        json.dumps({**json.loads((build / "manifest.json").read_text()), "params": {"steps": 1}})
+    )
     assert not verify("gym/old", all_builds=True).ok  # an edited manifest is still a problem

@@ -1,5 +1,6 @@
 """Adversarial and unlucky downloads (issue 12): identity of raw files, spliced resumes, encodings,
 endless and slow bodies, planted symlinks, long names, Hub garbage. Fast: a 127.0.0.1 server only."""
+
 from __future__ import annotations
 
 import gzip
@@ -24,8 +25,13 @@ from http_server import point_huggingface_hub_at, serve_files
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch):
     monkeypatch.setattr(downloader, "BACKOFF_BASE", 0.0)
-    for var in ("DATASETS_HUB_MIN_RATE", "DATASETS_HUB_RATE_WINDOW", "DATASETS_HUB_DOWNLOAD_DEADLINE",
-                "DATASETS_HUB_PROGRESS_INTERVAL", "DATASETS_HUB_OFFLINE"):
+    for var in (
+        "DATASETS_HUB_MIN_RATE",
+        "DATASETS_HUB_RATE_WINDOW",
+        "DATASETS_HUB_DOWNLOAD_DEADLINE",
+        "DATASETS_HUB_PROGRESS_INTERVAL",
+        "DATASETS_HUB_OFFLINE",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -57,8 +63,14 @@ def test_two_urls_ending_in_the_same_name_are_two_files(tmp_path, monkeypatch):
     a = write_d4rl(tmp_path / "a.hdf5", rows=60).read_bytes()
     b = write_d4rl(tmp_path / "b.hdf5", rows=40).read_bytes()
     with serve_files({"a/data.hdf5": a, "b/data.hdf5": b}) as server:
-        _catalogue(tmp_path, monkeypatch, {"d4rl/same-name-a-v0": d4rl_entry(server.url("a/data.hdf5")),
-                                           "d4rl/same-name-b-v0": d4rl_entry(server.url("b/data.hdf5"))})
+        _catalogue(
+            tmp_path,
+            monkeypatch,
+            {
+                "d4rl/same-name-a-v0": d4rl_entry(server.url("a/data.hdf5")),
+                "d4rl/same-name-b-v0": d4rl_entry(server.url("b/data.hdf5")),
+            },
+        )
         assert len(dh.load("d4rl/same-name-a-v0")) == 60
         rb = dh.load("d4rl/same-name-b-v0")
         assert len(rb) == 40 and server.count("b/data.hdf5") == 1  # b was fetched, not a's bytes reused
@@ -124,8 +136,9 @@ def test_an_endless_body_stops_at_the_declared_size(isolated_cache):
     with serve_files({"e.bin": data}) as server:
         server.fault("e.bin", endless=True)
         dest = isolated_cache / "raw" / "d4rl" / "k" / "e.bin"
-        box, took = _bounded(lambda: downloader.fetch(Resource("e.bin", (server.url("e.bin"),), size=len(data)),
-                                                      dest, loader="d4rl"))
+        box, took = _bounded(
+            lambda: downloader.fetch(Resource("e.bin", (server.url("e.bin"),), size=len(data)), dest, loader="d4rl")
+        )
     assert isinstance(box.get("error"), DownloadError), box
     assert "sent more than the 100000 bytes" in str(box["error"]) and took < 20
     assert not dest.exists() and sum(p.stat().st_size for p in dest.parent.glob("e.bin*")) <= len(data) + 1000
@@ -139,8 +152,7 @@ def test_a_slowloris_server_fails_the_minimum_rate(isolated_cache, monkeypatch):
     with serve_files({"s.bin": data}) as server:
         server.fault("s.bin", trickle=0.25, trickle_chunk=1)  # 4 bytes/s, never a read timeout
         dest = isolated_cache / "raw" / "d4rl" / "k" / "s.bin"
-        box, took = _bounded(lambda: downloader.fetch(Resource("s.bin", (server.url("s.bin"),)), dest,
-                                                      loader="d4rl"))
+        box, took = _bounded(lambda: downloader.fetch(Resource("s.bin", (server.url("s.bin"),)), dest, loader="d4rl"))
     error = box.get("error")
     assert isinstance(error, DownloadError) and "DATASETS_HUB_MIN_RATE" in str(error), box
     assert took < 10 and dest.with_name("s.bin.partial").exists()  # kept for the next attempt
@@ -151,8 +163,11 @@ def test_a_total_deadline_is_kept(isolated_cache):
     with serve_files({"d.bin": data}) as server:
         server.fault("d.bin", trickle=0.05, trickle_chunk=4096)  # ~80 KB/s: above the rate, too slow overall
         dest = isolated_cache / "raw" / "d4rl" / "k" / "d.bin"
-        box, took = _bounded(lambda: downloader.fetch(Resource("d.bin", (server.url("d.bin"),)), dest,
-                                                      loader="d4rl", deadline=1.0, min_rate=0))
+        box, took = _bounded(
+            lambda: downloader.fetch(
+                Resource("d.bin", (server.url("d.bin"),)), dest, loader="d4rl", deadline=1.0, min_rate=0
+            )
+        )
     assert isinstance(box.get("error"), DownloadError) and "deadline of 1 s" in str(box["error"]), box
     assert took < 5
 
@@ -162,8 +177,9 @@ def test_progress_lines_when_stderr_is_not_a_terminal(isolated_cache, monkeypatc
     data = os.urandom(200_000)
     with serve_files({"p.bin": data}) as server:
         server.fault("p.bin", trickle=0.05, trickle_chunk=20_000)
-        downloader.fetch(Resource("p.bin", (server.url("p.bin"),)), isolated_cache / "raw" / "x" / "p.bin",
-                         loader="d4rl")
+        downloader.fetch(
+            Resource("p.bin", (server.url("p.bin"),)), isolated_cache / "raw" / "x" / "p.bin", loader="d4rl"
+        )
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("datasets_hub: download")]
     assert len(lines) >= 3 and "p.bin" in lines[0] and lines[-1].startswith("datasets_hub: downloaded")
 
@@ -178,16 +194,18 @@ def test_a_symlink_planted_at_the_partial_is_never_written_through(tmp_path, iso
         dest = isolated_cache / "raw" / "d4rl" / downloader.source_key(r) / "v.bin"
         dest.parent.mkdir(parents=True)
         os.symlink(victim, dest.with_name("v.bin.partial"))
-        dest.with_name("v.bin.validator").write_text(json.dumps({"etag": '"' + sha256(data) + '"',
-                                                                 "source": downloader.source_key(r)}))
+        dest.with_name("v.bin.validator").write_text(
+            json.dumps({"etag": '"' + sha256(data) + '"', "source": downloader.source_key(r)})
+        )
         with pytest.raises(CacheError, match="symbolic link"):
             downloader.fetch(r, dest, loader="d4rl")
     assert victim.read_bytes() == b"precious"
 
 
 def test_a_300_character_resource_name_is_a_clear_error(tmp_path, monkeypatch):
-    _catalogue(tmp_path, monkeypatch, {"d4rl/long-name-v0": d4rl_entry("http://127.0.0.1:9/x.hdf5",
-                                                                        name="n" * 300 + ".hdf5")})
+    _catalogue(
+        tmp_path, monkeypatch, {"d4rl/long-name-v0": d4rl_entry("http://127.0.0.1:9/x.hdf5", name="n" * 300 + ".hdf5")}
+    )
     with pytest.raises(InvalidParameter, match="limit is 200.*shorter 'name'"):
         dh.load("d4rl/long-name-v0")
 

@@ -1,4 +1,5 @@
 """Secrets in URLs (issue 12): a password or a presigned signature is never shown or stored."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,13 @@ def test_credentials_never_reach_messages_cards_manifests_or_file_names(tmp_path
     data = write_d4rl(tmp_path / "x.hdf5", rows=30).read_bytes()
     with serve_files({"m/x.hdf5": data}) as server:
         url = _secret_url(server, "m/x.hdf5")
-        register(tmp_path / "extra.yaml", {"d4rl/secret-v0": d4rl_entry(url),
-                                           "d4rl/secret-missing-v0": d4rl_entry(_secret_url(server, "m/gone.hdf5"))})
+        register(
+            tmp_path / "extra.yaml",
+            {
+                "d4rl/secret-v0": d4rl_entry(url),
+                "d4rl/secret-missing-v0": d4rl_entry(_secret_url(server, "m/gone.hdf5")),
+            },
+        )
         monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(tmp_path / "extra.yaml"))
         check_rows(dh.load("d4rl/secret-v0"))
         # an error names the URL, redacted
