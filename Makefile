@@ -12,7 +12,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-faults test-ray test-torchrl bench bench-install install clean
+.PHONY: demo test test-faults test-ray test-torchrl bench bench-install install lint lint-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,22 @@ bench: bench-install
 	$(BENCH_PY) benchmarks/sampling.py
 	$(BENCH_PY) benchmarks/build.py
 	$(BENCH_PY) benchmarks/images.py
+
+# Lint and types: ruff (rules and formatter settings in pyproject.toml) and mypy, from the `lint` extra.
+LINT_STAMP := $(VENV)/.lint-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+
+$(LINT_STAMP): $(STAMP)
+	$(PIP_INSTALL) -e '.[lint]'
+	rm -f $(VENV)/.lint-* && touch $@
+
+lint-install: $(LINT_STAMP)
+
+lint: lint-install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	@# a kept `# noqa` names its reason: `# noqa: CODE - why`
+	@! grep -rnE --include='*.py' '# noqa(: *[A-Z]+[0-9]+(, *[A-Z]+[0-9]+)*)? *$$' datasets_hub loaders tests benchmarks examples \
+		|| (echo "a # noqa above has no reason: write '# noqa: CODE - why'"; false)
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info

@@ -49,12 +49,12 @@ import hashlib
 import json
 import os
 import re
-import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
-from urllib.parse import unquote, urljoin, urlsplit
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 from datasets_hub.errors import CacheError, ChecksumMismatch, DownloadError, HubError
@@ -74,24 +74,24 @@ _TRUE = {"1", "true", "yes", "on"}
 _sleep: Callable[[float], None] = time.sleep
 
 __all__ = [
-    "fetch",
-    "verify_file",
-    "source_key",
-    "open_nofollow",
-    "download_settings",
-    "is_offline",
-    "endpoint_for",
-    "endpoint_env_var",
-    "apply_endpoint",
-    "resolve_urls",
-    "list_hf_files",
-    "read_sidecar",
-    "sidecar_path",
-    "SIDE_SUFFIXES",
-    "CHUNK_SIZE",
-    "MAX_REDIRECTS",
     "BACKOFF_BASE",
     "BACKOFF_CAP",
+    "CHUNK_SIZE",
+    "MAX_REDIRECTS",
+    "SIDE_SUFFIXES",
+    "apply_endpoint",
+    "download_settings",
+    "endpoint_env_var",
+    "endpoint_for",
+    "fetch",
+    "is_offline",
+    "list_hf_files",
+    "open_nofollow",
+    "read_sidecar",
+    "resolve_urls",
+    "sidecar_path",
+    "source_key",
+    "verify_file",
 ]
 
 
@@ -257,7 +257,7 @@ def _write_sidecar(
     os.replace(tmp, side)
 
 
-def _hash_file(path: Path, limit: int | None = None) -> "hashlib._Hash":
+def _hash_file(path: Path, limit: int | None = None) -> hashlib._Hash:
     h = hashlib.sha256()
     left = limit
     with open(path, "rb") as f:
@@ -405,7 +405,10 @@ def _fetch(
         lock = FileLock(str(dest) + ".lock")
         lock.acquire()
     except OSError as exc:
-        raise _cache_write_error(exc, resource, dest) or exc
+        error = _cache_write_error(exc, resource, dest)
+        if error is None:
+            raise
+        raise error from exc
     try:
         problem = _check_cached(resource, dest)  # another process may have fetched it meanwhile
         if problem is None:
@@ -534,7 +537,10 @@ def _download_any(
             except (DownloadError, ChecksumMismatch) as exc:
                 errors.append((url, exc))
             except OSError as exc:  # our side failed (full disk, read-only cache): no other mirror helps
-                raise _cache_write_error(exc, resource, dest, url) or exc
+                error = _cache_write_error(exc, resource, dest, url)
+                if error is None:
+                    raise
+                raise error from exc
     if len(errors) == 1:
         raise errors[0][1]
     kind = ChecksumMismatch if any(isinstance(e, ChecksumMismatch) for _, e in errors) else DownloadError
@@ -603,7 +609,7 @@ def _copy_local(source: Path, partial: Path, bar: Any, *, link: bool) -> tuple[s
     size = 0
     bar.reset(total=os.path.getsize(source))
     try:
-        src = open(source, "rb")
+        src = open(source, "rb")  # noqa: SIM115 - closed by the `with` below, once the read error is named
     except OSError as exc:
         raise DownloadError(f"could not read {source} ({exc.strerror}); fix its permissions or the mirror") from exc
     with src, open_nofollow(partial) as out:

@@ -33,8 +33,9 @@ import sysconfig
 import textwrap
 import types
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 #: Bump when the description below changes: every cached result is then recomputed once.
 FINGERPRINT_VERSION = 1
@@ -96,7 +97,7 @@ def _digest(payload: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------ libraries
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
@@ -207,7 +208,7 @@ class _Describer:
             except (OSError, TypeError):
                 source = None  # e.g. defined in `python -c`: the compiled code below still identifies it
             closure = {}
-            for var, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            for var, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
                 try:
                     value = cell.cell_contents
                 except ValueError:
@@ -262,7 +263,7 @@ class _Describer:
 
 
 def _has_python_call(cls: type) -> bool:
-    call = getattr(cls, "__call__", None)
+    call = getattr(cls, "__call__", None)  # noqa: B004 - fetches the function object, not a callable test
     return isinstance(call, types.FunctionType)
 
 

@@ -36,7 +36,7 @@ from datasets_hub.redact import redact_text, redact_url
 if TYPE_CHECKING:
     from datasets_hub.loader import Resource
 
-__all__ = ["http_download", "Progress"]
+__all__ = ["Progress", "http_download"]
 
 
 # ---------------------------------------------------------------------------------------- progress
@@ -52,7 +52,7 @@ class Progress:
         self.n, self.url, self._bar = 0, "", None
         self._last = self._t0 = time.monotonic()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.is_bar:
             from tqdm.auto import tqdm
 
@@ -143,7 +143,7 @@ def _open(session: Any, url: str, headers: dict[str, str], timeout: float, resou
             if location in chain:
                 raise DownloadError(
                     f"{resource.name}: redirect loop: "
-                    f"{' -> '.join(redact_url(u) for u in chain + [location])}; the server is "
+                    f"{' -> '.join(redact_url(u) for u in [*chain, location])}; the server is "
                     f"misconfigured, use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
                 )
             chain.append(location)

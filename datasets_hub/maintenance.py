@@ -21,12 +21,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from datasets_hub.cache import (
     DELETING_MARK,

@@ -32,16 +32,18 @@ import tempfile
 import time
 import traceback
 import uuid
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub import __version__
+from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.cache import (
     INCOMPLETE_SUFFIX,
     MANIFEST,
@@ -54,7 +56,6 @@ from datasets_hub.cache import (
 from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
 from datasets_hub.fingerprint import _module_identity, describe_name, transform_fingerprint
 from datasets_hub.preprocessed_storage import FORMAT, PreprocessedStorage, _key, _nest, _open_schema
-from datasets_hub.buffers.tensor_storages import TensorStorage
 
 PROBE_ROWS = 4
 BACKENDS = ("process", "ray")
@@ -213,7 +214,7 @@ def _pickle_fn(fn: Callable, by_value: bool = False) -> bytes | None:
         cloudpickle.register_pickle_by_value(module)
     try:
         return cloudpickle.dumps(fn)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - whatever stops pickling means "cannot fingerprint": the caller warns
         return None
     finally:
         if register:
@@ -279,15 +280,21 @@ def _describe_parent(rb: Any) -> tuple[_Source | None, dict[str, Any]]:
     storage = rb.storage
     if isinstance(storage, DatasetStorage):
         fp = storage.manifest.get("fingerprint") or storage.path.name
-        return _Source("build", str(storage.path)), dict(
-            fingerprint=fp, build=fp, id=storage.manifest.get("id"), chain=[]
-        )
+        return _Source("build", str(storage.path)), {
+            "fingerprint": fp,
+            "build": fp,
+            "id": storage.manifest.get("id"),
+            "chain": [],
+        }
     if isinstance(storage, PreprocessedStorage):
         m = storage.manifest
-        return _Source("preprocessed", str(storage.path)), dict(
-            fingerprint=m.get("fingerprint"), build=m.get("build"), id=m.get("id"), chain=list(m.get("chain") or [])
-        )
-    return None, dict(fingerprint=None, build=None, id=None, chain=[])
+        return _Source("preprocessed", str(storage.path)), {
+            "fingerprint": m.get("fingerprint"),
+            "build": m.get("build"),
+            "id": m.get("id"),
+            "chain": list(m.get("chain") or []),
+        }
+    return None, {"fingerprint": None, "build": None, "id": None, "chain": []}
 
 
 def _snapshot(rb: Any, into: Path) -> _Source:
@@ -360,7 +367,7 @@ def preprocess(
     if parent["fingerprint"] is not None:
         fp = transform_fingerprint(parent["fingerprint"], fn, version, stacklevel=3)
     info = {"parent": parent, "fn_name": fn_name, "version": version, "backend": backend}
-    run = dict(num_workers=num_workers, chunk_size=chunk_size, backend=backend, start_method=start_method)
+    run = {"num_workers": num_workers, "chunk_size": chunk_size, "backend": backend, "start_method": start_method}
     if fp is None:
         path = _compute_uncached(rb, fn, source, info, run)
         storage = PreprocessedStorage(path, _cleanup=path.parent)
@@ -566,7 +573,7 @@ def _map_ray(fn: Callable, job: _Job, chunks: list[tuple[int, int]], bar: Any) -
                 pending.pop(ref)
                 try:
                     bar.update(ray.get(ref))
-                except Exception as exc:  # noqa: BLE001 - Ray wraps the task's error (in .cause)
+                except Exception as exc:
                     if isinstance(getattr(exc, "cause", None), _ChunkFailed):
                         raise exc.cause from None
                     raise PreprocessError(f"a Ray task running {job.fn_name} failed: {exc}") from exc

@@ -18,7 +18,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-__all__ = ["redact_url", "redact_text", "redact_value", "is_secret_param", "REDACTED"]
+__all__ = ["REDACTED", "is_secret_param", "redact_text", "redact_url", "redact_value"]
 
 REDACTED = "REDACTED"
 # Query parameters that authenticate a request (AWS S3/CloudFront, GCS, Azure SAS, generic tokens).

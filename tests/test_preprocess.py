@@ -23,10 +23,9 @@ import datasets_hub as dh
 from datasets_hub import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 from datasets_hub.build import build
 from datasets_hub.dataset_storage import DatasetStorage
-from datasets_hub.errors import InvalidParameter, MissingDependency
+from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
 from datasets_hub.fingerprint import UncachedPreprocessWarning
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.errors import PreprocessError
 from datasets_hub.preprocessed_storage import PreprocessedStorage
 from datasets_hub.testing import FakeLoader
 
@@ -172,7 +171,7 @@ def test_lambdas_made_in_a_loop_get_distinct_results():
     rb = fake_rb()
     outs = [rb.preprocess(lambda td, k=k: td.select("action").apply(lambda x: x * k), num_workers=0) for k in (1, 2, 3)]
     assert len({o.storage.path for o in outs}) == 3
-    for k, out in zip((1, 2, 3), outs):
+    for k, out in zip((1, 2, 3), outs, strict=True):
         torch.testing.assert_close(out[:]["action"], rb[:]["action"] * k)
 
 

@@ -6,12 +6,12 @@ import functools
 
 import pytest
 import torch
+from test_preprocess import calls, counted, fails_on_row_120, fake_rb, obs_feature
+
+from datasets_hub.errors import PreprocessError
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray  # `make test-ray`; `make test` skips these
-
-from datasets_hub.errors import PreprocessError  # noqa: E402
-from test_preprocess import calls, counted, fails_on_row_120, fake_rb, obs_feature  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -11,14 +11,13 @@ import sys
 import warnings
 
 import pytest
+from _helpers import d4rl_entry, double_observation, register
 
 import datasets_hub as dh
 from datasets_hub import maintenance as mt
 from datasets_hub.cache_verify import verify
 from datasets_hub.cli import main
 from datasets_hub.errors import CacheError, HubError, InvalidParameter
-
-from _helpers import d4rl_entry, double_observation, register
 
 CARTPOLE = {"loader": "gym", "params": {"env": "CartPole-v1", "policy": "random", "steps": 300, "seed": 0}}
 

@@ -12,14 +12,13 @@ import time
 import h5py
 import numpy as np
 import pytest
+from _helpers import check_rows, d4rl_entry, register, sha256, write_d4rl
+from http_server import point_huggingface_hub_at, serve_files
 
 import datasets_hub as dh
 from datasets_hub import downloader
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.loader import Resource
-
-from _helpers import check_rows, d4rl_entry, register, sha256, write_d4rl
-from http_server import point_huggingface_hub_at, serve_files
 
 
 @pytest.fixture(autouse=True)
@@ -206,7 +205,7 @@ def test_a_300_character_resource_name_is_a_clear_error(tmp_path, monkeypatch):
     _catalogue(
         tmp_path, monkeypatch, {"d4rl/long-name-v0": d4rl_entry("http://127.0.0.1:9/x.hdf5", name="n" * 300 + ".hdf5")}
     )
-    with pytest.raises(InvalidParameter, match="limit is 200.*shorter 'name'"):
+    with pytest.raises(InvalidParameter, match=r"limit is 200.*shorter 'name'"):
         dh.load("d4rl/long-name-v0")
 
 
