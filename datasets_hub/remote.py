@@ -103,12 +103,12 @@ class RemoteFolder:
                 return {relpaths[0]: exc}
         if _offline():
             exc = DownloadError(f"chunks of {self.shown} are needed but DATASETS_HUB_OFFLINE=1")
-            return {p: exc for p in relpaths}
+            return dict.fromkeys(relpaths, exc)
         paths = {self.path(p): p for p in relpaths}
         try:
             got = self.fs.cat(list(paths), on_error="return")
         except Exception as exc:  # noqa: BLE001  (a backend that fails the whole call: reported per file)
-            return {p: exc for p in relpaths}
+            return dict.fromkeys(relpaths, exc)
         return {paths.get(k, k): (v if isinstance(v, Exception) else bytes(v)) for k, v in got.items()}
 
 

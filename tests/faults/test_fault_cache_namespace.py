@@ -171,3 +171,26 @@ def test_a_healthy_build_of_another_version_passes_verify_all_builds(catalogue, 
         json.dumps({**json.loads((build / "manifest.json").read_text()), "params": {"steps": 1}})
     )
     assert not verify("gym/old", all_builds=True).ok  # an edited manifest is still a problem
+
+
+def test_filelock_is_a_release_fixed_for_cve_2025_68146(tmp_path):
+    """filelock < 3.20.1 followed a symlinked ``.lock`` and truncated its target (CVE-2025-68146)."""
+    import re
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from packaging.version import Version
+
+    from datasets_hub.cache import file_lock
+
+    fixed = Version("3.20.1")
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    floor = re.search(r'"filelock>=([0-9.]+)"', pyproject)
+    assert floor and Version(floor.group(1)) >= fixed, "pyproject.toml admits a filelock with CVE-2025-68146"
+    assert Version(version("filelock")) >= fixed
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    os.symlink(victim, tmp_path / "x.lock")
+    with contextlib.suppress(OSError), file_lock(tmp_path / "x.lock", timeout=1):
+        pass
+    assert victim.read_text() == "precious"
