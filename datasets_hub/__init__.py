@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # public name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
-    # the hub (DESIGN.md §2)
+    # the hub (docs/reference/hub.md)
     "load": "hub",
     "download": "hub",
     "info": "hub",
@@ -65,7 +65,8 @@ _EXPORTS: dict[str, str] = {
     "FrameStack": "buffers.frame_stack",
     "FullStackSampler": "buffers.frame_stack",
     "EpisodeIndex": "buffers.episode_index",
-    # interop (DESIGN.md §8)
+    "ReturnToGo": "buffers.returns",
+    # interop (docs/guide/interop.md)
     "BufferDataset": "interop.torch_data",
     "SampledBatches": "interop.torch_data",
     "EpisodeShardSampler": "interop.torch_data",

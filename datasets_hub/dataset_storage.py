@@ -1,4 +1,4 @@
-"""Read-only storage over one lean-TED build (DESIGN.md §3–§4).
+"""Read-only storage over one lean-TED build (docs/design/ted.md, docs/design/on-disk.md).
 
 Observation-like keys are stored once per episode with T+1 rows; ``observation[t]`` and
 ``next/observation[t]`` are gathered from the same array at rows ``i + e`` and ``i + e + 1``
@@ -111,7 +111,7 @@ class DatasetStorage(Storage):
     def episode_index(self) -> EpisodeIndex:
         return self._index
 
-    def _rows(self, index: Any) -> np.ndarray:
+    def _rows(self, index: Any) -> tuple[np.ndarray, tuple[int, ...]]:
         """``index`` as a flat int64 array of valid rows, plus the shape to give the result."""
         if isinstance(index, slice):
             rows = np.arange(self._len)[index]

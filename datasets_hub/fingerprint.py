@@ -1,4 +1,4 @@
-"""Transform fingerprints: when a cached preprocessing result may be reused (DESIGN.md §7).
+"""Transform fingerprints: when a cached preprocessing result may be reused (docs/guide/preprocessing.md).
 
 ``transform-fp = hash(parent fingerprint, fn, version)``, where ``fn`` is identified by what it
 computes, not by its name alone:
@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 #: Bump when the description below changes: every cached result is then recomputed once.
-FINGERPRINT_VERSION = 1
+#: 2: the preprocessing settings that can change a result (``by``, an explicit ``chunk_size``) joined
+#: the hash; results of version 1 were computed without the row-wise check and are not reused.
+FINGERPRINT_VERSION = 2
 
 
 class Unfingerprintable(Exception):
@@ -66,15 +68,19 @@ def fingerprint_callable(fn: Callable) -> str:
     return _digest(_Describer().callable(fn, describe_name(fn), top=True))
 
 
-def transform_fingerprint(parent: str, fn: Callable, version: Any = None, *, stacklevel: int = 2) -> str | None:
-    """``hash(parent, fn, version)`` as 16 hex chars, or ``None`` (after one warning per function)
-    when ``fn`` cannot be fingerprinted."""
+def transform_fingerprint(
+    parent: str, fn: Callable, version: Any = None, *, settings: dict[str, Any] | None = None, stacklevel: int = 2
+) -> str | None:
+    """``hash(parent, fn, version, settings)`` as 16 hex chars, or ``None`` (after one warning per
+    function) when ``fn`` cannot be fingerprinted. ``settings``: JSON values of every other option
+    that can change the result (preprocess passes ``by`` and an explicit ``chunk_size``)."""
     try:
         payload = {
             "format": FINGERPRINT_VERSION,
             "parent": parent,
             "fn": fingerprint_callable(fn),
             "version": _Describer().value(version, "version="),
+            "settings": settings or {},
         }
     except Unfingerprintable as exc:
         key = (describe_name(fn), str(exc))

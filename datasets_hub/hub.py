@@ -1,4 +1,4 @@
-"""Load-by-name: the functions a training script calls (DESIGN.md §2).
+"""Load-by-name: the functions a training script calls (docs/reference/hub.md).
 
 ``load`` finds the build for (id, params) in the cache — opening it costs milliseconds and no
 network — or downloads the upstream files, converts them once, and publishes the build atomically.
@@ -153,6 +153,7 @@ def load(
     download: bool = True,
     generator: torch.Generator | None = None,
     preprocess: Any = None,
+    preprocess_by: str | None = None,
     resident: str = "full",
     max_bytes: int | None = None,
     **params: Any,
@@ -163,6 +164,8 @@ def load(
     samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
     ``preprocess`` (a function or a list of functions, applied in order) maps the stored transitions
     once, cached by fingerprint (see :mod:`datasets_hub.preprocess`); ``transform`` then runs on samples.
+    ``preprocess_by="episode"`` hands those functions whole episodes (default: what each function
+    declares in its ``by`` attribute, else ``"row"``).
 
     ``dataset_id`` may also be the URL of a published build (``hf://datasets/<org>/<repo>[@rev]``,
     ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote`): ``resident="full"``
@@ -193,7 +196,7 @@ def load(
     if steps:
         from datasets_hub.preprocess import preprocess_chain
 
-        rb = preprocess_chain(rb, steps, transform=transform)
+        rb = preprocess_chain(rb, steps, transform=transform, by=preprocess_by)
     return rb
 
 

@@ -370,3 +370,69 @@ def test_check_loader_contract(tmp_path, written):
     files = {f"{REPO}/{p}": root / p for p in lw.files_of(root)}
     summary = check_loader(LeRobotLoader, DatasetSpec(id=ID, loader="lerobot", params={"episodes": [0, 1]}), files)
     assert summary
+
+
+# -- delta_timestamps ----------------------------------------------------------------------------
+def test_delta_timestamps_windows(hub, written):
+    import datasets_hub
+    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler
+
+    root, spec, summary = written["v3.0"]
+    hub(lw.files_of(root))
+    delta = {
+        "observation.images.top": [-0.1, 0.0],
+        "observation.state": [-0.2, -0.1, 0.0],
+        "action": [0.0, 0.1, 0.2, 0.3],
+        "next.reward": [0.0],
+    }
+    sampler = delta_timestamps_sampler(delta, fps=ID)  # the rate read from the repo's info.json
+    rb = datasets_hub.load(
+        ID, batch_size=40, sampler=sampler, num_workers=1, generator=torch.Generator().manual_seed(1)
+    )
+    batch = rb.sample()
+    assert batch["action"].shape == (40, 4, spec.action_dim) and batch["action_is_pad"].shape == (40, 4)
+    assert batch["observation", "images", "top"].shape == (40, 2, spec.height, spec.width, 3)
+    starts, lengths = summary["starts"], spec.lengths
+    for b in range(40):
+        e, i = int(batch["episode"][b]), int(batch["info", "index"][b])
+        t = i - starts[e]
+        for name, offsets in (("action", [0, 1, 2, 3]), ("state", [-2, -1, 0]), ("top", [-1, 0])):
+            pos = [t + o for o in offsets]
+            pad = [not 0 <= p < lengths[e] for p in pos]
+            clipped = [min(max(p, 0), lengths[e] - 1) for p in pos]
+            if name == "action":
+                got, mask = batch["action"][b], batch["action_is_pad"][b]
+                want = np.stack([-lw.state_of(e, p, spec.state_dim)[: spec.action_dim] for p in clipped])
+                np.testing.assert_array_equal(got.numpy(), want)
+            elif name == "state":
+                got, mask = batch["observation", "state"][b], batch["observation", "state_is_pad"][b]
+                np.testing.assert_array_equal(
+                    got.numpy(), np.stack([lw.state_of(e, p, spec.state_dim) for p in clipped])
+                )
+            else:
+                got, mask = batch["observation", "images", "top"][b], batch["observation", "images", "top_is_pad"][b]
+                assert [lw.read_index(f)[0] for f in got.numpy()] == [starts[e] + p for p in clipped]
+            assert mask.tolist() == pad
+
+
+def test_delta_timestamps_off_the_frame_grid_are_refused():
+    from datasets_hub.loaders.lerobot_windows import delta_indices
+
+    assert delta_indices({"action": [0.0, 0.1, 0.2], "next.reward": [0.1]}, fps=10) == {
+        ("action",): [0, 1, 2],
+        ("next", "reward"): [1],
+    }
+    with pytest.raises(InvalidParameter, match=r"delta_timestamps\['action'\] holds 0.15 s, which is not a multiple"):
+        delta_indices({"action": [0.0, 0.15]}, fps=10)
+    with pytest.raises(InvalidParameter, match="fps must be a positive number"):
+        delta_indices({"action": [0.0]}, fps=0)
+
+
+def test_local_root_reads_in_place(written, tmp_path):
+    import datasets_hub
+
+    root, spec, summary = written["v2.1"]
+    td = datasets_hub.load("lerobot/local/koch", root=str(root), episodes=[1], num_workers=1)[:]
+    check(td, spec, summary, episodes=[1])
+    with pytest.raises(InvalidParameter, match=r"has no meta/info\.json"):
+        datasets_hub.load("lerobot/local/koch", root=str(tmp_path))

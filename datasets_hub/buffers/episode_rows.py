@@ -1,4 +1,4 @@
-"""Rows and their episodes, for samplers that look beyond the row they draw (DESIGN.md §6).
+"""Rows and their episodes, for samplers that look beyond the row they draw (docs/guide/sampling.md).
 
 Window, goal and return samplers all need, for a batch of rows, the episode each row belongs to
 and where that episode starts and ends. :class:`EpisodeRows` gives that in ``O(batch)`` (one
@@ -109,7 +109,7 @@ class AnchorSampler(Sampler):
         self.episodes = EpisodeRows(traj_key=traj_key, end_key=end_key)
         self._generator: torch.Generator | None = None
 
-    @property  # type: ignore[override]
+    @property
     def generator(self) -> torch.Generator | None:
         return self._generator
 

@@ -1,4 +1,4 @@
-"""Goal-conditioned sampling: transitions plus goals drawn from their own episode or the dataset (DESIGN.md §6).
+"""Goal-conditioned sampling: transitions plus goals drawn from their own episode or the dataset (docs/guide/sampling.md).
 
 Offline goal-conditioned agents (OGBench's GCIVL, GCIQL, QRL, CRL, HIQL; HER-style relabelling) do
 not train on uniform transitions alone: each sampled step ``t`` gets a goal that is the current
@@ -199,7 +199,7 @@ class GoalSampler(AnchorSampler):
         """HER's relabelling strategies: ``"future"`` (a uniformly drawn later state of the episode),
         ``"final"`` (its final state), ``"episode"`` (any of its states), ``"random"`` (any state of
         the dataset). Other keywords (``goal_keys``, ``success_fn``, ...) pass through."""
-        laws = {
+        laws: dict[str, dict[str, Any]] = {
             "future": {"p_future": 1.0, "future": "uniform"},
             "final": {"p_future": 1.0, "future": "final"},
             "episode": {"p_future": 1.0, "future": "episode"},

@@ -1,4 +1,4 @@
-"""Replay buffers: a storage, a sampler and a writer behind TorchRL's API (DESIGN.md §2, §6).
+"""Replay buffers: a storage, a sampler and a writer behind TorchRL's API (docs/guide/buffers.md).
 
 ``ReplayBuffer`` works with any data its storage holds; ``TensorDictReplayBuffer`` adds ``"index"``
 (and the sampler's per-item info such as ``"_weight"``) to every sample. The prioritized variants
@@ -372,16 +372,20 @@ class ReplayBuffer:
         self,
         fn: Callable,
         *,
+        by: str | None = None,
         num_workers: int | None = None,
         chunk_size: int | None = None,
         version: Any = None,
         backend: str = "process",
     ) -> TensorDictReplayBuffer:
         """Map ``fn(batch of n transitions) -> TensorDict of n rows`` over every stored transition once,
-        cached by fingerprint; returns a read-only buffer over the result (see :mod:`datasets_hub.preprocess`)."""
+        cached by fingerprint; returns a read-only buffer over the result (see :mod:`datasets_hub.preprocess`).
+        ``by="episode"`` hands fn whole episodes (returns-to-go); the default ``"row"`` needs a row-wise fn."""
         from datasets_hub.preprocess import preprocess
 
-        return preprocess(self, fn, num_workers=num_workers, chunk_size=chunk_size, version=version, backend=backend)
+        return preprocess(
+            self, fn, by=by, num_workers=num_workers, chunk_size=chunk_size, version=version, backend=backend
+        )
 
     # -- priorities ------------------------------------------------------------------------------
     def update_priority(self, index: Any, priority: Any) -> None:

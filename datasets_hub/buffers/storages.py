@@ -1,4 +1,4 @@
-"""Storages hold items; samplers choose indices and storages gather them (DESIGN.md §6).
+"""Storages hold items; samplers choose indices and storages gather them (docs/guide/sampling.md).
 
 This file holds the ``Storage`` contract shared by every storage (the tensor and memmap storages
 in ``tensor_storages.py``, the read-only :class:`~datasets_hub.dataset_storage.DatasetStorage`)

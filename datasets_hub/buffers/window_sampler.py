@@ -1,4 +1,4 @@
-"""Sequence windows around sampled steps, with edge padding and ``<key>_is_pad`` masks (DESIGN.md §6).
+"""Sequence windows around sampled steps, with edge padding and ``<key>_is_pad`` masks (docs/guide/sampling.md).
 
 What Diffusion Policy, ACT and Decision Transformer consume, and what LeRobot's ``delta_timestamps``
 describe: for each sampled anchor step ``t`` of an episode, the rows ``t + o * stride`` for a list of
@@ -91,6 +91,7 @@ class WindowSampler(AnchorSampler):
         for name, value, low in (("stride", stride, 1), ("burn_in", burn_in, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        items: list[tuple[tuple[str, ...], Any]]
         if isinstance(offsets, Mapping):
             if keys is not None:
                 raise ValueError("give the window keys either as the offsets mapping's keys or as keys=, not both")
