@@ -254,10 +254,10 @@ def _prepare(path: Path, folder: RemoteFolder, published: dict[str, Any], publis
         # every leaf's zarr metadata in one concurrent fetch (a few hundred bytes each), kept locally
         metadata_files = [f"data.zarr/{name}/zarr.json" for name in published["arrays"]]
         chunks = Chunks(path, folder, published)
-        for relpath, data in folder.read_many(metadata_files).items():
-            if isinstance(data, BaseException):
-                raise DownloadError(f"could not read {folder.shown}/{relpath}: {data}") from data
-            chunks.keep_metadata(relpath, data)
+        for relpath, payload in folder.read_many(metadata_files).items():
+            if isinstance(payload, BaseException):
+                raise DownloadError(f"could not read {folder.shown}/{relpath}: {payload}") from payload
+            chunks.keep_metadata(relpath, payload)
         # the episode index (kilobytes) comes now: samplers need all of it before the first batch
         chunks.ensure(
             {

@@ -323,7 +323,9 @@ class TensorStorage(SharedCounters, Storage):
             raise KeyError(key)
         return self._plain[self._keys.index(key)][: len(self)]
 
-    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+    def gather_key(
+        self, key: str | tuple[str, ...], rows: torch.Tensor, *, episodes: np.ndarray | None = None
+    ) -> torch.Tensor:
         key = key if isinstance(key, tuple) else (key,)
         if not self.initialized:
             self._maybe_attach_shared()
