@@ -42,7 +42,7 @@ test-ray: install
 
 # TorchRL pins its own tensordict: the interop tests run in the benchmark venv.
 test-torchrl: bench-install
-	$(BENCH_PY) -m pytest -q tests/test_torchrl_interop.py
+	$(BENCH_PY) -m pytest -q tests/test_torchrl.py
 
 $(BENCH_PY):
 	$(PYTHON) -m venv $(BENCH_VENV)

@@ -244,7 +244,7 @@ def test_wrapped_checkpoint_starts_at_the_cursor(tmp_path):
 
 
 def test_end_to_end_over_http_with_endpoint(replay, monkeypatch):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     buf, truth, folder = replay
     root = folder.parents[4]

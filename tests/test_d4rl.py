@@ -371,7 +371,7 @@ def test_check_loader_contract(tmp_path):
 
 @pytest.mark.parametrize("next_obs", [True, False])
 def test_load_from_local_mirror_row_by_row(tmp_path, monkeypatch, next_obs):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     import datasets_hub
 

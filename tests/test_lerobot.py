@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import lerobot_writer as lw
 import numpy as np
 import pytest
 import torch
+from fixtures import lerobot_writer as lw
 
 from datasets_hub.errors import CorruptFile, DownloadError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec
@@ -36,7 +36,7 @@ def written(tmp_path_factory):
 
 
 def serve(server, monkeypatch, tmp_path, files: dict[str, bytes], repo: str = REPO) -> None:
-    from http_server import point_huggingface_hub_at
+    from fixtures.http_server import point_huggingface_hub_at
 
     for path, data in files.items():
         server.add_hf_file(repo, path, data)
@@ -46,7 +46,7 @@ def serve(server, monkeypatch, tmp_path, files: dict[str, bytes], repo: str = RE
 
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     with serve_files() as server:
         yield lambda files, repo=REPO: serve(server, monkeypatch, tmp_path, files, repo) or server

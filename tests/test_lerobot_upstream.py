@@ -24,7 +24,7 @@ import torch
 
 pytest.importorskip("lerobot.datasets.lerobot_dataset", reason="lerobot is installed only in .venv-upstream-lerobot")
 
-import lerobot_writer as lw
+from fixtures import lerobot_writer as lw
 
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text

@@ -8,7 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-from ogbench_files import expected_transitions, write_ogbench
+from fixtures.ogbench_files import expected_transitions, write_ogbench
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
@@ -161,7 +161,7 @@ def test_check_loader_contract(tmp_path):
 
 # -- through the hub: served from 127.0.0.1, downloaded, built, loaded --------------------------------
 def test_load_through_endpoint_mirror_and_sample(tmp_path, monkeypatch):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     import datasets_hub as dh
 
@@ -183,7 +183,7 @@ def test_load_through_endpoint_mirror_and_sample(tmp_path, monkeypatch):
 
 
 def test_hugging_face_mirror(tmp_path, monkeypatch):
-    from http_server import point_huggingface_hub_at, serve_files
+    from fixtures.http_server import point_huggingface_hub_at, serve_files
 
     import datasets_hub as dh
 
@@ -196,7 +196,7 @@ def test_hugging_face_mirror(tmp_path, monkeypatch):
 
 
 def test_shards_param_is_part_of_the_fingerprint(tmp_path, monkeypatch):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     import datasets_hub as dh
 

@@ -269,7 +269,7 @@ def check_rows(td, rows):
 
 # ---------------------------------------------------------------------------------------- through the hub
 def test_load_one_shard_from_local_mirror_row_by_row(tmp_path, monkeypatch):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     import datasets_hub
 
@@ -302,7 +302,7 @@ def test_load_one_shard_from_local_mirror_row_by_row(tmp_path, monkeypatch):
 
 
 def test_bad_crc_in_a_served_shard_names_the_file(tmp_path, monkeypatch):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     import datasets_hub
 

@@ -168,8 +168,8 @@ def check_ted(td, truth, layout: str = "robohive") -> None:
 
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
-    """A Hub on 127.0.0.1 serving the fixture files (see ``http_server.point_huggingface_hub_at``)."""
-    from http_server import point_huggingface_hub_at, serve_files
+    """A Hub on 127.0.0.1 serving the fixture files (see ``fixtures.http_server.point_huggingface_hub_at``)."""
+    from fixtures.http_server import point_huggingface_hub_at, serve_files
 
     with serve_files() as server:
         for f, (name, trials) in enumerate(sorted(FILES.items())):

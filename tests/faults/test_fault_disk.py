@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from _helpers import Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
-from http_server import serve_files
+from fixtures.faults import Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
+from fixtures.http_server import serve_files
 
 import datasets_hub as dh
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _helpers import files_outside, register
+from fixtures.faults import files_outside, register
 
 import datasets_hub as dh
 from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset

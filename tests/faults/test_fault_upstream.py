@@ -8,8 +8,8 @@ visible (no build, no raw file with wrong bytes at its final name), move bad byt
 from __future__ import annotations
 
 import pytest
-from _helpers import cache_state_ok, check_rows, d4rl_entry, register, sha256, write_d4rl
-from http_server import serve_files
+from fixtures.faults import cache_state_ok, check_rows, d4rl_entry, register, sha256, write_d4rl
+from fixtures.http_server import serve_files
 
 import datasets_hub as dh
 from datasets_hub import downloader

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from http_server import serve_files
+from fixtures.http_server import serve_files
 
 from datasets_hub import downloader as dl
 from datasets_hub.errors import ChecksumMismatch, DownloadError

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from http_server import point_huggingface_hub_at, serve_files
+from fixtures.http_server import point_huggingface_hub_at, serve_files
 
 from datasets_hub import downloader as dl
 from datasets_hub.errors import ChecksumMismatch, DownloadError
