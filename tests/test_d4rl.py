@@ -371,9 +371,9 @@ def test_check_loader_contract(tmp_path):
 
 @pytest.mark.parametrize("next_obs", [True, False])
 def test_load_from_local_mirror_row_by_row(tmp_path, monkeypatch, next_obs):
-    from fixtures.http_server import serve_files
-
     import datasets_hub
+
+    from fixtures.http_server import serve_files
 
     path = write_d4rl(tmp_path / "x.hdf5", next_obs=next_obs)
     upstream = "datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"  # the catalogue's path

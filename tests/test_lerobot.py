@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fixtures import lerobot_writer as lw
 
 from datasets_hub.errors import CorruptFile, DownloadError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.loaders import lerobot as lr
 from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
+
+from fixtures import lerobot_writer as lw
 
 os.environ.setdefault("SVT_LOG", "1")  # the SVT-AV1 encoder logs its configuration at info level otherwise
 REPO = "acme/koch_push"

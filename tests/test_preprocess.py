@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from fixtures.preprocess import LENGTHS, N, calls, counted, fails_on_row_170, fake_rb, obs_feature, published
 from tensordict import TensorDict
 
 import datasets_hub as dh
@@ -26,6 +25,8 @@ from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessE
 from datasets_hub.fingerprint import UncachedPreprocessWarning
 from datasets_hub.preprocess_chunks import probe_calls
 from datasets_hub.preprocessed_storage import PreprocessedStorage
+
+from fixtures.preprocess import LENGTHS, N, calls, counted, fails_on_row_170, fake_rb, obs_feature, published
 
 
 # ------------------------------------------------------------------------------------------ values
