@@ -71,7 +71,8 @@ def _recorded_sha256(path: Path) -> str | None:
         return None
 
 
-def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], list[dict[str, Any]]]:
+def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], list[dict[str, Any]]]:
+    """Download (or find, verified) every resource of ``spec``: ``({name: path}, provenance records)``."""
     files: dict[str, Path] = {}
     sources: list[dict[str, Any]] = []
     for resource in loader.resources(spec):
@@ -104,7 +105,7 @@ def _ensure_build(dataset_id: str, *, force: bool, allow_download: bool, params:
             f"datasets_hub.download({dataset_id!r}) or load with download=True"
         )
     check_requirements(loader)
-    files, sources = _fetch_sources(spec, loader)
+    files, sources = fetch_sources(spec, loader)
     return build(spec, loader, files, sources, force=force)
 
 
