@@ -93,9 +93,6 @@ def check_conversion(
     """Convert ``files`` ``runs`` times into temporary directories; see the module docstring."""
     name = type(loader).__name__
     loader.check_params(spec)
-    resources = loader.resources(spec)
-    if not isinstance(resources, list) or not all(isinstance(r, Resource) for r in resources):
-        raise AssertionError(f"{name}.resources(spec) must return a list of datasets_hub.Resource")
     first: tuple[list[int], TensorDictBase] | None = None
     summary: dict[str, Any] = {}
     for run in range(1, max(1, runs) + 1):
@@ -191,6 +188,9 @@ def _check_entry(
     check_class(type(loader))
     try:
         loader.check_params(spec)
+        resources = loader.resources(spec)
+        if not isinstance(resources, list) or not all(isinstance(r, Resource) for r in resources):
+            raise AssertionError(f"{type(loader).__name__}.resources(spec) must return a list of datasets_hub.Resource")
         files, sources = fetch_sources(spec, loader)
     except Exception as exc:
         raise _stage(dataset_id, "fetch", exc) from exc

@@ -134,3 +134,17 @@ def test_a_buffer_over_a_build_pickles_by_reference():
     manifest.write_text(text.replace(rb.storage.manifest["fingerprint"], "0" * 16))
     with pytest.raises(CacheError, match="rebuilt or replaced"):
         pickle.loads(blob)
+
+
+def test_card_shows_the_keys_of_a_sample_not_the_storage_layout():
+    dh.download(ID, **SMALL)
+    card = dh.info(ID, **SMALL)
+    batch = dh.load(ID, batch_size=4, **SMALL).sample()
+    keys = {"/".join(k) if isinstance(k, tuple) else k for k in batch.keys(True, True)} - {"index"}
+    assert set(card.sample_keys) == keys
+    for name, spec in card.sample_keys.items():
+        value = batch.get(tuple(name.split("/")))
+        assert spec == {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape[1:])}, name
+    assert "obs/observation" not in card.sample_keys  # a storage path, not a sample key
+    with pytest.raises(InvalidParameter, match="no environment spec"):
+        card.recover_environment()
