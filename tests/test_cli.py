@@ -152,7 +152,7 @@ def test_info_before_and_after_download(run):
         "episode length",
         "next/observation",
         "sample (one transition",
-        "steps/action",
+        "next/reward",
         "float32",
         "budget_truncated_episodes",
         "provenance",
