@@ -210,6 +210,11 @@ def load(
         raise InvalidParameter(f"batch_size must be a positive integer or None, got {batch_size!r}")
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
+    from datasets_hub.load_args import check_params_are_not_load_keywords, check_sampler
+
+    check_sampler(sampler, batch_size)
+    if params and not (isinstance(dataset_id, str) and "://" in dataset_id):
+        check_params_are_not_load_keywords(dataset_id, params, resolve(dataset_id).params)
     storage = _open_storage(dataset_id, download=download, resident=resident, max_bytes=max_bytes, params=params)
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers import RandomSampler

@@ -148,3 +148,26 @@ def test_card_shows_the_keys_of_a_sample_not_the_storage_layout():
     assert "obs/observation" not in card.sample_keys  # a storage path, not a sample key
     with pytest.raises(InvalidParameter, match="no environment spec"):
         card.recover_environment()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"batchsize": 256}, r"did you mean batch_size=256"),
+        ({"slice_len": 32}, r"sampler=SliceSampler\(slice_len=32\)"),
+        ({"num_slices": 4}, r"sampler=SliceSampler\(num_slices=4\)"),
+        ({"prefech": 2}, r"did you mean prefetch=2"),
+        ({"sampler": SliceSampler}, r"is a class; pass an instance"),
+        ({"sampler": SliceSampler(slice_len=32), "batch_size": 100}, r"not divisible by slice_len=32"),
+        ({"sampler": SliceSampler(num_slices=3), "batch_size": 100}, r"not divisible by num_slices=3"),
+    ],
+)
+def test_load_argument_mistakes_are_refused_before_building(kwargs, match, isolated_cache):
+    with pytest.raises(InvalidParameter, match=match):
+        dh.load(ID, **SMALL, **kwargs)
+    assert not (isolated_cache / "datasets").exists() or not list((isolated_cache / "datasets").rglob("manifest.json"))
+
+
+def test_dataset_params_close_to_load_keywords_still_work():
+    rb = dh.load(ID, batch_size=64, sampler=SliceSampler(slice_len=32), steps=300, seed=3)
+    assert rb.sample().shape == (64,)
