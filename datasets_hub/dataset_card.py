@@ -153,4 +153,4 @@ def render_card(manifest: dict[str, Any], published: dict[str, Any], episode_ret
         body += ["", "## Citation", "", str(metadata["citation"])]
     if licence:
         body += ["", "## Licence", "", licence]
-    return "\n".join(front + [""] + body) + "\n"
+    return "\n".join([*front, "", *body]) + "\n"

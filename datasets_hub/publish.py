@@ -36,7 +36,7 @@ PUBLISHED = "published.json"
 PUBLISHED_FORMAT = "datasets_hub.published"
 PUBLISHED_VERSION = 1
 ZARR_DIR = "data.zarr"
-DEFAULT_CHUNK_BYTES = 4 << 20
+DEFAULT_CHUNK_BYTES = 256 << 10  # a lazy first batch fetches one chunk per leaf and slice: keep them small
 
 # the build's dtype names (torch's) -> numpy dtypes zarr v3 stores natively
 _NUMPY_DTYPES = {
@@ -218,7 +218,7 @@ def push(
     """Export ``source`` and upload it to the Hugging Face dataset repo ``repo_id``; return its
     ``hf://datasets/<repo_id>`` URL, which ``datasets_hub.load`` opens.
 
-    The upload is huggingface_hub's ``upload_large_folder`` (resumable, multi-threaded); the token is
+    The upload is huggingface_hub's ``upload_large_folder`` (resumable) where it exists, else ``upload_folder``; the token is
     huggingface_hub's own (``huggingface-cli login`` or ``HF_TOKEN``) and never passes through this code.
     """
     try:
@@ -232,6 +232,11 @@ def push(
         export(source, folder, overwrite=out_dir is not None, **params)
         api = HfApi()
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-        api.upload_large_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
+        # upload_large_folder (resumable, multi-commit) where this huggingface_hub has it; upload_folder otherwise
+        upload = getattr(api, "upload_large_folder", None)
+        if upload is not None:
+            upload(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
+        else:
+            api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
     suffix = f"@{revision}" if revision else ""
     return f"hf://datasets/{repo_id}{suffix}"

@@ -80,7 +80,7 @@ def naive_ted(chunks: TensorDictBase | Sequence[TensorDictBase]) -> TensorDict:
     """The full TED copy of ``chunks`` as a build must return it (root flags False, ``step``,
     ``next/done`` added)."""
     chunks = [chunks] if isinstance(chunks, TensorDictBase) else list(chunks)
-    td = torch.cat([c.clone() for c in chunks])
+    td = cast(TensorDict, torch.cat([c.clone() for c in chunks]))  # torch's stubs know only tensors
     n = td.batch_size[0]
     episode = td.get("episode")
     step = torch.zeros(n, dtype=torch.int64)

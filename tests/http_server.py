@@ -184,6 +184,16 @@ class FileServer:
     def full_gets(self, path: str) -> int:
         return sum(1 for r in self.ranges(path) if r is None)
 
+    def served_paths(self) -> list[str]:
+        """Every path the server holds (what ``add`` and ``add_hf_file`` put there)."""
+        with self._lock:
+            return list(self._files)
+
+    def bytes_of(self, path: str) -> int:
+        """The size of the file served at ``path`` (0 when none is)."""
+        with self._lock:
+            return len(self._files.get(_norm(path), b""))
+
     def total_requests(self) -> int:
         with self._lock:
             return len(self.requests)

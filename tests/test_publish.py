@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,3 +89,26 @@ def test_export_by_id_builds_first_and_cli_export(tmp_path, capsys):
 def test_export_rejects_a_tiny_chunk_size(build_rb, tmp_path):
     with pytest.raises(InvalidParameter, match="chunk_bytes"):
         export(build_rb, tmp_path / "pub", chunk_bytes=10)
+
+
+def test_push_exports_then_uploads_the_folder_through_huggingface_hub(build_rb, monkeypatch, tmp_path):
+    """push is a thin call of huggingface_hub (no honest local stand-in for the Hub's upload API exists
+    here): check what it hands over, i.e. a dataset repo and a complete published folder."""
+    import huggingface_hub
+
+    calls: dict[str, object] = {}
+
+    class RecordingApi:
+        def create_repo(self, repo_id, **kw):
+            calls["create"] = (repo_id, kw)
+
+        def upload_folder(self, *, repo_id, folder_path, repo_type, revision):
+            calls["files"] = sorted(p.relative_to(folder_path).as_posix() for p in Path(folder_path).rglob("*.json"))
+            calls["upload"] = (repo_id, repo_type, revision)
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", RecordingApi)
+    url = dh.push(build_rb, "org/pendulum", revision="v1")
+    assert url == "hf://datasets/org/pendulum@v1"
+    assert calls["create"] == ("org/pendulum", {"repo_type": "dataset", "private": None, "exist_ok": True})
+    assert calls["upload"] == ("org/pendulum", "dataset", "v1")
+    assert {"manifest.json", PUBLISHED, "data.zarr/zarr.json"} <= set(calls["files"])
