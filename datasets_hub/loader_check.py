@@ -21,7 +21,7 @@ import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -150,7 +150,8 @@ def _convert_once(
                 f"{name}.episodes changed chunk {i} at {differing!r} after yielding it (the core may still be "
                 "writing it in the background): yield a chunk you no longer modify"
             )
-    return [c.batch_size[0] for c, _ in yielded], torch.cat([c for _, c in yielded]), summary
+    data = cast(TensorDictBase, torch.cat(cast(Any, [c for _, c in yielded])))  # torch's stubs know only tensors
+    return [c.batch_size[0] for c, _ in yielded], data, summary
 
 
 def _first_difference(a: TensorDictBase, b: TensorDictBase) -> str | None:
@@ -224,11 +225,11 @@ def _check_sample(dataset_id: str, batch: TensorDictBase, b: int) -> None:
         if value is None or tuple(value.shape) != (b, 1) or (dtype is not None and value.dtype != dtype):
             got = "missing" if value is None else f"{value.dtype} {list(value.shape)}"
             raise fail(f"has {'/'.join(key)} {got}; TED needs {dtype or 'a float'} [{b}, 1]")
-    for key in ("episode", "step"):
-        value = batch.get(key, None)
+    for name in ("episode", "step"):
+        value = batch.get(name, None)
         if value is None or value.dtype != torch.int64 or value.shape[0] != b:
             raise fail(
-                f"has {key} {'missing' if value is None else f'{value.dtype} {list(value.shape)}'}; TED needs int64"
+                f"has {name} {'missing' if value is None else f'{value.dtype} {list(value.shape)}'}; TED needs int64"
             )
     keys = {(k,) if isinstance(k, str) else tuple(k) for k in batch.keys(True, True)}
     if not observation_keys(keys):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase

@@ -178,13 +178,13 @@ class Episodes:
         """A read-only buffer over the episodes at ``ordinals`` (kept in buffer order), sharing the
         data; it keeps the sampler (a copy sharing the generator) and batch size, not the sample-time
         transforms (some are bound to their buffer: append them again to the subset)."""
-        ordinals = torch.as_tensor(ordinals, dtype=torch.int64).reshape(-1)
-        if ordinals.numel() and (int(ordinals.min()) < 0 or int(ordinals.max()) >= len(self)):
+        chosen = torch.as_tensor(ordinals, dtype=torch.int64).reshape(-1)
+        if chosen.numel() and (int(chosen.min()) < 0 or int(chosen.max()) >= len(self)):
             raise InvalidParameter(f"episode ordinals must lie in [0, {len(self)})")
-        ordinals = torch.unique(ordinals)  # sorted: rows keep the parent's order
-        if not ordinals.numel():
+        chosen = torch.unique(chosen)  # sorted: rows keep the parent's order
+        if not chosen.numel():
             raise InvalidParameter("the selection holds no episode; a buffer needs at least one")
-        storage = EpisodeSubsetStorage(self._storage, self.index, ordinals)
+        storage = EpisodeSubsetStorage(self._storage, self.index, chosen)
         return _buffer_like(self._rb, storage)
 
     def filter(self, predicate: Callable[[TensorDictBase], Any]) -> Any:
@@ -279,7 +279,8 @@ class EpisodeSubsetStorage(Storage):
     def read_key(self, key: Key) -> torch.Tensor:
         return self.gather_key(key, torch.arange(self._len))
 
-    def gather_key(self, key: Key, rows: torch.Tensor) -> torch.Tensor:
+    def gather_key(self, key: Key, rows: torch.Tensor, *, episodes: Any = None) -> torch.Tensor:
+        # ``episodes`` (a caller's per-row episode hint) refers to this view's episodes, not the parent's
         return self.parent.gather_key(key, self.parent_rows(torch.as_tensor(rows, dtype=torch.int64)))
 
     def set(self, cursor: Any, data: Any) -> None:
