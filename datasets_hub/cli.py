@@ -573,7 +573,9 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------ entry point
 def _err(message: object) -> None:
-    print(f"{PROG}: error: " + " ".join(str(message).split()), file=sys.stderr)
+    from datasets_hub.redact import redact_text
+
+    print(f"{PROG}: error: " + " ".join(redact_text(message).split()), file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
