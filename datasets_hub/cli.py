@@ -210,7 +210,11 @@ def cmd_list(args: argparse.Namespace) -> int:
                     mark = "yes"
             except HubError:
                 pass
-        rows.append((dataset_id, mark, str(entries[dataset_id][0].get("description", "")).strip()))
+        entry = entries[dataset_id][0]
+        description = str(entry.get("description", "")).strip()
+        if entry.get("status"):  # e.g. a source removed upstream: say so before anything else
+            description = f"[{entry['status']}] {description}"
+        rows.append((dataset_id, mark, description))
     if not rows:
         _out(
             "no dataset matches"

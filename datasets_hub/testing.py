@@ -82,6 +82,8 @@ def naive_ted(chunks: TensorDictBase | Sequence[TensorDictBase]) -> TensorDict:
     ``next/done`` added)."""
     chunks = [chunks] if isinstance(chunks, TensorDictBase) else list(chunks)
     td = cast(TensorDict, torch.cat([c.clone() for c in chunks]))  # torch's stubs know only tensors
+    if "history" in td.keys():  # history-only rows are frames before an episode, not transitions
+        td = td[~td.get("history")].exclude("history")
     n = td.batch_size[0]
     episode = td.get("episode")
     step = torch.zeros(n, dtype=torch.int64)
