@@ -52,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "PrioritizedSliceSampler": "buffers.slice_samplers",
     "WindowSampler": "buffers.window_sampler",
     "GoalSampler": "buffers.goal_sampler",
+    "NStepReturnSampler": "buffers.return_sampler",
     # writers
     "Writer": "buffers.writers",
     "RoundRobinWriter": "buffers.writers",

@@ -95,6 +95,8 @@ class DatasetStorage(Storage):
         self.episode_returns = columns["episodes/return"]
         self._index = EpisodeIndex(self._start.clone(), self._length.clone())
         self._len = int(self.manifest["counts"]["transitions"])
+        self._history = {name[len("history/") :]: col for name, col in columns.items() if name.startswith("history/")}
+        self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
         self._terminated = dict(self._steps)[("next", "terminated")]
         self._truncated = dict(self._steps)[("next", "truncated")]
         super().__init__(self._len)
@@ -110,6 +112,48 @@ class DatasetStorage(Storage):
 
     def episode_index(self) -> EpisodeIndex:
         return self._index
+
+    def history_keys(self) -> list[Key]:
+        """Observation-like keys for which the build keeps history frames (frames before an
+        episode's first transition; see :mod:`datasets_hub.lean_ted`); ``[]`` for most builds."""
+        return [tuple(k.split("/")) for k in self.manifest["layout"].get("history", [])]
+
+    def history_index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(first, count)`` per episode (in build order): episode ``e`` has ``count[e]`` history frames
+        at rows ``first[e] .. first[e] + count[e] - 1`` of :meth:`history_column`, oldest first (times
+        ``-count[e] .. -1``). Counts are 0 where an episode has none (or the build keeps none)."""
+        if self._history_index is None:
+            num = self._index.num_episodes
+            first, count = torch.zeros(num, dtype=torch.int64), torch.zeros(num, dtype=torch.int64)
+            ids = self._history.get("episode")
+            if ids is not None and ids.numel():
+                order = np.argsort(self._episode_id_np, kind="stable")
+                pos = np.searchsorted(self._episode_id_np, ids.numpy(), sorter=order)
+                pos = np.minimum(pos, len(order) - 1)
+                ordinal = order[pos]
+                if not np.array_equal(self._episode_id_np[ordinal], ids.numpy()):
+                    raise CacheError(
+                        f"{self.path}: history frames name episodes the build does not hold; the build "
+                        "is damaged: run `datasets-hub rm` and load again"
+                    )
+                ordinal_t = torch.from_numpy(ordinal)
+                count.index_add_(0, ordinal_t, torch.ones_like(ordinal_t))
+                rows = torch.arange(ordinal_t.numel())
+                first.fill_(ordinal_t.numel()).scatter_reduce_(0, ordinal_t, rows, reduce="amin")
+                first[count == 0] = 0
+            self._history_index = (first, count)
+        return self._history_index
+
+    def history_column(self, key: str | Key) -> torch.Tensor:
+        """The history frames of ``key`` (rows addressed by :meth:`history_index`)."""
+        key = (key,) if isinstance(key, str) else tuple(key)
+        column = self._history.get("/".join(key))
+        if column is None:
+            raise KeyError(
+                f"this build keeps no history frames of {'/'.join(key)!r} (keys with history: "
+                f"{['/'.join(k) for k in self.history_keys()]})"
+            )
+        return column
 
     def _rows(self, index: Any) -> tuple[np.ndarray, tuple[int, ...]]:
         """``index`` as a flat int64 array of valid rows, plus the shape to give the result."""
@@ -185,10 +229,13 @@ class DatasetStorage(Storage):
                 return column
         return self.get(slice(None)).get(key)
 
-    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+    def gather_key(
+        self, key: str | tuple[str, ...], rows: torch.Tensor, *, episodes: np.ndarray | None = None
+    ) -> torch.Tensor:
         """One leaf at transitions ``rows`` (1-D int64), read from its own file only: an observation-like
         key from the per-episode ``T+1`` rows (``("next", key)`` one row later), a per-step key from its
-        column; derived keys (``episode``, ``step``, root flags, ``("next", "done")``) go through ``get``."""
+        column; derived keys (``episode``, ``step``, root flags, ``("next", "done")``) go through ``get``.
+        ``episodes`` (each row's ordinal in :meth:`episode_index`) saves the search for them."""
         key = (key,) if isinstance(key, str) else tuple(key)
         rows_np, _ = self._rows(rows)
         for stored, column in self._steps_np:
@@ -198,8 +245,9 @@ class DatasetStorage(Storage):
         obs_key = key[1:] if is_next else key
         for stored, column, shared_next in self._obs:
             if stored == obs_key and (shared_next or not is_next):
-                episode = np.searchsorted(self._start_np, rows_np, side="right") - 1
-                return torch.from_numpy(column.take(rows_np + episode + int(is_next), axis=0))
+                if episodes is None:
+                    episodes = np.searchsorted(self._start_np, rows_np, side="right") - 1
+                return torch.from_numpy(column.take(rows_np + episodes + int(is_next), axis=0))
         value = self.get(torch.from_numpy(rows_np)).get(key, None)
         if value is None:
             raise KeyError(key)

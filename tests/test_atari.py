@@ -31,6 +31,8 @@ from fixtures.atari import (
     DopamineBuffer,
     check_chunks,
     convert,
+    dopamine_stack,
+    dopamine_valid,
     frame_id,
     frame_of,
     play,
@@ -79,6 +81,7 @@ def test_every_row_of_every_checkpoint(replay, chunk_rows):
     assert totals["episodes"] == len(set(td["episode"].tolist()))
     assert totals["terminated"] == int(td["next", "terminated"].sum())
     assert totals["next_observation_unknown_rows"] == int(td["info", "next_observation_unknown"].sum())
+    assert "clipped to [-1, 1]" in notes["reward"]  # Dopamine's runner clipped before storing (the card says so)
     per0 = notes["per_checkpoint"]["0"]
     assert per0["add_count"] == CAP - 1 and per0["padding_rows"] > 0 and per0["invalid_rows"] == STACK
 
@@ -263,3 +266,57 @@ def test_a_local_copy_through_an_extra_catalogue_file(replay, tmp_path, monkeypa
     check_chunks(
         [rb[:].exclude("step", "done", "terminated", "truncated", ("next", "done"))], [(1, buf.logs[1])], truth, 10**9
     )
+
+
+def test_final_checkpoint_never_samples_below_stack_size(replay):
+    """batch_rl's log_final_buffer sets add_count to the cursor, so Dopamine treats the buffer as not
+    full and never samples indices 0..stack_size-2, although they hold real frames of the episode
+    that ran across the wrap. They must not become transitions (they were a 3-row episode before)."""
+    buf, _truth, folder = replay
+    final = len(buf.logs) - 1
+    log = buf.logs[final]
+    assert int(log["add_count"]) < CAP and all(log["meta"][i] is not None for i in range(STACK - 1))
+    chunks, notes, _, _ = convert(folder.parents[2], [final], chunk_rows=1000)
+    td = torch.cat(chunks)
+    slots = td["info", "replay_index"][~td["history"]].tolist()
+    assert min(slots) >= STACK - 1
+    assert sorted(slots) == [i for i in range(CAP) if dopamine_valid(log, i)]
+    assert td["info", "replay_index"][td["history"]].tolist() == [0, 1, 2]  # history of index 3's stack
+    assert notes["per_checkpoint"][str(final)]["never_sampled_rows"] >= STACK - 1
+
+
+def test_frame_stacks_equal_dopamine_states(replay):
+    """Every index Dopamine can sample, in every checkpoint (first, wrapped, final), gives the same
+    stacked state, action, reward, terminal and next state through FrameStack(4); no other row exists.
+    The wrapped checkpoints' oldest episodes start after the cursor with real frames before them:
+    their stacks must hold those frames, not zeros."""
+    from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
+
+    buf, _truth, folder = replay
+    ks = list(range(len(buf.logs)))
+    rb = datasets_hub.load("atari/Pong/1", checkpoints=ks, base_url=folder.parents[2].as_uri())
+    data = FrameStack(4).bind(rb)(rb[:])
+    seen = set()
+    history_used = 0
+    for i in range(len(data)):
+        k, slot = int(data["info", "checkpoint"][i]), int(data["info", "replay_index"][i])
+        log = buf.logs[k]
+        assert dopamine_valid(log, slot), (k, slot)
+        seen.add((k, slot))
+        assert np.array_equal(data["observation"][i].numpy(), dopamine_stack(log, slot)), (k, slot)
+        assert data["action"][i].item() == log["action"][slot]
+        assert data["next", "reward"][i, 0].item() == log["reward"][slot]
+        assert data["next", "terminated"][i, 0].item() == bool(log["terminal"][slot])
+        assert np.array_equal(data["next", "observation"][i].numpy(), dopamine_stack(log, (slot + 1) % CAP))
+        step = int(data["step"][i])
+        if step < STACK - 1 and dopamine_stack(log, slot)[: STACK - 1 - step].any():
+            history_used += 1
+    assert seen == {(k, i) for k in ks for i in range(CAP) if dopamine_valid(buf.logs[k], i)}
+    assert history_used >= 3  # the fixture does exercise real frames before an episode's first row
+    # FullStackSampler counts history frames towards a full stack: those rows are drawn, unpadded
+    sampler = FullStackSampler(4, generator=torch.Generator().manual_seed(0))
+    rows, _ = sampler.sample(rb.storage, 4000)
+    steps = rb[rows]["step"]
+    assert (steps < STACK - 1).any()
+    stacked = FrameStack(4).bind(rb)(rb[rows])["observation"]
+    assert (stacked.reshape(len(rows), STACK, -1) != 0).any(-1).all()  # no zero (padded) frame

@@ -11,11 +11,13 @@ encoded by ``tests/test_tfrecord.py``'s own encoder (protobuf wire format, maske
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
@@ -32,9 +34,11 @@ from fixtures.openx import (
     _tensor,
     check_rows,
     dataset_info,
+    encode_jpeg,
     encode_png,
     expected_rows,
     features_json,
+    tfds_jpeg,
     write_release,
 )
 from fixtures.tfrecord import encode_example, write_tfrecord
@@ -286,3 +290,24 @@ def test_loader_declares_contract():
 
     check_loader(OpenXLoader)
     assert OpenXLoader.name == "openx" and OpenXLoader.requires == ("PIL", "google.protobuf")
+
+
+def test_jpeg_decoded_as_tfds_by_default_pillow_on_request(tmp_path):
+    """TFDS decodes JPEG with TensorFlow's fast IDCT; Pillow's accurate IDCT gives other pixels on
+    textured images. The default must give TFDS's pixels; jpeg_decoder='pillow' Pillow's; the card
+    says which ran."""
+    files = write_release(tmp_path / "mirror")
+    rows = expected_rows([0])
+    default, notes = convert(files, shards=[0])
+    pillow, pillow_notes = convert(files, shards=[0], jpeg_decoder="pillow")
+    got, got_pillow = torch.cat(default)["observation", "image"], torch.cat(pillow)["observation", "image"]
+    differs = 0
+    for r, row in enumerate(rows):
+        by_pillow = np.asarray(Image.open(io.BytesIO(encode_jpeg(row["g"]))).convert("RGB"))
+        np.testing.assert_array_equal(got[r].numpy(), tfds_jpeg(row["g"]))
+        np.testing.assert_array_equal(got_pillow[r].numpy(), by_pillow)
+        differs += not np.array_equal(by_pillow, tfds_jpeg(row["g"]))
+    assert differs > 0  # the fixture does tell the two decoders apart
+    assert "fast IDCT" in notes["jpeg_decoder"] and "accurate IDCT" in pillow_notes["jpeg_decoder"]
+    with pytest.raises(InvalidParameter, match="jpeg_decoder must be one of"):
+        convert(files, shards=[0], jpeg_decoder="turbo")

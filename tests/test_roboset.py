@@ -206,6 +206,18 @@ def test_observations_as_a_group_become_nested_keys(tmp_path):
     assert notes["episode_ends"] == {"terminated": 1, "truncated": 0}
 
 
+def test_two_upstream_keys_never_become_one(tmp_path):
+    """The top-level `time` and env_infos/time stay apart (checked by check_ted on every build); a file
+    whose env_infos also has a trial/time group cannot map both to one key: a clear error, never a
+    silent overwrite."""
+    path = tmp_path / "clash.h5"
+    write_rollouts(path, 0, {"Trial0": (4, False, ())})
+    with h5py.File(path, "r+") as h:
+        h["Trial0/env_infos/trial/time"] = np.arange(4.0)
+    with pytest.raises(LoaderError, match="would both become 'info/trial/time'"):
+        convert({"clash.h5": path})
+
+
 def test_bad_files_raise_loader_error(tmp_path):
     junk = tmp_path / "junk.h5"
     junk.write_bytes(b"not hdf5")

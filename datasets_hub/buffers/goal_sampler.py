@@ -24,8 +24,9 @@ HER's strategies are special cases (``GoalSampler.her("future" | "final" | "epis
 What a sample gains (``TensorDictReplayBuffer`` writes the sampler's info into it), ``[B]`` rows:
 
 - ``("goal", *key)`` for each of ``goal_keys`` (default ``("observation",)``): the goal state.
-- ``("goal", "distance")`` int64: ``g - t`` when the goal lies in the row's own episode (negative
-  only for past goals of ``future="episode"``), else -1; ``("goal", "in_episode")`` bool.
+- ``("goal", "distance")`` int64: ``g - t`` when the goal lies in the row's own episode (negative for
+  a past state: ``future="episode"``, or a random goal that fell earlier in the same episode), else -1;
+  ``("goal", "in_episode")`` bool tells the two apart.
 - ``("goal", "kind")`` int64: 0 current, 1 future, 2 random.
 - ``("goal", "success")`` ``[B, 1]`` bool and ``("goal", "reward")`` ``[B, 1]`` float32: success
   is ``success_fn(state, goal)`` when given (``state`` = the row's ``goal_keys`` values, or their
@@ -220,10 +221,10 @@ class GoalSampler(AnchorSampler):
         out = {}
         for key in self.goal_keys:
             try:
-                value = storage.gather_key(_flat(key), torch.from_numpy(rows))
+                value = storage.gather_key(_flat(key), torch.from_numpy(rows), **eps.hint(episode))
                 if final.any():
                     where = np.flatnonzero(final)
-                    last = storage.gather_key(("next", *key), torch.from_numpy(rows[where]))
+                    last = storage.gather_key(("next", *key), torch.from_numpy(rows[where]), **eps.hint(episode[where]))
                     value = value.clone() if not value.is_contiguous() else value
                     value[torch.from_numpy(where)] = last
             except KeyError:
@@ -264,7 +265,8 @@ class GoalSampler(AnchorSampler):
             success = torch.from_numpy(distance == 0)
         else:
             prefix = ("next",) if self.success_on == "next" else ()
-            state = {k: storage.gather_key(_flat((*prefix, *k)), index) for k in self.goal_keys}
+            hint = eps.hint(episode)
+            state = {k: storage.gather_key(_flat((*prefix, *k)), index, **hint) for k in self.goal_keys}
             if len(self.goal_keys) == 1:
                 key = self.goal_keys[0]
                 result = self.success_fn(state[key], goals[key])

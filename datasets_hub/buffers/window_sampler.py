@@ -169,7 +169,9 @@ class WindowSampler(AnchorSampler):
             pos = np.clip(pos, 0, length[:, None] - 1)
             flat = torch.from_numpy((start[:, None] + pos).reshape(-1))
             try:
-                value = storage.gather_key(key if len(key) > 1 else key[0], flat)
+                value = storage.gather_key(
+                    key if len(key) > 1 else key[0], flat, **eps.hint(np.repeat(episode, offs.size))
+                )
             except KeyError:
                 raise KeyError(
                     f"window key {'/'.join(key)!r} is not in the stored data: name a stored key "
