@@ -24,7 +24,6 @@ from datasets_hub.loaders.d4rl import D4RLLoader
 from fixtures.d4rl import ACT_DIM, EPISODES, QPOS_DIM, check_rows, convert, expected_rows, write_d4rl
 
 
-# (length, how the episode ends): terminal, timeout, both, none (only valid last: end of file)
 @pytest.mark.parametrize("chunk_rows", [1, 4, 7, 100])
 def test_timeouts_and_next_observations_row_by_row(tmp_path, chunk_rows):
     path = write_d4rl(tmp_path / "x.hdf5")
