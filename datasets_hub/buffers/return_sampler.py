@@ -138,14 +138,14 @@ class NStepReturnSampler(AnchorSampler):
         later = rows + steps
         inside = later < end
         both = np.concatenate([rows, np.where(inside, later, rows)])
-        column = self._read(
+        stored = self._read(
             storage,
             self.rtg_key,
             both,
             "store a reward-to-go column first, e.g. rb = rb.preprocess(ReturnToGo(gamma)) or "
             "load(id, preprocess=ReturnToGo(gamma)), or pass rtg_key=<its key>",
         )
-        column = column.reshape(2, rows.size).to(torch.float64).numpy()
+        column = stored.reshape(2, rows.size).to(torch.float64).numpy()
         r_now = column[0]
         # numpy on a batch: fewer dispatches than torch; gamma^m from a table of powers
         powers = self._powers(int(steps.max()) if steps.size else 1)
