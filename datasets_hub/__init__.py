@@ -24,7 +24,7 @@ _EXPORTS: dict[str, str] = {
     "ReplayBufferEnsemble": "buffers.ensemble",
     # storages
     "Storage": "buffers.storages", "ListStorage": "buffers.storages", "TensorStorage": "buffers.tensor_storages",
-    "LazyTensorStorage": "buffers.tensor_storages", "LazyMemmapStorage": "buffers.tensor_storages", "DatasetStorage": "dataset_storage",
+    "LazyTensorStorage": "buffers.tensor_storages", "LazyMemmapStorage": "buffers.memmap_storage", "DatasetStorage": "dataset_storage",
     # samplers
     "Sampler": "buffers.samplers", "RandomSampler": "buffers.samplers", "SamplerWithoutReplacement": "buffers.samplers",
     "PrioritizedSampler": "buffers.prioritized", "SliceSampler": "buffers.slice_samplers",

@@ -248,6 +248,10 @@ _TENSOR_STORAGES = ("TensorStorage", "LazyTensorStorage", "LazyMemmapStorage")
 def __getattr__(name: str) -> Any:
     """``TensorStorage``, ``LazyTensorStorage`` and ``LazyMemmapStorage`` live in tensor_storages.py
     (which imports this module); they are re-exported here on first use."""
+    if name == "LazyMemmapStorage":
+        from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
+
+        return LazyMemmapStorage
     if name in _TENSOR_STORAGES:
         from datasets_hub.buffers import tensor_storages
 

@@ -101,7 +101,7 @@ class RoundRobinWriter(SharedCounters, Writer):
         return (torch.arange(n) + self.cursor) % n
 
     def empty(self) -> None:
-        self._counts[:] = 0
+        self._reset_counters()
 
     def share(self) -> None:
         self._share_counters()
