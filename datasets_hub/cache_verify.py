@@ -8,6 +8,7 @@ from the data: counts vs rows, episode return/length statistics, the fingerprint
 sources hash to the directory's name) and the id (the build's location). It only reads, and it
 reports every mismatch with the file's path; what it could not check is a note, not a failure.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,9 +25,23 @@ from datasets_hub.maintenance import builds_of, catalogue_build, human_bytes, sh
 #: ``sha256sum -c manifest.sha256`` works in the build directory). Written by the builder after the
 #: manifest, inside the ``.incomplete`` directory (the rename publishes both at once).
 MANIFEST_SHA256 = "manifest.sha256"
-_ITEMSIZE = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
-             "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8,
-             "complex64": 8, "complex128": 16}
+_ITEMSIZE = {
+    "bool": 1,
+    "uint8": 1,
+    "int8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
+}
 
 
 def write_manifest_checksum(build_dir: Path) -> Path:
@@ -79,8 +94,10 @@ def _verify_data_file(build: Path, name: str, entry: dict[str, Any], result: Ver
         for dim in entry.get("shape", []):
             expected *= int(dim)
         if size != expected:
-            result.problems.append(f"{path}: {size} bytes, the manifest's schema says {expected} "
-                                   f"({entry.get('rows')} rows of {entry.get('dtype')} {entry.get('shape')})")
+            result.problems.append(
+                f"{path}: {size} bytes, the manifest's schema says {expected} "
+                f"({entry.get('rows')} rows of {entry.get('dtype')} {entry.get('shape')})"
+            )
             return
     reference = entry.get("sha256")
     if not reference:
@@ -88,8 +105,9 @@ def _verify_data_file(build: Path, name: str, entry: dict[str, Any], result: Ver
         return
     digest = sha256_file(path)
     if digest != reference:
-        result.problems.append(f"{path}: sha256 {digest} does not match the manifest's {reference}; "
-                               "the build was modified or damaged")
+        result.problems.append(
+            f"{path}: sha256 {digest} does not match the manifest's {reference}; the build was modified or damaged"
+        )
     else:
         result.checked.append(f"{path}: ok ({human_bytes(size)})")
 
@@ -98,8 +116,12 @@ def _stats_of(values: Any) -> dict[str, float]:
     import numpy as np
 
     values = np.asarray(values, dtype=np.float64)
-    return {"mean": float(values.mean()), "std": float(values.std()), "min": float(values.min()),
-            "max": float(values.max())}
+    return {
+        "mean": float(values.mean()),
+        "std": float(values.std()),
+        "min": float(values.min()),
+        "max": float(values.max()),
+    }
 
 
 def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult) -> None:
@@ -110,17 +132,22 @@ def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult
         words = recorded.read_text().split()
         digest = sha256_file(path)
         if not words or words[0].lower() != digest:
-            result.problems.append(f"{path}: sha256 {digest} does not match {recorded.name} "
-                                   f"({words[0] if words else 'empty'}); the manifest was edited")
+            result.problems.append(
+                f"{path}: sha256 {digest} does not match {recorded.name} "
+                f"({words[0] if words else 'empty'}); the manifest was edited"
+            )
         else:
             result.checked.append(f"{path}: ok (matches {recorded.name})")
     else:
-        result.notes.append(f"{path}: no {MANIFEST_SHA256} beside it (built by an older version); "
-                            "checked the manifest's counts, statistics and fingerprint against the data instead")
+        result.notes.append(
+            f"{path}: no {MANIFEST_SHA256} beside it (built by an older version); "
+            "checked the manifest's counts, statistics and fingerprint against the data instead"
+        )
     where = f"{path}:"
     if manifest.get("fingerprint") not in (None, build.name):
-        result.problems.append(f"{where} fingerprint {manifest.get('fingerprint')!r} is not the build "
-                               f"directory's name {build.name!r}")
+        result.problems.append(
+            f"{where} fingerprint {manifest.get('fingerprint')!r} is not the build directory's name {build.name!r}"
+        )
     if manifest.get("id") and dataset_dir(str(manifest["id"])) != build.parent:
         result.problems.append(f"{where} id {manifest.get('id')!r} does not match the build's location {build.parent}")
     schema = manifest.get("schema") or {}
@@ -129,11 +156,16 @@ def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult
     for name, entry in schema.items():
         rows = entry.get("rows")
         group = name.split("/", 1)[0]
-        want = {"steps": transitions, "episodes": episodes,
-                "obs": None if transitions is None or episodes is None else transitions + episodes}.get(group)
+        want = {
+            "steps": transitions,
+            "episodes": episodes,
+            "obs": None if transitions is None or episodes is None else transitions + episodes,
+        }.get(group)
         if want is not None and rows != want:
-            result.problems.append(f"{where} schema {name!r} has {rows} rows but counts say {want} "
-                                   f"({group} rows must equal {'transitions' if group == 'steps' else 'episodes' if group == 'episodes' else 'transitions + episodes'})")
+            result.problems.append(
+                f"{where} schema {name!r} has {rows} rows but counts say {want} "
+                f"({group} rows must equal {'transitions' if group == 'steps' else 'episodes' if group == 'episodes' else 'transitions + episodes'})"
+            )
     _verify_stats(build, manifest, result)
     _verify_fingerprint(build, manifest, result)
 
@@ -160,8 +192,10 @@ def _verify_stats(build: Path, manifest: dict[str, Any], result: VerifyResult) -
         for k, v in actual.items():
             have = recorded.get(k)
             if not isinstance(have, (int, float)) or abs(have - v) > 1e-9 * max(1.0, abs(v)):
-                result.problems.append(f"{build / MANIFEST}: stats.{stat_key}.{k} is {have!r} but the data "
-                                       f"({file.name}) gives {v!r}; the manifest was edited")
+                result.problems.append(
+                    f"{build / MANIFEST}: stats.{stat_key}.{k} is {have!r} but the data "
+                    f"({file.name}) gives {v!r}; the manifest was edited"
+                )
                 break
 
 
@@ -181,7 +215,8 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
         result.problems.append(
             f"{build / MANIFEST}: its id, params and sources fingerprint to {expected.name}, not to the "
             f"directory {build.name}; the manifest was edited, or the catalogue's sources or the loader's "
-            "format_version changed since the build (then `datasets-hub download --force` rebuilds)")
+            "format_version changed since the build (then `datasets-hub download --force` rebuilds)"
+        )
 
 
 def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool = True) -> VerifyResult:
@@ -200,11 +235,16 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
         for source in manifest.get("sources") or []:
             path = raw_file_path(str(manifest.get("loader")), str(source.get("name")))
             if not path.exists():
-                result.notes.append(f"{path}: raw file not in the cache (removed with `rm --raw`?); "
-                                    "the build does not need it")
+                result.notes.append(
+                    f"{path}: raw file not in the cache (removed with `rm --raw`?); the build does not need it"
+                )
                 continue
-            resource = Resource(name=str(source["name"]), urls=(str(source.get("url") or "file:///"),),
-                                sha256=source.get("sha256"), size=source.get("bytes"))
+            resource = Resource(
+                name=str(source["name"]),
+                urls=(str(source.get("url") or "file:///"),),
+                sha256=source.get("sha256"),
+                size=source.get("bytes"),
+            )
             _verify_raw(path, resource, result)
     return result
 
@@ -219,8 +259,10 @@ def verify(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds:
     if all_builds:
         builds = builds_of(dataset_id)
         if not builds:
-            raise CacheError(f"no build of {dataset_id!r} in the cache ({dataset_dir(dataset_id)}); "
-                             f"run `datasets-hub download {dataset_id}`")
+            raise CacheError(
+                f"no build of {dataset_id!r} in the cache ({dataset_dir(dataset_id)}); "
+                f"run `datasets-hub download {dataset_id}`"
+            )
         for build in builds:
             verify_build(build, result)
         return result

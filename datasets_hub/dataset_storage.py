@@ -4,6 +4,7 @@ Observation-like keys are stored once per episode with T+1 rows; ``observation[t
 ``next/observation[t]`` are gathered from the same array at rows ``i + e`` and ``i + e + 1``
 (transition ``i`` of episode ``e``). Samples are exactly what a naive TED copy would return.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,9 @@ def _open_leaf(path: Path, dtype_name: str, shape: list[int], rows: int) -> torc
     try:
         size = path.stat().st_size
     except FileNotFoundError as exc:
-        raise CacheError(f"build file {path} is missing: the build is damaged; run `datasets-hub rm` and load again") from exc
+        raise CacheError(
+            f"build file {path} is missing: the build is damaged; run `datasets-hub rm` and load again"
+        ) from exc
     if size != expected:
         raise CacheError(
             f"build file {path} has {size} bytes where the manifest says {expected}: the build is damaged "
@@ -211,4 +214,3 @@ def _put(tree: dict[str, Any], key: Key, value: torch.Tensor) -> None:
     for part in key[:-1]:
         tree = tree.setdefault(part, {})
     tree[key[-1]] = value
-

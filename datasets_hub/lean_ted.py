@@ -13,6 +13,7 @@ Layout of ``data/`` (a tensordict memmap tree, opened by :class:`DatasetStorage`
 Nothing here knows about any loader; chunks are checked against the TED contract as they arrive,
 and each leaf is appended to its own file, so memory use is bounded by one chunk.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -54,7 +55,7 @@ def _next_follows(now: torch.Tensor, nxt: torch.Tensor, episodes: EpisodeIndex) 
     if episodes.num_episodes <= 256:
         # long episodes: one allocation-free comparison per episode
         spans = zip(episodes.start.tolist(), episodes.end.tolist())
-        if all(torch.equal(nxt[s:e - 1], now[s + 1:e]) for s, e in spans):
+        if all(torch.equal(nxt[s : e - 1], now[s + 1 : e]) for s, e in spans):
             return True
     inner = torch.ones(now.shape[0], dtype=torch.bool)
     inner[episodes.end - 1] = False
@@ -85,8 +86,9 @@ class _BackgroundIO:
     def submit(self, fn: Callable[[], None], nbytes: int = 0) -> None:
         self._pending.append((self._pool.submit(fn), nbytes))
         self._pending_bytes += nbytes
-        while len(self._pending) > 1 and (len(self._pending) > self._max_pending
-                                          or self._pending_bytes > self._max_bytes):
+        while len(self._pending) > 1 and (
+            len(self._pending) > self._max_pending or self._pending_bytes > self._max_bytes
+        ):
             self._wait_oldest()
 
     def _wait_oldest(self) -> None:
@@ -175,7 +177,9 @@ class LeanTEDWriter:
         keyset = set(keys)
         for required in (("episode",), ("next", "reward"), *FLAG_KEYS):
             if required not in keyset:
-                raise TEDError(f"a TED chunk must have the key {key_to_str(required)!r}; the loader sent {sorted(map(key_to_str, keys))}")
+                raise TEDError(
+                    f"a TED chunk must have the key {key_to_str(required)!r}; the loader sent {sorted(map(key_to_str, keys))}"
+                )
         for key in keys:
             if key in DERIVED_KEYS:
                 continue
@@ -282,7 +286,9 @@ class LeanTEDWriter:
     def _check_episodes(self, ids: torch.Tensor) -> None:
         id_list = ids.tolist()
         if len(set(id_list)) != len(id_list):
-            raise TEDError("a chunk holds an episode in two separate runs of rows; rows of an episode must be contiguous")
+            raise TEDError(
+                "a chunk holds an episode in two separate runs of rows; rows of an episode must be contiguous"
+            )
         repeated = self._seen_ids.intersection(id_list)
         if repeated:
             raise TEDError(
@@ -315,7 +321,8 @@ class LeanTEDWriter:
         episodes = {"start": starts, "length": lengths, "id": torch.cat(self.episode_ids), "return": returns}
         for name, values in episodes.items():
             self.files[("episodes", (name,))] = _LeafFile(
-                self.data_dir / "episodes" / f"{name}.memmap", values.dtype, (), self._io)
+                self.data_dir / "episodes" / f"{name}.memmap", values.dtype, (), self._io
+            )
             self.files[("episodes", (name,))].append(values)
         self.close()
         tree: dict[str, Any] = {}
@@ -347,23 +354,34 @@ class LeanTEDWriter:
     def _summary(self, lengths: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:
         def describe(values: torch.Tensor) -> dict[str, float]:
             values = values.to(torch.float64)
-            return {"mean": float(values.mean()), "std": float(values.std(unbiased=False)),
-                    "min": float(values.min()), "max": float(values.max())}
+            return {
+                "mean": float(values.mean()),
+                "std": float(values.std(unbiased=False)),
+                "min": float(values.min()),
+                "max": float(values.max()),
+            }
 
         schema = {}
         for (group, key), handle in sorted(self.files.items()):
             schema[f"{group}/{key_to_str(key)}"] = {
-                "dtype": str(handle.dtype).replace("torch.", ""), "shape": list(handle.row_shape), "rows": handle.rows,
+                "dtype": str(handle.dtype).replace("torch.", ""),
+                "shape": list(handle.row_shape),
+                "rows": handle.rows,
                 "sha256": handle.sha256.hexdigest(),
             }
         return {
-            "counts": {"transitions": self.num_transitions, "episodes": int(lengths.numel()),
-                       "episodes_terminated": self.flag_counts["terminated"],
-                       "episodes_truncated": self.flag_counts["truncated"],
-                       "episodes_unflagged_end": self.flag_counts["unflagged_end"]},
+            "counts": {
+                "transitions": self.num_transitions,
+                "episodes": int(lengths.numel()),
+                "episodes_terminated": self.flag_counts["terminated"],
+                "episodes_truncated": self.flag_counts["truncated"],
+                "episodes_unflagged_end": self.flag_counts["unflagged_end"],
+            },
             "schema": schema,
-            "layout": {"obs": [key_to_str(k) for k in self.obs_keys],
-                       "steps": [key_to_str(k) for k in self.step_keys],
-                       "next_stored_per_step": [key_to_str(k) for k in self.split_next]},
+            "layout": {
+                "obs": [key_to_str(k) for k in self.obs_keys],
+                "steps": [key_to_str(k) for k in self.step_keys],
+                "next_stored_per_step": [key_to_str(k) for k in self.split_next],
+            },
             "stats": {"episode_return": describe(returns), "episode_length": describe(lengths)},
         }

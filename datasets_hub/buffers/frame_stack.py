@@ -25,6 +25,7 @@ build's frame file (one read of ``n + 1`` frames per sample serves both stacks) 
 needs its ``episode`` and ``step`` keys. Over any other storage whose episodes occupy consecutive
 rows, the sample must also carry ``"index"`` (``TensorDictReplayBuffer`` samples do).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,8 +52,9 @@ class FrameStack(Transform):
     buffer or storage the samples come from.
     """
 
-    def __init__(self, n: int = 4, keys: Sequence[Any] = ("observation",), *, padding: str = "zeros",
-                 storage: Any = None) -> None:
+    def __init__(
+        self, n: int = 4, keys: Sequence[Any] = ("observation",), *, padding: str = "zeros", storage: Any = None
+    ) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"FrameStack needs a positive number of frames (e.g. FrameStack(4)), got {n!r}")
         if padding not in _PADDINGS:
@@ -99,13 +101,24 @@ class FrameStack(Transform):
             spec = manifest["schema"]["obs/" + "/".join(key)]
             dtype = getattr(torch, spec["dtype"])
             np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-            array = np.memmap(data / "obs" / Path(*key[:-1]) / (key[-1] + ".memmap"), dtype=np_dtype, mode="c",
-                              shape=(spec["rows"], *spec["shape"])) if spec["rows"] else np.empty((0, *spec["shape"]), np_dtype)
+            array = (
+                np.memmap(
+                    data / "obs" / Path(*key[:-1]) / (key[-1] + ".memmap"),
+                    dtype=np_dtype,
+                    mode="c",
+                    shape=(spec["rows"], *spec["shape"]),
+                )
+                if spec["rows"]
+                else np.empty((0, *spec["shape"]), np_dtype)
+            )
             self._columns[key] = torch.from_numpy(array)
         index = storage.episode_index()
         self._obs_start = index.start + torch.arange(index.num_episodes)  # first frame row of each episode
-        ids = np.asarray(np.memmap(data / "episodes" / "id.memmap", dtype=np.int64, mode="r")) \
-            if index.num_episodes else np.zeros(0, np.int64)
+        ids = (
+            np.asarray(np.memmap(data / "episodes" / "id.memmap", dtype=np.int64, mode="r"))
+            if index.num_episodes
+            else np.zeros(0, np.int64)
+        )
         if np.array_equal(ids, np.arange(ids.size)):
             self._ordinal = None  # ids are the ordinals (every built-in loader numbers episodes 0..E-1)
         else:
@@ -160,8 +173,9 @@ class FrameStack(Transform):
             out[key] = torch.index_select(column, 0, rows).reshape(*times.shape, *column.shape[1:])
         return out
 
-    def _from_storage(self, flat: TensorDictBase, step: torch.Tensor, times: torch.Tensor
-                      ) -> dict[tuple[str, ...], torch.Tensor]:
+    def _from_storage(
+        self, flat: TensorDictBase, step: torch.Tensor, times: torch.Tensor
+    ) -> dict[tuple[str, ...], torch.Tensor]:
         if "index" not in flat.keys():
             raise KeyError(
                 "FrameStack over this storage needs the sample's 'index' key (TensorDictReplayBuffer samples "
@@ -203,8 +217,10 @@ class FullStackSampler(Sampler):
     def _valid(self, storage: Any) -> tuple[torch.Tensor, torch.Tensor]:
         index = storage.episode_index() if hasattr(storage, "episode_index") else None
         if index is None:
-            raise RuntimeError("FullStackSampler needs a storage with an episode index (a hub build, e.g. from "
-                               "datasets_hub.load); this storage has none")
+            raise RuntimeError(
+                "FullStackSampler needs a storage with an episode index (a hub build, e.g. from "
+                "datasets_hub.load); this storage has none"
+            )
         if self._cache is None or self._cache[0] is not index:
             count = (index.length - (self.n - 1)).clamp_min(0)
             first = index.start + (self.n - 1)
@@ -215,7 +231,9 @@ class FullStackSampler(Sampler):
         cum, first = self._valid(storage)
         total = int(cum[-1]) if cum.numel() else 0
         if total == 0:
-            raise RuntimeError(f"no episode is at least {self.n} steps long: nothing to sample with full {self.n}-frame stacks")
+            raise RuntimeError(
+                f"no episode is at least {self.n} steps long: nothing to sample with full {self.n}-frame stacks"
+            )
         draw = torch.randint(total, (batch_size,), generator=self.generator)
         episode = torch.searchsorted(cum, draw, right=True)
         before = torch.where(episode > 0, cum[(episode - 1).clamp_min(0)], torch.zeros_like(draw))

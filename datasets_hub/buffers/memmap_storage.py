@@ -3,6 +3,7 @@
 Files are allocated from the first write under ``scratch_dir``; other processes that receive the
 storage (pickled, e.g. by ``torch.multiprocessing``) reopen the same files.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,9 +35,18 @@ class LazyMemmapStorage(TensorStorage):
     version live in shared memory, so writes in a child are visible in the parent.
     """
 
-    def __init__(self, max_size: int, scratch_dir: str | Path | None = None, ndim: int = 1,
-                 existsok: bool = False, *, device: Any = "cpu", compilable: bool = False,
-                 shared_init: bool = False, auto_cleanup: bool | None = None) -> None:
+    def __init__(
+        self,
+        max_size: int,
+        scratch_dir: str | Path | None = None,
+        ndim: int = 1,
+        existsok: bool = False,
+        *,
+        device: Any = "cpu",
+        compilable: bool = False,
+        shared_init: bool = False,
+        auto_cleanup: bool | None = None,
+    ) -> None:
         super().__init__(None, max_size, ndim=ndim, device=device, compilable=compilable)
         self._existsok = existsok
         temp = scratch_dir is None
@@ -83,8 +93,14 @@ class LazyMemmapStorage(TensorStorage):
         td = TensorDict.load_memmap(self._data_dir, allow_pickle=False)
         self._mm_td = td
         keys = [tuple(k) for k in info["keys"]]
-        TensorStorage._attach(self, info["kind"], keys, _leaves_of(td, keys), _decode_meta(info["kind"], info["meta"]),
-                              tuple(info["row_batch"]))
+        TensorStorage._attach(
+            self,
+            info["kind"],
+            keys,
+            _leaves_of(td, keys),
+            _decode_meta(info["kind"], info["meta"]),
+            tuple(info["row_batch"]),
+        )
 
     def share(self) -> None:
         self._share_counters()
@@ -92,8 +108,21 @@ class LazyMemmapStorage(TensorStorage):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_plain", "_np", "_mm_td", "_td", "_counts", "_finalizer", "_meta", "_paths", "_flat", "_kind",
-                  "_keys", "_schema", "_row_batch"):
+        for k in (
+            "_plain",
+            "_np",
+            "_mm_td",
+            "_td",
+            "_counts",
+            "_finalizer",
+            "_meta",
+            "_paths",
+            "_flat",
+            "_kind",
+            "_keys",
+            "_schema",
+            "_row_batch",
+        ):
             state.pop(k, None)
         state["_was_initialized"] = self.initialized
         return state

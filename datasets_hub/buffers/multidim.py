@@ -11,6 +11,7 @@ Slice samplers need each environment's column as one sequence: :func:`column_ord
 every position ``p`` of the column-major order (``e * rows + t``), the time-major item it is, and
 :func:`column_boundaries` the episode starts within the columns.
 """
+
 from __future__ import annotations
 
 import math

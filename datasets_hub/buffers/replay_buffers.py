@@ -8,6 +8,7 @@ Threading: one lock guards writes and draws. With ``prefetch=N`` a thread pool k
 flight; draws take numbered tickets and run in ticket order, so a seeded ``generator`` gives the
 same batches with or without prefetching.
 """
+
 from __future__ import annotations
 
 import collections
@@ -60,14 +61,25 @@ class ReplayBuffer:
     ``read_all_in_order``/``write_all`` move raw storage contents, without transforms.
     """
 
-    def __init__(self, *, storage: Storage | Callable[[], Storage] | None = None,
-                 sampler: Sampler | Callable[[], Sampler] | None = None,
-                 writer: Writer | Callable[[], Writer] | None = None, collate_fn: Callable | None = None,
-                 pin_memory: bool = False, prefetch: int | None = 0, transform: Any = None,
-                 transform_factory: Callable[[], Any] | None = None, batch_size: int | None = None,
-                 dim_extend: int | None = None, checkpointer: Any = None,
-                 generator: torch.Generator | None = None, shared: bool = False,
-                 compilable: bool | None = None, delayed_init: bool | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        storage: Storage | Callable[[], Storage] | None = None,
+        sampler: Sampler | Callable[[], Sampler] | None = None,
+        writer: Writer | Callable[[], Writer] | None = None,
+        collate_fn: Callable | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = 0,
+        transform: Any = None,
+        transform_factory: Callable[[], Any] | None = None,
+        batch_size: int | None = None,
+        dim_extend: int | None = None,
+        checkpointer: Any = None,
+        generator: torch.Generator | None = None,
+        shared: bool = False,
+        compilable: bool | None = None,
+        delayed_init: bool | None = None,
+    ) -> None:
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
         self._batch_size = batch_size
@@ -90,9 +102,18 @@ class ReplayBuffer:
             raise ValueError("compilable=True keeps the write cursor in plain ints (as TorchRL): it cannot be shared")
         self._init_threading()
         self._shared = False
-        self._pending = dict(storage=storage, sampler=sampler, writer=writer, collate_fn=collate_fn,
-                             transform=transform, transform_factory=transform_factory, dim_extend=dim_extend,
-                             checkpointer=checkpointer, generator=generator, shared=shared)
+        self._pending = dict(
+            storage=storage,
+            sampler=sampler,
+            writer=writer,
+            collate_fn=collate_fn,
+            transform=transform,
+            transform_factory=transform_factory,
+            dim_extend=dim_extend,
+            checkpointer=checkpointer,
+            generator=generator,
+            shared=shared,
+        )
         # TorchRL: delayed by default when a transform factory is given
         self._delayed_init = transform_factory is not None if delayed_init is None else bool(delayed_init)
         if not self._delayed_init:
@@ -484,8 +505,15 @@ class ReplayBuffer:
                 return
 
     # -- preprocessing (datasets_hub/preprocess.py owns it) ---------------------------------------
-    def preprocess(self, fn: Callable, *, num_workers: int | None = None, chunk_size: int | None = None,
-                   version: Any = None, backend: str = "process") -> "TensorDictReplayBuffer":
+    def preprocess(
+        self,
+        fn: Callable,
+        *,
+        num_workers: int | None = None,
+        chunk_size: int | None = None,
+        version: Any = None,
+        backend: str = "process",
+    ) -> "TensorDictReplayBuffer":
         """Map ``fn(batch of n transitions) -> TensorDict of n rows`` over every stored transition once,
         cached by fingerprint; returns a read-only buffer over the result (see :mod:`datasets_hub.preprocess`)."""
         from datasets_hub.preprocess import preprocess
@@ -510,8 +538,12 @@ class ReplayBuffer:
     # -- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         with self._lock:
-            return {"_storage": self._storage.state_dict(), "_sampler": self._sampler.state_dict(),
-                    "_writer": self._writer.state_dict(), "_batch_size": self._batch_size}
+            return {
+                "_storage": self._storage.state_dict(),
+                "_sampler": self._sampler.state_dict(),
+                "_writer": self._writer.state_dict(),
+                "_batch_size": self._batch_size,
+            }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._drain()
@@ -541,18 +573,28 @@ class ReplayBuffer:
             if gen is not None:
                 torch.save({"state": gen.get_state()}, path / "generator.pt")
             _write_json(path / "writer.json", self._writer.state_dict())
-            _write_json(path / "buffer.json", {
-                "format": _FORMAT, "version": 1, "storage": type(self._storage).__name__,
-                "sampler": type(self._sampler).__name__, "writer": type(self._writer).__name__,
-                "batch_size": self._batch_size, "len": len(self), "write_count": self.write_count,
-            })
+            _write_json(
+                path / "buffer.json",
+                {
+                    "format": _FORMAT,
+                    "version": 1,
+                    "storage": type(self._storage).__name__,
+                    "sampler": type(self._sampler).__name__,
+                    "writer": type(self._writer).__name__,
+                    "batch_size": self._batch_size,
+                    "len": len(self),
+                    "write_count": self.write_count,
+                },
+            )
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` saved into this buffer (built with the same component kinds)."""
         path = Path(path)
         meta_path = path / "buffer.json"
         if not meta_path.exists():
-            raise FileNotFoundError(f"{path} holds no dumped replay buffer (no buffer.json): pass a path written by dumps()")
+            raise FileNotFoundError(
+                f"{path} holds no dumped replay buffer (no buffer.json): pass a path written by dumps()"
+            )
         meta = json.loads(meta_path.read_text())
         if meta.get("format") != _FORMAT:
             raise ValueError(f"{meta_path} is not a datasets_hub replay-buffer dump")
@@ -611,8 +653,10 @@ class ReplayBuffer:
             executor.shutdown(wait=False)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(storage={self._storage!r}, sampler={type(self._sampler).__name__}(), "
-                f"writer={self._writer!r}, batch_size={self._batch_size}, transform={self._transform!r})")
+        return (
+            f"{type(self).__name__}(storage={self._storage!r}, sampler={type(self._sampler).__name__}(), "
+            f"writer={self._writer!r}, batch_size={self._batch_size}, transform={self._transform!r})"
+        )
 
 
 def _reduce(priority: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -635,8 +679,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
     When the data holds ``priority_key`` and the sampler is prioritized, ``extend`` sets the priorities.
     """
 
-    def __init__(self, *, priority_key: str | tuple[str, ...] = "td_error", reduction: str = "max",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, priority_key: str | tuple[str, ...] = "td_error", reduction: str = "max", **kwargs: Any
+    ) -> None:
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
         self._priority_key = priority_key
@@ -655,8 +700,13 @@ class TensorDictReplayBuffer(ReplayBuffer):
             n = index.shape[0] if index.ndim else None
         extra = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == n}
         storage = self._storage
-        if getattr(storage, "_kind", None) == "td" and not storage._row_batch and storage._plain \
-                and index.ndim == 1 and index.dtype == torch.int64:
+        if (
+            getattr(storage, "_kind", None) == "td"
+            and not storage._row_batch
+            and storage._plain
+            and index.ndim == 1
+            and index.dtype == torch.int64
+        ):
             return storage._get_extra(index, extra)  # one TensorDict build, no per-key set()
         data = storage.get(index)
         if self._collate_fn is not None:
@@ -705,7 +755,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if priority is None:
             return
         priority = priority.reshape(1, *priority.shape) if single else priority
-        priority = _reduce(priority, self._reduction)[-index.numel():]
+        priority = _reduce(priority, self._reduction)[-index.numel() :]
         self.update_priority(index, priority)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
@@ -715,7 +765,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
             raise TypeError(f"update_tensordict_priority needs a TensorDict, got {type(data).__name__}")
         index = data.get("index", None)
         if index is None:
-            raise KeyError("the TensorDict has no 'index' entry: pass a sample from this buffer (samples carry 'index')")
+            raise KeyError(
+                "the TensorDict has no 'index' entry: pass a sample from this buffer (samples carry 'index')"
+            )
         priority = data.get(self._priority_key, None)
         if priority is None:
             raise KeyError(

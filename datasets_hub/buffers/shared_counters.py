@@ -10,6 +10,7 @@ whenever the tensor's memory moves (``share_memory_``) and is rebuilt after unpi
 plain Python list instead: ``torch.compile`` reads them as constants (no graph break), and, as
 TorchRL documents, such a storage or writer cannot be shared between processes.
 """
+
 from __future__ import annotations
 
 from typing import Any

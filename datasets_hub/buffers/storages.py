@@ -4,6 +4,7 @@ This file holds the ``Storage`` contract shared by every storage (the tensor and
 in ``tensor_storages.py``, the read-only :class:`~datasets_hub.dataset_storage.DatasetStorage`)
 and ``ListStorage`` for arbitrary Python objects.
 """
+
 from __future__ import annotations
 
 import json
@@ -153,7 +154,9 @@ class ListStorage(Storage):
         items = self._storage
         top = max(cursors, default=-1) + 1
         if min(cursors, default=0) < 0 or top > self.max_size:
-            raise IndexError(f"write positions must lie in the storage capacity [0, {self.max_size}), got {min(cursors)}..{top - 1}")
+            raise IndexError(
+                f"write positions must lie in the storage capacity [0, {self.max_size}), got {min(cursors)}..{top - 1}"
+            )
         n = len(items)
         if top > n:  # a batch may fill rows past the end in any order, as long as it leaves no gap
             items.extend([_GAP] * (top - n))
@@ -188,8 +191,10 @@ class ListStorage(Storage):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         torch.save(self.state_dict(), path / "items.pt")
-        _write_json(path / "storage.json", {"format": _FORMAT, "version": 1, "class": "ListStorage",
-                                            "len": len(self), "max_size": self.max_size})
+        _write_json(
+            path / "storage.json",
+            {"format": _FORMAT, "version": 1, "class": "ListStorage", "len": len(self), "max_size": self.max_size},
+        )
 
     def loads(self, path: str | Path) -> None:
         path = Path(path)

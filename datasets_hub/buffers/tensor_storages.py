@@ -4,6 +4,7 @@
 ``LazyMemmapStorage`` (in ``memmap_storage.py``) allocates memory-mapped files. Data kinds: plain tensors, TensorDicts,
 tensorclasses and PyTrees (nested dicts/tuples/lists of tensors).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,8 +19,19 @@ from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.shared_counters import SharedCounters
 from datasets_hub.buffers.storages import Storage, _FORMAT, _as_index, _check_meta, _write_json
 
-_NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
-                 torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128}
+_NUMPY_DTYPES = {
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+}
 
 
 def _numpy_views(leaves: list[torch.Tensor]) -> list[np.ndarray | None]:
@@ -39,6 +51,7 @@ def gather_rows(leaf: torch.Tensor, view: np.ndarray | None, index: torch.Tensor
 # Tensor storages: every leaf is one preallocated tensor [max_size, *row_shape].
 # Data kinds: "tensor", "td" (TensorDict), "tensorclass", "pytree" (nested dicts/tuples/lists).
 # ---------------------------------------------------------------------------------------------
+
 
 def _nest(keys: list[tuple[str, ...]], tensors: list[Any], source: dict | None = None) -> dict[str, Any]:
     """Nested dict ``{"next": {"obs": t}}`` from tuple keys (merged into ``source`` when given)."""
@@ -78,8 +91,12 @@ def _flatten(data: Any, batched: bool) -> tuple[str, list[tuple[str, ...]], list
     """Split data into ``(kind, keys, leaves, meta, row_batch)``; ``meta`` is the class or treespec."""
     if isinstance(data, torch.Tensor):
         return "tensor", [("_data",)], [data], None, ()
-    if batched and isinstance(data, list) and data and all(
-            isinstance(x, (torch.Tensor, TensorDictBase)) or is_tensorclass(x) for x in data):
+    if (
+        batched
+        and isinstance(data, list)
+        and data
+        and all(isinstance(x, (torch.Tensor, TensorDictBase)) or is_tensorclass(x) for x in data)
+    ):
         return _flatten(torch.stack(data), batched)  # a list of TensorDicts/tensors is a batch of items
     if is_tensorclass(data):
         kind, meta, td = "tensorclass", type(data), data._tensordict
@@ -142,8 +159,9 @@ def _check_device(device: Any) -> None:
     )
 
 
-def _split_env(leaves: list[torch.Tensor], row_batch: tuple, ndim: int,
-               batched: bool) -> tuple[tuple[int, ...], list[torch.Tensor], tuple]:
+def _split_env(
+    leaves: list[torch.Tensor], row_batch: tuple, ndim: int, batched: bool
+) -> tuple[tuple[int, ...], list[torch.Tensor], tuple]:
     """Split the trailing storage dims (``ndim - 1`` after the leading one) off the leaves.
 
     Returns ``(env_shape, leaves flattened to [items, *row], row_batch without those dims)``.
@@ -159,11 +177,13 @@ def _split_env(leaves: list[torch.Tensor], row_batch: tuple, ndim: int,
             )
         env = tuple(row_batch[:k])
     else:
-        shapes = {tuple(t.shape[lead:lead + k]) for t in leaves}
+        shapes = {tuple(t.shape[lead : lead + k]) for t in leaves}
         env = next(iter(shapes))
         if len(shapes) != 1 or len(env) < k:
-            raise ValueError(f"a storage with ndim={ndim} needs every leaf to share its first {k + lead} dims, got {shapes}")
-    flat = [t.reshape(-1, *t.shape[lead + k:]) for t in leaves]
+            raise ValueError(
+                f"a storage with ndim={ndim} needs every leaf to share its first {k + lead} dims, got {shapes}"
+            )
+    flat = [t.reshape(-1, *t.shape[lead + k :]) for t in leaves]
     return env, flat, tuple(row_batch[k:])
 
 
@@ -177,8 +197,15 @@ class TensorStorage(SharedCounters, Storage):
     Slice reads (``storage[a:b]``) are zero-copy views: write through the buffer, not through them.
     """
 
-    def __init__(self, storage: Any = None, max_size: int | None = None, *, device: Any = "cpu",
-                 ndim: int = 1, compilable: bool = False) -> None:
+    def __init__(
+        self,
+        storage: Any = None,
+        max_size: int | None = None,
+        *,
+        device: Any = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+    ) -> None:
         _check_device(device)
         if not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1:
             raise ValueError(f"ndim must be an int >= 1 (dims counted in the capacity), got {ndim!r}")
@@ -348,8 +375,11 @@ class TensorStorage(SharedCounters, Storage):
             if not self.initialized:
                 raise RuntimeError("the storage is empty: write data before reading it")
         n0 = self.len_along_dim0()
-        if isinstance(index, tuple) and len(index) == self.ndim and all(
-                type(i) is torch.Tensor and i.dtype == torch.int64 for i in index):
+        if (
+            isinstance(index, tuple)
+            and len(index) == self.ndim
+            and all(type(i) is torch.Tensor and i.dtype == torch.int64 for i in index)
+        ):
             return self._gather(mdim.ravel(index, (n0, *self._env)))
         views = [t.view(self.shape[0], *self._env, *shape)[:n0] for t, (shape, _) in zip(self._plain, self._schema)]
         if isinstance(index, torch.Tensor) and index.dtype == torch.bool and index.ndim == 1:
@@ -459,7 +489,9 @@ class TensorStorage(SharedCounters, Storage):
                 return
             top = int(index.max()) + 1
             if int(index.min()) < 0 or top > self.max_size:
-                raise IndexError(f"write positions must lie in the storage capacity [0, {self.max_size}), got {index.min()}..{top - 1}")
+                raise IndexError(
+                    f"write positions must lie in the storage capacity [0, {self.max_size}), got {index.min()}..{top - 1}"
+                )
         for t, v in zip(self._plain, ordered):
             t[index] = v
         if top > n:
@@ -496,7 +528,10 @@ class TensorStorage(SharedCounters, Storage):
         stop = len(self) if stop is None else stop
         if self.ndim > 1:  # [rows, *env] as written
             rows = stop // self._per_row
-            src = _nest(self._keys, [t[:stop].view(rows, *self._env, *shape) for t, (shape, _) in zip(self._plain, self._schema)])
+            src = _nest(
+                self._keys,
+                [t[:stop].view(rows, *self._env, *shape) for t, (shape, _) in zip(self._plain, self._schema)],
+            )
             return TensorDict(src, batch_size=[rows, *self._env, *self._row_batch])
         src = _nest(self._keys, [t[:stop] for t in self._plain])
         return TensorDict(src, batch_size=[stop, *self._row_batch])
@@ -507,10 +542,20 @@ class TensorStorage(SharedCounters, Storage):
             meta = _pytree.treespec_dumps(self._meta)
         elif self._kind == "tensorclass":
             meta = f"{self._meta.__module__}:{self._meta.__qualname__}"
-        return {"format": _FORMAT, "version": 1, "class": type(self).__name__, "kind": self._kind,
-                "keys": [list(k) for k in self._keys], "row_batch": list(self._row_batch),
-                "meta": meta, "len": len(self), "max_size": self.max_size, "ndim": self.ndim, "env": list(self._env),
-                "write_version": self.write_version}
+        return {
+            "format": _FORMAT,
+            "version": 1,
+            "class": type(self).__name__,
+            "kind": self._kind,
+            "keys": [list(k) for k in self._keys],
+            "row_batch": list(self._row_batch),
+            "meta": meta,
+            "len": len(self),
+            "max_size": self.max_size,
+            "ndim": self.ndim,
+            "env": list(self._env),
+            "write_version": self.write_version,
+        }
 
     def _restore(self, info: dict[str, Any], td: TensorDictBase) -> None:
         """Allocate from a saved schema and copy ``td`` (the first ``len`` rows) in."""
@@ -537,8 +582,9 @@ class TensorStorage(SharedCounters, Storage):
                     raise ValueError(f"the saved storage holds {info['len']} items; this one only {self.max_size}")
         if not self.initialized:
             shapes = [(tuple(t.shape[1:]), t.dtype) for t in leaves]
-            self._attach(kind, keys, self._alloc_leaves(keys, shapes, tuple(info["row_batch"])), meta,
-                         tuple(info["row_batch"]))
+            self._attach(
+                kind, keys, self._alloc_leaves(keys, shapes, tuple(info["row_batch"])), meta, tuple(info["row_batch"])
+            )
         else:
             leaves = self._check(kind, keys, leaves, tuple(info["row_batch"]), True)
         n = int(info["len"])
@@ -556,8 +602,12 @@ class TensorStorage(SharedCounters, Storage):
         try:
             return _decode_meta(kind, info["meta"])
         except (ImportError, AttributeError) as exc:
-            if kind == "tensorclass" and self._kind == kind and self._meta is not None and \
-                    f"{self._meta.__module__}:{self._meta.__qualname__}" == info["meta"]:
+            if (
+                kind == "tensorclass"
+                and self._kind == kind
+                and self._meta is not None
+                and f"{self._meta.__module__}:{self._meta.__qualname__}" == info["meta"]
+            ):
                 return self._meta  # this storage already holds that (local) class
             raise ValueError(
                 f"cannot import the tensorclass {info['meta']!r} the storage was saved with ({exc}); define it "
@@ -606,8 +656,17 @@ class LazyTensorStorage(TensorStorage):
     ``shared_init`` and must stay at its default.
     """
 
-    def __init__(self, max_size: int, *, device: Any = "cpu", ndim: int = 1, compilable: bool = False,
-                 consolidated: bool = False, shared_init: bool = False, cleanup_memmap: bool = True) -> None:
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        device: Any = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+        consolidated: bool = False,
+        shared_init: bool = False,
+        cleanup_memmap: bool = True,
+    ) -> None:
         if consolidated:
             raise NotImplementedError(
                 "consolidated=True is not supported: leaves are separate preallocated tensors (a sample is "
