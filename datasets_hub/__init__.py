@@ -33,6 +33,9 @@ _EXPORTS: dict[str, str] = {
     "PrioritizedReplayBuffer": "buffers.prioritized_buffers",
     "TensorDictPrioritizedReplayBuffer": "buffers.prioritized_buffers",
     "ReplayBufferEnsemble": "buffers.ensemble",
+    "StorageEnsemble": "buffers.ensemble_parts",
+    "SamplerEnsemble": "buffers.ensemble_parts",
+    "WriterEnsemble": "buffers.ensemble_parts",
     # storages
     "Storage": "buffers.storages",
     "ListStorage": "buffers.storages",
@@ -52,6 +55,8 @@ _EXPORTS: dict[str, str] = {
     "Writer": "buffers.writers",
     "RoundRobinWriter": "buffers.writers",
     "ImmutableDatasetWriter": "buffers.writers",
+    "TensorDictRoundRobinWriter": "buffers.tensordict_writers",
+    "TensorDictMaxValueWriter": "buffers.tensordict_writers",
     # transforms
     "Transform": "buffers.transforms",
     "Compose": "buffers.transforms",

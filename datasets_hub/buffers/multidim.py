@@ -15,7 +15,8 @@ every position ``p`` of the column-major order (``e * rows + t``), the time-majo
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -91,7 +92,9 @@ def transpose_data(data: Any, dim: int) -> Any:
     """Swap dims 0 and ``dim`` of a TensorDict, tensorclass, tensor or PyTree of tensors."""
     if dim == 0:
         return data
-    if isinstance(data, torch.Tensor) or hasattr(data, "transpose") and hasattr(data, "batch_size"):
+    if isinstance(data, torch.Tensor) or (hasattr(data, "transpose") and hasattr(data, "batch_size")):
+        if data.ndim <= dim:  # e.g. one environment's row: nothing to swap
+            return data
         return data.transpose(dim, 0)
     import torch.utils._pytree as pytree
 

@@ -102,18 +102,18 @@ class ReplayBuffer:
             raise ValueError("compilable=True keeps the write cursor in plain ints (as TorchRL): it cannot be shared")
         self._init_threading()
         self._shared = False
-        self._pending = dict(
-            storage=storage,
-            sampler=sampler,
-            writer=writer,
-            collate_fn=collate_fn,
-            transform=transform,
-            transform_factory=transform_factory,
-            dim_extend=dim_extend,
-            checkpointer=checkpointer,
-            generator=generator,
-            shared=shared,
-        )
+        self._pending = {
+            "storage": storage,
+            "sampler": sampler,
+            "writer": writer,
+            "collate_fn": collate_fn,
+            "transform": transform,
+            "transform_factory": transform_factory,
+            "dim_extend": dim_extend,
+            "checkpointer": checkpointer,
+            "generator": generator,
+            "shared": shared,
+        }
         # TorchRL: delayed by default when a transform factory is given
         self._delayed_init = transform_factory is not None if delayed_init is None else bool(delayed_init)
         if not self._delayed_init:
@@ -267,6 +267,8 @@ class ReplayBuffer:
         data = self._inv(data)
         with self._lock:
             index = self._writer.add(data)
+            if index < 0:  # declined by the writer (TensorDictMaxValueWriter)
+                return index
             if getattr(self._storage, "ndim", 1) > 1:
                 self._sampler.extend(self._items_of_rows(torch.tensor([index])))
             else:
@@ -285,7 +287,10 @@ class ReplayBuffer:
         with self._lock:
             index = self._writer.extend(data)
             items = self._items_of_rows(index)
-            self._sampler.extend(items)
+            if self._writer.may_drop_items:  # -1 marks an item the writer declined
+                self._sampler.extend(items[items >= 0])
+            else:
+                self._sampler.extend(items)
         if items is not index:
             return torch.stack(mdim.unravel(items, self._storage.shape), -1)
         return index
@@ -704,6 +709,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
             getattr(storage, "_kind", None) == "td"
             and not storage._row_batch
             and storage._plain
+            and isinstance(index, torch.Tensor)
             and index.ndim == 1
             and index.dtype == torch.int64
         ):
@@ -774,6 +780,6 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 f"the TensorDict has no {self._priority_key!r} entry (this buffer's priority_key): "
                 "write the new priorities there, e.g. td.set('td_error', loss.detach())"
             )
-        if index.ndim > 1:
+        if index.ndim > 1 and getattr(self._storage, "ndim", 1) == 1:
             index = index.reshape(index.shape[0], -1)[:, 0]
         self.update_priority(index, _reduce(priority.detach(), self._reduction))

@@ -57,6 +57,16 @@ class Storage:
     def __setitem__(self, index: Any, data: Any) -> None:
         self.set(index, data)
 
+    ndim: int = 1  # dims counted in the capacity (TorchRL's ``ndim``; see multidim.py)
+
+    def len_along_dim0(self) -> int:
+        """Rows written along dim 0; ``len(self)`` when ``ndim == 1``."""
+        return len(self)
+
+    def max_size_along_dim0(self, data: Any = None, batched: bool = True) -> int:
+        """Capacity along dim 0 (writers cycle over it); ``max_size`` when ``ndim == 1``."""
+        return self.max_size
+
     def episode_index(self) -> EpisodeIndex | None:
         return None
 
@@ -118,8 +128,13 @@ class ListStorage(Storage):
     (the buffer collates it). Writing at ``len(storage)`` appends; beyond it is an error.
     """
 
-    def __init__(self, max_size: int = 1000) -> None:
+    def __init__(self, max_size: int | None = 1000, *, compilable: bool = False, device: Any = None) -> None:
+        if device is not None and torch.device(device).type != "cpu":
+            raise NotImplementedError(f"device={device!r}: ListStorage keeps Python objects in host memory")
+        if max_size is None:  # TorchRL: no bound
+            max_size = 2**63 - 1
         super().__init__(max_size)
+        self.compilable = bool(compilable)  # a Python list: nothing to share, nothing to change for compile
         self._storage: list[Any] = []
 
     def __len__(self) -> int:
