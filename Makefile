@@ -12,7 +12,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-faults test-ray test-torchrl bench bench-install install clean
+.PHONY: demo examples test test-faults test-ray test-torchrl bench bench-install install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ install: $(STAMP)
 
 demo: install
 	$(PY) examples/demo.py
+
+# Ported training loops (replay-buffer code of TorchRL scripts on the local gym data, no network; < 1 min).
+examples: install
+	$(PY) examples/sac_ndim2.py
 
 test: install
 	$(PY) -m pytest -q -m "not ray and not slow"
@@ -60,6 +64,7 @@ bench: bench-install
 	$(BENCH_PY) benchmarks/sampling.py
 	$(BENCH_PY) benchmarks/build.py
 	$(BENCH_PY) benchmarks/images.py
+	$(BENCH_PY) benchmarks/replay_features.py
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info

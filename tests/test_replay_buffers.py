@@ -518,8 +518,12 @@ def test_sampler_without_replacement_without_a_batch_size():
     rb.extend(torch.arange(6.0))
     seen = torch.cat([rb.sample(4), rb.sample(4)])
     assert sorted(seen.tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # an epoch, then a short last batch
-    with pytest.raises(ValueError, match="batch_size"):  # TorchRL's rule for drop_last
-        ReplayBuffer(storage=LazyTensorStorage(6), sampler=SamplerWithoutReplacement(drop_last=True))
+    # TorchRL refuses drop_last=True without a buffer batch size; here each call's size decides the cut
+    drop = ReplayBuffer(storage=LazyTensorStorage(6), sampler=SamplerWithoutReplacement(drop_last=True))
+    drop.extend(torch.arange(3.0))
+    assert drop.sample(2).numel() == 2
+    with pytest.raises(ValueError, match="cannot make a batch of 4 from 3 rows"):
+        drop.sample(4)
 
 
 def test_writer_keywords():

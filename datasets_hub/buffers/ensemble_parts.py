@@ -87,6 +87,11 @@ class StorageEnsemble(Storage):
         transform = self.transforms[int(buffer_id)]
         return transform(data) if transform is not None else data
 
+    def _default_checkpointer(self) -> Any:
+        from datasets_hub.buffers.checkpointers import StorageEnsembleCheckpointer
+
+        return StorageEnsembleCheckpointer()
+
     def set(self, cursor: Any, data: Any) -> None:
         raise RuntimeError("a StorageEnsemble is written member by member: storage_ensemble[i].set(cursor, data)")
 

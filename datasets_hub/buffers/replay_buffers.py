@@ -34,8 +34,8 @@ _COMPONENTS = ("_storage", "_sampler", "_writer", "_collate_fn", "_transform", "
 
 def _collate_list(items: list[Any]) -> Any:
     """Default collate of ListStorage samples: stack TensorDicts/tensors, else torch's default_collate."""
-    if not items:
-        return items
+    if not isinstance(items, list) or not items:
+        return items  # a storage that already returns a batch (LazyStackStorage's lazy stack)
     first = items[0]
     if isinstance(first, (TensorDictBase, torch.Tensor)) or is_tensorclass(first):
         try:
@@ -162,10 +162,6 @@ class ReplayBuffer:
             raise ValueError(
                 f"dim_extend={dim_extend} writes along a data dim other than the first, which needs a storage "
                 f"with ndim > {dim_extend} (e.g. LazyTensorStorage(max_size, ndim={dim_extend + 1}))"
-            )
-        if getattr(self._sampler, "drop_last", False) and self._batch_size is None:
-            raise ValueError(  # TorchRL's rule: the epoch's cut depends on one known batch size
-                "a sampler with drop_last=True needs the buffer's batch_size: pass ReplayBuffer(batch_size=...)"
             )
         if spec["checkpointer"] is not None:
             self._storage.checkpointer = spec["checkpointer"]
@@ -568,11 +564,8 @@ class ReplayBuffer:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            dump = getattr(self._storage, "dumps", None)
-            if dump is not None:
-                dump(path / "storage")
-            elif not getattr(self._storage, "read_only", False):
-                raise TypeError(f"{type(self._storage).__name__} cannot be dumped (it has no dumps method)")
+            if not getattr(self._storage, "read_only", False):  # read-only builds are not copied
+                self._storage.dumps(path / "storage")  # with the storage's checkpointer
             torch.save(self._sampler.state_dict(), path / "sampler.pt")
             gen = self._sampler.generator
             if gen is not None:
@@ -611,7 +604,7 @@ class ReplayBuffer:
                 )
         self._drain()
         with self._lock:
-            if (path / "storage").exists():
+            if (path / "storage").exists() and not getattr(self._storage, "read_only", False):
                 self._storage.loads(path / "storage")
             self._sampler.load_state_dict(torch.load(path / "sampler.pt", weights_only=True))
             gen = self._sampler.generator

@@ -58,6 +58,33 @@ class Storage:
         self.set(index, data)
 
     ndim: int = 1  # dims counted in the capacity (TorchRL's ``ndim``; see multidim.py)
+    _checkpointer: Any = None
+
+    @property
+    def checkpointer(self) -> Any:
+        """How ``dumps``/``loads`` write this storage (see ``checkpointers.py``); settable, as in TorchRL."""
+        if self._checkpointer is None:
+            self._checkpointer = self._default_checkpointer()
+        return self._checkpointer
+
+    @checkpointer.setter
+    def checkpointer(self, value: Any) -> None:
+        from datasets_hub.buffers.checkpointers import as_checkpointer
+
+        self._checkpointer = None if value is None else as_checkpointer(value)
+
+    def _default_checkpointer(self) -> Any:
+        from datasets_hub.buffers.checkpointers import TensorStorageCheckpointer
+
+        return TensorStorageCheckpointer()
+
+    def dumps(self, path: str | Path) -> None:
+        """Write the storage under the directory ``path`` with its ``checkpointer``."""
+        self.checkpointer.dumps(self, path)
+
+    def loads(self, path: str | Path) -> None:
+        """Restore what :meth:`dumps` wrote (with the same kind of checkpointer)."""
+        self.checkpointer.loads(self, path)
 
     def len_along_dim0(self) -> int:
         """Rows written along dim 0; ``len(self)`` when ``ndim == 1``."""
@@ -201,20 +228,10 @@ class ListStorage(Storage):
         self._storage = items
         self._bump_version()
 
-    def dumps(self, path: str | Path) -> None:
-        """Save the items with ``torch.save`` (tensors, numbers, strings, containers, TensorDicts)."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        torch.save(self.state_dict(), path / "items.pt")
-        _write_json(
-            path / "storage.json",
-            {"format": _FORMAT, "version": 1, "class": "ListStorage", "len": len(self), "max_size": self.max_size},
-        )
+    def _default_checkpointer(self) -> Any:
+        from datasets_hub.buffers.checkpointers import ListStorageCheckpointer
 
-    def loads(self, path: str | Path) -> None:
-        path = Path(path)
-        _check_meta(path, "ListStorage")
-        self.load_state_dict(torch.load(path / "items.pt", weights_only=True))
+        return ListStorageCheckpointer()  # the items with torch.save (tensors, numbers, strings, TensorDicts)
 
 
 def _encode_item(x: Any) -> Any:

@@ -7,17 +7,16 @@ tensorclasses and PyTrees (nested dicts/tuples/lists of tensors).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
+from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.shared_counters import SharedCounters
-from datasets_hub.buffers.storages import Storage, _FORMAT, _as_index, _check_meta, _write_json
+from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index
 
 _NUMPY_DTYPES = {
     torch.float16,
@@ -629,18 +628,13 @@ class TensorStorage(SharedCounters, Storage):
             td = TensorDict(state_dict["data"], batch_size=[rows, *env])
         self._restore(info, td)
 
-    def dumps(self, path: str | Path) -> None:
-        """Write the valid rows as a tensordict memmap tree plus ``storage.json`` (no pickle)."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        if self.initialized:
-            self._as_td().memmap(prefix=path / "data", existsok=True)
-        _write_json(path / "storage.json", self._meta_json())
+    def checkpoint_state(self, with_data: bool = True) -> tuple[dict[str, Any], TensorDictBase | None]:
+        """``(schema as JSON-able dict, the valid items as a TensorDict or None)`` for checkpointers."""
+        td = self._as_td() if with_data and self.initialized else None
+        return self._meta_json(), td
 
-    def loads(self, path: str | Path) -> None:
-        path = Path(path)
-        info = _check_meta(path, ("TensorStorage", "LazyTensorStorage", "LazyMemmapStorage"))
-        td = TensorDict.load_memmap(path / "data", allow_pickle=False) if info["kind"] else None
+    def restore_checkpoint(self, info: dict[str, Any], td: TensorDictBase | None) -> None:
+        """Allocate from a saved schema (if needed) and copy a checkpointer's TensorDict in."""
         self._restore(info, td)
 
     def __repr__(self) -> str:
