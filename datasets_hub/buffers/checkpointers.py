@@ -60,7 +60,7 @@ class StorageCheckpointerBase:
     def loads(self, storage: Any, path: str | Path) -> None:
         raise NotImplementedError
 
-    def _read_meta(self, path: Path) -> dict[str, Any]:
+    def _read_meta(self, path: Path, storage: Any) -> dict[str, Any]:
         meta_path = path / "storage.json"
         if not meta_path.exists():
             raise FileNotFoundError(f"{path} holds no dumped storage (no storage.json): pass a path written by dumps()")
@@ -71,8 +71,9 @@ class StorageCheckpointerBase:
         written_by = meta.get("checkpointer") or default  # dumps from before checkpointers existed
         if written_by != type(self).__name__:
             raise ValueError(
-                f"{path} was written by a {written_by}; this storage's checkpointer is a {type(self).__name__}: "
-                f"set storage.checkpointer = {written_by}() before loading"
+                f"{path} holds a {meta.get('class')} dump written by a {written_by}; this {type(storage).__name__}'s "
+                f"checkpointer is a {type(self).__name__}: load it into a storage of the same kind, with "
+                f"storage.checkpointer = {written_by}()"
             )
         return meta
 
@@ -102,7 +103,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
     def loads(self, storage: Any, path: str | Path) -> None:
         self._check_storage(storage)
         path = Path(path)
-        info = self._read_meta(path)
+        info = self._read_meta(path, storage)
         td = self._load_form(self._read_data(path), path) if info["kind"] else None
         storage.restore_checkpoint(info, td)
 
@@ -256,7 +257,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
 
     def loads(self, storage: Any, path: str | Path) -> None:
         path = Path(path)
-        meta = self._read_meta(path)
+        meta = self._read_meta(path, storage)
         if meta.get("class") != type(storage).__name__:
             raise ValueError(
                 f"{path} holds a {meta.get('class')} dump; it cannot be loaded into a {type(storage).__name__}"
@@ -285,7 +286,7 @@ class StorageEnsembleCheckpointer(StorageCheckpointerBase):
 
     def loads(self, storage: Any, path: str | Path) -> None:
         path = Path(path)
-        meta = self._read_meta(path)
+        meta = self._read_meta(path, storage)
         if meta["members"] != len(storage.storages):
             raise ValueError(f"{path} holds {meta['members']} storages; this ensemble has {len(storage.storages)}")
         for i, member in enumerate(storage.storages):
