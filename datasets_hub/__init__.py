@@ -20,6 +20,8 @@ _EXPORTS: dict[str, str] = {
     "info": "hub",
     "list_datasets": "hub",
     "register_dataset": "catalogue",
+    "export": "publish",
+    "push": "publish",
     "normalized_score": "scores",
     "DatasetInfo": "hub",
     # plugin contract
@@ -61,6 +63,8 @@ _EXPORTS: dict[str, str] = {
     "SliceSampler": "buffers.slice_samplers",
     "SliceSamplerWithoutReplacement": "buffers.slice_samplers",
     "PrioritizedSliceSampler": "buffers.slice_samplers",
+    "WindowSampler": "buffers.window_sampler",
+    "GoalSampler": "buffers.goal_sampler",
     # writers
     "Writer": "buffers.writers",
     "RoundRobinWriter": "buffers.writers",
@@ -76,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "FrameStack": "buffers.frame_stack",
     "FullStackSampler": "buffers.frame_stack",
     "EpisodeIndex": "buffers.episode_index",
+    "ReturnToGo": "buffers.returns",
     # interop (DESIGN.md §8)
     "BufferDataset": "interop.torch_data",
     "SampledBatches": "interop.torch_data",
@@ -99,7 +104,7 @@ _EXPORTS: dict[str, str] = {
     "UncachedPreprocessWarning": "fingerprint",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [*sorted(_EXPORTS), "__version__"]  # noqa: PLE0604 - the lazy-export table lists the names
 
 
 def __getattr__(name: str) -> Any:

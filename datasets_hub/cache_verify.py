@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.cache import MANIFEST, dataset_dir, read_manifest
+from datasets_hub.cache import MANIFEST, dataset_dir, raw_file_path, read_manifest
 from datasets_hub.errors import CacheError
-from datasets_hub.cache import raw_file_path
 from datasets_hub.maintenance import builds_of, catalogue_build, human_bytes, sha256_file
 
 #: A build's manifest checksum, in ``sha256sum`` format: ``"<hex>  manifest.json\n"`` (so that

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, did_you_mean
 from datasets_hub.loader import DatasetSpec, Resource
@@ -174,6 +175,17 @@ def _loader_entries(loader_name: str) -> dict[str, tuple[dict[str, Any], str]]:
     return out
 
 
+def _open_entry(loader_name: str, dataset_id: str) -> dict[str, tuple[dict[str, Any], str]]:
+    """The entry a loader makes for an id outside every catalogue (``Loader.entry_for``), if any."""
+    from datasets_hub.plugins import get_loader
+
+    entry = get_loader(loader_name).entry_for(dataset_id)
+    if entry is None:
+        return {}
+    source = f"the {loader_name!r} loader's entry_for()"
+    return {dataset_id: (_check_entry(dataset_id, entry, source), source)}
+
+
 def all_entries(loaders: list[str] | None = None) -> dict[str, tuple[dict[str, Any], str]]:
     """Every known id with its entry and source; loader catalogues of ``loaders`` included."""
     from datasets_hub.plugins import loader_names
@@ -220,6 +232,8 @@ def resolve(dataset_id: str, **overrides: Any) -> DatasetSpec:
 
         if loader in loader_names():
             entries.update({k: v for k, v in _loader_entries(loader).items() if k not in entries})
+            if dataset_id not in entries:
+                entries.update(_open_entry(loader, dataset_id))
     if dataset_id not in entries:
         from datasets_hub.plugins import loader_names
 

@@ -51,9 +51,10 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
@@ -73,21 +74,21 @@ _TRUE = {"1", "true", "yes", "on"}
 _sleep: Callable[[float], None] = time.sleep
 
 __all__ = [
-    "fetch",
-    "verify_file",
-    "is_offline",
-    "endpoint_for",
-    "endpoint_env_var",
-    "apply_endpoint",
-    "resolve_urls",
-    "list_hf_files",
-    "read_sidecar",
-    "sidecar_path",
-    "SIDE_SUFFIXES",
-    "CHUNK_SIZE",
-    "MAX_REDIRECTS",
     "BACKOFF_BASE",
     "BACKOFF_CAP",
+    "CHUNK_SIZE",
+    "MAX_REDIRECTS",
+    "SIDE_SUFFIXES",
+    "apply_endpoint",
+    "endpoint_env_var",
+    "endpoint_for",
+    "fetch",
+    "is_offline",
+    "list_hf_files",
+    "read_sidecar",
+    "resolve_urls",
+    "sidecar_path",
+    "verify_file",
 ]
 
 
@@ -169,7 +170,7 @@ def _write_sidecar(dest: Path, sha256: str, size: int, url: str, downloaded_at: 
     os.replace(tmp, side)
 
 
-def _hash_file(path: Path, limit: int | None = None) -> "hashlib._Hash":
+def _hash_file(path: Path, limit: int | None = None) -> hashlib._Hash:
     h = hashlib.sha256()
     left = limit
     with open(path, "rb") as f:
@@ -274,7 +275,10 @@ def fetch(
         lock = FileLock(str(dest) + ".lock")
         lock.acquire()
     except OSError as exc:
-        raise _cache_write_error(exc, resource, dest) or exc
+        error = _cache_write_error(exc, resource, dest)
+        if error is None:
+            raise
+        raise error from exc
     try:
         problem = _check_cached(resource, dest)  # another process may have fetched it meanwhile
         if problem is None:
@@ -378,7 +382,10 @@ def _download_any(
             except (DownloadError, ChecksumMismatch) as exc:
                 errors.append((url, exc))
             except OSError as exc:  # our side failed (full disk, read-only cache): no other mirror helps
-                raise _cache_write_error(exc, resource, dest, url) or exc
+                error = _cache_write_error(exc, resource, dest, url)
+                if error is None:
+                    raise
+                raise error from exc
     if len(errors) == 1:
         raise errors[0][1]
     kind = ChecksumMismatch if any(isinstance(e, ChecksumMismatch) for _, e in errors) else DownloadError
@@ -491,7 +498,7 @@ def _open(session: Any, url: str, headers: dict[str, str], timeout: float, resou
                 )
             if location in chain:
                 raise DownloadError(
-                    f"{resource.name}: redirect loop: {' -> '.join(chain + [location])}; the "
+                    f"{resource.name}: redirect loop: {' -> '.join([*chain, location])}; the "
                     f"server is misconfigured, use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
                 )
             chain.append(location)

@@ -8,7 +8,7 @@ everything about datasets, loaders, downloads and the cache raises a :class:`Hub
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class HubError(Exception):

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,7 +55,7 @@ def _next_follows(now: torch.Tensor, nxt: torch.Tensor, episodes: EpisodeIndex) 
     """Whether ``nxt[t] == now[t + 1]`` inside every episode (NaN equal to NaN)."""
     if episodes.num_episodes <= 256:
         # long episodes: one allocation-free comparison per episode
-        spans = zip(episodes.start.tolist(), episodes.end.tolist())
+        spans = zip(episodes.start.tolist(), episodes.end.tolist(), strict=True)
         if all(torch.equal(nxt[s : e - 1], now[s + 1 : e]) for s, e in spans):
             return True
     inner = torch.ones(now.shape[0], dtype=torch.bool)
@@ -118,7 +119,7 @@ class _LeafFile:
         self.row_shape = row_shape
         self.rows = 0
         self.sha256 = hashlib.sha256()  # recorded in the manifest so `datasets-hub verify` can spot tampering
-        self._fh = open(path, "wb")
+        self._fh = open(path, "wb")  # noqa: SIM115 - the column writer owns the handle until close()
         self._io = io
 
     def append(self, values: torch.Tensor) -> None:
@@ -266,10 +267,16 @@ class LeanTEDWriter:
             now, nxt = chunk.get(key), chunk.get(("next", *key))
             if key not in self.split_next and not _next_follows(now, nxt, local):
                 self._split(key)
-            merged = torch.empty((n + local.num_episodes, *now.shape[1:]), dtype=now.dtype)
-            merged.index_copy_(0, obs_rows, now)
-            merged.index_copy_(0, final_rows, nxt[ends])
-            self._file("obs", key).append(merged)
+            if local.num_episodes == 1:
+                # one episode (e.g. a long one of camera frames, possibly memory-mapped): append the rows
+                # as views, without a T+1-row copy in memory
+                self._file("obs", key).append(now)
+                self._file("obs", key).append(nxt[n - 1 :])
+            else:
+                merged = torch.empty((n + local.num_episodes, *now.shape[1:]), dtype=now.dtype)
+                merged.index_copy_(0, obs_rows, now)
+                merged.index_copy_(0, final_rows, nxt[ends])
+                self._file("obs", key).append(merged)
             if key in self.split_next:
                 self._file("steps", ("next", *key)).append(nxt)
         for key in self.step_keys:
@@ -348,7 +355,7 @@ class LeanTEDWriter:
         """Stop after a failure: wait for the IO thread, ignore its errors, close the files."""
         try:
             self.close()
-        except Exception:  # the error that made us abort is the one worth reporting
+        except Exception:  # noqa: BLE001 - the error that made us abort is the one worth reporting
             pass
 
     def _summary(self, lengths: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:

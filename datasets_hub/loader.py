@@ -25,9 +25,10 @@ The TED chunk a loader yields (a ``TensorDict`` with batch size ``[N]``, N >= 1)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from tensordict import TensorDictBase
 
@@ -48,7 +49,7 @@ class Resource:
     size: int | None = None
 
     @classmethod
-    def from_dict(cls, entry: Mapping[str, Any]) -> "Resource":
+    def from_dict(cls, entry: Mapping[str, Any]) -> Resource:
         urls = entry.get("urls", entry.get("url"))
         if isinstance(urls, str):
             urls = [urls]
@@ -124,6 +125,14 @@ class Loader:
     def catalogue(self) -> dict[str, dict[str, Any]]:
         """Extra ids under this loader's prefix: ``{"<name>/<x>": {"params": …, "resources": […]}}``."""
         return {}
+
+    def entry_for(self, dataset_id: str) -> dict[str, Any] | None:
+        """An entry for an id under this loader's prefix that no catalogue lists, or ``None``.
+
+        For loaders that accept open-ended ids (e.g. ``lerobot/<org>/<name>`` for any Hub repo in
+        that format): return ``{"params": …, "description": …}`` and the id resolves like a catalogue
+        entry. The default accepts nothing, so unknown ids get "did you mean …"."""
+        return None
 
     def check_params(self, spec: DatasetSpec) -> None:
         """Reject parameters this loader does not understand (raise ``InvalidParameter``)."""

@@ -23,10 +23,11 @@ import hashlib
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from datasets_hub.cache import (
     INCOMPLETE_SUFFIX,
@@ -36,8 +37,8 @@ from datasets_hub.cache import (
     datasets_dir,
     dir_size,
     file_lock,
-    raw_file_path,
     iter_builds,
+    raw_file_path,
     read_manifest,
     remove_tree,
 )

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import shutil
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.cache import read_manifest
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.errors import CacheError
 from datasets_hub.buffers.tensor_storages import TensorStorage
+from datasets_hub.cache import read_manifest
+from datasets_hub.errors import CacheError
 
 FORMAT = "datasets_hub.preprocessed"
 Key = tuple[str, ...]

@@ -123,7 +123,7 @@ def main() -> None:
             opt_actor.step()
             with torch.no_grad():
                 for net, tgt in ((q1, q1_target), (q2, q2_target)):
-                    for p, tp in zip(net.parameters(), tgt.parameters()):
+                    for p, tp in zip(net.parameters(), tgt.parameters(), strict=True):
                         tp.lerp_(p, TAU)
             q_losses.append(float(q_loss.detach()))
             updates += 1

@@ -81,8 +81,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -374,7 +375,7 @@ class _Converter:
                 infos += _leaves(obj, ("info",) if key == "env_infos" else ("info", key))
             else:
                 infos.append((("info", key), obj))
-        for key, ds in obs:
+        for _key, ds in obs:
             if ds.shape[:1] != (rows,):
                 raise LoaderError(
                     f"{self.spec.id}: {where}/{ds.name.rsplit('/', 1)[-1]} has "

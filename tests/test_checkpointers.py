@@ -148,9 +148,9 @@ def test_loading_with_another_checkpointer_is_refused(tmp_path):
     other = ReplayBuffer(storage=LazyTensorStorage(90), checkpointer=FlatStorageCheckpointer())
     with pytest.raises(ValueError, match="TensorStorageCheckpointer"):
         other.loads(tmp_path / "a")
+    wrong = ReplayBuffer(storage=ListStorage(10), checkpointer=TensorStorageCheckpointer())
     with pytest.raises(TypeError, match="tensor storages"):
-        ListStorage(10).checkpointer = TensorStorageCheckpointer()
-        ReplayBuffer(storage=ListStorage(10), checkpointer=TensorStorageCheckpointer()).dumps(tmp_path / "b")
+        wrong.dumps(tmp_path / "b")
 
 
 def test_flat_checkpointer_refuses_non_ted_data(tmp_path):

@@ -312,7 +312,7 @@ def test_schema_mismatch_surfaces_through_the_buffer():
     rb.extend(rows(3))
     with pytest.raises(ValueError, match=r"'obs'.*\(2,\)"):
         rb.extend(TensorDict({"obs": torch.zeros(3, 2), "next": rows(3)["next"]}, [3]))
-    with pytest.raises(ValueError, match="add()"):
+    with pytest.raises(ValueError, match=r"add\(\)"):
         rb.extend(rows(1)[0])
 
 

@@ -295,11 +295,8 @@ class StorageEnsembleCheckpointer(StorageCheckpointerBase):
 
 def as_checkpointer(value: Any) -> StorageCheckpointerBase:
     """A checkpointer instance from an instance or a zero-argument constructor (TorchRL accepts both)."""
-    if (
-        isinstance(value, type)
-        and issubclass(value, StorageCheckpointerBase)
-        or not isinstance(value, StorageCheckpointerBase)
-        and callable(value)
+    if (isinstance(value, type) and issubclass(value, StorageCheckpointerBase)) or (
+        not isinstance(value, StorageCheckpointerBase) and callable(value)
     ):
         value = value()
     if not isinstance(value, StorageCheckpointerBase):

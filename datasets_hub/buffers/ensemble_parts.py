@@ -107,7 +107,7 @@ class StorageEnsemble(Storage):
         states = state_dict["members"]
         if len(states) != len(self._members):
             raise ValueError(f"the state holds {len(states)} storages, this ensemble {len(self._members)}")
-        for s, st in zip(self._members, states):
+        for s, st in zip(self._members, states, strict=True):
             s.load_state_dict(st)
 
     def __repr__(self) -> str:
@@ -184,7 +184,7 @@ class SamplerEnsemble(Sampler):
         return {"members": [s.state_dict() for s in self._members]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        for s, st in zip(self._members, state_dict["members"]):
+        for s, st in zip(self._members, state_dict["members"], strict=True):
             s.load_state_dict(st)
 
 
@@ -216,7 +216,7 @@ class WriterEnsemble(Writer):
 
     def register_storage(self, storage: Any) -> None:
         if isinstance(storage, StorageEnsemble):
-            for w, s in zip(self._members, storage.storages):
+            for w, s in zip(self._members, storage.storages, strict=True):
                 w.register_storage(s)
         self._storage = storage
 
@@ -232,5 +232,5 @@ class WriterEnsemble(Writer):
         return {"members": [w.state_dict() for w in self._members]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        for w, st in zip(self._members, state_dict["members"]):
+        for w, st in zip(self._members, state_dict["members"], strict=True):
             w.load_state_dict(st)

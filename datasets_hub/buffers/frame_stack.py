@@ -28,8 +28,9 @@ rows, the sample must also carry ``"index"`` (``TensorDictReplayBuffer`` samples
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,7 +73,7 @@ class FrameStack(Transform):
             self.bind(storage)
 
     # -- binding --------------------------------------------------------------------------------
-    def bind(self, buffer: Any) -> "FrameStack":
+    def bind(self, buffer: Any) -> FrameStack:
         """Attach to ``buffer`` (a replay buffer, or a storage) whose samples this transform sees."""
         storage = getattr(buffer, "storage", buffer)
         if not hasattr(storage, "get"):

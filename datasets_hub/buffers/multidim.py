@@ -62,8 +62,8 @@ def ravel(index: Any, shape: Sequence[int]) -> torch.Tensor:
     if len(index) != len(shape):
         raise ValueError(f"expected {len(shape)} index tensors for a storage of shape {tuple(shape)}, got {len(index)}")
     flat = torch.zeros_like(torch.as_tensor(index[0], dtype=torch.int64))
-    for size, part in zip(shape, index):
-        part = torch.as_tensor(part, dtype=torch.int64)
+    for size, given in zip(shape, index, strict=True):
+        part = torch.as_tensor(given, dtype=torch.int64)
         if part.numel() and (int(part.min()) < 0 or int(part.max()) >= size):
             raise IndexError(f"index out of range for a storage of shape {tuple(shape)}")
         flat = flat * size + part

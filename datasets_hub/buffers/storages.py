@@ -12,9 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import numpy as np
+import torch
 import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
@@ -33,6 +32,9 @@ class Storage:
       (read-only dataset builds do), else ``None``.
     - ``read_key(key)`` returns one leaf for the first ``len(storage)`` items (used to derive
       episode boundaries from ``episode`` or ``("next", "done")``); ``KeyError`` if absent.
+    - ``gather_key(key, rows)`` returns one leaf at the 1-D int64 ``rows`` (leading dim
+      ``len(rows)``), reading no other leaf where the storage can (samplers that need a few keys at
+      extra rows, e.g. sequence windows and goals, use it); ``KeyError`` if absent.
     """
 
     max_size: int
@@ -99,6 +101,18 @@ class Storage:
 
     def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
         raise KeyError(key)
+
+    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+        data = self.get(rows)
+        if isinstance(data, list):  # ListStorage: one item per row
+            return torch.stack([torch.as_tensor(item[key]) for item in data])
+        try:
+            value = data.get(key)
+        except (KeyError, AttributeError):
+            value = None
+        if value is None:
+            raise KeyError(key)
+        return value
 
     def empty(self) -> None:
         raise NotImplementedError
@@ -202,7 +216,7 @@ class ListStorage(Storage):
         n = len(items)
         if top > n:  # a batch may fill rows past the end in any order, as long as it leaves no gap
             items.extend([_GAP] * (top - n))
-        for c, v in zip(cursors, values):
+        for c, v in zip(cursors, values, strict=True):
             items[c] = v
         if top > n and any(x is _GAP for x in items[n:]):
             del items[n:]

@@ -52,8 +52,8 @@ class TED2Flat:
     def shared_keys(self, td: TensorDictBase) -> list[tuple[str, ...]]:
         """Root keys stored once (they also exist under ``"next"`` with the same shape and dtype)."""
         out = []
-        for key, value in td.items(include_nested=True, leaves_only=True):
-            key = _key(key)
+        for name, value in td.items(include_nested=True, leaves_only=True):
+            key = _key(name)
             if key[0] == "next" or key[-1] in self.done_names | self.reward_names:
                 continue
             other = td.get(("next", *key), None)
@@ -86,8 +86,8 @@ class TED2Flat:
         last = torch.ones(n, dtype=torch.bool)
         last[:-1] = run_start[1:]  # the last item of each run
         out = {}
-        for key, value in td.items(include_nested=True, leaves_only=True):
-            key = _key(key)
+        for name, value in td.items(include_nested=True, leaves_only=True):
+            key = _key(name)
             if key[0] == "next" and key[1:] in shared:
                 continue
             if key in shared:  # N + R rows: each run's values, then its final next value
@@ -95,8 +95,9 @@ class TED2Flat:
                 pos = torch.arange(n) + run_id
                 flat[pos] = value
                 flat[pos[last] + 1] = td.get(("next", *key))[last]
-                value = flat
-            out[key] = value
+                out[key] = flat
+            else:
+                out[key] = value
         out[self.shift_key] = run_start
         out[self.is_full_key] = shape
         return _from_flat_keys(out)
@@ -129,8 +130,8 @@ class Flat2TED:
         pos = torch.arange(n) + run_id
         n_runs = int(run_start.sum())
         out = {}
-        for key, value in data.items(include_nested=True, leaves_only=True):
-            key = _key(key)
+        for name, value in data.items(include_nested=True, leaves_only=True):
+            key = _key(name)
             if key in (self.shift_key, self.is_full_key):
                 continue
             if key[0] != "next" and value.shape[:1] == (n + n_runs,) and n_runs:

@@ -55,7 +55,7 @@ def gather_rows(leaf: torch.Tensor, view: np.ndarray | None, index: torch.Tensor
 def _nest(keys: list[tuple[str, ...]], tensors: list[Any], source: dict | None = None) -> dict[str, Any]:
     """Nested dict ``{"next": {"obs": t}}`` from tuple keys (merged into ``source`` when given)."""
     source = {} if source is None else source
-    for key, t in zip(keys, tensors):
+    for key, t in zip(keys, tensors, strict=True):
         d = source
         for p in key[:-1]:
             d = d.setdefault(p, {})
@@ -136,15 +136,13 @@ def _flatten_pytree(data: Any, batched: bool) -> tuple:
     keys, leaves = [], []
     for path, leaf in with_path:
         key = tuple(str(getattr(p, "key", getattr(p, "idx", p))) for p in path) or ("_data",)
-        if not isinstance(leaf, torch.Tensor):
-            if leaf is None or not isinstance(leaf, (int, float, bool, np.ndarray, np.generic)):
-                raise TypeError(
-                    f"entry {key!r} is a {type(leaf).__name__}: tensor storages hold tensors (nested dicts and "
-                    "tuples of tensors, numbers or arrays); use ListStorage for arbitrary Python objects"
-                )
-            leaf = torch.as_tensor(leaf)
+        if not isinstance(leaf, (torch.Tensor, int, float, bool, np.ndarray, np.generic)):
+            raise TypeError(
+                f"entry {key!r} is a {type(leaf).__name__}: tensor storages hold tensors (nested dicts and "
+                "tuples of tensors, numbers or arrays); use ListStorage for arbitrary Python objects"
+            )
         keys.append(key)
-        leaves.append(leaf)
+        leaves.append(leaf if isinstance(leaf, torch.Tensor) else torch.as_tensor(leaf))
     if len(set(keys)) != len(keys):
         raise ValueError("two entries of this data map to the same key once converted to strings")
     return "pytree", keys, leaves, spec, ()
@@ -320,7 +318,7 @@ class TensorStorage(SharedCounters, Storage):
         if keys == self._keys:
             ordered = leaves
         else:
-            incoming = dict(zip(keys, leaves))
+            incoming = dict(zip(keys, leaves, strict=True))
             missing = [k for k in self._keys if k not in incoming]
             extra = [k for k in keys if k not in set(self._keys)]
             if missing or extra:
@@ -332,7 +330,7 @@ class TensorStorage(SharedCounters, Storage):
                     + ". Write the same keys every time (Select/Exclude transforms can align them)"
                 )
             ordered = [incoming[k] for k in self._keys]
-        for key, value, (shape, dtype) in zip(self._keys, ordered, self._schema):
+        for key, value, (shape, dtype) in zip(self._keys, ordered, self._schema, strict=True):
             got = tuple(value.shape[1:] if batched else value.shape)
             if got != shape or value.dtype != dtype:
                 raise ValueError(
@@ -359,7 +357,7 @@ class TensorStorage(SharedCounters, Storage):
             out = [torch.index_select(t, 0, flat) for t in self._plain]
         else:
             rows = flat.numpy()
-            out = [gather_rows(t, a, flat, rows) for a, t in zip(self._np, self._plain)]
+            out = [gather_rows(t, a, flat, rows) for a, t in zip(self._np, self._plain, strict=True)]
         if index.ndim != 1:
             out = [t.reshape(*index.shape, *t.shape[1:]) for t in out]
         return self._wrap(out, index.shape, extra)
@@ -380,7 +378,10 @@ class TensorStorage(SharedCounters, Storage):
             and all(type(i) is torch.Tensor and i.dtype == torch.int64 for i in index)
         ):
             return self._gather(mdim.ravel(index, (n0, *self._env)))
-        views = [t.view(self.shape[0], *self._env, *shape)[:n0] for t, (shape, _) in zip(self._plain, self._schema)]
+        views = [
+            t.view(self.shape[0], *self._env, *shape)[:n0]
+            for t, (shape, _) in zip(self._plain, self._schema, strict=True)
+        ]
         if isinstance(index, torch.Tensor) and index.dtype == torch.bool and index.ndim == 1:
             index = torch.nonzero(index).reshape(-1)
         out = [v[index] for v in views]
@@ -414,7 +415,7 @@ class TensorStorage(SharedCounters, Storage):
         if kind == "pytree":
             return _pytree.tree_unflatten(out, self._meta)
         if self._flat and not extra:
-            source = {p[1]: t for p, t in zip(self._paths, out)}
+            source = {p[1]: t for p, t in zip(self._paths, out, strict=True)}
         else:
             source = _nest(self._keys, out)
             if extra:
@@ -429,6 +430,15 @@ class TensorStorage(SharedCounters, Storage):
         if not self.initialized or key not in self._keys:
             raise KeyError(key)
         return self._plain[self._keys.index(key)][: len(self)]
+
+    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+        key = key if isinstance(key, tuple) else (key,)
+        if not self.initialized:
+            self._maybe_attach_shared()
+        if not self.initialized or key not in self._keys or self._row_batch:
+            return super().gather_key(key, rows)
+        i = self._keys.index(key)
+        return gather_rows(self._plain[i], self._np[i], rows, rows.numpy())
 
     # -- writes ----------------------------------------------------------------------------------
     def _num_items(self, data: Any) -> int:
@@ -491,7 +501,7 @@ class TensorStorage(SharedCounters, Storage):
                 raise IndexError(
                     f"write positions must lie in the storage capacity [0, {self.max_size}), got {index.min()}..{top - 1}"
                 )
-        for t, v in zip(self._plain, ordered):
+        for t, v in zip(self._plain, ordered, strict=True):
             t[index] = v
         if top > n:
             self._counts[0] = top
@@ -505,7 +515,7 @@ class TensorStorage(SharedCounters, Storage):
         probe = torch.empty(n0, *self._env)[cursor]
         lead = probe.ndim
         ordered = self._check(kind, keys, [t.reshape(-1, *t.shape[lead:]) for t in leaves], row_batch, True)
-        for t, v, (shape, _) in zip(self._plain, ordered, self._schema):
+        for t, v, (shape, _) in zip(self._plain, ordered, self._schema, strict=True):
             t.view(self.shape[0], *self._env, *shape)[:n0][cursor] = v.reshape(*probe.shape, *shape)
         self._bump_version()
 
@@ -529,7 +539,10 @@ class TensorStorage(SharedCounters, Storage):
             rows = stop // self._per_row
             src = _nest(
                 self._keys,
-                [t[:stop].view(rows, *self._env, *shape) for t, (shape, _) in zip(self._plain, self._schema)],
+                [
+                    t[:stop].view(rows, *self._env, *shape)
+                    for t, (shape, _) in zip(self._plain, self._schema, strict=True)
+                ],
             )
             return TensorDict(src, batch_size=[rows, *self._env, *self._row_batch])
         src = _nest(self._keys, [t[:stop] for t in self._plain])
@@ -587,7 +600,7 @@ class TensorStorage(SharedCounters, Storage):
         else:
             leaves = self._check(kind, keys, leaves, tuple(info["row_batch"]), True)
         n = int(info["len"])
-        for t, v in zip(self._plain, leaves):
+        for t, v in zip(self._plain, leaves, strict=True):
             t[:n] = v[:n]
         self._counts[0] = n
         self._counts[1] = max(self.write_version + 1, int(info.get("write_version", 0)))
