@@ -421,18 +421,20 @@ class ReplayBuffer:
             data = self._collate_fn(data)
         return data
 
-    def _gather(self, index: torch.Tensor, info: dict[str, Any]) -> Any:
-        data = self._storage.get(index)
+    def _gather(self, index: torch.Tensor, info: dict[str, Any], items: torch.Tensor | None = None) -> Any:
+        """Read the sampled ``index``; ``items`` are the sampler's flat positions on a multi-dim storage."""
+        data = self._storage.get(index) if items is None else self._storage.get_items(items)
         return self._collate_fn(data) if self._collate_fn is not None else data
 
     def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
         """Draw and gather one batch; callers hold the lock."""
         index, info = self._sampler.sample(self._storage, batch_size)
         ran_out = self._sampler.ran_out
+        items = None
         if getattr(self._storage, "ndim", 1) > 1:  # items -> (t, e, ...) as TorchRL reports them
-            index = mdim.unravel(index, self._storage.shape)
+            items, index = index, mdim.unravel(index, self._storage.shape)
         info = {**info, "index": index}
-        data = self._gather(index, info)
+        data = self._gather(index, info, items)
         if self._pin_memory:
             data = data.pin_memory()
         return data, info, ran_out
@@ -695,10 +697,12 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def priority_key(self) -> str | tuple[str, ...]:
         return self._priority_key
 
-    def _gather(self, index: torch.Tensor, info: dict[str, Any]) -> Any:
+    def _gather(self, index: torch.Tensor, info: dict[str, Any], items: torch.Tensor | None = None) -> Any:
         if isinstance(index, tuple):  # a multi-dimensional storage: (t, e, ...) of each item
             n = index[0].shape[0]
             info = {**info, "index": torch.stack(index, -1)}
+            if items is not None:
+                index = items  # the same items, flat: one read per leaf, no index conversion
         else:
             n = index.shape[0] if index.ndim else None
         extra = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == n}

@@ -92,6 +92,10 @@ class Storage:
         """Rows written along dim 0; ``len(self)`` when ``ndim == 1``."""
         return len(self)
 
+    def get_items(self, items: torch.Tensor) -> Any:
+        """Items by flat position (what samplers draw; time-major when ``ndim > 1``)."""
+        return self.get(items)
+
     def max_size_along_dim0(self, data: Any = None, batched: bool = True) -> int:
         """Capacity along dim 0 (writers cycle over it); ``max_size`` when ``ndim == 1``."""
         return self.max_size

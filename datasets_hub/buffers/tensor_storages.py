@@ -362,6 +362,10 @@ class TensorStorage(SharedCounters, Storage):
             out = [t.reshape(*index.shape, *t.shape[1:]) for t in out]
         return self._wrap(out, index.shape, extra)
 
+    def get_items(self, items: torch.Tensor) -> Any:
+        """Items by flat position (time-major on a multi-dimensional storage: what samplers draw)."""
+        return self._gather(items) if self._plain else self._get_other(items)
+
     def _get_extra(self, index: torch.Tensor, extra: dict) -> TensorDictBase:
         """``get`` for 1-D int64 ``index`` plus ``extra`` entries (key -> tensor) in the same TensorDict."""
         return self._gather(index, extra)
