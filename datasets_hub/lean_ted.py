@@ -1,4 +1,4 @@
-"""The lean-TED writer: streams TED chunks from a loader into the on-disk layout of DESIGN.md §4.
+"""The lean-TED writer: streams TED chunks from a loader into the on-disk layout of docs/design/on-disk.md.
 
 Layout of ``data/`` (a tensordict memmap tree, opened by :class:`DatasetStorage`):
 
@@ -124,7 +124,7 @@ class _LeafFile:
 
     def append(self, values: torch.Tensor) -> None:
         """Queue ``values`` for writing; the caller must not modify them afterwards."""
-        buffer = memoryview(_to_numpy(values)).cast("B")
+        buffer = _to_numpy(values).data.cast("B")
 
         def write() -> None:
             self.sha256.update(buffer)
@@ -226,7 +226,7 @@ class LeanTEDWriter:
         handle = self.files.get((group, key))
         if handle is None:
             source_key = ("next", *key[1:]) if group == "steps" and key[0] == "next" else key
-            dtype, shape = self._schema[source_key]  # type: ignore[index]
+            dtype, shape = self._schema[source_key]
             path = self.data_dir.joinpath(group, *key[:-1], key[-1] + ".memmap")
             handle = self.files[(group, key)] = _LeafFile(path, dtype, shape, self._io)
         return handle

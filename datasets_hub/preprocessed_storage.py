@@ -34,7 +34,8 @@ def _open_leaf(path: Path, dtype: torch.dtype, shape: Sequence[int], rows: int, 
         np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     except TypeError:  # no numpy twin (bfloat16, ...): map an int of the same width and view it
         np_dtype = np.dtype(f"i{torch.empty(0, dtype=dtype).element_size()}")
-    tensor = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode=mode, shape=(rows, *shape)))
+    memmap_mode: Any = mode  # numpy's stubs want a Literal
+    tensor = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode=memmap_mode, shape=(rows, *shape)))
     return tensor if tensor.dtype == dtype else tensor.view(dtype)
 
 
@@ -116,7 +117,7 @@ class PreprocessedStorage(TensorStorage):
         return {"path": str(self.path)}  # the creating process alone removes a temporary result
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"])
+        type(self).__init__(self, state["path"])
 
     def __repr__(self) -> str:
         transform = (self.manifest.get("transform") or {}).get("name")

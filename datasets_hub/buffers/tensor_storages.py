@@ -272,7 +272,7 @@ class TensorStorage(SharedCounters, Storage):
 
     # -- counters (a numpy view of a tensor, so ``share()`` can put them in shared memory) -------
     @property
-    def write_version(self) -> int:  # type: ignore[override]
+    def write_version(self) -> int:
         return int(self._counts[1])
 
     @write_version.setter
@@ -418,6 +418,7 @@ class TensorStorage(SharedCounters, Storage):
             return out[0]
         if kind == "pytree":
             return _pytree.tree_unflatten(out, self._meta)
+        source: Any
         if self._flat and not extra:
             source = {p[1]: t for p, t in zip(self._paths, out, strict=True)}
         else:
@@ -435,7 +436,9 @@ class TensorStorage(SharedCounters, Storage):
             raise KeyError(key)
         return self._plain[self._keys.index(key)][: len(self)]
 
-    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+    def gather_key(
+        self, key: str | tuple[str, ...], rows: torch.Tensor, *, episodes: np.ndarray | None = None
+    ) -> torch.Tensor:
         key = key if isinstance(key, tuple) else (key,)
         if not self.initialized:
             self._maybe_attach_shared()
@@ -488,6 +491,7 @@ class TensorStorage(SharedCounters, Storage):
         else:
             ordered = self._check(kind, keys, leaves, row_batch, batched)
         n = len(self)
+        index: Any
         if not batched:
             index = int(cursor)
             if not 0 <= index < self.max_size:
