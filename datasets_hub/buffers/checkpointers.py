@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -157,7 +157,7 @@ class NestedStorageCheckpointer(FlatStorageCheckpointer):
         n = int(offsets[-1])
         for key, value in td.items(include_nested=True, leaves_only=True):
             if value.ndim and value.shape[0] == n and n:
-                parts = torch.nested.nested_tensor_from_jagged(value.reshape(n, -1), offsets)
+                parts = torch.nested.nested_tensor_from_jagged(cast(torch.Tensor, value).reshape(n, -1), offsets)
                 td.set(key, parts.values().reshape(value.shape))  # one trajectory per component
         return td
 
@@ -213,7 +213,7 @@ class H5StorageCheckpointer(FlatStorageCheckpointer):
         with h5py.File(tmp, "w") as f:
             for key, value in data.items(include_nested=True, leaves_only=True):
                 name = "/".join((key,) if isinstance(key, str) else key)
-                arr = value.numpy()
+                arr = cast(torch.Tensor, value).numpy()
                 opts = self.kwargs if arr.ndim else {}
                 f.create_dataset(name, data=arr, **opts)
         tmp.replace(self._h5)

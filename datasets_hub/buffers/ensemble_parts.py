@@ -205,14 +205,17 @@ class WriterEnsemble(Writer):
     def __getitem__(self, index: int) -> Writer:
         return self._members[index]
 
-    def _refuse(self, *_: Any) -> Any:
-        raise RuntimeError(
+    def _refuse(self) -> RuntimeError:
+        return RuntimeError(
             "an ensemble is written member by member: ensemble[i].extend(data) (a WriterEnsemble cannot "
             "tell which member the data belongs to)"
         )
 
-    add = _refuse
-    extend = _refuse
+    def add(self, data: Any) -> int:
+        raise self._refuse()
+
+    def extend(self, data: Any) -> torch.Tensor:
+        raise self._refuse()
 
     def register_storage(self, storage: Any) -> None:
         if isinstance(storage, StorageEnsemble):

@@ -135,8 +135,8 @@ class ReplayBuffer:
         storage = storage() if callable(storage) and not isinstance(storage, Storage) else storage
         sampler = sampler() if callable(sampler) and not isinstance(sampler, Sampler) else sampler
         writer = writer() if callable(writer) and not isinstance(writer, Writer) else writer
-        self._storage = ListStorage(1000) if storage is None else storage
-        self._sampler = RandomSampler() if sampler is None else sampler
+        self._storage: Storage = ListStorage(1000) if storage is None else storage
+        self._sampler: Sampler = RandomSampler() if sampler is None else sampler
         if writer is None:
             if getattr(self._storage, "read_only", False):
                 writer = ImmutableDatasetWriter()
@@ -428,7 +428,8 @@ class ReplayBuffer:
 
     def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
         """Draw and gather one batch; callers hold the lock."""
-        index, info = self._sampler.sample(self._storage, batch_size)
+        drawn, info = self._sampler.sample(self._storage, batch_size)
+        index: Any = drawn
         ran_out = self._sampler.ran_out
         items = None
         if getattr(self._storage, "ndim", 1) > 1:  # items -> (t, e, ...) as TorchRL reports them

@@ -21,6 +21,9 @@ import torch
 class SharedCounters:
     """Mixin: ``self._counts`` (numpy view) over ``self._counts_t`` (torch tensor), kept coherent."""
 
+    _counts: Any  # a numpy view of ``_counts_t``, or a list of ints when compilable
+    _counts_t: torch.Tensor | None
+
     def _init_counters(self, n: int, plain: bool = False) -> None:
         if plain:  # compilable: Python ints, which torch.compile traces; never shared
             self._counts_t = None

@@ -93,6 +93,11 @@ class Storage:
         """Rows written along dim 0; ``len(self)`` when ``ndim == 1``."""
         return len(self)
 
+    @property
+    def shape(self) -> torch.Size:
+        """``[capacity along dim 0, *trailing dims]`` (``[max_size]`` when ``ndim == 1``)."""
+        return torch.Size([self.max_size])
+
     def get_items(self, items: torch.Tensor) -> Any:
         """Items by flat position (what samplers draw; time-major when ``ndim > 1``)."""
         return self.get(items)

@@ -17,7 +17,7 @@ starts there) and ``is_full_key`` (the storage's batch shape, int64). Multi-dime
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -85,7 +85,7 @@ class TED2Flat:
         run_id = torch.cumsum(run_start.to(torch.int64), 0) - 1
         last = torch.ones(n, dtype=torch.bool)
         last[:-1] = run_start[1:]  # the last item of each run
-        out = {}
+        out: dict[Any, Any] = {}
         for name, value in td.items(include_nested=True, leaves_only=True):
             key = _key(name)
             if key[0] == "next" and key[1:] in shared:
@@ -93,8 +93,9 @@ class TED2Flat:
             if key in shared:  # N + R rows: each run's values, then its final next value
                 flat = torch.empty((n + int(run_start.sum()), *value.shape[1:]), dtype=value.dtype)
                 pos = torch.arange(n) + run_id
-                flat[pos] = value
-                flat[pos[last] + 1] = td.get(("next", *key))[last]
+                flat[pos] = cast(torch.Tensor, value)
+                nxt = cast(torch.Tensor, td.get(("next", *key)))
+                flat[pos[last] + 1] = nxt[last]
                 out[key] = flat
             else:
                 out[key] = value
