@@ -53,7 +53,7 @@ test-ray: install
 
 # TorchRL pins its own tensordict: the interop tests run in the benchmark venv.
 test-torchrl: bench-install
-	$(BENCH_PY) -m pytest -q tests/test_torchrl_interop.py
+	$(BENCH_PY) -m pytest -q tests/test_torchrl.py
 
 $(UPSTREAM_PY):
 	$(PYTHON) -m venv $(UPSTREAM_VENV)
