@@ -57,14 +57,14 @@ test-torchrl: bench-install
 
 $(UPSTREAM_PY):
 	$(PYTHON) -m venv $(UPSTREAM_VENV)
-	$(UPSTREAM_PY) -m pip install --upgrade pip
+	$(UPSTREAM_PY) -m pip install -q --upgrade pip
 
 # One resolution for everything (so pins agree), torch held to the CPU wheel by constraints.txt;
 # then the packages whose declared dependencies would pull old pins or a CUDA build, --no-deps.
 $(UPSTREAM_STAMP): $(UPSTREAM_PY) pyproject.toml constraints.txt $(UPSTREAM_REQS)
-	$(UPSTREAM_PY) -m pip install --constraint constraints.txt torch==2.13.0
-	$(UPSTREAM_PY) -m pip install --constraint constraints.txt -e '.[test,openx]' -r tests/upstream/requirements.txt
-	$(UPSTREAM_PY) -m pip install --constraint constraints.txt --no-deps -r tests/upstream/requirements-nodeps.txt
+	$(UPSTREAM_PY) -m pip install -q --constraint constraints.txt torch==2.13.0
+	$(UPSTREAM_PY) -m pip install -q --constraint constraints.txt -e '.[test,openx]' -r tests/upstream/requirements.txt
+	$(UPSTREAM_PY) -m pip install -q --constraint constraints.txt --no-deps -r tests/upstream/requirements-nodeps.txt
 	rm -f $(UPSTREAM_VENV)/.installed-* && touch $@
 
 upstream-install: $(UPSTREAM_STAMP)
