@@ -129,6 +129,14 @@ class ReplayBuffer:
         return self._transform
 
     @property
+    def episodes(self) -> Any:
+        """The buffer's episodes: iterate, filter (a view, no copy), split by episode
+        (:class:`~datasets_hub.buffers.episodes.Episodes`; computed on access: keep it in a variable)."""
+        from datasets_hub.buffers.episodes import Episodes
+
+        return Episodes(self)
+
+    @property
     def batch_size(self) -> int | None:
         return self._batch_size
 
