@@ -138,18 +138,23 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
     for label, value in (("transitions", n), ("episodes", e)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise _fail(where, f"counts.{label} is {value!r}, not a non-negative int")
-    want = {"steps": n, "episodes": e, "obs": n + e}
+    want = {"steps": n, "episodes": e, "obs": n + e, "history": None}  # history: frames before episodes, any count
+    history_rows = set()
     columns = {}
     for name, entry in schema.items():
         dtype, shape, rows = _column(entry, name, where)
         path = leaf_path(build, name, where)  # first: a name that leaves data/ is refused as such
         group = name.split("/", 1)[0]
         if group not in want or "/" not in name:
-            raise _fail(where, f"column {name!r} is in no known group (steps/, obs/, episodes/)")
-        if rows != want[group]:
+            raise _fail(where, f"column {name!r} is in no known group (steps/, obs/, episodes/, history/)")
+        if group == "history":
+            history_rows.add(rows)
+        elif rows != want[group]:
             raise _fail(where, f"column {name!r} has {rows} rows but counts say {want[group]}")
         _size_matches(path, dtype, shape, rows, name, where)
         columns[name] = (dtype, shape, rows)
+    if len(history_rows) > 1:
+        raise _fail(where, f"the history columns disagree on their row count ({sorted(history_rows)})")
     for name, dtype in _REQUIRED.items():
         if name not in columns:
             raise _fail(where, f"the required column {name!r} is missing")
