@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import ctypes.util
 import fcntl
 import hashlib
@@ -260,14 +261,16 @@ def _prepare(path: Path, folder: RemoteFolder, published: dict[str, Any], publis
             chunks.keep_metadata(relpath, payload)
         # the episode index (kilobytes) comes now: samplers need all of it before the first batch
         chunks.ensure(
-            {
-                name: np.arange(spec["chunks"])
-                for name, spec in published["arrays"].items()
-                if name.startswith("episodes/")
-            }
+            {name: np.arange(spec["chunks"]) for name, spec in published["arrays"].items() if always_resident(name)}
         )
         chunks.close()
         _write_atomic(path / PUBLISHED, published_bytes)  # last: a skeleton without it is redone
+
+
+def always_resident(name: str) -> bool:
+    """Leaves fetched whole when a copy is opened and never evicted: the episode index (samplers need all
+    of it) and history frames (a few per episode at most)."""
+    return name.startswith(("episodes/", "history/"))
 
 
 class Chunks:
@@ -393,7 +396,7 @@ class Chunks:
                 return
             if self.max_bytes is not None:
                 keep = {(name, int(c)) for name, cs in needed.items() for c in cs.tolist()}
-                batch_bytes = sum(self.chunk_bytes(n, c) for n, c in keep if not n.startswith("episodes/"))
+                batch_bytes = sum(self.chunk_bytes(n, c) for n, c in keep if not always_resident(n))
                 if batch_bytes > self.max_bytes:
                     raise InvalidParameter(
                         f"one read needs {batch_bytes:,} bytes of chunks but max_bytes={self.max_bytes:,}: raise "
@@ -430,7 +433,7 @@ class Chunks:
             if over <= 0:
                 break
             name, chunk = key
-            if key in keep or name.startswith("episodes/") or not self.maps[name][chunk]:
+            if key in keep or always_resident(name) or not self.maps[name][chunk]:
                 continue
             self.maps[name][chunk] = 0  # first unclaim, then drop the bytes
             self.maps[name].flush()
@@ -444,7 +447,7 @@ class Chunks:
         # chunks resident from other processes (not in this LRU) are evicted too, oldest chunk number first
         if over > 0:
             for name, residency in self.maps.items():
-                if name.startswith("episodes/"):
+                if always_resident(name):
                     continue
                 for chunk in np.flatnonzero(residency).tolist():
                     if over <= 0:
@@ -500,8 +503,15 @@ class Chunks:
         finally:
             contents.pop(key, None)
         fd = os.open(_safe_leaf(name, self.path / "data"), os.O_WRONLY | os.O_NOFOLLOW)
-        try:
+        try:  # a plain write, not a store through a mapping: a full disk is an error here, never a SIGBUS
             os.pwrite(fd, values.tobytes(), start * self.row_bytes[name])
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise CacheError(
+                    f"the disk holding {self.path} is full while writing a chunk of {self.folder.shown}; free "
+                    "space, load with resident='lazy' and a smaller max_bytes, or point DATASETS_HUB_CACHE elsewhere"
+                ) from exc
+            raise
         finally:
             os.close(fd)
         self.maps[name][chunk] = 1
@@ -554,6 +564,9 @@ class ResidentStorage(DatasetStorage):
         self._obs_leaves = ["obs/" + k for k in layout["obs"]]
         self._step_leaves = [name for name in published["arrays"] if name.startswith("steps/")]
         self._start_rows = np.ascontiguousarray(self.episode_index().start.numpy())
+        ids = np.fromfile(path / "data" / "episodes" / "id.memmap", dtype=np.int64)
+        self._episode_order = np.argsort(ids, kind="stable")
+        self._episode_ids_sorted = ids[self._episode_order]
         self._filler: threading.Thread | None = None
         self._fill_error: BaseException | None = None
         self._stop = threading.Event()
@@ -594,6 +607,27 @@ class ResidentStorage(DatasetStorage):
             }
         )
         return super().read_key(key)
+
+    def gather_key(self, key: str | tuple[str, ...], rows: Any, **kw: Any) -> Any:
+        rows_np, _ = self._rows(rows)
+        self.chunks.ensure(self._needed(rows_np))
+        return super().gather_key(key, rows, **kw)
+
+    def episode_frames(self, keys: list[Any], episode: Any, times: Any) -> Any:
+        """Frames of whole episodes (what FrameStack reads): every chunk of those episodes' frame rows is
+        made resident first."""
+        ids = np.asarray(episode).reshape(-1)
+        index = self.episode_index()
+        ordinal = np.searchsorted(np.asarray(self._episode_ids_sorted), ids)
+        ordinal = np.asarray(self._episode_order)[np.minimum(ordinal, len(self._episode_order) - 1)]
+        starts = index.start.numpy()[ordinal] + ordinal
+        lengths = index.length.numpy()[ordinal]
+        rows = np.concatenate([np.arange(a, a + n + 1) for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)])
+        wanted = {"/".join(k) if not isinstance(k, str) else k for k in keys}
+        self.chunks.ensure(
+            {name: self.chunks.chunks_of_rows(name, rows) for name in self._obs_leaves if name[len("obs/") :] in wanted}
+        )
+        return super().episode_frames(keys, episode, times)
 
     # background fill (resident="full")
     def _fill(self) -> None:

@@ -276,3 +276,23 @@ def test_kill_minus_9_leaves_residency_consistent_with_the_bytes(published, loca
             assert np.array_equal(local[a], source[a]), (name, chunk)
             checked += 1
     assert checked > 0
+
+
+def test_frame_stacks_over_a_lazy_copy_equal_the_local_build(local_rb, tmp_path):
+    """FrameStack reads earlier frames of an episode through the storage: a lazy copy fetches them first (a
+    read of the sparse files would give zeros for frames never fetched)."""
+    from datasets_hub import FrameStack
+
+    published = export(local_rb, tmp_path / "small-chunks", chunk_bytes=1024)  # 64 observation rows per chunk
+    rows_per_chunk = json.loads((published / PUBLISHED).read_text())["arrays"]["obs/observation"]["chunk_rows"]
+    everything = local_rb[:]
+    frame_row = torch.arange(len(local_rb)) + everything["episode"]  # row of observation[t] in the frame file
+    # transitions whose 3 previous frames sit in the previous chunk, deep enough into their episode
+    rows = torch.nonzero((frame_row % rows_per_chunk == 0) & (everything["step"] >= 3)).reshape(-1)
+    assert rows.numel() > 5
+    want = FrameStack(4).bind(local_rb)(local_rb[rows])
+    rb = dh.load(f"file://{published}", resident="lazy")
+    got = FrameStack(4).bind(rb)(rb[rows])
+    assert _same(got["observation"], want["observation"])
+    assert _same(got["next", "observation"], want["next", "observation"])
+    assert want["observation"].shape[1] == 4
