@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import ctypes.util
+import errno
 import fcntl
 import hashlib
 import importlib.util
