@@ -17,11 +17,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
+from datasets_hub.build_format import MANIFEST
 from datasets_hub.errors import CacheError
 
-MANIFEST = "manifest.json"
 INCOMPLETE_SUFFIX = ".incomplete"
-STORAGE_FORMAT_VERSION = 1
 
 
 def cache_root() -> Path:

@@ -6,7 +6,6 @@ Observation-like keys are stored once per episode with T+1 rows; ``observation[t
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,31 +14,12 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.errors import CacheError
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.build_format import open_build
+from datasets_hub.errors import CacheError
 
 Key = tuple[str, ...]
 _ROOT_FLAGS = ("done", "terminated", "truncated")
-
-
-def _open_leaf(path: Path, dtype_name: str, shape: list[int], rows: int) -> torch.Tensor:
-    dtype = getattr(torch, dtype_name)
-    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    expected = rows * int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError as exc:
-        raise CacheError(f"build file {path} is missing: the build is damaged; run `datasets-hub rm` and load again") from exc
-    if size != expected:
-        raise CacheError(
-            f"build file {path} has {size} bytes where the manifest says {expected}: the build is damaged "
-            "or was modified; run `datasets-hub verify` / `datasets-hub rm` and load again"
-        )
-    if rows == 0:
-        return torch.empty((0, *shape), dtype=dtype)
-    # copy-on-write mapping: needs only read permission, and a stray in-place write can never reach the file
-    array = np.memmap(path, dtype=np_dtype, mode="c", shape=(rows, *shape))
-    return torch.from_numpy(array)
 
 
 def reopen_build(path: str, fingerprint: str | None) -> "DatasetStorage":
@@ -67,33 +47,25 @@ class DatasetStorage(Storage):
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            self.manifest = json.loads((self.path / "manifest.json").read_text())
-        except FileNotFoundError as exc:
-            raise CacheError(f"{self.path} holds no complete build (no manifest.json); load the dataset again") from exc
-        data = self.path / "data"
-        columns: dict[str, torch.Tensor] = {}
-        for name, spec in self.manifest["schema"].items():
-            columns[name] = _open_leaf(data / (name + ".memmap"), spec["dtype"], spec["shape"], spec["rows"])
-        layout = self.manifest["layout"]
-        split = {tuple(k.split("/")) for k in layout["next_stored_per_step"]}
+        build = open_build(self.path)  # the one reader of the format (checks the files against the manifest)
+        self.manifest = build.manifest
         self._obs: list[tuple[Key, np.ndarray, bool]] = [
-            (tuple(k.split("/")), columns["obs/" + k].numpy(), tuple(k.split("/")) not in split) for k in layout["obs"]
+            (key, column.numpy(), key in build.shared_next) for key, column in build.obs.items()
         ]
-        self._steps: list[tuple[Key, torch.Tensor]] = [
-            (tuple(name.split("/")[1:]), col) for name, col in columns.items() if name.startswith("steps/")
-        ]
-        self._start = columns["episodes/start"]
+        self._frames = build.obs
+        self._steps: list[tuple[Key, torch.Tensor]] = list(build.steps.items())
+        self._start = build.episodes["start"]
         self._start_np = np.ascontiguousarray(self._start.numpy())
         self._steps_np = [(key, column.numpy()) for key, column in self._steps]
-        self._length = columns["episodes/length"]
-        self._episode_id = columns["episodes/id"]
+        self._length = build.episodes["length"]
+        self._episode_id = build.episodes["id"]
         self._episode_id_np = self._episode_id.numpy()
-        self.episode_returns = columns["episodes/return"]
+        self.episode_returns = build.episodes["return"]
         self._index = EpisodeIndex(self._start.clone(), self._length.clone())
-        self._len = int(self.manifest["counts"]["transitions"])
-        self._terminated = dict(self._steps)[("next", "terminated")]
-        self._truncated = dict(self._steps)[("next", "truncated")]
+        self._len = build.transitions
+        self._terminated = build.steps[("next", "terminated")]
+        self._truncated = build.steps[("next", "truncated")]
+        self._ordinal: tuple[np.ndarray, np.ndarray] | None | bool = False  # id -> ordinal, built on first use
         super().__init__(self._len)
 
     def __reduce__(self) -> tuple[Any, tuple[str, str | None]]:
@@ -107,6 +79,42 @@ class DatasetStorage(Storage):
 
     def episode_index(self) -> EpisodeIndex:
         return self._index
+
+    def frame_keys(self) -> frozenset[Key]:
+        """The observation-like keys stored once per episode (T+1 rows): what :meth:`episode_frames` serves."""
+        return frozenset(key for key, _column, shared in self._obs if shared)
+
+    def episode_frames(self, keys: list[Key], episode: torch.Tensor, times: torch.Tensor) -> dict[Key, torch.Tensor]:
+        """Values of ``keys`` at times ``times`` (``[B, W]`` int64, ``0 <= t <= length``; ``t = length``
+        is the episode's final next value) of the episodes whose ids are ``episode`` (``[B]``), as
+        ``[B, W, *shape]`` tensors: one read per key, straight from the per-episode frame file."""
+        unknown = [k for k in keys if k not in self.frame_keys()]
+        if unknown:
+            raise KeyError(f"{'/'.join(unknown[0])!r} is not stored once per episode in this build "
+                           f"(such keys: {sorted('/'.join(k) for k in self.frame_keys())})")
+        ordinal = self._episode_ordinal(episode.reshape(-1).to(torch.int64))
+        rows = (self._start[ordinal] + ordinal)[:, None] + times
+        return {key: torch.index_select(self._frames[key], 0, rows.reshape(-1)).reshape(*times.shape, *self._frames[key].shape[1:])
+                for key in keys}
+
+    def _episode_ordinal(self, episode: torch.Tensor) -> torch.Tensor:
+        """Episode ids -> positions in the episode index (ids are the positions for every built-in loader)."""
+        if self._ordinal is False:
+            ids = np.asarray(self._episode_id_np)
+            if np.array_equal(ids, np.arange(ids.size)):
+                self._ordinal = None
+            else:
+                order = np.argsort(ids, kind="stable")
+                self._ordinal = (ids[order], order)
+        if self._ordinal is None:
+            return episode
+        sorted_ids, order = self._ordinal  # type: ignore[misc]
+        if not order.size:
+            raise IndexError("this build holds no episode")
+        pos = np.minimum(np.searchsorted(sorted_ids, episode.numpy()), order.size - 1)
+        if not np.array_equal(sorted_ids[pos], episode.numpy()):
+            raise KeyError(f"episode ids {sorted(set(episode.tolist()) - set(sorted_ids.tolist()))[:5]} are not in this build")
+        return torch.from_numpy(order[pos])
 
     def _rows(self, index: Any) -> np.ndarray:
         """``index`` as a flat int64 array of valid rows, plus the shape to give the result."""

@@ -18,7 +18,6 @@ imported only by the functions that need a catalogue entry.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import time
@@ -34,7 +33,6 @@ from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 #: Suffixes of the downloader's side files, which are not raw data.
 SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".tmp")
 DELETING_MARK = ".deleting-"
-_HASH_BLOCK = 1 << 20
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -46,14 +44,6 @@ def human_bytes(n: int | float) -> str:
             return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"  # pragma: no cover
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(_HASH_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @contextlib.contextmanager

@@ -9,31 +9,19 @@ from __future__ import annotations
 import shutil
 import weakref
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import numpy as np
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.cache import read_manifest
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.errors import CacheError
 from datasets_hub.buffers.tensor_storages import TensorStorage
+from datasets_hub.build_format import open_leaf
+from datasets_hub.cache import read_manifest
+from datasets_hub.errors import CacheError
 
 FORMAT = "datasets_hub.preprocessed"
 Key = tuple[str, ...]
-
-
-def _open_leaf(path: Path, dtype: torch.dtype, shape: Sequence[int], rows: int, mode: str) -> torch.Tensor:
-    """Map one leaf file: ``mode="c"`` copy-on-write (needs only read permission), ``"r+"`` shared writes."""
-    if rows * int(np.prod(shape, dtype=np.int64)) == 0:
-        return torch.empty((rows, *shape), dtype=dtype)
-    try:
-        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    except TypeError:  # no numpy twin (bfloat16, ...): map an int of the same width and view it
-        np_dtype = np.dtype(f"i{torch.empty(0, dtype=dtype).element_size()}")
-    tensor = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode=mode, shape=(rows, *shape)))
-    return tensor if tensor.dtype == dtype else tensor.view(dtype)
 
 
 def _key(name: str) -> Key:
@@ -42,7 +30,7 @@ def _key(name: str) -> Key:
 
 def _open_schema(root: Path, manifest: dict[str, Any], mode: str) -> dict[Key, torch.Tensor]:
     rows = int(manifest["counts"]["transitions"])
-    return {_key(name): _open_leaf(root / spec["file"], getattr(torch, spec["dtype"]), spec["shape"], rows, mode)
+    return {_key(name): open_leaf(root / spec["file"], spec["dtype"], spec["shape"], rows, mode=mode)
             for name, spec in manifest["schema"].items()}
 
 

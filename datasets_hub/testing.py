@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from datasets_hub.lean_ted import LeanTEDWriter, equal_rows
+from datasets_hub.build_format import LeanTEDWriter, equal_rows
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
 
 

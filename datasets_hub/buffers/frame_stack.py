@@ -19,18 +19,16 @@ Contract of ``FrameStack(n)`` on a sample (any batch shape, TED keys):
 The transform reads earlier frames from the buffer's storage, so it must be bound to it. A replay
 buffer binds the transforms it is given (``load(id, transform=FrameStack(4))``,
 ``rb.append_transform(FrameStack(4))``); used on its own, bind it explicitly:
-``fs = FrameStack(4).bind(rb); fs(rb.sample())``. Over a hub build (a
-:class:`~datasets_hub.dataset_storage.DatasetStorage`) the frames are gathered straight from the
-build's frame file (one read of ``n + 1`` frames per sample serves both stacks) and the sample only
-needs its ``episode`` and ``step`` keys. Over any other storage whose episodes occupy consecutive
+``fs = FrameStack(4).bind(rb); fs(rb.sample())``. Over a storage that keeps frames once per
+episode (``storage.frame_keys()`` is not None: a hub build) the frames are asked of the storage
+with ``storage.episode_frames`` (one read of ``n + 1`` frames per sample serves both stacks) and the
+sample only needs its ``episode`` and ``step`` keys. Over any other storage whose episodes occupy consecutive
 rows, the sample must also carry ``"index"`` (``TensorDictReplayBuffer`` samples do).
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -63,9 +61,7 @@ class FrameStack(Transform):
         self.keys = [_key(k) for k in keys]
         self.padding = padding
         self._storage: Any = None
-        self._columns: dict[tuple[str, ...], torch.Tensor] = {}
-        self._obs_start: torch.Tensor | None = None
-        self._ordinal: Any = None
+        self._per_episode = False  # the storage serves frames by (episode, time)
         if storage is not None:
             self.bind(storage)
 
@@ -76,41 +72,16 @@ class FrameStack(Transform):
         if not hasattr(storage, "get"):
             raise TypeError(f"FrameStack.bind needs a replay buffer or a storage, got {type(buffer).__name__}")
         self._storage = storage
-        self._columns = {}
-        self._obs_start = None
-        manifest = getattr(storage, "manifest", None)
-        if isinstance(manifest, dict) and "layout" in manifest and hasattr(storage, "episode_index"):
-            self._bind_build(storage, manifest)
+        frame_keys = storage.frame_keys() if hasattr(storage, "frame_keys") else None
+        self._per_episode = frame_keys is not None
+        if frame_keys is not None:
+            missing = [k for k in self.keys if k not in frame_keys]
+            if missing:
+                raise KeyError(
+                    f"FrameStack: {'/'.join(missing[0])!r} is not a frame key stored once per episode in this build "
+                    f"(such keys: {sorted('/'.join(k) for k in frame_keys)}); pass keys=[...] naming one of them"
+                )
         return self
-
-    def _bind_build(self, storage: Any, manifest: dict) -> None:
-        """A hub build: open the frame files (T+1 rows per episode) and the episode index."""
-        layout = manifest["layout"]
-        stored = {_key(k.split("/")) for k in layout["obs"]}
-        split = {_key(k.split("/")) for k in layout["next_stored_per_step"]}
-        missing = [k for k in self.keys if k not in stored or k in split]
-        if missing:
-            raise KeyError(
-                f"FrameStack: {'/'.join(missing[0])!r} is not a frame key stored once per episode in this build "
-                f"(such keys: {sorted(layout['obs'])}); pass keys=[...] naming one of them"
-            )
-        data = Path(storage.path) / "data"
-        for key in self.keys:
-            spec = manifest["schema"]["obs/" + "/".join(key)]
-            dtype = getattr(torch, spec["dtype"])
-            np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-            array = np.memmap(data / "obs" / Path(*key[:-1]) / (key[-1] + ".memmap"), dtype=np_dtype, mode="c",
-                              shape=(spec["rows"], *spec["shape"])) if spec["rows"] else np.empty((0, *spec["shape"]), np_dtype)
-            self._columns[key] = torch.from_numpy(array)
-        index = storage.episode_index()
-        self._obs_start = index.start + torch.arange(index.num_episodes)  # first frame row of each episode
-        ids = np.asarray(np.memmap(data / "episodes" / "id.memmap", dtype=np.int64, mode="r")) \
-            if index.num_episodes else np.zeros(0, np.int64)
-        if np.array_equal(ids, np.arange(ids.size)):
-            self._ordinal = None  # ids are the ordinals (every built-in loader numbers episodes 0..E-1)
-        else:
-            order = np.argsort(ids, kind="stable")
-            self._ordinal = (ids[order], order)
 
     # -- the transform --------------------------------------------------------------------------
     def forward(self, data: Any) -> Any:
@@ -133,8 +104,8 @@ class FrameStack(Transform):
         times = step[:, None] + offsets[None, :]
         before = times < 0
         times = times.clamp_min(0)
-        if self._columns:
-            frames = self._from_build(flat, times)
+        if self._per_episode:
+            frames = self._storage.episode_frames(self.keys, flat.get("episode").reshape(-1), times)
         else:
             frames = self._from_storage(flat, step, times)
         for key, window in frames.items():
@@ -143,22 +114,6 @@ class FrameStack(Transform):
             flat.set(key, window[:, : self.n])
             flat.set(("next", *key), window[:, 1:])
         return flat.reshape(shape) if len(shape) != 1 else flat
-
-    def _episode_ordinal(self, episode: torch.Tensor) -> torch.Tensor:
-        if self._ordinal is None:
-            return episode
-        sorted_ids, order = self._ordinal
-        pos = np.searchsorted(sorted_ids, episode.numpy())
-        return torch.from_numpy(order[np.minimum(pos, len(order) - 1)])
-
-    def _from_build(self, flat: TensorDictBase, times: torch.Tensor) -> dict[tuple[str, ...], torch.Tensor]:
-        assert self._obs_start is not None
-        ordinal = self._episode_ordinal(flat.get("episode").reshape(-1).to(torch.int64))
-        rows = (self._obs_start[ordinal][:, None] + times).reshape(-1)
-        out = {}
-        for key, column in self._columns.items():
-            out[key] = torch.index_select(column, 0, rows).reshape(*times.shape, *column.shape[1:])
-        return out
 
     def _from_storage(self, flat: TensorDictBase, step: torch.Tensor, times: torch.Tensor
                       ) -> dict[tuple[str, ...], torch.Tensor]:

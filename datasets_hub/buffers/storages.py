@@ -32,6 +32,10 @@ class Storage:
       (read-only dataset builds do), else ``None``.
     - ``read_key(key)`` returns one leaf for the first ``len(storage)`` items (used to derive
       episode boundaries from ``episode`` or ``("next", "done")``); ``KeyError`` if absent.
+    - ``frame_keys()`` / ``episode_frames(keys, episode, times)``: a storage that keeps
+      observation-like keys once per episode (a hub build) serves values by (episode id, time)
+      without a row index; others return ``None`` from ``frame_keys()`` and callers gather rows
+      through ``get`` (:class:`~datasets_hub.buffers.frame_stack.FrameStack` does both).
     """
 
     max_size: int
@@ -61,6 +65,16 @@ class Storage:
 
     def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
         raise KeyError(key)
+
+    def frame_keys(self) -> frozenset[tuple[str, ...]] | None:
+        """The keys :meth:`episode_frames` serves, or ``None`` when this storage keeps no per-episode frames."""
+        return None
+
+    def episode_frames(self, keys: list[tuple[str, ...]], episode: torch.Tensor,
+                       times: torch.Tensor) -> dict[tuple[str, ...], torch.Tensor]:
+        """Values of ``keys`` at times ``times`` (``[B, W]``, ``0 <= t <= length``, ``t = length`` the
+        final next value) of the episodes with ids ``episode`` (``[B]``), each ``[B, W, *shape]``."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no per-episode frames (frame_keys() is None)")
 
     def empty(self) -> None:
         raise NotImplementedError

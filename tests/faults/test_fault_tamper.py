@@ -101,7 +101,7 @@ def test_a_tampered_raw_file_is_detected(tmp_path, monkeypatch, capsys):
 # ---------------------------------------------------------------------------------------- no unpickling
 # Code that reads what came from upstream: the downloader, the build, the catalogue and every loader.
 UPSTREAM_READERS = sorted(
-    [ROOT / "datasets_hub" / n for n in ("downloader.py", "hf_source.py", "build.py", "lean_ted.py", "catalogue.py",
+    [ROOT / "datasets_hub" / n for n in ("downloader.py", "hf_source.py", "build.py", "build_format.py", "catalogue.py",
                                           "hub.py", "cache.py", "cache_verify.py", "dataset_storage.py", "plugins.py",
                                           "loader.py", "maintenance.py")]
     + [p for p in (ROOT / "loaders").glob("*.py") if p.name != "__init__.py"])
