@@ -17,20 +17,14 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
+from datasets_hub import env
 from datasets_hub.build_format import MANIFEST
 from datasets_hub.errors import CacheError
 
 INCOMPLETE_SUFFIX = ".incomplete"
 
 
-def cache_root() -> Path:
-    """The cache root: ``$DATASETS_HUB_CACHE``, else ``$XDG_CACHE_HOME/datasets_hub``, else ``~/.cache/datasets_hub``."""
-    explicit = os.environ.get("DATASETS_HUB_CACHE")
-    if explicit:
-        return Path(explicit).expanduser().absolute()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return (base / "datasets_hub").absolute()
+cache_root = env.cache_root  # where every path below starts (read at call time)
 
 
 def raw_dir(loader: str) -> Path:

@@ -10,11 +10,12 @@ the hub import or run anything that is not an installed entry point.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from datasets_hub import env
+from datasets_hub.files import write_json_atomic
 from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, did_you_mean
 from datasets_hub.loader import DatasetSpec, Resource
 
@@ -60,10 +61,7 @@ def builtin_registry() -> Path:
 
 def registry_files() -> list[Path]:
     """``registry.yaml`` then every file named by ``DATASETS_HUB_REGISTRY``."""
-    files = [builtin_registry()]
-    extra = os.environ.get("DATASETS_HUB_REGISTRY", "")
-    files += [Path(p).expanduser() for p in extra.split(os.pathsep) if p.strip()]
-    return files
+    return [builtin_registry(), *env.registry_paths()]
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -91,16 +89,11 @@ def _parsed_copy(path: Path, key: tuple[str, int, int]) -> dict[str, Any]:
     data = _parse_yaml(path)
     for dataset_id, entry in data.items():  # checked once per file version; the JSON copy is trusted
         _check_entry(dataset_id, entry, str(path))
-    tmp = copy.with_name(f"{copy.name}.{os.getpid()}.tmp")
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data, default=str))
-        os.replace(tmp, copy)
+        write_json_atomic(copy, data, indent=None, sort_keys=False)  # a cut copy is removed on failure
     except OSError:  # a read-only or full cache still works, only slower
-        try:
-            tmp.unlink(missing_ok=True)  # a full disk leaves a cut copy behind
-        except OSError:
-            pass
+        pass
     return data
 
 

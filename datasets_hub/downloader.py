@@ -56,6 +56,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
+from datasets_hub import env
+from datasets_hub.files import write_text_atomic
 from datasets_hub.errors import CacheError, ChecksumMismatch, DownloadError, HubError
 
 if TYPE_CHECKING:  # loader.py imports tensordict; this module stays light
@@ -68,7 +70,6 @@ BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt")
 _SCHEMES = ("http", "https", "file", "hf")
-_TRUE = {"1", "true", "yes", "on"}
 _sleep: Callable[[float], None] = time.sleep
 
 __all__ = ["fetch", "verify_file", "is_offline", "endpoint_for", "endpoint_env_var", "apply_endpoint",
@@ -77,26 +78,9 @@ __all__ = ["fetch", "verify_file", "is_offline", "endpoint_for", "endpoint_env_v
 
 
 # ---------------------------------------------------------------------------------------- environment
-def is_offline() -> bool:
-    """True when ``DATASETS_HUB_OFFLINE`` is set to 1/true/yes/on (read now, not at import)."""
-    return os.environ.get("DATASETS_HUB_OFFLINE", "").strip().lower() in _TRUE
-
-
-def endpoint_env_var(loader: str) -> str:
-    """The mirror variable of ``loader``: ``DATASETS_HUB_ENDPOINT_<LOADER>``."""
-    return "DATASETS_HUB_ENDPOINT_" + re.sub(r"[^A-Z0-9]", "_", loader.upper())
-
-
-def endpoint_for(loader: str) -> str | None:
-    """The mirror base URL set for ``loader`` (``DATASETS_HUB_ENDPOINT_<LOADER>``), or ``None``."""
-    var = endpoint_env_var(loader)
-    base = os.environ.get(var, "").strip()
-    if not base:
-        return None
-    if urlsplit(base).scheme not in ("http", "https") or not urlsplit(base).netloc:
-        raise DownloadError(f"{var}={base!r} is not an http(s) base URL; set it to e.g. "
-                            f"'http://mirror.example.org/path' or unset it to use the upstream hosts.")
-    return base.rstrip("/")
+is_offline = env.offline  # the names this module has always offered; the readers live in env.py
+endpoint_env_var = env.endpoint_env_var
+endpoint_for = env.endpoint_for
 
 
 def apply_endpoint(url: str, base: str | None) -> str:
@@ -140,10 +124,7 @@ def _write_sidecar(dest: Path, sha256: str, size: int, url: str, downloaded_at: 
     record = {"sha256": sha256, "size": size, "url": url,
               "downloaded_at": downloaded_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "mtime_ns": dest.stat().st_mtime_ns}
-    side = sidecar_path(dest)
-    tmp = side.with_name(f"{side.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, side)
+    write_text_atomic(sidecar_path(dest), json.dumps(record, indent=1) + "\n")
 
 
 def _hash_file(path: Path, limit: int | None = None) -> "hashlib._Hash":

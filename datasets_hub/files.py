@@ -1,7 +1,9 @@
 """Small file primitives every layer of the hub shares: one home for each.
 
 - :func:`write_json_atomic` / :func:`write_text_atomic`: write beside the target and rename over it,
-  so a reader sees the old file or the new one, never half of one (a crash leaves a ``.tmp`` file).
+  so a reader sees the old file or the new one, never half of one. The temporary file is named
+  ``<name>.<pid>-<thread>.tmp`` (concurrent writers never share one), is opened without following
+  a symlink, and is removed when the write fails; a killed process leaves it for ``cache prune``.
 - :func:`sha256_file`: the sha256 of a file's bytes, read in 1 MiB blocks (bounded memory).
 
 Only the standard library: anything may import this module.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,10 +24,18 @@ _HASH_BLOCK = 1 << 20
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Replace ``path`` by ``text`` atomically (written to ``<path>.tmp``, then renamed); returns ``path``."""
     path = Path(path)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        with open(os.open(tmp, flags, 0o666), "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
     return path
 
 

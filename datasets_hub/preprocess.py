@@ -21,7 +21,6 @@ computed the same way into a temporary directory, removed with the returned buff
 from __future__ import annotations
 
 import copy
-import json
 import multiprocessing
 import os
 import pickle
@@ -43,6 +42,7 @@ from tensordict import TensorDict, TensorDictBase
 from datasets_hub import __version__
 from datasets_hub.cache import INCOMPLETE_SUFFIX, MANIFEST, cache_root, ensure_writable_dir, file_lock, read_manifest, remove_tree
 from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
+from datasets_hub.files import write_json_atomic
 from datasets_hub.fingerprint import _module_identity, describe_name, transform_fingerprint
 from datasets_hub.preprocessed_storage import FORMAT, PreprocessedStorage, _key, _nest, _open_schema
 from datasets_hub.buffers.tensor_storages import TensorStorage
@@ -341,7 +341,7 @@ def _buffer_like(rb: Any, storage: PreprocessedStorage, transform: Any) -> Any:
     # a copy, so its caches (episode layouts, epochs) follow the new storage; the generator is shared
     sampler = copy.deepcopy(sampler, memo={id(generator): generator} if generator is not None else None)
     return TensorDictReplayBuffer(storage=storage, sampler=sampler, writer=ImmutableDatasetWriter(),
-                                  batch_size=rb.batch_size, transform=transform, prefetch=getattr(rb, "_prefetch", 0))
+                                  batch_size=rb.batch_size, transform=transform, prefetch=getattr(rb, "prefetch", 0))
 
 
 def _compute_cached(rb: Any, fn: Callable, source: _Source, final: Path, fp: str, info: dict[str, Any],
@@ -410,9 +410,7 @@ def _compute(rb: Any, fn: Callable, source: _Source, target: Path, fp: str | Non
     manifest.update(created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seconds=round(time.time() - started, 3),
                     workers=run["num_workers"], chunk_size=run["chunk_size"], backend=run["backend"],
                     hub_version=__version__)
-    tmp = target / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, target / MANIFEST)
+    write_json_atomic(target / MANIFEST, manifest)
 
 
 def _map_chunks(fn: Callable, source: _Source, target: Path, manifest: dict[str, Any], n: int,

@@ -9,7 +9,7 @@ rbs = pytest.importorskip("datasets_hub.buffers.replay_buffers")
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble  # noqa: E402
 from datasets_hub.buffers.samplers import SamplerWithoutReplacement  # noqa: E402
 from datasets_hub.buffers.slice_samplers import SliceSampler  # noqa: E402
-from datasets_hub.buffers.storages import LazyMemmapStorage, LazyTensorStorage  # noqa: E402
+from datasets_hub.buffers.tensor_storages import LazyMemmapStorage, LazyTensorStorage  # noqa: E402
 from datasets_hub.buffers.transforms import Rename  # noqa: E402
 
 

@@ -9,7 +9,8 @@ from tensordict import TensorDict
 pytest.importorskip("datasets_hub.buffers.prioritized", reason="datasets_hub.buffers.prioritized (PrioritizedSampler) is not there yet")
 
 from datasets_hub.buffers.prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer  # noqa: E402
-from datasets_hub.buffers.storages import LazyMemmapStorage, LazyTensorStorage, ListStorage  # noqa: E402
+from datasets_hub.buffers.storages import ListStorage  # noqa: E402
+from datasets_hub.buffers.tensor_storages import LazyMemmapStorage, LazyTensorStorage  # noqa: E402
 
 N_DRAWS = 20000  # binomial std of a frequency is at most 0.0035: the tolerances below are > 5 std
 

@@ -155,7 +155,7 @@ def test_large_updates_are_vectorised():
 # -- through the real buffers ------------------------------------------------------------------------
 def test_tensordict_prioritized_buffer_end_to_end():
     rbs = pytest.importorskip("datasets_hub.buffers.replay_buffers")
-    from datasets_hub.buffers.storages import LazyTensorStorage
+    from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
     rb = rbs.TensorDictReplayBuffer(storage=LazyTensorStorage(100),
                                     sampler=PrioritizedSampler(100, alpha=1.0, beta=0.5),

@@ -11,7 +11,8 @@ from tensordict import TensorDict
 
 from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler, Sampler
-from datasets_hub.buffers.storages import LazyMemmapStorage, LazyTensorStorage, ListStorage, TensorStorage
+from datasets_hub.buffers.storages import ListStorage
+from datasets_hub.buffers.tensor_storages import LazyMemmapStorage, LazyTensorStorage, TensorStorage
 from datasets_hub.buffers.transforms import Compose
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter
 

@@ -1,6 +1,7 @@
 """Weighted ensembles of replay buffers (DESIGN.md §6), as TorchRL's ``ReplayBufferEnsemble``."""
 from __future__ import annotations
 
+import copy
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -79,6 +80,16 @@ class ReplayBufferEnsemble:
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         self.transform = transform
         self.generator = generator
+
+    def fork(self, generator: torch.Generator, members: Sequence[Any]) -> "ReplayBufferEnsemble":
+        """A shallow copy over ``members`` (forks of ``self[i]``, same order) choosing buffers with
+        ``generator``: the ensemble's part of :meth:`ReplayBuffer.fork`."""
+        if len(members) != len(self._buffers):
+            raise ValueError(f"fork needs {len(self._buffers)} member buffers, got {len(members)}")
+        clone = copy.copy(self)
+        clone._buffers = tuple(members)
+        clone.set_rng(generator)
+        return clone
 
     def set_rng(self, generator: torch.Generator) -> None:
         """Make ``generator`` the source of the ensemble's buffer choices."""

@@ -176,6 +176,11 @@ class PrioritizedSampler(Sampler):
         self._max_priority = 1.0  # largest raw priority seen
 
     # -- priorities --------------------------------------------------------------------------------
+    def sampling_weights(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The unnormalised sampling weight ``(priority + eps) ** alpha`` of ``rows`` (all
+        ``max_capacity`` rows when None; rows never written hold 0), float64, a view when ``rows`` is None."""
+        return self._sum.leaves() if rows is None else self._sum[rows]
+
     def _q(self, priority: torch.Tensor) -> torch.Tensor:
         return torch.pow(priority + self.eps, self.alpha)
 

@@ -11,6 +11,7 @@ same batches with or without prefetching.
 from __future__ import annotations
 
 import collections
+import copy
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +22,10 @@ import torch
 from tensordict import TensorDictBase, is_tensorclass
 
 from datasets_hub.buffers.samplers import RandomSampler, Sampler
-from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, _write_json
+from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
+from datasets_hub.files import write_json_atomic
 
 _FORMAT = "datasets_hub.replay_buffer"
 _REDUCTIONS = ("max", "min", "sum", "mean", "median")
@@ -121,6 +123,11 @@ class ReplayBuffer:
         return self._batch_size
 
     @property
+    def prefetch(self) -> int:
+        """How many batches are sampled ahead in background threads (0: none)."""
+        return self._prefetch
+
+    @property
     def write_count(self) -> int:
         """Items written through ``add``/``extend`` since creation or the last ``empty()``."""
         return self._writer.write_count
@@ -131,6 +138,15 @@ class ReplayBuffer:
     def set_rng(self, generator: torch.Generator) -> None:
         """Make ``generator`` the sampler's only source of randomness."""
         self._sampler.generator = generator
+
+    def fork(self, generator: torch.Generator) -> "ReplayBuffer":
+        """A shallow copy sharing this buffer's storage, writer and transforms, with its own copy of
+        the sampler (epoch position, caches) drawing from ``generator``: one independent sample stream
+        per DataLoader worker or DDP rank."""
+        clone = copy.copy(self)
+        clone._sampler = copy.deepcopy(self._sampler)
+        clone.set_rng(generator)
+        return clone
 
     def share(self) -> None:
         """Share the storage and write cursor with ``torch.multiprocessing`` children (``shared=True``)."""
@@ -196,8 +212,8 @@ class ReplayBuffer:
                 self._sampler.extend(self._writer.extend(data))
                 return
             index = self._check_index(index)
-            if isinstance(index, slice) and hasattr(self._storage, "_num_items"):
-                want, got = len(range(index.start, index.stop, index.step)), self._storage._num_items(data)
+            if isinstance(index, slice):
+                want, got = len(range(index.start, index.stop, index.step)), self._storage.num_items(data)
                 if want != got:
                     raise ValueError(f"rb[{index.start}:{index.stop}] = data needs {want} items, got {got}")
             self._storage.set(index, data)
@@ -219,7 +235,7 @@ class ReplayBuffer:
             order = self._writer.indices_in_order()
             if end is not None:
                 order = order[:end]
-            n = self._storage._num_items(data) if hasattr(self._storage, "_num_items") else len(data)
+            n = self._storage.num_items(data)
             if n != order.numel():
                 raise ValueError(
                     f"write_all got {n} items but the buffer's in-order range holds {order.numel()}: "
@@ -404,8 +420,8 @@ class ReplayBuffer:
             gen = self._sampler.generator
             if gen is not None:
                 torch.save({"state": gen.get_state()}, path / "generator.pt")
-            _write_json(path / "writer.json", self._writer.state_dict())
-            _write_json(path / "buffer.json", {
+            write_json_atomic(path / "writer.json", self._writer.state_dict())
+            write_json_atomic(path / "buffer.json", {
                 "format": _FORMAT, "version": 1, "storage": type(self._storage).__name__,
                 "sampler": type(self._sampler).__name__, "writer": type(self._writer).__name__,
                 "batch_size": self._batch_size, "len": len(self), "write_count": self.write_count,
@@ -514,19 +530,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def _gather(self, index: torch.Tensor, info: dict[str, Any]) -> Any:
         n = index.shape[0] if index.ndim else None
         extra = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == n}
-        storage = self._storage
-        if getattr(storage, "_kind", None) == "td" and not storage._row_batch and storage._plain \
-                and index.ndim == 1 and index.dtype == torch.int64:
-            return storage._get_extra(index, extra)  # one TensorDict build, no per-key set()
-        data = storage.get(index)
-        if self._collate_fn is not None:
-            data = self._collate_fn(data)
-        if isinstance(data, TensorDictBase):
-            for key, value in extra.items():
-                if data.batch_dims > value.ndim:
-                    value = value.reshape(*value.shape, *([1] * (data.batch_dims - value.ndim))).expand(data.batch_size)
-                data.set(key, value)
-        return data
+        if self._collate_fn is None:
+            return self._storage.gather(index, extra)  # the storage's contract: one build with the extras
+        return attach_extras(self._collate_fn(self._storage.get(index)), extra)
 
     def _strip(self, data: Any) -> Any:
         if isinstance(data, TensorDictBase):

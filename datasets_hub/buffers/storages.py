@@ -7,7 +7,6 @@ and ``ListStorage`` for arbitrary Python objects.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.files import write_json_atomic
 
 
 class Storage:
@@ -32,6 +32,10 @@ class Storage:
       (read-only dataset builds do), else ``None``.
     - ``read_key(key)`` returns one leaf for the first ``len(storage)`` items (used to derive
       episode boundaries from ``episode`` or ``("next", "done")``); ``KeyError`` if absent.
+    - ``num_items(data)`` is how many items ``data`` holds as this storage counts them (what a
+      write of ``data`` fills); ``gather(index, extras)`` is ``get`` for a 1-D int64 index with
+      per-item tensors ``extras`` (key -> ``[len(index), ...]``) set on the TensorDict result (a
+      replay buffer adds ``index`` and sampler info this way, in one TensorDict build where it can).
     - ``frame_keys()`` / ``episode_frames(keys, episode, times)``: a storage that keeps
       observation-like keys once per episode (a hub build) serves values by (episode id, time)
       without a row index; others return ``None`` from ``frame_keys()`` and callers gather rows
@@ -63,6 +67,18 @@ class Storage:
     def episode_index(self) -> EpisodeIndex | None:
         return None
 
+    def num_items(self, data: Any) -> int:
+        """How many items ``data`` holds (its leading batch size, or ``len``)."""
+        if isinstance(data, TensorDictBase) or is_tensorclass(data):
+            if not data.batch_size:
+                raise ValueError("extend() needs data with a leading batch dimension; use add() for one item")
+            return data.batch_size[0]
+        return len(data)
+
+    def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> Any:
+        """``get(index)`` with ``extras`` set on the result when it is a TensorDict (see the class docstring)."""
+        return attach_extras(self.get(index), extras)
+
     def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
         raise KeyError(key)
 
@@ -87,6 +103,17 @@ class Storage:
 
     def _bump_version(self) -> None:
         self.write_version += 1
+
+
+def attach_extras(data: Any, extras: dict[Any, torch.Tensor] | None) -> Any:
+    """Set each per-item tensor of ``extras`` on TensorDict ``data`` (broadcast over trailing batch
+    dims); other data is returned as it is."""
+    if extras and isinstance(data, TensorDictBase):
+        for key, value in extras.items():
+            if data.batch_dims > value.ndim:
+                value = value.reshape(*value.shape, *([1] * (data.batch_dims - value.ndim))).expand(data.batch_size)
+            data.set(key, value)
+    return data
 
 
 # ----------------------------------------------------------------------------------------------
@@ -138,7 +165,7 @@ class ListStorage(Storage):
     def __len__(self) -> int:
         return len(self._storage)
 
-    def _num_items(self, data: Any) -> int:
+    def num_items(self, data: Any) -> int:
         return len(data) if hasattr(data, "__len__") else len(list(data))
 
     def get(self, index: Any) -> Any:
@@ -202,7 +229,7 @@ class ListStorage(Storage):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         torch.save(self.state_dict(), path / "items.pt")
-        _write_json(path / "storage.json", {"format": _FORMAT, "version": 1, "class": "ListStorage",
+        write_json_atomic(path / "storage.json", {"format": _FORMAT, "version": 1, "class": "ListStorage",
                                             "len": len(self), "max_size": self.max_size})
 
     def loads(self, path: str | Path) -> None:
@@ -236,12 +263,6 @@ def _decode_item(x: Any) -> Any:
     return x
 
 
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
 def _check_meta(path: Path, expected: str | tuple[str, ...]) -> dict[str, Any]:
     meta_path = path / "storage.json"
     if not meta_path.exists():
@@ -254,16 +275,3 @@ def _check_meta(path: Path, expected: str | tuple[str, ...]) -> dict[str, Any]:
             "build the buffer with the same storage kind it was dumped from"
         )
     return meta
-
-
-_TENSOR_STORAGES = ("TensorStorage", "LazyTensorStorage", "LazyMemmapStorage")
-
-
-def __getattr__(name: str) -> Any:
-    """``TensorStorage``, ``LazyTensorStorage`` and ``LazyMemmapStorage`` live in tensor_storages.py
-    (which imports this module); they are re-exported here on first use."""
-    if name in _TENSOR_STORAGES:
-        from datasets_hub.buffers import tensor_storages
-
-        return getattr(tensor_storages, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

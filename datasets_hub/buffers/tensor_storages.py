@@ -19,7 +19,8 @@ import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
 from datasets_hub.buffers.shared_counters import SharedCounters
-from datasets_hub.buffers.storages import Storage, _FORMAT, _as_index, _check_meta, _write_json
+from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index, _check_meta
+from datasets_hub.files import write_json_atomic
 
 _NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
                  torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128}
@@ -262,11 +263,15 @@ class TensorStorage(SharedCounters, Storage):
             out = [t.reshape(*index.shape, *t.shape[1:]) for t in out]
         return self._wrap(out, index.shape)
 
-    def _get_extra(self, index: torch.Tensor, extra: dict) -> TensorDictBase:
-        """``get`` for 1-D int64 ``index`` plus ``extra`` entries (key -> tensor) in the same TensorDict."""
+    def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> Any:
+        """``get`` plus ``extras``; TensorDict rows with a 1-D int64 index are built once with the
+        extras inside (no per-key ``set``)."""
+        if not (self._kind == "td" and not self._row_batch and self._plain and type(index) is torch.Tensor
+                and index.ndim == 1 and index.dtype == torch.int64):
+            return super().gather(index, extras)
         rows = index.numpy()
         out = [gather_rows(t, a, index, rows) for a, t in zip(self._np, self._plain)]
-        return self._wrap(out, index.shape, extra)
+        return self._wrap(out, index.shape, extras)
 
     def _get_other(self, index: Any) -> Any:
         if not self.initialized:
@@ -308,7 +313,7 @@ class TensorStorage(SharedCounters, Storage):
         return self._plain[self._keys.index(key)][: len(self)]
 
     # -- writes ----------------------------------------------------------------------------------
-    def _num_items(self, data: Any) -> int:
+    def num_items(self, data: Any) -> int:
         if isinstance(data, list):
             return len(data)
         if isinstance(data, TensorDictBase) or is_tensorclass(data):
@@ -420,7 +425,7 @@ class TensorStorage(SharedCounters, Storage):
         path.mkdir(parents=True, exist_ok=True)
         if self.initialized:
             self._as_td().memmap(prefix=path / "data", existsok=True)
-        _write_json(path / "storage.json", self._meta_json())
+        write_json_atomic(path / "storage.json", self._meta_json())
 
     def loads(self, path: str | Path) -> None:
         path = Path(path)
@@ -497,7 +502,7 @@ class LazyMemmapStorage(TensorStorage):
         super()._attach(kind, keys, leaves, meta, row_batch)
         info = self._meta_json()
         info.pop("len"), info.pop("write_version")
-        _write_json(self.scratch_dir / "storage.json", info)
+        write_json_atomic(self.scratch_dir / "storage.json", info)
 
     def _maybe_attach_shared(self) -> None:
         # another process may have allocated the files (shared buffers): adopt them

@@ -78,7 +78,7 @@ class RoundRobinWriter(SharedCounters, Writer):
 
     def extend(self, data: Any) -> torch.Tensor:
         storage = self._storage
-        n = storage._num_items(data)
+        n = storage.num_items(data)
         cap = storage.max_size
         skipped = 0
         if n > cap:
