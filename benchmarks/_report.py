@@ -1,4 +1,5 @@
 """What every benchmark script records next to its figures: the machine, the versions, the command."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,16 @@ def environment(**extra: Any) -> dict[str, Any]:
 
     import datasets_hub
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "tensordict": tensordict.__version__,
-           "datasets_hub": datasets_hub.__version__, "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
-           "machine": platform.machine(), "load_average": os.getloadavg()}
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "tensordict": tensordict.__version__,
+        "datasets_hub": datasets_hub.__version__,
+        "cpus": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "load_average": os.getloadavg(),
+    }
     env.update(extra)
     return env
 

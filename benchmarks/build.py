@@ -22,6 +22,7 @@ stores them, episodes of 1000 steps ending by timeout), then, each in a fresh su
 
 Prints a table and writes ``benchmarks/results/build.json``. Not a test: figures depend on the machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -118,8 +119,10 @@ def median_builds(jobs: dict[str, tuple[str, list[Path]]], env: dict[str, str], 
             for path in clear:
                 shutil.rmtree(path, ignore_errors=True)
             runs[name].append(child(code, env))
-    return {name: sorted(out, key=lambda r: r["seconds"])[len(out) // 2] | {"all_seconds": [r["seconds"] for r in out]}
-            for name, out in runs.items()}
+    return {
+        name: sorted(out, key=lambda r: r["seconds"])[len(out) // 2] | {"all_seconds": [r["seconds"] for r in out]}
+        for name, out in runs.items()
+    }
 
 
 OURS_BUILD = """
@@ -167,8 +170,14 @@ def registry(work: Path, entries: dict[str, Path]) -> Path:
     path = work / "registry.yaml"
     lines = []
     for dataset_id, file in sorted(entries.items()):
-        lines += [f"{dataset_id}:", "  loader: d4rl", "  resources:", f"    - url: file://{file}",
-                  "  license: CC0", "  description: synthetic D4RL-layout benchmark file"]
+        lines += [
+            f"{dataset_id}:",
+            "  loader: d4rl",
+            "  resources:",
+            f"    - url: file://{file}",
+            "  license: CC0",
+            "  description: synthetic D4RL-layout benchmark file",
+        ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -178,8 +187,10 @@ def run(work: Path, rows: int, big_gb: float, repeats: int, build_repeats: int) 
     src = work / "bench.hdf5"
     t0 = time.perf_counter()
     make_file(src, rows)
-    print(f"generated {src} ({src.stat().st_size / 1e6:.0f} MB, {rows} rows) in {time.perf_counter() - t0:.1f} s",
-          flush=True)
+    print(
+        f"generated {src} ({src.stat().st_size / 1e6:.0f} MB, {rows} rows) in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     big_rows = int(big_gb * 1e9 / BYTES_PER_ROW)
     entries = {"d4rl/bench-v0": src}
     if big_rows:
@@ -187,54 +198,124 @@ def run(work: Path, rows: int, big_gb: float, repeats: int, build_repeats: int) 
         make_file(big, big_rows)
         entries["d4rl/bench-big-v0"] = big
         print(f"generated {big} ({big.stat().st_size / 1e9:.2f} GB, {big_rows} rows)", flush=True)
-    env = dict(os.environ, DATASETS_HUB_CACHE=str(work / "cache"), DATASETS_HUB_REGISTRY=str(registry(work, entries)),
-               PYTHONDONTWRITEBYTECODE="1")
+    env = dict(
+        os.environ,
+        DATASETS_HUB_CACHE=str(work / "cache"),
+        DATASETS_HUB_REGISTRY=str(registry(work, entries)),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     env.pop("DATASETS_HUB_OFFLINE", None)
     for stale in (work / "cache", work / "torchrl"):
         shutil.rmtree(stale, ignore_errors=True)
 
     trl_root = work / "torchrl"
     # every build starts from nothing: ours copies the file:// source into its raw cache, as TorchRL does
-    built = median_builds({
-        "ours": (OURS_BUILD.format(id="d4rl/bench-v0"), [work / "cache"]),
-        "torchrl": (TORCHRL_BUILD.format(name=TORCHRL_NAME, url=f"file://{src}", root=str(trl_root)), [trl_root]),
-    }, env, build_repeats)
+    built = median_builds(
+        {
+            "ours": (OURS_BUILD.format(id="d4rl/bench-v0"), [work / "cache"]),
+            "torchrl": (TORCHRL_BUILD.format(name=TORCHRL_NAME, url=f"file://{src}", root=str(trl_root)), [trl_root]),
+        },
+        env,
+        build_repeats,
+    )
     ours, theirs = built["ours"], built["torchrl"]
     ours_bytes = tree_bytes(Path(ours["path"]))
     raw_bytes = src.stat().st_size
     theirs_bytes = tree_bytes(trl_root / TORCHRL_NAME)
 
     offline = dict(env, DATASETS_HUB_OFFLINE="1")
-    first = time_to_first_sample({
-        "baseline": BASELINE, "ours": OURS_FIRST.format(id="d4rl/bench-v0"),
-        "torchrl": TORCHRL_FIRST.format(name=TORCHRL_NAME, root=str(trl_root))}, offline, repeats)
+    first = time_to_first_sample(
+        {
+            "baseline": BASELINE,
+            "ours": OURS_FIRST.format(id="d4rl/bench-v0"),
+            "torchrl": TORCHRL_FIRST.format(name=TORCHRL_NAME, root=str(trl_root)),
+        },
+        offline,
+        repeats,
+    )
     baseline, ours_first, theirs_first = first["baseline"], first["ours"], first["torchrl"]
 
     big_build = child(OURS_BUILD.format(id="d4rl/bench-big-v0"), env) if big_rows else None
 
     rows_out = [
-        {"metric": "build time (s)", "ours": ours["seconds"], "torchrl": theirs["seconds"],
-         "ratio": ours["seconds"] / theirs["seconds"], "target": "<= 1.0x", "ok": ours["seconds"] <= theirs["seconds"]},
-        {"metric": "bytes on disk (MB)", "ours": ours_bytes / 1e6, "torchrl": theirs_bytes / 1e6,
-         "ratio": ours_bytes / theirs_bytes, "target": "<= 0.55x", "ok": ours_bytes <= 0.55 * theirs_bytes},
-        {"metric": "raw copy kept (MB)", "ours": raw_bytes / 1e6, "torchrl": 0.0, "ratio": None, "target": "-",
-         "ok": None},
-        {"metric": "build peak RSS (MB)", "ours": ours["peak_rss"] / 1e6, "torchrl": theirs["peak_rss"] / 1e6,
-         "ratio": ours["peak_rss"] / theirs["peak_rss"], "target": "-", "ok": None},
-        {"metric": "start -> first sample (s)", "ours": ours_first, "torchrl": theirs_first,
-         "ratio": ours_first / theirs_first, "target": "-", "ok": None},
-        {"metric": "  beyond import torch, tensordict (s)", "ours": ours_first - baseline,
-         "torchrl": theirs_first - baseline, "ratio": None, "target": "<= 0.2 s", "ok": ours_first - baseline <= 0.2},
+        {
+            "metric": "build time (s)",
+            "ours": ours["seconds"],
+            "torchrl": theirs["seconds"],
+            "ratio": ours["seconds"] / theirs["seconds"],
+            "target": "<= 1.0x",
+            "ok": ours["seconds"] <= theirs["seconds"],
+        },
+        {
+            "metric": "bytes on disk (MB)",
+            "ours": ours_bytes / 1e6,
+            "torchrl": theirs_bytes / 1e6,
+            "ratio": ours_bytes / theirs_bytes,
+            "target": "<= 0.55x",
+            "ok": ours_bytes <= 0.55 * theirs_bytes,
+        },
+        {
+            "metric": "raw copy kept (MB)",
+            "ours": raw_bytes / 1e6,
+            "torchrl": 0.0,
+            "ratio": None,
+            "target": "-",
+            "ok": None,
+        },
+        {
+            "metric": "build peak RSS (MB)",
+            "ours": ours["peak_rss"] / 1e6,
+            "torchrl": theirs["peak_rss"] / 1e6,
+            "ratio": ours["peak_rss"] / theirs["peak_rss"],
+            "target": "-",
+            "ok": None,
+        },
+        {
+            "metric": "start -> first sample (s)",
+            "ours": ours_first,
+            "torchrl": theirs_first,
+            "ratio": ours_first / theirs_first,
+            "target": "-",
+            "ok": None,
+        },
+        {
+            "metric": "  beyond import torch, tensordict (s)",
+            "ours": ours_first - baseline,
+            "torchrl": theirs_first - baseline,
+            "ratio": None,
+            "target": "<= 0.2 s",
+            "ok": ours_first - baseline <= 0.2,
+        },
     ]
     if big_build is not None:
-        rows_out.append({"metric": f"peak RSS, {big_gb:g} GB build (MB)", "ours": big_build["peak_rss"] / 1e6,
-                         "torchrl": None, "ratio": None, "target": "<= 1000 MB",
-                         "ok": big_build["peak_rss"] <= 1e9})
-        rows_out.append({"metric": f"build time, {big_gb:g} GB file (s)", "ours": big_build["seconds"],
-                         "torchrl": None, "ratio": None, "target": "-", "ok": None})
-    return {"rows": rows, "baseline_import_torch_tensordict_s": baseline, "table": rows_out,
-            "build_seconds": {"ours": ours["all_seconds"], "torchrl": theirs["all_seconds"]},
-            "python": sys.executable, "big_rows": big_rows}
+        rows_out.append(
+            {
+                "metric": f"peak RSS, {big_gb:g} GB build (MB)",
+                "ours": big_build["peak_rss"] / 1e6,
+                "torchrl": None,
+                "ratio": None,
+                "target": "<= 1000 MB",
+                "ok": big_build["peak_rss"] <= 1e9,
+            }
+        )
+        rows_out.append(
+            {
+                "metric": f"build time, {big_gb:g} GB file (s)",
+                "ours": big_build["seconds"],
+                "torchrl": None,
+                "ratio": None,
+                "target": "-",
+                "ok": None,
+            }
+        )
+    return {
+        "rows": rows,
+        "baseline_import_torch_tensordict_s": baseline,
+        "table": rows_out,
+        "build_seconds": {"ours": ours["all_seconds"], "torchrl": theirs["all_seconds"]},
+        "python": sys.executable,
+        "big_rows": big_rows,
+    }
 
 
 def minari_rows(work: Path) -> list[dict] | str:
@@ -280,8 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="datasets_hub_bench_"))
     try:
         result = run(work, args.rows, args.big_gb, args.repeats, args.build_repeats)
-        print(f"\nD4RL build, {args.rows} transitions (python: {sys.executable}); "
-              f"`import torch, tensordict` baseline {result['baseline_import_torch_tensordict_s']:.3f} s")
+        print(
+            f"\nD4RL build, {args.rows} transitions (python: {sys.executable}); "
+            f"`import torch, tensordict` baseline {result['baseline_import_torch_tensordict_s']:.3f} s"
+        )
         print_table(result["table"])
         minari = minari_rows(work)
         result["minari"] = minari

@@ -32,6 +32,7 @@ Steps 2-4 are repeated ``--runs`` times (fresh build, fresh copy); the table sho
 runs. Prints a table and writes ``benchmarks/results/images.json``. Not a test: figures depend on the
 machine. ``--profile`` prints where our slice sampling spends its time (cProfile).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -114,11 +115,16 @@ def dopamine_stream(capacity: int, rng: np.random.Generator) -> dict[str, np.nda
     slots = np.arange(capacity - 1, add_count) % capacity
     order = np.argsort(slots)
     cursor = add_count % capacity
-    return {"episode": ep_a[order], "t": t_a[order], "terminal": term_a[order].astype(np.uint8),
-            "action": action[order], "reward": reward[order].astype(np.float32),
-            "add_count": np.array(add_count, dtype=np.int64),
-            # Dopamine: the stack_size + update_horizon indices around the cursor, as float64
-            "invalid_range": np.array([(cursor - 1 + i) % capacity for i in range(STACK + 1)], dtype=np.float64)}
+    return {
+        "episode": ep_a[order],
+        "t": t_a[order],
+        "terminal": term_a[order].astype(np.uint8),
+        "action": action[order],
+        "reward": reward[order].astype(np.float32),
+        "add_count": np.array(add_count, dtype=np.int64),
+        # Dopamine: the stack_size + update_horizon indices around the cursor, as float64
+        "invalid_range": np.array([(cursor - 1 + i) % capacity for i in range(STACK + 1)], dtype=np.float64),
+    }
 
 
 def render(episode: np.ndarray, t: np.ndarray, background: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -133,10 +139,10 @@ def render(episode: np.ndarray, t: np.ndarray, background: np.ndarray, rng: np.r
         f = out[i]
         y1 = 40 + int(30 * np.sin(0.05 * s + e))
         y2 = 40 + int(30 * np.cos(0.07 * s + 2 * e))
-        f[y1:y1 + 8, 8:10] = 213
-        f[y2:y2 + 8, 74:76] = 92
+        f[y1 : y1 + 8, 8:10] = 213
+        f[y2 : y2 + 8, 74:76] = 92
         bx, by = (3 * s + 11 * e) % 76 + 4, (2 * s + 7 * e) % 70 + 10
-        f[by:by + 2, bx:bx + 2] = 236
+        f[by : by + 2, bx : bx + 2] = 236
         f[1:7, 20:32] = (e * 37 + s // 97) % 251
     flat = out.reshape(n, -1)
     k = int(0.02 * flat.shape[1])
@@ -146,8 +152,15 @@ def render(episode: np.ndarray, t: np.ndarray, background: np.ndarray, rng: np.r
     return out
 
 
-def write_npy_gz(path: Path, array: np.ndarray | None = None, *, shape: tuple = (), dtype: Any = None,
-                 blocks: Iterator[np.ndarray] | None = None, level: int = 6) -> None:
+def write_npy_gz(
+    path: Path,
+    array: np.ndarray | None = None,
+    *,
+    shape: tuple = (),
+    dtype: Any = None,
+    blocks: Iterator[np.ndarray] | None = None,
+    level: int = 6,
+) -> None:
     """``np.save`` into gzip, as Dopamine does; ``blocks`` streams a big array without holding it."""
     with gzip.open(path, "wb", compresslevel=level) as fh:
         if blocks is None:
@@ -180,15 +193,25 @@ def make_replay_logs(root: Path, capacity: int, seed: int = 0, level: int = 6) -
             b = min(capacity, a + BLOCK)
             yield render(buf["episode"][a:b], buf["t"][a:b], background, rng)
 
-    write_npy_gz(folder / upstream_name("observation", CHECKPOINT), shape=(capacity, *FRAME), dtype=np.uint8,
-                 blocks=frames(), level=level)
+    write_npy_gz(
+        folder / upstream_name("observation", CHECKPOINT),
+        shape=(capacity, *FRAME),
+        dtype=np.uint8,
+        blocks=frames(),
+        level=level,
+    )
     for key in FILE_KEYS[1:]:
         write_npy_gz(folder / upstream_name(key, CHECKPOINT), buf[key], level=level)
     real = buf["episode"] >= 0
-    stats = {"params": want, "frames": capacity, "padding_rows": int((~real).sum()),
-             "episodes_touched": int(np.unique(buf["episode"][real]).size),
-             "gz_bytes": sum(p.stat().st_size for p in folder.glob("*.gz")),
-             "observation_raw_bytes": capacity * FRAME[0] * FRAME[1], "seconds": time.perf_counter() - t0}
+    stats = {
+        "params": want,
+        "frames": capacity,
+        "padding_rows": int((~real).sum()),
+        "episodes_touched": int(np.unique(buf["episode"][real]).size),
+        "gz_bytes": sum(p.stat().st_size for p in folder.glob("*.gz")),
+        "observation_raw_bytes": capacity * FRAME[0] * FRAME[1],
+        "seconds": time.perf_counter() - t0,
+    }
     stamp.write_text(json.dumps(stats))
     return stats
 
@@ -283,7 +306,7 @@ def torchrl_copy(ours: Any, scratch: Path, chunk: int = 8192) -> tuple[Any, floa
     t0 = time.perf_counter()
     for a in range(0, n, chunk):
         # "index" is the sampled position, not data: TorchRL adds its own to every sample
-        rb.extend(ours[a:min(n, a + chunk)].exclude("index"))
+        rb.extend(ours[a : min(n, a + chunk)].exclude("index"))
     return storage, time.perf_counter() - t0
 
 
@@ -291,7 +314,7 @@ def touch_all(rb: Any, n: int, chunk: int = 8192) -> None:
     """Read every row once through ``rb``, so that its memory maps are warm as in a long training run
     (otherwise the first thousands of random batches pay page faults, more for the bigger files)."""
     for a in range(0, n, chunk):
-        rb[a:min(n, a + chunk)]
+        rb[a : min(n, a + chunk)]
 
 
 def time_blocks(fns: dict[str, Callable[[], Any]], calls: int, repeats: int, warmup: int) -> dict[str, dict]:
@@ -316,8 +339,13 @@ def time_blocks(fns: dict[str, Callable[[], Any]], calls: int, repeats: int, war
     out = {}
     for name, ts in per_call.items():
         ts.sort()
-        out[name] = {"median_s": statistics.median(ts), "min_s": ts[0], "max_s": ts[-1],
-                     "blocks": repeats, "calls_per_block": calls}
+        out[name] = {
+            "median_s": statistics.median(ts),
+            "min_s": ts[0],
+            "max_s": ts[-1],
+            "blocks": repeats,
+            "calls_per_block": calls,
+        }
     return out
 
 
@@ -349,11 +377,14 @@ def one_run(args: argparse.Namespace, data_root: Path, work: Path, index: int) -
         with serve(data_root) as url:
             env["DATASETS_HUB_ENDPOINT_ATARI"] = url
             built = build_with_hub(env)
-        print(f"hub build: {built['seconds']:.1f} s, peak RSS {built['peak_rss'] / 1e6:.0f} MB "
-              f"({built['rss_after_imports'] / 1e6:.0f} MB after imports); anonymous: "
-              f"{built['anon_after_imports'] / 1e6:.0f} MB after imports, peak {built['peak_rss_anon'] / 1e6:.0f} MB; "
-              f"file-backed: {built['file_after_imports'] / 1e6:.0f} MB after imports, "
-              f"peak {built['peak_rss_file'] / 1e6:.0f} MB", flush=True)
+        print(
+            f"hub build: {built['seconds']:.1f} s, peak RSS {built['peak_rss'] / 1e6:.0f} MB "
+            f"({built['rss_after_imports'] / 1e6:.0f} MB after imports); anonymous: "
+            f"{built['anon_after_imports'] / 1e6:.0f} MB after imports, peak {built['peak_rss_anon'] / 1e6:.0f} MB; "
+            f"file-backed: {built['file_after_imports'] / 1e6:.0f} MB after imports, "
+            f"peak {built['peak_rss_file'] / 1e6:.0f} MB",
+            flush=True,
+        )
         out: dict[str, Any] = {"build": built}
         if args.build_only:
             out["bytes"] = {"ours": du(Path(built["path"]))[0], "raw_download_kept": du(cache / "raw")[0]}
@@ -368,8 +399,13 @@ def one_run(args: argparse.Namespace, data_root: Path, work: Path, index: int) -
         from torchrl.data.replay_buffers import SliceSampler as RLSlice
 
         def ours(sampler: Any) -> Any:
-            return dh.load(DATASET_ID, checkpoints=[CHECKPOINT], batch_size=256, sampler=sampler,
-                           generator=torch.Generator().manual_seed(index))
+            return dh.load(
+                DATASET_ID,
+                checkpoints=[CHECKPOINT],
+                batch_size=256,
+                sampler=sampler,
+                generator=torch.Generator().manual_seed(index),
+            )
 
         rb_u = ours(dh.RandomSampler())
         n = len(rb_u)
@@ -382,14 +418,27 @@ def one_run(args: argparse.Namespace, data_root: Path, work: Path, index: int) -
             raise RuntimeError("the TorchRL copy differs from the build it was copied from")
         ours_alloc, ours_apparent = du(Path(built["path"]))
         trl_alloc, trl_apparent = du(trl_dir)
-        out.update(transitions=n, episodes=card.counts["episodes"], torchrl_fill_s=fill_s, bytes={
-            "ours": ours_alloc, "ours_apparent": ours_apparent, "torchrl": trl_alloc,
-            "torchrl_apparent": trl_apparent, "raw_download_kept": du(cache / "raw")[0]})
+        out.update(
+            transitions=n,
+            episodes=card.counts["episodes"],
+            torchrl_fill_s=fill_s,
+            bytes={
+                "ours": ours_alloc,
+                "ours_apparent": ours_apparent,
+                "torchrl": trl_alloc,
+                "torchrl_apparent": trl_apparent,
+                "raw_download_kept": du(cache / "raw")[0],
+            },
+        )
 
         rows = []
         cases = (
-            ("slices 8x32, batch 256", dh.SliceSampler(num_slices=8),
-             lambda: RLSlice(num_slices=8, traj_key="episode", cache_values=True), 3.0),
+            (
+                "slices 8x32, batch 256",
+                dh.SliceSampler(num_slices=8),
+                lambda: RLSlice(num_slices=8, traj_key="episode", cache_values=True),
+                3.0,
+            ),
             ("uniform, batch 256", dh.RandomSampler(), lambda: RLRandom(), None),
         )
         for name, sampler, rl_sampler, target in cases:
@@ -400,20 +449,27 @@ def one_run(args: argparse.Namespace, data_root: Path, work: Path, index: int) -
             a, b = rb.sample(), rl.sample()
             ka, kb = sample_keys(a), sample_keys(b)  # both carry "index"
             if ka != kb or a.numel() != 256 or b.numel() != 256:
-                raise RuntimeError(f"{name}: samples differ: only ours {sorted(ka - kb)}, only TorchRL "
-                                   f"{sorted(kb - ka)}, sizes {a.numel()} / {b.numel()}")
+                raise RuntimeError(
+                    f"{name}: samples differ: only ours {sorted(ka - kb)}, only TorchRL "
+                    f"{sorted(kb - ka)}, sizes {a.numel()} / {b.numel()}"
+                )
             for key in ("observation", ("next", "observation")):
                 if a[key].shape != b[key].shape or a[key].dtype != b[key].dtype:
-                    raise RuntimeError(f"{name}: {key} is {a[key].dtype}{list(a[key].shape)} here, "
-                                       f"{b[key].dtype}{list(b[key].shape)} in TorchRL")
+                    raise RuntimeError(
+                        f"{name}: {key} is {a[key].dtype}{list(a[key].shape)} here, "
+                        f"{b[key].dtype}{list(b[key].shape)} in TorchRL"
+                    )
             timed = time_blocks({"ours": rb.sample, "torchrl": rl.sample}, args.calls, args.repeats, args.warmup)
             row = {"case": name, "batch": 256, "target_ratio": target, "keys": sorted(ka)}
             for side in ("ours", "torchrl"):
                 row[side] = dict(timed[side], samples_per_s=256 / timed[side]["median_s"])
             row["ratio"] = row["ours"]["samples_per_s"] / row["torchrl"]["samples_per_s"]
             rows.append(row)
-            print(f"  {name:<24} ours {row['ours']['median_s'] * 1e6:8.0f} us   "
-                  f"torchrl {row['torchrl']['median_s'] * 1e6:8.0f} us   x{row['ratio']:.2f}", flush=True)
+            print(
+                f"  {name:<24} ours {row['ours']['median_s'] * 1e6:8.0f} us   "
+                f"torchrl {row['torchrl']['median_s'] * 1e6:8.0f} us   x{row['ratio']:.2f}",
+                flush=True,
+            )
             if args.profile:
                 print(profile_ours(rb.sample, max(50, args.calls * 5)), flush=True)
             del rb, rl, a, b
@@ -441,24 +497,43 @@ def median_of(runs: list[dict[str, Any]], get: Callable[[dict[str, Any]], float]
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over runs (each run: a fresh build, a fresh TorchRL copy, its own timings)."""
     m = functools.partial(median_of, runs)
-    build = {key: m(lambda r, key=key: r["build"][key]) for key in
-             ("seconds", "peak_rss", "rss_after_imports", "peak_rss_anon", "anon_after_imports", "peak_rss_file")}
+    build = {
+        key: m(lambda r, key=key: r["build"][key])
+        for key in ("seconds", "peak_rss", "rss_after_imports", "peak_rss_anon", "anon_after_imports", "peak_rss_file")
+    }
     b0 = runs[0]["bytes"]
     ratio_b = b0["ours"] / b0["torchrl"]
     rows = []
     for i, first in enumerate(runs[0]["results"]):
         ratios = [r["results"][i]["ratio"] for r in runs]
-        ours_s, rl_s = m(lambda r: r["results"][i]["ours"]["median_s"]), m(lambda r: r["results"][i]["torchrl"]["median_s"])
+        ours_s, rl_s = (
+            m(lambda r: r["results"][i]["ours"]["median_s"]),
+            m(lambda r: r["results"][i]["torchrl"]["median_s"]),
+        )
         target = first["target_ratio"]
         ratio = statistics.median(ratios)
-        rows.append({"case": first["case"], "batch": first["batch"], "target_ratio": target,
-                     "ours": {"median_s": ours_s, "samples_per_s": first["batch"] / ours_s},
-                     "torchrl": {"median_s": rl_s, "samples_per_s": first["batch"] / rl_s},
-                     "ratio": ratio, "ratio_min": min(ratios), "ratio_max": max(ratios),
-                     "met": None if target is None else ratio >= target, "keys": first["keys"]})
-    return {"transitions": runs[0]["transitions"], "episodes": runs[0]["episodes"], "build": build,
-            "bytes": dict(b0, ratio=ratio_b, target_ratio=0.55, met=ratio_b <= 0.55), "results": rows,
-            "torchrl_fill_s": m(lambda r: r["torchrl_fill_s"])}
+        rows.append(
+            {
+                "case": first["case"],
+                "batch": first["batch"],
+                "target_ratio": target,
+                "ours": {"median_s": ours_s, "samples_per_s": first["batch"] / ours_s},
+                "torchrl": {"median_s": rl_s, "samples_per_s": first["batch"] / rl_s},
+                "ratio": ratio,
+                "ratio_min": min(ratios),
+                "ratio_max": max(ratios),
+                "met": None if target is None else ratio >= target,
+                "keys": first["keys"],
+            }
+        )
+    return {
+        "transitions": runs[0]["transitions"],
+        "episodes": runs[0]["episodes"],
+        "build": build,
+        "bytes": dict(b0, ratio=ratio_b, target_ratio=0.55, met=ratio_b <= 0.55),
+        "results": rows,
+        "torchrl_fill_s": m(lambda r: r["torchrl_fill_s"]),
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -470,9 +545,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         t0 = time.perf_counter()
         gen = make_replay_logs(data_root, args.transitions, level=args.gzip_level)
-        print(f"upstream files: {gen['frames']:,} frames ({gen['padding_rows']} padding rows), "
-              f"{gen['gz_bytes'] / 1e6:.0f} MB gzipped ({gen['observation_raw_bytes'] / 1e6:.0f} MB of frames raw), "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"upstream files: {gen['frames']:,} frames ({gen['padding_rows']} padding rows), "
+            f"{gen['gz_bytes'] / 1e6:.0f} MB gzipped ({gen['observation_raw_bytes'] / 1e6:.0f} MB of frames raw), "
+            f"{time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
         runs = []
         for i in range(args.runs):
             print(f"-- run {i + 1}/{args.runs} (this process: {rss_mb():.0f} MB resident)", flush=True)
@@ -488,36 +566,53 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report.update(summarize(runs))
     report["runs"] = runs
     report["env"] = environment(torchrl=torchrl.__version__)
-    report["settings"] = {"runs": args.runs, "calls": args.calls, "repeats": args.repeats, "warmup": args.warmup,
-                          "gzip_level": args.gzip_level,
-                          "torchrl_slice_sampler": "SliceSampler(num_slices=8, traj_key='episode', cache_values=True)"}
+    report["settings"] = {
+        "runs": args.runs,
+        "calls": args.calls,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "gzip_level": args.gzip_level,
+        "torchrl_slice_sampler": "SliceSampler(num_slices=8, traj_key='episode', cache_values=True)",
+    }
     report["command"] = " ".join([Path(sys.executable).name, *sys.argv])
     return report
 
 
 def table(report: dict[str, Any]) -> str:
-    lines = [f"medians over {report['settings']['runs']} run(s); ratio range over runs in parentheses", "",
-             "| case | datasets_hub | samples/s | TorchRL | samples/s | ratio | target |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        f"medians over {report['settings']['runs']} run(s); ratio range over runs in parentheses",
+        "",
+        "| case | datasets_hub | samples/s | TorchRL | samples/s | ratio | target |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for row in report["results"]:
         o, r = row["ours"], row["torchrl"]
-        target = "" if row["target_ratio"] is None else (
-            f">= {row['target_ratio']:g}x " + ("met" if row["met"] else "MISSED"))
+        target = (
+            ""
+            if row["target_ratio"] is None
+            else (f">= {row['target_ratio']:g}x " + ("met" if row["met"] else "MISSED"))
+        )
         spread = f" ({row['ratio_min']:.1f}-{row['ratio_max']:.1f})" if row["ratio_min"] != row["ratio_max"] else ""
-        lines.append(f"| {row['case']} | {o['median_s'] * 1e6:.0f} us | {o['samples_per_s']:,.0f} | "
-                     f"{r['median_s'] * 1e6:.0f} us | {r['samples_per_s']:,.0f} | {row['ratio']:.2f}x{spread} | "
-                     f"{target} |")
+        lines.append(
+            f"| {row['case']} | {o['median_s'] * 1e6:.0f} us | {o['samples_per_s']:,.0f} | "
+            f"{r['median_s'] * 1e6:.0f} us | {r['samples_per_s']:,.0f} | {row['ratio']:.2f}x{spread} | "
+            f"{target} |"
+        )
     b = report["bytes"]
-    lines.append(f"| bytes on disk (du) | {b['ours'] / 1e6:,.0f} MB | | {b['torchrl'] / 1e6:,.0f} MB | | "
-                 f"{b['ratio']:.2f}x | <= 0.55x {'met' if b['met'] else 'MISSED'} |")
+    lines.append(
+        f"| bytes on disk (du) | {b['ours'] / 1e6:,.0f} MB | | {b['torchrl'] / 1e6:,.0f} MB | | "
+        f"{b['ratio']:.2f}x | <= 0.55x {'met' if b['met'] else 'MISSED'} |"
+    )
     build = report["build"]
-    lines.append(f"\nhub build of {report['transitions']:,} transitions ({report['episodes']} episodes): "
-                 f"{build['seconds']:.1f} s, peak RSS {build['peak_rss'] / 1e6:.0f} MB "
-                 f"({build['rss_after_imports'] / 1e6:.0f} MB after importing torch + tensordict; anonymous memory "
-                 f"{build['anon_after_imports'] / 1e6:.0f} MB -> peak {build['peak_rss_anon'] / 1e6:.0f} MB; "
-                 f"the checkpoint's "
-                 f"frames are {report['upstream']['observation_raw_bytes'] / 1e6:.0f} MB uncompressed); "
-                 f"raw download kept in the cache: {b['raw_download_kept'] / 1e6:.0f} MB")
+    lines.append(
+        f"\nhub build of {report['transitions']:,} transitions ({report['episodes']} episodes): "
+        f"{build['seconds']:.1f} s, peak RSS {build['peak_rss'] / 1e6:.0f} MB "
+        f"({build['rss_after_imports'] / 1e6:.0f} MB after importing torch + tensordict; anonymous memory "
+        f"{build['anon_after_imports'] / 1e6:.0f} MB -> peak {build['peak_rss_anon'] / 1e6:.0f} MB; "
+        f"the checkpoint's "
+        f"frames are {report['upstream']['observation_raw_bytes'] / 1e6:.0f} MB uncompressed); "
+        f"raw download kept in the cache: {b['raw_download_kept'] / 1e6:.0f} MB"
+    )
     return "\n".join(lines)
 
 
@@ -525,9 +620,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--transitions", type=int, default=100_000, help="buffer capacity of the checkpoint (frames)")
     p.add_argument("--small", action="store_true", help="quick run: 10,000 frames, fewer repeats")
-    p.add_argument("--runs", type=int, default=None,
-                   help="full repetitions (fresh build, fresh TorchRL copy, timings; default 3, --small 1); "
-                        "medians are reported")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="full repetitions (fresh build, fresh TorchRL copy, timings; default 3, --small 1); medians are reported",
+    )
     p.add_argument("--calls", type=int, default=20, help="sample() calls per timed block")
     p.add_argument("--repeats", type=int, default=15, help="timed blocks per library and case")
     p.add_argument("--warmup", type=int, default=20, help="untimed calls first (page cache, lazy caches)")
@@ -536,11 +634,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=None, help="keep/reuse the generated upstream files in this folder")
     p.add_argument("--workdir", default=None, help="work in this folder and keep it (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
-    p.add_argument("--build-only", action="store_true",
-                   help="generate and build only (peak RSS at another size), no TorchRL, no report file")
+    p.add_argument(
+        "--build-only",
+        action="store_true",
+        help="generate and build only (peak RSS at another size), no TorchRL, no report file",
+    )
     p.add_argument("--profile", action="store_true", help="cProfile our sample() calls and print the top")
-    p.add_argument("--out", default=None, help=f"JSON report (default: {RESULTS.relative_to(ROOT)}; "
-                                                "with --small, none unless given)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"JSON report (default: {RESULTS.relative_to(ROOT)}; with --small, none unless given)",
+    )
     args = p.parse_args(argv)
     args.runs = args.runs or (None if args.small else 3)
     if args.small:

@@ -17,6 +17,7 @@ empty memmap of the same layout). No network is used.
 
 Standalone: ``python benchmarks/minari_compare.py [workdir]`` prints the rows as JSON lines.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,7 +62,9 @@ def all_zero(td):
     return not any(bool(td.get(k).any()) for k in td.keys(True, True))
 """
 
-_OURS = _MINARI_REFERENCE + r"""
+_OURS = (
+    _MINARI_REFERENCE
+    + r"""
 import sys, time, json
 t0 = time.perf_counter()
 import datasets_hub as dh
@@ -75,8 +78,11 @@ bad = same(rb[:], reference(sys.argv[1]))
 print(json.dumps({"import_s": t1 - t0, "build_s": build_s, "bytes": dir_size(path), "transitions": len(rb),
                   "mismatched": bad, "all_zero": all_zero(rb[:])}))
 """
+)
 
-_TORCHRL = _MINARI_REFERENCE + r"""
+_TORCHRL = (
+    _MINARI_REFERENCE
+    + r"""
 import sys, time, json, os
 t0 = time.perf_counter()
 from torchrl.data.datasets.minari_data import MinariExperienceReplay
@@ -89,6 +95,7 @@ bad = same(rb[:], reference(sys.argv[1]))
 print(json.dumps({"import_s": t1 - t0, "build_s": build_s, "bytes": size, "transitions": len(rb),
                   "mismatched": bad, "all_zero": all_zero(rb[:])}))
 """
+)
 
 
 def make_dataset(store: Path, dataset_id: str = DATASET_ID, episodes: int = EPISODES, seed: int = 0) -> float:
@@ -122,14 +129,29 @@ def make_dataset(store: Path, dataset_id: str = DATASET_ID, episodes: int = EPIS
                 truncations.append(truncated)
                 if terminated or truncated:
                     break
-            buffers.append(EpisodeBuffer(id=e, seed=seed + e, observations=np.stack(observations),
-                                         actions=np.stack(actions), rewards=rewards, terminations=terminations,
-                                         truncations=truncations, infos={}))
+            buffers.append(
+                EpisodeBuffer(
+                    id=e,
+                    seed=seed + e,
+                    observations=np.stack(observations),
+                    actions=np.stack(actions),
+                    rewards=rewards,
+                    terminations=terminations,
+                    truncations=truncations,
+                    infos={},
+                )
+            )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            minari.create_dataset_from_buffers(dataset_id, buffers, env=env, data_format="hdf5",
-                                               algorithm_name="random", author="datasets_hub benchmark",
-                                               description="Pendulum-v1, uniform random actions")
+            minari.create_dataset_from_buffers(
+                dataset_id,
+                buffers,
+                env=env,
+                data_format="hdf5",
+                algorithm_name="random",
+                author="datasets_hub benchmark",
+                description="Pendulum-v1, uniform random actions",
+            )
     finally:
         if previous is None:
             os.environ.pop("MINARI_DATASETS_PATH", None)
@@ -148,8 +170,10 @@ def _child(python: Path, code: str, args: list[str], env: dict[str, str]) -> dic
     proc = subprocess.run([str(python), "-c", code, *args], env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
-                "process_s": wall}
+        return {
+            "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
+            "process_s": wall,
+        }
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["process_s"] = wall
     return result
@@ -163,10 +187,13 @@ def run(workdir: Path) -> list[dict[str, Any]]:
     generate_s = make_dataset(store)
     source_bytes = sum(p.stat().st_size for p in (store / DATASET_ID).rglob("*") if p.is_file())
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
-    env.update(MINARI_DATASETS_PATH=str(store), DATASETS_HUB_OFFLINE="1", HF_HUB_OFFLINE="1",
-               PYTHONPATH=str(REPO))
-    common = {"benchmark": "minari-build", "dataset": f"{DATASET_ID} ({EPISODES * STEPS} transitions, hdf5)",
-              "source_bytes": source_bytes, "generate_s": round(generate_s, 2)}
+    env.update(MINARI_DATASETS_PATH=str(store), DATASETS_HUB_OFFLINE="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    common = {
+        "benchmark": "minari-build",
+        "dataset": f"{DATASET_ID} ({EPISODES * STEPS} transitions, hdf5)",
+        "source_bytes": source_bytes,
+        "generate_s": round(generate_s, 2),
+    }
     rows = []
     ours = _interpreter(".venv") or Path(sys.executable)
     hub_cache = workdir / "hub-cache"

@@ -19,6 +19,7 @@ Cases, each timed ``repeats`` times, ours and TorchRL interleaved (median report
 so the worker count, not intra-op threads, decides the parallelism). Results go to a table on
 stdout and to ``benchmarks/results/preprocess.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,13 +78,20 @@ def d4rl_loader_class():
                 obs = torch.randn(episodes, EPISODE_LEN + 1, 17, generator=gen)
                 done = torch.zeros(episodes, EPISODE_LEN, 1, dtype=torch.bool)
                 done[:, -1] = True
-                yield TensorDict({
-                    "observation": obs[:, :-1].reshape(rows, 17),
-                    "action": torch.rand(rows, 6, generator=gen) * 2 - 1,
-                    "episode": (torch.arange(rows) // EPISODE_LEN) + start // EPISODE_LEN,
-                    "next": {"observation": obs[:, 1:].reshape(rows, 17), "reward": torch.randn(rows, 1, generator=gen),
-                             "terminated": torch.zeros(rows, 1, dtype=torch.bool), "truncated": done.reshape(rows, 1)},
-                }, batch_size=[rows])
+                yield TensorDict(
+                    {
+                        "observation": obs[:, :-1].reshape(rows, 17),
+                        "action": torch.rand(rows, 6, generator=gen) * 2 - 1,
+                        "episode": (torch.arange(rows) // EPISODE_LEN) + start // EPISODE_LEN,
+                        "next": {
+                            "observation": obs[:, 1:].reshape(rows, 17),
+                            "reward": torch.randn(rows, 1, generator=gen),
+                            "terminated": torch.zeros(rows, 1, dtype=torch.bool),
+                            "truncated": done.reshape(rows, 1),
+                        },
+                    },
+                    batch_size=[rows],
+                )
 
     return D4RLShaped
 
@@ -118,8 +126,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     try:
         t0 = time.perf_counter()
-        path = build(DatasetSpec(id="benchpre/d4rl-shaped", loader="benchpre", params={"transitions": args.n}),
-                     d4rl_loader_class()(), {}, [])
+        path = build(
+            DatasetSpec(id="benchpre/d4rl-shaped", loader="benchpre", params={"transitions": args.n}),
+            d4rl_loader_class()(),
+            {},
+            [],
+        )
         print(f"built {args.n:,} transitions in {time.perf_counter() - t0:.1f}s", flush=True)
         rb = dh.TensorDictReplayBuffer(storage=DatasetStorage(path), batch_size=256)
         small = dh.TensorDictReplayBuffer(storage=dh.LazyTensorStorage(2000))
@@ -142,10 +154,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 times.setdefault(f"ours_{workers}w", []).append(ours(workers, i))
                 if theirs is not None and workers:
                     times.setdefault(f"torchrl_{workers}w", []).append(theirs(workers, i))
-            print(f"repeat {i + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()), flush=True)
+            print(
+                f"repeat {i + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()),
+                flush=True,
+            )
         for key, values in times.items():
-            results[key] = {"median_s": statistics.median(values), "min_s": min(values), "max_s": max(values),
-                            "times_s": values}
+            results[key] = {
+                "median_s": statistics.median(values),
+                "min_s": min(values),
+                "max_s": max(values),
+                "times_s": values,
+            }
         results["ours_speedup_2w"] = results["ours_1w"]["median_s"] / results["ours_2w"]["median_s"]
         if theirs is not None:
             results["torchrl_speedup_2w"] = results["torchrl_1w"]["median_s"] / results["torchrl_2w"]["median_s"]
@@ -162,14 +181,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             fresh.append({"imports_s": imports, "reuse_s": reuse})
         results["reuse_fresh_process"] = {
             "median_s": statistics.median(f["reuse_s"] for f in fresh),
-            "imports_median_s": statistics.median(f["imports_s"] for f in fresh), "runs": fresh}
-        print(f"reuse in a fresh process: {results['reuse_fresh_process']['median_s'] * 1000:.0f} ms "
-              f"(+ {results['reuse_fresh_process']['imports_median_s']:.1f}s of imports)", flush=True)
+            "imports_median_s": statistics.median(f["imports_s"] for f in fresh),
+            "runs": fresh,
+        }
+        print(
+            f"reuse in a fresh process: {results['reuse_fresh_process']['median_s'] * 1000:.0f} ms "
+            f"(+ {results['reuse_fresh_process']['imports_median_s']:.1f}s of imports)",
+            flush=True,
+        )
 
         if theirs is not None:  # the same transform: TorchRL's first rows equal ours
             dest = work / "torchrl_check"
-            storage = theirs.data.preprocess(bench.heavy, num_workers=1, chunksize=args.chunk, dest=dest,
-                                             num_frames=2 * args.chunk)
+            storage = theirs.data.preprocess(
+                bench.heavy, num_workers=1, chunksize=args.chunk, dest=dest, num_frames=2 * args.chunk
+            )
             torch.testing.assert_close(storage._storage["feature"][:1000], reference[:1000]["feature"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -223,10 +248,14 @@ def table(report: dict[str, Any]) -> str:
     lines.append(f"| 2 workers | {s('ours_2w')} | {s('torchrl_2w')} | |")
     met = r["ours_speedup_2w"] >= 1.6
     rl = f"{r['torchrl_speedup_2w']:.2f}x" if "torchrl_speedup_2w" in r else "-"
-    lines.append(f"| speed-up 2 vs 1 worker | {r['ours_speedup_2w']:.2f}x | {rl} | >= 1.6x {'met' if met else 'MISSED'} |")
+    lines.append(
+        f"| speed-up 2 vs 1 worker | {r['ours_speedup_2w']:.2f}x | {rl} | >= 1.6x {'met' if met else 'MISSED'} |"
+    )
     reuse = r["reuse_fresh_process"]
-    lines.append(f"| reuse in a fresh process (after {reuse['imports_median_s']:.1f} s of imports) | "
-                 f"{reuse['median_s'] * 1000:.0f} ms | - | <= 1 s {'met' if reuse['median_s'] <= 1 else 'MISSED'} |")
+    lines.append(
+        f"| reuse in a fresh process (after {reuse['imports_median_s']:.1f} s of imports) | "
+        f"{reuse['median_s'] * 1000:.0f} ms | - | <= 1 s {'met' if reuse['median_s'] <= 1 else 'MISSED'} |"
+    )
     lines.append(f"\nforkserver start (once per session, not in the figures above): {r['forkserver_start_s']:.1f} s")
     return "\n".join(lines)
 
@@ -243,10 +272,14 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(HERE))
     results = run(args)
     report = {
-        "benchmark": "preprocess", "transitions": args.n, "repeats": args.repeats, "chunk": args.chunk,
+        "benchmark": "preprocess",
+        "transitions": args.n,
+        "repeats": args.repeats,
+        "chunk": args.chunk,
         "rounds": ROUNDS,
         "env": environment(torchrl=results.get("torchrl_version")),
-        "results": results, "command": command(),
+        "results": results,
+        "command": command(),
     }
     print()
     print(table(report))

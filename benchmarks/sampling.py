@@ -9,6 +9,7 @@ Each case builds its buffers once, warms up, then times ``repeats`` single ``rb.
 and reports the median. A case TorchRL cannot run (not installed) shows ``-``. Results go to a
 table on stdout and to ``benchmarks/results/sampling.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,22 +52,33 @@ def d4rl_chunk(start: int, n: int) -> TensorDict:
     step = rows % EPISODE_LEN
     last = (step == EPISODE_LEN - 1).unsqueeze(-1)
     obs = torch.randn(n, 17)
-    return TensorDict({
-        "observation": obs,
-        "action": torch.rand(n, 6) * 2 - 1,
-        "episode": rows // EPISODE_LEN,
-        "next": {"observation": obs + 0.01, "reward": torch.randn(n, 1),
-                 "terminated": torch.zeros(n, 1, dtype=torch.bool), "truncated": last.clone(), "done": last.clone()},
-    }, batch_size=[n])
+    return TensorDict(
+        {
+            "observation": obs,
+            "action": torch.rand(n, 6) * 2 - 1,
+            "episode": rows // EPISODE_LEN,
+            "next": {
+                "observation": obs + 0.01,
+                "reward": torch.randn(n, 1),
+                "terminated": torch.zeros(n, 1, dtype=torch.bool),
+                "truncated": last.clone(),
+                "done": last.clone(),
+            },
+        },
+        batch_size=[n],
+    )
 
 
 def narrow_chunk(start: int, n: int) -> TensorDict:
     """Rows of the narrow layout used to see how cost grows with size: int32 episode ids + done flags."""
     rows = torch.arange(start, start + n)
-    return TensorDict({
-        "episode": (rows // EPISODE_LEN).to(torch.int32),
-        "next": {"done": ((rows % EPISODE_LEN) == EPISODE_LEN - 1).unsqueeze(-1)},
-    }, batch_size=[n])
+    return TensorDict(
+        {
+            "episode": (rows // EPISODE_LEN).to(torch.int32),
+            "next": {"done": ((rows % EPISODE_LEN) == EPISODE_LEN - 1).unsqueeze(-1)},
+        },
+        batch_size=[n],
+    )
 
 
 def fill(rb: Any, make: Callable[[int, int], TensorDict], n: int) -> None:
@@ -100,14 +112,19 @@ def time_calls(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int) -> 
     out = {}
     for name, ts in times.items():
         ts.sort()
-        out[name] = {"median_s": statistics.median(ts), "p10_s": ts[len(ts) // 10],
-                     "p90_s": ts[(len(ts) * 9) // 10], "repeats": repeats}
+        out[name] = {
+            "median_s": statistics.median(ts),
+            "p10_s": ts[len(ts) // 10],
+            "p90_s": ts[(len(ts) * 9) // 10],
+            "repeats": repeats,
+        }
     return out
 
 
 def ours_buffer(storage: Any, sampler: Any, batch_size: int) -> Any:
-    return dh.TensorDictReplayBuffer(storage=storage, sampler=sampler, batch_size=batch_size,
-                                     generator=torch.Generator().manual_seed(0))
+    return dh.TensorDictReplayBuffer(
+        storage=storage, sampler=sampler, batch_size=batch_size, generator=torch.Generator().manual_seed(0)
+    )
 
 
 def rl_buffer(storage: Any, sampler: Any, batch_size: int) -> Any:
@@ -124,16 +141,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         ours_storage = dh.LazyMemmapStorage(n, scratch_dir=tmp / "ours")
         fill(ours_buffer(ours_storage, dh.RandomSampler(), 1), d4rl_chunk, n)
-        print(f"filled datasets_hub LazyMemmapStorage with {n:,} D4RL-shaped rows in {time.perf_counter() - t0:.1f}s",
-              flush=True)
+        print(
+            f"filled datasets_hub LazyMemmapStorage with {n:,} D4RL-shaped rows in {time.perf_counter() - t0:.1f}s",
+            flush=True,
+        )
         if have_rl:
             t0 = time.perf_counter()
             rl_storage = RLLazyMemmapStorage(n, scratch_dir=str(tmp / "torchrl"))
             fill(rl_buffer(rl_storage, RLRandomSampler(), 1), d4rl_chunk, n)
             print(f"filled TorchRL LazyMemmapStorage in {time.perf_counter() - t0:.1f}s", flush=True)
 
-        def case(name: str, batch: int, target: float | None, ours_fn: Callable, rl_fn: Callable | None,
-                 repeats: int) -> dict[str, Any]:
+        def case(
+            name: str, batch: int, target: float | None, ours_fn: Callable, rl_fn: Callable | None, repeats: int
+        ) -> dict[str, Any]:
             row: dict[str, Any] = {"case": name, "batch": batch, "target_ratio": target}
             out = ours_fn()
             got = out.numel() if hasattr(out, "numel") else len(out)
@@ -153,9 +173,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 row["torchrl"], row["ratio"], row["met"] = None, None, None
             results.append(row)
-            print(f"  {name:<34} ours {row['ours']['median_s'] * 1e6:9.1f} us"
-                  + (f"   torchrl {row['torchrl']['median_s'] * 1e6:9.1f} us   x{row['ratio']:.2f}" if row["torchrl"] else ""),
-                  flush=True)
+            print(
+                f"  {name:<34} ours {row['ours']['median_s'] * 1e6:9.1f} us"
+                + (
+                    f"   torchrl {row['torchrl']['median_s'] * 1e6:9.1f} us   x{row['ratio']:.2f}"
+                    if row["torchrl"]
+                    else ""
+                ),
+                flush=True,
+            )
             return row
 
         r = args.repeats
@@ -166,18 +192,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # 2./3. slices (TorchRL's SliceSampler with cache_values=True, trajectories from "episode")
         for num_slices, batch, target in ((8, 256, 5.0), (128, 4096, 3.0)):
             rb = ours_buffer(ours_storage, dh.SliceSampler(num_slices=num_slices), batch)
-            rl = rl_buffer(rl_storage, RLSliceSampler(num_slices=num_slices, traj_key="episode", cache_values=True),
-                           batch) if have_rl else None
-            case(f"slices {num_slices}x{batch // num_slices}, batch {batch}", batch, target, rb.sample,
-                 rl.sample if rl else None, r if batch <= 256 else max(30, r // 4))
+            rl = (
+                rl_buffer(
+                    rl_storage, RLSliceSampler(num_slices=num_slices, traj_key="episode", cache_values=True), batch
+                )
+                if have_rl
+                else None
+            )
+            case(
+                f"slices {num_slices}x{batch // num_slices}, batch {batch}",
+                batch,
+                target,
+                rb.sample,
+                rl.sample if rl else None,
+                r if batch <= 256 else max(30, r // 4),
+            )
         # 4. two-buffer ensemble, batch 256 (both members uniform over the same data)
-        ens = dh.ReplayBufferEnsemble(ours_buffer(ours_storage, dh.RandomSampler(), 128),
-                                      ours_buffer(ours_storage, dh.RandomSampler(), 128),
-                                      batch_size=256, generator=torch.Generator().manual_seed(0))
+        ens = dh.ReplayBufferEnsemble(
+            ours_buffer(ours_storage, dh.RandomSampler(), 128),
+            ours_buffer(ours_storage, dh.RandomSampler(), 128),
+            batch_size=256,
+            generator=torch.Generator().manual_seed(0),
+        )
         rl_ens = None
         if have_rl:
-            rl_ens = RLReplayBufferEnsemble(rl_buffer(rl_storage, RLRandomSampler(), 128),
-                                            rl_buffer(rl_storage, RLRandomSampler(), 128), batch_size=256)
+            rl_ens = RLReplayBufferEnsemble(
+                rl_buffer(rl_storage, RLRandomSampler(), 128),
+                rl_buffer(rl_storage, RLRandomSampler(), 128),
+                batch_size=256,
+            )
         case("ensemble of 2, batch 256", 256, None, ens.sample, rl_ens.sample if rl_ens else None, r)
         del rb, rl, ens, rl_ens
         gc.collect()
@@ -193,8 +236,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t1 = time.perf_counter()
             rb.sample()  # derives the episode boundaries once
             first = time.perf_counter() - t1
-            print(f"filled narrow storage of {size:,} rows in {t1 - t0:.1f}s; first slice sample (derives "
-                  f"boundaries) {first:.2f}s", flush=True)
+            print(
+                f"filled narrow storage of {size:,} rows in {t1 - t0:.1f}s; first slice sample (derives "
+                f"boundaries) {first:.2f}s",
+                flush=True,
+            )
             row = case(f"slices 8x32 narrow, {size:,} rows", 256, None, rb.sample, None, r)
             scaling[str(size)] = {"median_s": row["ours"]["median_s"], "first_call_s": first}
             del rb, st
@@ -208,16 +254,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {
-        "benchmark": "sampling", "transitions": args.n, "big": args.big, "repeats": args.repeats,
+        "benchmark": "sampling",
+        "transitions": args.n,
+        "big": args.big,
+        "repeats": args.repeats,
         "warmup": args.warmup,
         "env": environment(torchrl=getattr(torchrl, "__version__", None) if have_rl else None),
-        "results": results, "scaling": scaling, "command": command(),
+        "results": results,
+        "scaling": scaling,
+        "command": command(),
     }
 
 
 def table(report: dict[str, Any]) -> str:
-    lines = ["| case | datasets_hub median | datasets_hub samples/s | TorchRL median | TorchRL samples/s | ratio | target |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| case | datasets_hub median | datasets_hub samples/s | TorchRL median | TorchRL samples/s | ratio | target |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for row in report["results"]:
         ours, rl = row["ours"], row["torchrl"]
         target = f">= {row['target_ratio']:g}x" if row["target_ratio"] else ""
@@ -225,13 +278,19 @@ def table(report: dict[str, Any]) -> str:
             target += " met" if row["met"] else " MISSED"
         lines.append(
             f"| {row['case']} | {ours['median_s'] * 1e6:.0f} us | {ours['samples_per_s']:,.0f} | "
-            + (f"{rl['median_s'] * 1e6:.0f} us | {rl['samples_per_s']:,.0f} | {row['ratio']:.1f}x"
-               if rl else "- | - | -")
-            + f" | {target} |")
+            + (
+                f"{rl['median_s'] * 1e6:.0f} us | {rl['samples_per_s']:,.0f} | {row['ratio']:.1f}x"
+                if rl
+                else "- | - | -"
+            )
+            + f" | {target} |"
+        )
     sc = report["scaling"]
     if "ratio_big_over_small" in sc:
-        lines.append(f"\n100M-row / 1M-row slice time (narrow rows): {sc['ratio_big_over_small']:.2f}x "
-                     f"(target <= 1.5x: {'met' if sc['met'] else 'MISSED'})")
+        lines.append(
+            f"\n100M-row / 1M-row slice time (narrow rows): {sc['ratio_big_over_small']:.2f}x "
+            f"(target <= 1.5x: {'met' if sc['met'] else 'MISSED'})"
+        )
     return "\n".join(lines)
 
 
@@ -241,15 +300,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--big", type=int, default=100_000_000, help="rows of the narrow scaling storage (0: skip)")
     p.add_argument("--repeats", type=int, default=400, help="timed calls per case (batch 4096: a quarter)")
     p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads for both libraries (1: stable latencies on a shared 2-core machine)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads for both libraries (1: stable latencies on a shared 2-core machine)",
+    )
     p.add_argument("--no-torchrl", action="store_true", help="skip TorchRL even if installed")
     p.add_argument("--tmp", default=None, help="directory for the memmap files (default: system temp)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sampling.json"))
     args = p.parse_args(argv)
     if torchrl is None and not args.no_torchrl:
-        print("torchrl is not installed: TorchRL columns are marked '-' "
-              "(install the bench extra in .venv-bench to compare)", flush=True)
+        print(
+            "torchrl is not installed: TorchRL columns are marked '-' "
+            "(install the bench extra in .venv-bench to compare)",
+            flush=True,
+        )
     report = run(args)
     print()
     print(table(report))

@@ -4,6 +4,7 @@
 is resolved on first use, and no loader plugin, h5py, minari, huggingface_hub or requests is
 imported until a dataset needs it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -14,35 +15,73 @@ __version__ = "0.1.0"
 # public name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
     # the hub (DESIGN.md §2)
-    "load": "hub", "download": "hub", "info": "hub", "list_datasets": "hub",
-    "register_dataset": "catalogue", "normalized_score": "scores", "DatasetInfo": "hub",
+    "load": "hub",
+    "download": "hub",
+    "info": "hub",
+    "list_datasets": "hub",
+    "register_dataset": "catalogue",
+    "normalized_score": "scores",
+    "DatasetInfo": "hub",
     # plugin contract
-    "Loader": "loader", "Resource": "loader", "DatasetSpec": "loader", "LoaderContext": "loader",
+    "Loader": "loader",
+    "Resource": "loader",
+    "DatasetSpec": "loader",
+    "LoaderContext": "loader",
     # replay buffers
-    "ReplayBuffer": "buffers.replay_buffers", "TensorDictReplayBuffer": "buffers.replay_buffers",
-    "PrioritizedReplayBuffer": "buffers.prioritized_buffers", "TensorDictPrioritizedReplayBuffer": "buffers.prioritized_buffers",
+    "ReplayBuffer": "buffers.replay_buffers",
+    "TensorDictReplayBuffer": "buffers.replay_buffers",
+    "PrioritizedReplayBuffer": "buffers.prioritized_buffers",
+    "TensorDictPrioritizedReplayBuffer": "buffers.prioritized_buffers",
     "ReplayBufferEnsemble": "buffers.ensemble",
     # storages
-    "Storage": "buffers.storages", "ListStorage": "buffers.storages", "TensorStorage": "buffers.tensor_storages",
-    "LazyTensorStorage": "buffers.tensor_storages", "LazyMemmapStorage": "buffers.tensor_storages", "DatasetStorage": "dataset_storage",
+    "Storage": "buffers.storages",
+    "ListStorage": "buffers.storages",
+    "TensorStorage": "buffers.tensor_storages",
+    "LazyTensorStorage": "buffers.tensor_storages",
+    "LazyMemmapStorage": "buffers.tensor_storages",
+    "DatasetStorage": "dataset_storage",
     # samplers
-    "Sampler": "buffers.samplers", "RandomSampler": "buffers.samplers", "SamplerWithoutReplacement": "buffers.samplers",
-    "PrioritizedSampler": "buffers.prioritized", "SliceSampler": "buffers.slice_samplers",
-    "SliceSamplerWithoutReplacement": "buffers.slice_samplers", "PrioritizedSliceSampler": "buffers.slice_samplers",
+    "Sampler": "buffers.samplers",
+    "RandomSampler": "buffers.samplers",
+    "SamplerWithoutReplacement": "buffers.samplers",
+    "PrioritizedSampler": "buffers.prioritized",
+    "SliceSampler": "buffers.slice_samplers",
+    "SliceSamplerWithoutReplacement": "buffers.slice_samplers",
+    "PrioritizedSliceSampler": "buffers.slice_samplers",
     # writers
-    "Writer": "buffers.writers", "RoundRobinWriter": "buffers.writers", "ImmutableDatasetWriter": "buffers.writers",
+    "Writer": "buffers.writers",
+    "RoundRobinWriter": "buffers.writers",
+    "ImmutableDatasetWriter": "buffers.writers",
     # transforms
-    "Transform": "buffers.transforms", "Compose": "buffers.transforms", "Rename": "buffers.transforms", "Select": "buffers.transforms",
-    "Exclude": "buffers.transforms", "FrameStack": "buffers.frame_stack", "FullStackSampler": "buffers.frame_stack",
+    "Transform": "buffers.transforms",
+    "Compose": "buffers.transforms",
+    "Rename": "buffers.transforms",
+    "Select": "buffers.transforms",
+    "Exclude": "buffers.transforms",
+    "FrameStack": "buffers.frame_stack",
+    "FullStackSampler": "buffers.frame_stack",
     "EpisodeIndex": "buffers.episode_index",
     # interop (DESIGN.md §8)
-    "BufferDataset": "interop.torch_data", "SampledBatches": "interop.torch_data", "EpisodeShardSampler": "interop.torch_data",
-    "tensordict_collate": "interop.torch_data", "to_torchrl": "interop.torchrl", "RayReplayBuffer": "interop.ray",
+    "BufferDataset": "interop.torch_data",
+    "SampledBatches": "interop.torch_data",
+    "EpisodeShardSampler": "interop.torch_data",
+    "tensordict_collate": "interop.torch_data",
+    "to_torchrl": "interop.torchrl",
+    "RayReplayBuffer": "interop.ray",
     # errors
-    "HubError": "errors", "UnknownDataset": "errors", "UnknownLoader": "errors",
-    "MissingDependency": "errors", "ChecksumMismatch": "errors", "DownloadError": "errors",
-    "LoaderError": "errors", "CacheError": "errors", "TEDError": "errors", "InvalidParameter": "errors",
-    "CorruptFile": "errors", "PreprocessError": "errors", "UncachedPreprocessWarning": "fingerprint",
+    "HubError": "errors",
+    "UnknownDataset": "errors",
+    "UnknownLoader": "errors",
+    "MissingDependency": "errors",
+    "ChecksumMismatch": "errors",
+    "DownloadError": "errors",
+    "LoaderError": "errors",
+    "CacheError": "errors",
+    "TEDError": "errors",
+    "InvalidParameter": "errors",
+    "CorruptFile": "errors",
+    "PreprocessError": "errors",
+    "UncachedPreprocessWarning": "fingerprint",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -13,6 +13,7 @@ Nothing is fsynced (on ext4 one fsync flushes the whole build and doubled build 
 process never publishes a build, and after a power loss `datasets-hub verify` finds a damaged one
 through the per-file sha256 the manifest records.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,10 +25,24 @@ from typing import Any, Mapping
 import torch
 
 from datasets_hub import __version__
-from datasets_hub.build_format import (FORMAT, FORMAT_VERSION, MANIFEST, STORAGE_FORMAT_VERSION, LeanTEDWriter,
-                                       write_manifest_checksum)
-from datasets_hub.cache import (INCOMPLETE_SUFFIX, dataset_dir, ensure_writable_dir, file_lock, fingerprint, is_disk_full,
-                                read_manifest, remove_tree)
+from datasets_hub.build_format import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    STORAGE_FORMAT_VERSION,
+    LeanTEDWriter,
+    write_manifest_checksum,
+)
+from datasets_hub.cache import (
+    INCOMPLETE_SUFFIX,
+    dataset_dir,
+    ensure_writable_dir,
+    file_lock,
+    fingerprint,
+    is_disk_full,
+    read_manifest,
+    remove_tree,
+)
 from datasets_hub.errors import CacheError, CorruptFile, HubError, LoaderError
 from datasets_hub.files import write_json_atomic
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
@@ -40,14 +55,16 @@ def build_fingerprint(spec: DatasetSpec, loader: Loader) -> str:
     build can be found without re-hashing multi-GB raw files; files without a catalogue checksum
     are pinned by the sha256 recorded at first download, which `datasets-hub verify` checks.
     """
-    return fingerprint({
-        "id": spec.id,
-        "loader": loader.name,
-        "params": spec.params,
-        "sources": [[r.name, r.sha256, r.size] for r in loader.resources(spec)],
-        "loader_format_version": loader.format_version,
-        "storage_format_version": STORAGE_FORMAT_VERSION,
-    })
+    return fingerprint(
+        {
+            "id": spec.id,
+            "loader": loader.name,
+            "params": spec.params,
+            "sources": [[r.name, r.sha256, r.size] for r in loader.resources(spec)],
+            "loader_format_version": loader.format_version,
+            "storage_format_version": STORAGE_FORMAT_VERSION,
+        }
+    )
 
 
 def build_path(spec: DatasetSpec, loader: Loader) -> Path:
@@ -60,8 +77,15 @@ def _progress_bar(total: int | None, desc: str):
     return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, disable=not sys.stderr.isatty(), leave=False)
 
 
-def build(spec: DatasetSpec, loader: Loader, files: Mapping[str, Path], sources: list[dict[str, Any]],
-          *, force: bool = False, chunk_rows: int = 65536) -> Path:
+def build(
+    spec: DatasetSpec,
+    loader: Loader,
+    files: Mapping[str, Path],
+    sources: list[dict[str, Any]],
+    *,
+    force: bool = False,
+    chunk_rows: int = 65536,
+) -> Path:
     """Convert ``files`` with ``loader`` into the build directory of ``spec`` and return it.
 
     Returns at once if a complete build exists (unless ``force``). ``sources`` is the provenance
@@ -98,8 +122,7 @@ def build(spec: DatasetSpec, loader: Loader, files: Mapping[str, Path], sources:
     return final
 
 
-def _quarantine(exc: CorruptFile, spec: DatasetSpec, files: Mapping[str, Path],
-               sources: list[dict[str, Any]]) -> None:
+def _quarantine(exc: CorruptFile, spec: DatasetSpec, files: Mapping[str, Path], sources: list[dict[str, Any]]) -> None:
     """Move the raw file a loader found malformed to ``<name>.corrupt`` and re-raise naming its URL.
 
     A truncated or damaged download must not be reused: with it gone, the next load fetches the
@@ -113,8 +136,11 @@ def _quarantine(exc: CorruptFile, spec: DatasetSpec, files: Mapping[str, Path],
         return
     from datasets_hub.downloader import read_sidecar, sidecar_path
 
-    url = (read_sidecar(bad) or {}).get("url") or next(
-        (s.get("url") for s in sources if s.get("name") == name), None) or "an unknown URL"
+    url = (
+        (read_sidecar(bad) or {}).get("url")
+        or next((s.get("url") for s in sources if s.get("name") == name), None)
+        or "an unknown URL"
+    )
     corrupt = bad.with_name(bad.name + ".corrupt")
     try:  # the download lock: never move a file another process is publishing right now
         with file_lock(bad.with_name(bad.name + ".lock"), timeout=30):
@@ -123,11 +149,15 @@ def _quarantine(exc: CorruptFile, spec: DatasetSpec, files: Mapping[str, Path],
     except Exception as move_error:  # a read-only cache, a lock held too long: say so, keep the cause
         raise CorruptFile(
             f"{exc} [{spec.id}: {name} came from {url}; it could not be moved aside ({move_error}): delete {bad} "
-            "and load again]", path=bad) from exc
+            "and load again]",
+            path=bad,
+        ) from exc
     raise CorruptFile(
         f"{exc} [{spec.id}: {name} came from {url}; it was moved aside to {corrupt} and the next load downloads "
         "it again. If that fails the same way, the upstream file itself is damaged: use a mirror "
-        "(DATASETS_HUB_ENDPOINT_<LOADER>) or report it upstream]", path=corrupt) from exc
+        "(DATASETS_HUB_ENDPOINT_<LOADER>) or report it upstream]",
+        path=corrupt,
+    ) from exc
 
 
 def _chunks_of(loader: Loader, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext):
@@ -145,14 +175,19 @@ def _chunks_of(loader: Loader, spec: DatasetSpec, files: Mapping[str, Path], ctx
                 raise
             raise LoaderError(f"the {loader.name!r} loader failed to read {spec.id!r}: {exc}") from exc
         except Exception as exc:
-            raise LoaderError(
-                f"the {loader.name!r} loader failed on {spec.id!r}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise LoaderError(f"the {loader.name!r} loader failed on {spec.id!r}: {type(exc).__name__}: {exc}") from exc
         yield chunk
 
 
-def _convert(spec: DatasetSpec, loader: Loader, files: Mapping[str, Path], sources: list[dict[str, Any]],
-             target: Path, build_fp: str, chunk_rows: int) -> dict[str, Any]:
+def _convert(
+    spec: DatasetSpec,
+    loader: Loader,
+    files: Mapping[str, Path],
+    sources: list[dict[str, Any]],
+    target: Path,
+    build_fp: str,
+    chunk_rows: int,
+) -> dict[str, Any]:
     started = time.time()
     writer = LeanTEDWriter(target / "data")
     # A build's tensor ops are small per chunk; torch's intra-op thread pool then spins against the

@@ -28,6 +28,7 @@ The manifest's ``schema`` maps ``<group>/<key>`` to ``{dtype, shape, rows, sha25
 The writer knows nothing about any loader; chunks are checked against the TED contract as they
 arrive, and each leaf is appended to its own file, so memory use is bounded by one chunk.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -85,7 +86,7 @@ def _next_follows(now: torch.Tensor, nxt: torch.Tensor, episodes: EpisodeIndex) 
     if episodes.num_episodes <= 256:
         # long episodes: one allocation-free comparison per episode
         spans = zip(episodes.start.tolist(), episodes.end.tolist())
-        if all(torch.equal(nxt[s:e - 1], now[s + 1:e]) for s, e in spans):
+        if all(torch.equal(nxt[s : e - 1], now[s + 1 : e]) for s, e in spans):
             return True
     inner = torch.ones(now.shape[0], dtype=torch.bool)
     inner[episodes.end - 1] = False
@@ -116,8 +117,9 @@ class _BackgroundIO:
     def submit(self, fn: Callable[[], None], nbytes: int = 0) -> None:
         self._pending.append((self._pool.submit(fn), nbytes))
         self._pending_bytes += nbytes
-        while len(self._pending) > 1 and (len(self._pending) > self._max_pending
-                                          or self._pending_bytes > self._max_bytes):
+        while len(self._pending) > 1 and (
+            len(self._pending) > self._max_pending or self._pending_bytes > self._max_bytes
+        ):
             self._wait_oldest()
 
     def _wait_oldest(self) -> None:
@@ -206,7 +208,9 @@ class LeanTEDWriter:
         keyset = set(keys)
         for required in (("episode",), ("next", "reward"), *FLAG_KEYS):
             if required not in keyset:
-                raise TEDError(f"a TED chunk must have the key {key_to_str(required)!r}; the loader sent {sorted(map(key_to_str, keys))}")
+                raise TEDError(
+                    f"a TED chunk must have the key {key_to_str(required)!r}; the loader sent {sorted(map(key_to_str, keys))}"
+                )
         for key in keys:
             if key in DERIVED_KEYS:
                 continue
@@ -313,7 +317,9 @@ class LeanTEDWriter:
     def _check_episodes(self, ids: torch.Tensor) -> None:
         id_list = ids.tolist()
         if len(set(id_list)) != len(id_list):
-            raise TEDError("a chunk holds an episode in two separate runs of rows; rows of an episode must be contiguous")
+            raise TEDError(
+                "a chunk holds an episode in two separate runs of rows; rows of an episode must be contiguous"
+            )
         repeated = self._seen_ids.intersection(id_list)
         if repeated:
             raise TEDError(
@@ -346,7 +352,8 @@ class LeanTEDWriter:
         episodes = {"start": starts, "length": lengths, "id": torch.cat(self.episode_ids), "return": returns}
         for name, values in episodes.items():
             self.files[(EPISODES, (name,))] = _LeafFile(
-                self.data_dir / EPISODES / (name + LEAF_SUFFIX), values.dtype, (), self._io)
+                self.data_dir / EPISODES / (name + LEAF_SUFFIX), values.dtype, (), self._io
+            )
             self.files[(EPISODES, (name,))].append(values)
         self.close()
         tree: dict[str, Any] = {}
@@ -378,24 +385,35 @@ class LeanTEDWriter:
     def _summary(self, lengths: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:
         def describe(values: torch.Tensor) -> dict[str, float]:
             values = values.to(torch.float64)
-            return {"mean": float(values.mean()), "std": float(values.std(unbiased=False)),
-                    "min": float(values.min()), "max": float(values.max())}
+            return {
+                "mean": float(values.mean()),
+                "std": float(values.std(unbiased=False)),
+                "min": float(values.min()),
+                "max": float(values.max()),
+            }
 
         schema = {}
         for (group, key), handle in sorted(self.files.items()):
             schema[f"{group}/{key_to_str(key)}"] = {
-                "dtype": str(handle.dtype).replace("torch.", ""), "shape": list(handle.row_shape), "rows": handle.rows,
+                "dtype": str(handle.dtype).replace("torch.", ""),
+                "shape": list(handle.row_shape),
+                "rows": handle.rows,
                 "sha256": handle.sha256.hexdigest(),
             }
         return {
-            "counts": {"transitions": self.num_transitions, "episodes": int(lengths.numel()),
-                       "episodes_terminated": self.flag_counts["terminated"],
-                       "episodes_truncated": self.flag_counts["truncated"],
-                       "episodes_unflagged_end": self.flag_counts["unflagged_end"]},
+            "counts": {
+                "transitions": self.num_transitions,
+                "episodes": int(lengths.numel()),
+                "episodes_terminated": self.flag_counts["terminated"],
+                "episodes_truncated": self.flag_counts["truncated"],
+                "episodes_unflagged_end": self.flag_counts["unflagged_end"],
+            },
             "schema": schema,
-            "layout": {"obs": [key_to_str(k) for k in self.obs_keys],
-                       "steps": [key_to_str(k) for k in self.step_keys],
-                       "next_stored_per_step": [key_to_str(k) for k in self.split_next]},
+            "layout": {
+                "obs": [key_to_str(k) for k in self.obs_keys],
+                "steps": [key_to_str(k) for k in self.step_keys],
+                "next_stored_per_step": [key_to_str(k) for k in self.split_next],
+            },
             "stats": {"episode_return": describe(returns), "episode_length": describe(lengths)},
         }
 
@@ -410,8 +428,10 @@ def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype a manifest names (``"float32"``); :class:`CacheError` for anything else."""
     dtype = getattr(torch, str(name), None)
     if not isinstance(dtype, torch.dtype):
-        raise CacheError(f"the manifest names an unknown dtype {name!r}: the build is damaged or was made by a "
-                         "newer datasets_hub; run `datasets-hub rm` and load again")
+        raise CacheError(
+            f"the manifest names an unknown dtype {name!r}: the build is damaged or was made by a "
+            "newer datasets_hub; run `datasets-hub rm` and load again"
+        )
     return dtype
 
 
@@ -423,8 +443,10 @@ def leaf_path(build_dir: Path, name: str) -> Path:
     """
     parts = Path(name).parts
     if not name or Path(name).is_absolute() or any(p in ("..", ".") for p in parts) or "\x00" in name:
-        raise CacheError(f"the manifest of {build_dir} names a data file {name!r} outside the build: "
-                         "the manifest was tampered with; run `datasets-hub rm` and load again")
+        raise CacheError(
+            f"the manifest of {build_dir} names a data file {name!r} outside the build: "
+            "the manifest was tampered with; run `datasets-hub rm` and load again"
+        )
     return Path(build_dir) / DATA_DIR / (name + LEAF_SUFFIX)
 
 
@@ -447,16 +469,17 @@ def group_rows(group: str, counts: dict[str, Any]) -> int | None:
     return {OBS: transitions + episodes, STEPS: transitions, EPISODES: episodes}.get(group)
 
 
-def open_leaf(path: Path, dtype: torch.dtype | str, shape: Sequence[int], rows: int, *,
-              mode: str = "c") -> torch.Tensor:
+def open_leaf(
+    path: Path, dtype: torch.dtype | str, shape: Sequence[int], rows: int, *, mode: str = "c"
+) -> torch.Tensor:
     """Map one leaf file as a ``[rows, *shape]`` tensor.
 
-    ``mode="c"`` (the default) maps copy-on-write: it needs only read permission, and a stray
-    in-place write can never reach the file; ``"r+"`` maps shared writes (a writer filling
-    preallocated files). The file must hold exactly ``rows * prod(shape)`` items: a missing or
-    wrongly sized file is a damaged build, a :class:`CacheError` naming the fix (a leaf of zero bytes
-needs no file). dtypes without a
-    numpy twin (bfloat16) are mapped as integers of the same width and viewed.
+        ``mode="c"`` (the default) maps copy-on-write: it needs only read permission, and a stray
+        in-place write can never reach the file; ``"r+"`` maps shared writes (a writer filling
+        preallocated files). The file must hold exactly ``rows * prod(shape)`` items: a missing or
+        wrongly sized file is a damaged build, a :class:`CacheError` naming the fix (a leaf of zero bytes
+    needs no file). dtypes without a
+        numpy twin (bfloat16) are mapped as integers of the same width and viewed.
     """
     dtype = torch_dtype(dtype) if isinstance(dtype, str) else dtype
     shape = tuple(int(d) for d in shape)
@@ -467,7 +490,9 @@ needs no file). dtypes without a
     try:
         size = path.stat().st_size
     except FileNotFoundError as exc:
-        raise CacheError(f"build file {path} is missing: the build is damaged; run `datasets-hub rm` and load again") from exc
+        raise CacheError(
+            f"build file {path} is missing: the build is damaged; run `datasets-hub rm` and load again"
+        ) from exc
     if size != expected:
         raise CacheError(
             f"build file {path} has {size} bytes where the manifest says {expected}: the build is damaged "
@@ -483,7 +508,9 @@ needs no file). dtypes without a
 
 def write_manifest_checksum(build_dir: Path) -> Path:
     """Record the sha256 of ``build_dir/manifest.json`` in ``build_dir/manifest.sha256`` (builder side)."""
-    return write_text_atomic(Path(build_dir) / MANIFEST_SHA256, f"{sha256_file(Path(build_dir) / MANIFEST)}  {MANIFEST}\n")
+    return write_text_atomic(
+        Path(build_dir) / MANIFEST_SHA256, f"{sha256_file(Path(build_dir) / MANIFEST)}  {MANIFEST}\n"
+    )
 
 
 def read_manifest_checksum(build_dir: Path) -> str | None:
@@ -528,8 +555,10 @@ def read_build_manifest(build_dir: Path) -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise CacheError(f"{build_dir} holds no complete build (no {MANIFEST}); load the dataset again") from exc
     except (OSError, json.JSONDecodeError) as exc:
-        raise CacheError(f"the manifest {path} is unreadable ({exc}); remove the build with `datasets-hub rm` "
-                         f"or delete {build_dir} and load again") from exc
+        raise CacheError(
+            f"the manifest {path} is unreadable ({exc}); remove the build with `datasets-hub rm` "
+            f"or delete {build_dir} and load again"
+        ) from exc
     if not isinstance(manifest, dict):
         raise CacheError(f"the manifest {path} is not a JSON object; remove the build and load again")
     return manifest
@@ -546,15 +575,25 @@ def open_build(build_dir: str | Path) -> OpenedBuild:
     try:
         schema, layout = manifest["schema"], manifest["layout"]
         transitions = int(manifest["counts"]["transitions"])
-        columns = {name: open_leaf(leaf_path(build_dir, name), spec["dtype"], spec["shape"], spec["rows"])
-                   for name, spec in schema.items()}
+        columns = {
+            name: open_leaf(leaf_path(build_dir, name), spec["dtype"], spec["shape"], spec["rows"])
+            for name, spec in schema.items()
+        }
         per_step_next = {parse_key(k) for k in layout["next_stored_per_step"]}
         obs = {parse_key(k): columns[f"{OBS}/{k}"] for k in layout["obs"]}
         steps = {parse_key(name)[1:]: col for name, col in columns.items() if name.startswith(STEPS + "/")}
         episodes = {name: columns[f"{EPISODES}/{name}"] for name in EPISODE_COLUMNS}
     except (KeyError, TypeError, ValueError) as exc:
-        raise CacheError(f"the manifest of {build_dir} lacks or garbles {exc}: the build is damaged or was made by "
-                         "another version; run `datasets-hub rm` and load again") from exc
-    return OpenedBuild(path=build_dir, manifest=manifest, transitions=transitions, obs=obs,
-                       shared_next=frozenset(k for k in obs if k not in per_step_next), steps=steps,
-                       episodes=episodes)
+        raise CacheError(
+            f"the manifest of {build_dir} lacks or garbles {exc}: the build is damaged or was made by "
+            "another version; run `datasets-hub rm` and load again"
+        ) from exc
+    return OpenedBuild(
+        path=build_dir,
+        manifest=manifest,
+        transitions=transitions,
+        obs=obs,
+        shared_next=frozenset(k for k in obs if k not in per_step_next),
+        steps=steps,
+        episodes=episodes,
+    )

@@ -6,6 +6,7 @@
 
 The cache root is read from ``DATASETS_HUB_CACHE`` at call time, never at import.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,12 @@ def raw_file_path(loader_name: str, resource_name: str) -> Path:
     """Where a loader's resource is kept: ``<cache>/raw/<loader>/<name>``; names must be safe
     relative paths (a loader cannot make the hub write outside its raw folder)."""
     parts = Path(resource_name).parts
-    if (not resource_name or Path(resource_name).is_absolute() or any(p in ("..", ".") for p in parts)
-            or "\x00" in resource_name):
+    if (
+        not resource_name
+        or Path(resource_name).is_absolute()
+        or any(p in ("..", ".") for p in parts)
+        or "\x00" in resource_name
+    ):
         from datasets_hub.errors import InvalidParameter
 
         raise InvalidParameter(

@@ -9,18 +9,27 @@ sources hash to the directory's name) and the id (the build's location). It only
 reports every mismatch with the file's path; what it could not check is a note, not a failure.
 What the files should be (paths, sizes, rows per group) comes from :mod:`datasets_hub.build_format`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.build_format import (EPISODES, MANIFEST, MANIFEST_SHA256, group_rows, leaf_nbytes, leaf_path,
-                                       read_manifest_checksum)
+from datasets_hub.build_format import (
+    EPISODES,
+    MANIFEST,
+    MANIFEST_SHA256,
+    group_rows,
+    leaf_nbytes,
+    leaf_path,
+    read_manifest_checksum,
+)
 from datasets_hub.cache import dataset_dir, raw_file_path, read_manifest
 from datasets_hub.errors import CacheError, HubError
 from datasets_hub.files import sha256_file
 from datasets_hub.maintenance import builds_of, catalogue_build, human_bytes
+
 
 @dataclass
 class VerifyResult:
@@ -64,8 +73,10 @@ def _verify_data_file(build: Path, name: str, entry: dict[str, Any], result: Ver
     expected = leaf_nbytes(entry)
     if expected is not None:
         if size != expected:
-            result.problems.append(f"{path}: {size} bytes, the manifest's schema says {expected} "
-                                   f"({entry.get('rows')} rows of {entry.get('dtype')} {entry.get('shape')})")
+            result.problems.append(
+                f"{path}: {size} bytes, the manifest's schema says {expected} "
+                f"({entry.get('rows')} rows of {entry.get('dtype')} {entry.get('shape')})"
+            )
             return
     reference = entry.get("sha256")
     if not reference:
@@ -73,8 +84,9 @@ def _verify_data_file(build: Path, name: str, entry: dict[str, Any], result: Ver
         return
     digest = sha256_file(path)
     if digest != reference:
-        result.problems.append(f"{path}: sha256 {digest} does not match the manifest's {reference}; "
-                               "the build was modified or damaged")
+        result.problems.append(
+            f"{path}: sha256 {digest} does not match the manifest's {reference}; the build was modified or damaged"
+        )
     else:
         result.checked.append(f"{path}: ok ({human_bytes(size)})")
 
@@ -83,8 +95,12 @@ def _stats_of(values: Any) -> dict[str, float]:
     import numpy as np
 
     values = np.asarray(values, dtype=np.float64)
-    return {"mean": float(values.mean()), "std": float(values.std()), "min": float(values.min()),
-            "max": float(values.max())}
+    return {
+        "mean": float(values.mean()),
+        "std": float(values.std()),
+        "min": float(values.min()),
+        "max": float(values.max()),
+    }
 
 
 def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult) -> None:
@@ -94,17 +110,22 @@ def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult
     if recorded is not None:
         digest = sha256_file(path)
         if recorded != digest:
-            result.problems.append(f"{path}: sha256 {digest} does not match {MANIFEST_SHA256} "
-                                   f"({recorded or 'empty'}); the manifest was edited")
+            result.problems.append(
+                f"{path}: sha256 {digest} does not match {MANIFEST_SHA256} "
+                f"({recorded or 'empty'}); the manifest was edited"
+            )
         else:
             result.checked.append(f"{path}: ok (matches {MANIFEST_SHA256})")
     else:
-        result.notes.append(f"{path}: no {MANIFEST_SHA256} beside it (built by an older version); "
-                            "checked the manifest's counts, statistics and fingerprint against the data instead")
+        result.notes.append(
+            f"{path}: no {MANIFEST_SHA256} beside it (built by an older version); "
+            "checked the manifest's counts, statistics and fingerprint against the data instead"
+        )
     where = f"{path}:"
     if manifest.get("fingerprint") not in (None, build.name):
-        result.problems.append(f"{where} fingerprint {manifest.get('fingerprint')!r} is not the build "
-                               f"directory's name {build.name!r}")
+        result.problems.append(
+            f"{where} fingerprint {manifest.get('fingerprint')!r} is not the build directory's name {build.name!r}"
+        )
     if manifest.get("id") and dataset_dir(str(manifest["id"])) != build.parent:
         result.problems.append(f"{where} id {manifest.get('id')!r} does not match the build's location {build.parent}")
     schema = manifest.get("schema") or {}
@@ -114,8 +135,10 @@ def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult
         group = name.split("/", 1)[0]
         want = group_rows(group, counts)
         if want is not None and rows != want:
-            result.problems.append(f"{where} schema {name!r} has {rows} rows but counts say {want} "
-                                   f"({group} rows must equal {'transitions' if group == 'steps' else 'episodes' if group == 'episodes' else 'transitions + episodes'})")
+            result.problems.append(
+                f"{where} schema {name!r} has {rows} rows but counts say {want} "
+                f"({group} rows must equal {'transitions' if group == 'steps' else 'episodes' if group == 'episodes' else 'transitions + episodes'})"
+            )
     _verify_stats(build, manifest, result)
     _verify_fingerprint(build, manifest, result)
 
@@ -142,8 +165,10 @@ def _verify_stats(build: Path, manifest: dict[str, Any], result: VerifyResult) -
         for k, v in actual.items():
             have = recorded.get(k)
             if not isinstance(have, (int, float)) or abs(have - v) > 1e-9 * max(1.0, abs(v)):
-                result.problems.append(f"{build / MANIFEST}: stats.{stat_key}.{k} is {have!r} but the data "
-                                       f"({file.name}) gives {v!r}; the manifest was edited")
+                result.problems.append(
+                    f"{build / MANIFEST}: stats.{stat_key}.{k} is {have!r} but the data "
+                    f"({file.name}) gives {v!r}; the manifest was edited"
+                )
                 break
 
 
@@ -161,7 +186,8 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
         result.problems.append(
             f"{build / MANIFEST}: its id, params and sources fingerprint to {expected.name}, not to the "
             f"directory {build.name}; the manifest was edited, or the catalogue's sources or the loader's "
-            "format_version changed since the build (then `datasets-hub download --force` rebuilds)")
+            "format_version changed since the build (then `datasets-hub download --force` rebuilds)"
+        )
 
 
 def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool = True) -> VerifyResult:
@@ -180,11 +206,16 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
         for source in manifest.get("sources") or []:
             path = raw_file_path(str(manifest.get("loader")), str(source.get("name")))
             if not path.exists():
-                result.notes.append(f"{path}: raw file not in the cache (removed with `rm --raw`?); "
-                                    "the build does not need it")
+                result.notes.append(
+                    f"{path}: raw file not in the cache (removed with `rm --raw`?); the build does not need it"
+                )
                 continue
-            resource = Resource(name=str(source["name"]), urls=(str(source.get("url") or "file:///"),),
-                                sha256=source.get("sha256"), size=source.get("bytes"))
+            resource = Resource(
+                name=str(source["name"]),
+                urls=(str(source.get("url") or "file:///"),),
+                sha256=source.get("sha256"),
+                size=source.get("bytes"),
+            )
             _verify_raw(path, resource, result)
     return result
 
@@ -199,8 +230,10 @@ def verify(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds:
     if all_builds:
         builds = builds_of(dataset_id)
         if not builds:
-            raise CacheError(f"no build of {dataset_id!r} in the cache ({dataset_dir(dataset_id)}); "
-                             f"run `datasets-hub download {dataset_id}`")
+            raise CacheError(
+                f"no build of {dataset_id!r} in the cache ({dataset_dir(dataset_id)}); "
+                f"run `datasets-hub download {dataset_id}`"
+            )
         for build in builds:
             verify_build(build, result)
         return result

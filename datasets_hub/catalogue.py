@@ -7,6 +7,7 @@ loader's own ``catalogue()`` (consulted only for ids under its prefix, or when l
 Catalogue files are data: parsed with ``yaml.safe_load``, they can name a loader but never make
 the hub import or run anything that is not an installed entry point.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,9 @@ _yaml_cache: dict[tuple[str, int, int], dict[str, Any]] = {}
 def validate_id(dataset_id: Any) -> tuple[str, str]:
     """Split ``<loader>/<name>`` after checking it is safe to use as a cache path."""
     if not isinstance(dataset_id, str):
-        raise InvalidParameter(f"a dataset id is a string like 'd4rl/hopper-medium-v2', not {type(dataset_id).__name__}")
+        raise InvalidParameter(
+            f"a dataset id is a string like 'd4rl/hopper-medium-v2', not {type(dataset_id).__name__}"
+        )
     if len(dataset_id) > MAX_ID_LENGTH:
         raise InvalidParameter(f"dataset id is {len(dataset_id)} characters long; the limit is {MAX_ID_LENGTH}")
     if _CONTROL_RE.search(dataset_id):
@@ -45,7 +48,9 @@ def validate_id(dataset_id: Any) -> tuple[str, str]:
         )
     loader, name = dataset_id.split("/", 1)
     if not _LOADER_RE.match(loader):
-        raise InvalidParameter(f"dataset id {dataset_id!r}: loader prefix {loader!r} must be lower-case letters, digits or _")
+        raise InvalidParameter(
+            f"dataset id {dataset_id!r}: loader prefix {loader!r} must be lower-case letters, digits or _"
+        )
     for segment in name.split("/"):
         if segment in ("", ".", "..") or not _SEGMENT_RE.match(segment):
             raise InvalidParameter(
@@ -221,12 +226,19 @@ def resolve(dataset_id: str, **overrides: Any) -> DatasetSpec:
     params = _check_params(dataset_id, {**(entry.get("params") or {}), **overrides})
     metadata = {k: v for k, v in entry.items() if k not in _ENTRY_KEYS_WITH_MEANING}
     resources = [Resource.from_dict(r) for r in entry.get("resources") or []]
-    return DatasetSpec(id=dataset_id, loader=loader, params=params, resources=resources,
-                       metadata=metadata, source=source)
+    return DatasetSpec(
+        id=dataset_id, loader=loader, params=params, resources=resources, metadata=metadata, source=source
+    )
 
 
-def register_dataset(dataset_id: str, *, loader: str | None = None, params: Mapping[str, Any] | None = None,
-                     resources: list[Mapping[str, Any]] | None = None, **metadata: Any) -> None:
+def register_dataset(
+    dataset_id: str,
+    *,
+    loader: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    resources: list[Mapping[str, Any]] | None = None,
+    **metadata: Any,
+) -> None:
     """Add ``dataset_id`` to the catalogue of this process (e.g. a private copy of a dataset).
 
     ``loader`` defaults to the id's prefix and must equal it; ``resources`` are dicts with
@@ -234,8 +246,12 @@ def register_dataset(dataset_id: str, *, loader: str | None = None, params: Mapp
     ``description``…) go to the dataset card. Registering an id that exists is an error.
     """
     prefix, _ = validate_id(dataset_id)
-    entry: dict[str, Any] = {"loader": loader or prefix, "params": dict(params or {}),
-                             "resources": [dict(r) for r in resources or []], **metadata}
+    entry: dict[str, Any] = {
+        "loader": loader or prefix,
+        "params": dict(params or {}),
+        "resources": [dict(r) for r in resources or []],
+        **metadata,
+    }
     _check_entry(dataset_id, entry, "register_dataset()")
     existing = _static_entries()
     if dataset_id in existing:

@@ -13,6 +13,7 @@ Every error is ONE line on stderr, ``datasets-hub: error: <what and how to fix i
 (an unexpected exception type is a bug and keeps its traceback). Heavy modules (torch, the loaders,
 matplotlib) are imported inside the commands, so ``datasets-hub --help`` is instant.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,11 @@ class _Parser(argparse.ArgumentParser):
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if match:
             choices = re.findall(r"'([^']*)'", match.group(2))
-            message = f"unknown command {match.group(1)!r}.{did_you_mean(match.group(1), choices)} " \
-                      f"Commands: {', '.join(choices)}"
-        where = self.prog[len(PROG):].strip()  # the subcommand, e.g. "cache prune"
+            message = (
+                f"unknown command {match.group(1)!r}.{did_you_mean(match.group(1), choices)} "
+                f"Commands: {', '.join(choices)}"
+            )
+        where = self.prog[len(PROG) :].strip()  # the subcommand, e.g. "cache prune"
         self.exit(2, f"{PROG}: error: {where + ': ' if where else ''}{message} (see `{self.prog} --help`)\n")
 
 
@@ -66,16 +69,24 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _add_param(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--param", "-p", action="append", type=_param, metavar="KEY=VALUE",
-                   help="override a catalogue parameter (value parsed as JSON when possible); repeatable")
+    p.add_argument(
+        "--param",
+        "-p",
+        action="append",
+        type=_param,
+        metavar="KEY=VALUE",
+        help="override a catalogue parameter (value parsed as JSON when possible); repeatable",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Offline-RL datasets by name: list, inspect, download, verify, "
-                                            "sample, and manage the cache.",
-                     epilog="exit codes: 0 ok, 1 failed (verify mismatch, download/build/cache error), 2 bad "
-                            "arguments or unknown id. Environment: DATASETS_HUB_CACHE (cache root), "
-                            "DATASETS_HUB_OFFLINE=1 (never connect), DATASETS_HUB_REGISTRY (extra catalogues).")
+    parser = _Parser(
+        prog=PROG,
+        description="Offline-RL datasets by name: list, inspect, download, verify, sample, and manage the cache.",
+        epilog="exit codes: 0 ok, 1 failed (verify mismatch, download/build/cache error), 2 bad "
+        "arguments or unknown id. Environment: DATASETS_HUB_CACHE (cache root), "
+        "DATASETS_HUB_OFFLINE=1 (never connect), DATASETS_HUB_REGISTRY (extra catalogues).",
+    )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -166,8 +177,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     ids = list_ids(loader=args.loader, search=args.search)
     if args.loader and not ids and args.loader not in loader_names():
-        raise UnknownLoader(f"no loader named {args.loader!r} is installed (installed: "
-                            f"{', '.join(loader_names())}).{did_you_mean(args.loader, loader_names())}")
+        raise UnknownLoader(
+            f"no loader named {args.loader!r} is installed (installed: "
+            f"{', '.join(loader_names())}).{did_you_mean(args.loader, loader_names())}"
+        )
     entries = all_entries([args.loader] if args.loader else None)
     built = cached_ids()
     rows = []
@@ -182,28 +195,45 @@ def cmd_list(args: argparse.Namespace) -> int:
                 pass
         rows.append((dataset_id, mark, str(entries[dataset_id][0].get("description", "")).strip()))
     if not rows:
-        _out("no dataset matches" + (f" --search {args.search!r}" if args.search else "")
-             + (f" --loader {args.loader!r}" if args.loader else ""))
+        _out(
+            "no dataset matches"
+            + (f" --search {args.search!r}" if args.search else "")
+            + (f" --loader {args.loader!r}" if args.loader else "")
+        )
         return 0
     _out(_table(("id", "cached", "description"), rows, truncate_last=True))
     cached = sum(1 for r in rows if r[1] == "yes")
-    _out(f"\n{len(rows)} dataset(s), {cached} cached with the catalogue's params "
-         "(cached 'other' = only builds with --param overrides)")
+    _out(
+        f"\n{len(rows)} dataset(s), {cached} cached with the catalogue's params "
+        "(cached 'other' = only builds with --param overrides)"
+    )
     return 0
 
 
 def _card(info: Any) -> dict[str, Any]:
-    return {"id": info.id, "loader": info.loader, "params": info.params, "description": info.description,
-            "metadata": info.metadata, "source": info.source, "resources": info.resources,
-            "cached": info.cached, "build_path": str(info.build_path) if info.build_path else None,
-            "raw_bytes": info.raw_bytes, "built_bytes": info.built_bytes, "manifest": info.manifest}
+    return {
+        "id": info.id,
+        "loader": info.loader,
+        "params": info.params,
+        "description": info.description,
+        "metadata": info.metadata,
+        "source": info.source,
+        "resources": info.resources,
+        "cached": info.cached,
+        "build_path": str(info.build_path) if info.build_path else None,
+        "raw_bytes": info.raw_bytes,
+        "built_bytes": info.built_bytes,
+        "manifest": info.manifest,
+    }
 
 
 def _fmt_stats(stats: dict[str, Any]) -> str:
     if not stats:
         return "-"
-    return (f"mean {stats.get('mean', float('nan')):.4g} ± {stats.get('std', float('nan')):.3g}  "
-            f"[min {stats.get('min', float('nan')):.4g}, max {stats.get('max', float('nan')):.4g}]")
+    return (
+        f"mean {stats.get('mean', float('nan')):.4g} ± {stats.get('std', float('nan')):.3g}  "
+        f"[min {stats.get('min', float('nan')):.4g}, max {stats.get('max', float('nan')):.4g}]"
+    )
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -224,8 +254,15 @@ def cmd_info(args: argparse.Namespace) -> int:
         lines.append(f"  {label:<15} {value}")
 
     row("description", card.description or "-")
-    row("loader", card.loader + (f" (format_version {card.manifest['loader_format_version']})"
-                                 if "loader_format_version" in card.manifest else ""))
+    row(
+        "loader",
+        card.loader
+        + (
+            f" (format_version {card.manifest['loader_format_version']})"
+            if "loader_format_version" in card.manifest
+            else ""
+        ),
+    )
     row("params", json.dumps(card.params, sort_keys=True))
     row("license", meta.get("license", "-"))
     row("citation", meta.get("citation", "-"))
@@ -237,8 +274,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         lines.append("  resources")
         for res in card.resources:
             lines.append(f"    - {res.get('name')}  {' | '.join(res.get('urls', []))}")
-            lines.append(f"      sha256 {res.get('sha256') or '(recorded at first download)'}  "
-                         f"size {human_bytes(res['size']) if res.get('size') is not None else '?'}")
+            lines.append(
+                f"      sha256 {res.get('sha256') or '(recorded at first download)'}  "
+                f"size {human_bytes(res['size']) if res.get('size') is not None else '?'}"
+            )
     else:
         row("resources", "none (generated locally)")
     row("cached", f"yes  {card.build_path}" if card.cached else f"no (run `{PROG} download {card.id}`)")
@@ -249,25 +288,34 @@ def cmd_info(args: argparse.Namespace) -> int:
     row("built bytes", human_bytes(card.built_bytes))
     counts = card.counts
     row("transitions", f"{counts.get('transitions', '?'):,}" if isinstance(counts.get("transitions"), int) else "?")
-    row("episodes", f"{counts.get('episodes', '?')} (terminated {counts.get('episodes_terminated', '?')}, "
-                    f"truncated {counts.get('episodes_truncated', '?')}, "
-                    f"unflagged end {counts.get('episodes_unflagged_end', '?')})")
+    row(
+        "episodes",
+        f"{counts.get('episodes', '?')} (terminated {counts.get('episodes_terminated', '?')}, "
+        f"truncated {counts.get('episodes_truncated', '?')}, "
+        f"unflagged end {counts.get('episodes_unflagged_end', '?')})",
+    )
     row("episode return", _fmt_stats(card.stats.get("episode_return", {})))
     row("episode length", _fmt_stats(card.stats.get("episode_length", {})))
     lines.append("  schema")
-    schema_rows = [(name, spec.get("dtype"), tuple(spec.get("shape", [])), spec.get("rows"))
-                   for name, spec in sorted(card.schema.items())]
+    schema_rows = [
+        (name, spec.get("dtype"), tuple(spec.get("shape", [])), spec.get("rows"))
+        for name, spec in sorted(card.schema.items())
+    ]
     lines += ["    " + line for line in _table(("stored key", "dtype", "shape", "rows"), schema_rows)]
     if card.notes:
         lines.append("  notes")
         lines += [f"    {k}: {json.dumps(v, default=str)}" for k, v in sorted(card.notes.items())]
     m = card.manifest
     lines.append("  provenance")
-    lines.append(f"    created {m.get('created', '?')} by datasets_hub {m.get('hub_version', '?')} "
-                 f"in {m.get('build_seconds', '?')} s; fingerprint {m.get('fingerprint', '?')}")
+    lines.append(
+        f"    created {m.get('created', '?')} by datasets_hub {m.get('hub_version', '?')} "
+        f"in {m.get('build_seconds', '?')} s; fingerprint {m.get('fingerprint', '?')}"
+    )
     for src in m.get("sources") or []:
-        lines.append(f"    source {src.get('name')}  {src.get('url')}  sha256 {src.get('sha256')}  "
-                     f"{human_bytes(src['bytes']) if src.get('bytes') is not None else '?'}")
+        lines.append(
+            f"    source {src.get('name')}  {src.get('url')}  sha256 {src.get('sha256')}  "
+            f"{human_bytes(src['bytes']) if src.get('bytes') is not None else '?'}"
+        )
     if args.plot:
         lines.append(f"\n  histograms written to {args.plot}")
     _out(lines)
@@ -332,8 +380,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if result.ok:
         _out(f"{args.id}: all {len(result.checked)} checked files match their recorded sha256")
         return 0
-    _out(f"{args.id}: {len(result.problems)} mismatch(es); fix: `{PROG} rm {args.id}` then "
-         f"`{PROG} download {args.id}` (add --raw to rm when a raw file is bad)")
+    _out(
+        f"{args.id}: {len(result.problems)} mismatch(es); fix: `{PROG} rm {args.id}` then "
+        f"`{PROG} download {args.id}` (add --raw to rm when a raw file is bad)"
+    )
     return 1
 
 
@@ -342,8 +392,11 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
     removed = remove(args.id, params=_params(args), all_builds=args.all_builds, raw=args.raw)
     if not removed:
-        _out(f"{args.id}: nothing to remove (no build for these params"
-             + ("" if args.all_builds else "; --all-builds removes builds with other params") + ")")
+        _out(
+            f"{args.id}: nothing to remove (no build for these params"
+            + ("" if args.all_builds else "; --all-builds removes builds with other params")
+            + ")"
+        )
         return 0
     _out([f"removed {p}" for p in removed])
     return 0
@@ -370,8 +423,14 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
     if listing.preprocessed:
         _out("\npreprocessed variants")
         rows = [(p.id, p.name, f"{p.transitions:,}", human_bytes(p.bytes), p.transform) for p in listing.preprocessed]
-        _out(["  " + line for line in _table(("id", "build-fp/transform-fp", "transitions", "bytes", "transform"),
-                                             rows, truncate_last=True)])
+        _out(
+            [
+                "  " + line
+                for line in _table(
+                    ("id", "build-fp/transform-fp", "transitions", "bytes", "transform"), rows, truncate_last=True
+                )
+            ]
+        )
     return 0
 
 
@@ -380,7 +439,10 @@ def cmd_cache_du(args: argparse.Namespace) -> int:
     from datasets_hub.maintenance import human_bytes, usage
 
     sizes = usage()
-    rows = [(name, human_bytes(sizes[name]), f"{sizes[name]:,}") for name in ("raw", "datasets", "preprocessed", "other", "total")]
+    rows = [
+        (name, human_bytes(sizes[name]), f"{sizes[name]:,}")
+        for name in ("raw", "datasets", "preprocessed", "other", "total")
+    ]
     _out(f"cache: {cache_root()}")
     _out(_table(("section", "size", "bytes"), rows))
     return 0
@@ -404,8 +466,10 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
             _out(f"skipped      {item.path} ({item.reason}): {item.skipped}")
         else:
             _out(f"{verb:<12} {item.path} ({item.reason}, {human_bytes(item.bytes)})")
-    _out(f"{verb} {len(done)} item(s), {human_bytes(sum(i.bytes for i in done))}"
-         + (f"; skipped {len(items) - len(done)} in use" if len(done) != len(items) else ""))
+    _out(
+        f"{verb} {len(done)} item(s), {human_bytes(sum(i.bytes for i in done))}"
+        + (f"; skipped {len(items) - len(done)} in use" if len(done) != len(items) else "")
+    )
     return 0
 
 
@@ -423,18 +487,24 @@ def cmd_sample(args: argparse.Namespace) -> int:
         try:
             from datasets_hub.buffers.slice_samplers import SliceSampler
         except ImportError as exc:
-            raise HubError(f"--slice-len needs datasets_hub.buffers.slice_samplers, which this installation lacks ({exc})") from exc
+            raise HubError(
+                f"--slice-len needs datasets_hub.buffers.slice_samplers, which this installation lacks ({exc})"
+            ) from exc
         sampler = SliceSampler(slice_len=args.slice_len)
     generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     rb = load(args.id, batch_size=args.batch_size, sampler=sampler, generator=generator, **_params(args))
     batch = rb.sample()
     rows = []
-    for key in sorted(batch.keys(include_nested=True, leaves_only=True), key=lambda k: (k,) if isinstance(k, str) else k):
+    for key in sorted(
+        batch.keys(include_nested=True, leaves_only=True), key=lambda k: (k,) if isinstance(k, str) else k
+    ):
         value = batch.get(key)
         name = key if isinstance(key, str) else "/".join(key)
         rows.append((name, list(value.shape), str(value.dtype).replace("torch.", "")))
-    _out(f"{args.id}: batch of {batch.batch_size[0] if batch.batch_dims else 1} from {len(rb):,} transitions"
-         + (f" ({args.batch_size // args.slice_len} slices of {args.slice_len})" if args.slice_len else ""))
+    _out(
+        f"{args.id}: batch of {batch.batch_size[0] if batch.batch_dims else 1} from {len(rb):,} transitions"
+        + (f" ({args.batch_size // args.slice_len} slices of {args.slice_len})" if args.slice_len else "")
+    )
     _out(_table(("key", "shape", "dtype"), rows))
     return 0
 

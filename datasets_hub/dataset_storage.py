@@ -4,6 +4,7 @@ Observation-like keys are stored once per episode with T+1 rows; ``observation[t
 ``next/observation[t]`` are gathered from the same array at rows ``i + e`` and ``i + e + 1``
 (transition ``i`` of episode ``e``). Samples are exactly what a naive TED copy would return.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -90,12 +91,18 @@ class DatasetStorage(Storage):
         ``[B, W, *shape]`` tensors: one read per key, straight from the per-episode frame file."""
         unknown = [k for k in keys if k not in self.frame_keys()]
         if unknown:
-            raise KeyError(f"{'/'.join(unknown[0])!r} is not stored once per episode in this build "
-                           f"(such keys: {sorted('/'.join(k) for k in self.frame_keys())})")
+            raise KeyError(
+                f"{'/'.join(unknown[0])!r} is not stored once per episode in this build "
+                f"(such keys: {sorted('/'.join(k) for k in self.frame_keys())})"
+            )
         ordinal = self._episode_ordinal(episode.reshape(-1).to(torch.int64))
         rows = (self._start[ordinal] + ordinal)[:, None] + times
-        return {key: torch.index_select(self._frames[key], 0, rows.reshape(-1)).reshape(*times.shape, *self._frames[key].shape[1:])
-                for key in keys}
+        return {
+            key: torch.index_select(self._frames[key], 0, rows.reshape(-1)).reshape(
+                *times.shape, *self._frames[key].shape[1:]
+            )
+            for key in keys
+        }
 
     def _episode_ordinal(self, episode: torch.Tensor) -> torch.Tensor:
         """Episode ids -> positions in the episode index (ids are the positions for every built-in loader)."""
@@ -113,7 +120,9 @@ class DatasetStorage(Storage):
             raise IndexError("this build holds no episode")
         pos = np.minimum(np.searchsorted(sorted_ids, episode.numpy()), order.size - 1)
         if not np.array_equal(sorted_ids[pos], episode.numpy()):
-            raise KeyError(f"episode ids {sorted(set(episode.tolist()) - set(sorted_ids.tolist()))[:5]} are not in this build")
+            raise KeyError(
+                f"episode ids {sorted(set(episode.tolist()) - set(sorted_ids.tolist()))[:5]} are not in this build"
+            )
         return torch.from_numpy(order[pos])
 
     def _rows(self, index: Any) -> np.ndarray:
@@ -219,4 +228,3 @@ def _put(tree: dict[str, Any], key: Key, value: torch.Tensor) -> None:
     for part in key[:-1]:
         tree = tree.setdefault(part, {})
     tree[key[-1]] = value
-

@@ -42,6 +42,7 @@ Environment, read at call time:
 Sidecar files the cache must skip when listing raw files: ``.sha256``, ``.lock``, ``.partial``,
 ``.corrupt`` suffixes (see :data:`SIDE_SUFFIXES`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,9 +73,23 @@ SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt")
 _SCHEMES = ("http", "https", "file", "hf")
 _sleep: Callable[[float], None] = time.sleep
 
-__all__ = ["fetch", "verify_file", "is_offline", "endpoint_for", "endpoint_env_var", "apply_endpoint",
-           "resolve_urls", "list_hf_files", "read_sidecar", "sidecar_path", "SIDE_SUFFIXES", "CHUNK_SIZE",
-           "MAX_REDIRECTS", "BACKOFF_BASE", "BACKOFF_CAP"]
+__all__ = [
+    "fetch",
+    "verify_file",
+    "is_offline",
+    "endpoint_for",
+    "endpoint_env_var",
+    "apply_endpoint",
+    "resolve_urls",
+    "list_hf_files",
+    "read_sidecar",
+    "sidecar_path",
+    "SIDE_SUFFIXES",
+    "CHUNK_SIZE",
+    "MAX_REDIRECTS",
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+]
 
 
 # ---------------------------------------------------------------------------------------- environment
@@ -98,8 +113,10 @@ def resolve_urls(resource: Resource, loader: str) -> list[str]:
     for url in resource.urls:
         scheme = urlsplit(url).scheme.lower()
         if scheme not in _SCHEMES:
-            raise DownloadError(f"{resource.name}: unsupported URL scheme {scheme or '(none)'!r} in {url!r}; "
-                                f"use http(s)://, file:// or hf://<repo_type>s/<repo_id>/<path>.")
+            raise DownloadError(
+                f"{resource.name}: unsupported URL scheme {scheme or '(none)'!r} in {url!r}; "
+                f"use http(s)://, file:// or hf://<repo_type>s/<repo_id>/<path>."
+            )
         urls.append(apply_endpoint(url, base))
     if not urls:
         raise DownloadError(f"{resource.name}: the resource lists no URL; add one to its catalogue entry.")
@@ -121,9 +138,13 @@ def read_sidecar(dest: Path) -> dict[str, Any] | None:
 
 
 def _write_sidecar(dest: Path, sha256: str, size: int, url: str, downloaded_at: str | None = None) -> None:
-    record = {"sha256": sha256, "size": size, "url": url,
-              "downloaded_at": downloaded_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "mtime_ns": dest.stat().st_mtime_ns}
+    record = {
+        "sha256": sha256,
+        "size": size,
+        "url": url,
+        "downloaded_at": downloaded_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "mtime_ns": dest.stat().st_mtime_ns,
+    }
     write_text_atomic(sidecar_path(dest), json.dumps(record, indent=1) + "\n")
 
 
@@ -153,16 +174,19 @@ def _check_cached(resource: Resource, dest: Path) -> str | None:
         return f"it has {st.st_size} bytes, the catalogue says {resource.size}"
     want = resource.sha256.lower() if resource.sha256 else None
     meta = read_sidecar(dest)
-    if (meta and meta.get("size") == st.st_size and meta.get("mtime_ns") == st.st_mtime_ns
-            and (want is None or meta.get("sha256") == want)):
+    if (
+        meta
+        and meta.get("size") == st.st_size
+        and meta.get("mtime_ns") == st.st_mtime_ns
+        and (want is None or meta.get("sha256") == want)
+    ):
         return None
     # no or stale sidecar: rehash once (a file copied in by hand, or touched since)
     digest = _hash_file(dest).hexdigest()
     reference, origin = (want, "the catalogue") if want else ((meta or {}).get("sha256"), "recorded at download")
     if reference and digest != reference:
         return f"its sha256 is {digest}, expected {reference} ({origin})"
-    _write_sidecar(dest, digest, st.st_size, (meta or {}).get("url") or "local copy",
-                   (meta or {}).get("downloaded_at"))
+    _write_sidecar(dest, digest, st.st_size, (meta or {}).get("url") or "local copy", (meta or {}).get("downloaded_at"))
     return None
 
 
@@ -177,8 +201,7 @@ def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[boo
         return False, f"{path}: missing; run `datasets-hub download` to fetch it again."
     size = path.stat().st_size
     if resource is not None and resource.size is not None and size != resource.size:
-        return False, (f"{path}: {size} bytes, the catalogue says {resource.size}; delete it and download "
-                       f"again.")
+        return False, (f"{path}: {size} bytes, the catalogue says {resource.size}; delete it and download again.")
     digest = _hash_file(path).hexdigest()
     meta = read_sidecar(path)
     if resource is not None and resource.sha256:
@@ -186,19 +209,31 @@ def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[boo
     else:
         reference, origin = (meta or {}).get("sha256"), "recorded at download"
     if not reference:
-        return False, (f"{path}: no checksum to compare with (sha256 is {digest}); files fetched by "
-                       f"datasets_hub record one in {sidecar_path(path).name}.")
+        return False, (
+            f"{path}: no checksum to compare with (sha256 is {digest}); files fetched by "
+            f"datasets_hub record one in {sidecar_path(path).name}."
+        )
     if digest != reference:
-        return False, (f"{path}: sha256 {digest} does not match {reference} ({origin}); the file is "
-                       f"corrupt or was modified: delete it and download again.")
+        return False, (
+            f"{path}: sha256 {digest} does not match {reference} ({origin}); the file is "
+            f"corrupt or was modified: delete it and download again."
+        )
     if meta and meta.get("sha256") == digest and meta.get("mtime_ns") != path.stat().st_mtime_ns:
         _write_sidecar(path, digest, size, meta.get("url", "local copy"), meta.get("downloaded_at"))
     return True, f"{path}: ok ({size} bytes, sha256 {digest[:16]}…, {origin})"
 
 
 # ---------------------------------------------------------------------------------------- fetch
-def fetch(resource: Resource, dest: Path, *, loader: str, offline: bool | None = None,
-          progress: bool | None = None, timeout: float = 60.0, retries: int = 5) -> Path:
+def fetch(
+    resource: Resource,
+    dest: Path,
+    *,
+    loader: str,
+    offline: bool | None = None,
+    progress: bool | None = None,
+    timeout: float = 60.0,
+    retries: int = 5,
+) -> Path:
     """Make ``dest`` hold ``resource``'s verified bytes and return ``dest`` (see the module docstring).
 
     ``offline`` defaults to ``DATASETS_HUB_OFFLINE``; ``progress`` to "stderr is a TTY";
@@ -227,23 +262,25 @@ def fetch(resource: Resource, dest: Path, *, loader: str, offline: bool | None =
             if offline:
                 raise ChecksumMismatch(
                     f"{resource.name}: the cached file {dest} is wrong: {problem}. Offline mode forbids "
-                    f"downloading it again: copy a good copy to that path, or unset DATASETS_HUB_OFFLINE.")
+                    f"downloading it again: copy a good copy to that path, or unset DATASETS_HUB_OFFLINE."
+                )
             _move_aside(dest)
         if offline:
             urls = [u for u in urls if urlsplit(u).scheme in ("file", "hf")]  # no connection needed
             if not urls:
                 raise DownloadError(_offline_message(resource, dest))
-        return _download_any(resource, dest, urls, offline=offline, progress=progress,
-                             timeout=timeout, retries=retries)
+        return _download_any(resource, dest, urls, offline=offline, progress=progress, timeout=timeout, retries=retries)
     finally:
         lock.release()
 
 
 def _offline_message(resource: Resource, dest: Path) -> str:
     sources = ", ".join(resource.urls)
-    return (f"{resource.name} is not in the cache and offline mode (DATASETS_HUB_OFFLINE=1) forbids "
-            f"downloading it from {sources}. Fix: copy the file to exactly {dest}, or unset "
-            f"DATASETS_HUB_OFFLINE to download it.")
+    return (
+        f"{resource.name} is not in the cache and offline mode (DATASETS_HUB_OFFLINE=1) forbids "
+        f"downloading it from {sources}. Fix: copy the file to exactly {dest}, or unset "
+        f"DATASETS_HUB_OFFLINE to download it."
+    )
 
 
 def _cache_write_error(exc: OSError, resource: Resource, dest: Path, url: str | None = None) -> CacheError | None:
@@ -257,12 +294,14 @@ def _cache_write_error(exc: OSError, resource: Resource, dest: Path, url: str | 
         return CacheError(
             f"{resource.name}: the disk filled up while downloading{source} to {dest} ({exc.strerror}); "
             f"{kept} bytes are kept in {partial.name} and the next attempt resumes. Free space (e.g. "
-            "`datasets-hub cache prune`) or point DATASETS_HUB_CACHE at a larger disk, then load again.")
+            "`datasets-hub cache prune`) or point DATASETS_HUB_CACHE at a larger disk, then load again."
+        )
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return CacheError(
             f"{resource.name}: cannot write to {dest.parent} ({exc.strerror}): the cache is read-only for this "
             "process. Point DATASETS_HUB_CACHE at a writable directory or fix its permissions; builds already "
-            "in the cache can still be read.")
+            "in the cache can still be read."
+        )
     return None
 
 
@@ -275,28 +314,43 @@ def _move_aside(path: Path, dest: Path | None = None) -> Path:
     return corrupt
 
 
-def _download_any(resource: Resource, dest: Path, urls: list[str], *, offline: bool,
-                  progress: bool | None, timeout: float, retries: int) -> Path:
+def _download_any(
+    resource: Resource,
+    dest: Path,
+    urls: list[str],
+    *,
+    offline: bool,
+    progress: bool | None,
+    timeout: float,
+    retries: int,
+) -> Path:
     partial = dest.with_name(dest.name + ".partial")
     show = progress if progress is not None else bool(getattr(sys.stderr, "isatty", lambda: False)())
     from tqdm.auto import tqdm
 
     errors: list[tuple[str, HubError]] = []
-    with tqdm(total=resource.size, unit="B", unit_scale=True, unit_divisor=1024, desc=resource.name,
-              disable=not show, leave=False) as bar:
+    with tqdm(
+        total=resource.size,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=resource.name,
+        disable=not show,
+        leave=False,
+    ) as bar:
         for url in urls:
             scheme = urlsplit(url).scheme.lower()
             try:
                 if scheme in ("http", "https"):
-                    digest, size = _http_download(url, partial, resource, timeout=timeout, retries=retries,
-                                                  bar=bar)
+                    digest, size = _http_download(url, partial, resource, timeout=timeout, retries=retries, bar=bar)
                 elif scheme == "file":
                     digest, size = _copy_local(_file_url_path(url, resource), partial, bar, link=False)
                 else:
                     from datasets_hub.hf_source import download_hf
 
-                    source = download_hf(url, resource_name=resource.name, dest=dest, offline=offline,
-                                         progress=show, timeout=timeout)
+                    source = download_hf(
+                        url, resource_name=resource.name, dest=dest, offline=offline, progress=show, timeout=timeout
+                    )
                     digest, size = _copy_local(source, partial, bar, link=True)
                 _finish(resource, dest, partial, url, digest, size)
                 return dest
@@ -315,15 +369,18 @@ def _finish(resource: Resource, dest: Path, partial: Path, url: str, digest: str
     """Check size and sha256 of the complete ``partial``, then publish it atomically as ``dest``."""
     if resource.size is not None and size != resource.size:
         partial.unlink(missing_ok=True)
-        raise DownloadError(f"{resource.name}: {url} gave {size} bytes, the catalogue says {resource.size}; "
-                            f"the upstream file changed or the mirror is wrong (fix the catalogue entry or "
-                            f"the mirror).")
+        raise DownloadError(
+            f"{resource.name}: {url} gave {size} bytes, the catalogue says {resource.size}; "
+            f"the upstream file changed or the mirror is wrong (fix the catalogue entry or "
+            f"the mirror)."
+        )
     if resource.sha256 and digest != resource.sha256.lower():
         corrupt = _move_aside(partial, dest)
         raise ChecksumMismatch(
             f"{resource.name}: the file downloaded from {url} has sha256 {digest}, expected "
             f"{resource.sha256.lower()}. It was moved aside to {corrupt}. Try again, or use another mirror "
-            f"(DATASETS_HUB_ENDPOINT_<LOADER>); if upstream really changed, fix the catalogue's sha256.")
+            f"(DATASETS_HUB_ENDPOINT_<LOADER>); if upstream really changed, fix the catalogue's sha256."
+        )
     # No fsync, as for builds (datasets_hub/build.py): a killed process never publishes a partial
     # file, and after a power loss `datasets-hub verify` finds a damaged one by its recorded sha256.
     # An fsync here cost 0.3-0.6 s per 300 MB, a third of a D4RL build.
@@ -335,8 +392,9 @@ def _finish(resource: Resource, dest: Path, partial: Path, url: str, digest: str
 def _file_url_path(url: str, resource: Resource) -> Path:
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
-        raise DownloadError(f"{resource.name}: {url} names host {parts.netloc!r}; file:// URLs must be local "
-                            f"(file:///absolute/path).")
+        raise DownloadError(
+            f"{resource.name}: {url} names host {parts.netloc!r}; file:// URLs must be local (file:///absolute/path)."
+        )
     path = Path(url2pathname(unquote(parts.path)))
     if not path.is_file():
         raise DownloadError(f"{resource.name}: {url} does not exist ({path}); fix the path or the mirror.")
@@ -384,11 +442,15 @@ class _Retry(Exception):
 
 def _status_message(url: str, status: int, resource: Resource) -> str:
     if status == 404:
-        return (f"{resource.name}: {url} answered 404: file not found upstream: check the id or point "
-                f"DATASETS_HUB_ENDPOINT_<LOADER> at a mirror.")
+        return (
+            f"{resource.name}: {url} answered 404: file not found upstream: check the id or point "
+            f"DATASETS_HUB_ENDPOINT_<LOADER> at a mirror."
+        )
     if status in (401, 403):
-        return (f"{resource.name}: {url} answered {status} (access denied): the file is private, gated or "
-                f"moved; check the URL or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).")
+        return (
+            f"{resource.name}: {url} answered {status} (access denied): the file is private, gated or "
+            f"moved; check the URL or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
+        )
     return f"{resource.name}: {url} answered HTTP {status}; check the URL or use a mirror."
 
 
@@ -402,11 +464,15 @@ def _open(session: Any, url: str, headers: dict[str, str], timeout: float, resou
             location = urljoin(current, resp.headers["Location"])
             resp.close()
             if urlsplit(location).scheme.lower() not in ("http", "https"):
-                raise DownloadError(f"{resource.name}: {current} redirects to {location}; only http and https "
-                                    f"redirects are followed. Use a direct http(s) URL or a mirror.")
+                raise DownloadError(
+                    f"{resource.name}: {current} redirects to {location}; only http and https "
+                    f"redirects are followed. Use a direct http(s) URL or a mirror."
+                )
             if location in chain:
-                raise DownloadError(f"{resource.name}: redirect loop: {' -> '.join(chain + [location])}; the "
-                                    f"server is misconfigured, use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).")
+                raise DownloadError(
+                    f"{resource.name}: redirect loop: {' -> '.join(chain + [location])}; the "
+                    f"server is misconfigured, use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
+                )
             chain.append(location)
             current = location
             continue
@@ -450,8 +516,9 @@ def _body(resp: Any) -> Any:
         yield block
 
 
-def _http_download(url: str, partial: Path, resource: Resource, *, timeout: float, retries: int,
-                   bar: Any) -> tuple[str, int]:
+def _http_download(
+    url: str, partial: Path, resource: Resource, *, timeout: float, retries: int, bar: Any
+) -> tuple[str, int]:
     """Download ``url`` into ``partial`` (resuming what is there); return (sha256, size)."""
     import requests
 
@@ -470,8 +537,7 @@ def _http_download(url: str, partial: Path, resource: Resource, *, timeout: floa
                     if resp.status_code == 206:
                         rng = _parse_content_range(resp.headers.get("Content-Range"))
                         if rng is None or rng[0] != have:
-                            raise _Retry(f"bad Content-Range {resp.headers.get('Content-Range')!r}",
-                                         restart=True)
+                            raise _Retry(f"bad Content-Range {resp.headers.get('Content-Range')!r}", restart=True)
                         total = rng[1]
                     elif resp.status_code == 416:
                         m = re.fullmatch(r"\s*bytes\s+\*/(\d+)\s*", resp.headers.get("Content-Range", ""))
@@ -490,7 +556,8 @@ def _http_download(url: str, partial: Path, resource: Resource, *, timeout: floa
                         partial.unlink(missing_ok=True)
                         raise DownloadError(
                             f"{resource.name}: {url} announces {total} bytes, the catalogue says "
-                            f"{resource.size}; the upstream file changed or the mirror is wrong.")
+                            f"{resource.size}; the upstream file changed or the mirror is wrong."
+                        )
                     bar.reset(total=total if total is not None else resource.size)
                     bar.update(have)
                     with open(partial, "ab") as out:
@@ -504,8 +571,13 @@ def _http_download(url: str, partial: Path, resource: Resource, *, timeout: floa
                     if total is not None and have > total:
                         raise _Retry(f"received {have} bytes, more than the {total} announced", restart=True)
                     return hasher.hexdigest(), have
-            except (_Retry, requests.ConnectionError, requests.Timeout,
-                    requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
+            except (
+                _Retry,
+                requests.ConnectionError,
+                requests.Timeout,
+                requests.exceptions.ChunkedEncodingError,
+                requests.exceptions.ContentDecodingError,
+            ) as exc:
                 last = str(exc) or type(exc).__name__
                 if isinstance(exc, _Retry) and exc.restart:
                     have, hasher = 0, hashlib.sha256()  # start over: the partial cannot be resumed
@@ -518,14 +590,14 @@ def _http_download(url: str, partial: Path, resource: Resource, *, timeout: floa
                     raise DownloadError(
                         f"{resource.name}: giving up on {url} after {retries} retries without progress "
                         f"(last error: {last}); {have} bytes are kept in {partial} and the next attempt "
-                        f"resumes. Check the network or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>).") from exc
+                        f"resumes. Check the network or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
+                    ) from exc
                 _sleep(min(BACKOFF_CAP, BACKOFF_BASE * 2 ** max(failures - 1, 0)))
             except requests.RequestException as exc:  # invalid URL, too many redirects…: not transient
                 raise DownloadError(f"{resource.name}: cannot download {url}: {exc}") from exc
 
 
-def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None = None,
-                  prefix: str = "") -> list[str]:
+def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None = None, prefix: str = "") -> list[str]:
     """Sorted files of a Hugging Face Hub repo starting with ``prefix`` (for loaders that need a
     listing); see :func:`datasets_hub.hf_source.list_hf_files`."""
     from datasets_hub.hf_source import list_hf_files as _list

@@ -13,6 +13,7 @@ long-lived processes change them).
 
 Only the standard library and :mod:`datasets_hub.errors`: anything may import this module.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,8 +67,10 @@ def endpoint_for(loader: str) -> str | None:
     if not base:
         return None
     if urlsplit(base).scheme not in ("http", "https") or not urlsplit(base).netloc:
-        raise DownloadError(f"{var}={base!r} is not an http(s) base URL; set it to e.g. "
-                            f"'http://mirror.example.org/path' or unset it to use the upstream hosts.")
+        raise DownloadError(
+            f"{var}={base!r} is not an http(s) base URL; set it to e.g. "
+            f"'http://mirror.example.org/path' or unset it to use the upstream hosts."
+        )
     return base.rstrip("/")
 
 

@@ -4,6 +4,7 @@ Every error names the problem and the fix. Buffer misuse that TorchRL users expe
 exceptions (wrong shapes, bad arguments) raises ``ValueError``/``TypeError``/``RuntimeError``;
 everything about datasets, loaders, downloads and the cache raises a :class:`HubError`.
 """
+
 from __future__ import annotations
 
 import difflib

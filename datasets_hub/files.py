@@ -8,6 +8,7 @@
 
 Only the standard library: anything may import this module.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +40,9 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return path
 
 
-def write_json_atomic(path: str | Path, payload: Mapping[str, Any] | list, *, indent: int | None = 1,
-                      sort_keys: bool = True) -> Path:
+def write_json_atomic(
+    path: str | Path, payload: Mapping[str, Any] | list, *, indent: int | None = 1, sort_keys: bool = True
+) -> Path:
     """Replace ``path`` by ``payload`` as JSON atomically; values JSON cannot hold are written as ``str``."""
     return write_text_atomic(path, json.dumps(payload, indent=indent, sort_keys=sort_keys, default=str))
 

@@ -19,6 +19,7 @@ a result that cannot be identified must never be reused.
 
 Fingerprints are stable across processes and sessions of the same Python minor version.
 """
+
 from __future__ import annotations
 
 import functools
@@ -68,8 +69,12 @@ def transform_fingerprint(parent: str, fn: Callable, version: Any = None, *, sta
     """``hash(parent, fn, version)`` as 16 hex chars, or ``None`` (after one warning per function)
     when ``fn`` cannot be fingerprinted."""
     try:
-        payload = {"format": FINGERPRINT_VERSION, "parent": parent, "fn": fingerprint_callable(fn),
-                   "version": _Describer().value(version, "version=")}
+        payload = {
+            "format": FINGERPRINT_VERSION,
+            "parent": parent,
+            "fn": fingerprint_callable(fn),
+            "version": _Describer().value(version, "version="),
+        }
     except Unfingerprintable as exc:
         key = (describe_name(fn), str(exc))
         if key not in _WARNED:
@@ -78,7 +83,9 @@ def transform_fingerprint(parent: str, fn: Callable, version: Any = None, *, sta
                 f"preprocess: cannot fingerprint {describe_name(fn)} ({exc}); the result is computed but NOT "
                 "cached, so the next call computes it again. To cache it, make fn depend only on plain values "
                 "(bind them with functools.partial or default arguments) and wrap builtins in a def",
-                UncachedPreprocessWarning, stacklevel=stacklevel + 1)
+                UncachedPreprocessWarning,
+                stacklevel=stacklevel + 1,
+            )
         return None
     return _digest(payload)[:16]
 
@@ -133,10 +140,24 @@ def _is_library(obj: Any) -> tuple[bool, str | None]:
 
 
 # ------------------------------------------------------------------------------------ description
-_BUILTIN_TYPES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
-                  types.MethodWrapperType, types.MethodDescriptorType, types.ClassMethodDescriptorType)
-_CODE_ATTRS = ("co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_flags", "co_names", "co_varnames",
-               "co_freevars", "co_cellvars")
+_BUILTIN_TYPES = (
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+)
+_CODE_ATTRS = (
+    "co_argcount",
+    "co_posonlyargcount",
+    "co_kwonlyargcount",
+    "co_flags",
+    "co_names",
+    "co_varnames",
+    "co_freevars",
+    "co_cellvars",
+)
 
 
 class _Describer:
@@ -149,11 +170,16 @@ class _Describer:
     def callable(self, fn: Any, where: str, top: bool = False) -> Any:
         """Describe a callable; ``top`` is the transform itself (or what a partial/method wraps)."""
         if isinstance(fn, functools.partial):
-            return {"partial": self.callable(fn.func, where, top), "args": self.value(fn.args, f"{where} bound args"),
-                    "kwargs": self.value(fn.keywords, f"{where} bound keywords")}
+            return {
+                "partial": self.callable(fn.func, where, top),
+                "args": self.value(fn.args, f"{where} bound args"),
+                "kwargs": self.value(fn.keywords, f"{where} bound keywords"),
+            }
         if isinstance(fn, types.MethodType):
-            return {"method": self.callable(fn.__func__, where, top),
-                    "self": self.value(fn.__self__, f"the object {where} is bound to")}
+            return {
+                "method": self.callable(fn.__func__, where, top),
+                "self": self.value(fn.__self__, f"the object {where} is bound to"),
+            }
         if isinstance(fn, types.FunctionType):
             return self.function(fn, where)
         if isinstance(fn, type):
@@ -194,10 +220,13 @@ class _Describer:
                 if ref in namespace:
                     globals_[ref] = self.value(namespace[ref], f"the global {ref!r} read by {name}")
             return {
-                "function": name, "source": source, "code": _code_digest(code),
+                "function": name,
+                "source": source,
+                "code": _code_digest(code),
                 "defaults": self.value(fn.__defaults__, f"the defaults of {name}"),
                 "kwdefaults": self.value(fn.__kwdefaults__, f"the keyword defaults of {name}"),
-                "closure": closure, "globals": globals_,
+                "closure": closure,
+                "globals": globals_,
             }
         finally:
             self._active.discard(id(fn))
@@ -284,8 +313,12 @@ class _ContentPickler(pickle.Pickler):
             array = np.ascontiguousarray(obj)
             if array.dtype.hasobject:
                 return None  # object arrays pickle their elements
-            return ("ndarray", str(array.dtype), array.shape, hashlib.sha256(array.view(np.uint8).data).hexdigest()
-                    if array.size else "")
+            return (
+                "ndarray",
+                str(array.dtype),
+                array.shape,
+                hashlib.sha256(array.view(np.uint8).data).hexdigest() if array.size else "",
+            )
         if isinstance(obj, types.ModuleType):
             library, version = _module_identity(obj.__name__)
             return ("module", obj.__name__, version if library else _user_module_digest(obj.__name__))

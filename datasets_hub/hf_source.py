@@ -11,6 +11,7 @@ them into ``<cache>/raw/<loader>/``. Read at call time: ``HF_ENDPOINT`` (a Hub m
 used, without any connection), ``HF_HUB_CACHE`` / ``HF_HOME``. ``huggingface_hub`` itself reads
 these once, when first imported; passing them explicitly makes a change after that import count.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,11 +37,12 @@ def parse_hf_url(url: str) -> HFRef:
     """Split an ``hf://`` URL into repo type, repo id, path in repo and revision."""
     if not url.startswith("hf://"):
         raise DownloadError(f"{url!r} is not an hf:// URL")
-    parts = [unquote(p) for p in url[len("hf://"):].split("/")]
+    parts = [unquote(p) for p in url[len("hf://") :].split("/")]
     if len(parts) < 4 or parts[0] not in _REPO_TYPES or not all(parts):
         raise DownloadError(
             f"cannot parse {url!r}: expected hf://<datasets|models|spaces>/<owner>/<repo>/<path in repo>"
-            f"[@<revision>], e.g. hf://datasets/jdvakil/RoboSet_Sim/FK1-v4(expert)/file.h5")
+            f"[@<revision>], e.g. hf://datasets/jdvakil/RoboSet_Sim/FK1-v4(expert)/file.h5"
+        )
     repo_type = _REPO_TYPES[parts[0]]
     owner, name, rest = parts[1], parts[2], parts[3:]
     revision = None
@@ -69,12 +71,21 @@ def _import_hf():
 
 def _hint() -> str:
     endpoint = hf_endpoint() or "https://huggingface.co"
-    return (f" (Hub endpoint {endpoint}; set HF_ENDPOINT to use a mirror, HF_TOKEN for gated or private "
-            f"repos; offline, only files already in the Hugging Face cache can be used)")
+    return (
+        f" (Hub endpoint {endpoint}; set HF_ENDPOINT to use a mirror, HF_TOKEN for gated or private "
+        f"repos; offline, only files already in the Hugging Face cache can be used)"
+    )
 
 
-def download_hf(url: str, *, resource_name: str, dest: Path | None = None, offline: bool = False,
-                progress: bool = False, timeout: float = 60.0) -> Path:
+def download_hf(
+    url: str,
+    *,
+    resource_name: str,
+    dest: Path | None = None,
+    offline: bool = False,
+    progress: bool = False,
+    timeout: float = 60.0,
+) -> Path:
     """Return the local path (in the Hugging Face cache) of the file ``url`` names.
 
     Offline (``offline`` or ``HF_HUB_OFFLINE``): the Hugging Face cache is looked up without any
@@ -88,35 +99,50 @@ def download_hf(url: str, *, resource_name: str, dest: Path | None = None, offli
     if offline or hf_offline():
         # try_to_load_from_cache never opens a connection (hf_hub_download(local_files_only=True) may
         # still build request headers, which can contact the Hub)
-        found = hf.try_to_load_from_cache(ref.repo_id, ref.path, cache_dir=hf_cache_dir(),
-                                          revision=ref.revision, repo_type=ref.repo_type)
+        found = hf.try_to_load_from_cache(
+            ref.repo_id, ref.path, cache_dir=hf_cache_dir(), revision=ref.revision, repo_type=ref.repo_type
+        )
         if isinstance(found, str) and os.path.isfile(found):
             return Path(found)
         var = "DATASETS_HUB_OFFLINE" if offline else "HF_HUB_OFFLINE"
         target = f"exactly {dest}" if dest is not None else "the datasets_hub raw cache"
         raise DownloadError(
             f"{where} is not in the Hugging Face cache and offline mode ({var}=1) forbids downloading "
-            f"it. Fix: copy the file to {target}, or unset {var} to download it.")
+            f"it. Fix: copy the file to {target}, or unset {var} to download it."
+        )
     kwargs = {}
     if not progress:
         kwargs["tqdm_class"] = _silent_tqdm()
     try:
-        path = hf.hf_hub_download(ref.repo_id, ref.path, repo_type=ref.repo_type, revision=ref.revision,
-                                  cache_dir=hf_cache_dir(), endpoint=hf_endpoint(), etag_timeout=timeout,
-                                  **kwargs)
+        path = hf.hf_hub_download(
+            ref.repo_id,
+            ref.path,
+            repo_type=ref.repo_type,
+            revision=ref.revision,
+            cache_dir=hf_cache_dir(),
+            endpoint=hf_endpoint(),
+            etag_timeout=timeout,
+            **kwargs,
+        )
     except hf_errors.RevisionNotFoundError as exc:
-        raise DownloadError(f"{where}: revision {ref.revision!r} not found in {ref.repo_id}; check the "
-                            f"revision{_hint()}.") from exc
+        raise DownloadError(
+            f"{where}: revision {ref.revision!r} not found in {ref.repo_id}; check the revision{_hint()}."
+        ) from exc
     except hf_errors.RemoteEntryNotFoundError as exc:
-        raise DownloadError(f"{where}: file not found upstream: {ref.path!r} is not in {ref.repo_type} "
-                            f"repo {ref.repo_id}; check the path{_hint()}.") from exc
+        raise DownloadError(
+            f"{where}: file not found upstream: {ref.path!r} is not in {ref.repo_type} "
+            f"repo {ref.repo_id}; check the path{_hint()}."
+        ) from exc
     except hf_errors.RepositoryNotFoundError as exc:
-        raise DownloadError(f"{where}: {ref.repo_type} repo {ref.repo_id!r} not found or not accessible"
-                            f"{_hint()}.") from exc
+        raise DownloadError(
+            f"{where}: {ref.repo_type} repo {ref.repo_id!r} not found or not accessible{_hint()}."
+        ) from exc
     except hf_errors.LocalEntryNotFoundError as exc:
-        raise DownloadError(f"{where}: the Hub could not be reached and the file is not in the Hugging "
-                            f"Face cache{_hint()}. huggingface_hub reads HF_HUB_OFFLINE when first "
-                            f"imported; check it is unset. ({exc})") from exc
+        raise DownloadError(
+            f"{where}: the Hub could not be reached and the file is not in the Hugging "
+            f"Face cache{_hint()}. huggingface_hub reads HF_HUB_OFFLINE when first "
+            f"imported; check it is unset. ({exc})"
+        ) from exc
     except (hf_errors.HfHubHTTPError, OSError, ValueError) as exc:
         raise DownloadError(f"{where}: download failed: {exc}{_hint()}.") from exc
     return Path(path)
@@ -133,8 +159,7 @@ def _silent_tqdm():
     return _Silent
 
 
-def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None = None,
-                  prefix: str = "") -> list[str]:
+def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None = None, prefix: str = "") -> list[str]:
     """Sorted paths of the files in a Hub repo that start with ``prefix``.
 
     Offline (``DATASETS_HUB_OFFLINE`` or ``HF_HUB_OFFLINE``) the listing comes from the snapshot in
@@ -147,9 +172,11 @@ def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None
     if env.offline() or hf_offline():
         files = _list_cached(hf, repo_id, repo_type, revision)
         if files is None:
-            raise DownloadError(f"cannot list {repo_type} repo {repo_id} offline: nothing of it is in the "
-                                f"Hugging Face cache. Unset DATASETS_HUB_OFFLINE / HF_HUB_OFFLINE once to "
-                                f"fetch it.")
+            raise DownloadError(
+                f"cannot list {repo_type} repo {repo_id} offline: nothing of it is in the "
+                f"Hugging Face cache. Unset DATASETS_HUB_OFFLINE / HF_HUB_OFFLINE once to "
+                f"fetch it."
+            )
     else:
         try:
             api = hf.HfApi(endpoint=hf_endpoint())

@@ -3,6 +3,7 @@
 ``load`` finds the build for (id, params) in the cache — opening it costs milliseconds and no
 network — or downloads the upstream files, converts them once, and publishes the build atomically.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,8 +80,14 @@ def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], 
         dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
         files[resource.name] = dest
-        sources.append({"name": resource.name, "url": resource.urls[0],
-                        "sha256": resource.sha256 or _recorded_sha256(dest), "bytes": dest.stat().st_size})
+        sources.append(
+            {
+                "name": resource.name,
+                "url": resource.urls[0],
+                "sha256": resource.sha256 or _recorded_sha256(dest),
+                "bytes": dest.stat().st_size,
+            }
+        )
     return files, sources
 
 
@@ -109,9 +116,18 @@ def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
     return _ensure_build(dataset_id, force=force, allow_download=True, params=params)
 
 
-def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None, transform: Any = None,
-         prefetch: int = 0, download: bool = True, generator: torch.Generator | None = None,
-         preprocess: Any = None, **params: Any):
+def load(
+    dataset_id: str,
+    *,
+    batch_size: int | None = None,
+    sampler: Any = None,
+    transform: Any = None,
+    prefetch: int = 0,
+    download: bool = True,
+    generator: torch.Generator | None = None,
+    preprocess: Any = None,
+    **params: Any,
+):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
 
     ``params`` override the catalogue's parameters (and so select a different build). The buffer
@@ -133,9 +149,15 @@ def load(dataset_id: str, *, batch_size: int | None = None, sampler: Any = None,
     from datasets_hub.buffers.writers import ImmutableDatasetWriter
 
     storage = DatasetStorage(path)
-    rb = TensorDictReplayBuffer(storage=storage, sampler=sampler if sampler is not None else RandomSampler(),
-                                writer=ImmutableDatasetWriter(), batch_size=batch_size,
-                                transform=None if steps else transform, prefetch=prefetch, generator=generator)
+    rb = TensorDictReplayBuffer(
+        storage=storage,
+        sampler=sampler if sampler is not None else RandomSampler(),
+        writer=ImmutableDatasetWriter(),
+        batch_size=batch_size,
+        transform=None if steps else transform,
+        prefetch=prefetch,
+        generator=generator,
+    )
     if steps:
         from datasets_hub.preprocess import preprocess_chain
 
@@ -156,10 +178,17 @@ def info(dataset_id: str, **params: Any) -> DatasetInfo:
         if candidate.exists():
             raw += candidate.stat().st_size
     return DatasetInfo(
-        id=spec.id, loader=spec.loader, params=spec.params,
-        resources=[r.to_dict() for r in loader.resources(spec)], metadata=spec.metadata, source=spec.source,
-        cached=manifest is not None, build_path=path if manifest is not None else None, raw_bytes=raw,
-        built_bytes=dir_size(path) if manifest is not None else 0, manifest=manifest or {},
+        id=spec.id,
+        loader=spec.loader,
+        params=spec.params,
+        resources=[r.to_dict() for r in loader.resources(spec)],
+        metadata=spec.metadata,
+        source=spec.source,
+        cached=manifest is not None,
+        build_path=path if manifest is not None else None,
+        raw_bytes=raw,
+        built_bytes=dir_size(path) if manifest is not None else 0,
+        manifest=manifest or {},
     )
 
 

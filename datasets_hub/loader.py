@@ -22,6 +22,7 @@ The TED chunk a loader yields (a ``TensorDict`` with batch size ``[N]``, N >= 1)
   ``next[K][t] == K[t+1]`` inside every episode, and stores ``("next", K)`` separately otherwise;
 - root ``done``/``terminated``/``truncated`` and ``step`` may be omitted; the core produces them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -55,8 +56,12 @@ class Resource:
             raise ValueError(f"resource {entry!r} has no 'url' or 'urls'")
         name = entry.get("name") or str(urls[0]).rstrip("/").rsplit("/", 1)[-1]
         size = entry.get("size", entry.get("bytes"))
-        return cls(name=str(name), urls=tuple(str(u) for u in urls), sha256=entry.get("sha256"),
-                   size=None if size is None else int(size))
+        return cls(
+            name=str(name),
+            urls=tuple(str(u) for u in urls),
+            sha256=entry.get("sha256"),
+            size=None if size is None else int(size),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "urls": list(self.urls)}
@@ -92,8 +97,9 @@ class LoaderContext:
     observation upstream does not know); ``progress(n)`` reports n more source rows read.
     """
 
-    def __init__(self, chunk_rows: int = 65536, progress: Callable[[int], None] | None = None,
-                 raw_dir: Path | None = None) -> None:
+    def __init__(
+        self, chunk_rows: int = 65536, progress: Callable[[int], None] | None = None, raw_dir: Path | None = None
+    ) -> None:
         self.chunk_rows = int(chunk_rows)
         self.notes: dict[str, Any] = {}
         self.raw_dir = raw_dir
@@ -133,14 +139,14 @@ class Loader:
         if unknown:
             raise InvalidParameter(
                 f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the {self.name} loader "
-                f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}")
+                f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}"
+            )
 
     def resources(self, spec: DatasetSpec) -> list[Resource]:
         """What to fetch for ``spec``; the default is the catalogue entry's resources."""
         return list(spec.resources)
 
-    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext
-                 ) -> Iterator[TensorDictBase]:
+    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
         """Yield TED chunks of whole episodes (see the module docstring); ``files`` maps each
         resource name to its verified local path."""
         raise NotImplementedError

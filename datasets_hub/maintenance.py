@@ -15,6 +15,7 @@ too. Contracts:
 Light on purpose: stdlib, numpy and :mod:`datasets_hub.cache` at import; the loader machinery is
 imported only by the functions that need a catalogue entry.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from datasets_hub.cache import (INCOMPLETE_SUFFIX, MANIFEST, cache_root, dataset_dir, datasets_dir, dir_size, file_lock, raw_file_path,
-                    iter_builds, read_manifest, remove_tree)
+from datasets_hub.cache import (
+    INCOMPLETE_SUFFIX,
+    MANIFEST,
+    cache_root,
+    dataset_dir,
+    datasets_dir,
+    dir_size,
+    file_lock,
+    raw_file_path,
+    iter_builds,
+    read_manifest,
+    remove_tree,
+)
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
 #: Suffixes of the downloader's side files, which are not raw data.
@@ -82,9 +94,14 @@ def builds_of(dataset_id: str) -> list[Path]:
     root = dataset_dir(dataset_id)
     if not root.is_dir():
         return []
-    return sorted(p for p in root.iterdir()
-                  if p.is_dir() and not p.name.endswith(INCOMPLETE_SUFFIX) and DELETING_MARK not in p.name
-                  and (p / MANIFEST).is_file())
+    return sorted(
+        p
+        for p in root.iterdir()
+        if p.is_dir()
+        and not p.name.endswith(INCOMPLETE_SUFFIX)
+        and DELETING_MARK not in p.name
+        and (p / MANIFEST).is_file()
+    )
 
 
 def catalogue_build(dataset_id: str, params: dict[str, Any] | None = None) -> tuple[Any, Any, Path]:
@@ -111,8 +128,9 @@ def _remove_build(build: Path) -> None:
         remove_tree(pre)  # derived from the build; unreachable without it
 
 
-def remove(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False,
-           raw: bool = False) -> list[Path]:
+def remove(
+    dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False, raw: bool = False
+) -> list[Path]:
     """Delete the build of ``dataset_id`` for ``params`` (or every build), and with ``raw`` its raw files.
 
     Returns what was removed. Builds go atomically (renamed aside, then deleted); their cached
@@ -154,19 +172,31 @@ def remove_preprocessed(name: str) -> Path:
     The variant is renamed aside and deleted (no reader sees half of it); one being computed right
     now (its lock held) is refused, as builds are.
     """
-    if not isinstance(name, str) or not name or any(part in ("", ".", "..") for part in name.split("/")) \
-            or name.count("/") > 1 or "\\" in name or "\x00" in name:
-        raise InvalidParameter(f"{name!r} is not a preprocessed variant name: use <build-fp>/<transform-fp> "
-                         f"as `datasets-hub cache ls` shows it")
+    if (
+        not isinstance(name, str)
+        or not name
+        or any(part in ("", ".", "..") for part in name.split("/"))
+        or name.count("/") > 1
+        or "\\" in name
+        or "\x00" in name
+    ):
+        raise InvalidParameter(
+            f"{name!r} is not a preprocessed variant name: use <build-fp>/<transform-fp> "
+            f"as `datasets-hub cache ls` shows it"
+        )
     variants = {v.parent.name + "/" + v.name: v for v in _variants()}
     matches = [path for full, path in variants.items() if full == name or ("/" not in name and path.name == name)]
     if not matches:
         known = list(variants) + [full.split("/")[1] for full in variants]
-        raise InvalidParameter(f"no preprocessed variant {name!r} in {cache_root() / 'preprocessed'}."
-                         f"{did_you_mean(name, known)} `datasets-hub cache ls` lists them")
+        raise InvalidParameter(
+            f"no preprocessed variant {name!r} in {cache_root() / 'preprocessed'}."
+            f"{did_you_mean(name, known)} `datasets-hub cache ls` lists them"
+        )
     if len(matches) > 1:
-        raise InvalidParameter(f"{name!r} names {len(matches)} variants (one per build): give <build-fp>/<transform-fp>, "
-                         f"one of {', '.join(sorted(m.parent.name + '/' + m.name for m in matches))}")
+        raise InvalidParameter(
+            f"{name!r} names {len(matches)} variants (one per build): give <build-fp>/<transform-fp>, "
+            f"one of {', '.join(sorted(m.parent.name + '/' + m.name for m in matches))}"
+        )
     variant = matches[0]
     with _try_lock(variant.with_name(variant.name + ".lock")) as free:
         if not free:
@@ -205,8 +235,8 @@ class PreprocessedEntry:
     build_fp: str
     fingerprint: str
     path: Path
-    id: str             # the dataset it derives from ("?" when unknown)
-    transform: str      # the transform's name; a chain shows every step ("a -> b")
+    id: str  # the dataset it derives from ("?" when unknown)
+    transform: str  # the transform's name; a chain shows every step ("a -> b")
     transitions: int
     bytes: int
     created: str
@@ -263,10 +293,18 @@ def _preprocessed() -> list[PreprocessedEntry]:
         manifest = _variant_manifest(variant) or {}
         chain = manifest.get("chain") or []
         transform = " -> ".join(chain) if chain else "(no manifest: incomplete or foreign)"
-        out.append(PreprocessedEntry(
-            build_fp=variant.parent.name, fingerprint=variant.name, path=variant, id=str(manifest.get("id") or "?"),
-            transform=transform, transitions=int((manifest.get("counts") or {}).get("transitions", 0)),
-            bytes=dir_size(variant), created=str(manifest.get("created", ""))))
+        out.append(
+            PreprocessedEntry(
+                build_fp=variant.parent.name,
+                fingerprint=variant.name,
+                path=variant,
+                id=str(manifest.get("id") or "?"),
+                transform=transform,
+                transitions=int((manifest.get("counts") or {}).get("transitions", 0)),
+                bytes=dir_size(variant),
+                created=str(manifest.get("created", "")),
+            )
+        )
     return out
 
 
@@ -275,9 +313,17 @@ def list_cache() -> CacheListing:
     builds = []
     for path, manifest in iter_builds():
         counts = manifest.get("counts") or {}
-        builds.append(BuildEntry(id=str(manifest.get("id", path.parent.name)), fingerprint=path.name, path=path,
-                                 transitions=int(counts.get("transitions", 0)), episodes=int(counts.get("episodes", 0)),
-                                 bytes=dir_size(path), created=str(manifest.get("created", ""))))
+        builds.append(
+            BuildEntry(
+                id=str(manifest.get("id", path.parent.name)),
+                fingerprint=path.name,
+                path=path,
+                transitions=int(counts.get("transitions", 0)),
+                episodes=int(counts.get("episodes", 0)),
+                bytes=dir_size(path),
+                created=str(manifest.get("created", "")),
+            )
+        )
     return CacheListing(root=cache_root(), builds=builds, raw=_raw_files(), preprocessed=_preprocessed())
 
 
@@ -331,8 +377,7 @@ def _orphaned_preprocessed() -> list[Path]:
     if not pre.is_dir():
         return []
     builds = {build.name for build, _manifest in iter_builds()}
-    return sorted(p for p in pre.iterdir()
-                  if p.is_dir() and DELETING_MARK not in p.name and p.name not in builds)
+    return sorted(p for p in pre.iterdir() if p.is_dir() and DELETING_MARK not in p.name and p.name not in builds)
 
 
 def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, Path | None]]:

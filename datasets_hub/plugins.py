@@ -3,6 +3,7 @@
 Entry points are read on first use only; a loader module is imported only when one of its
 datasets is asked for, so ``import datasets_hub`` never pays for a plugin or its upstream library.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -40,16 +41,13 @@ def _load(name: str) -> Loader:
     ep = eps.get(name)
     if ep is None:
         raise UnknownLoader(
-            f"no loader named {name!r} is installed (installed: {', '.join(sorted(eps))})."
-            + did_you_mean(name, eps)
+            f"no loader named {name!r} is installed (installed: {', '.join(sorted(eps))})." + did_you_mean(name, eps)
         )
     try:
         cls = ep.load()
     except ImportError as exc:
         hint = f"pip install '{ep.dist.name}'" if ep.dist is not None else "pip install the plugin's package"
-        raise MissingDependency(
-            f"the loader {name!r} ({ep.value}) cannot be imported: {exc}. Fix: {hint}"
-        ) from exc
+        raise MissingDependency(f"the loader {name!r} ({ep.value}) cannot be imported: {exc}. Fix: {hint}") from exc
     if not (isinstance(cls, type) and issubclass(cls, Loader)):
         raise HubError(f"entry point {name!r} = {ep.value!r} is not a datasets_hub.Loader subclass")
     if cls.name != name:

@@ -18,6 +18,7 @@ if it drops ``episode``/``step`` (the parent's episode index is copied).
 Buffers without a fingerprint (in-memory ones) and transforms that cannot be fingerprinted are
 computed the same way into a temporary directory, removed with the returned buffer: not cached.
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,7 +41,15 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub import __version__
-from datasets_hub.cache import INCOMPLETE_SUFFIX, MANIFEST, cache_root, ensure_writable_dir, file_lock, read_manifest, remove_tree
+from datasets_hub.cache import (
+    INCOMPLETE_SUFFIX,
+    MANIFEST,
+    cache_root,
+    ensure_writable_dir,
+    file_lock,
+    read_manifest,
+    remove_tree,
+)
 from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
 from datasets_hub.files import write_json_atomic
 from datasets_hub.fingerprint import _module_identity, describe_name, transform_fingerprint
@@ -97,8 +106,9 @@ def _worker_init(job: _Job, fn: Callable | None = None) -> None:
         # cloudpickle writes plain pickles (that import cloudpickle's helpers): pickle.loads reads both
         fn = pickle.loads(job.fn_bytes) if job.fn_bytes is not None else _FORKED_FN["fn"]
     _WORKER.clear()
-    _WORKER.update(id=job.id, job=job, fn=fn, rows=job.source.open(),
-                   out=_open_schema(Path(job.out_dir), job.manifest, "r+"))
+    _WORKER.update(
+        id=job.id, job=job, fn=fn, rows=job.source.open(), out=_open_schema(Path(job.out_dir), job.manifest, "r+")
+    )
 
 
 def _keep_freed_memory() -> None:
@@ -142,8 +152,13 @@ def _task(job: _Job, start: int, stop: int) -> int:
             _keep_freed_memory()  # idempotent; in worker processes and Ray workers, never in the caller
             _worker_init(job)
         except Exception as exc:  # noqa: BLE001 - reported with the chunk that could not start
-            raise _ChunkFailed(job.fn_name, start, stop, f"the worker could not start: {type(exc).__name__}: {exc}",
-                               traceback.format_exc()) from None
+            raise _ChunkFailed(
+                job.fn_name,
+                start,
+                stop,
+                f"the worker could not start: {type(exc).__name__}: {exc}",
+                traceback.format_exc(),
+            ) from None
     return _run_chunk(start, stop)
 
 
@@ -188,8 +203,12 @@ def _pickle_fn(fn: Callable, by_value: bool = False) -> bytes | None:
     except ImportError:
         return pickle.dumps(fn) if by_value else None
     module = sys.modules.get(getattr(getattr(fn, "func", fn), "__module__", "") or "")
-    register = by_value and module is not None and not module.__name__.startswith("datasets_hub") \
+    register = (
+        by_value
+        and module is not None
+        and not module.__name__.startswith("datasets_hub")
         and not _module_identity(module.__name__)[0]
+    )
     if register:
         cloudpickle.register_pickle_by_value(module)
     try:
@@ -221,7 +240,9 @@ def _schema_of(result: Any, rows: int, fn_name: str) -> dict[str, Any]:
     schema = {}
     for key, value in _leaves(result).items():
         if not isinstance(value, torch.Tensor):
-            raise PreprocessError(f"{fn_name} returned {type(value).__name__} at {'/'.join(key)!r}; only tensors can be stored")
+            raise PreprocessError(
+                f"{fn_name} returned {type(value).__name__} at {'/'.join(key)!r}; only tensors can be stored"
+            )
         schema["/".join(key)] = {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape[1:])}
     if not schema:
         raise PreprocessError(f"{fn_name} returned an empty TensorDict: there is nothing to store")
@@ -235,14 +256,18 @@ def _check_output(result: Any, rows: int, schema: dict[str, Any]) -> str:
         return f"returned {got} for {rows} rows; fn must return a TensorDict with batch size [{rows}]"
     leaves = {"/".join(k): v for k, v in _leaves(result).items()}
     if set(leaves) != set(schema):
-        return (f"returned keys {sorted(leaves)} but the probe returned {sorted(schema)}; "
-                "fn must return the same keys for every chunk")
+        return (
+            f"returned keys {sorted(leaves)} but the probe returned {sorted(schema)}; "
+            "fn must return the same keys for every chunk"
+        )
     for name, spec in schema.items():
         value = leaves[name]
         dtype, shape = str(value.dtype).replace("torch.", ""), list(value.shape[1:])
         if dtype != spec["dtype"] or shape != spec["shape"]:
-            return (f"returned {name!r} as {dtype} {shape} per row but the probe returned {spec['dtype']} "
-                    f"{spec['shape']}; fn must return the same dtypes and shapes for every chunk")
+            return (
+                f"returned {name!r} as {dtype} {shape} per row but the probe returned {spec['dtype']} "
+                f"{spec['shape']}; fn must return the same dtypes and shapes for every chunk"
+            )
     return ""
 
 
@@ -254,11 +279,14 @@ def _describe_parent(rb: Any) -> tuple[_Source | None, dict[str, Any]]:
     storage = rb.storage
     if isinstance(storage, DatasetStorage):
         fp = storage.manifest.get("fingerprint") or storage.path.name
-        return _Source("build", str(storage.path)), dict(fingerprint=fp, build=fp, id=storage.manifest.get("id"), chain=[])
+        return _Source("build", str(storage.path)), dict(
+            fingerprint=fp, build=fp, id=storage.manifest.get("id"), chain=[]
+        )
     if isinstance(storage, PreprocessedStorage):
         m = storage.manifest
         return _Source("preprocessed", str(storage.path)), dict(
-            fingerprint=m.get("fingerprint"), build=m.get("build"), id=m.get("id"), chain=list(m.get("chain") or []))
+            fingerprint=m.get("fingerprint"), build=m.get("build"), id=m.get("id"), chain=list(m.get("chain") or [])
+        )
     return None, dict(fingerprint=None, build=None, id=None, chain=[])
 
 
@@ -276,8 +304,10 @@ def _snapshot(rb: Any, into: Path) -> _Source:
 
 
 def _auto_sizes(n: int, num_workers: int | None, chunk_size: int | None) -> tuple[int, int]:
-    for name, value, low, meaning in (("chunk_size", chunk_size, 1, "transitions per task"),
-                                      ("num_workers", num_workers, 0, "worker processes, 0 = in this process")):
+    for name, value, low, meaning in (
+        ("chunk_size", chunk_size, 1, "transitions per task"),
+        ("num_workers", num_workers, 0, "worker processes, 0 = in this process"),
+    ):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
             raise InvalidParameter(f"{name} must be an int >= {low} ({meaning}) or None, got {value!r}")
     cpus = os.cpu_count() or 1
@@ -289,9 +319,17 @@ def _auto_sizes(n: int, num_workers: int | None, chunk_size: int | None) -> tupl
     return num_workers, chunk_size
 
 
-def preprocess(rb: Any, fn: Callable, *, num_workers: int | None = None, chunk_size: int | None = None,
-               version: Any = None, backend: str = "process", start_method: str | None = None,
-               transform: Any = None) -> Any:
+def preprocess(
+    rb: Any,
+    fn: Callable,
+    *,
+    num_workers: int | None = None,
+    chunk_size: int | None = None,
+    version: Any = None,
+    backend: str = "process",
+    start_method: str | None = None,
+    transform: Any = None,
+) -> Any:
     """Map ``fn`` over every transition of ``rb`` once (contract: module docstring); return a
     read-only buffer over the result, which keeps ``rb``'s sampler (a copy sharing its generator),
     ``batch_size`` and ``prefetch``, with ``transform`` as its sample-time transform (``rb``'s own
@@ -309,7 +347,9 @@ def preprocess(rb: Any, fn: Callable, *, num_workers: int | None = None, chunk_s
     if backend not in BACKENDS:
         from datasets_hub.errors import did_you_mean
 
-        raise InvalidParameter(f"backend must be one of {BACKENDS}, got {backend!r}." + did_you_mean(str(backend), BACKENDS))
+        raise InvalidParameter(
+            f"backend must be one of {BACKENDS}, got {backend!r}." + did_you_mean(str(backend), BACKENDS)
+        )
     n = len(rb)
     if n == 0:
         raise InvalidParameter("preprocess: the buffer is empty; there is nothing to preprocess")
@@ -340,12 +380,19 @@ def _buffer_like(rb: Any, storage: PreprocessedStorage, transform: Any) -> Any:
     generator = getattr(sampler, "generator", None)
     # a copy, so its caches (episode layouts, epochs) follow the new storage; the generator is shared
     sampler = copy.deepcopy(sampler, memo={id(generator): generator} if generator is not None else None)
-    return TensorDictReplayBuffer(storage=storage, sampler=sampler, writer=ImmutableDatasetWriter(),
-                                  batch_size=rb.batch_size, transform=transform, prefetch=getattr(rb, "prefetch", 0))
+    return TensorDictReplayBuffer(
+        storage=storage,
+        sampler=sampler,
+        writer=ImmutableDatasetWriter(),
+        batch_size=rb.batch_size,
+        transform=transform,
+        prefetch=getattr(rb, "prefetch", 0),
+    )
 
 
-def _compute_cached(rb: Any, fn: Callable, source: _Source, final: Path, fp: str, info: dict[str, Any],
-                    run: dict[str, Any]) -> None:
+def _compute_cached(
+    rb: Any, fn: Callable, source: _Source, final: Path, fp: str, info: dict[str, Any], run: dict[str, Any]
+) -> None:
     ensure_writable_dir(final.parent)
     with file_lock(final.with_name(final.name + ".lock")):
         if read_manifest(final) is not None:
@@ -376,8 +423,9 @@ def _compute_uncached(rb: Any, fn: Callable, source: _Source | None, info: dict[
     return tmp / "result"
 
 
-def _compute(rb: Any, fn: Callable, source: _Source, target: Path, fp: str | None, info: dict[str, Any],
-             run: dict[str, Any]) -> None:
+def _compute(
+    rb: Any, fn: Callable, source: _Source, target: Path, fp: str | None, info: dict[str, Any], run: dict[str, Any]
+) -> None:
     """Probe, preallocate, map every chunk, then write the episode index and the manifest (last)."""
     started = time.time()
     n = len(rb)
@@ -386,35 +434,51 @@ def _compute(rb: Any, fn: Callable, source: _Source, target: Path, fp: str | Non
     try:
         probe = fn(rows(0, min(n, PROBE_ROWS)))
     except Exception as exc:
-        raise PreprocessError(f"{fn_name} failed on transitions [0, {min(n, PROBE_ROWS)}) (the probe): "
-                              f"{type(exc).__name__}: {exc}") from exc
+        raise PreprocessError(
+            f"{fn_name} failed on transitions [0, {min(n, PROBE_ROWS)}) (the probe): {type(exc).__name__}: {exc}"
+        ) from exc
     schema = _schema_of(probe, min(n, PROBE_ROWS), fn_name)
     target.mkdir(parents=True)
-    template = {_key(name): torch.empty((), dtype=getattr(torch, s["dtype"])).expand(n, *s["shape"])
-                for name, s in schema.items()}
+    template = {
+        _key(name): torch.empty((), dtype=getattr(torch, s["dtype"])).expand(n, *s["shape"])
+        for name, s in schema.items()
+    }
     mm = TensorDict(_nest(template), batch_size=[n]).memmap_like(prefix=str(target / "data"), existsok=True)
     for name, spec in schema.items():
         spec["file"] = str(Path(mm.get(_key(name)).filename).relative_to(target))
     del mm
     parent = info["parent"]
     manifest = {
-        "format": FORMAT, "version": 1, "fingerprint": fp, "parent": parent["fingerprint"], "build": parent["build"],
-        "id": parent["id"], "transform": {"name": fn_name, "version": repr(info["version"])},
-        "chain": parent["chain"] + [fn_name], "counts": {"transitions": n}, "schema": schema,
+        "format": FORMAT,
+        "version": 1,
+        "fingerprint": fp,
+        "parent": parent["fingerprint"],
+        "build": parent["build"],
+        "id": parent["id"],
+        "transform": {"name": fn_name, "version": repr(info["version"])},
+        "chain": parent["chain"] + [fn_name],
+        "counts": {"transitions": n},
+        "schema": schema,
     }
     _map_chunks(fn, source, target, manifest, n, run)
     index = rb.storage.episode_index() if hasattr(rb.storage, "episode_index") else None
     if index is not None:
         torch.save({"start": index.start.clone(), "length": index.length.clone()}, target / "episodes.pt")
         manifest["counts"]["episodes"] = index.num_episodes
-    manifest.update(created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), seconds=round(time.time() - started, 3),
-                    workers=run["num_workers"], chunk_size=run["chunk_size"], backend=run["backend"],
-                    hub_version=__version__)
+    manifest.update(
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        seconds=round(time.time() - started, 3),
+        workers=run["num_workers"],
+        chunk_size=run["chunk_size"],
+        backend=run["backend"],
+        hub_version=__version__,
+    )
     write_json_atomic(target / MANIFEST, manifest)
 
 
-def _map_chunks(fn: Callable, source: _Source, target: Path, manifest: dict[str, Any], n: int,
-                run: dict[str, Any]) -> None:
+def _map_chunks(
+    fn: Callable, source: _Source, target: Path, manifest: dict[str, Any], n: int, run: dict[str, Any]
+) -> None:
     from datasets_hub.build import _progress_bar
 
     chunk_size, workers = run["chunk_size"], run["num_workers"]
@@ -440,8 +504,9 @@ def _map_chunks(fn: Callable, source: _Source, target: Path, manifest: dict[str,
             raise PreprocessError(f"{exc}{detail}") from None
 
 
-def _map_processes(fn: Callable, job: _Job, chunks: list[tuple[int, int]], bar: Any, workers: int,
-                   start_method: str | None) -> None:
+def _map_processes(
+    fn: Callable, job: _Job, chunks: list[tuple[int, int]], bar: Any, workers: int, start_method: str | None
+) -> None:
     payload = _pickle_fn(fn)
     if payload is None:
         start_method = "fork"  # neither pickle nor cloudpickle can send fn: forked workers inherit it
@@ -453,8 +518,9 @@ def _map_processes(fn: Callable, job: _Job, chunks: list[tuple[int, int]], bar: 
     # a forked child of a process that used torch's OpenMP pool hangs in its next parallel region
     # unless it runs single-threaded (a forkserver child starts clean)
     job = replace(job, fn_bytes=payload, threads=1 if method == "fork" else job.threads)
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx, initializer=_watch_parent,
-                               initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, len(chunks)), mp_context=ctx, initializer=_watch_parent, initargs=(os.getpid(),)
+    )
     try:
         pending = {pool.submit(_task, job, a, b): (a, b) for a, b in chunks}
         while pending:
@@ -485,8 +551,9 @@ def _map_ray(fn: Callable, job: _Job, chunks: list[tuple[int, int]], bar: Any) -
         ray.init()
     job = replace(job, fn_bytes=_pickle_fn(fn, by_value=True), threads=1)
     if job.fn_bytes is None:
-        raise PreprocessError(f"{job.fn_name} cannot be serialised for Ray tasks (cloudpickle failed); "
-                              "use a module-level function")
+        raise PreprocessError(
+            f"{job.fn_name} cannot be serialised for Ray tasks (cloudpickle failed); use a module-level function"
+        )
     task = ray.remote(num_cpus=1)(_task)
     job_ref = ray.put(job)
     pending = {task.remote(job_ref, a, b): (a, b) for a, b in chunks}
@@ -513,4 +580,3 @@ def preprocess_chain(rb: Any, fns: Callable | Sequence[Callable] | None, **kwarg
     for i, fn in enumerate(steps):
         rb = preprocess(rb, fn, transform=transform if i == len(steps) - 1 else None, **kwargs)
     return rb
-

@@ -4,6 +4,7 @@ A result directory holds ``manifest.json`` (format ``datasets_hub.preprocessed``
 file per leaf, row count, fingerprints), the leaf memmaps and, when the parent had one, the
 parent's episode index as ``episodes.pt``.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -30,8 +31,10 @@ def _key(name: str) -> Key:
 
 def _open_schema(root: Path, manifest: dict[str, Any], mode: str) -> dict[Key, torch.Tensor]:
     rows = int(manifest["counts"]["transitions"])
-    return {_key(name): open_leaf(root / spec["file"], spec["dtype"], spec["shape"], rows, mode=mode)
-            for name, spec in manifest["schema"].items()}
+    return {
+        _key(name): open_leaf(root / spec["file"], spec["dtype"], spec["shape"], rows, mode=mode)
+        for name, spec in manifest["schema"].items()
+    }
 
 
 def _nest(leaves: dict[Key, torch.Tensor]) -> dict[str, Any]:
@@ -92,7 +95,9 @@ class PreprocessedStorage(TensorStorage):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict.get("fingerprint") != self.fingerprint:
-            raise ValueError(f"this state belongs to result {state_dict.get('fingerprint')!r}, not {self.fingerprint!r}")
+            raise ValueError(
+                f"this state belongs to result {state_dict.get('fingerprint')!r}, not {self.fingerprint!r}"
+            )
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": str(self.path)}  # the creating process alone removes a temporary result

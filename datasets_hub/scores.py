@@ -4,6 +4,7 @@ The reference scores are data: ``ref_min_score`` and ``ref_max_score`` of the da
 entry (``registry.yaml`` carries D4RL's published values; any registered entry may add its own).
 By D4RL's convention 0 is a random policy and 100 an expert one.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,11 @@ def reference_scores(dataset_id: str) -> tuple[float, float]:
     spec = resolve(dataset_id)  # unknown ids raise UnknownDataset with "did you mean"
     low, high = spec.metadata.get("ref_min_score"), spec.metadata.get("ref_max_score")
     if low is None or high is None:
-        scored = sorted(i for i, (entry, _) in all_entries([]).items()
-                        if entry.get("ref_min_score") is not None and entry.get("ref_max_score") is not None)
+        scored = sorted(
+            i
+            for i, (entry, _) in all_entries([]).items()
+            if entry.get("ref_min_score") is not None and entry.get("ref_max_score") is not None
+        )
         if not scored:
             listing = " No catalogue entry has reference scores."
         elif len(scored) <= 12:
@@ -29,8 +33,9 @@ def reference_scores(dataset_id: str) -> tuple[float, float]:
         else:
             same_loader = [i for i in scored if i.split("/", 1)[0] == spec.loader]
             examples = ", ".join((same_loader or scored)[:6])
-            listing = (f" {len(scored)} ids have reference scores (`datasets-hub list` shows them), "
-                       f"e.g. {examples}.") + did_you_mean(dataset_id, scored)
+            listing = (
+                f" {len(scored)} ids have reference scores (`datasets-hub list` shows them), e.g. {examples}."
+            ) + did_you_mean(dataset_id, scored)
         raise InvalidParameter(
             f"{dataset_id!r} has no reference scores (ref_min_score/ref_max_score in its catalogue entry, "
             f"{spec.source}), so its returns cannot be normalized.{listing} To normalize anyway, register "

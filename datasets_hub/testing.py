@@ -4,6 +4,7 @@
 ``fake_episodes(...)`` makes a TED chunk whose every value tells where it came from, and
 ``naive_ted(chunk)`` is the plain, non-lean TED copy a build must reproduce exactly.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,15 @@ from datasets_hub.build_format import LeanTEDWriter, equal_rows
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
 
 
-def fake_episodes(lengths: Sequence[int] = (5, 3, 4), *, obs_dim: int = 3, act_dim: int = 2,
-                  first_episode: int = 0, first_row: int = 0, ends: Sequence[str] | None = None) -> TensorDict:
+def fake_episodes(
+    lengths: Sequence[int] = (5, 3, 4),
+    *,
+    obs_dim: int = 3,
+    act_dim: int = 2,
+    first_episode: int = 0,
+    first_row: int = 0,
+    ends: Sequence[str] | None = None,
+) -> TensorDict:
     """A TED chunk of whole episodes with distinct values per step.
 
     ``observation[i, d] = row * 100 + d`` where ``row`` counts observations over the whole fake
@@ -29,7 +37,9 @@ def fake_episodes(lengths: Sequence[int] = (5, 3, 4), *, obs_dim: int = 3, act_d
     before this chunk).
     ``ends[e]`` is ``"terminated"``, ``"truncated"`` or ``"none"`` (default: alternating).
     """
-    ends = list(ends) if ends is not None else ["terminated" if e % 2 == 0 else "truncated" for e in range(len(lengths))]
+    ends = (
+        list(ends) if ends is not None else ["terminated" if e % 2 == 0 else "truncated" for e in range(len(lengths))]
+    )
     n = int(sum(lengths))
     obs, nxt, episode = [], [], []
     terminated = torch.zeros(n, 1, dtype=torch.bool)
@@ -49,13 +59,20 @@ def fake_episodes(lengths: Sequence[int] = (5, 3, 4), *, obs_dim: int = 3, act_d
         t += length
     first_transition = first_row - first_episode  # every earlier episode had one more observation than steps
     transition = torch.arange(first_transition, first_transition + n, dtype=torch.float32)
-    return TensorDict({
-        "observation": torch.cat(obs),
-        "action": -(transition[:, None] * 10 + torch.arange(act_dim, dtype=torch.float32)),
-        "episode": torch.cat(episode),
-        "next": {"observation": torch.cat(nxt), "reward": transition[:, None].clone(),
-                 "terminated": terminated, "truncated": truncated},
-    }, batch_size=[n])
+    return TensorDict(
+        {
+            "observation": torch.cat(obs),
+            "action": -(transition[:, None] * 10 + torch.arange(act_dim, dtype=torch.float32)),
+            "episode": torch.cat(episode),
+            "next": {
+                "observation": torch.cat(nxt),
+                "reward": transition[:, None].clone(),
+                "terminated": terminated,
+                "truncated": truncated,
+            },
+        },
+        batch_size=[n],
+    )
 
 
 def naive_ted(chunks: TensorDictBase | Sequence[TensorDictBase]) -> TensorDict:
@@ -91,7 +108,7 @@ class FakeLoader(Loader):
         per = -(-len(lengths) // parts)
         row = episode = 0
         for start in range(0, len(lengths), per):
-            group = lengths[start:start + per]
+            group = lengths[start : start + per]
             yield fake_episodes(group, first_episode=episode, first_row=row)
             episode += len(group)
             row += sum(group) + len(group)
@@ -100,8 +117,13 @@ class FakeLoader(Loader):
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def check_loader(cls: type[Loader], spec: DatasetSpec | None = None, files: Mapping[str, Path] | None = None,
-                 *, max_chunks: int | None = None) -> dict[str, Any]:
+def check_loader(
+    cls: type[Loader],
+    spec: DatasetSpec | None = None,
+    files: Mapping[str, Path] | None = None,
+    *,
+    max_chunks: int | None = None,
+) -> dict[str, Any]:
     """Check a loader class against the plugin contract (DESIGN.md §5); return the build summary.
 
     Checks the class attributes, then (when ``spec`` is given) converts ``files`` twice into a

@@ -4,6 +4,7 @@ The first run rolls out Pendulum-v1 locally (no network), converts it to a memor
 in the cache and samples from it; a second run finds the build in the cache and opens it in
 milliseconds.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,19 +23,24 @@ def main() -> None:
     card = dh.info(DATASET)
     was_cached = card.cached
     t0 = time.perf_counter()
-    rb = dh.load(DATASET, batch_size=256, sampler=SliceSampler(slice_len=32),
-                 generator=torch.Generator().manual_seed(0))
+    rb = dh.load(
+        DATASET, batch_size=256, sampler=SliceSampler(slice_len=32), generator=torch.Generator().manual_seed(0)
+    )
     t_load = time.perf_counter() - t0
     card = dh.info(DATASET)
 
     print(f"dataset     {DATASET}: {card.description}")
     print(f"cache       {card.build_path}")
-    print(f"            {'reused the cached build' if was_cached else 'built it now (a second run reuses it)'}"
-          f" in {t_load * 1000:.0f} ms (imports took {t_imports:.1f} s)")
+    print(
+        f"            {'reused the cached build' if was_cached else 'built it now (a second run reuses it)'}"
+        f" in {t_load * 1000:.0f} ms (imports took {t_imports:.1f} s)"
+    )
     counts, stats = card.counts, card.stats
-    print(f"size        {counts['transitions']:,} transitions in {counts['episodes']} episodes "
-          f"({counts['episodes_terminated']} terminated, {counts['episodes_truncated']} truncated), "
-          f"{card.built_bytes / 1e6:.1f} MB on disk")
+    print(
+        f"size        {counts['transitions']:,} transitions in {counts['episodes']} episodes "
+        f"({counts['episodes_terminated']} terminated, {counts['episodes_truncated']} truncated), "
+        f"{card.built_bytes / 1e6:.1f} MB on disk"
+    )
     ret = stats["episode_return"]
     print(f"returns     mean {ret['mean']:.1f}, min {ret['min']:.1f}, max {ret['max']:.1f}")
 
@@ -47,11 +53,14 @@ def main() -> None:
         value = batch.get(names[name])
         print(f"  {name:<20} {str(tuple(value.shape)):<12} {str(value.dtype).replace('torch.', '')}")
     slices = batch.reshape(-1, 32)
-    print("\nfirst step of each slice (episode, step):",
-          [(int(e), int(s)) for e, s in zip(slices["episode"][:, 0], slices["step"][:, 0])])
-    print("each slice stays inside one episode:",
-          bool((slices["episode"] == slices["episode"][:, :1]).all()))
-    print("observation[0..2] of slice 0:", [[round(v, 3) for v in row] for row in slices["observation"][0, :3].tolist()])
+    print(
+        "\nfirst step of each slice (episode, step):",
+        [(int(e), int(s)) for e, s in zip(slices["episode"][:, 0], slices["step"][:, 0])],
+    )
+    print("each slice stays inside one episode:", bool((slices["episode"] == slices["episode"][:, :1]).all()))
+    print(
+        "observation[0..2] of slice 0:", [[round(v, 3) for v in row] for row in slices["observation"][0, :3].tolist()]
+    )
     print("reward[0..2] of slice 0:    ", [round(r, 3) for r in slices["next", "reward"][0, :3, 0].tolist()])
 
     benchmark_batches = 200

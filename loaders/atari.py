@@ -52,6 +52,7 @@ decompressed from the gzip stream in order, a chunk of whole episodes at a time 
 :data:`CHUNK_BYTES` of frames, or ``ctx.chunk_rows`` transitions, whichever is fewer; one long
 episode stays whole), so peak memory is a few chunks, not a 7 GB checkpoint.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -65,17 +66,34 @@ from tensordict import TensorDict, TensorDictBase
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
-from .atari_replay import (FILE_KEYS, STACK_SIZE, CheckpointPlan, LogicalFrames, NpyStream, checkpoint_file,
-                           plan_checkpoint, read_small)
+from .atari_replay import (
+    FILE_KEYS,
+    STACK_SIZE,
+    CheckpointPlan,
+    LogicalFrames,
+    NpyStream,
+    checkpoint_file,
+    plan_checkpoint,
+    read_small,
+)
 
 UPSTREAM = "https://storage.googleapis.com/atari-replay-datasets/dqn"
 NUM_CHECKPOINTS = 51
 PARAMS = ("base_url", "checkpoints", "game", "run")
 CHUNK_BYTES = 32 << 20  # frames per chunk; the writer holds a few chunks (obs, next, merged)
 UNKNOWN_KEY = ("info", "next_observation_unknown")
-_COUNT_KEYS = ("rows", "invalid_rows", "padding_rows", "padding_rows_not_zero", "transitions", "episodes",
-               "terminated", "truncated_at_invalid_range", "truncated_at_end_of_checkpoint",
-               "next_observation_unknown_rows")
+_COUNT_KEYS = (
+    "rows",
+    "invalid_rows",
+    "padding_rows",
+    "padding_rows_not_zero",
+    "transitions",
+    "episodes",
+    "terminated",
+    "truncated_at_invalid_range",
+    "truncated_at_end_of_checkpoint",
+    "next_observation_unknown_rows",
+)
 
 
 class AtariLoader(Loader):
@@ -105,8 +123,11 @@ class AtariLoader(Loader):
         if value is None:
             return list(range(NUM_CHECKPOINTS))
         items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
-        if (not isinstance(items, list) or not items
-                or not all(isinstance(k, int) and not isinstance(k, bool) for k in items)):
+        if (
+            not isinstance(items, list)
+            or not items
+            or not all(isinstance(k, int) and not isinstance(k, bool) for k in items)
+        ):
             raise InvalidParameter(
                 f"{spec.id}: checkpoints must be an int or a non-empty list of ints in 0..{NUM_CHECKPOINTS - 1}, "
                 f"e.g. checkpoints=[0, 1], got {value!r}"
@@ -144,13 +165,16 @@ class AtariLoader(Loader):
         for k in self.checkpoints(spec):
             for key in FILE_KEYS:
                 fname = checkpoint_file(key, k)
-                out.append(Resource(name=f"{game}/{run}/replay_logs/{fname}",
-                                    urls=(f"{base}/{quote(game)}/{quote(run)}/replay_logs/{quote(fname)}",)))
+                out.append(
+                    Resource(
+                        name=f"{game}/{run}/replay_logs/{fname}",
+                        urls=(f"{base}/{quote(game)}/{quote(run)}/replay_logs/{quote(fname)}",),
+                    )
+                )
         return out
 
     # -- conversion ---------------------------------------------------------------------------
-    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext
-                 ) -> Iterator[TensorDictBase]:
+    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
         self.check_params(spec)
         game, run = self.source(spec)
         totals = dict.fromkeys(_COUNT_KEYS, 0)
@@ -166,8 +190,10 @@ class AtariLoader(Loader):
                 paths[key] = Path(files[name])
             conv = _Checkpoint(spec, k, paths, ctx, episode_id)
             if frame_shape is not None and conv.frames.row_shape != frame_shape:
-                raise LoaderError(f"{spec.id}: checkpoint {k} has frames of shape {conv.frames.row_shape}, "
-                                  f"the earlier ones {frame_shape}")
+                raise LoaderError(
+                    f"{spec.id}: checkpoint {k} has frames of shape {conv.frames.row_shape}, "
+                    f"the earlier ones {frame_shape}"
+                )
             frame_shape = conv.frames.row_shape
             try:
                 yield from conv.run()
@@ -185,35 +211,49 @@ class AtariLoader(Loader):
         ctx.note("totals", totals)
         ctx.note("per_checkpoint", per_checkpoint)
         ctx.note("next_observation_unknown_rows", totals["next_observation_unknown_rows"])
-        ctx.note("next_observation_unknown",
-                 "('next', 'observation') is zeros and ('info', 'next_observation_unknown') is True on the last "
-                 "row of episodes that ended with a terminal (Dopamine never stores that frame) or at the end "
-                 "of a checkpoint")
-        ctx.note("terminal", "Dopamine writes terminal=1 at game over and at the 27,000-step limit alike: "
-                             "both are ('next', 'terminated')")
+        ctx.note(
+            "next_observation_unknown",
+            "('next', 'observation') is zeros and ('info', 'next_observation_unknown') is True on the last "
+            "row of episodes that ended with a terminal (Dopamine never stores that frame) or at the end "
+            "of a checkpoint",
+        )
+        ctx.note(
+            "terminal",
+            "Dopamine writes terminal=1 at game over and at the 27,000-step limit alike: "
+            "both are ('next', 'terminated')",
+        )
 
 
 class _Checkpoint:
     """One checkpoint: plan from the small arrays, then frames streamed chunk by chunk."""
 
-    def __init__(self, spec: DatasetSpec, k: int, paths: dict[str, Path], ctx: LoaderContext,
-                 first_episode: int) -> None:
+    def __init__(
+        self, spec: DatasetSpec, k: int, paths: dict[str, Path], ctx: LoaderContext, first_episode: int
+    ) -> None:
         self.spec, self.k, self.ctx = spec, k, ctx
-        small = {key: read_small(paths[key]) for key in ("action", "reward", "terminal", "add_count",
-                                                          "invalid_range")}
+        small = {key: read_small(paths[key]) for key in ("action", "reward", "terminal", "add_count", "invalid_range")}
         action, reward, terminal = small["action"], small["reward"], small["terminal"]
         with NpyStream(paths["observation"]) as obs:
             capacity, frame_bytes = obs.rows, max(obs.row_bytes, 1)
             first = obs.read(min(STACK_SIZE - 1, obs.rows))
         for key, arr in (("action", action), ("reward", reward), ("terminal", terminal)):
             if arr.ndim != 1 or arr.shape[0] != capacity:
-                raise LoaderError(f"{spec.id}: checkpoint {k}: {key} has shape {list(arr.shape)}, expected "
-                                  f"[{capacity}] like its observations")
+                raise LoaderError(
+                    f"{spec.id}: checkpoint {k}: {key} has shape {list(arr.shape)}, expected "
+                    f"[{capacity}] like its observations"
+                )
         if small["add_count"].size != 1:
             raise LoaderError(f"{spec.id}: checkpoint {k}: add_count holds {small['add_count'].size} values, not one")
         first_zero = (first.reshape(len(first), -1) == 0).all(axis=1) if len(first) else np.zeros(0, bool)
-        self.plan: CheckpointPlan = plan_checkpoint(int(small["add_count"].reshape(-1)[0]), small["invalid_range"],
-                                                    action, reward, terminal, capacity, first_zero)
+        self.plan: CheckpointPlan = plan_checkpoint(
+            int(small["add_count"].reshape(-1)[0]),
+            small["invalid_range"],
+            action,
+            reward,
+            terminal,
+            capacity,
+            first_zero,
+        )
         self.frames = LogicalFrames(paths["observation"], self.plan.segments(), capacity)
         self.budget = max(1, min(ctx.chunk_rows, CHUNK_BYTES // frame_bytes))
         self.episode_id = first_episode
@@ -264,10 +304,15 @@ class _Checkpoint:
         self.episode_id += f - e
         out = TensorDict({}, batch_size=[n])
         for key, value in (
-            ("observation", obs), ("action", plan.action[rows]), ("episode", episode),
-            (("next", "observation"), nxt), (("next", "reward"), plan.reward[rows].reshape(n, 1)),
-            (("next", "terminated"), terminated.reshape(n, 1)), (("next", "truncated"), truncated.reshape(n, 1)),
-            (UNKNOWN_KEY, unknown), (("info", "replay_index"), plan.phys[rows]),
+            ("observation", obs),
+            ("action", plan.action[rows]),
+            ("episode", episode),
+            (("next", "observation"), nxt),
+            (("next", "reward"), plan.reward[rows].reshape(n, 1)),
+            (("next", "terminated"), terminated.reshape(n, 1)),
+            (("next", "truncated"), truncated.reshape(n, 1)),
+            (UNKNOWN_KEY, unknown),
+            (("info", "replay_index"), plan.phys[rows]),
             (("info", "checkpoint"), np.full(n, self.k, dtype=np.int64)),
         ):
             out.set(key, torch.from_numpy(np.ascontiguousarray(value)))

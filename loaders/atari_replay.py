@@ -30,6 +30,7 @@ stream and rows are decompressed in order into caller-sized blocks (a 7 GB obser
 sits in memory). :func:`plan_checkpoint` turns the small arrays into the episode plan, and
 :class:`LogicalFrames` delivers frames in the buffer's logical (oldest-first) order.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -93,7 +94,8 @@ class NpyStream:
         except (OSError, EOFError, ValueError, zlib.error) as exc:
             raise CorruptFile(
                 f"{self.path.name} is not a gzipped .npy array ({exc}); Dopamine replay logs are "
-                f"np.save() output inside gzip: delete {self.path} and download it again", path=self.path
+                f"np.save() output inside gzip: delete {self.path} and download it again",
+                path=self.path,
             ) from exc
         if dtype.hasobject:
             raise LoaderError(f"{self.path.name} holds Python objects (pickled); only plain numeric arrays are read")
@@ -110,13 +112,15 @@ class NpyStream:
                     break
                 got += n
         except (OSError, EOFError, zlib.error) as exc:
-            raise CorruptFile(f"{self.path.name} is damaged ({exc}); delete {self.path} and download it again",
-                              path=self.path) from exc
+            raise CorruptFile(
+                f"{self.path.name} is damaged ({exc}); delete {self.path} and download it again", path=self.path
+            ) from exc
         if got < len(view):
             raise CorruptFile(
                 f"{self.path.name} ends early: its header announces {self.rows} rows but the stream "
                 f"stopped in row {self.pos + got // max(self.row_bytes, 1)}; delete {self.path} and download it again",
-                path=self.path)
+                path=self.path,
+            )
 
     def read(self, n: int) -> np.ndarray:
         """The next ``n`` rows as a fresh array ``[n, *row_shape]``."""
@@ -202,9 +206,16 @@ class CheckpointPlan:
         return [(first, self.capacity), (0, self.rows - (self.capacity - first))]
 
 
-def plan_checkpoint(add_count: int, invalid_range: np.ndarray, action: np.ndarray, reward: np.ndarray,
-                    terminal: np.ndarray, capacity: int, first_frames_zero: np.ndarray | None = None,
-                    stack_size: int = STACK_SIZE) -> CheckpointPlan:
+def plan_checkpoint(
+    add_count: int,
+    invalid_range: np.ndarray,
+    action: np.ndarray,
+    reward: np.ndarray,
+    terminal: np.ndarray,
+    capacity: int,
+    first_frames_zero: np.ndarray | None = None,
+    stack_size: int = STACK_SIZE,
+) -> CheckpointPlan:
     """The episode plan of one checkpoint (the rules are in :mod:`loaders.atari`'s docstring).
 
     ``first_frames_zero[i]`` tells whether the frame at buffer index ``i`` (``i < stack_size - 1``)
@@ -246,15 +257,20 @@ def plan_checkpoint(add_count: int, invalid_range: np.ndarray, action: np.ndarra
     nxt = np.where(follows, stops, 0)
     next_row = np.where(~terminated & follows & ~padding[nxt], stops, -1).astype(np.int64)
     counts = {
-        "capacity": cap, "add_count": add_count, "rows": m,
-        "invalid_rows": int(invalid.sum()), "padding_rows": int((padding & ~invalid).sum()),
-        "transitions": int(keep.sum()), "episodes": int(starts.size),
+        "capacity": cap,
+        "add_count": add_count,
+        "rows": m,
+        "invalid_rows": int(invalid.sum()),
+        "padding_rows": int((padding & ~invalid).sum()),
+        "transitions": int(keep.sum()),
+        "episodes": int(starts.size),
         "terminated": int(terminated.sum()),
         "truncated_at_invalid_range": int((~terminated & follows & invalid[nxt]).sum()),
         "truncated_at_end_of_checkpoint": int((~terminated & ~follows).sum()),
     }
-    return CheckpointPlan(cap, add_count, phys, act, rew, term, padding, invalid, starts, stops,
-                          terminated, next_row, counts)
+    return CheckpointPlan(
+        cap, add_count, phys, act, rew, term, padding, invalid, starts, stops, terminated, next_row, counts
+    )
 
 
 class LogicalFrames:
@@ -276,7 +292,9 @@ class LogicalFrames:
         with NpyStream(self.path) as probe:
             self.row_shape, self.dtype, rows = probe.row_shape, probe.dtype, probe.rows
         if rows != expect_rows:
-            raise LoaderError(f"{self.path.name} has {rows} rows but the other arrays of its checkpoint have {expect_rows}")
+            raise LoaderError(
+                f"{self.path.name} has {rows} rows but the other arrays of its checkpoint have {expect_rows}"
+            )
 
     def _goto(self, logical: int) -> None:
         seg = int(np.searchsorted(self._offsets, logical, side="right")) - 1

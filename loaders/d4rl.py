@@ -56,6 +56,7 @@ end with unflagged rows (e.g. hopper-random-v2's last 4). When ``next_observatio
 Parameters: ``url`` (a URL or list of mirror URLs replacing the catalogue's resource) and
 ``max_episode_steps`` (see above).
 """
+
 from __future__ import annotations
 
 import math
@@ -110,8 +111,7 @@ class D4RLLoader(Loader):
             )
         return list(spec.resources)
 
-    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext
-                 ) -> Iterator[TensorDictBase]:
+    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
         self.check_params(spec)
         if len(files) != 1:
             raise LoaderError(f"{spec.id}: the d4rl loader reads exactly one HDF5 file, got {sorted(files)}")
@@ -121,8 +121,9 @@ class D4RLLoader(Loader):
         try:
             handle = h5py.File(path, "r")
         except OSError as exc:
-            raise CorruptFile(f"{spec.id}: {path} is not a readable HDF5 file ({exc}); delete it and download again",
-                              path=path) from exc
+            raise CorruptFile(
+                f"{spec.id}: {path} is not a readable HDF5 file ({exc}); delete it and download again", path=path
+            ) from exc
         with handle:
             try:
                 yield from _Converter(spec, handle, path, ctx).run()
@@ -150,8 +151,10 @@ class _Converter:
             raise LoaderError(f"{spec.id}: {path.name} has no rows")
         # per-step sources: TED key -> h5py dataset
         self.sources: dict[tuple[str, ...], Any] = {
-            ("observation",): f["observations"], ("action",): f["actions"],
-            ("reward",): f["rewards"], ("terminal",): f["terminals"],
+            ("observation",): f["observations"],
+            ("action",): f["actions"],
+            ("reward",): f["rewards"],
+            ("terminal",): f["terminals"],
         }
         self.has_timeouts = isinstance(f.get("timeouts"), h5py.Dataset)
         if self.has_timeouts:
@@ -183,8 +186,7 @@ class _Converter:
         # counters for the card
         self.episode_id = 0
         self.steps_in_episode = 0  # rows of the current (unfinished) episode seen so far
-        self.ends = {"terminal": 0, "timeout": 0, "terminal_and_timeout": 0, "max_episode_steps": 0,
-                     "end_of_file": 0}
+        self.ends = {"terminal": 0, "timeout": 0, "terminal_and_timeout": 0, "max_episode_steps": 0, "end_of_file": 0}
         self.unknown_rows = 0
         self.mismatch_rows = 0
         self.eof_rows = 0
@@ -226,12 +228,18 @@ class _Converter:
                 rows[key] = buf
             self.ctx.progress(stop - start)
             terminated = np.asarray(self.sources[("terminal",)][start:stop]).reshape(-1).astype(bool)
-            timeout = np.asarray(self.sources[("timeout",)][start:stop]).reshape(-1).astype(bool) \
-                if self.has_timeouts else np.zeros(stop - start, dtype=bool)
+            timeout = (
+                np.asarray(self.sources[("timeout",)][start:stop]).reshape(-1).astype(bool)
+                if self.has_timeouts
+                else np.zeros(stop - start, dtype=bool)
+            )
             cut = self._cut_max_steps(terminated) if self.max_steps else np.zeros_like(terminated)
             self._count_ends(terminated, timeout, cut)
-            new_flags = {("terminated",): terminated, ("truncated",): timeout | cut,
-                         ("end",): terminated | timeout | cut}
+            new_flags = {
+                ("terminated",): terminated,
+                ("truncated",): timeout | cut,
+                ("end",): terminated | timeout | cut,
+            }
             for key, value in new_flags.items():
                 rows[key] = value if not kept else np.concatenate([carry[key], value])
             ends = np.flatnonzero(rows[("end",)])
@@ -335,20 +343,27 @@ class _Converter:
             note("timeouts", "present")
         else:
             steps = self.spec.params.get("max_episode_steps")
-            note("timeouts", "absent: episodes end at terminals" + (
-                f" and after max_episode_steps={steps} steps (cut as truncated)" if steps else " only"))
+            note(
+                "timeouts",
+                "absent: episodes end at terminals"
+                + (f" and after max_episode_steps={steps} steps (cut as truncated)" if steps else " only"),
+            )
         if self.has_timeouts and self.spec.params.get("max_episode_steps"):
             note("max_episode_steps", "ignored: the file has timeouts")
         if self.eof_rows:
             note("final_episode_truncated_by_end_of_file", {"rows": self.eof_rows})
-        note("next_observations", "from the file (exact)" if self.has_next
-             else "from the following row inside each episode")
+        note(
+            "next_observations",
+            "from the file (exact)" if self.has_next else "from the following row inside each episode",
+        )
         note("next_observation_unknown_rows", self.unknown_rows)
         if self.unknown_rows:
             fill = "NaN" if self.obs_dtype.kind == "f" else "0"
-            note("next_observation_unknown",
-                 f"{self.unknown_rows} rows (the last of each episode) have no next observation in the file: "
-                 f"('next', 'observation') is {fill} there and ('info', 'next_observation_unknown') is True")
+            note(
+                "next_observation_unknown",
+                f"{self.unknown_rows} rows (the last of each episode) have no next observation in the file: "
+                f"('next', 'observation') is {fill} there and ('info', 'next_observation_unknown') is True",
+            )
         if self.has_next:
             note("next_observation_mismatch_rows", self.mismatch_rows)
         if self.skipped:

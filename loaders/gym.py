@@ -12,6 +12,7 @@ Episodes end where the environment says: ``terminated`` for true ends, ``truncat
 limits. The last episode, cut short by the ``steps`` budget, is marked truncated and the card
 says so (``notes.budget_truncated_episodes``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,10 +35,12 @@ def _heuristic(env_id: str) -> Callable[[np.ndarray], Any]:
     if family == "MountainCar":
         return lambda obs: 2 if obs[1] >= 0 else 0  # pump energy: push along the velocity
     if family == "Pendulum":
+
         def swing(obs: np.ndarray) -> np.ndarray:
             cos, sin, velocity = obs
             torque = -(8.0 * np.arctan2(sin, cos) + 1.0 * velocity) if cos > 0.5 else 2.0 * np.sign(velocity or 1.0)
             return np.array([np.clip(torque, -2.0, 2.0)], dtype=np.float32)
+
         return swing
     raise InvalidParameter(
         f"no heuristic policy for {env_id!r}; use policy='random', or one of CartPole, MountainCar, Pendulum"
@@ -60,14 +63,17 @@ class GymLoader(Loader):
         if ":" in params["env"]:  # gymnasium.make('pkg:Env-v0') imports pkg: a catalogue entry must never run code
             raise InvalidParameter(
                 f"{spec.id!r}: env {params['env']!r} imports a module ('module:EnvId'); import the module that "
-                "registers the environment yourself, then pass its plain id (e.g. 'MyEnv-v0')")
+                "registers the environment yourself, then pass its plain id (e.g. 'MyEnv-v0')"
+            )
         steps = params.get("steps", 10000)
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise InvalidParameter(f"{spec.id!r}: 'steps' must be a positive integer, got {steps!r}")
         if not isinstance(params.get("seed", 0), int):
             raise InvalidParameter(f"{spec.id!r}: 'seed' must be an integer, got {params.get('seed')!r}")
         if params.get("policy", "random") not in ("random", "heuristic"):
-            raise InvalidParameter(f"{spec.id!r}: 'policy' must be 'random' or 'heuristic', got {params.get('policy')!r}")
+            raise InvalidParameter(
+                f"{spec.id!r}: 'policy' must be 'random' or 'heuristic', got {params.get('policy')!r}"
+            )
 
     def resources(self, spec: DatasetSpec) -> list:
         return []
@@ -133,14 +139,17 @@ def _to_chunk(episodes: list[dict[str, Any]]) -> TensorDict:
 
     n = sum(len(ep["action"]) for ep in episodes)
     episode = torch.cat([torch.full((len(ep["action"]),), ep["episode"], dtype=torch.int64) for ep in episodes])
-    return TensorDict({
-        "observation": stack("observation"),
-        "action": stack("action"),
-        "episode": episode,
-        "next": {
-            "observation": stack("next_observation"),
-            "reward": stack("reward", torch.float32).reshape(n, 1),
-            "terminated": stack("terminated", torch.bool).reshape(n, 1),
-            "truncated": stack("truncated", torch.bool).reshape(n, 1),
+    return TensorDict(
+        {
+            "observation": stack("observation"),
+            "action": stack("action"),
+            "episode": episode,
+            "next": {
+                "observation": stack("next_observation"),
+                "reward": stack("reward", torch.float32).reshape(n, 1),
+                "terminated": stack("terminated", torch.bool).reshape(n, 1),
+                "truncated": stack("truncated", torch.bool).reshape(n, 1),
+            },
         },
-    }, batch_size=[n])
+        batch_size=[n],
+    )

@@ -19,6 +19,7 @@ episode maps onto TED (observations T+1 rows -> ``observation`` / ``("next", "ob
 documented in :mod:`loaders.minari_convert`. The dataset card gets minari's metadata
 (env spec, author, minari_version, total_steps, dataset_size, …) under ``minari``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -85,14 +86,17 @@ class MinariLoader(Loader):
         nothing from the remote when offline or unreachable: registry.yaml has the static list)."""
         entries: dict[str, dict[str, Any]] = {}
         for minari_id, metadata in local_datasets().items():
-            entry: dict[str, Any] = {"loader": self.name,
-                                     "description": metadata.get("description")
-                                     or f"Minari dataset {minari_id} (local Minari store)"}
+            entry: dict[str, Any] = {
+                "loader": self.name,
+                "description": metadata.get("description") or f"Minari dataset {minari_id} (local Minari store)",
+            }
             entries[f"minari/{minari_id}"] = entry
         if not offline():
             for minari_id in remote_ids():
-                entries.setdefault(f"minari/{minari_id}", {
-                    "loader": self.name, "description": f"Minari dataset {minari_id} ({_remote_name()})"})
+                entries.setdefault(
+                    f"minari/{minari_id}",
+                    {"loader": self.name, "description": f"Minari dataset {minari_id} ({_remote_name()})"},
+                )
         return {k: v for k, v in entries.items() if _valid_hub_id(k)}
 
     def check_params(self, spec: DatasetSpec) -> None:
@@ -111,25 +115,35 @@ class MinariLoader(Loader):
         return []  # minari manages its own store and downloads
 
     # -- conversion -----------------------------------------------------------------------------
-    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext
-                 ) -> Iterator[TensorDictBase]:
+    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
         minari_id = spec.name
         dataset = open_dataset(minari_id)
         storage = dataset.storage
         ctx.note("minari", card_metadata(storage.data_path))
-        texts = {**text_keys(dataset.observation_space, ("observation",)),
-                 **text_keys(dataset.action_space, ("action",))}
+        texts = {
+            **text_keys(dataset.observation_space, ("observation",)),
+            **text_keys(dataset.action_space, ("action",)),
+        }
         if texts:
-            ctx.note("text_fields", {k: {"dtype": "uint8", "width": w, "encoding": "utf-8, zero-padded",
-                                         "decode": "datasets_hub.loaders.minari.decode_text"} for k, w in texts.items()})
+            ctx.note(
+                "text_fields",
+                {
+                    k: {
+                        "dtype": "uint8",
+                        "width": w,
+                        "encoding": "utf-8, zero-padded",
+                        "decode": "datasets_hub.loaders.minari.decode_text",
+                    }
+                    for k, w in texts.items()
+                },
+            )
         dropped: dict[str, str] = {}
         info_layout: dict[str, str] = {}
         pending: list[dict[tuple[str, ...], np.ndarray]] = []
         rows = 0
         for episode in _read_episodes(storage, [int(i) for i in dataset.episode_indices], minari_id):
             try:
-                cols = episode_columns(episode, dataset.observation_space, dataset.action_space,
-                                       dropped, info_layout)
+                cols = episode_columns(episode, dataset.observation_space, dataset.action_space, dropped, info_layout)
             except LoaderError as exc:
                 raise LoaderError(f"Minari dataset {minari_id!r}, episode {episode.get('id')}: {exc}") from exc
             steps = int(cols[("episode",)].shape[0])
@@ -166,9 +180,7 @@ def open_dataset(minari_id: str) -> Any:
             return minari.load_dataset(minari_id)
     except Exception as exc:  # upstream raises ValueError/AssertionError/OSError alike
         hint = " Fix: pip install -U 'minari[hdf5,arrow]'." if "does not support" in str(exc) else ""
-        raise LoaderError(
-            f"minari could not open {minari_id!r} at {store_root() / minari_id}: {exc}.{hint}"
-        ) from exc
+        raise LoaderError(f"minari could not open {minari_id!r} at {store_root() / minari_id}: {exc}.{hint}") from exc
 
 
 def download(minari_id: str) -> Path:
@@ -229,7 +241,7 @@ def _read_episodes(storage: Any, ids: list[int], minari_id: str) -> Iterator[dic
     """Episode dicts from minari's storage, a batch of ids per read; upstream errors become
     ``LoaderError``."""
     for start in range(0, len(ids), _EPISODES_PER_READ):
-        batch = ids[start:start + _EPISODES_PER_READ]
+        batch = ids[start : start + _EPISODES_PER_READ]
         count = 0
         try:
             episodes = iter(storage.get_episodes(batch))
@@ -275,8 +287,7 @@ def _chunk(pending: list[dict[tuple[str, ...], np.ndarray]], minari_id: str) -> 
             out.set(key, torch.from_numpy(np.ascontiguousarray(values)))
         except TypeError as exc:
             raise LoaderError(
-                f"Minari dataset {minari_id!r}: {'/'.join(key)!r} has dtype {values.dtype}, which torch "
-                "cannot hold"
+                f"Minari dataset {minari_id!r}: {'/'.join(key)!r} has dtype {values.dtype}, which torch cannot hold"
             ) from exc
     return out
 

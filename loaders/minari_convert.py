@@ -22,6 +22,7 @@ Everything here is pure numpy on the episode dicts that ``MinariStorage.get_epis
   an info belongs to t or t+1); leaves with another length or holding strings/objects are dropped
   and listed in the dataset card.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
@@ -75,7 +76,9 @@ def space_columns(space: Any, values: Any, key: Key, n: int) -> Iterator[tuple[K
             yield from space_columns(sub, values[name], (*key, str(name)), n)
     elif isinstance(space, spaces.Tuple):
         if len(values) != len(space.spaces):
-            raise LoaderError(f"{'/'.join(key)!r}: the Tuple space has {len(space.spaces)} parts, the data {len(values)}")
+            raise LoaderError(
+                f"{'/'.join(key)!r}: the Tuple space has {len(space.spaces)} parts, the data {len(values)}"
+            )
         for i, (sub, part) in enumerate(zip(space.spaces, values)):
             yield from space_columns(sub, part, (*key, str(i)), n)
     elif isinstance(space, spaces.Text):
@@ -120,8 +123,13 @@ def _info_leaves(infos: Any, key: Key) -> Iterator[tuple[Key, Any]]:
         yield key, infos
 
 
-def episode_columns(episode: Mapping[str, Any], observation_space: Any, action_space: Any,
-                    dropped: dict[str, str], info_layout: dict[str, str]) -> dict[Key, np.ndarray]:
+def episode_columns(
+    episode: Mapping[str, Any],
+    observation_space: Any,
+    action_space: Any,
+    dropped: dict[str, str],
+    info_layout: dict[str, str],
+) -> dict[Key, np.ndarray]:
     """The TED columns of one episode dict (``id``, ``observations``, ``actions``, ``rewards``,
     ``terminations``, ``truncations``, ``infos``). ``dropped`` and ``info_layout`` collect, per
     info key, why it was dropped / how it was mapped."""

@@ -67,6 +67,7 @@ Episode ids are 0..E-1 in the order shards are read (the order of ``shards``) an
 shard. Memory: one record (episode) is decoded at a time; a chunk holds at most ``ctx.chunk_rows``
 rows or about 128 MiB, whichever comes first (one longer episode is yielded alone).
 """
+
 from __future__ import annotations
 
 import io
@@ -94,8 +95,20 @@ CHUNK_BYTES = 128 << 20
 UNKNOWN_KEY = ("info", "next_observation_unknown")
 _RESERVED = {"episode", "step", "done", "terminated", "truncated", "next", "info", "observation", "action"}
 _FLAGS = ("is_first", "is_last", "is_terminal")
-_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-           "float16", "float32", "float64"}
+_DTYPES = {
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+}
 
 _WIDEN = {"uint16": "int32", "uint32": "int64"}
 
@@ -192,28 +205,38 @@ class OpenXLoader(Loader):
         if not isinstance(version, str) or not version:
             raise InvalidParameter(
                 f"{spec.id}: the openx loader needs version='<x.y.z>', the TFDS version directory of the "
-                f"release (e.g. '0.1.0'), got {version!r}")
+                f"release (e.g. '0.1.0'), got {version!r}"
+            )
         for name in ("split", "dataset", "base_url"):
             if name in p and (not isinstance(p[name], str) or not p[name]):
                 raise InvalidParameter(f"{spec.id}: {name} must be a non-empty string, got {p[name]!r}")
         if p.get("final_step", "transition") not in FINAL_STEP:
             raise InvalidParameter(
                 f"{spec.id}: final_step must be one of {FINAL_STEP}, got {p.get('final_step')!r}"
-                f"{did_you_mean(str(p.get('final_step')), FINAL_STEP)}")
+                f"{did_you_mean(str(p.get('final_step')), FINAL_STEP)}"
+            )
         width = p.get("text_width", DEFAULT_TEXT_WIDTH)
         if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise InvalidParameter(f"{spec.id}: text_width must be a positive int (bytes per text value), got {width!r}")
+            raise InvalidParameter(
+                f"{spec.id}: text_width must be a positive int (bytes per text value), got {width!r}"
+            )
         total = self._num_shards(spec)
         shards = p.get("shards")
         if shards is not None:
-            if (not isinstance(shards, list) or not shards
-                    or not all(isinstance(s, int) and not isinstance(s, bool) for s in shards)):
-                raise InvalidParameter(f"{spec.id}: shards must be a non-empty list of shard indices, e.g. [0, 1], got {shards!r}")
+            if (
+                not isinstance(shards, list)
+                or not shards
+                or not all(isinstance(s, int) and not isinstance(s, bool) for s in shards)
+            ):
+                raise InvalidParameter(
+                    f"{spec.id}: shards must be a non-empty list of shard indices, e.g. [0, 1], got {shards!r}"
+                )
             bad = [s for s in shards if not 0 <= s < total]
             if bad:
                 raise InvalidParameter(
                     f"{spec.id}: shard index(es) {bad} out of range: split {self._split(spec)!r} has "
-                    f"{total} shards (0..{total - 1})")
+                    f"{total} shards (0..{total - 1})"
+                )
             if len(set(shards)) != len(shards):
                 raise InvalidParameter(f"{spec.id}: shards lists an index twice: {shards}")
 
@@ -232,13 +255,15 @@ class OpenXLoader(Loader):
             if split not in counts:
                 raise InvalidParameter(
                     f"{spec.id}: no split {split!r}; the catalogue lists {sorted(counts)}."
-                    f"{did_you_mean(split, list(counts))}")
+                    f"{did_you_mean(split, list(counts))}"
+                )
             counts = counts[split]
         if isinstance(counts, bool) or not isinstance(counts, int) or counts < 1:
             raise InvalidParameter(
                 f"{spec.id}: the number of {split!r} shards is unknown or invalid ({counts!r}); pass "
                 f"num_shards=<n>, the length of splits[name={split!r}].shardLengths in the dataset's "
-                f"dataset_info.json (or the NNNNN of its '-of-NNNNN' file names)")
+                f"dataset_info.json (or the NNNNN of its '-of-NNNNN' file names)"
+            )
         return counts
 
     def _base(self, spec: DatasetSpec) -> str:
@@ -246,7 +271,7 @@ class OpenXLoader(Loader):
         if base is None:
             return f"{UPSTREAM}/{self._dataset(spec)}/{spec.params['version']}"
         if base.startswith("gs://"):
-            base = "https://storage.googleapis.com/" + base[len("gs://"):]
+            base = "https://storage.googleapis.com/" + base[len("gs://") :]
         return base.rstrip("/")
 
     def shard_names(self, spec: DatasetSpec) -> list[str]:
@@ -267,8 +292,7 @@ class OpenXLoader(Loader):
         return out
 
     # -- conversion -----------------------------------------------------------------------------
-    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext
-                 ) -> Iterator[TensorDictBase]:
+    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
         self.check_params(spec)
         local = f"{self._dataset(spec)}/{spec.params['version']}"
         missing = [n for n in (f"{local}/dataset_info.json", f"{local}/features.json") if n not in files]
@@ -276,9 +300,13 @@ class OpenXLoader(Loader):
             raise LoaderError(f"{spec.id}: the build needs {missing}; they were not fetched")
         info = _read_json(Path(files[f"{local}/dataset_info.json"]), spec)
         features = _read_json(Path(files[f"{local}/features.json"]), spec)
-        converter = EpisodeConverter(spec, parse_features(features), ctx,
-                                     final_step=spec.params.get("final_step", "transition"),
-                                     text_width=spec.params.get("text_width", DEFAULT_TEXT_WIDTH))
+        converter = EpisodeConverter(
+            spec,
+            parse_features(features),
+            ctx,
+            final_step=spec.params.get("final_step", "transition"),
+            text_width=spec.params.get("text_width", DEFAULT_TEXT_WIDTH),
+        )
         lengths = _shard_lengths(info, self._split(spec), self._num_shards(spec), spec)
         shards = spec.params.get("shards") or list(range(self._num_shards(spec)))
         shard_paths = []
@@ -294,8 +322,9 @@ def _read_json(path: Path, spec: DatasetSpec) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise CorruptFile(f"{spec.id}: {path.name} is not readable JSON ({exc}); delete {path} and download again",
-                          path=path) from exc
+        raise CorruptFile(
+            f"{spec.id}: {path.name} is not readable JSON ({exc}); delete {path} and download again", path=path
+        ) from exc
     if not isinstance(value, dict):
         raise LoaderError(f"{spec.id}: {path.name} holds {type(value).__name__}, not a JSON object")
     return value
@@ -310,19 +339,19 @@ def _shard_lengths(info: Mapping[str, Any], split: str, num_shards: int, spec: D
                 raise LoaderError(
                     f"{spec.id}: dataset_info.json lists {len(lengths)} {split!r} shards but the catalogue "
                     f"says num_shards={num_shards}; load with num_shards={len(lengths)} (and tell us, "
-                    f"so the catalogue gets fixed)")
+                    f"so the catalogue gets fixed)"
+                )
             return lengths
     return None
-
-
 
 
 # ---------------------------------------------------------------------------------------- episodes
 class EpisodeConverter:
     """Shards in, TED chunks of whole episodes out (one record decoded at a time)."""
 
-    def __init__(self, spec: DatasetSpec, leaves: list[Leaf], ctx: LoaderContext, *, final_step: str,
-                 text_width: int) -> None:
+    def __init__(
+        self, spec: DatasetSpec, leaves: list[Leaf], ctx: LoaderContext, *, final_step: str, text_width: int
+    ) -> None:
         self.spec, self.ctx, self.final_step, self.text_width = spec, ctx, final_step, text_width
         self.skipped = {leaf.name: leaf.why for leaf in leaves if leaf.kind == "skip"}
         usable = []
@@ -338,8 +367,10 @@ class EpisodeConverter:
         self.step_leaves = [x for x in usable if x.path[0] == "steps" and len(x.path) > 1]
         self.episode_leaves = [x for x in usable if x.path[0] != "steps"]
         if not self.step_leaves:
-            raise LoaderError(f"{spec.id}: features.json has no usable 'steps' features, so it is not an RLDS dataset "
-                              f"(skipped: {self.skipped})")
+            raise LoaderError(
+                f"{spec.id}: features.json has no usable 'steps' features, so it is not an RLDS dataset "
+                f"(skipped: {self.skipped})"
+            )
         self.has_reward = any(x.path[1:] == ("reward",) for x in self.step_leaves)
         self.schema: dict[Key, tuple[np.dtype, tuple[int, ...]]] | None = None
         self.records: dict[str, int] = {}
@@ -353,8 +384,10 @@ class EpisodeConverter:
     # -- one feature ----------------------------------------------------------------------------
     def _values(self, example: Mapping[str, Any], leaf: Leaf, where: str) -> Any:
         if leaf.name not in example:
-            raise LoaderError(f"{self.spec.id}: {where} has no feature {leaf.name!r} although features.json "
-                              f"declares it; the shard does not match its features.json")
+            raise LoaderError(
+                f"{self.spec.id}: {where} has no feature {leaf.name!r} although features.json "
+                f"declares it; the shard does not match its features.json"
+            )
         return example[leaf.name]
 
     def _decode(self, leaf: Leaf, values: Any, count: int, where: str) -> np.ndarray:
@@ -364,8 +397,9 @@ class EpisodeConverter:
                 raise LoaderError(f"{bad} holds bytes but features.json declares a {leaf.dtype} tensor")
             per = int(np.prod(leaf.shape, dtype=np.int64))
             if values.size != count * per:
-                raise LoaderError(f"{bad} has {values.size} values; {count} steps of shape {list(leaf.shape)} "
-                                  f"need {count * per}")
+                raise LoaderError(
+                    f"{bad} has {values.size} values; {count} steps of shape {list(leaf.shape)} need {count * per}"
+                )
             array = values.reshape(count, *leaf.shape)
             return array != 0 if leaf.dtype == "bool" else array.astype(leaf.dtype, copy=False)
         if not isinstance(values, list) or len(values) != count:
@@ -374,12 +408,17 @@ class EpisodeConverter:
         if leaf.kind == "text":
             longest = max((len(v) for v in values), default=0)
             if longest > self.text_width:
-                raise LoaderError(f"{bad} holds a {longest}-byte text, longer than text_width={self.text_width}; "
-                                  f"load with text_width={max(longest, 2 * self.text_width)}")
+                raise LoaderError(
+                    f"{bad} holds a {longest}-byte text, longer than text_width={self.text_width}; "
+                    f"load with text_width={max(longest, 2 * self.text_width)}"
+                )
             return encode_text(values, self.text_width, leaf.path)
         if leaf.kind == "image":
-            return np.stack([self._image(leaf, blob, bad) for blob in values]) if values else \
-                np.zeros((0, *leaf.shape), dtype=leaf.dtype)
+            return (
+                np.stack([self._image(leaf, blob, bad) for blob in values])
+                if values
+                else np.zeros((0, *leaf.shape), dtype=leaf.dtype)
+            )
         # tensor stored as raw bytes (Encoding.BYTES / ZLIB): numpy's little-endian buffer per step
         rows = []
         for blob in values:
@@ -387,8 +426,9 @@ class EpisodeConverter:
             try:
                 rows.append(np.frombuffer(raw, dtype=np.dtype(leaf.dtype).newbyteorder("<")).reshape(leaf.shape))
             except ValueError as exc:
-                raise LoaderError(f"{bad}: {len(raw)} bytes do not make a {leaf.dtype} tensor of shape "
-                                  f"{list(leaf.shape)}") from exc
+                raise LoaderError(
+                    f"{bad}: {len(raw)} bytes do not make a {leaf.dtype} tensor of shape {list(leaf.shape)}"
+                ) from exc
         return np.stack(rows).astype(leaf.dtype) if rows else np.zeros((0, *leaf.shape), dtype=leaf.dtype)
 
     def _image(self, leaf: Leaf, blob: bytes, bad: str) -> np.ndarray:
@@ -412,8 +452,9 @@ class EpisodeConverter:
             array = array[:, :, None]
         expected = tuple(d if d >= 0 else array.shape[i] for i, d in enumerate(leaf.shape))
         if array.shape != expected:
-            raise LoaderError(f"{bad}: decoded image has shape {list(array.shape)}, features.json says "
-                              f"{list(leaf.shape)}")
+            raise LoaderError(
+                f"{bad}: decoded image has shape {list(array.shape)}, features.json says {list(leaf.shape)}"
+            )
         return array
 
     def _widen(self, leaf: Leaf, array: np.ndarray) -> np.ndarray:
@@ -510,7 +551,8 @@ class EpisodeConverter:
             raise LoaderError(
                 f"{self.spec.id}: {where}: {'/'.join(key)!r} is {schema.get(key)} here but "
                 f"{self.schema.get(key)} in the first episode (dtype, per-row shape); every episode of a build "
-                f"must share one schema")
+                f"must share one schema"
+            )
 
     # -- the pass -------------------------------------------------------------------------------
     def run(self, shard_paths: list[tuple[int, Path]], lengths: list[int] | None) -> Iterator[TensorDictBase]:
@@ -527,8 +569,10 @@ class EpisodeConverter:
                 try:
                     example = parse_example(record)
                 except ValueError as exc:
-                    raise LoaderError(f"{self.spec.id}: {where} is not a tf.train.Example ({exc}); the file is "
-                                      f"damaged: delete {path} and download it again") from exc
+                    raise LoaderError(
+                        f"{self.spec.id}: {where} is not a tf.train.Example ({exc}); the file is "
+                        f"damaged: delete {path} and download it again"
+                    ) from exc
                 count += 1
                 columns = self.convert(example, where, episode_id)
                 del example
@@ -554,8 +598,10 @@ class EpisodeConverter:
         if pending:
             yield _chunk(pending)
         if episode_id == 0:
-            raise LoaderError(f"{self.spec.id}: the shards {[p.name for _, p in shard_paths]} hold no usable episode "
-                              f"(skipped: {self.skipped_episodes})")
+            raise LoaderError(
+                f"{self.spec.id}: the shards {[p.name for _, p in shard_paths]} hold no usable episode "
+                f"(skipped: {self.skipped_episodes})"
+            )
         self._write_notes(episode_id, crc32c_implementation())
 
     def _write_notes(self, episodes: int, crc: str) -> None:
@@ -567,13 +613,20 @@ class EpisodeConverter:
         note("final_step", self.final_step)
         note("next_observation_unknown_rows", self.unknown_rows)
         if self.unknown_rows:
-            note("next_observation_unknown",
-                 f"{self.unknown_rows} rows (the last step of each episode) have no next observation upstream: "
-                 f"('next', 'observation', …) is NaN (floats) or 0 there and {UNKNOWN_KEY} is True")
+            note(
+                "next_observation_unknown",
+                f"{self.unknown_rows} rows (the last step of each episode) have no next observation upstream: "
+                f"('next', 'observation', …) is NaN (floats) or 0 there and {UNKNOWN_KEY} is True",
+            )
         if not self.has_reward:
             note("reward", "absent upstream: ('next', 'reward') is 0 everywhere")
-        text = {"/".join(self._target(x.path[1:]) or x.path) if x.path[0] == "steps" else "/".join(("info", *x.path)):
-                self.text_width for x in self.step_leaves + self.episode_leaves if x.kind == "text"}
+        text = {
+            "/".join(self._target(x.path[1:]) or x.path)
+            if x.path[0] == "steps"
+            else "/".join(("info", *x.path)): self.text_width
+            for x in self.step_leaves + self.episode_leaves
+            if x.kind == "text"
+        }
         if text:
             note("text_keys", text)
         if any(self.anomalies.values()):

@@ -76,6 +76,7 @@ Parameters: ``files`` (list of ``.h5`` paths in the repo; a subset of the task's
 ``revision`` (a branch, tag or commit of the repo), ``path`` (the repo prefix, default the id's
 name).
 """
+
 from __future__ import annotations
 
 import re
@@ -117,8 +118,10 @@ class RoboSetLoader(Loader):
         self.reject_unknown_params(spec, PARAMS)
         layout = params.get("layout", "auto")
         if layout not in LAYOUTS:
-            raise InvalidParameter(f"{spec.id}: layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}"
-                                   f".{did_you_mean(str(layout), LAYOUTS)}")
+            raise InvalidParameter(
+                f"{spec.id}: layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}"
+                f".{did_you_mean(str(layout), LAYOUTS)}"
+            )
         for key in ("repo", "revision", "path"):
             value = params.get(key)
             if value is not None and (not isinstance(value, str) or not value.strip("/")):
@@ -133,12 +136,15 @@ class RoboSetLoader(Loader):
             if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
                 raise InvalidParameter(
                     f"{spec.id}: files must be a non-empty list of .h5 paths in the repo, e.g. "
-                    f"['{_prefix(spec)}/<file>.h5'], got {files!r}")
+                    f"['{_prefix(spec)}/<file>.h5'], got {files!r}"
+                )
             for f in files:
                 parts = f.strip("/").split("/")
                 if not f.endswith(".h5") or any(p in ("", ".", "..") for p in parts):
-                    raise InvalidParameter(f"{spec.id}: {f!r} in files is not an .h5 path in the repo "
-                                           f"(paths look like '{_prefix(spec)}/<file>.h5')")
+                    raise InvalidParameter(
+                        f"{spec.id}: {f!r} in files is not an .h5 path in the repo "
+                        f"(paths look like '{_prefix(spec)}/<file>.h5')"
+                    )
             if len(set(files)) != len(files):
                 raise InvalidParameter(f"{spec.id}: files lists the same path twice: {files!r}")
 
@@ -157,12 +163,12 @@ class RoboSetLoader(Loader):
             if not paths:
                 raise InvalidParameter(
                     f"{spec.id}: no .h5 file in the Hugging Face dataset {repo} starts with {_prefix(spec)!r}. "
-                    f"Check the id (`datasets-hub list --loader roboset`) or pass files=['<path>.h5', …]")
+                    f"Check the id (`datasets-hub list --loader roboset`) or pass files=['<path>.h5', …]"
+                )
         return [_resource(repo, path, revision) for path in paths]
 
     # -- conversion ------------------------------------------------------------------------------
-    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext
-                 ) -> Iterator[TensorDictBase]:
+    def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
         self.check_params(spec)
         if not files:
             raise LoaderError(f"{spec.id}: no file to read")
@@ -170,15 +176,16 @@ class RoboSetLoader(Loader):
 
         converter = _Converter(spec, ctx, spec.params.get("layout", "auto"))
         repo, revision = spec.params.get("repo", REPO), spec.params.get("revision")
-        strip = (f"{repo}@{revision}/" if revision else f"{repo}/")
+        strip = f"{repo}@{revision}/" if revision else f"{repo}/"
         for name in sorted(files):
             path = Path(files[name])
-            label = name[len(strip):] if name.startswith(strip) else name  # the path in the repo, for the card
+            label = name[len(strip) :] if name.startswith(strip) else name  # the path in the repo, for the card
             try:
                 handle = h5py.File(path, "r")
             except OSError as exc:
-                raise LoaderError(f"{spec.id}: {path} is not a readable HDF5 file ({exc}); delete it and "
-                                  "download again") from exc
+                raise LoaderError(
+                    f"{spec.id}: {path} is not a readable HDF5 file ({exc}); delete it and download again"
+                ) from exc
             with handle:
                 try:
                     yield from converter.read_file(label, handle)
@@ -197,8 +204,10 @@ def _file_list_source(spec: DatasetSpec) -> str:
     from datasets_hub.env import hf_offline, offline as is_offline
 
     if is_offline() or hf_offline():
-        return ("listed offline from the Hugging Face cache: only the task's files fetched before; pass "
-                "files=[...] or list online for the full task")
+        return (
+            "listed offline from the Hugging Face cache: only the task's files fetched before; pass "
+            "files=[...] or list online for the full task"
+        )
     return f"listed from the Hub ({spec.params.get('repo', REPO)}, prefix {_prefix(spec)!r})"
 
 
@@ -218,7 +227,7 @@ def matches_task(path: str, prefix: str) -> bool:
     prefix, or below it: the prefix is followed by nothing, ``/``, ``_``, ``-`` or ``.``)."""
     if not path.endswith(".h5") or not path.startswith(prefix):
         return False
-    rest = path[len(prefix):]
+    rest = path[len(prefix) :]
     return rest == ".h5" or rest[:1] in ("/", "_", "-", ".")
 
 
@@ -236,7 +245,8 @@ def task_files(repo: str, prefix: str, revision: str | None = None) -> list[str]
             except DownloadError as exc:
                 raise DownloadError(
                     f"cannot find the files of RoboSet task {prefix!r}: {exc} Or name them: "
-                    f"load(..., files=['{prefix}/<file>.h5'])") from exc
+                    f"load(..., files=['{prefix}/<file>.h5'])"
+                ) from exc
             _listings[key] = sorted(p for p in listed if matches_task(p, prefix))
         return list(_listings[key])
 
@@ -297,8 +307,10 @@ class _Converter:
             else:
                 self.skipped[f"{name}:{key}"] = "not a rollout group (no 'actions' dataset)"
         if not trials:
-            raise LoaderError(f"{self.spec.id}: {name} holds no Trial<N> group with an 'actions' dataset "
-                              f"(root keys: {sorted(f.keys())}); it is not a robohive rollout file")
+            raise LoaderError(
+                f"{self.spec.id}: {name} holds no Trial<N> group with an 'actions' dataset "
+                f"(root keys: {sorted(f.keys())}); it is not a robohive rollout file"
+            )
         mapping = self.episode_map.setdefault(name, {})
         for trial in sorted(trials, key=_natural):
             cols = self._trial(name, trial, f[trial])
@@ -318,8 +330,10 @@ class _Converter:
         if not self.pending:
             return
         keys = list(self.pending[0])
-        merged = {k: np.concatenate([c[k] for c in self.pending]) if len(self.pending) > 1 else self.pending[0][k]
-                  for k in keys}
+        merged = {
+            k: np.concatenate([c[k] for c in self.pending]) if len(self.pending) > 1 else self.pending[0][k]
+            for k in keys
+        }
         n = len(merged[("episode",)])
         self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
         out = TensorDict({}, batch_size=[n])
@@ -334,8 +348,10 @@ class _Converter:
         where = f"{name}:{trial}"
         for key in _CORE:
             if key not in g:
-                raise LoaderError(f"{self.spec.id}: {where} has no {key!r} (keys: {sorted(g.keys())}); robohive "
-                                  "rollout groups hold observations, actions, rewards and done")
+                raise LoaderError(
+                    f"{self.spec.id}: {where} has no {key!r} (keys: {sorted(g.keys())}); robohive "
+                    "rollout groups hold observations, actions, rewards and done"
+                )
         rows = int(g["actions"].shape[0])
         actions = np.asarray(g["actions"][()], dtype=_native(g["actions"].dtype))
         layout = self._layout(where, actions)
@@ -343,8 +359,11 @@ class _Converter:
         if steps < 1:
             self.empty_trials.append(where)
             return None
-        obs = (_leaves(g["observations"], ("observation",)) if isinstance(g["observations"], h5py.Group)
-               else [(("observation",), g["observations"])])
+        obs = (
+            _leaves(g["observations"], ("observation",))
+            if isinstance(g["observations"], h5py.Group)
+            else [(("observation",), g["observations"])]
+        )
         infos: list[tuple[tuple[str, ...], Any]] = []
         for key in g.keys():
             obj = g[key]
@@ -356,8 +375,10 @@ class _Converter:
                 infos.append((("info", key), obj))
         for key, ds in obs:
             if ds.shape[:1] != (rows,):
-                raise LoaderError(f"{self.spec.id}: {where}/{ds.name.rsplit('/', 1)[-1]} has "
-                                  f"{ds.shape[0] if ds.shape else 0} rows but actions has {rows}")
+                raise LoaderError(
+                    f"{self.spec.id}: {where}/{ds.name.rsplit('/', 1)[-1]} has "
+                    f"{ds.shape[0] if ds.shape else 0} rows but actions has {rows}"
+                )
         for key in ("rewards", "done"):
             if g[key].shape[:1] != (rows,):
                 raise LoaderError(f"{self.spec.id}: {where}/{key} has shape {g[key].shape}, expected {rows} rows")
@@ -420,8 +441,9 @@ class _Converter:
     def _layout(self, where: str, actions: np.ndarray) -> str:
         if self.requested != "auto":
             return self.requested
-        found = "robohive" if actions.shape[0] and actions.dtype.kind == "f" and np.isnan(actions[-1]).all() \
-            else "paths"
+        found = (
+            "robohive" if actions.shape[0] and actions.dtype.kind == "f" and np.isnan(actions[-1]).all() else "paths"
+        )
         if self.layout is None:
             self.layout, self.layout_source = found, f"auto (from {where})"
         elif found != self.layout:
@@ -429,7 +451,8 @@ class _Converter:
                 f"{self.spec.id}: {where} looks like the {found!r} layout (its last action row is "
                 f"{'all NaN' if found == 'robohive' else 'not NaN'}) but earlier trials looked like "
                 f"{self.layout!r}. Pass layout='robohive' or layout='paths' to read every trial one way "
-                "(see the loaders.roboset docstring)")
+                "(see the loaders.roboset docstring)"
+            )
         return found
 
     def _check_schema(self, where: str, cols: dict[tuple[str, ...], np.ndarray]) -> None:
@@ -444,7 +467,8 @@ class _Converter:
             raise LoaderError(
                 f"{self.spec.id}: {where} does not have the keys, dtypes and shapes of {self.first_trial} "
                 f"(missing {missing}, unexpected {extra}, different dtype/shape {changed}); one build holds "
-                "one schema: select files that agree with files=[…]")
+                "one schema: select files that agree with files=[…]"
+            )
 
     def write_notes(self) -> None:
         note = self.ctx.note
@@ -453,19 +477,27 @@ class _Converter:
         note("trials_per_file", {name: len(m) for name, m in self.episode_map.items()})
         note("layout", f"{self.layout or self.requested} ({self.layout_source or 'no trial read'})")
         note("episode_ends", dict(self.ends))
-        note("done_mapping", "robohive's done (the task's termination signal) on a trial's last transition -> "
-                             "terminated; a trial ending without done stopped at its horizon -> truncated; "
-                             "done inside a trial -> ('info', 'upstream_done') only")
+        note(
+            "done_mapping",
+            "robohive's done (the task's termination signal) on a trial's last transition -> "
+            "terminated; a trial ending without done stopped at its horizon -> truncated; "
+            "done inside a trial -> ('info', 'upstream_done') only",
+        )
         note("upstream_done_inside_trials", self.inner_done)
         note("next_observation_unknown_rows", self.unknown_rows)
         if self.unknown_rows:
-            note("next_observation_unknown",
-                 f"{self.unknown_rows} rows (the last of each trial, 'paths' layout) have no next observation in "
-                 "the file: ('next', 'observation') is NaN (0 for integers) there and "
-                 "('info', 'next_observation_unknown') is True")
+            note(
+                "next_observation_unknown",
+                f"{self.unknown_rows} rows (the last of each trial, 'paths' layout) have no next observation in "
+                "the file: ('next', 'observation') is NaN (0 for integers) there and "
+                "('info', 'next_observation_unknown') is True",
+            )
         if self.layout == "robohive":
-            note("dropped_rows", "per trial: the final row's action (never executed; NaN in robohive logs) and "
-                                 "rewards[0]/done[0] (values at reset, no transition's)")
+            note(
+                "dropped_rows",
+                "per trial: the final row's action (never executed; NaN in robohive logs) and "
+                "rewards[0]/done[0] (values at reset, no transition's)",
+            )
             if self.finite_final_actions:
                 note("final_actions_not_nan", self.finite_final_actions)
         if self.empty_trials:

@@ -14,6 +14,7 @@ clash with TensorFlow's own registration when both are installed::
 protobuf accepts packed and unpacked repeated fields alike and skips unknown fields, as the wire
 format requires; malformed bytes raise ``ValueError``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +33,9 @@ def example_class() -> Any:
     """The ``tensorflow.Example`` message class (built once per process)."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-    proto = descriptor_pb2.FileDescriptorProto(name="datasets_hub/tf_example.proto", package="tensorflow",
-                                               syntax="proto3")
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="datasets_hub/tf_example.proto", package="tensorflow", syntax="proto3"
+    )
 
     def message(name: str, fields: list[tuple], nested: list | None = None, oneof: str | None = None) -> Any:
         msg = proto.message_type.add(name=name)
@@ -52,15 +54,24 @@ def example_class() -> Any:
     message("BytesList", [(1, "value", _LABEL_REPEATED, _TYPE_BYTES, None)])
     message("FloatList", [(1, "value", _LABEL_REPEATED, _TYPE_FLOAT, None)])
     message("Int64List", [(1, "value", _LABEL_REPEATED, _TYPE_INT64, None)])
-    message("Feature", [(1, "bytes_list", _LABEL_OPTIONAL, _TYPE_MESSAGE, ".tensorflow.BytesList"),
-                        (2, "float_list", _LABEL_OPTIONAL, _TYPE_MESSAGE, ".tensorflow.FloatList"),
-                        (3, "int64_list", _LABEL_OPTIONAL, _TYPE_MESSAGE, ".tensorflow.Int64List")], oneof="kind")
+    message(
+        "Feature",
+        [
+            (1, "bytes_list", _LABEL_OPTIONAL, _TYPE_MESSAGE, ".tensorflow.BytesList"),
+            (2, "float_list", _LABEL_OPTIONAL, _TYPE_MESSAGE, ".tensorflow.FloatList"),
+            (3, "int64_list", _LABEL_OPTIONAL, _TYPE_MESSAGE, ".tensorflow.Int64List"),
+        ],
+        oneof="kind",
+    )
     entry = descriptor_pb2.DescriptorProto(name="FeatureEntry")
     entry.options.map_entry = True
     entry.field.add(name="key", number=1, label=_LABEL_OPTIONAL, type=_TYPE_STRING)
     entry.field.add(name="value", number=2, label=_LABEL_OPTIONAL, type=_TYPE_MESSAGE, type_name=".tensorflow.Feature")
-    message("Features", [(1, "feature", _LABEL_REPEATED, _TYPE_MESSAGE, ".tensorflow.Features.FeatureEntry")],
-            nested=[entry])
+    message(
+        "Features",
+        [(1, "feature", _LABEL_REPEATED, _TYPE_MESSAGE, ".tensorflow.Features.FeatureEntry")],
+        nested=[entry],
+    )
     message("Example", [(1, "features", _LABEL_OPTIONAL, _TYPE_MESSAGE, ".tensorflow.Features")])
 
     pool = descriptor_pool.DescriptorPool()

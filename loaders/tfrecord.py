@@ -19,6 +19,7 @@ one ran).
 
 :func:`loaders.tf_example.parse_example` decodes the ``tf.train.Example`` protos the records hold.
 """
+
 from __future__ import annotations
 
 import struct
@@ -108,8 +109,9 @@ def iter_records(path: Path | str, *, check_crc: bool = True) -> Iterator[tuple[
             if not header:
                 return
             if len(header) < _HEADER.size:
-                raise CorruptFile(_bad(path, offset, f"the file ends inside a record header ({len(header)} of 12 bytes)"),
-                                  path=path)
+                raise CorruptFile(
+                    _bad(path, offset, f"the file ends inside a record header ({len(header)} of 12 bytes)"), path=path
+                )
             length, length_crc = _HEADER.unpack(header)
             if check_crc and masked_crc32c(header[:8]) != length_crc:
                 raise CorruptFile(_bad(path, offset, "the CRC of the record length does not match"), path=path)
@@ -118,12 +120,15 @@ def iter_records(path: Path | str, *, check_crc: bool = True) -> Iterator[tuple[
             if len(data) < length or len(trailer) < 4:
                 raise CorruptFile(_bad(path, offset, f"the file ends inside a record of {length} bytes"), path=path)
             if check_crc and masked_crc32c(data) != _U32.unpack(trailer)[0]:
-                raise CorruptFile(_bad(path, offset, f"the CRC of the {length}-byte record data does not match"),
-                                  path=path)
+                raise CorruptFile(
+                    _bad(path, offset, f"the CRC of the {length}-byte record data does not match"), path=path
+                )
             yield offset, data
             offset += _HEADER.size + length + 4
 
 
 def _bad(path: Path, offset: int, what: str) -> str:
-    return (f"{path.name}: corrupt TFRecord at byte offset {offset}: {what}. The file is damaged or "
-            f"incomplete; delete {path} and download it again (`datasets-hub verify` rehashes the cache).")
+    return (
+        f"{path.name}: corrupt TFRecord at byte offset {offset}: {what}. The file is damaged or "
+        f"incomplete; delete {path} and download it again (`datasets-hub verify` rehashes the cache)."
+    )

@@ -1,4 +1,5 @@
 """Shared fixtures: every test gets its own cache under tmp_path and never touches the internet."""
+
 from __future__ import annotations
 
 import ipaddress

@@ -43,6 +43,7 @@ mode puts ``tests/`` on ``sys.path``; no conftest or package needed)::
   is the server path of a Hub file (to script faults or count requests), ``hf_commit(repo_id)``
   the fake commit hash.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -57,8 +58,19 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote, unquote
 
-_FAULT_KEYS = {"status", "fail_status", "fail_times", "drop_after", "drop_times", "stall", "corrupt",
-               "length_delta", "ignore_range", "trickle", "trickle_chunk"}
+_FAULT_KEYS = {
+    "status",
+    "fail_status",
+    "fail_times",
+    "drop_after",
+    "drop_times",
+    "stall",
+    "corrupt",
+    "length_delta",
+    "ignore_range",
+    "trickle",
+    "trickle_chunk",
+}
 
 
 @dataclass
@@ -103,8 +115,7 @@ class FileServer:
 
     # lifecycle
     def start(self) -> "FileServer":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
 
@@ -145,15 +156,15 @@ class FileServer:
     def hf_commit(self, repo_id: str, repo_type: str = "dataset") -> str:
         return hashlib.sha1(f"{repo_type}/{repo_id}".encode()).hexdigest()
 
-    def hf_path(self, repo_id: str, path_in_repo: str, repo_type: str = "dataset",
-                revision: str = "main") -> str:
+    def hf_path(self, repo_id: str, path_in_repo: str, repo_type: str = "dataset", revision: str = "main") -> str:
         prefix = "" if repo_type == "model" else f"{repo_type}s/"
         return f"{prefix}{repo_id}/resolve/{revision}/{path_in_repo}"
 
     def add_hf_file(self, repo_id: str, path_in_repo: str, data: bytes, repo_type: str = "dataset") -> None:
         with self._lock:
-            repo = self._hf.setdefault((repo_type, repo_id),
-                                       _HFRepo(repo_type, repo_id, self.hf_commit(repo_id, repo_type)))
+            repo = self._hf.setdefault(
+                (repo_type, repo_id), _HFRepo(repo_type, repo_id, self.hf_commit(repo_id, repo_type))
+            )
             repo.files[path_in_repo] = bytes(data)
             for revision in ("main", repo.commit):
                 self._files[self.hf_path(repo_id, path_in_repo, repo_type, revision)] = bytes(data)
@@ -208,8 +219,9 @@ def point_huggingface_hub_at(server: FileServer, monkeypatch: Any, hf_cache: Pat
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                        "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(
+        constants, "HUGGINGFACE_CO_URL_TEMPLATE", "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}"
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -226,8 +238,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._handle(head=False)
 
     # helpers
-    def _simple(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
-                head: bool = False) -> None:
+    def _simple(
+        self, status: int, body: bytes = b"", headers: dict[str, str] | None = None, head: bool = False
+    ) -> None:
         self.send_response(status)
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -272,8 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    def _send_file(self, path: str, data: bytes, fault: dict, rng: str | None, drop: int | None,
-                   head: bool) -> None:
+    def _send_file(self, path: str, data: bytes, fault: dict, rng: str | None, drop: int | None, head: bool) -> None:
         if fault.get("corrupt"):
             data = bytes(b ^ 0xFF for b in data)
         total = len(data)
@@ -283,7 +295,7 @@ class _Handler(BaseHTTPRequestHandler):
             spec = rng.strip()
             if not spec.startswith("bytes="):
                 return self._simple(416, headers={"Content-Range": f"bytes */{total}"}, head=head)
-            a, _, b = spec[len("bytes="):].partition("-")
+            a, _, b = spec[len("bytes=") :].partition("-")
             start = int(a)
             end = min(total, int(b) + 1) if b else total
             if start >= total:
@@ -292,7 +304,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = data[start:end]
         declared = len(body) + int(fault.get("length_delta", 0))
         if declared < len(body):
-            body = body[:max(declared, 0)]
+            body = body[: max(declared, 0)]
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Accept-Ranges", "bytes")
@@ -309,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
         sent = 0
         limit = len(body) if drop is None else min(drop, len(body))
         while sent < limit:
-            piece = body[sent:min(limit, sent + chunk)]
+            piece = body[sent : min(limit, sent + chunk)]
             self.wfile.write(piece)
             self.wfile.flush()
             sent += len(piece)
@@ -343,14 +355,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _not_found(self, path: str, head: bool) -> None:
         repo, revision, _ = self._hf_repo_of(path)
         if repo is None and "/resolve/" in path:
-            return self._simple(404, b'{"error": "Repository not found"}',
-                                {"X-Error-Code": "RepoNotFound"}, head)
+            return self._simple(404, b'{"error": "Repository not found"}', {"X-Error-Code": "RepoNotFound"}, head)
         if repo is not None:
             if revision not in ("main", repo.commit):
-                return self._simple(404, b'{"error": "Revision not found"}',
-                                    {"X-Error-Code": "RevisionNotFound"}, head)
-            return self._simple(404, b'{"error": "Entry not found"}',
-                                {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo.commit}, head)
+                return self._simple(404, b'{"error": "Revision not found"}', {"X-Error-Code": "RevisionNotFound"}, head)
+            return self._simple(
+                404,
+                b'{"error": "Entry not found"}',
+                {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo.commit},
+                head,
+            )
         return self._simple(404, b"not found\n", head=head)
 
     def _hf_api(self, path: str, head: bool) -> None:
@@ -362,28 +376,36 @@ class _Handler(BaseHTTPRequestHandler):
         if repo is None:
             return self._simple(404, b'{"error": "Repository not found"}', {"X-Error-Code": "RepoNotFound"}, head)
         if parts[5] not in ("main", repo.commit):
-            return self._simple(404, b'{"error": "Revision not found"}',
-                                {"X-Error-Code": "RevisionNotFound"}, head)
+            return self._simple(404, b'{"error": "Revision not found"}', {"X-Error-Code": "RevisionNotFound"}, head)
         under = "/".join(parts[6:]).strip("/")
         recursive = "recursive=true" in self.path.lower() or "recursive=1" in self.path
         entries: dict[str, dict[str, Any]] = {}
         for file_path, data in sorted(repo.files.items()):
             if under and not file_path.startswith(under + "/"):
                 continue
-            rel = file_path[len(under) + 1:] if under else file_path
+            rel = file_path[len(under) + 1 :] if under else file_path
             if "/" in rel and not recursive:
                 folder = (under + "/" if under else "") + rel.split("/", 1)[0]
-                entries[folder] = {"type": "directory", "path": folder,
-                                   "oid": hashlib.sha1(folder.encode()).hexdigest()}
+                entries[folder] = {
+                    "type": "directory",
+                    "path": folder,
+                    "oid": hashlib.sha1(folder.encode()).hexdigest(),
+                }
                 continue
             if recursive:  # list the folders on the way, as the Hub does
                 segments = file_path.split("/")[:-1]
                 for i in range(len(segments)):
                     folder = "/".join(segments[: i + 1])
                     if not under or folder.startswith(under + "/"):
-                        entries.setdefault(folder, {"type": "directory", "path": folder,
-                                                    "oid": hashlib.sha1(folder.encode()).hexdigest()})
-            entries[file_path] = {"type": "file", "path": file_path, "size": len(data),
-                                  "oid": hashlib.sha1(data).hexdigest()}
+                        entries.setdefault(
+                            folder,
+                            {"type": "directory", "path": folder, "oid": hashlib.sha1(folder.encode()).hexdigest()},
+                        )
+            entries[file_path] = {
+                "type": "file",
+                "path": file_path,
+                "size": len(data),
+                "oid": hashlib.sha1(data).hexdigest(),
+            }
         body = json.dumps(list(entries.values())).encode()
         self._simple(200, body, {"Content-Type": "application/json"}, head)

@@ -8,6 +8,7 @@ distinct: bytes ``[0, 0]``/``[0, 1]`` encode a global frame number ``g >= 1`` (n
 unlike padding), so any output row tells which transition it came from. Expected rows are
 computed from the simulator's own records by a plain loop, independent of the loader's code.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -69,10 +70,17 @@ class DopamineBuffer:
         self._add(o, a, r, t, meta)
 
     def log(self, add_count: int | None = None) -> None:
-        self.logs.append({"observation": self.obs.copy(), "action": self.action.copy(), "reward": self.reward.copy(),
-                          "terminal": self.terminal.copy(), "meta": list(self.meta),
-                          "add_count": np.array(self.add_count if add_count is None else add_count),
-                          "invalid_range": self.invalid.copy()})
+        self.logs.append(
+            {
+                "observation": self.obs.copy(),
+                "action": self.action.copy(),
+                "reward": self.reward.copy(),
+                "terminal": self.terminal.copy(),
+                "meta": list(self.meta),
+                "add_count": np.array(self.add_count if add_count is None else add_count),
+                "invalid_range": self.invalid.copy(),
+            }
+        )
 
     def log_final(self) -> None:
         self.log(add_count=self.add_count % self.cap)
@@ -249,8 +257,12 @@ def test_end_to_end_over_http_with_endpoint(replay, monkeypatch):
         again = datasets_hub.load("atari/Pong/1", checkpoints=[0, 1])  # cached: no new request
         assert server.count(some) == 1 and len(again) == len(rb)
     data = rb[:]
-    td, rows = check_chunks([data.exclude("step", "done", "terminated", "truncated", ("next", "done"))],
-                            [(0, buf.logs[0]), (1, buf.logs[1])], truth, 10**9)
+    td, rows = check_chunks(
+        [data.exclude("step", "done", "terminated", "truncated", ("next", "done"))],
+        [(0, buf.logs[0]), (1, buf.logs[1])],
+        truth,
+        10**9,
+    )
     card = datasets_hub.info("atari/Pong/1", checkpoints=[0, 1])
     n, e = card.counts["transitions"], card.counts["episodes"]
     assert card.schema["obs/observation"]["rows"] == n + e  # frames stored once: T+1 rows per episode
@@ -286,24 +298,37 @@ def test_resources_name_six_upstream_files_per_checkpoint():
     assert res[0].urls[0] == f"{UPSTREAM}/Pong/1/replay_logs/%24store%24_observation_ckpt.0.gz"
     assert res[0].name == "Pong/1/replay_logs/$store$_observation_ckpt.0.gz"
     assert {r.name.rsplit("/", 1)[1] for r in res[6:]} == {
-        "$store$_observation_ckpt.50.gz", "$store$_action_ckpt.50.gz", "$store$_reward_ckpt.50.gz",
-        "$store$_terminal_ckpt.50.gz", "add_count_ckpt.50.gz", "invalid_range_ckpt.50.gz"}
+        "$store$_observation_ckpt.50.gz",
+        "$store$_action_ckpt.50.gz",
+        "$store$_reward_ckpt.50.gz",
+        "$store$_terminal_ckpt.50.gz",
+        "add_count_ckpt.50.gz",
+        "invalid_range_ckpt.50.gz",
+    }
     default = AtariLoader().resources(DatasetSpec(id="atari/Pong/1", loader="atari"))
     assert len(default) == 51 * 6
-    local = AtariLoader().resources(DatasetSpec(id="atari/mine", loader="atari", params={
-        "game": "Breakout", "run": 3, "checkpoints": 7, "base_url": "file:///data/dqn/"}))
+    local = AtariLoader().resources(
+        DatasetSpec(
+            id="atari/mine",
+            loader="atari",
+            params={"game": "Breakout", "run": 3, "checkpoints": 7, "base_url": "file:///data/dqn/"},
+        )
+    )
     assert local[0].urls[0] == "file:///data/dqn/Breakout/3/replay_logs/%24store%24_observation_ckpt.7.gz"
 
 
-@pytest.mark.parametrize("params, match", [
-    ({"checkpoint": [0]}, "Did you mean 'checkpoints'"),
-    ({"checkpoints": [51]}, "checkpoint 51 does not exist"),
-    ({"checkpoints": []}, "non-empty list"),
-    ({"checkpoints": [1, 1]}, "twice"),
-    ({"checkpoints": ["0"]}, "list of ints"),
-    ({"run": 6}, "run must be 1..5"),
-    ({"base_url": "/no/scheme"}, "base_url must be a URL"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"checkpoint": [0]}, "Did you mean 'checkpoints'"),
+        ({"checkpoints": [51]}, "checkpoint 51 does not exist"),
+        ({"checkpoints": []}, "non-empty list"),
+        ({"checkpoints": [1, 1]}, "twice"),
+        ({"checkpoints": ["0"]}, "list of ints"),
+        ({"run": 6}, "run must be 1..5"),
+        ({"base_url": "/no/scheme"}, "base_url must be a URL"),
+    ],
+)
 def test_bad_parameters_teach(params, match):
     with pytest.raises(InvalidParameter, match=match):
         AtariLoader().check_params(DatasetSpec(id="atari/Pong/1", loader="atari", params=params))
@@ -340,8 +365,14 @@ def test_terminal_at_last_row_and_padding_frames_nonzero_are_noted(tmp_path):
     obs[7] = 9  # padding slot with a non-zero frame: noted, still dropped
     terminal = np.zeros(cap, np.uint8)
     terminal[5] = 1
-    log = {"observation": obs, "action": np.arange(cap, dtype=np.int32), "reward": np.zeros(cap, np.float32),
-           "terminal": terminal, "add_count": np.array(11), "invalid_range": np.array([10., 11., 0., 1., 2.])}
+    log = {
+        "observation": obs,
+        "action": np.arange(cap, dtype=np.int32),
+        "reward": np.zeros(cap, np.float32),
+        "terminal": terminal,
+        "add_count": np.array(11),
+        "invalid_range": np.array([10.0, 11.0, 0.0, 1.0, 2.0]),
+    }
     log["action"][[0, 1, 2, 6, 7, 8]] = 0
     folder = tmp_path / "Pong" / "1" / "replay_logs"
     save_checkpoint(folder, 0, log)
@@ -361,9 +392,12 @@ def test_a_local_copy_through_an_extra_catalogue_file(replay, tmp_path, monkeypa
     """The README's recipe: a DATASETS_HUB_REGISTRY entry naming a gsutil copy on disk (file://)."""
     buf, truth, folder = replay
     extra = tmp_path / "mine.yaml"
-    extra.write_text("atari/Pong/1-local: {loader: atari, params: {game: Pong, run: 1, checkpoints: [1], "
-                     f"base_url: \"{folder.parents[2].as_uri()}\"}}}}\n")
+    extra.write_text(
+        "atari/Pong/1-local: {loader: atari, params: {game: Pong, run: 1, checkpoints: [1], "
+        f'base_url: "{folder.parents[2].as_uri()}"}}}}\n'
+    )
     monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(extra))
     rb = datasets_hub.load("atari/Pong/1-local")
-    check_chunks([rb[:].exclude("step", "done", "terminated", "truncated", ("next", "done"))],
-                 [(1, buf.logs[1])], truth, 10**9)
+    check_chunks(
+        [rb[:].exclude("step", "done", "terminated", "truncated", ("next", "done"))], [(1, buf.logs[1])], truth, 10**9
+    )

@@ -1,4 +1,5 @@
 """Builds are atomic and concurrent-safe: killed builds leave nothing visible; N processes build once."""
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,13 @@ SLOW_BUILD = textwrap.dedent("""
 
 
 def _start(tmp_path: Path, **env) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", SLOW_BUILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "LOG": str(tmp_path / "log"), **env})
+    return subprocess.Popen(
+        [sys.executable, "-c", SLOW_BUILD],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "LOG": str(tmp_path / "log"), **env},
+    )
 
 
 def test_processes_building_the_same_build_at_once_build_it_once(tmp_path):

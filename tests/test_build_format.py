@@ -1,4 +1,5 @@
 """The lean-TED build: what it stores, and that it returns exactly what a naive TED copy would."""
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,13 @@ def test_observations_are_stored_once_per_episode():
     assert schema["obs/observation"]["rows"] == 19 + 5  # N + E rows
     assert "steps/next/observation" not in schema
     assert schema["steps/action"]["rows"] == 19
-    assert manifest["counts"] == {"transitions": 19, "episodes": 5, "episodes_terminated": 2,
-                                  "episodes_truncated": 2, "episodes_unflagged_end": 1}
+    assert manifest["counts"] == {
+        "transitions": 19,
+        "episodes": 5,
+        "episodes_terminated": 2,
+        "episodes_truncated": 2,
+        "episodes_unflagged_end": 1,
+    }
     index = DatasetStorage(path).episode_index()
     assert index.start.tolist() == [0, 5, 8, 12, 13]
     assert index.length.tolist() == [5, 3, 4, 1, 6]
@@ -92,11 +98,14 @@ def test_nested_observation_keys_and_extra_info_are_kept():
     assert storage[:]["pixels"].dtype == torch.uint8
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda c: c["next", "terminated"].__setitem__(1, True), "goes on"),
-    (lambda c: c.__setitem__("episode", torch.tensor([0, 1, 0, 0, 0])), "contiguous"),
-    (lambda c: c.exclude(("next", "reward")), "next/reward"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["next", "terminated"].__setitem__(1, True), "goes on"),
+        (lambda c: c.__setitem__("episode", torch.tensor([0, 1, 0, 0, 0])), "contiguous"),
+        (lambda c: c.exclude(("next", "reward")), "next/reward"),
+    ],
+)
 def test_chunks_that_break_the_ted_contract_are_rejected(mutate, message):
     chunk = fake_episodes([5])
     out = mutate(chunk)
@@ -135,7 +144,9 @@ def test_force_rebuilds_and_the_same_spec_reuses():
 
 
 def test_check_loader_accepts_a_good_loader_and_catches_a_bad_one():
-    summary = check_loader(FakeLoader, DatasetSpec(id="fake/x", loader="fake", params={"lengths": [2, 3, 4], "chunks": 2}))
+    summary = check_loader(
+        FakeLoader, DatasetSpec(id="fake/x", loader="fake", params={"lengths": [2, 3, 4], "chunks": 2})
+    )
     assert summary["counts"]["transitions"] == 9
 
     class NoName(FakeLoader):

@@ -1,4 +1,5 @@
 """The catalogue: registry.yaml, extra files, register_dataset, loader catalogues, id safety."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,10 +52,21 @@ def test_unknown_loader_prefix_is_named():
         catalogue.resolve("nosuch/thing")
 
 
-@pytest.mark.parametrize("bad", [
-    "../etc/passwd", "gym/../../x", "/abs/path", "gym//x", "gym/a\x00b", "gym/a\nb", "gym/" + "x" * 300,
-    "noslash", "Gym/upper-prefix", 42,
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "../etc/passwd",
+        "gym/../../x",
+        "/abs/path",
+        "gym//x",
+        "gym/a\x00b",
+        "gym/a\nb",
+        "gym/" + "x" * 300,
+        "noslash",
+        "Gym/upper-prefix",
+        42,
+    ],
+)
 def test_unsafe_ids_are_rejected_before_touching_disk(bad, isolated_cache):
     with pytest.raises(InvalidParameter):
         dh.load(bad)
@@ -92,8 +104,7 @@ def test_an_entry_cannot_name_another_prefix_loader(tmp_path, monkeypatch):
 
 
 def test_register_dataset_in_code_and_clash():
-    dh.register_dataset("gym/my-pendulum", loader="gym", params={"env": "Pendulum-v1", "steps": 40},
-                        description="mine")
+    dh.register_dataset("gym/my-pendulum", loader="gym", params={"env": "Pendulum-v1", "steps": 40}, description="mine")
     spec = catalogue.resolve("gym/my-pendulum")
     assert spec.params == {"env": "Pendulum-v1", "steps": 40} and spec.metadata["description"] == "mine"
     with pytest.raises(HubError, match="already exists"):

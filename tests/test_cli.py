@@ -1,4 +1,5 @@
 """The ``datasets-hub`` command line, run in-process through ``main([...])`` (plus one real console script)."""
+
 from __future__ import annotations
 
 import json
@@ -26,10 +27,12 @@ def offline(monkeypatch):
 @pytest.fixture
 def run(capsys):
     """``run(*argv) -> (exit code, stdout, stderr)``."""
+
     def _run(*argv: str) -> tuple[int, str, str]:
         code = main(list(argv))
         out, err = capsys.readouterr()
         return code, out, err
+
     return _run
 
 
@@ -37,8 +40,12 @@ def run(capsys):
 def tiny_gym_id():
     """A catalogue id whose own params are small, so its catalogue-params build is cheap."""
     dataset_id = "gym/cli-tiny-v0"
-    catalogue.register_dataset(dataset_id, loader="gym", params={"env": "CartPole-v1", "steps": 200, "seed": 3},
-                               description="a tiny CartPole rollout for the CLI tests")
+    catalogue.register_dataset(
+        dataset_id,
+        loader="gym",
+        params={"env": "CartPole-v1", "steps": 200, "seed": 3},
+        description="a tiny CartPole rollout for the CLI tests",
+    )
     yield dataset_id
     catalogue.unregister_dataset(dataset_id)
 
@@ -62,8 +69,7 @@ def d4rl_id(tmp_path):
     """A registered d4rl id with a ``file://`` resource: a loader with a real raw file."""
     source = write_tiny_d4rl(tmp_path / "tiny-source.hdf5")
     dataset_id = "d4rl/cli-tiny-v0"
-    catalogue.register_dataset(dataset_id, loader="d4rl",
-                               resources=[{"url": source.as_uri(), "name": "cli/tiny.hdf5"}])
+    catalogue.register_dataset(dataset_id, loader="d4rl", resources=[{"url": source.as_uri(), "name": "cli/tiny.hdf5"}])
     yield dataset_id
     catalogue.unregister_dataset(dataset_id)
 
@@ -107,8 +113,11 @@ def test_list_filters_by_loader_and_search(run):
 def test_list_marks_cached_builds(run, tiny_gym_id):
     def marks() -> dict[str, str]:
         _code, out, _ = run("list", "--loader", "gym")
-        return {line.split()[0]: line.split()[1] for line in out.splitlines()
-                if line.startswith("gym/") and line.split()[1] in ("yes", "other")}
+        return {
+            line.split()[0]: line.split()[1]
+            for line in out.splitlines()
+            if line.startswith("gym/") and line.split()[1] in ("yes", "other")
+        }
 
     assert marks() == {}
     assert run("download", tiny_gym_id)[0] == 0  # catalogue params
@@ -126,14 +135,28 @@ def test_list_unknown_loader_is_a_usage_error(run):
 def test_info_before_and_after_download(run):
     code, out, _ = run("info", CARTPOLE, *SMALL)
     assert code == 0
-    assert "cached          no" in out and "transitions     " not in out and "built bytes" not in out and "license         MIT" in out
+    assert (
+        "cached          no" in out
+        and "transitions     " not in out
+        and "built bytes" not in out
+        and "license         MIT" in out
+    )
     assert '"steps": 300' in out  # the params actually used, overrides merged
     assert run("download", CARTPOLE, *SMALL)[0] == 0
     code, out, _ = run("info", CARTPOLE, *SMALL)
     assert code == 0
     assert "cached          yes" in out and "transitions     300" in out
-    for text in ("built bytes", "episode return", "episode length", "obs/observation", "steps/action",
-                 "float32", "budget_truncated_episodes", "provenance", "fingerprint"):
+    for text in (
+        "built bytes",
+        "episode return",
+        "episode length",
+        "obs/observation",
+        "steps/action",
+        "float32",
+        "budget_truncated_episodes",
+        "provenance",
+        "fingerprint",
+    ):
         assert text in out, text
     code, out, _ = run("info", CARTPOLE, *SMALL, "--json")
     card = json.loads(out)
@@ -377,8 +400,10 @@ def test_sample_prints_keys_shapes_and_dtypes(run):
 
 
 def test_sample_slices(run):
-    pytest.importorskip("datasets_hub.buffers.slice_samplers", reason="SliceSampler (datasets_hub/slice_samplers.py) "
-                        "is being written by the samplers engineer")
+    pytest.importorskip(
+        "datasets_hub.buffers.slice_samplers",
+        reason="SliceSampler (datasets_hub/slice_samplers.py) is being written by the samplers engineer",
+    )
     code, out, _ = run("sample", CARTPOLE, "-b", "8", "--slice-len", "4", "--seed", "1", *SMALL)
     assert code == 0, out
     assert "2 slices of 4" in out and "observation" in out
@@ -387,20 +412,23 @@ def test_sample_slices(run):
 
 
 # ------------------------------------------------------------------------------------------ bad input
-@pytest.mark.parametrize("argv, needle", [
-    (["info", "gym/cartpol-random-v0"], "Did you mean 'gym/cartpole-random-v0'"),
-    (["download", "gym/cartpole"], "Did you mean"),
-    (["info", "cartpole"], "no loader prefix"),
-    (["lst"], "Did you mean 'list'"),
-    (["cache", "size"], "unknown command 'size'"),
-    (["cache"], "required"),
-    (["sample", CARTPOLE], "--batch-size"),
-    (["sample", CARTPOLE, "-b", "0"], "--batch-size must be a positive integer"),
-    (["info", CARTPOLE, "--param", "steps"], "key=value"),
-    (["info", CARTPOLE, "--param", "steps=-1"], "'steps' must be a positive integer"),
-    (["info", CARTPOLE, "--param", "colour=red"], "for the gym loader"),
-    (["cache", "prune", "--older-than", "soon"], "invalid float value"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["info", "gym/cartpol-random-v0"], "Did you mean 'gym/cartpole-random-v0'"),
+        (["download", "gym/cartpole"], "Did you mean"),
+        (["info", "cartpole"], "no loader prefix"),
+        (["lst"], "Did you mean 'list'"),
+        (["cache", "size"], "unknown command 'size'"),
+        (["cache"], "required"),
+        (["sample", CARTPOLE], "--batch-size"),
+        (["sample", CARTPOLE, "-b", "0"], "--batch-size must be a positive integer"),
+        (["info", CARTPOLE, "--param", "steps"], "key=value"),
+        (["info", CARTPOLE, "--param", "steps=-1"], "'steps' must be a positive integer"),
+        (["info", CARTPOLE, "--param", "colour=red"], "for the gym loader"),
+        (["cache", "prune", "--older-than", "soon"], "invalid float value"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(run, argv, needle):
     code, out, err = run(*argv)
     assert code == 2
@@ -413,7 +441,7 @@ def test_param_values_are_json_when_possible():
     assert _param("steps=300") == ("steps", 300)
     assert _param("policy=random") == ("policy", "random")
     assert _param("flags=[1, 2]") == ("flags", [1, 2])
-    assert _param("x={\"a\": null}") == ("x", {"a": None})
+    assert _param('x={"a": null}') == ("x", {"a": None})
     assert _param("name=a=b") == ("name", "a=b")
     assert _param("empty=") == ("empty", "")
 
@@ -424,7 +452,9 @@ def test_installed_console_script(tmp_path):
     if not script.exists():
         pytest.skip(f"console script not installed beside {sys.executable} (run `pip install -e .`)")
     env = {**os.environ, "DATASETS_HUB_CACHE": str(tmp_path / "c"), "DATASETS_HUB_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([str(script), "list", "--loader", "gym"], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [str(script), "list", "--loader", "gym"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert CARTPOLE in proc.stdout and "gym/pendulum-random-v0" in proc.stdout
     proc = subprocess.run([str(script), "info", "gym/nope"], capture_output=True, text=True, env=env, timeout=120)

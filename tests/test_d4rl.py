@@ -5,6 +5,7 @@ chunk tells which file row it came from, and a next observation taken from the w
 wrong episode) is visible. The expected TED rows are computed by a plain per-row loop, independent
 of the loader's vectorised code.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def obs_row(t):
     return t + 0.001 * np.arange(OBS_DIM)
 
 
-def write_d4rl(path: Path, episodes=EPISODES, *, timeouts=True, next_obs=True, infos=True, metadata=True,
-               float_flags=False) -> Path:
+def write_d4rl(
+    path: Path, episodes=EPISODES, *, timeouts=True, next_obs=True, infos=True, metadata=True, float_flags=False
+) -> Path:
     """A D4RL-layout file; the true next observation at an episode's last row is ``t + 0.5 + …``."""
     terminals, tos = flags_for(episodes)
     n = len(terminals)
@@ -95,8 +97,12 @@ def expected_rows(episodes, *, timeouts=True, next_obs=True, max_steps=None):
 
 
 def convert(path, chunk_rows=7, **params):
-    spec = DatasetSpec(id="d4rl/test-v0", loader="d4rl", params=params,
-                       resources=[Resource(name=path.name, urls=("file://" + str(path),))])
+    spec = DatasetSpec(
+        id="d4rl/test-v0",
+        loader="d4rl",
+        params=params,
+        resources=[Resource(name=path.name, urls=("file://" + str(path),))],
+    )
     ctx = LoaderContext(chunk_rows=chunk_rows)
     chunks = list(D4RLLoader().episodes(spec, {path.name: path}, ctx))
     return chunks, ctx.notes
@@ -107,7 +113,9 @@ def check_rows(chunks, truth, chunk_rows):
     n = len(truth)
     assert td.batch_size == torch.Size([n])
     t = np.arange(n)
-    np.testing.assert_array_equal(td["observation"].numpy(), (t[:, None] + 0.001 * np.arange(OBS_DIM)).astype(np.float32))
+    np.testing.assert_array_equal(
+        td["observation"].numpy(), (t[:, None] + 0.001 * np.arange(OBS_DIM)).astype(np.float32)
+    )
     np.testing.assert_array_equal(td["action"][:, 1].numpy(), (-t - 0.01).astype(np.float32))
     np.testing.assert_array_equal(td["next", "reward"].numpy(), (10.0 * t).astype(np.float32)[:, None])
     for row, (episode, term, trunc, nxt) in enumerate(truth):
@@ -137,8 +145,13 @@ def test_timeouts_and_next_observations_row_by_row(tmp_path, chunk_rows):
     chunks, notes = convert(path, chunk_rows=chunk_rows)
     check_rows(chunks, expected_rows(EPISODES), chunk_rows)
     assert notes["episodes"] == len(EPISODES)
-    assert notes["episode_ends"] == {"terminal": 2, "timeout": 2, "terminal_and_timeout": 1,
-                                     "max_episode_steps": 0, "end_of_file": 1}
+    assert notes["episode_ends"] == {
+        "terminal": 2,
+        "timeout": 2,
+        "terminal_and_timeout": 1,
+        "max_episode_steps": 0,
+        "end_of_file": 1,
+    }
     assert notes["final_episode_truncated_by_end_of_file"] == {"rows": 4}
     assert notes["next_observation_unknown_rows"] == 0
     assert notes["next_observation_mismatch_rows"] == 0
@@ -248,8 +261,14 @@ def test_resources_default_and_url_override():
     res = Resource(name="h.hdf5", urls=("http://127.0.0.1:9/h.hdf5",))
     loader = D4RLLoader()
     assert loader.resources(DatasetSpec("d4rl/x", "d4rl", resources=[res])) == [res]
-    got = loader.resources(DatasetSpec("d4rl/x", "d4rl", params={"url": ["http://127.0.0.1:9/a/m.hdf5", "http://127.0.0.1:9/b/m.hdf5"]},
-                                       resources=[res]))
+    got = loader.resources(
+        DatasetSpec(
+            "d4rl/x",
+            "d4rl",
+            params={"url": ["http://127.0.0.1:9/a/m.hdf5", "http://127.0.0.1:9/b/m.hdf5"]},
+            resources=[res],
+        )
+    )
     assert got == [Resource(name="m.hdf5", urls=("http://127.0.0.1:9/a/m.hdf5", "http://127.0.0.1:9/b/m.hdf5"))]
 
 
@@ -298,11 +317,18 @@ def test_catalogue_lists_every_gym_mujoco_and_adroit_dataset():
         for kind in ("human", "cloned", "expert"):
             for version in ("v0", "v1"):
                 assert f"d4rl/{env}-{kind}-{version}" in entries
-    for prefix in ("antmaze-umaze-v2", "antmaze-large-diverse-v0", "maze2d-umaze-v1", "kitchen-mixed-v0",
-                   "flow-ring-random-v0", "carla-lane-v0"):
+    for prefix in (
+        "antmaze-umaze-v2",
+        "antmaze-large-diverse-v0",
+        "maze2d-umaze-v1",
+        "kitchen-mixed-v0",
+        "flow-ring-random-v0",
+        "carla-lane-v0",
+    ):
         assert f"d4rl/{prefix}" in entries
     assert entries["d4rl/hopper-medium-v2"]["resources"] == [
-        {"url": "http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"}]
+        {"url": "http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"}
+    ]
     assert entries["d4rl/walker2d-medium-replay-v0"]["resources"][0]["url"].endswith("gym_mujoco/walker_mixed.hdf5")
 
 
@@ -336,7 +362,9 @@ def test_check_loader_contract(tmp_path):
     from datasets_hub.testing import check_loader
 
     path = write_d4rl(tmp_path / "x.hdf5", next_obs=False)
-    spec = DatasetSpec(id="d4rl/test-v0", loader="d4rl", resources=[Resource(name="x.hdf5", urls=("file://" + str(path),))])
+    spec = DatasetSpec(
+        id="d4rl/test-v0", loader="d4rl", resources=[Resource(name="x.hdf5", urls=("file://" + str(path),))]
+    )
     summary = check_loader(D4RLLoader, spec, {"x.hdf5": path})
     assert summary
 
@@ -356,7 +384,9 @@ def test_load_from_local_mirror_row_by_row(tmp_path, monkeypatch, next_obs):
         assert server.count(upstream) == 1 and len(rb2) == len(rb)
     data = rb[:]
     check_rows([data], expected_rows(EPISODES, next_obs=next_obs), len(rb))
-    np.testing.assert_array_equal(data["info", "qpos"].numpy(), 100.0 * np.arange(len(rb))[:, None] + np.arange(QPOS_DIM))
+    np.testing.assert_array_equal(
+        data["info", "qpos"].numpy(), 100.0 * np.arange(len(rb))[:, None] + np.arange(QPOS_DIM)
+    )
     # samples are rows of the file: the observation tells which row, every other key must agree
     torch.manual_seed(0)
     batch = rb.sample()

@@ -1,5 +1,6 @@
 """datasets_hub.downloader against the local test server (127.0.0.1 only): resume, retries, checksums,
 mirrors, offline mode, redirects, file:// copies, one download across processes, verify_file."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,12 @@ def sha(data: bytes) -> str:
 
 
 def res(name: str, *urls: str, data: bytes | None = None, with_sha: bool = True, with_size: bool = True):
-    return Resource(name=name, urls=tuple(urls), sha256=sha(data) if data is not None and with_sha else None,
-                    size=len(data) if data is not None and with_size else None)
+    return Resource(
+        name=name,
+        urls=tuple(urls),
+        sha256=sha(data) if data is not None and with_sha else None,
+        size=len(data) if data is not None and with_size else None,
+    )
 
 
 @pytest.fixture
@@ -263,8 +268,10 @@ def test_endpoint_helpers(monkeypatch):
     assert dl.endpoint_for("d4rl") is None
     monkeypatch.setenv("DATASETS_HUB_ENDPOINT_D4RL", "http://127.0.0.1:8123/mirror")
     assert dl.endpoint_for("d4rl") == "http://127.0.0.1:8123/mirror"
-    assert dl.apply_endpoint("http://rail.eecs.berkeley.edu/datasets/x.hdf5?v=1", dl.endpoint_for("d4rl")) == \
-        "http://127.0.0.1:8123/mirror/datasets/x.hdf5?v=1"
+    assert (
+        dl.apply_endpoint("http://rail.eecs.berkeley.edu/datasets/x.hdf5?v=1", dl.endpoint_for("d4rl"))
+        == "http://127.0.0.1:8123/mirror/datasets/x.hdf5?v=1"
+    )
     assert dl.apply_endpoint("hf://datasets/a/b/c", "http://m") == "hf://datasets/a/b/c"
     monkeypatch.setenv("DATASETS_HUB_ENDPOINT_D4RL", "mirror.example.org")
     with pytest.raises(DownloadError, match="DATASETS_HUB_ENDPOINT_D4RL"):
@@ -401,8 +408,16 @@ def test_concurrent_processes_download_once(raw, tmp_path):
         server.fault("x.bin", trickle=0.03, trickle_chunk=8192)  # ~1 s: all four start during it
         args = [server.url("x.bin"), sha(data), str(len(data)), str(raw / "x.bin"), str(tmp_path / "barrier")]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        procs = [subprocess.Popen([sys.executable, "-c", _WORKER, *args], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _WORKER, *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
         outs = [p.communicate(timeout=60) for p in procs]
         assert [p.returncode for p in procs] == [0] * 4, outs
         assert [o.split()[0] for o, _ in outs] == ["True"] * 4
@@ -452,11 +467,18 @@ def test_progress_bar_counts_bytes(raw, monkeypatch):
 def test_import_is_light_and_does_not_shadow_datasets_hub_download():
     """``import datasets_hub.downloader`` loads no network library, and leaves the public function
     ``datasets_hub.download`` alone (a submodule named ``download`` would replace it)."""
-    script = ("import sys, datasets_hub as dh, datasets_hub.downloader, datasets_hub.hf_source\n"
-              "heavy = [m for m in ('requests', 'tqdm', 'huggingface_hub', 'filelock') if m in sys.modules]\n"
-              "print(heavy, type(dh.__dict__.get('download')).__name__)\n")
-    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=60)
+    script = (
+        "import sys, datasets_hub as dh, datasets_hub.downloader, datasets_hub.hf_source\n"
+        "heavy = [m for m in ('requests', 'tqdm', 'huggingface_hub', 'filelock') if m in sys.modules]\n"
+        "print(heavy, type(dh.__dict__.get('download')).__name__)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["[]", "NoneType"]
 

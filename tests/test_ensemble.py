@@ -1,4 +1,5 @@
 """ReplayBufferEnsemble: shapes, ids, weights, seeds, per-buffer transforms, clear key errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,16 +15,20 @@ from datasets_hub.buffers.transforms import Rename  # noqa: E402
 
 
 def buffer(offset, n=100, seed=0, transform=None, key="obs", storage=None, sampler=None):
-    rb = rbs.TensorDictReplayBuffer(storage=storage or LazyTensorStorage(n), transform=transform, sampler=sampler,
-                                    generator=torch.Generator().manual_seed(seed))
-    rb.extend(TensorDict({key: torch.arange(offset, offset + n), "episode": torch.arange(n) // 10},
-                         batch_size=[n]))
+    rb = rbs.TensorDictReplayBuffer(
+        storage=storage or LazyTensorStorage(n),
+        transform=transform,
+        sampler=sampler,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    rb.extend(TensorDict({key: torch.arange(offset, offset + n), "episode": torch.arange(n) // 10}, batch_size=[n]))
     return rb
 
 
 def test_sample_shape_ids_and_indices(tmp_path):
-    e = ReplayBufferEnsemble(buffer(0), buffer(1000, storage=LazyMemmapStorage(100, scratch_dir=tmp_path / "m")),
-                             sample_from_all=True)
+    e = ReplayBufferEnsemble(
+        buffer(0), buffer(1000, storage=LazyMemmapStorage(100, scratch_dir=tmp_path / "m")), sample_from_all=True
+    )
     out = e.sample(10)
     assert out.shape == (2, 5)
     assert torch.equal(out["index", "buffer_ids"], torch.tensor([[0] * 5, [1] * 5]))
@@ -35,8 +40,13 @@ def test_sample_shape_ids_and_indices(tmp_path):
 
 def test_weights_choose_buffers_with_the_ensemble_generator():
     def make(seed):
-        return ReplayBufferEnsemble(buffer(0, seed=1), buffer(1000, seed=2), p=[0.9, 0.1], num_buffer_sampled=4,
-                                    generator=torch.Generator().manual_seed(seed))
+        return ReplayBufferEnsemble(
+            buffer(0, seed=1),
+            buffer(1000, seed=2),
+            p=[0.9, 0.1],
+            num_buffer_sampled=4,
+            generator=torch.Generator().manual_seed(seed),
+        )
 
     e = make(0)
     ids = torch.stack([e.sample(8)["index", "buffer_ids"][:, 0] for _ in range(2000)])
@@ -82,7 +92,10 @@ def test_slice_buffers_in_an_ensemble():
 
 
 def test_iteration_stops_when_a_buffer_runs_out():
-    e = ReplayBufferEnsemble(buffer(0, n=20, sampler=SamplerWithoutReplacement()),
-                             buffer(1000, n=20, sampler=SamplerWithoutReplacement()),
-                             sample_from_all=True, batch_size=10)
+    e = ReplayBufferEnsemble(
+        buffer(0, n=20, sampler=SamplerWithoutReplacement()),
+        buffer(1000, n=20, sampler=SamplerWithoutReplacement()),
+        sample_from_all=True,
+        batch_size=10,
+    )
     assert len(list(e)) == 4

@@ -7,6 +7,7 @@ and ``observation/image`` 8x8 HWC; RoboSet: a flat action and ``info/visual_dict
 each buffer gets a transform: ``Select`` the shared meaning, ``Rename`` to common keys, and a resize
 to 6x6 CHW uint8 (nearest neighbour, so every output pixel is an input pixel a test can name).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,14 +42,16 @@ def nearest(image_hwc: np.ndarray) -> np.ndarray:
     return image_hwc[rows][:, cols].transpose(2, 0, 1)
 
 
-OPENX_ALIGN = Compose(Select(("observation", "image"), ("action", "world_vector"), ("next", "reward"),
-                             ("next", "done"), "episode"),
-                      Rename([("observation", "image"), ("action", "world_vector")], ["pixels", "act"]),
-                      resize)
-ROBOSET_ALIGN = Compose(Select(("info", "visual_dict", CAM), "action", ("next", "reward"), ("next", "done"),
-                               "episode"),
-                        Rename([("info", "visual_dict", CAM), "action"], ["pixels", "act"]),
-                        resize)
+OPENX_ALIGN = Compose(
+    Select(("observation", "image"), ("action", "world_vector"), ("next", "reward"), ("next", "done"), "episode"),
+    Rename([("observation", "image"), ("action", "world_vector")], ["pixels", "act"]),
+    resize,
+)
+ROBOSET_ALIGN = Compose(
+    Select(("info", "visual_dict", CAM), "action", ("next", "reward"), ("next", "done"), "episode"),
+    Rename([("info", "visual_dict", CAM), "action"], ["pixels", "act"]),
+    resize,
+)
 SOURCE = [(("observation", "image"), ("action", "world_vector")), (("info", "visual_dict", CAM), "action")]
 
 
@@ -96,12 +99,14 @@ def test_weighted_choice_follows_p_and_the_seed(builds):
     openx, roboset = builds
     openx.append_transform(OPENX_ALIGN)
     roboset.append_transform(ROBOSET_ALIGN)
-    ensemble = ReplayBufferEnsemble(openx, roboset, p=[0.25, 0.75], num_buffer_sampled=4,
-                                    generator=torch.Generator().manual_seed(3))
+    ensemble = ReplayBufferEnsemble(
+        openx, roboset, p=[0.25, 0.75], num_buffer_sampled=4, generator=torch.Generator().manual_seed(3)
+    )
     picks = torch.cat([ensemble.sample(8)["index", "buffer_ids"][:, 0] for _ in range(150)])
     # 600 draws, P(roboset) = 0.75: mean 450, sd 10.6; 5 sd = 53
     assert abs(int((picks == 1).sum()) - 450) <= 53
-    again = ReplayBufferEnsemble(openx, roboset, p=[0.25, 0.75], num_buffer_sampled=4,
-                                 generator=torch.Generator().manual_seed(3))
+    again = ReplayBufferEnsemble(
+        openx, roboset, p=[0.25, 0.75], num_buffer_sampled=4, generator=torch.Generator().manual_seed(3)
+    )
     first = torch.cat([again.sample(8)["index", "buffer_ids"][:, 0] for _ in range(150)])
     assert torch.equal(first, picks)  # same seed, same buffer choices

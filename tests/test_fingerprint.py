@@ -1,4 +1,5 @@
 """Transform fingerprints (DESIGN.md §7): what changes them, what does not, and what cannot be hashed."""
+
 from __future__ import annotations
 
 import functools
@@ -12,8 +13,12 @@ import warnings
 import pytest
 import torch
 
-from datasets_hub.fingerprint import (UncachedPreprocessWarning, Unfingerprintable, fingerprint_callable,
-                                      transform_fingerprint)
+from datasets_hub.fingerprint import (
+    UncachedPreprocessWarning,
+    Unfingerprintable,
+    fingerprint_callable,
+    transform_fingerprint,
+)
 
 F = fingerprint_callable
 
@@ -46,11 +51,18 @@ def test_same_function_same_fingerprint_in_another_process(tmp_path):
     mod = write_module(tmp_path, "fp_same", MODULE.format(scale=2.0, helper=3))
     here = F(mod.fn)
     assert here == F(mod.fn) and len(here) == 64
-    script = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import fp_same; " \
-             "from datasets_hub.fingerprint import fingerprint_callable as F; print(F(fp_same.fn))"
+    script = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import fp_same; "
+        "from datasets_hub.fingerprint import fingerprint_callable as F; print(F(fp_same.fn))"
+    )
     # another interpreter has another str-hash seed: the set global must not change the fingerprint
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                         env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == here
 
@@ -74,6 +86,7 @@ def test_body_defaults_closures_partials_and_versions():
     def make(v):
         def inner(td):
             return td * v
+
         return inner
 
     def with_default(td, k=1):

@@ -5,6 +5,7 @@ global frame number ``g`` and its episode), loaded through ``file://`` so no ser
 Expected stacks are computed from the simulator's records and from Dopamine's own rule (the
 stacked state of buffer slot ``i`` is the frames of slots ``i-3..i``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -86,7 +87,7 @@ def test_episode_starts_never_see_another_episode(build):
         t = batch["step"][i].item()
         stack = batch["observation"][i]
         assert not stack[: N - 1 - t].any()  # zeros before the episode's first frame
-        for frame in stack[N - 1 - t:]:
+        for frame in stack[N - 1 - t :]:
             g = frame_id(frame.numpy())
             assert g in truth and truth[g][0] == truth[frame_id(stack[-1].numpy())][0]  # same true episode
         assert frame_id(stack[-1].numpy()) == frame_id(data["observation"][rows[i]].numpy())

@@ -1,4 +1,5 @@
 """hf:// sources through huggingface_hub against the local Hub-compatible server (HF_ENDPOINT)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -99,8 +100,9 @@ def test_offline_uses_only_the_hf_cache(hub, raw, monkeypatch):
         assert dl.fetch(r, raw / "FK1.h5", loader="roboset").read_bytes() == DATA
         (raw / "FK1.h5").unlink()
         with pytest.raises(DownloadError, match=f"{var}=1") as info:
-            dl.fetch(Resource("o.h5", (f"hf://datasets/{REPO}/FK1-v4(expert)/other.h5",)), raw / "o.h5",
-                     loader="roboset")
+            dl.fetch(
+                Resource("o.h5", (f"hf://datasets/{REPO}/FK1-v4(expert)/other.h5",)), raw / "o.h5", loader="roboset"
+            )
         assert "other.h5" in str(info.value) and str(raw / "o.h5") in str(info.value)
         monkeypatch.delenv(var)
     assert hub.total_requests() == 0
@@ -130,8 +132,11 @@ def test_hub_then_http_mirror(hub, raw):
 
 
 def test_list_hf_files_online_and_offline(hub, monkeypatch):
-    assert dl.list_hf_files(REPO) == ["FK1-v4(expert)/FK1_MicroOpenRandom_v2d-v4.h5",
-                                      "FK1-v4(expert)/other.h5", "README.md"]
+    assert dl.list_hf_files(REPO) == [
+        "FK1-v4(expert)/FK1_MicroOpenRandom_v2d-v4.h5",
+        "FK1-v4(expert)/other.h5",
+        "README.md",
+    ]
     assert dl.list_hf_files(REPO, prefix="FK1-v4(expert)/o") == ["FK1-v4(expert)/other.h5"]
     with pytest.raises(DownloadError, match="not found or not accessible"):
         dl.list_hf_files("someone/missing")
@@ -139,8 +144,11 @@ def test_list_hf_files_online_and_offline(hub, monkeypatch):
     with pytest.raises(DownloadError, match="offline"):
         dl.list_hf_files(REPO)  # nothing of it cached yet
     monkeypatch.delenv("DATASETS_HUB_OFFLINE")
-    dl.fetch(Resource("o.h5", (f"hf://datasets/{REPO}/FK1-v4(expert)/other.h5",)),
-             Path(os.environ["DATASETS_HUB_CACHE"]) / "raw" / "roboset" / "o.h5", loader="roboset")
+    dl.fetch(
+        Resource("o.h5", (f"hf://datasets/{REPO}/FK1-v4(expert)/other.h5",)),
+        Path(os.environ["DATASETS_HUB_CACHE"]) / "raw" / "roboset" / "o.h5",
+        loader="roboset",
+    )
     monkeypatch.setenv("DATASETS_HUB_OFFLINE", "1")
     hub.reset_log()
     assert dl.list_hf_files(REPO) == ["FK1-v4(expert)/other.h5"]  # what the HF cache holds
@@ -152,14 +160,20 @@ def test_hf_endpoint_set_before_import_in_a_fresh_process(raw, tmp_path):
     script = (
         "import sys, types\nfrom pathlib import Path\nimport datasets_hub.downloader as dl\n"
         f"r = types.SimpleNamespace(name='FK1.h5', urls=({URL!r},), sha256={sha(DATA)!r}, size=None)\n"
-        "print(dl.fetch(r, Path(sys.argv[1]), loader='roboset'))\n")
+        "print(dl.fetch(r, Path(sys.argv[1]), loader='roboset'))\n"
+    )
     with serve_files() as server:
         server.add_hf_file(REPO, PATH, DATA)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DATASETS_HUB_OFFLINE"))}
-        env.update(PYTHONPATH=str(ROOT), HF_ENDPOINT=server.base_url, HF_HOME=str(tmp_path / "hf-home"),
-                   HF_HUB_DISABLE_TELEMETRY="1")
-        proc = subprocess.run([sys.executable, "-c", script, str(raw / "FK1.h5")], env=env,
-                              capture_output=True, text=True, timeout=120)
+        env.update(
+            PYTHONPATH=str(ROOT),
+            HF_ENDPOINT=server.base_url,
+            HF_HOME=str(tmp_path / "hf-home"),
+            HF_HUB_DISABLE_TELEMETRY="1",
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(raw / "FK1.h5")], env=env, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, proc.stderr
         assert server.count(server.hf_path(REPO, PATH)) == 1
     assert (raw / "FK1.h5").read_bytes() == DATA

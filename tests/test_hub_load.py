@@ -1,4 +1,5 @@
 """Load-by-name end to end on the local gym loader (no network)."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,19 @@ def test_load_returns_a_read_only_ted_buffer():
     assert len(rb) == 600
     batch = rb.sample()
     assert batch.batch_size == torch.Size([32])
-    for key in ["observation", "action", "episode", "step", "done", ("next", "observation"), ("next", "reward"),
-                ("next", "terminated"), ("next", "truncated"), ("next", "done"), "index"]:
+    for key in [
+        "observation",
+        "action",
+        "episode",
+        "step",
+        "done",
+        ("next", "observation"),
+        ("next", "reward"),
+        ("next", "terminated"),
+        ("next", "truncated"),
+        ("next", "done"),
+        "index",
+    ]:
         assert key in batch.keys(include_nested=True), key
     assert batch["next", "reward"].shape == (32, 1) and batch["next", "done"].dtype == torch.bool
     with pytest.raises(RuntimeError, match="read-only"):
@@ -38,8 +50,9 @@ def test_samples_are_the_rows_they_claim_to_be():
 
 def test_same_seed_same_batches():
     def batches(seed):
-        rb = dh.load(ID, batch_size=16, sampler=SliceSampler(slice_len=4),
-                     generator=torch.Generator().manual_seed(seed), **SMALL)
+        rb = dh.load(
+            ID, batch_size=16, sampler=SliceSampler(slice_len=4), generator=torch.Generator().manual_seed(seed), **SMALL
+        )
         return [rb.sample()["index"] for _ in range(3)]
 
     a, b, c = batches(5), batches(5), batches(6)
@@ -81,9 +94,14 @@ def test_bad_batch_sizes_are_rejected(bad):
         dh.load(ID, batch_size=bad, **SMALL)
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"steps": -5}, "positive integer"), ({"stepz": 10}, "unknown parameter.*gym loader.*Did you mean .steps."), ({"policy": "smart"}, "'random'"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"steps": -5}, "positive integer"),
+        ({"stepz": 10}, "unknown parameter.*gym loader.*Did you mean .steps."),
+        ({"policy": "smart"}, "'random'"),
+    ],
+)
 def test_bad_loader_params_are_rejected(params, message):
     with pytest.raises(InvalidParameter, match=message):
         dh.load(ID, **params)

@@ -19,6 +19,7 @@ Rules:
    ``self``/``cls``) unless the class is defined in the same module, or the pair is in
    ``PRIVATE_ACCESS_ALLOWED`` with its reason.
 """
+
 from __future__ import annotations
 
 import ast
@@ -222,12 +223,17 @@ def test_the_walk_sees_lazy_imports_and_the_package_re_exports():
     assert any(_is_convenience(e) for e in EDGES), "the convenience imports of ReplayBuffer were not seen"
     assert len(MODULES) > 40 and f"{PACKAGE}.loaders.d4rl" in MODULES and f"{PACKAGE}.buffers.storages" in MODULES
     visitor = _Imports(f"{PACKAGE}.cli", False)
-    visitor.visit(ast.parse("def f():\n    from datasets_hub import load\n    import datasets_hub as dh\n    dh.ReplayBuffer\n"))
+    visitor.visit(
+        ast.parse("def f():\n    from datasets_hub import load\n    import datasets_hub as dh\n    dh.ReplayBuffer\n")
+    )
     assert {e.target for e in visitor.edges} == {f"{PACKAGE}.hub", PACKAGE, EXPORTS["ReplayBuffer"]}
 
 
 def test_a_cycle_is_found():
-    fake = [Edge("datasets_hub.cache", "datasets_hub.build", 1, "f"), Edge("datasets_hub.build", "datasets_hub.cache", 1, "")]
+    fake = [
+        Edge("datasets_hub.cache", "datasets_hub.build", 1, "f"),
+        Edge("datasets_hub.build", "datasets_hub.cache", 1, ""),
+    ]
     assert _cycles(fake) == [["datasets_hub.build", "datasets_hub.cache"]]
 
 
@@ -237,15 +243,22 @@ def test_no_import_cycle_between_modules():
     for component in cycles:
         members = set(component)
         report.append(" <-> ".join(component))
-        report += ["    " + _where(e) for e in EDGES if e.source in members and e.target in members and not _is_convenience(e)]
+        report += [
+            "    " + _where(e) for e in EDGES if e.source in members and e.target in members and not _is_convenience(e)
+        ]
     assert not cycles, "import cycles (lazy imports included):\n" + "\n".join(report)
 
 
 def test_the_buffer_layer_imports_only_itself():
     prefix = f"{PACKAGE}.buffers"
-    outside = [e for e in EDGES if (e.source == prefix or e.source.startswith(prefix + "."))
-               and not (e.target == prefix or e.target.startswith(prefix + "."))
-               and e.target not in BUFFERS_MAY_IMPORT and not _is_convenience(e)]
+    outside = [
+        e
+        for e in EDGES
+        if (e.source == prefix or e.source.startswith(prefix + "."))
+        and not (e.target == prefix or e.target.startswith(prefix + "."))
+        and e.target not in BUFFERS_MAY_IMPORT
+        and not _is_convenience(e)
+    ]
     assert not outside, "datasets_hub/buffers/ imports the hub:\n" + "\n".join(map(_where, outside))
 
 
@@ -283,8 +296,12 @@ def _private_names_defined(tree: ast.AST) -> set[str]:
                 elif isinstance(item, (ast.Assign, ast.AnnAssign)):
                     targets = item.targets if isinstance(item, ast.Assign) else [item.target]
                     names |= {t.id for t in targets if isinstance(t, ast.Name)}
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
-                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
             names.add(node.attr)
     return {n for n in names if n.startswith("_")}
 
@@ -302,8 +319,14 @@ def _private_reads(module: str, tree: ast.AST) -> list[tuple[int, str, str]]:
             imported_modules |= {a.asname or a.name for a in node.names}
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
-                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
             attr = node.args[1].value  # getattr(obj, "_x"): the same read, spelled as a string
             owner = node.args[0]
         elif isinstance(node, ast.Attribute):
@@ -327,8 +350,10 @@ def _private_reads(module: str, tree: ast.AST) -> list[tuple[int, str, str]]:
 
 
 def test_the_private_attribute_scan_finds_a_read():
-    tree = ast.parse("class A:\n    def f(self, other):\n        self._a = 1\n"
-                     "        return self._a + other._b + other._a + getattr(other, '_c', 0)\n")
+    tree = ast.parse(
+        "class A:\n    def f(self, other):\n        self._a = 1\n"
+        "        return self._a + other._b + other._a + getattr(other, '_c', 0)\n"
+    )
     assert sorted(_private_reads("m", tree)) == [(4, "other", "_b"), (4, "other", "_c")]
 
 
@@ -337,13 +362,17 @@ def test_no_module_reads_another_objects_private_attributes():
     for module, path in MODULES.items():
         for line, owner, attr in _private_reads(module, ast.parse(path.read_text())):
             problems.append(f"{path.relative_to(ROOT)}:{line}: {owner}.{attr}")
-    assert not problems, ("private attributes read from outside their object (use or add a public "
-                          "method; see docs/design/architecture.md):\n" + "\n".join(problems))
+    assert not problems, (
+        "private attributes read from outside their object (use or add a public "
+        "method; see docs/design/architecture.md):\n" + "\n".join(problems)
+    )
 
 
 def test_every_private_access_allowance_is_still_needed():
     for module, attr in PRIVATE_ACCESS_ALLOWED:
         tree = ast.parse(MODULES[module].read_text())
-        used = any((isinstance(n, ast.Attribute) and n.attr == attr) or (isinstance(n, ast.Constant) and n.value == attr)
-                   for n in ast.walk(tree))
+        used = any(
+            (isinstance(n, ast.Attribute) and n.attr == attr) or (isinstance(n, ast.Constant) and n.value == attr)
+            for n in ast.walk(tree)
+        )
         assert used, f"{module}: {attr} is no longer read; remove it from PRIVATE_ACCESS_ALLOWED"

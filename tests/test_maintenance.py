@@ -1,4 +1,5 @@
 """datasets_hub.maintenance and cache_verify: verify, remove, list, measure and prune the cache (function level)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -43,7 +44,7 @@ def test_human_bytes():
     assert mt.human_bytes(0) == "0 B"
     assert mt.human_bytes(1023) == "1023 B"
     assert mt.human_bytes(1536) == "1.5 KiB"
-    assert mt.human_bytes(5 * 1024 ** 3) == "5.0 GiB"
+    assert mt.human_bytes(5 * 1024**3) == "5.0 GiB"
 
 
 def test_manifest_checksum_is_sha256sum_format():

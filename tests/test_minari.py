@@ -5,6 +5,7 @@ returns. Datasets are tiny (tens to a few hundred steps) and built once per modu
 store under a temporary directory; no test touches the internet (the download path is served
 from 127.0.0.1).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,14 +41,18 @@ class CounterEnv(gym.Env):
     def __init__(self, kind: str = "dict") -> None:
         pos = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
         if kind == "dict":
-            self.observation_space = gym.spaces.Dict({
-                "pos": pos,
-                "count": gym.spaces.Discrete(1000),
-                "goal": gym.spaces.Dict({
-                    "mission": gym.spaces.Text(max_length=12, charset=CHARSET),
-                    "target": gym.spaces.Box(0, 100, (), np.int32),
-                }),
-            })
+            self.observation_space = gym.spaces.Dict(
+                {
+                    "pos": pos,
+                    "count": gym.spaces.Discrete(1000),
+                    "goal": gym.spaces.Dict(
+                        {
+                            "mission": gym.spaces.Text(max_length=12, charset=CHARSET),
+                            "target": gym.spaces.Box(0, 100, (), np.int32),
+                        }
+                    ),
+                }
+            )
             self.action_space = gym.spaces.Tuple((gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(3)))
         else:
             self.observation_space = gym.spaces.Tuple((pos, gym.spaces.Discrete(1000)))
@@ -60,8 +65,7 @@ class CounterEnv(gym.Env):
         pos = np.array([1000 * self.episode + self.t, -self.t], np.float32)
         if self.kind == "dict":
             mission = f"go é{self.episode}"
-            return {"pos": pos, "count": self.t,
-                    "goal": {"mission": mission, "target": np.int32(self.episode % 100)}}
+            return {"pos": pos, "count": self.t, "goal": {"mission": mission, "target": np.int32(self.episode % 100)}}
         return (pos, self.t)
 
     def _info(self):
@@ -114,9 +118,14 @@ def _collect(env, dataset_id: str, fmt: str, steps: int, record_infos: bool, see
         if terminated or truncated:
             collector.reset()
     # the last episode is cut mid-way: DataCollector marks it truncated
-    collector.create_dataset(dataset_id=dataset_id, algorithm_name="random", author="datasets_hub tests",
-                             author_email="tests@example.invalid", code_permalink="https://example.invalid/tests",
-                             description=f"test dataset {dataset_id}")
+    collector.create_dataset(
+        dataset_id=dataset_id,
+        algorithm_name="random",
+        author="datasets_hub tests",
+        author_email="tests@example.invalid",
+        code_permalink="https://example.invalid/tests",
+        description=f"test dataset {dataset_id}",
+    )
     collector.close()
 
 
@@ -155,17 +164,27 @@ def store(tmp_path_factory):
             buffers = []
             for e, length in enumerate((4, 6, 3)):
                 t = np.arange(length + 1)
-                buffers.append(EpisodeBuffer(
-                    observations=np.stack([10.0 * e + t, -t], 1).astype(np.float32),
-                    actions=(np.arange(length) + e).astype(np.int64),
-                    rewards=list(0.5 * np.arange(length) + e), terminations=[False] * (length - 1) + [e != 1],
-                    truncations=[False] * (length - 1) + [e == 1],
-                    infos={"step_cost": [float(-s - 10 * e) for s in range(length)],
-                           "label": [f"s{s}" for s in range(length)]}))
+                buffers.append(
+                    EpisodeBuffer(
+                        observations=np.stack([10.0 * e + t, -t], 1).astype(np.float32),
+                        actions=(np.arange(length) + e).astype(np.int64),
+                        rewards=list(0.5 * np.arange(length) + e),
+                        terminations=[False] * (length - 1) + [e != 1],
+                        truncations=[False] * (length - 1) + [e == 1],
+                        infos={
+                            "step_cost": [float(-s - 10 * e) for s in range(length)],
+                            "label": [f"s{s}" for s in range(length)],
+                        },
+                    )
+                )
             minari.create_dataset_from_buffers(
-                f"hubtest/steprows-{fmt}-v0", buffers, data_format=fmt,
+                f"hubtest/steprows-{fmt}-v0",
+                buffers,
+                data_format=fmt,
                 observation_space=gym.spaces.Box(-1e3, 1e3, (2,), np.float32),
-                action_space=gym.spaces.Discrete(20), author="datasets_hub tests")
+                action_space=gym.spaces.Discrete(20),
+                author="datasets_hub tests",
+            )
     return root
 
 
@@ -211,7 +230,7 @@ def _split(chunks, episodes):
     assert ids.tolist() == sorted(ids.tolist()), "episodes must come in minari's order"
     out, start = [], 0
     for ep in episodes:
-        out.append(data[start:start + len(ep)])
+        out.append(data[start : start + len(ep)])
         start += len(ep)
     assert start == data.batch_size[0]
     return data, out
@@ -224,8 +243,15 @@ def test_box_observations_match_minari(minari_store, fmt):
     chunks, _ = _convert(dataset_id)
     episodes = _episodes(dataset_id)
     data, parts = _split(chunks, episodes)
-    assert set(data.keys(True, True)) == {"observation", ("next", "observation"), "action", "episode",
-                                          ("next", "reward"), ("next", "terminated"), ("next", "truncated")}
+    assert set(data.keys(True, True)) == {
+        "observation",
+        ("next", "observation"),
+        "action",
+        "episode",
+        ("next", "reward"),
+        ("next", "terminated"),
+        ("next", "truncated"),
+    }
     for td, ep in zip(parts, episodes):
         _check_common(td, ep)
         _eq(td["observation"], ep.observations[:-1])
@@ -429,8 +455,11 @@ def _hf_server(store: Path, dataset_ids: list[str]):
         repos.setdefault(f"farama-minari/{group}", []).append(dataset_id)
         for path in sorted((store / dataset_id).rglob("*")):
             if path.is_file():
-                server.add_hf_file(f"farama-minari/{group}", f"{rest}/{path.relative_to(store / dataset_id).as_posix()}",
-                                   path.read_bytes())
+                server.add_hf_file(
+                    f"farama-minari/{group}",
+                    f"{rest}/{path.relative_to(store / dataset_id).as_posix()}",
+                    path.read_bytes(),
+                )
     for repo, ids in repos.items():
         server.add_hf_file(repo, "namespace_metadata.json", json.dumps({"datasets": ids}).encode())
 
@@ -444,13 +473,18 @@ def _hf_server(store: Path, dataset_ids: list[str]):
             if parts == ["api", "datasets"]:
                 query = parse_qs(urlsplit(self.path).query)
                 author, search = query.get("author", [""])[0], query.get("search", [""])[0]
-                body = [{"id": r, "author": r.split("/")[0], "sha": self.state.hf_commit(r), "private": False}
-                        for r in sorted(repos) if r.startswith(author + "/") and search in r.split("/", 1)[1]]
+                body = [
+                    {"id": r, "author": r.split("/")[0], "sha": self.state.hf_commit(r), "private": False}
+                    for r in sorted(repos)
+                    if r.startswith(author + "/") and search in r.split("/", 1)[1]
+                ]
                 return self._simple(200, json.dumps(body).encode(), {"Content-Type": "application/json"}, head)
             if len(parts) >= 6 and parts[1] == "datasets" and parts[4] == "revision":
                 repo = "/".join(parts[2:4])
                 if repo not in repos:
-                    return self._simple(404, b'{"error": "Repository not found"}', {"X-Error-Code": "RepoNotFound"}, head)
+                    return self._simple(
+                        404, b'{"error": "Repository not found"}', {"X-Error-Code": "RepoNotFound"}, head
+                    )
                 body = {"id": repo, "sha": self.state.hf_commit(repo), "private": False}
                 return self._simple(200, json.dumps(body).encode(), {"Content-Type": "application/json"}, head)
             return super()._hf_api(path, head)
@@ -467,11 +501,17 @@ def test_download_from_a_hugging_face_endpoint(store, tmp_path):
     out.mkdir()
     # huggingface_hub reads HF_ENDPOINT/HF_HUB_OFFLINE at import: a child process starts clean
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "DATASETS_HUB_OFFLINE")}
-    env.update(HF_ENDPOINT=server.base_url, HF_HOME=str(tmp_path / "hf-home"), MINARI_DATASETS_PATH=str(fresh),
-               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]), HF_HUB_DISABLE_XET="1")
+    env.update(
+        HF_ENDPOINT=server.base_url,
+        HF_HOME=str(tmp_path / "hf-home"),
+        MINARI_DATASETS_PATH=str(fresh),
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]),
+        HF_HUB_DISABLE_XET="1",
+    )
     with server:
-        proc = subprocess.run([sys.executable, "-c", _CHILD, str(out), *ids], env=env,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(out), *ids], env=env, capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert proc.stdout == "", "a loader never prints"
         assert server.total_requests() > 0
@@ -504,7 +544,7 @@ def test_hub_load_matches_minari(minari_store, fmt):
     assert len(rb) == sum(len(ep) for ep in episodes)
     start = 0
     for ep in episodes:
-        td = data[start:start + len(ep)]
+        td = data[start : start + len(ep)]
         start += len(ep)
         _check_common(td, ep)
         _eq(td["observation", "pos"], ep.observations["pos"][:-1])

@@ -8,6 +8,7 @@ Every value is a function of the global step ``g`` (and episode ``e``), so a row
 from; the expected TED rows are built by a plain per-row loop. Examples and TFRecord framing are
 encoded by ``tests/test_tfrecord.py``'s own encoder (protobuf wire format, masked CRC-32C).
 """
+
 from __future__ import annotations
 
 import io
@@ -32,23 +33,31 @@ JPEG_HW, PNG_HW, STATE, EMB = (8, 8), (4, 6), 7, 4
 
 
 def _tensor(shape, dtype):
-    return {"pythonClassName": "tensorflow_datasets.core.features.tensor_feature.Tensor",
-            "tensor": {"shape": {"dimensions": [str(d) for d in shape]}, "dtype": dtype, "encoding": "none"}}
+    return {
+        "pythonClassName": "tensorflow_datasets.core.features.tensor_feature.Tensor",
+        "tensor": {"shape": {"dimensions": [str(d) for d in shape]}, "dtype": dtype, "encoding": "none"},
+    }
 
 
 def _scalar(dtype):
-    return {"pythonClassName": "tensorflow_datasets.core.features.scalar.Scalar",
-            "tensor": {"shape": {}, "dtype": dtype, "encoding": "none"}}
+    return {
+        "pythonClassName": "tensorflow_datasets.core.features.scalar.Scalar",
+        "tensor": {"shape": {}, "dtype": dtype, "encoding": "none"},
+    }
 
 
 def _image(hw, fmt):
-    return {"pythonClassName": "tensorflow_datasets.core.features.image_feature.Image",
-            "image": {"shape": {"dimensions": [str(hw[0]), str(hw[1]), "3"]}, "dtype": "uint8", "encodingFormat": fmt}}
+    return {
+        "pythonClassName": "tensorflow_datasets.core.features.image_feature.Image",
+        "image": {"shape": {"dimensions": [str(hw[0]), str(hw[1]), "3"]}, "dtype": "uint8", "encodingFormat": fmt},
+    }
 
 
 def _dict(features):
-    return {"pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
-            "featuresDict": {"features": features}}
+    return {
+        "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+        "featuresDict": {"features": features},
+    }
 
 
 TEXT = {"pythonClassName": "tensorflow_datasets.core.features.text_feature.Text", "text": {}}
@@ -56,29 +65,58 @@ TEXT = {"pythonClassName": "tensorflow_datasets.core.features.text_feature.Text"
 
 def features_json(extra_steps=None):
     steps = {
-        "action": _dict({"world_vector": _tensor([3], "float32"), "rotation_delta": _tensor([3], "float32"),
-                         "gripper_closedness_action": _tensor([1], "float32"),
-                         "terminate_episode": _tensor([3], "int32")}),
-        "is_first": _scalar("bool"), "is_last": _scalar("bool"), "is_terminal": _scalar("bool"),
-        "reward": _scalar("float32"), "discount": _scalar("float32"), "language_instruction": TEXT,
-        "observation": _dict({"image": _image(JPEG_HW, "jpeg"), "wrist_image": _image(PNG_HW, "png"),
-                              "base_pose_tool_reached": _tensor([STATE], "float32"),
-                              "natural_language_embedding": _tensor([EMB], "float32"),
-                              "natural_language_instruction": TEXT}),
+        "action": _dict(
+            {
+                "world_vector": _tensor([3], "float32"),
+                "rotation_delta": _tensor([3], "float32"),
+                "gripper_closedness_action": _tensor([1], "float32"),
+                "terminate_episode": _tensor([3], "int32"),
+            }
+        ),
+        "is_first": _scalar("bool"),
+        "is_last": _scalar("bool"),
+        "is_terminal": _scalar("bool"),
+        "reward": _scalar("float32"),
+        "discount": _scalar("float32"),
+        "language_instruction": TEXT,
+        "observation": _dict(
+            {
+                "image": _image(JPEG_HW, "jpeg"),
+                "wrist_image": _image(PNG_HW, "png"),
+                "base_pose_tool_reached": _tensor([STATE], "float32"),
+                "natural_language_embedding": _tensor([EMB], "float32"),
+                "natural_language_instruction": TEXT,
+            }
+        ),
         **(extra_steps or {}),
     }
-    return _dict({
-        "steps": {"pythonClassName": "tensorflow_datasets.core.features.dataset_feature.Dataset",
-                  "sequence": {"feature": _dict(steps), "length": "-1"}},
-        "episode_metadata": _dict({"file_path": TEXT, "episode_id": _scalar("int64")}),
-    })
+    return _dict(
+        {
+            "steps": {
+                "pythonClassName": "tensorflow_datasets.core.features.dataset_feature.Dataset",
+                "sequence": {"feature": _dict(steps), "length": "-1"},
+            },
+            "episode_metadata": _dict({"file_path": TEXT, "episode_id": _scalar("int64")}),
+        }
+    )
 
 
 def dataset_info(num_shards=NUM_SHARDS):
     lengths = [len(SHARDS.get(i, [])) for i in range(num_shards)]
-    return {"name": DATASET, "version": VERSION, "fileFormat": "tfrecord", "description": "fixture",
-            "splits": [{"name": "train", "numBytes": "1", "shardLengths": [str(x) for x in lengths],
-                        "filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"}]}
+    return {
+        "name": DATASET,
+        "version": VERSION,
+        "fileFormat": "tfrecord",
+        "description": "fixture",
+        "splits": [
+            {
+                "name": "train",
+                "numBytes": "1",
+                "shardLengths": [str(x) for x in lengths],
+                "filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}",
+            }
+        ],
+    }
 
 
 # ---------------------------------------------------------------------------------------- values
@@ -118,7 +156,8 @@ def step_values(g, e, t, length, terminal):
         "steps/action/terminate_episode": np.array([g, -g, int(last)]),
         "steps/reward": np.array([10.0 * g + last]),
         "steps/discount": np.array([1 - g / 1000]),
-        "steps/is_first": np.array([t == 0]), "steps/is_last": np.array([last]),
+        "steps/is_first": np.array([t == 0]),
+        "steps/is_last": np.array([last]),
         "steps/is_terminal": np.array([last and terminal]),
         "steps/language_instruction": f"do task {e} é",
     }
@@ -169,10 +208,18 @@ def expected_rows(shards, final_step="transition"):
             n = length if final_step == "transition" else length - 1
             for t in range(n):
                 last = t == n - 1
-                rows.append({"g": g0 + t, "e": e, "t": t, "episode": episode,
-                             "next_g": None if (final_step == "transition" and last) else g0 + t + 1,
-                             "terminated": last and terminal, "truncated": last and not terminal,
-                             "last_step": t == length - 1})
+                rows.append(
+                    {
+                        "g": g0 + t,
+                        "e": e,
+                        "t": t,
+                        "episode": episode,
+                        "next_g": None if (final_step == "transition" and last) else g0 + t + 1,
+                        "terminated": last and terminal,
+                        "truncated": last and not terminal,
+                        "last_step": t == length - 1,
+                    }
+                )
             episode += n > 0
     return rows
 
@@ -182,14 +229,16 @@ def check_rows(td, rows):
     for r, row in enumerate(rows):
         g, e, nxt = row["g"], row["e"], row["next_g"]
         obs = td["observation"]
-        np.testing.assert_array_equal(obs["base_pose_tool_reached"][r].numpy(),
-                                      (g + 0.01 * np.arange(STATE)).astype(np.float32))
+        np.testing.assert_array_equal(
+            obs["base_pose_tool_reached"][r].numpy(), (g + 0.01 * np.arange(STATE)).astype(np.float32)
+        )
         np.testing.assert_array_equal(obs["wrist_image"][r].numpy(), png_pixels(g))
         jpeg = np.asarray(Image.open(io.BytesIO(encode_jpeg(g))).convert("RGB"))
         np.testing.assert_array_equal(obs["image"][r].numpy(), jpeg)  # Pillow's own decoding, exactly
         assert np.abs(jpeg.astype(int) - jpeg_colour(g)).max() <= 3  # and it is step g's colour
-        np.testing.assert_array_equal(obs["natural_language_embedding"][r].numpy(),
-                                      (-g - 0.1 * np.arange(EMB)).astype(np.float32))
+        np.testing.assert_array_equal(
+            obs["natural_language_embedding"][r].numpy(), (-g - 0.1 * np.arange(EMB)).astype(np.float32)
+        )
         assert decode_text(obs["natural_language_instruction"][r]) == [f"episode {e} step {row['t']}"]
         nobs = td["next", "observation"]
         if nxt is None:
@@ -197,8 +246,9 @@ def check_rows(td, rows):
             assert (nobs["wrist_image"][r] == 0).all() and (nobs["natural_language_instruction"][r] == 0).all()
             assert td[UNKNOWN_KEY][r].item()
         else:
-            np.testing.assert_array_equal(nobs["base_pose_tool_reached"][r].numpy(),
-                                          (nxt + 0.01 * np.arange(STATE)).astype(np.float32))
+            np.testing.assert_array_equal(
+                nobs["base_pose_tool_reached"][r].numpy(), (nxt + 0.01 * np.arange(STATE)).astype(np.float32)
+            )
             np.testing.assert_array_equal(nobs["wrist_image"][r].numpy(), png_pixels(nxt))
             assert not td[UNKNOWN_KEY][r].item()
         act = td["action"]
@@ -317,37 +367,52 @@ def test_check_loader_contract(tmp_path):
 
 def test_resources_follow_the_release_layout():
     loader = OpenXLoader()
-    spec = DatasetSpec(id=f"openx/{DATASET}", loader="openx",
-                       params={"version": VERSION, "num_shards": {"train": 1024}, "shards": [3, 1]})
+    spec = DatasetSpec(
+        id=f"openx/{DATASET}",
+        loader="openx",
+        params={"version": VERSION, "num_shards": {"train": 1024}, "shards": [3, 1]},
+    )
     got = [(r.name, r.urls) for r in loader.resources(spec)]
     base = f"https://storage.googleapis.com/{PREFIX}"
     assert got == [
         (f"{DATASET}/{VERSION}/dataset_info.json", (f"{base}/dataset_info.json",)),
         (f"{DATASET}/{VERSION}/features.json", (f"{base}/features.json",)),
-        (f"{DATASET}/{VERSION}/{DATASET}-train.tfrecord-00003-of-01024", (f"{base}/{DATASET}-train.tfrecord-00003-of-01024",)),
-        (f"{DATASET}/{VERSION}/{DATASET}-train.tfrecord-00001-of-01024", (f"{base}/{DATASET}-train.tfrecord-00001-of-01024",)),
+        (
+            f"{DATASET}/{VERSION}/{DATASET}-train.tfrecord-00003-of-01024",
+            (f"{base}/{DATASET}-train.tfrecord-00003-of-01024",),
+        ),
+        (
+            f"{DATASET}/{VERSION}/{DATASET}-train.tfrecord-00001-of-01024",
+            (f"{base}/{DATASET}-train.tfrecord-00001-of-01024",),
+        ),
     ]
     spec.params.update(split="test", num_shards={"train": 8, "test": 2}, shards=None, base_url="gs://my-bucket/copy/")
     assert [r.urls[0] for r in loader.resources(spec)][-2:] == [
-        f"https://storage.googleapis.com/my-bucket/copy/{DATASET}-test.tfrecord-0000{i}-of-00002" for i in (0, 1)]
-    assert len(loader.resources(DatasetSpec(id="openx/x", loader="openx",
-                                            params={"version": "1", "num_shards": 5}))) == 7
+        f"https://storage.googleapis.com/my-bucket/copy/{DATASET}-test.tfrecord-0000{i}-of-00002" for i in (0, 1)
+    ]
+    assert (
+        len(loader.resources(DatasetSpec(id="openx/x", loader="openx", params={"version": "1", "num_shards": 5}))) == 7
+    )
 
 
-@pytest.mark.parametrize("params, match", [
-    ({"shard": [0]}, "(?i)did you mean .shards."),
-    ({"shards": [1024]}, r"out of range.*1024 shards \(0..1023\)"),
-    ({"shards": [0, 0]}, "twice"),
-    ({"shards": []}, "non-empty list"),
-    ({"split": "tset"}, "no split 'tset'"),
-    ({"num_shards": None}, "num_shards=<n>.*shardLengths"),
-    ({"version": None}, "version="),
-    ({"final_step": "obs"}, "final_step must be one of"),
-    ({"text_width": 0}, "text_width must be a positive int"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"shard": [0]}, "(?i)did you mean .shards."),
+        ({"shards": [1024]}, r"out of range.*1024 shards \(0..1023\)"),
+        ({"shards": [0, 0]}, "twice"),
+        ({"shards": []}, "non-empty list"),
+        ({"split": "tset"}, "no split 'tset'"),
+        ({"num_shards": None}, "num_shards=<n>.*shardLengths"),
+        ({"version": None}, "version="),
+        ({"final_step": "obs"}, "final_step must be one of"),
+        ({"text_width": 0}, "text_width must be a positive int"),
+    ],
+)
 def test_bad_parameters_teach(params, match):
-    spec = DatasetSpec(id=f"openx/{DATASET}", loader="openx",
-                       params={"version": VERSION, "num_shards": {"train": 1024}, **params})
+    spec = DatasetSpec(
+        id=f"openx/{DATASET}", loader="openx", params={"version": VERSION, "num_shards": {"train": 1024}, **params}
+    )
     with pytest.raises(InvalidParameter, match=match):
         OpenXLoader().check_params(spec)
 
@@ -358,8 +423,10 @@ def test_catalogue_entries_resolve():
     spec = resolve(f"openx/{DATASET}", shards=[0])
     assert spec.params["version"] == VERSION and spec.params["num_shards"] == {"train": 1024}
     assert [r.name for r in OpenXLoader().resources(spec)][-1].endswith("-00000-of-01024")
-    for dataset_id, split_count in (("openx/bridge", {"test": 512, "train": 1024}),
-                                    ("openx/language_table", {"train": 1024})):
+    for dataset_id, split_count in (
+        ("openx/bridge", {"test": 512, "train": 1024}),
+        ("openx/language_table", {"train": 1024}),
+    ):
         spec = resolve(dataset_id)
         assert spec.params["num_shards"] == split_count
         OpenXLoader().check_params(spec)
@@ -375,21 +442,30 @@ def test_shard_count_and_record_count_are_checked(tmp_path):
     info["splits"][0]["shardLengths"][1] = "3"
     (folder / "dataset_info.json").write_text(json.dumps(info))
     _, notes = convert(files, num_shards=4, shards=[1])
-    assert notes["shard_length_mismatch"] == {f"{DATASET}-train.tfrecord-00001-of-00004": {"records": 2, "dataset_info": 3}}
+    assert notes["shard_length_mismatch"] == {
+        f"{DATASET}-train.tfrecord-00001-of-00004": {"records": 2, "dataset_info": 3}
+    }
 
 
 def test_other_feature_kinds(tmp_path):
     """uint16 and float32 (depth) images, a bytes-encoded tensor, a ragged step feature, a video."""
-    depth = {"pythonClassName": "tensorflow_datasets.core.features.image_feature.Image",
-             "image": {"shape": {"dimensions": ["2", "3", "1"]}, "dtype": "float32", "encodingFormat": "png"}}
-    deep = {"pythonClassName": "tensorflow_datasets.core.features.image_feature.Image",
-            "image": {"shape": {"dimensions": ["2", "3", "1"]}, "dtype": "uint16", "encodingFormat": "png"}}
-    raw = {"pythonClassName": "tensorflow_datasets.core.features.tensor_feature.Tensor",
-           "tensor": {"shape": {"dimensions": ["2"]}, "dtype": "float64", "encoding": "bytes"}}
+    depth = {
+        "pythonClassName": "tensorflow_datasets.core.features.image_feature.Image",
+        "image": {"shape": {"dimensions": ["2", "3", "1"]}, "dtype": "float32", "encodingFormat": "png"},
+    }
+    deep = {
+        "pythonClassName": "tensorflow_datasets.core.features.image_feature.Image",
+        "image": {"shape": {"dimensions": ["2", "3", "1"]}, "dtype": "uint16", "encodingFormat": "png"},
+    }
+    raw = {
+        "pythonClassName": "tensorflow_datasets.core.features.tensor_feature.Tensor",
+        "tensor": {"shape": {"dimensions": ["2"]}, "dtype": "float64", "encoding": "bytes"},
+    }
     ragged = _tensor([-1], "float32")
     video = {"pythonClassName": "tensorflow_datasets.core.features.video_feature.Video", "video": {}}
-    features = features_json({"observation_extra": _dict({"depth": depth, "deep": deep}), "raw": raw,
-                              "points": ragged, "clip": video})
+    features = features_json(
+        {"observation_extra": _dict({"depth": depth, "deep": deep}), "raw": raw, "points": ragged, "clip": video}
+    )
     leaves = {leaf.name: leaf.kind for leaf in parse_features(features)}
     assert leaves["steps/raw"] == "tensor" and leaves["steps/clip"] == "skip"
     files = write_release(tmp_path, features=features)
@@ -399,11 +475,16 @@ def test_other_feature_kinds(tmp_path):
     from datasets_hub.loaders.tf_example import parse_example
     from datasets_hub.loaders.tfrecord import iter_records
 
-    for (length, terminal), (_, rec) in zip(SHARDS[1], iter_records(folder / f"{DATASET}-train.tfrecord-00001-of-01024")):
+    for (length, terminal), (_, rec) in zip(
+        SHARDS[1], iter_records(folder / f"{DATASET}-train.tfrecord-00001-of-01024")
+    ):
         ex = parse_example(rec)
         ex["steps/observation_extra/depth"] = [
-            encode_png(np.full((2, 3), g + t + 0.25, "<f4").view(np.uint8).reshape(2, 3, 4)) for t in range(length)]
-        ex["steps/observation_extra/deep"] = [encode_png(np.full((2, 3), 60000 + g + t, np.uint16)) for t in range(length)]
+            encode_png(np.full((2, 3), g + t + 0.25, "<f4").view(np.uint8).reshape(2, 3, 4)) for t in range(length)
+        ]
+        ex["steps/observation_extra/deep"] = [
+            encode_png(np.full((2, 3), 60000 + g + t, np.uint16)) for t in range(length)
+        ]
         ex["steps/raw"] = [np.array([g + t, -1.5], "<f8").tobytes() for t in range(length)]
         ex["steps/points"] = np.zeros(0, np.float32)
         records.append(encode_example(ex))

@@ -1,4 +1,5 @@
 """Loader plugins: real entry points, lazy imports, helpful errors, and the shipped wheel."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(code: str, env: dict | None = None) -> str:
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                            env={**os.environ, **(env or {})}, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -37,7 +43,8 @@ def test_importing_the_package_imports_no_loader_or_heavy_library():
 def test_a_third_party_loader_package_is_found_through_its_entry_point(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "hub_toy").mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text(textwrap.dedent("""
+    (pkg / "pyproject.toml").write_text(
+        textwrap.dedent("""
         [build-system]
         requires = ["setuptools"]
         build-backend = "setuptools.build_meta"
@@ -46,8 +53,10 @@ def test_a_third_party_loader_package_is_found_through_its_entry_point(tmp_path)
         version = "0.0.1"
         [project.entry-points."datasets_hub.loaders"]
         toy = "hub_toy:ToyLoader"
-    """))
-    (pkg / "hub_toy" / "__init__.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (pkg / "hub_toy" / "__init__.py").write_text(
+        textwrap.dedent("""
         from datasets_hub.testing import FakeLoader
 
         class ToyLoader(FakeLoader):
@@ -55,17 +64,36 @@ def test_a_third_party_loader_package_is_found_through_its_entry_point(tmp_path)
 
             def catalogue(self):
                 return {"toy/three-episodes": {"params": {"lengths": [4, 2, 3]}, "description": "a toy"}}
-    """))
+    """)
+    )
     site = tmp_path / "site"
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                              "--target", str(site), str(pkg)], capture_output=True, text=True, timeout=300)
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(pkg),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert install.returncode == 0, install.stderr
-    out = _run("""
+    out = _run(
+        """
         import datasets_hub as dh
         print(dh.list_datasets(loader="toy"))
         rb = dh.load("toy/three-episodes", batch_size=4)
         print(len(rb), sorted(rb[:]["episode"].unique().tolist()))
-    """, env={"PYTHONPATH": str(site)})
+    """,
+        env={"PYTHONPATH": str(site)},
+    )
     assert out.splitlines() == ["['toy/three-episodes']", "9 [0, 1, 2]"]
 
 
@@ -87,10 +115,29 @@ def test_missing_requirement_gives_the_pip_line():
 def test_the_wheel_ships_registry_yaml(tmp_path):
     # build from a copy: setuptools writes build/ and *.egg-info into the tree it builds
     source = tmp_path / "src"
-    shutil.copytree(ROOT, source, symlinks=True,
-                    ignore=shutil.ignore_patterns(".venv*", ".git", "build", "*.egg-info", "__pycache__", "results"))
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                             "-w", str(tmp_path), str(source)], capture_output=True, text=True, timeout=300)
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".venv*", ".git", "build", "*.egg-info", "__pycache__", "results"),
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     wheel = next(tmp_path.glob("datasets_hub-*.whl"))
     with zipfile.ZipFile(wheel) as zf:

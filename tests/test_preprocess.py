@@ -1,5 +1,6 @@
 """Cached, fingerprinted, parallel preprocessing (DESIGN.md §7): values, reuse, rebuilds, workers,
 errors, atomic publication, slices over the result, the hub and the cache commands."""
+
 from __future__ import annotations
 
 import functools
@@ -49,8 +50,9 @@ def counted(td, log, scale=1.0):
     """Appends one line per call (pid, first episode id) to ``log``, then scales the reward."""
     with open(log, "a") as fh:
         fh.write(f"{os.getpid()} {int(td['episode'][0])}\n")
-    return TensorDict({"r": td["next", "reward"] * scale, "pid": torch.full((td.shape[0], 1), os.getpid())},
-                      batch_size=td.batch_size)
+    return TensorDict(
+        {"r": td["next", "reward"] * scale, "pid": torch.full((td.shape[0], 1), os.getpid())}, batch_size=td.batch_size
+    )
 
 
 def calls(log: Path) -> int:
@@ -123,8 +125,13 @@ def test_same_fn_is_reused_without_calling_it_even_in_a_fresh_process(tmp_path, 
         out = fake_rb().preprocess(functools.partial(counted, log={str(log)!r}), num_workers=0)
         print(out.storage.path)
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "DATASETS_HUB_CACHE": str(isolated_cache)})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DATASETS_HUB_CACHE": str(isolated_cache)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(first.storage.path)
     assert calls(log) == n_calls
@@ -138,6 +145,7 @@ def test_changed_closure_default_or_version_rebuilds(tmp_path, isolated_cache):
     def make(scale):
         def scaled(td):
             return counted(td, str(log), scale)
+
         return scaled
 
     def with_default(td, scale=2.0):
@@ -232,10 +240,16 @@ def test_chained_preprocessing_chains_fingerprints(tmp_path, isolated_cache):
 
 def test_load_with_a_preprocess_chain_and_a_sample_transform():
     calls_before = len(dh.load("gym/cartpole-random-v0", steps=300, seed=2))
-    rb = dh.load("gym/cartpole-random-v0", steps=300, seed=2, batch_size=16,
-                 sampler=SliceSampler(slice_len=4), generator=torch.Generator().manual_seed(1),
-                 preprocess=[obs_feature, lambda td: td.exclude("action")],
-                 transform=lambda td: td.set("sampled", torch.ones(td.shape[0])))
+    rb = dh.load(
+        "gym/cartpole-random-v0",
+        steps=300,
+        seed=2,
+        batch_size=16,
+        sampler=SliceSampler(slice_len=4),
+        generator=torch.Generator().manual_seed(1),
+        preprocess=[obs_feature, lambda td: td.exclude("action")],
+        transform=lambda td: td.set("sampled", torch.ones(td.shape[0])),
+    )
     assert len(rb) == calls_before == 300
     batch = rb.sample()
     assert batch.batch_size == torch.Size([16]) and "feature" in batch.keys() and "action" not in batch.keys()
@@ -248,7 +262,9 @@ def test_load_with_a_preprocess_chain_and_a_sample_transform():
 # ------------------------------------------------------------------------------------------ errors
 def test_a_worker_error_names_fn_and_the_chunk(isolated_cache):
     rb = fake_rb()
-    with pytest.raises(PreprocessError, match=r"fails_on_row_120 failed on transitions \[100, 150\): ValueError: row 120"):
+    with pytest.raises(
+        PreprocessError, match=r"fails_on_row_120 failed on transitions \[100, 150\): ValueError: row 120"
+    ):
         rb.preprocess(fails_on_row_120, num_workers=2, chunk_size=50)
     with pytest.raises(PreprocessError, match=r"\[120, 130\)"):
         rb.preprocess(fails_on_row_120, num_workers=0, chunk_size=10)
@@ -256,13 +272,18 @@ def test_a_worker_error_names_fn_and_the_chunk(isolated_cache):
     assert not list((isolated_cache / "preprocessed").glob("*/*.incomplete"))
 
 
-@pytest.mark.parametrize("fn, match", [
-    (lambda td: td["observation"], "returned Tensor"),
-    (lambda td: td[:1], r"batch size \[1\]"),
-    (lambda td: td.select("action") if td.shape[0] == 4 else td.select("observation"), "same keys"),
-    (lambda td: td.select("action") if td.shape[0] == 4 else td.select("action").apply(lambda x: x.double()),
-     "same dtypes"),
-])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        (lambda td: td["observation"], "returned Tensor"),
+        (lambda td: td[:1], r"batch size \[1\]"),
+        (lambda td: td.select("action") if td.shape[0] == 4 else td.select("observation"), "same keys"),
+        (
+            lambda td: td.select("action") if td.shape[0] == 4 else td.select("action").apply(lambda x: x.double()),
+            "same dtypes",
+        ),
+    ],
+)
 def test_contract_violations_are_explained(fn, match):
     with pytest.raises(PreprocessError, match=match):
         fake_rb().preprocess(fn, num_workers=0, chunk_size=64)
@@ -308,8 +329,12 @@ def test_a_kill_midway_leaves_nothing_visible_and_workers_exit(tmp_path, isolate
     log = tmp_path / "pids"
     script = tmp_path / "slow.py"
     script.write_text(SLOW.format(tests=str(Path(__file__).parent), log=str(log)))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "DATASETS_HUB_CACHE": str(isolated_cache)})
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "DATASETS_HUB_CACHE": str(isolated_cache)},
+    )
     deadline = time.time() + 120
     while calls(log) < 4 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)  # the probe and a few chunks ran: workers are mid-way
@@ -348,8 +373,12 @@ def test_processes_asking_at_once_compute_once(tmp_path, isolated_cache):
     """)
     env = {**os.environ, "DATASETS_HUB_CACHE": str(isolated_cache)}
     fake_rb()  # build first: this test is about the preprocessing lock, not the build's
-    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outputs]
     assert len({o[0] for o in outputs}) == 1  # the same result, with the same values
@@ -432,8 +461,11 @@ def test_without_cloudpickle_unpicklable_fns_run_in_forked_workers(monkeypatch, 
     faulthandler.dump_traceback_later(90, exit=True)  # a hang fails the run loudly instead of blocking it
     try:
         # the big elementwise op runs a parallel region in the worker
-        out = rb.preprocess(lambda td: td.select("action").apply(lambda x: x + offset + torch.zeros(10**6).sin().sum()),
-                            num_workers=workers, chunk_size=50)
+        out = rb.preprocess(
+            lambda td: td.select("action").apply(lambda x: x + offset + torch.zeros(10**6).sin().sum()),
+            num_workers=workers,
+            chunk_size=50,
+        )
     finally:
         faulthandler.cancel_dump_traceback_later()
     torch.testing.assert_close(out[:]["action"], rb[:]["action"] + 7)

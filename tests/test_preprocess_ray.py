@@ -1,4 +1,5 @@
 """preprocess(..., backend="ray"): chunks as Ray tasks on a local Ray instance (slow to start: kept few)."""
+
 from __future__ import annotations
 
 import functools

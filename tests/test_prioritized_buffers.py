@@ -1,12 +1,15 @@
 """Prioritized buffers: priorities shift what is sampled (fixed seeds, stated tolerances), weights,
 priorities from TensorDicts, reductions, dumps/loads."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 from tensordict import TensorDict
 
-pytest.importorskip("datasets_hub.buffers.prioritized", reason="datasets_hub.buffers.prioritized (PrioritizedSampler) is not there yet")
+pytest.importorskip(
+    "datasets_hub.buffers.prioritized", reason="datasets_hub.buffers.prioritized (PrioritizedSampler) is not there yet"
+)
 
 from datasets_hub.buffers.prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer  # noqa: E402
 from datasets_hub.buffers.storages import ListStorage  # noqa: E402
@@ -65,9 +68,14 @@ def test_tensordict_samples_carry_weight_and_index():
     assert s["_weight"].shape == (8,) and (s["obs"] == s["index"].float()).all()
 
 
-@pytest.mark.parametrize("make", [lambda tmp: LazyTensorStorage(10),
-                                  lambda tmp: LazyMemmapStorage(10, scratch_dir=tmp / "mm"),
-                                  lambda tmp: ListStorage(10)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda tmp: LazyTensorStorage(10),
+        lambda tmp: LazyMemmapStorage(10, scratch_dir=tmp / "mm"),
+        lambda tmp: ListStorage(10),
+    ],
+)
 def test_update_tensordict_priority_from_a_sample(make, tmp_path):
     rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=make(tmp_path))
     rb.extend(rows(10))
@@ -116,8 +124,14 @@ def test_update_tensordict_priority_errors_teach():
 
 def test_dumps_loads_restores_priorities(tmp_path):
     def make(seed):
-        return TensorDictPrioritizedReplayBuffer(alpha=0.8, beta=0.4, storage=LazyMemmapStorage(50, scratch_dir=tmp_path / f"m{seed}"),
-                                                 batch_size=16, generator=torch.Generator().manual_seed(seed))
+        return TensorDictPrioritizedReplayBuffer(
+            alpha=0.8,
+            beta=0.4,
+            storage=LazyMemmapStorage(50, scratch_dir=tmp_path / f"m{seed}"),
+            batch_size=16,
+            generator=torch.Generator().manual_seed(seed),
+        )
+
     rb = make(0)
     rb.extend(rows(50))
     rb.update_priority(torch.arange(50), torch.arange(50.0) ** 2)

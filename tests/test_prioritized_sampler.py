@@ -1,4 +1,5 @@
 """PrioritizedSampler: vectorised sum/min trees, sampling frequencies, weights, state, buffers."""
+
 from __future__ import annotations
 
 import pytest
@@ -157,9 +158,11 @@ def test_tensordict_prioritized_buffer_end_to_end():
     rbs = pytest.importorskip("datasets_hub.buffers.replay_buffers")
     from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
-    rb = rbs.TensorDictReplayBuffer(storage=LazyTensorStorage(100),
-                                    sampler=PrioritizedSampler(100, alpha=1.0, beta=0.5),
-                                    generator=torch.Generator().manual_seed(0))
+    rb = rbs.TensorDictReplayBuffer(
+        storage=LazyTensorStorage(100),
+        sampler=PrioritizedSampler(100, alpha=1.0, beta=0.5),
+        generator=torch.Generator().manual_seed(0),
+    )
     rb.extend(TensorDict({"obs": torch.arange(100)}, batch_size=[100]))
     sample = rb.sample(64)
     assert "_weight" in sample.keys() and torch.equal(sample["obs"], sample["index"])

@@ -2,6 +2,7 @@
 
 Ray starts once for the module (``ray.init(num_cpus=2)``: a few seconds on this machine).
 """
+
 from __future__ import annotations
 
 import functools
@@ -47,8 +48,9 @@ def feed(name, first, count):
 
 # the actor calls the factory; a partial of importable names pickles anywhere (a test module's
 # own functions are not importable in Ray's workers)
-_online_buffer = functools.partial(TensorDictPrioritizedReplayBuffer, alpha=1.0, beta=1.0,
-                                   storage=LazyTensorStorage(200), batch_size=32)
+_online_buffer = functools.partial(
+    TensorDictPrioritizedReplayBuffer, alpha=1.0, beta=1.0, storage=LazyTensorStorage(200), batch_size=32
+)
 
 
 def test_a_build_served_by_an_actor_to_tasks(ray_cluster):

@@ -1,4 +1,5 @@
 """ReplayBuffer / TensorDictReplayBuffer: TorchRL's documented behaviours, on rows that identify themselves."""
+
 from __future__ import annotations
 
 import itertools
@@ -31,12 +32,15 @@ def sampler_without_replacement(**kw):
     return SamplerWithoutReplacement(**kw)
 
 
-STORAGES = [pytest.param(lambda tmp: ListStorage(100), id="list"),
-            pytest.param(lambda tmp: LazyTensorStorage(100), id="lazy"),
-            pytest.param(lambda tmp: LazyMemmapStorage(100, scratch_dir=tmp / "mm"), id="memmap")]
+STORAGES = [
+    pytest.param(lambda tmp: ListStorage(100), id="list"),
+    pytest.param(lambda tmp: LazyTensorStorage(100), id="lazy"),
+    pytest.param(lambda tmp: LazyMemmapStorage(100, scratch_dir=tmp / "mm"), id="memmap"),
+]
 
 
 # -- TorchRL tutorial basics ---------------------------------------------------------------------
+
 
 def test_default_buffer_is_a_list_storage_of_1000():
     rb = ReplayBuffer()
@@ -79,8 +83,11 @@ def test_sampler_info_entries_are_written_into_tensordict_samples():
             index = torch.arange(batch_size)
             trunc = torch.zeros(batch_size, 1, dtype=torch.bool)
             trunc[-1] = True
-            return index, {"_weight": torch.full((batch_size,), 0.5), ("next", "truncated"): trunc,
-                           "not_per_item": torch.ones(3)}
+            return index, {
+                "_weight": torch.full((batch_size,), 0.5),
+                ("next", "truncated"): trunc,
+                "not_per_item": torch.ones(3),
+            }
 
     for storage in (LazyTensorStorage(20), ListStorage(20)):
         rb = TensorDictReplayBuffer(storage=storage, sampler=Tagging())
@@ -175,6 +182,7 @@ def test_empty_resets_everything():
 
 # -- iteration --------------------------------------------------------------------------------------
 
+
 def test_iteration_needs_a_batch_size_and_is_endless_with_random_sampling():
     rb = ReplayBuffer(storage=LazyTensorStorage(10))
     rb.extend(torch.arange(10))
@@ -187,8 +195,9 @@ def test_iteration_needs_a_batch_size_and_is_endless_with_random_sampling():
 
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_iterating_without_replacement_gives_four_batches_of_32(prefetch):
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(128), batch_size=32, prefetch=prefetch,
-                                sampler=sampler_without_replacement())
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(128), batch_size=32, prefetch=prefetch, sampler=sampler_without_replacement()
+    )
     rb.extend(rows(128))
     for _epoch in range(2):
         batches = list(rb)
@@ -198,6 +207,7 @@ def test_iterating_without_replacement_gives_four_batches_of_32(prefetch):
 
 
 # -- transforms -----------------------------------------------------------------------------------
+
 
 def test_transforms_run_on_samples_and_inverses_on_writes():
     rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=lambda x: x * 2)
@@ -217,8 +227,9 @@ def test_transforms_run_on_samples_and_inverses_on_writes():
 def test_compose_transform_on_tensordict_buffer():
     from datasets_hub.buffers.transforms import Exclude, Rename
 
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), transform=Compose(Rename("obs", "observation"),
-                                                                                 Exclude(("next", "done"))))
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(10), transform=Compose(Rename("obs", "observation"), Exclude(("next", "done")))
+    )
     rb.extend(rows(4))
     s = rb.sample(3)
     assert "observation" in s.keys() and "obs" not in s.keys() and ("next", "done") not in s.keys(True)
@@ -227,9 +238,15 @@ def test_compose_transform_on_tensordict_buffer():
 
 # -- randomness -----------------------------------------------------------------------------------
 
+
 def _draws(prefetch: int, seed: int, batches: int = 8, **kw) -> list[list[float]]:
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), batch_size=16, prefetch=prefetch,
-                                generator=torch.Generator().manual_seed(seed), **kw)
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(1000),
+        batch_size=16,
+        prefetch=prefetch,
+        generator=torch.Generator().manual_seed(seed),
+        **kw,
+    )
     rb.extend(rows(1000))
     torch.manual_seed(1234 + prefetch)  # the global RNG must not matter
     return [rb.sample()["obs"].tolist() for _ in range(batches)]
@@ -250,8 +267,9 @@ def test_prefetch_is_deterministic_and_matches_no_prefetch():
 
 def test_prefetch_with_a_different_batch_size_stays_ordered():
     def run(prefetch):
-        rb = ReplayBuffer(storage=LazyTensorStorage(500), batch_size=8, prefetch=prefetch,
-                          generator=torch.Generator().manual_seed(5))
+        rb = ReplayBuffer(
+            storage=LazyTensorStorage(500), batch_size=8, prefetch=prefetch, generator=torch.Generator().manual_seed(5)
+        )
         rb.extend(torch.arange(500))
         return [rb.sample().tolist(), rb.sample(3).tolist(), rb.sample().tolist(), rb.sample(5).tolist()]
 
@@ -262,11 +280,17 @@ def test_prefetch_with_a_different_batch_size_stays_ordered():
 
 # -- writers --------------------------------------------------------------------------------------
 
+
 def test_immutable_dataset_writer_refuses_every_write():
     rb = TensorDictReplayBuffer(storage=TensorStorage(rows(10)), writer=ImmutableDatasetWriter())
     assert len(rb) == 10 and rb.sample(4).batch_size == (4,)
-    for write in (lambda: rb.add(rows(1)[0]), lambda: rb.extend(rows(2)), lambda: rb.__setitem__(0, rows(1)[0]),
-                  rb.empty, lambda: rb.write_all(rows(10))):
+    for write in (
+        lambda: rb.add(rows(1)[0]),
+        lambda: rb.extend(rows(2)),
+        lambda: rb.__setitem__(0, rows(1)[0]),
+        rb.empty,
+        lambda: rb.write_all(rows(10)),
+    ):
         with pytest.raises(RuntimeError, match="read-only dataset") as err:
             write()
         assert "LazyMemmapStorage" in str(err.value) and "rb[:]" in str(err.value)
@@ -308,9 +332,12 @@ STORAGE_KINDS = ["list", "tensor", "lazy", "memmap"]
 
 
 def _buffer(kind: str, tmp_path, seed: int = 0) -> TensorDictReplayBuffer:
-    storage = {"list": lambda: ListStorage(30), "tensor": lambda: TensorStorage(rows(30, start=500)),
-               "lazy": lambda: LazyTensorStorage(30),
-               "memmap": lambda: LazyMemmapStorage(30, scratch_dir=tmp_path / f"mm{seed}")}[kind]()
+    storage = {
+        "list": lambda: ListStorage(30),
+        "tensor": lambda: TensorStorage(rows(30, start=500)),
+        "lazy": lambda: LazyTensorStorage(30),
+        "memmap": lambda: LazyMemmapStorage(30, scratch_dir=tmp_path / f"mm{seed}"),
+    }[kind]()
     return TensorDictReplayBuffer(storage=storage, batch_size=6, generator=torch.Generator().manual_seed(seed))
 
 
@@ -368,6 +395,7 @@ def test_state_dict_round_trip():
 
 
 # -- sharing across processes -----------------------------------------------------------------------
+
 
 def _child_extend(buffers, start):
     for rb in buffers:

@@ -6,6 +6,7 @@ groups), gzip level 4. Every value tells where it came from: ``base = file * 100
 row``; ``observations[row, d] = base + d / 100``, so a sampled row (or a next observation taken
 from the wrong row, trial or file) is visible. Expected TED rows come from a plain per-row loop.
 """
+
 from __future__ import annotations
 
 import io
@@ -28,8 +29,12 @@ OBS, ACT, IMG = 4, 3, (4, 5, 3)
 CAM = "rgb:top_cam:4x5:2d"
 # per file (in sorted path order): trial name -> (rows, done on the final row, rows where done is set inside)
 FILES = {
-    f"{TASK}/part1.h5": {"Trial0": (5, False, ()), "Trial1": (4, True, ()), "Trial10": (3, False, ()),
-                         "Trial2": (6, False, (2,))},
+    f"{TASK}/part1.h5": {
+        "Trial0": (5, False, ()),
+        "Trial1": (4, True, ()),
+        "Trial10": (3, False, ()),
+        "Trial2": (6, False, (2,)),
+    },
     f"{TASK}_0.h5": {"Trial0": (4, False, ()), "Trial1": (2, True, ())},
 }
 DECOYS = {f"{TASK}X.h5": None, f"{TASK}/notes.md": b"# not data\n", "FK1-v4(expert)/other_task.h5": None}
@@ -37,7 +42,7 @@ TRIAL_ORDER = ["Trial0", "Trial1", "Trial2", "Trial10"]
 
 
 def base(f: int, trial: str, rows: int) -> np.ndarray:
-    return f * 10000 + int(trial[len("Trial"):]) * 100 + np.arange(rows, dtype=np.float64)
+    return f * 10000 + int(trial[len("Trial") :]) * 100 + np.arange(rows, dtype=np.float64)
 
 
 def write_rollouts(path_or_buffer, f: int, trials: dict, *, layout: str = "robohive") -> None:
@@ -59,8 +64,9 @@ def write_rollouts(path_or_buffer, f: int, trials: dict, *, layout: str = "roboh
                 "rewards": b + 0.5,
                 "done": done,
                 "env_infos/obs_dict/qp": 2 * b[:, None] + np.arange(2),
-                f"env_infos/visual_dict/{CAM}": ((b[:, None] + np.arange(int(np.prod(IMG)))) % 256
-                                                 ).astype(np.uint8).reshape(rows, *IMG),
+                f"env_infos/visual_dict/{CAM}": ((b[:, None] + np.arange(int(np.prod(IMG)))) % 256)
+                .astype(np.uint8)
+                .reshape(rows, *IMG),
                 "env_infos/rwd_dict/solved": (b.astype(np.int64) % 3 == 0),
                 "env_infos/config": np.zeros(rows + 7, dtype=np.float32),  # not per-row: skipped, noted
             }
@@ -79,12 +85,29 @@ def expected(files: dict, layout: str = "robohive", served: dict = FILES) -> dic
     """Plain per-row truth of a build over ``files`` (sorted path order, trials in numeric order);
     a file's values come from its index in ``served`` (the files written)."""
     index = {name: f for f, name in enumerate(sorted(served))}
-    cols: dict[str, list] = {k: [] for k in ("obs", "next_obs", "action", "reward", "episode", "term", "trunc",
-                                             "udone", "qp", "next_qp", "img", "next_img", "time", "unknown")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "obs",
+            "next_obs",
+            "action",
+            "reward",
+            "episode",
+            "term",
+            "trunc",
+            "udone",
+            "qp",
+            "next_qp",
+            "img",
+            "next_img",
+            "time",
+            "unknown",
+        )
+    }
     episode = 0
     for name, trials in sorted(files.items()):
         f = index[name]
-        for trial in sorted(trials, key=lambda t: int(t[len("Trial"):])):
+        for trial in sorted(trials, key=lambda t: int(t[len("Trial") :])):
             rows, final_done, inner = trials[trial]
             b = base(f, trial, rows)
             steps = rows - 1 if layout == "robohive" else rows
@@ -112,8 +135,9 @@ def expected(files: dict, layout: str = "robohive", served: dict = FILES) -> dic
                 cols["unknown"].append(layout == "paths" and t == steps - 1)
                 if layout == "robohive":
                     cols["next_qp"].append(2 * b[t + 1] + np.arange(2))
-                    cols["next_img"].append(((b[t + 1] + np.arange(int(np.prod(IMG)))) % 256
-                                             ).astype(np.uint8).reshape(IMG))
+                    cols["next_img"].append(
+                        ((b[t + 1] + np.arange(int(np.prod(IMG)))) % 256).astype(np.uint8).reshape(IMG)
+                    )
             episode += 1
     return {k: np.array(v) for k, v in cols.items()}
 
@@ -189,8 +213,10 @@ def test_load_by_name_from_the_hub_row_by_row(hub):
     # the two files' Trial0 are two episodes; the card maps (file, trial) -> episode id
     notes = datasets_hub.info(ID).notes
     names = sorted(FILES)
-    assert notes["episode_map"] == {names[0]: {"Trial0": 0, "Trial1": 1, "Trial2": 2, "Trial10": 3},
-                                    names[1]: {"Trial0": 4, "Trial1": 5}}
+    assert notes["episode_map"] == {
+        names[0]: {"Trial0": 0, "Trial1": 1, "Trial2": 2, "Trial10": 3},
+        names[1]: {"Trial0": 4, "Trial1": 5},
+    }
     assert notes["episodes"] == 6 and notes["layout"].startswith("robohive")
     assert notes["episode_ends"] == {"terminated": 2, "truncated": 4}
     assert notes["upstream_done_inside_trials"] == 1 and notes["next_observation_unknown_rows"] == 0
@@ -241,8 +267,9 @@ def test_files_param_selects_a_subset_and_another_build(hub):
 def test_files_param_needs_no_listing_and_no_network(monkeypatch):
     """resources() is on the fast path: with files named it opens no connection (offline here)."""
     monkeypatch.setenv("DATASETS_HUB_OFFLINE", "1")
-    spec = DatasetSpec(id=ID, loader="roboset", params={"files": [f"{TASK}_0.h5", f"{TASK}/part1.h5"],
-                                                          "revision": "abc123"})
+    spec = DatasetSpec(
+        id=ID, loader="roboset", params={"files": [f"{TASK}_0.h5", f"{TASK}/part1.h5"], "revision": "abc123"}
+    )
     res = RoboSetLoader().resources(spec)
     assert [r.name for r in res] == [f"{REPO}@abc123/{TASK}/part1.h5", f"{REPO}@abc123/{TASK}_0.h5"]
     assert res[0].urls == (f"hf://datasets/{REPO}/{TASK}/part1.h5@abc123",)
@@ -364,10 +391,16 @@ def test_bad_files_raise_loader_error(tmp_path):
 
 def test_params_are_checked():
     loader = RoboSetLoader()
-    for params, match in [({"layot": "auto"}, "Did you mean 'layout'"), ({"layout": "gym"}, "layout must be"),
-                          ({"files": []}, "non-empty list"), ({"files": ["a.hdf5"]}, "not an .h5 path"),
-                          ({"files": ["../a.h5"]}, "not an .h5 path"), ({"files": ["a.h5", "a.h5"]}, "twice"),
-                          ({"repo": "noslash"}, "owner/name"), ({"revision": ""}, "non-empty string")]:
+    for params, match in [
+        ({"layot": "auto"}, "Did you mean 'layout'"),
+        ({"layout": "gym"}, "layout must be"),
+        ({"files": []}, "non-empty list"),
+        ({"files": ["a.hdf5"]}, "not an .h5 path"),
+        ({"files": ["../a.h5"]}, "not an .h5 path"),
+        ({"files": ["a.h5", "a.h5"]}, "twice"),
+        ({"repo": "noslash"}, "owner/name"),
+        ({"revision": ""}, "non-empty string"),
+    ]:
         with pytest.raises(InvalidParameter, match=match):
             loader.check_params(DatasetSpec(id=ID, loader="roboset", params=params))
 
@@ -396,8 +429,9 @@ def test_slices_stay_inside_one_trial(hub):
     import datasets_hub
     from datasets_hub import SliceSampler
 
-    rb = datasets_hub.load(ID, sampler=SliceSampler(slice_len=2), batch_size=40,
-                           generator=torch.Generator().manual_seed(1))
+    rb = datasets_hub.load(
+        ID, sampler=SliceSampler(slice_len=2), batch_size=40, generator=torch.Generator().manual_seed(1)
+    )
     batch = rb.sample()
     first, second = batch[0::2], batch[1::2]
     assert torch.equal(first["episode"], second["episode"])

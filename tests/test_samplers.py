@@ -1,4 +1,5 @@
 """RandomSampler and SamplerWithoutReplacement: epochs, growth, state, determinism, buffer iteration."""
+
 from __future__ import annotations
 
 import pytest
@@ -141,8 +142,9 @@ def test_buffer_iteration_is_finite_without_replacement():
     rbs = _buffers()
     from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
-    rb = rbs.TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=SamplerWithoutReplacement(),
-                                    batch_size=32, generator=gen())
+    rb = rbs.TensorDictReplayBuffer(
+        storage=LazyTensorStorage(1000), sampler=SamplerWithoutReplacement(), batch_size=32, generator=gen()
+    )
     rb.extend(TensorDict({"obs": torch.arange(128)}, batch_size=[128]))
     batches = list(rb)
     assert len(batches) == 4  # TorchRL tutorial: 128 items, batch 32, without replacement
@@ -157,8 +159,7 @@ def test_buffer_dumps_loads_keeps_sampler_position(tmp_path):
     from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
     def make():
-        return rbs.ReplayBuffer(storage=LazyTensorStorage(100), sampler=SamplerWithoutReplacement(),
-                                generator=gen(2))
+        return rbs.ReplayBuffer(storage=LazyTensorStorage(100), sampler=SamplerWithoutReplacement(), generator=gen(2))
 
     rb = make()
     rb.extend(torch.arange(100))

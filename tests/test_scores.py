@@ -1,4 +1,5 @@
 """normalized_score: D4RL's formula on the catalogue's reference scores, for every input kind."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -62,10 +63,16 @@ def test_unknown_id_suggests():
 
 
 def test_registered_entries_bring_their_own_scores():
-    register_dataset("d4rl/mine-v0", loader="d4rl", resources=[{"url": "file:///nonexistent.hdf5"}],
-                     ref_min_score=10, ref_max_score=20)
-    register_dataset("d4rl/flat-v0", loader="d4rl", resources=[{"url": "file:///nonexistent.hdf5"}],
-                     ref_min_score=5, ref_max_score=5)
+    register_dataset(
+        "d4rl/mine-v0",
+        loader="d4rl",
+        resources=[{"url": "file:///nonexistent.hdf5"}],
+        ref_min_score=10,
+        ref_max_score=20,
+    )
+    register_dataset(
+        "d4rl/flat-v0", loader="d4rl", resources=[{"url": "file:///nonexistent.hdf5"}], ref_min_score=5, ref_max_score=5
+    )
     try:
         assert normalized_score("d4rl/mine-v0", [10, 15, 20, 30]) == [0.0, 50.0, 100.0, 200.0]
         with pytest.raises(InvalidParameter, match="must be finite and differ"):

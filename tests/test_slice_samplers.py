@@ -1,4 +1,5 @@
 """Slice samplers: episodes, uniform starts, masks, caching, circular buffers, epochs, priorities."""
+
 from __future__ import annotations
 
 import pytest
@@ -102,7 +103,7 @@ def test_strict_length_false_gives_short_slices_of_short_episodes():
     assert len(lengths) == 100 and set(lengths.tolist()) <= {3, 8} and 3 in lengths.tolist()
     pos = 0
     for n in lengths.tolist():
-        piece = index[pos:pos + n]
+        piece = index[pos : pos + n]
         assert (torch.diff(piece) == 1).all() and storage.episode[piece].unique().numel() == 1
         if n == 3:
             assert piece.tolist() == [0, 1, 2]
@@ -290,14 +291,23 @@ def _episodes(lengths, first_episode=0, first_write=0, last_done=True):
     done[torch.cumsum(torch.tensor(lengths), 0) - 1] = True
     if not last_done:
         done[-1] = False
-    return TensorDict({"episode": episode, "write": torch.arange(first_write, first_write + n),
-                       "next": {"done": done, "truncated": torch.zeros(n, 1, dtype=torch.bool)}}, batch_size=[n])
+    return TensorDict(
+        {
+            "episode": episode,
+            "write": torch.arange(first_write, first_write + n),
+            "next": {"done": done, "truncated": torch.zeros(n, 1, dtype=torch.bool)},
+        },
+        batch_size=[n],
+    )
 
 
 @pytest.mark.parametrize("key", ["traj", "end"])
 def test_circular_buffer_never_mixes_old_and_new_rows(key):
-    sampler = SliceSampler(slice_len=5, traj_key="episode") if key == "traj" else \
-        SliceSampler(slice_len=5, end_key=("next", "done"))
+    sampler = (
+        SliceSampler(slice_len=5, traj_key="episode")
+        if key == "traj"
+        else SliceSampler(slice_len=5, end_key=("next", "done"))
+    )
     rb = _online_buffer(100, sampler)
     rb.extend(_episodes([30, 30, 40]))
     # an unfinished episode overwrites rows 0..34: its newest row 34 sits next to row 35 of an old one

@@ -1,4 +1,5 @@
 """Storages: lazy allocation, data kinds, schema errors, one read per leaf, versions, dumps/loads."""
+
 from __future__ import annotations
 
 import pickle
@@ -21,17 +22,25 @@ class Transition:
 def ted(n: int, start: int = 0) -> TensorDict:
     """TED-like rows whose every value identifies its row (row r has observation == r*10 + column)."""
     rows = torch.arange(start, start + n)
-    return TensorDict({
-        "observation": rows[:, None] * 10.0 + torch.arange(3.0),
-        "action": rows[:, None].float().expand(n, 2).clone(),
-        "episode": rows // 4,
-        "next": {"observation": (rows[:, None] + 1) * 10.0 + torch.arange(3.0),
-                 "reward": rows[:, None].float(), "done": (rows % 4 == 3)[:, None]},
-    }, [n])
+    return TensorDict(
+        {
+            "observation": rows[:, None] * 10.0 + torch.arange(3.0),
+            "action": rows[:, None].float().expand(n, 2).clone(),
+            "episode": rows // 4,
+            "next": {
+                "observation": (rows[:, None] + 1) * 10.0 + torch.arange(3.0),
+                "reward": rows[:, None].float(),
+                "done": (rows % 4 == 3)[:, None],
+            },
+        },
+        [n],
+    )
 
 
-LAZY = [pytest.param(lambda tmp: LazyTensorStorage(20), id="LazyTensorStorage"),
-        pytest.param(lambda tmp: LazyMemmapStorage(20, scratch_dir=tmp / "mm"), id="LazyMemmapStorage")]
+LAZY = [
+    pytest.param(lambda tmp: LazyTensorStorage(20), id="LazyTensorStorage"),
+    pytest.param(lambda tmp: LazyMemmapStorage(20, scratch_dir=tmp / "mm"), id="LazyMemmapStorage"),
+]
 
 
 def test_storages_implement_the_contract():
@@ -120,11 +129,22 @@ def test_pytree_dict_tuple_and_list_of_items(make, tmp_path):
     assert out["pair"][0].tolist() == [4, 0] and out["pair"][1]["c"].tolist() == [6, 0]
     assert s.read_key("obs").tolist() == [0.0, 1.0, 2.0]
     # a list at the root is several items
-    s.set(torch.tensor([3, 4]), [{"obs": torch.tensor(3.0), "pair": (torch.tensor(6), {"c": torch.tensor(9)})},
-                                 {"obs": torch.tensor(4.0), "pair": (torch.tensor(8), {"c": torch.tensor(12)})}])
+    s.set(
+        torch.tensor([3, 4]),
+        [
+            {"obs": torch.tensor(3.0), "pair": (torch.tensor(6), {"c": torch.tensor(9)})},
+            {"obs": torch.tensor(4.0), "pair": (torch.tensor(8), {"c": torch.tensor(12)})},
+        ],
+    )
     assert s.get(torch.tensor([4]))["pair"][1]["c"].tolist() == [12]
     with pytest.raises(ValueError, match="missing 'obs'"):
-        s.set(torch.tensor([5]), {"other": torch.zeros(1), "pair": (torch.zeros(1, dtype=torch.int64), {"c": torch.zeros(1, dtype=torch.int64)})})
+        s.set(
+            torch.tensor([5]),
+            {
+                "other": torch.zeros(1),
+                "pair": (torch.zeros(1, dtype=torch.int64), {"c": torch.zeros(1, dtype=torch.int64)}),
+            },
+        )
 
 
 def test_plain_tensor_storage_and_tensor_storage_wrapping():
@@ -206,9 +226,13 @@ def test_default_scratch_dir_is_removed_with_the_storage():
 @pytest.mark.parametrize("kind", ["list", "tensor", "lazy", "memmap"])
 def test_storage_dumps_loads_round_trip(kind, tmp_path):
     def make():
-        return {"list": lambda: ListStorage(20), "tensor": lambda: TensorStorage(ted(20)),
-                "lazy": lambda: LazyTensorStorage(20),
-                "memmap": lambda: LazyMemmapStorage(20, scratch_dir=tmp_path / f"mm{len(list(tmp_path.iterdir()))}")}[kind]()
+        return {
+            "list": lambda: ListStorage(20),
+            "tensor": lambda: TensorStorage(ted(20)),
+            "lazy": lambda: LazyTensorStorage(20),
+            "memmap": lambda: LazyMemmapStorage(20, scratch_dir=tmp_path / f"mm{len(list(tmp_path.iterdir()))}"),
+        }[kind]()
+
     s = make()
     s.set(torch.arange(7), ted(7, start=3))
     s.dumps(tmp_path / "dump")

@@ -5,6 +5,7 @@ independently of ``loaders.tfrecord``; ``tests/test_openx.py`` imports it to wri
 test checks that it writes exactly the bytes protobuf's own serializer writes for the same Example.
 Known vectors pin the CRC: CRC-32C("123456789") = 0xE3069283 (RFC 3720 check value).
 """
+
 from __future__ import annotations
 
 import struct
@@ -145,7 +146,7 @@ def test_truncated_file_is_an_error(tmp_path):
 @pytest.mark.parametrize("packed", [True, False])
 def test_parse_example_all_kinds(packed):
     floats = np.array([0.5, -1.25, 3e-8, np.inf], dtype=np.float32)
-    ints = np.array([0, 1, 127, 128, 300, -1, -(2 ** 63), 2 ** 63 - 1], dtype=np.int64)
+    ints = np.array([0, 1, 127, 128, 300, -1, -(2**63), 2**63 - 1], dtype=np.int64)
     blobs = [b"\xff\xd8jpeg-ish", "pick up the can", b""]
     parsed = parse_example(encode_example({"f": floats, "i": ints, "b": blobs, "empty": []}, packed=packed))
     np.testing.assert_array_equal(parsed["f"], floats)
@@ -159,12 +160,16 @@ def test_parse_example_all_kinds(packed):
 def test_fixture_encoder_writes_what_protobuf_writes():
     """The tests' hand-written encoder agrees byte for byte with protobuf's serializer (packed, the
     proto3 default TFDS writes), so the fixtures are real ``tf.train.Example`` bytes."""
-    values = {"f": np.array([0.5, -1.25], dtype=np.float32), "i": np.array([0, 300, -5, 2 ** 40]),
-              "b": [b"\x00jpeg", b"text"]}
+    values = {
+        "f": np.array([0.5, -1.25], dtype=np.float32),
+        "i": np.array([0, 300, -5, 2**40]),
+        "b": [b"\x00jpeg", b"text"],
+    }
     for name, kind in (("f", "float_list"), ("i", "int64_list"), ("b", "bytes_list")):
         example = example_class()()
         getattr(example.features.feature[name], kind).value.extend(
-            values[name].tolist() if isinstance(values[name], np.ndarray) else values[name])
+            values[name].tolist() if isinstance(values[name], np.ndarray) else values[name]
+        )
         assert example.SerializeToString() == encode_example({name: values[name]}), name
 
 

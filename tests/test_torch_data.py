@@ -1,4 +1,5 @@
 """PyTorch DataLoader datasets and DDP sharding over dataset builds (issue 5, interop)."""
+
 from __future__ import annotations
 
 import pickle
@@ -15,8 +16,15 @@ from datasets_hub.loader import DatasetSpec
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.slice_samplers import SliceSampler
 from datasets_hub.testing import FakeLoader, fake_episodes
-from datasets_hub.interop.torch_data import (BufferDataset, EpisodeShardSampler, SampledBatches, dumps_by_reference,
-                                     loads_by_reference, resolve_rank, tensordict_collate)
+from datasets_hub.interop.torch_data import (
+    BufferDataset,
+    EpisodeShardSampler,
+    SampledBatches,
+    dumps_by_reference,
+    loads_by_reference,
+    resolve_rank,
+    tensordict_collate,
+)
 
 LENGTHS = [7, 3, 12, 5, 9, 1, 4, 15, 6, 8, 2, 11, 5, 10, 3, 6]  # 107 transitions, 16 episodes
 OBS_DIM = 256
@@ -53,6 +61,7 @@ def _check_rows(batch, storage):
 
 # -- map-style ------------------------------------------------------------------------------------
 
+
 def test_map_dataset_items_and_one_gather_per_batch(rb, monkeypatch):
     ds = BufferDataset(rb)
     n = sum(LENGTHS)
@@ -78,8 +87,9 @@ def test_map_dataset_items_and_one_gather_per_batch(rb, monkeypatch):
 
 
 def test_map_dataset_with_workers_visits_every_row_once(rb):
-    loader = BufferDataset(rb).dataloader(batch_size=16, shuffle=True, num_workers=2,
-                                          generator=torch.Generator().manual_seed(1))
+    loader = BufferDataset(rb).dataloader(
+        batch_size=16, shuffle=True, num_workers=2, generator=torch.Generator().manual_seed(1)
+    )
     seen = []
     for batch in loader:
         _check_rows(batch, rb.storage)
@@ -96,6 +106,7 @@ def test_collate_leaves_tensordicts_alone(rb):
 
 
 # -- iterable -------------------------------------------------------------------------------------
+
 
 def _collect(loader):
     return [batch["index"].clone() for batch in loader]
@@ -168,6 +179,7 @@ def test_bad_arguments_teach(rb, monkeypatch):
 
 # -- DDP: episodes dealt to ranks -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("world_size", [1, 3, 4])
 def test_episode_shards_are_disjoint_cover_everything_and_equal_in_length(rb, world_size):
     samplers = [EpisodeShardSampler(rb, rank=r, world_size=world_size, seed=5) for r in range(world_size)]
@@ -210,6 +222,7 @@ def test_map_dataset_works_with_torch_distributed_sampler(rb):
 
 # -- pickling: builds travel by reference ---------------------------------------------------------
 
+
 def test_pickling_a_dataset_does_not_copy_the_build(rb, build_path):
     data_bytes = sum(f.stat().st_size for f in (build_path / "data").rglob("*.memmap"))
     assert data_bytes > 100_000
@@ -238,10 +251,12 @@ def test_spawned_workers_reopen_the_build(rb):
 def test_an_ensemble_iterates_with_private_seeded_members(rb):
     from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 
-    ensemble = ReplayBufferEnsemble(rb, TensorDictReplayBuffer(storage=rb.storage, sampler=SliceSampler(slice_len=2)),
-                                    batch_size=8)
-    batches = list(SampledBatches(ensemble, num_batches=6).dataloader(
-        num_workers=2, generator=torch.Generator().manual_seed(0)))
+    ensemble = ReplayBufferEnsemble(
+        rb, TensorDictReplayBuffer(storage=rb.storage, sampler=SliceSampler(slice_len=2)), batch_size=8
+    )
+    batches = list(
+        SampledBatches(ensemble, num_batches=6).dataloader(num_workers=2, generator=torch.Generator().manual_seed(0))
+    )
     assert len(batches) == 6 and batches[0].batch_size == torch.Size([2, 4])
     assert len({tuple(b["index", "index"].reshape(-1).tolist()) for b in batches}) == 6
     with pytest.raises(TypeError, match="SampledBatches"):

@@ -3,6 +3,7 @@
 torchrl is not installed in the main venv (it would downgrade tensordict); run this file with
 ``.venv-bench/bin/python -m pytest tests/test_torchrl_interop.py`` (``make test-torchrl``).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,7 +22,9 @@ from datasets_hub.testing import FakeLoader, fake_episodes
 from datasets_hub.interop.torchrl import to_torchrl
 
 HAS_TORCHRL = importlib.util.find_spec("torchrl") is not None
-needs_torchrl = pytest.mark.skipif(not HAS_TORCHRL, reason="torchrl not installed: run with .venv-bench (make test-torchrl)")
+needs_torchrl = pytest.mark.skipif(
+    not HAS_TORCHRL, reason="torchrl not installed: run with .venv-bench (make test-torchrl)"
+)
 
 LENGTHS = [7, 3, 12, 5, 9, 1, 4, 15, 6, 8, 2, 11]
 
@@ -32,8 +35,12 @@ def rb():
         def episodes(self, spec, files, ctx):
             yield fake_episodes(LENGTHS[:6])
             # episode 8 ends without a done flag (end of upstream data): slices must still stop there
-            yield fake_episodes(LENGTHS[6:], first_episode=6, first_row=sum(LENGTHS[:6]) + 6,
-                                ends=["terminated", "truncated", "none", "terminated", "truncated", "terminated"])
+            yield fake_episodes(
+                LENGTHS[6:],
+                first_episode=6,
+                first_row=sum(LENGTHS[:6]) + 6,
+                ends=["terminated", "truncated", "none", "terminated", "truncated", "terminated"],
+            )
 
     path = build(DatasetSpec(id="fake/torchrl", loader="fake", params={}), ChunkLoader(), {}, [])
     return TensorDictReplayBuffer(storage=DatasetStorage(path), batch_size=12)
@@ -90,8 +97,12 @@ def test_to_torchrl_reads_the_same_build_without_copying(rb, isolated_cache):
 def test_torchrls_own_slice_sampler_samples_valid_slices(rb, monkeypatch, make):
     from torchrl.data import SliceSampler
 
-    kwargs = {"traj_key": {"traj_key": "episode"}, "auto": {}, "end_key": {"end_key": ("next", "done")},
-              "cache_values": {"traj_key": "episode", "cache_values": True}}[make]
+    kwargs = {
+        "traj_key": {"traj_key": "episode"},
+        "auto": {},
+        "end_key": {"end_key": ("next", "done")},
+        "cache_values": {"traj_key": "episode", "cache_values": True},
+    }[make]
     trb = to_torchrl(rb, sampler=SliceSampler(slice_len=4, **kwargs), batch_size=16)
     full_reads = []
     real_get = trb.storage.build.get

@@ -1,4 +1,5 @@
 """Transforms: Compose order and inverses, Rename/Select/Exclude on nested keys, plain callables."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,9 @@ from datasets_hub.buffers.transforms import Compose, Exclude, Rename, Select, Tr
 
 def sample(n: int = 4) -> TensorDict:
     r = torch.arange(n)
-    return TensorDict({"obs": r.float(), "action": r * 2, "index": r,
-                       "next": {"obs": r.float() + 100, "reward": r.float() * 3}}, [n])
+    return TensorDict(
+        {"obs": r.float(), "action": r * 2, "index": r, "next": {"obs": r.float() + 100, "reward": r.float() * 3}}, [n]
+    )
 
 
 class AddOne(Transform):
@@ -86,12 +88,14 @@ def test_transforms_need_tensordicts():
 
 def test_aligning_two_buffers_with_different_keys():
     a = TensorDictReplayBuffer(storage=LazyTensorStorage(10), transform=Select("obs", ("next", "obs")))
-    b = TensorDictReplayBuffer(storage=LazyTensorStorage(10),
-                               transform=Compose(Rename(["observation", ("next", "observation")],
-                                                        ["obs", ("next", "obs")]), Exclude("extra")))
+    b = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(10),
+        transform=Compose(Rename(["observation", ("next", "observation")], ["obs", ("next", "obs")]), Exclude("extra")),
+    )
     a.extend(sample())
-    b.extend(TensorDict({"observation": torch.zeros(4), "extra": torch.ones(4),
-                         "next": {"observation": torch.ones(4)}}, [4]))
+    b.extend(
+        TensorDict({"observation": torch.zeros(4), "extra": torch.ones(4), "next": {"observation": torch.ones(4)}}, [4])
+    )
     sa, sb = a.sample(3), b.sample(3)
     assert set(sa.keys(True, True)) == set(sb.keys(True, True)) == {"obs", ("next", "obs"), "index"}
     torch.stack([sa, sb])  # now stackable, as an ensemble needs

@@ -1,4 +1,5 @@
 """Weighted ensembles of replay buffers (DESIGN.md §6), as TorchRL's ``ReplayBufferEnsemble``."""
+
 from __future__ import annotations
 
 import copy
@@ -43,10 +44,16 @@ class ReplayBufferEnsemble:
       ``ensemble[i, idx]`` is ``ensemble[i][idx]``.
     """
 
-    def __init__(self, *buffers: Any, p: Sequence[float] | torch.Tensor | None = None,
-                 sample_from_all: bool = False, num_buffer_sampled: int | None = None,
-                 transform: Any = None, batch_size: int | None = None,
-                 generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self,
+        *buffers: Any,
+        p: Sequence[float] | torch.Tensor | None = None,
+        sample_from_all: bool = False,
+        num_buffer_sampled: int | None = None,
+        transform: Any = None,
+        batch_size: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
         if len(buffers) == 1 and isinstance(buffers[0], (list, tuple)):
             buffers = tuple(buffers[0])
         if not buffers:
@@ -60,7 +67,9 @@ class ReplayBufferEnsemble:
             if p is not None:
                 raise ValueError("sample_from_all=True samples every buffer: it cannot be combined with p")
             if num_buffer_sampled not in (None, n):
-                raise ValueError(f"sample_from_all=True samples all {n} buffers; num_buffer_sampled must be None or {n}")
+                raise ValueError(
+                    f"sample_from_all=True samples all {n} buffers; num_buffer_sampled must be None or {n}"
+                )
         if p is not None:
             p = torch.as_tensor(p, dtype=torch.float64).reshape(-1)
             if p.numel() != n:
@@ -133,7 +142,9 @@ class ReplayBufferEnsemble:
         if batch_size is None:
             batch_size = self.batch_size
             if batch_size is None:
-                raise RuntimeError("sample() needs a batch size: pass sample(batch_size=...) or build the ensemble with batch_size=...")
+                raise RuntimeError(
+                    "sample() needs a batch size: pass sample(batch_size=...) or build the ensemble with batch_size=..."
+                )
         k = self.num_buffer_sampled
         if batch_size % k:
             raise ValueError(
@@ -158,7 +169,7 @@ class ReplayBufferEnsemble:
                 )
             for j, pos in enumerate(positions):
                 parts[pos] = (b, data, j * sub)
-                locals_[pos] = local[j * sub:(j + 1) * sub]
+                locals_[pos] = local[j * sub : (j + 1) * sub]
         index = torch.stack(locals_)
         out = self._stack(parts, sub, index, buffer_ids)
         if self.transform is not None:
@@ -167,11 +178,10 @@ class ReplayBufferEnsemble:
             return out, {"buffer_ids": buffer_ids, "index": index}
         return out
 
-    def _stack(self, parts: list[tuple[int, Any, int]], sub: int, index: torch.Tensor,
-               buffer_ids: torch.Tensor) -> Any:
+    def _stack(self, parts: list[tuple[int, Any, int]], sub: int, index: torch.Tensor, buffer_ids: torch.Tensor) -> Any:
         first = parts[0][1]
         if not isinstance(first, TensorDictBase):
-            pieces = [data[lo:lo + sub] for _, data, lo in parts]
+            pieces = [data[lo : lo + sub] for _, data, lo in parts]
             if all(isinstance(p, torch.Tensor) for p in pieces):
                 return torch.stack(pieces)
             return pieces
@@ -180,18 +190,21 @@ class ReplayBufferEnsemble:
         for b, data, _ in parts:
             if b not in leaves:
                 if not isinstance(data, TensorDictBase):
-                    raise TypeError(f"buffer {b} returned a {type(data).__name__} where buffer {parts[0][0]} "
-                                    "returned a TensorDict")
+                    raise TypeError(
+                        f"buffer {b} returned a {type(data).__name__} where buffer {parts[0][0]} returned a TensorDict"
+                    )
                 leaves[b] = {k: v for k, v in data.items(include_nested=True, leaves_only=True) if k != "index"}
         self._check_compatible([(b, leaves[b]) for b in dict.fromkeys(p[0] for p in parts)])
         tree: dict[str, Any] = {}
         for key in leaves[parts[0][0]]:
-            value = torch.stack([leaves[b][key][lo:lo + sub] for b, _, lo in parts])
+            value = torch.stack([leaves[b][key][lo : lo + sub] for b, _, lo in parts])
             _put(tree, key, value)
         batch = torch.Size([len(parts), sub, *first.batch_size[1:]])
         extra = [1] * (len(batch) - 2)
-        tree["index"] = {"index": index.reshape(*index.shape, *extra).expand(batch).clone(),
-                         "buffer_ids": buffer_ids.reshape(-1, 1, *extra).expand(batch).clone()}
+        tree["index"] = {
+            "index": index.reshape(*index.shape, *extra).expand(batch).clone(),
+            "buffer_ids": buffer_ids.reshape(-1, 1, *extra).expand(batch).clone(),
+        }
         return TensorDict(tree, batch_size=batch)
 
     @staticmethod
@@ -219,5 +232,7 @@ class ReplayBufferEnsemble:
 
     def __repr__(self) -> str:
         p = None if self.p is None else [round(x, 4) for x in self.p.tolist()]
-        return (f"ReplayBufferEnsemble({len(self._buffers)} buffers, p={p}, sample_from_all={self.sample_from_all}, "
-                f"num_buffer_sampled={self.num_buffer_sampled})")
+        return (
+            f"ReplayBufferEnsemble({len(self._buffers)} buffers, p={p}, sample_from_all={self.sample_from_all}, "
+            f"num_buffer_sampled={self.num_buffer_sampled})"
+        )

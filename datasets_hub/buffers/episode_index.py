@@ -3,6 +3,7 @@
 A read-only dataset build writes this index once (DESIGN.md §4); an online buffer derives it from
 its ``episode`` ids or its ``("next", "done")`` flags and keeps it until the next write.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

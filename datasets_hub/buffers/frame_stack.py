@@ -25,6 +25,7 @@ with ``storage.episode_frames`` (one read of ``n + 1`` frames per sample serves 
 sample only needs its ``episode`` and ``step`` keys. Over any other storage whose episodes occupy consecutive
 rows, the sample must also carry ``"index"`` (``TensorDictReplayBuffer`` samples do).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -49,8 +50,9 @@ class FrameStack(Transform):
     buffer or storage the samples come from.
     """
 
-    def __init__(self, n: int = 4, keys: Sequence[Any] = ("observation",), *, padding: str = "zeros",
-                 storage: Any = None) -> None:
+    def __init__(
+        self, n: int = 4, keys: Sequence[Any] = ("observation",), *, padding: str = "zeros", storage: Any = None
+    ) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"FrameStack needs a positive number of frames (e.g. FrameStack(4)), got {n!r}")
         if padding not in _PADDINGS:
@@ -115,8 +117,9 @@ class FrameStack(Transform):
             flat.set(("next", *key), window[:, 1:])
         return flat.reshape(shape) if len(shape) != 1 else flat
 
-    def _from_storage(self, flat: TensorDictBase, step: torch.Tensor, times: torch.Tensor
-                      ) -> dict[tuple[str, ...], torch.Tensor]:
+    def _from_storage(
+        self, flat: TensorDictBase, step: torch.Tensor, times: torch.Tensor
+    ) -> dict[tuple[str, ...], torch.Tensor]:
         if "index" not in flat.keys():
             raise KeyError(
                 "FrameStack over this storage needs the sample's 'index' key (TensorDictReplayBuffer samples "
@@ -158,8 +161,10 @@ class FullStackSampler(Sampler):
     def _valid(self, storage: Any) -> tuple[torch.Tensor, torch.Tensor]:
         index = storage.episode_index() if hasattr(storage, "episode_index") else None
         if index is None:
-            raise RuntimeError("FullStackSampler needs a storage with an episode index (a hub build, e.g. from "
-                               "datasets_hub.load); this storage has none")
+            raise RuntimeError(
+                "FullStackSampler needs a storage with an episode index (a hub build, e.g. from "
+                "datasets_hub.load); this storage has none"
+            )
         if self._cache is None or self._cache[0] is not index:
             count = (index.length - (self.n - 1)).clamp_min(0)
             first = index.start + (self.n - 1)
@@ -170,7 +175,9 @@ class FullStackSampler(Sampler):
         cum, first = self._valid(storage)
         total = int(cum[-1]) if cum.numel() else 0
         if total == 0:
-            raise RuntimeError(f"no episode is at least {self.n} steps long: nothing to sample with full {self.n}-frame stacks")
+            raise RuntimeError(
+                f"no episode is at least {self.n} steps long: nothing to sample with full {self.n}-frame stacks"
+            )
         draw = torch.randint(total, (batch_size,), generator=self.generator)
         episode = torch.searchsorted(cum, draw, right=True)
         before = torch.where(episode > 0, cum[(episode - 1).clamp_min(0)], torch.zeros_like(draw))

@@ -4,6 +4,7 @@ The trees are flat tensors updated and searched one *level* at a time with tenso
 cost of a batch is ``O(batch * log capacity)`` tensor work and ``O(log capacity)`` Python steps,
 never a Python loop per item.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -25,8 +26,7 @@ class SegmentTree:
     precision that the prefix search needs.
     """
 
-    def __init__(self, capacity: int, op: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 neutral: float) -> None:
+    def __init__(self, capacity: int, op: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], neutral: float) -> None:
         if capacity < 1:
             raise ValueError(f"a segment tree needs capacity >= 1, got {capacity}")
         self.capacity = int(capacity)
@@ -40,7 +40,7 @@ class SegmentTree:
         return float(self.tree[1]) if self.size > 1 else float(self.tree[self.size])
 
     def leaves(self) -> torch.Tensor:
-        return self.tree[self.size: self.size + self.capacity]
+        return self.tree[self.size : self.size + self.capacity]
 
     def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
         return self.tree[index + self.size]
@@ -61,10 +61,10 @@ class SegmentTree:
         """Replace every leaf (``values`` has ``capacity`` entries) and rebuild the tree in ``O(capacity)``."""
         tree = self.tree
         tree.fill_(self.neutral)
-        tree[self.size: self.size + self.capacity] = values.to(torch.float64)
+        tree[self.size : self.size + self.capacity] = values.to(torch.float64)
         for level in range(self.depth - 1, -1, -1):
             lo, hi = 1 << level, 1 << (level + 1)
-            tree[lo:hi] = self.op(tree[2 * lo: 2 * hi: 2], tree[2 * lo + 1: 2 * hi: 2])
+            tree[lo:hi] = self.op(tree[2 * lo : 2 * hi : 2], tree[2 * lo + 1 : 2 * hi : 2])
 
     def find_prefix(self, mass: torch.Tensor) -> torch.Tensor:
         """Sum trees only: for each ``mass`` in ``[0, root)``, the leaf whose cumulative sum covers it.
@@ -111,8 +111,12 @@ def reduce_priorities(index: Any, priority: Any, reduction: str) -> tuple[torch.
     priority = torch.as_tensor(priority).detach().to("cpu", torch.float64)
     if priority.ndim > index.ndim and priority.shape[: index.ndim] == index.shape and index.ndim:
         flat = priority.reshape(*index.shape, -1)
-        priority = {"max": lambda x: x.amax(-1), "min": lambda x: x.amin(-1), "mean": lambda x: x.mean(-1),
-                    "median": lambda x: x.median(-1).values}[reduction](flat)
+        priority = {
+            "max": lambda x: x.amax(-1),
+            "min": lambda x: x.amin(-1),
+            "mean": lambda x: x.mean(-1),
+            "median": lambda x: x.median(-1).values,
+        }[reduction](flat)
     index = index.reshape(-1)
     try:
         priority = priority.expand(index.shape) if priority.numel() == 1 else priority.reshape(index.shape)
@@ -122,8 +126,10 @@ def reduce_priorities(index: Any, priority: Any, reduction: str) -> tuple[torch.
             "pass one priority per index (or a scalar)"
         ) from exc
     if not torch.isfinite(priority).all() or (priority < 0).any():
-        raise ValueError("priorities must be finite and >= 0 (got NaN, inf or a negative value): "
-                         "pass absolute TD errors, e.g. td_error.abs()")
+        raise ValueError(
+            "priorities must be finite and >= 0 (got NaN, inf or a negative value): "
+            "pass absolute TD errors, e.g. td_error.abs()"
+        )
     uniq, inverse = torch.unique(index, return_inverse=True)
     if uniq.numel() == index.numel():
         order = torch.argsort(index)
@@ -154,9 +160,16 @@ class PrioritizedSampler(Sampler):
     - ``max_capacity`` must be at least the storage capacity.
     """
 
-    def __init__(self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8,
-                 dtype: torch.dtype = torch.float, reduction: str = "max",
-                 max_priority_within_buffer: bool = False) -> None:
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        max_priority_within_buffer: bool = False,
+    ) -> None:
         if alpha < 0 or beta < 0:
             raise ValueError(f"alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
         if eps <= 0:
@@ -245,8 +258,13 @@ class PrioritizedSampler(Sampler):
         self._init_trees()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"q": self._sum.leaves().clone(), "max_priority": self._max_priority,
-                "alpha": self.alpha, "beta": self.beta, "eps": self.eps}
+        return {
+            "q": self._sum.leaves().clone(),
+            "max_priority": self._max_priority,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "eps": self.eps,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         q = state_dict["q"].to(torch.float64)
@@ -263,5 +281,7 @@ class PrioritizedSampler(Sampler):
             self._max.fill_(q)
 
     def __repr__(self) -> str:
-        return (f"PrioritizedSampler(max_capacity={self.max_capacity}, alpha={self.alpha}, beta={self.beta}, "
-                f"eps={self.eps}, reduction={self.reduction!r})")
+        return (
+            f"PrioritizedSampler(max_capacity={self.max_capacity}, alpha={self.alpha}, beta={self.beta}, "
+            f"eps={self.eps}, reduction={self.reduction!r})"
+        )

@@ -8,6 +8,7 @@ Threading: one lock guards writes and draws. With ``prefetch=N`` a thread pool k
 flight; draws take numbered tickets and run in ticket order, so a seeded ``generator`` gives the
 same batches with or without prefetching.
 """
+
 from __future__ import annotations
 
 import collections
@@ -60,10 +61,19 @@ class ReplayBuffer:
     ``read_all_in_order``/``write_all`` move raw storage contents, without transforms.
     """
 
-    def __init__(self, *, storage: Storage | None = None, sampler: Sampler | None = None,
-                 writer: Writer | None = None, collate_fn: Callable | None = None,
-                 batch_size: int | None = None, transform: Any = None, prefetch: int = 0,
-                 generator: torch.Generator | None = None, shared: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        storage: Storage | None = None,
+        sampler: Sampler | None = None,
+        writer: Writer | None = None,
+        collate_fn: Callable | None = None,
+        batch_size: int | None = None,
+        transform: Any = None,
+        prefetch: int = 0,
+        generator: torch.Generator | None = None,
+        shared: bool = False,
+    ) -> None:
         self._storage = ListStorage(1000) if storage is None else storage
         self._sampler = RandomSampler() if sampler is None else sampler
         if writer is None:
@@ -372,8 +382,15 @@ class ReplayBuffer:
                 return
 
     # -- preprocessing (datasets_hub/preprocess.py owns it) ---------------------------------------
-    def preprocess(self, fn: Callable, *, num_workers: int | None = None, chunk_size: int | None = None,
-                   version: Any = None, backend: str = "process") -> "TensorDictReplayBuffer":
+    def preprocess(
+        self,
+        fn: Callable,
+        *,
+        num_workers: int | None = None,
+        chunk_size: int | None = None,
+        version: Any = None,
+        backend: str = "process",
+    ) -> "TensorDictReplayBuffer":
         """Map ``fn(batch of n transitions) -> TensorDict of n rows`` over every stored transition once,
         cached by fingerprint; returns a read-only buffer over the result (see :mod:`datasets_hub.preprocess`)."""
         from datasets_hub.preprocess import preprocess
@@ -390,8 +407,12 @@ class ReplayBuffer:
     # -- state -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         with self._lock:
-            return {"_storage": self._storage.state_dict(), "_sampler": self._sampler.state_dict(),
-                    "_writer": self._writer.state_dict(), "_batch_size": self._batch_size}
+            return {
+                "_storage": self._storage.state_dict(),
+                "_sampler": self._sampler.state_dict(),
+                "_writer": self._writer.state_dict(),
+                "_batch_size": self._batch_size,
+            }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._drain()
@@ -421,18 +442,28 @@ class ReplayBuffer:
             if gen is not None:
                 torch.save({"state": gen.get_state()}, path / "generator.pt")
             write_json_atomic(path / "writer.json", self._writer.state_dict())
-            write_json_atomic(path / "buffer.json", {
-                "format": _FORMAT, "version": 1, "storage": type(self._storage).__name__,
-                "sampler": type(self._sampler).__name__, "writer": type(self._writer).__name__,
-                "batch_size": self._batch_size, "len": len(self), "write_count": self.write_count,
-            })
+            write_json_atomic(
+                path / "buffer.json",
+                {
+                    "format": _FORMAT,
+                    "version": 1,
+                    "storage": type(self._storage).__name__,
+                    "sampler": type(self._sampler).__name__,
+                    "writer": type(self._writer).__name__,
+                    "batch_size": self._batch_size,
+                    "len": len(self),
+                    "write_count": self.write_count,
+                },
+            )
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` saved into this buffer (built with the same component kinds)."""
         path = Path(path)
         meta_path = path / "buffer.json"
         if not meta_path.exists():
-            raise FileNotFoundError(f"{path} holds no dumped replay buffer (no buffer.json): pass a path written by dumps()")
+            raise FileNotFoundError(
+                f"{path} holds no dumped replay buffer (no buffer.json): pass a path written by dumps()"
+            )
         meta = json.loads(meta_path.read_text())
         if meta.get("format") != _FORMAT:
             raise ValueError(f"{meta_path} is not a datasets_hub replay-buffer dump")
@@ -491,8 +522,10 @@ class ReplayBuffer:
             executor.shutdown(wait=False)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(storage={self._storage!r}, sampler={type(self._sampler).__name__}(), "
-                f"writer={self._writer!r}, batch_size={self._batch_size}, transform={self._transform!r})")
+        return (
+            f"{type(self).__name__}(storage={self._storage!r}, sampler={type(self._sampler).__name__}(), "
+            f"writer={self._writer!r}, batch_size={self._batch_size}, transform={self._transform!r})"
+        )
 
 
 def _reduce(priority: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -515,8 +548,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
     When the data holds ``priority_key`` and the sampler is prioritized, ``extend`` sets the priorities.
     """
 
-    def __init__(self, *, priority_key: str | tuple[str, ...] = "td_error", reduction: str = "max",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, priority_key: str | tuple[str, ...] = "td_error", reduction: str = "max", **kwargs: Any
+    ) -> None:
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
         self._priority_key = priority_key
@@ -571,7 +605,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if priority is None:
             return
         priority = priority.reshape(1, *priority.shape) if single else priority
-        priority = _reduce(priority, self._reduction)[-index.numel():]
+        priority = _reduce(priority, self._reduction)[-index.numel() :]
         self.update_priority(index, priority)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
@@ -581,7 +615,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
             raise TypeError(f"update_tensordict_priority needs a TensorDict, got {type(data).__name__}")
         index = data.get("index", None)
         if index is None:
-            raise KeyError("the TensorDict has no 'index' entry: pass a sample from this buffer (samples carry 'index')")
+            raise KeyError(
+                "the TensorDict has no 'index' entry: pass a sample from this buffer (samples carry 'index')"
+            )
         priority = data.get(self._priority_key, None)
         if priority is None:
             raise KeyError(

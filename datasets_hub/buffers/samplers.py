@@ -2,6 +2,7 @@
 
 This file starts with the ``Sampler`` contract that every sampler follows.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -6,6 +6,7 @@ They live in a torch tensor, so ``share()`` can put them in shared memory for
 scalar access on a numpy array costs a fraction of one on a tensor). The view must be refreshed
 whenever the tensor's memory moves (``share_memory_``) and is rebuilt after unpickling.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -20,6 +20,7 @@ every slice and the matching ``done`` key (``("next", "done")``) = stored done |
 slice reads as an episode cut by a time limit. (The stored done flags are gathered at the sampled
 rows for this: one extra 1-byte-per-row read.)
 """
+
 from __future__ import annotations
 
 import weakref
@@ -107,10 +108,16 @@ class SliceSampler(Sampler):
     size (the ``truncated`` mask tells where each slice ends), as in TorchRL.
     """
 
-    def __init__(self, num_slices: int | None = None, slice_len: int | None = None,
-                 traj_key: NestedKey | None = None, end_key: NestedKey | None = None,
-                 strict_length: bool = True, cache_values: bool = True,
-                 truncated_key: NestedKey | None = ("next", "truncated")) -> None:
+    def __init__(
+        self,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        traj_key: NestedKey | None = None,
+        end_key: NestedKey | None = None,
+        strict_length: bool = True,
+        cache_values: bool = True,
+        truncated_key: NestedKey | None = ("next", "truncated"),
+    ) -> None:
         if (num_slices is None) == (slice_len is None):
             raise ValueError(
                 "pass exactly one of num_slices (slices per batch) or slice_len (rows per slice), "
@@ -198,7 +205,7 @@ class SliceSampler(Sampler):
         e = int(torch.searchsorted(start, torch.tensor(cut), right=True)) - 1
         if e < 0 or not int(start[e]) < cut < int(end[e]):
             return episodes
-        new_start = torch.cat([start[: e + 1], torch.tensor([cut]), start[e + 1:]])
+        new_start = torch.cat([start[: e + 1], torch.tensor([cut]), start[e + 1 :]])
         new_end = torch.cat([end[:e], torch.tensor([cut]), end[e:]])
         return EpisodeIndex(new_start, new_end - new_start)
 
@@ -210,8 +217,7 @@ class SliceSampler(Sampler):
         else:
             key = ("derived", id(storage), storage.write_version, len(storage), self._write_end)
         ref = self._storage_ref
-        if key != self._cache_key or ref is None or ref() is not storage or (
-                index is None and not self.cache_values):
+        if key != self._cache_key or ref is None or ref() is not storage or (index is None and not self.cache_values):
             if index is None:
                 index = self._split_at_cursor(self._derive(storage), len(storage))
             self._episodes, self._layouts, self._cache_key = index, {}, key
@@ -253,8 +259,9 @@ class SliceSampler(Sampler):
                 done = storage.read_key(self.done_key)
             except (KeyError, NotImplementedError):
                 done = None
-            if done is not None and (not isinstance(done, torch.Tensor) or done.ndim > 2
-                                     or (done.ndim == 2 and done.shape[1] != 1)):
+            if done is not None and (
+                not isinstance(done, torch.Tensor) or done.ndim > 2 or (done.ndim == 2 and done.shape[1] != 1)
+            ):
                 done = None  # not one flag per row (e.g. per-agent flags): done = truncated then
             self._done = done
             self._done_np = None
@@ -275,8 +282,9 @@ class SliceSampler(Sampler):
             mask = self._masks[(num_slices, slice_len)] = mask.reshape(-1, 1)
         return mask
 
-    def _info(self, storage: Storage, index: torch.Tensor, num_slices: int, slice_len: int,
-              lengths: torch.Tensor | None) -> dict[str, Any]:
+    def _info(
+        self, storage: Storage, index: torch.Tensor, num_slices: int, slice_len: int, lengths: torch.Tensor | None
+    ) -> dict[str, Any]:
         if self.truncated_key is None:
             return {}
         if lengths is None:
@@ -309,8 +317,9 @@ class SliceSampler(Sampler):
         u = torch.randint(layout.total, (num_slices,), generator=self.generator)
         return layout.rows_of(u)
 
-    def _sample_full(self, storage: Storage, layout: _Layout, num_slices: int,
-                     slice_len: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _sample_full(
+        self, storage: Storage, layout: _Layout, num_slices: int, slice_len: int
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """The hot path when every slice is full: one torch draw, then a few numpy ops on the batch."""
         u = torch.randint(layout.total, (num_slices,), generator=self.generator).numpy()
         rows = u + layout.base_np[np.searchsorted(layout.bounds_np, u, side="right")]
@@ -394,12 +403,26 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     Same generator seed, same epochs.
     """
 
-    def __init__(self, num_slices: int | None = None, slice_len: int | None = None, drop_last: bool = False,
-                 traj_key: NestedKey | None = None, end_key: NestedKey | None = None,
-                 strict_length: bool = True, shuffle: bool = True,
-                 truncated_key: NestedKey | None = ("next", "truncated")) -> None:
-        super().__init__(num_slices=num_slices, slice_len=slice_len, traj_key=traj_key, end_key=end_key,
-                         strict_length=strict_length, cache_values=True, truncated_key=truncated_key)
+    def __init__(
+        self,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        drop_last: bool = False,
+        traj_key: NestedKey | None = None,
+        end_key: NestedKey | None = None,
+        strict_length: bool = True,
+        shuffle: bool = True,
+        truncated_key: NestedKey | None = ("next", "truncated"),
+    ) -> None:
+        super().__init__(
+            num_slices=num_slices,
+            slice_len=slice_len,
+            traj_key=traj_key,
+            end_key=end_key,
+            strict_length=strict_length,
+            cache_values=True,
+            truncated_key=truncated_key,
+        )
         self.drop_last, self.shuffle = bool(drop_last), bool(shuffle)
         self._rows: torch.Tensor | None = None  # starts of the slices still to serve this epoch
         self._lens: torch.Tensor | None = None
@@ -463,11 +486,14 @@ class SliceSamplerWithoutReplacement(SliceSampler):
 
     def state_dict(self) -> dict[str, Any]:
         empty = torch.zeros(0, dtype=torch.int64)
-        return {"write_end": self._write_end, "ran_out": self._ran_out,
-                "has_epoch": self._rows is not None,
-                "rows": self._rows.clone() if self._rows is not None else empty,
-                "lens": self._lens.clone() if self._lens is not None else empty,
-                "epoch_sig": list(self._epoch_sig) if self._epoch_sig is not None else None}
+        return {
+            "write_end": self._write_end,
+            "ran_out": self._ran_out,
+            "has_epoch": self._rows is not None,
+            "rows": self._rows.clone() if self._rows is not None else empty,
+            "lens": self._lens.clone() if self._lens is not None else empty,
+            "epoch_sig": list(self._epoch_sig) if self._epoch_sig is not None else None,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
@@ -493,16 +519,34 @@ class PrioritizedSliceSampler(SliceSampler):
     ``O(batch * log capacity)`` per call).
     """
 
-    def __init__(self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8,
-                 dtype: torch.dtype = torch.float, reduction: str = "max",
-                 max_priority_within_buffer: bool = False, *, num_slices: int | None = None,
-                 slice_len: int | None = None, traj_key: NestedKey | None = None,
-                 end_key: NestedKey | None = None, strict_length: bool = True, cache_values: bool = True,
-                 truncated_key: NestedKey | None = ("next", "truncated")) -> None:
-        super().__init__(num_slices=num_slices, slice_len=slice_len, traj_key=traj_key, end_key=end_key,
-                         strict_length=strict_length, cache_values=cache_values, truncated_key=truncated_key)
-        self._prio = PrioritizedSampler(max_capacity, alpha, beta, eps, dtype, reduction,
-                                        max_priority_within_buffer)
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        max_priority_within_buffer: bool = False,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        traj_key: NestedKey | None = None,
+        end_key: NestedKey | None = None,
+        strict_length: bool = True,
+        cache_values: bool = True,
+        truncated_key: NestedKey | None = ("next", "truncated"),
+    ) -> None:
+        super().__init__(
+            num_slices=num_slices,
+            slice_len=slice_len,
+            traj_key=traj_key,
+            end_key=end_key,
+            strict_length=strict_length,
+            cache_values=cache_values,
+            truncated_key=truncated_key,
+        )
+        self._prio = PrioritizedSampler(max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer)
         self._trees: tuple | None = None  # (layout, valid mask, sum tree, min tree) of valid starts
 
     @property

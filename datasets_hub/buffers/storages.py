@@ -4,6 +4,7 @@ This file holds the ``Storage`` contract shared by every storage (the tensor and
 in ``tensor_storages.py``, the read-only :class:`~datasets_hub.dataset_storage.DatasetStorage`)
 and ``ListStorage`` for arbitrary Python objects.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,8 +87,9 @@ class Storage:
         """The keys :meth:`episode_frames` serves, or ``None`` when this storage keeps no per-episode frames."""
         return None
 
-    def episode_frames(self, keys: list[tuple[str, ...]], episode: torch.Tensor,
-                       times: torch.Tensor) -> dict[tuple[str, ...], torch.Tensor]:
+    def episode_frames(
+        self, keys: list[tuple[str, ...]], episode: torch.Tensor, times: torch.Tensor
+    ) -> dict[tuple[str, ...], torch.Tensor]:
         """Values of ``keys`` at times ``times`` (``[B, W]``, ``0 <= t <= length``, ``t = length`` the
         final next value) of the episodes with ids ``episode`` (``[B]``), each ``[B, W, *shape]``."""
         raise NotImplementedError(f"{type(self).__name__} keeps no per-episode frames (frame_keys() is None)")
@@ -194,7 +196,9 @@ class ListStorage(Storage):
         items = self._storage
         top = max(cursors, default=-1) + 1
         if min(cursors, default=0) < 0 or top > self.max_size:
-            raise IndexError(f"write positions must lie in the storage capacity [0, {self.max_size}), got {min(cursors)}..{top - 1}")
+            raise IndexError(
+                f"write positions must lie in the storage capacity [0, {self.max_size}), got {min(cursors)}..{top - 1}"
+            )
         n = len(items)
         if top > n:  # a batch may fill rows past the end in any order, as long as it leaves no gap
             items.extend([_GAP] * (top - n))
@@ -229,8 +233,10 @@ class ListStorage(Storage):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         torch.save(self.state_dict(), path / "items.pt")
-        write_json_atomic(path / "storage.json", {"format": _FORMAT, "version": 1, "class": "ListStorage",
-                                            "len": len(self), "max_size": self.max_size})
+        write_json_atomic(
+            path / "storage.json",
+            {"format": _FORMAT, "version": 1, "class": "ListStorage", "len": len(self), "max_size": self.max_size},
+        )
 
     def loads(self, path: str | Path) -> None:
         path = Path(path)

@@ -4,6 +4,7 @@
 ``LazyMemmapStorage`` allocates memory-mapped files. Data kinds: plain tensors, TensorDicts,
 tensorclasses and PyTrees (nested dicts/tuples/lists of tensors).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,19 @@ from datasets_hub.buffers.shared_counters import SharedCounters
 from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index, _check_meta
 from datasets_hub.files import write_json_atomic
 
-_NUMPY_DTYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
-                 torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128}
+_NUMPY_DTYPES = {
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+}
 
 
 def _numpy_views(leaves: list[torch.Tensor]) -> list[np.ndarray | None]:
@@ -43,6 +55,7 @@ def gather_rows(leaf: torch.Tensor, view: np.ndarray | None, index: torch.Tensor
 # Tensor storages: every leaf is one preallocated tensor [max_size, *row_shape].
 # Data kinds: "tensor", "td" (TensorDict), "tensorclass", "pytree" (nested dicts/tuples/lists).
 # ---------------------------------------------------------------------------------------------
+
 
 def _nest(keys: list[tuple[str, ...]], tensors: list[Any], source: dict | None = None) -> dict[str, Any]:
     """Nested dict ``{"next": {"obs": t}}`` from tuple keys (merged into ``source`` when given)."""
@@ -82,8 +95,12 @@ def _flatten(data: Any, batched: bool) -> tuple[str, list[tuple[str, ...]], list
     """Split data into ``(kind, keys, leaves, meta, row_batch)``; ``meta`` is the class or treespec."""
     if isinstance(data, torch.Tensor):
         return "tensor", [("_data",)], [data], None, ()
-    if batched and isinstance(data, list) and data and all(
-            isinstance(x, (torch.Tensor, TensorDictBase)) or is_tensorclass(x) for x in data):
+    if (
+        batched
+        and isinstance(data, list)
+        and data
+        and all(isinstance(x, (torch.Tensor, TensorDictBase)) or is_tensorclass(x) for x in data)
+    ):
         return _flatten(torch.stack(data), batched)  # a list of TensorDicts/tensors is a batch of items
     if is_tensorclass(data):
         kind, meta, td = "tensorclass", type(data), data._tensordict
@@ -148,8 +165,7 @@ class TensorStorage(SharedCounters, Storage):
     Slice reads (``storage[a:b]``) are zero-copy views: write through the buffer, not through them.
     """
 
-    def __init__(self, storage: Any = None, max_size: int | None = None, *, ndim: int = 1,
-                 device: Any = None) -> None:
+    def __init__(self, storage: Any = None, max_size: int | None = None, *, ndim: int = 1, device: Any = None) -> None:
         if device is not None and torch.device(device).type != "cpu":
             raise NotImplementedError(
                 f"device={device!r}: storages hold data on the CPU; move samples with sample().to(device)"
@@ -266,8 +282,14 @@ class TensorStorage(SharedCounters, Storage):
     def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> Any:
         """``get`` plus ``extras``; TensorDict rows with a 1-D int64 index are built once with the
         extras inside (no per-key ``set``)."""
-        if not (self._kind == "td" and not self._row_batch and self._plain and type(index) is torch.Tensor
-                and index.ndim == 1 and index.dtype == torch.int64):
+        if not (
+            self._kind == "td"
+            and not self._row_batch
+            and self._plain
+            and type(index) is torch.Tensor
+            and index.ndim == 1
+            and index.dtype == torch.int64
+        ):
             return super().gather(index, extras)
         rows = index.numpy()
         out = [gather_rows(t, a, index, rows) for a, t in zip(self._np, self._plain)]
@@ -350,7 +372,9 @@ class TensorStorage(SharedCounters, Storage):
                 return
             top = int(index.max()) + 1
             if int(index.min()) < 0 or top > self.max_size:
-                raise IndexError(f"write positions must lie in the storage capacity [0, {self.max_size}), got {index.min()}..{top - 1}")
+                raise IndexError(
+                    f"write positions must lie in the storage capacity [0, {self.max_size}), got {index.min()}..{top - 1}"
+                )
         for t, v in zip(self._plain, ordered):
             t[index] = v
         if top > n:
@@ -382,10 +406,18 @@ class TensorStorage(SharedCounters, Storage):
             meta = _pytree.treespec_dumps(self._meta)
         elif self._kind == "tensorclass":
             meta = f"{self._meta.__module__}:{self._meta.__qualname__}"
-        return {"format": _FORMAT, "version": 1, "class": type(self).__name__, "kind": self._kind,
-                "keys": [list(k) for k in self._keys], "row_batch": list(self._row_batch),
-                "meta": meta, "len": len(self), "max_size": self.max_size,
-                "write_version": self.write_version}
+        return {
+            "format": _FORMAT,
+            "version": 1,
+            "class": type(self).__name__,
+            "kind": self._kind,
+            "keys": [list(k) for k in self._keys],
+            "row_batch": list(self._row_batch),
+            "meta": meta,
+            "len": len(self),
+            "max_size": self.max_size,
+            "write_version": self.write_version,
+        }
 
     def _restore(self, info: dict[str, Any], td: TensorDictBase) -> None:
         """Allocate from a saved schema and copy ``td`` (the first ``len`` rows) in."""
@@ -400,8 +432,9 @@ class TensorStorage(SharedCounters, Storage):
         meta = _decode_meta(kind, info["meta"])
         if not self.initialized:
             shapes = [(tuple(t.shape[1:]), t.dtype) for t in leaves]
-            self._attach(kind, keys, self._alloc_leaves(keys, shapes, tuple(info["row_batch"])), meta,
-                         tuple(info["row_batch"]))
+            self._attach(
+                kind, keys, self._alloc_leaves(keys, shapes, tuple(info["row_batch"])), meta, tuple(info["row_batch"])
+            )
         else:
             self._check(kind, keys, leaves, tuple(info["row_batch"]), True)
             leaves = _leaves_of(td, self._keys)
@@ -469,8 +502,15 @@ class LazyMemmapStorage(TensorStorage):
     version live in shared memory, so writes in a child are visible in the parent.
     """
 
-    def __init__(self, max_size: int, scratch_dir: str | Path | None = None, ndim: int = 1,
-                 existsok: bool = False, *, device: Any = None) -> None:
+    def __init__(
+        self,
+        max_size: int,
+        scratch_dir: str | Path | None = None,
+        ndim: int = 1,
+        existsok: bool = False,
+        *,
+        device: Any = None,
+    ) -> None:
         super().__init__(None, max_size, ndim=ndim, device=device)
         self._existsok = existsok
         if scratch_dir is None:
@@ -514,8 +554,14 @@ class LazyMemmapStorage(TensorStorage):
         td = TensorDict.load_memmap(self._data_dir, allow_pickle=False)
         self._mm_td = td
         keys = [tuple(k) for k in info["keys"]]
-        TensorStorage._attach(self, info["kind"], keys, _leaves_of(td, keys), _decode_meta(info["kind"], info["meta"]),
-                              tuple(info["row_batch"]))
+        TensorStorage._attach(
+            self,
+            info["kind"],
+            keys,
+            _leaves_of(td, keys),
+            _decode_meta(info["kind"], info["meta"]),
+            tuple(info["row_batch"]),
+        )
 
     def share(self) -> None:
         self._share_counters()
@@ -523,8 +569,21 @@ class LazyMemmapStorage(TensorStorage):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_plain", "_np", "_mm_td", "_td", "_counts", "_finalizer", "_meta", "_paths", "_flat", "_kind",
-                  "_keys", "_schema", "_row_batch"):
+        for k in (
+            "_plain",
+            "_np",
+            "_mm_td",
+            "_td",
+            "_counts",
+            "_finalizer",
+            "_meta",
+            "_paths",
+            "_flat",
+            "_kind",
+            "_keys",
+            "_schema",
+            "_row_batch",
+        ):
             state.pop(k, None)
         state["_was_initialized"] = self.initialized
         return state

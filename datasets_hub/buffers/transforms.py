@@ -5,6 +5,7 @@ both default to the identity. Plain callables are accepted anywhere a transform 
 the forward call, with an identity inverse. ``Rename``, ``Select`` and ``Exclude`` align datasets
 whose keys differ (nested keys are tuples), e.g. before an ensemble stacks their samples.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
@@ -12,7 +13,6 @@ from typing import Any, Callable, Iterator, Sequence
 from tensordict import TensorDictBase
 
 from datasets_hub.errors import did_you_mean
-
 
 
 class Transform:
@@ -147,7 +147,9 @@ class Rename(Transform):
         self.in_keys = [_norm(k) for k in in_keys]
         self.out_keys = [_norm(k) for k in out_keys]
         if len(self.in_keys) != len(self.out_keys):
-            raise ValueError(f"Rename needs as many out_keys as in_keys, got {len(self.in_keys)} and {len(self.out_keys)}")
+            raise ValueError(
+                f"Rename needs as many out_keys as in_keys, got {len(self.in_keys)} and {len(self.out_keys)}"
+            )
 
     def _rename(self, data: Any, src: list, dst: list) -> Any:
         data = _require_td(data, "Rename").copy()  # shallow: never mutate the caller's TensorDict

@@ -4,6 +4,7 @@ A writer is attached to one storage by the buffer (``register_storage``). ``add(
 ``extend(batch) -> LongTensor`` write and return the positions written; ``indices_in_order()``
 lists the valid positions oldest first (what ``read_all_in_order`` reads).
 """
+
 from __future__ import annotations
 
 from typing import Any

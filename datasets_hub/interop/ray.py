@@ -20,6 +20,7 @@ Samples travel back through Ray's object store (one copy of the batch, as any Ra
 ``handle.actor`` is the raw Ray actor for asynchronous calls (``handle.actor.sample.remote(256)``).
 Needs the ``ray`` extra: ``pip install 'datasets-hub[ray]'``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -76,8 +77,12 @@ class _BufferActor:
 
     def describe(self) -> dict[str, Any]:
         storage = self.buffer.storage
-        return {"buffer": repr(self.buffer), "len": len(self.buffer),
-                "path": str(storage.path) if hasattr(storage, "path") else None, "pid": os.getpid()}
+        return {
+            "buffer": repr(self.buffer),
+            "len": len(self.buffer),
+            "path": str(storage.path) if hasattr(storage, "path") else None,
+            "pid": os.getpid(),
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return self.buffer.state_dict()
@@ -101,9 +106,16 @@ class RayReplayBuffer:
     Every method blocks until the actor answered; errors raised in the actor are re-raised here.
     """
 
-    def __init__(self, buffer: Any = None, *, name: str | None = None, namespace: str | None = None,
-                 detached: bool = False, actor_options: dict[str, Any] | None = None,
-                 _actor: Any = None) -> None:
+    def __init__(
+        self,
+        buffer: Any = None,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        detached: bool = False,
+        actor_options: dict[str, Any] | None = None,
+        _actor: Any = None,
+    ) -> None:
         ray = _ray()
         if _actor is not None:
             self._actor = _actor
@@ -135,14 +147,26 @@ class RayReplayBuffer:
         ray.get(self._actor.len.remote())  # surface construction errors (bad path, failing factory) here
 
     @classmethod
-    def from_dataset(cls, dataset_id: str, *, name: str | None = None, namespace: str | None = None,
-                     detached: bool = False, actor_options: dict[str, Any] | None = None,
-                     **load_kwargs: Any) -> "RayReplayBuffer":
+    def from_dataset(
+        cls,
+        dataset_id: str,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        detached: bool = False,
+        actor_options: dict[str, Any] | None = None,
+        **load_kwargs: Any,
+    ) -> "RayReplayBuffer":
         """An actor that calls ``datasets_hub.load(dataset_id, **load_kwargs)`` itself."""
         from datasets_hub.hub import load
 
-        return cls(functools.partial(load, dataset_id, **load_kwargs), name=name, namespace=namespace,
-                   detached=detached, actor_options=actor_options)
+        return cls(
+            functools.partial(load, dataset_id, **load_kwargs),
+            name=name,
+            namespace=namespace,
+            detached=detached,
+            actor_options=actor_options,
+        )
 
     @classmethod
     def connect(cls, name: str, namespace: str | None = None) -> "RayReplayBuffer":

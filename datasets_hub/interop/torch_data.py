@@ -19,6 +19,7 @@ Workers and builds: a dataset pickled to a worker (``spawn``/``forkserver``, or 
 a build only by reference (its path and fingerprint, see :func:`dumps_by_reference`); each
 process opens the read-only memmaps itself on first use. Pickling never copies the data.
 """
+
 from __future__ import annotations
 
 import copy
@@ -146,6 +147,7 @@ def as_buffer(source: Any) -> Any:
 # Collate, ranks, seeds
 # ----------------------------------------------------------------------------------------------
 
+
 def tensordict_collate(batch: Any) -> Any:
     """DataLoader ``collate_fn``: a TensorDict batch is returned as it is (no copy, no re-stacking);
     a list of TensorDicts is stacked; anything else goes to torch's ``default_collate``."""
@@ -189,6 +191,7 @@ def stream_seed(*parts: int) -> int:
 # ----------------------------------------------------------------------------------------------
 # Map-style
 # ----------------------------------------------------------------------------------------------
+
 
 class BufferDataset(_MapStyle):
     """Map-style dataset over a buffer's valid items (or a build directory).
@@ -259,8 +262,16 @@ class EpisodeShardSampler(_TorchSampler):
     ``rank``/``world_size`` default as in :func:`resolve_rank`.
     """
 
-    def __init__(self, source: Any, *, rank: int | None = None, world_size: int | None = None,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        source: Any,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.episodes = _episode_index_of(source)
         if self.episodes.num_episodes < self.world_size:
@@ -341,6 +352,7 @@ def _episode_index_of(source: Any) -> EpisodeIndex:
 # Iterable over sampled batches
 # ----------------------------------------------------------------------------------------------
 
+
 class SampledBatches(IterableDataset):
     """Iterable dataset yielding ``buffer.sample(batch_size)`` batches (TensorDicts with ``"index"``).
 
@@ -361,8 +373,16 @@ class SampledBatches(IterableDataset):
       them (each worker has its own sampler copy); use the Ray buffer for shared priorities.
     """
 
-    def __init__(self, source: Any, batch_size: int | None = None, *, num_batches: int | None = None,
-                 seed: int | None = None, rank: int | None = None, world_size: int | None = None) -> None:
+    def __init__(
+        self,
+        source: Any,
+        batch_size: int | None = None,
+        *,
+        num_batches: int | None = None,
+        seed: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
         buffer = as_buffer(source)
         batch_size = batch_size if batch_size is not None else getattr(buffer, "batch_size", None)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -456,6 +476,14 @@ def _ran_out(buffer: Any) -> bool:
 
 
 __all__ = [
-    "BufferDataset", "SampledBatches", "EpisodeShardSampler", "tensordict_collate", "resolve_rank",
-    "stream_seed", "open_build", "dumps_by_reference", "loads_by_reference", "as_buffer",
+    "BufferDataset",
+    "SampledBatches",
+    "EpisodeShardSampler",
+    "tensordict_collate",
+    "resolve_rank",
+    "stream_seed",
+    "open_build",
+    "dumps_by_reference",
+    "loads_by_reference",
+    "as_buffer",
 ]

@@ -22,6 +22,7 @@ What is materialised, precisely:
 
 Needs ``torchrl`` (``pip install torchrl``), imported on first use only.
 """
+
 from __future__ import annotations
 
 import functools
@@ -213,7 +214,8 @@ def _precompute_boundaries(sampler: Any, storage: DatasetStorage, slice_sampler_
     except (AttributeError, KeyError, TypeError, RuntimeError) as exc:
         warnings.warn(
             f"could not precompute the SliceSampler's trajectories ({type(exc).__name__}: {exc}); it will read "
-            "the whole build on each sample. Pass cache_values=True to read it once", stacklevel=3,
+            "the whole build on each sample. Pass cache_values=True to read it once",
+            stacklevel=3,
         )
 
 
@@ -236,5 +238,6 @@ def to_torchrl(source: Any, *, sampler: Any = None, batch_size: int | None = Non
         sampler = rl_data.RandomSampler()
     _precompute_boundaries(sampler, storage, slice_sampler_cls)
     kwargs.setdefault("collate_fn", _as_gathered)  # our gathers already return one TensorDict per batch
-    return rl_data.TensorDictReplayBuffer(storage=_storage_class()(storage), sampler=sampler,
-                                          writer=_writer_class()(), batch_size=batch_size, **kwargs)
+    return rl_data.TensorDictReplayBuffer(
+        storage=_storage_class()(storage), sampler=sampler, writer=_writer_class()(), batch_size=batch_size, **kwargs
+    )

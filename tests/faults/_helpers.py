@@ -12,6 +12,7 @@
 - :func:`cache_state_ok`: the invariants every fault must leave: no visible partial build,
   every visible build verifies, no raw file with the wrong bytes at its final path.
 """
+
 from __future__ import annotations
 
 import json
@@ -255,8 +256,15 @@ class Zygote:
         self._n = 0
         env = {k: v for k, v in os.environ.items() if not k.startswith("DATASETS_HUB_")}
         env.update(DATASETS_HUB_CACHE=str(self.workdir / "unused-cache"), HF_HUB_OFFLINE="1")
-        self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, bufsize=1, cwd=str(TESTS.parent), env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _ZYGOTE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            cwd=str(TESTS.parent),
+            env=env,
+        )
         first = self.proc.stdout.readline()
         if not first:
             raise RuntimeError("the zygote process failed to start (see stderr)")
@@ -266,13 +274,22 @@ class Zygote:
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())
 
-    def start(self, code: str, *, env: dict[str, str] | None = None, fsize: int | None = None,
-              drop_dac: bool = False) -> Job:
+    def start(
+        self, code: str, *, env: dict[str, str] | None = None, fsize: int | None = None, drop_dac: bool = False
+    ) -> Job:
         self._n += 1
         result, log = self.workdir / f"job{self._n}.json", self.workdir / f"job{self._n}.log"
         result.unlink(missing_ok=True)
-        reply = self._ask({"code": textwrap.dedent(code), "env": env or {}, "fsize": fsize, "drop_dac": drop_dac,
-                           "result": str(result), "log": str(log)})
+        reply = self._ask(
+            {
+                "code": textwrap.dedent(code),
+                "env": env or {},
+                "fsize": fsize,
+                "drop_dac": drop_dac,
+                "result": str(result),
+                "log": str(log),
+            }
+        )
         return Job(self, reply["pid"], result, log)
 
     def run(self, code: str, timeout: float = 120, **kw: Any) -> dict:
@@ -295,8 +312,10 @@ class Zygote:
 
 def hub_env(cache: Path, **extra: str) -> dict[str, str | None]:
     """The environment a child needs to see the test's cache, catalogue and mirror (None: unset)."""
-    env: dict[str, str | None] = {"DATASETS_HUB_CACHE": str(cache),
-                                  "DATASETS_HUB_REGISTRY": os.environ.get("DATASETS_HUB_REGISTRY")}
+    env: dict[str, str | None] = {
+        "DATASETS_HUB_CACHE": str(cache),
+        "DATASETS_HUB_REGISTRY": os.environ.get("DATASETS_HUB_REGISTRY"),
+    }
     for key, value in os.environ.items():
         if key.startswith("DATASETS_HUB_ENDPOINT_"):
             env[key] = value

@@ -7,6 +7,7 @@ past the cap fails with EFBIG, as a full disk fails with ENOSPC); the hub must r
 Read-only: the cache is chmod'ed read-only. Root ignores permissions, so a root child first drops
 CAP_DAC_OVERRIDE/DAC_READ_SEARCH/FOWNER; if writes still succeed (no capset), the test is skipped.
 """
+
 from __future__ import annotations
 
 import os
@@ -80,7 +81,9 @@ def test_disk_full_while_writing_a_large_leaf_of_a_d4rl_build(zygote, isolated_c
     from datasets_hub.maintenance import remove
 
     remove(D4RL)
-    result = zygote.run(LOAD.format(id=D4RL, params={}), env=hub_env(isolated_cache), fsize=100 << 10)  # the raw file exists; obs is 240 KB
+    result = zygote.run(
+        LOAD.format(id=D4RL, params={}), env=hub_env(isolated_cache), fsize=100 << 10
+    )  # the raw file exists; obs is 240 KB
     if result["ok"]:  # every build file fitted under the cap: nothing to test with this layout
         pytest.skip("no build file exceeded the cap")
     assert result["type"] == "CacheError" and "disk filled up while building" in result["message"]
@@ -127,7 +130,8 @@ def test_read_only_cache(zygote, isolated_cache, d4rl_served):
             code = LOAD.format(id=dataset_id, params=params) + (
                 "\nfrom datasets_hub.cache_verify import verify\n"
                 f"RESULT['verified'] = verify({dataset_id!r}, params={params!r}).ok\n"
-                f"RESULT['sample'] = dh.load({dataset_id!r}, batch_size=8, **{params!r}).sample().batch_size[0]\n")
+                f"RESULT['sample'] = dh.load({dataset_id!r}, batch_size=8, **{params!r}).sample().batch_size[0]\n"
+            )
             result = zygote.run(code, env=env, drop_dac=True)
             assert result["ok"], result
             assert result["value"]["rows"] == rows and result["value"]["verified"] and result["value"]["sample"] == 8
@@ -138,10 +142,11 @@ def test_read_only_cache(zygote, isolated_cache, d4rl_served):
         # a new download: the same
         register_path = os.environ["DATASETS_HUB_REGISTRY"]
         with open(register_path, "a") as fh:
-            fh.write(f"d4rl/fault-disk-v1:\n  loader: d4rl\n  resources:\n  - url: {server.url('m/' + FILE)}\n"
-                     f"    name: other.hdf5\n")
-        result = zygote.run(LOAD.format(id="d4rl/fault-disk-v1", params={}), env=hub_env(isolated_cache),
-                            drop_dac=True)
+            fh.write(
+                f"d4rl/fault-disk-v1:\n  loader: d4rl\n  resources:\n  - url: {server.url('m/' + FILE)}\n"
+                f"    name: other.hdf5\n"
+            )
+        result = zygote.run(LOAD.format(id="d4rl/fault-disk-v1", params={}), env=hub_env(isolated_cache), drop_dac=True)
         assert not result["ok"] and result["type"] == "CacheError", result
         assert "read-only" in result["message"] and "other.hdf5" in result["message"]
         assert not list(isolated_cache.rglob("*.incomplete")) and not list(isolated_cache.rglob("*.partial"))

@@ -1,5 +1,6 @@
 """Bad input is rejected with a clear message and writes nothing outside the cache root; catalogue
 files are data (safe YAML), and no registry entry can make the hub import or run code."""
+
 from __future__ import annotations
 
 import sys
@@ -46,24 +47,27 @@ def sandbox(tmp_path, monkeypatch, isolated_cache):
     box.check()
 
 
-@pytest.mark.parametrize("bad, words", [
-    ("gym/../../../etc/passwd", "'..'"),
-    ("gym/..", "'..'"),
-    ("gym/./x", "'.'"),
-    ("../gym/x", "loader prefix"),
-    ("/etc/passwd", "loader prefix"),
-    ("/tmp/x/y", "loader prefix"),
-    ("gym//x", "segment ''"),
-    ("gym/x\x00y", "control characters"),
-    ("gym/x\ny", "control characters"),
-    ("gym/x\x1b[31m", "control characters"),
-    ("gym/" + "a" * 300, "limit is 200"),
-    ("gym/x y", "not allowed"),
-    ("gym/~root", "not allowed"),
-    ("gym\\..\\x", "no loader prefix"),
-    ("Gym/x", "lower-case"),
-    ("", "no loader prefix"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ("gym/../../../etc/passwd", "'..'"),
+        ("gym/..", "'..'"),
+        ("gym/./x", "'.'"),
+        ("../gym/x", "loader prefix"),
+        ("/etc/passwd", "loader prefix"),
+        ("/tmp/x/y", "loader prefix"),
+        ("gym//x", "segment ''"),
+        ("gym/x\x00y", "control characters"),
+        ("gym/x\ny", "control characters"),
+        ("gym/x\x1b[31m", "control characters"),
+        ("gym/" + "a" * 300, "limit is 200"),
+        ("gym/x y", "not allowed"),
+        ("gym/~root", "not allowed"),
+        ("gym\\..\\x", "no loader prefix"),
+        ("Gym/x", "lower-case"),
+        ("", "no loader prefix"),
+    ],
+)
 def test_bad_ids_are_rejected_before_touching_the_disk(sandbox, isolated_cache, bad, words):
     for call in (dh.load, dh.download, dh.info):
         with pytest.raises(InvalidParameter) as info:
@@ -85,30 +89,36 @@ def test_unknown_loader_and_unknown_name_teach(sandbox):
         dh.load("gym/cartpole-randm-v0")
 
 
-@pytest.mark.parametrize("params, words", [
-    ({"steps": "100"}, "'steps' must be a positive integer"),
-    ({"steps": 0}, "'steps' must be a positive integer"),
-    ({"steps": -5}, "'steps' must be a positive integer"),
-    ({"steps": True}, "'steps' must be a positive integer"),
-    ({"steps": 1.5}, "'steps' must be a positive integer"),
-    ({"seed": "zero"}, "'seed' must be an integer"),
-    ({"env": 3}, "'env' must be a gymnasium id"),
-    ({"policy": "greedy"}, "'policy' must be"),
-    ({"stepz": 10}, "unknown parameter.*'stepz'"),
-    ({"steps": object()}, "must be JSON values"),
-    ({"steps": float("nan")}, "must be JSON values"),
-])
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ({"steps": "100"}, "'steps' must be a positive integer"),
+        ({"steps": 0}, "'steps' must be a positive integer"),
+        ({"steps": -5}, "'steps' must be a positive integer"),
+        ({"steps": True}, "'steps' must be a positive integer"),
+        ({"steps": 1.5}, "'steps' must be a positive integer"),
+        ({"seed": "zero"}, "'seed' must be an integer"),
+        ({"env": 3}, "'env' must be a gymnasium id"),
+        ({"policy": "greedy"}, "'policy' must be"),
+        ({"stepz": 10}, "unknown parameter.*'stepz'"),
+        ({"steps": object()}, "must be JSON values"),
+        ({"steps": float("nan")}, "must be JSON values"),
+    ],
+)
 def test_wrong_parameter_types(sandbox, isolated_cache, params, words):
     with pytest.raises(InvalidParameter, match=words):
         dh.load(GYM, **params)
     assert not (isolated_cache / "datasets").exists()
 
 
-@pytest.mark.parametrize("params, words", [
-    ({"max_episode_steps": "5"}, "max_episode_steps"),
-    ({"max_episode_steps": 0}, "max_episode_steps"),
-    ({"url": 5}, "url"),
-])
+@pytest.mark.parametrize(
+    "params, words",
+    [
+        ({"max_episode_steps": "5"}, "max_episode_steps"),
+        ({"max_episode_steps": 0}, "max_episode_steps"),
+        ({"url": 5}, "url"),
+    ],
+)
 def test_wrong_d4rl_parameter_types(sandbox, params, words):
     with pytest.raises(InvalidParameter, match=words):
         dh.load("d4rl/hopper-medium-v2", **params)
@@ -140,18 +150,23 @@ def test_slices_longer_than_every_episode(sandbox):
     from datasets_hub import SliceSampler
 
     rb = dh.load(GYM, steps=200, max_episode_steps=10, sampler=SliceSampler(slice_len=11), batch_size=22)
-    with pytest.raises(RuntimeError, match="no episode is long enough for slices of 11 rows: the longest .* has 10 rows"):
+    with pytest.raises(
+        RuntimeError, match="no episode is long enough for slices of 11 rows: the longest .* has 10 rows"
+    ):
         rb.sample()
-    ok = dh.load(GYM, steps=200, max_episode_steps=10, sampler=SliceSampler(slice_len=11, strict_length=False),
-                 batch_size=22)
+    ok = dh.load(
+        GYM, steps=200, max_episode_steps=10, sampler=SliceSampler(slice_len=11, strict_length=False), batch_size=22
+    )
     assert ok.sample().batch_size[0] > 0
 
 
 def test_resource_names_cannot_escape_the_raw_folder(sandbox, tmp_path, monkeypatch):
     src = tmp_path / "cwd" / "source.hdf5"
     src.write_bytes(b"x")
-    entries = {f"d4rl/escape-{i}": {"loader": "d4rl", "resources": [{"url": src.as_uri(), "name": name}]}
-               for i, name in enumerate(["../../../../escaped.hdf5", "/tmp/escaped.hdf5", "a/../../b.hdf5"])}
+    entries = {
+        f"d4rl/escape-{i}": {"loader": "d4rl", "resources": [{"url": src.as_uri(), "name": name}]}
+        for i, name in enumerate(["../../../../escaped.hdf5", "/tmp/escaped.hdf5", "a/../../b.hdf5"])
+    }
     register(tmp_path / "extra.yaml", entries)
     sandbox.allow(tmp_path / "extra.yaml", src)
     monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(tmp_path / "extra.yaml"))
@@ -167,9 +182,8 @@ def test_yaml_tags_that_construct_python_objects_are_refused(sandbox, tmp_path, 
     evil = tmp_path / "evil.yaml"
     sandbox.allow(evil)
     evil.write_text(
-        "gym/evil-v0:\n"
-        f"  loader: !!python/object/apply:os.system ['touch {canary}']\n"
-        "  params: {env: CartPole-v1}\n")
+        f"gym/evil-v0:\n  loader: !!python/object/apply:os.system ['touch {canary}']\n  params: {{env: CartPole-v1}}\n"
+    )
     monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(evil))
     for call in (lambda: dh.load("gym/evil-v0"), lambda: dh.list_datasets()):
         with pytest.raises(HubError, match="not valid YAML"):
@@ -187,7 +201,8 @@ def trap_module(tmp_path, monkeypatch, sandbox):
     canary = tmp_path / "imported"
     (tmp_path / "modules").mkdir()
     (tmp_path / "modules" / "trap_mod.py").write_text(
-        f"open({str(canary)!r}, 'w').write('imported')\nclass Loader: pass\nclass Env: pass\n")
+        f"open({str(canary)!r}, 'w').write('imported')\nclass Loader: pass\nclass Env: pass\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "modules"))
     sandbox.allow(tmp_path / "modules", tmp_path / "extra.yaml")
     yield canary
@@ -195,13 +210,16 @@ def trap_module(tmp_path, monkeypatch, sandbox):
     assert not canary.exists(), "a catalogue entry made the hub import code"
 
 
-@pytest.mark.parametrize("entry", [
-    {"trap_mod/x": {"loader": "trap_mod"}},
-    {"trap_mod/x": {"loader": "trap_mod:Loader"}},
-    {"gym/trap": {"loader": "trap_mod:Loader", "params": {"env": "CartPole-v1"}}},
-    {"gym/trap": {"params": {"env": "trap_mod:Env-v0", "steps": 10}}},
-    {"gym/trap": {"params": {"env": "trap_mod/Env-v0", "steps": 10}}},
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"trap_mod/x": {"loader": "trap_mod"}},
+        {"trap_mod/x": {"loader": "trap_mod:Loader"}},
+        {"gym/trap": {"loader": "trap_mod:Loader", "params": {"env": "CartPole-v1"}}},
+        {"gym/trap": {"params": {"env": "trap_mod:Env-v0", "steps": 10}}},
+        {"gym/trap": {"params": {"env": "trap_mod/Env-v0", "steps": 10}}},
+    ],
+)
 def test_a_registry_entry_cannot_make_the_hub_import_anything(sandbox, tmp_path, monkeypatch, trap_module, entry):
     register(tmp_path / "extra.yaml", entry)
     monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(tmp_path / "extra.yaml"))

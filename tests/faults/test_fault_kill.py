@@ -5,6 +5,7 @@ After every kill: no visible build is partial, every visible build passes ``veri
 holds wrong bytes at its final name, and the next load succeeds (resuming what it can). Each trial
 appends a line to ``$FAULT_TRIALS_LOG`` (if set) so the README table quotes real counts.
 """
+
 from __future__ import annotations
 
 import json
@@ -235,10 +236,23 @@ CONCURRENT = textwrap.dedent("""
 
 def test_eight_processes_load_one_id_at_once(served, payload, tmp_path, isolated_cache):
     served.fault(SERVED, trickle=0.002, trickle_chunk=64 << 10)  # the download overlaps the others' arrival
-    env = {**os.environ, "BUILD_LOG": str(tmp_path / "builds"), "READY": str(tmp_path / "ready"),
-           "GO": str(tmp_path / "go")}
-    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, D4RL], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env, cwd=str(TESTS.parent)) for _ in range(8)]
+    env = {
+        **os.environ,
+        "BUILD_LOG": str(tmp_path / "builds"),
+        "READY": str(tmp_path / "ready"),
+        "GO": str(tmp_path / "go"),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONCURRENT, D4RL],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(TESTS.parent),
+        )
+        for _ in range(8)
+    ]
     deadline = time.monotonic() + 240
     while len(list(tmp_path.glob("ready.*"))) < 8 and time.monotonic() < deadline:
         assert all(p.poll() is None for p in procs), [p.communicate()[1] for p in procs if p.poll() is not None]
@@ -267,8 +281,9 @@ def test_rm_while_another_process_samples(zygote, isolated_cache):
     outcome: Counter = Counter()
     for trial in range(12):
         path = dh.download("gym/cartpole-random-v0", steps=3000)
-        rb = dh.load("gym/cartpole-random-v0", steps=3000, batch_size=256,
-                     generator=torch.Generator().manual_seed(trial))
+        rb = dh.load(
+            "gym/cartpole-random-v0", steps=3000, batch_size=256, generator=torch.Generator().manual_seed(trial)
+        )
         job = zygote.start(RM, env=hub_env(isolated_cache))
         time.sleep(rng.uniform(0, 0.05))
         while not job.finished():  # the open buffer keeps sampling from its mapped files

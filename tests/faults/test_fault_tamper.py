@@ -1,4 +1,5 @@
 """Tampering is detected by ``datasets-hub verify``; no code path that reads upstream data unpickles."""
+
 from __future__ import annotations
 
 import ast
@@ -101,25 +102,65 @@ def test_a_tampered_raw_file_is_detected(tmp_path, monkeypatch, capsys):
 # ---------------------------------------------------------------------------------------- no unpickling
 # Code that reads what came from upstream: the downloader, the build, the catalogue and every loader.
 UPSTREAM_READERS = sorted(
-    [ROOT / "datasets_hub" / n for n in ("downloader.py", "hf_source.py", "build.py", "build_format.py", "catalogue.py",
-                                          "hub.py", "cache.py", "cache_verify.py", "dataset_storage.py", "plugins.py",
-                                          "loader.py", "maintenance.py")]
-    + [p for p in (ROOT / "loaders").glob("*.py") if p.name != "__init__.py"])
-UNSAFE_CALLS = {("pickle", "load"), ("pickle", "loads"), ("pickle", "Unpickler"), ("cPickle", "load"),
-                ("dill", "load"), ("dill", "loads"), ("cloudpickle", "load"), ("cloudpickle", "loads"),
-                ("joblib", "load"), ("marshal", "load"), ("marshal", "loads"), ("shelve", "open"),
-                ("pd", "read_pickle"), ("pandas", "read_pickle"), ("yaml", "unsafe_load"), ("yaml", "full_load")}
+    [
+        ROOT / "datasets_hub" / n
+        for n in (
+            "downloader.py",
+            "hf_source.py",
+            "build.py",
+            "build_format.py",
+            "catalogue.py",
+            "hub.py",
+            "cache.py",
+            "cache_verify.py",
+            "dataset_storage.py",
+            "plugins.py",
+            "loader.py",
+            "maintenance.py",
+        )
+    ]
+    + [p for p in (ROOT / "loaders").glob("*.py") if p.name != "__init__.py"]
+)
+UNSAFE_CALLS = {
+    ("pickle", "load"),
+    ("pickle", "loads"),
+    ("pickle", "Unpickler"),
+    ("cPickle", "load"),
+    ("dill", "load"),
+    ("dill", "loads"),
+    ("cloudpickle", "load"),
+    ("cloudpickle", "loads"),
+    ("joblib", "load"),
+    ("marshal", "load"),
+    ("marshal", "loads"),
+    ("shelve", "open"),
+    ("pd", "read_pickle"),
+    ("pandas", "read_pickle"),
+    ("yaml", "unsafe_load"),
+    ("yaml", "full_load"),
+}
 
 
 def _unsafe(tree: ast.AST) -> list[str]:
     found = []
     # names bound to an expression (``safe_loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)``)
-    bound = {t.id: ast.unparse(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-             for t in n.targets if isinstance(t, ast.Name)}
+    bound = {
+        t.id: ast.unparse(n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
-            found += [f"import {n}" for n in names if n.split(".")[0] in ("pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve")]
+            names = [a.name for a in node.names] + (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            )
+            found += [
+                f"import {n}"
+                for n in names
+                if n.split(".")[0] in ("pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve")
+            ]
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -158,12 +199,29 @@ def test_no_code_path_reading_upstream_data_unpickles():
 
 def test_the_scan_catches_what_it_looks_for():
     """A scan that cannot fail is a defect: every unsafe form is flagged, the safe forms are not."""
-    unsafe = ["import pickle", "pickle.loads(b)", "np.load(f)", "np.load(f, allow_pickle=True)", "torch.load(f)",
-              "torch.load(f, weights_only=False)", "yaml.load(f)", "yaml.load(f, Loader=yaml.Loader)",
-              "yaml.unsafe_load(f)", "l = yaml.UnsafeLoader\nyaml.load(f, Loader=l)", "eval(s)", "marshal.loads(b)", "joblib.load(f)"]
-    safe = ["np.load(f, allow_pickle=False)", "torch.load(f, weights_only=True)", "yaml.load(f, Loader=yaml.CSafeLoader)",
-            "yaml.safe_load(f)", "json.load(f)",
-            "safe = getattr(yaml, 'CSafeLoader', yaml.SafeLoader)\nyaml.load(f, Loader=safe)"]
+    unsafe = [
+        "import pickle",
+        "pickle.loads(b)",
+        "np.load(f)",
+        "np.load(f, allow_pickle=True)",
+        "torch.load(f)",
+        "torch.load(f, weights_only=False)",
+        "yaml.load(f)",
+        "yaml.load(f, Loader=yaml.Loader)",
+        "yaml.unsafe_load(f)",
+        "l = yaml.UnsafeLoader\nyaml.load(f, Loader=l)",
+        "eval(s)",
+        "marshal.loads(b)",
+        "joblib.load(f)",
+    ]
+    safe = [
+        "np.load(f, allow_pickle=False)",
+        "torch.load(f, weights_only=True)",
+        "yaml.load(f, Loader=yaml.CSafeLoader)",
+        "yaml.safe_load(f)",
+        "json.load(f)",
+        "safe = getattr(yaml, 'CSafeLoader', yaml.SafeLoader)\nyaml.load(f, Loader=safe)",
+    ]
     for code in unsafe:
         assert _unsafe(ast.parse(code)), code
     for code in safe:

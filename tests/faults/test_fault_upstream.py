@@ -4,6 +4,7 @@ Each fault must give a specific error naming the file and the URL, leave nothing
 visible (no build, no raw file with wrong bytes at its final name), move bad bytes aside
 (``.corrupt``, never reused) and let the next load succeed once the server is healthy.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -34,12 +35,20 @@ def payload(tmp_path_factory) -> bytes:
 def served(payload, tmp_path, monkeypatch):
     """(server, register(sha=…, size=…)) with the fixture file served at PATH."""
     with serve_files({PATH: payload}) as server:
+
         def catalogue(*, sha: bool = False, size: bool = False, path: str = PATH) -> str:
             url = server.url(path)
-            register(tmp_path / "extra.yaml", {ID: d4rl_entry(url, sha=sha256(payload) if sha else None,
-                                                              size=len(payload) if size else None, name=FILE)})
+            register(
+                tmp_path / "extra.yaml",
+                {
+                    ID: d4rl_entry(
+                        url, sha=sha256(payload) if sha else None, size=len(payload) if size else None, name=FILE
+                    )
+                },
+            )
             monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(tmp_path / "extra.yaml"))
             return url
+
         yield server, catalogue
 
 
@@ -54,8 +63,10 @@ def _nothing_visible(cache, payload):
     return state
 
 
-@pytest.mark.parametrize("status, words", [(404, "404: file not found"), (403, "403 (access denied)"),
-                                           (401, "401 (access denied)"), (410, "HTTP 410")])
+@pytest.mark.parametrize(
+    "status, words",
+    [(404, "404: file not found"), (403, "403 (access denied)"), (401, "401 (access denied)"), (410, "HTTP 410")],
+)
 def test_client_errors_name_file_url_and_fix(served, payload, isolated_cache, status, words):
     server, catalogue = served
     url = catalogue()
@@ -134,11 +145,14 @@ def test_a_trickle_slower_than_the_read_timeout_still_completes_by_resuming(serv
     url = catalogue()
     server.fault(PATH, trickle=0.6, trickle_chunk=2048)  # one 2 KiB chunk, then 0.6 s of silence
     dest = _raw(isolated_cache)
-    downloader.fetch(Resource(name=FILE, urls=(url,), sha256=sha256(payload)), dest, loader="d4rl",
-                     timeout=0.3, retries=1)
+    downloader.fetch(
+        Resource(name=FILE, urls=(url,), sha256=sha256(payload)), dest, loader="d4rl", timeout=0.3, retries=1
+    )
     assert dest.read_bytes() == payload
     ranges = server.ranges(PATH)
-    assert len(ranges) == -(-len(payload) // 2048) and ranges[1:] == [f"bytes={2048 * i}-" for i in range(1, len(ranges))]
+    assert len(ranges) == -(-len(payload) // 2048) and ranges[1:] == [
+        f"bytes={2048 * i}-" for i in range(1, len(ranges))
+    ]
 
 
 def test_content_length_longer_than_the_body(served, payload, isolated_cache):
@@ -173,7 +187,10 @@ def test_content_length_shorter_than_the_file_fails_the_checksum(served, payload
         dh.load(ID)
     assert url in str(info.value) and FILE in str(info.value) and "moved aside" in str(info.value)
     state = _nothing_visible(isolated_cache, payload)
-    assert state["corrupt"] == 1 and len(_raw(isolated_cache).with_name(FILE + ".corrupt").read_bytes()) == len(payload) - 1000
+    assert (
+        state["corrupt"] == 1
+        and len(_raw(isolated_cache).with_name(FILE + ".corrupt").read_bytes()) == len(payload) - 1000
+    )
 
 
 def test_corrupt_bytes_fail_the_checksum_are_moved_aside_and_never_reused(served, payload, isolated_cache):
