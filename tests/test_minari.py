@@ -288,8 +288,8 @@ def test_dict_observations_text_and_infos(minari_store, fmt):
         obs = ep.observations
         for key, values in (("pos", obs["pos"]), ("count", obs["count"]), (("goal", "target"), obs["goal"]["target"])):
             key = (key,) if isinstance(key, str) else key
-            _eq(td["observation", *key], values[:-1])
-            _eq(td["next", "observation", *key], values[1:])
+            _eq(td[("observation", *key)], values[:-1])
+            _eq(td[("next", "observation", *key)], values[1:])
         missions = list(obs["goal"]["mission"])
         assert decode_text(td["observation", "goal", "mission"]) == missions[:-1]
         assert decode_text(td["next", "observation", "goal", "mission"]) == missions[1:]
