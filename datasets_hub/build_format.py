@@ -46,6 +46,7 @@ from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.errors import CacheError, TEDError
 from datasets_hub.files import sha256_file, write_text_atomic
+from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 
 # -- layout constants ---------------------------------------------------------------------------
 FORMAT = "datasets_hub.ted"  #: the manifest's "format"
@@ -63,16 +64,6 @@ EPISODE_COLUMNS = ("start", "length", "id", "return")
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
 # keys the core derives itself; if a loader sends them they are ignored
 DERIVED_KEYS = {("done",), ("terminated",), ("truncated",), ("step",), ("next", "done"), ("episode",)}
-
-Key = tuple[str, ...]
-
-
-def key_to_str(key: Key) -> str:
-    return "/".join(key)
-
-
-def _as_key(key: str | tuple) -> Key:
-    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def equal_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -204,7 +195,7 @@ class LeanTEDWriter:
 
     # -- schema -------------------------------------------------------------------------------
     def _classify(self, chunk: TensorDictBase) -> None:
-        keys = [_as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)]
+        keys = [as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)]
         keyset = set(keys)
         for required in (("episode",), ("next", "reward"), *FLAG_KEYS):
             if required not in keyset:
@@ -239,7 +230,7 @@ class LeanTEDWriter:
 
     def _check_schema(self, chunk: TensorDictBase) -> None:
         assert self._schema is not None
-        keys = {_as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
+        keys = {as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
         if keys != set(self._schema):
             missing = sorted(map(key_to_str, set(self._schema) - keys))
             extra = sorted(map(key_to_str, keys - set(self._schema)))
@@ -419,9 +410,6 @@ class LeanTEDWriter:
 
 
 # -- reading ----------------------------------------------------------------------------------------
-def parse_key(name: str) -> Key:
-    """``"next/observation"`` -> ``("next", "observation")`` (how the manifest names keys)."""
-    return tuple(name.split("/"))
 
 
 def torch_dtype(name: str) -> torch.dtype:

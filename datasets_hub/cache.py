@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -21,15 +20,24 @@ from typing import Any, Iterator
 from datasets_hub import env
 from datasets_hub.build_format import MANIFEST
 from datasets_hub.errors import CacheError
+from datasets_hub.files import sha256_json
 
 INCOMPLETE_SUFFIX = ".incomplete"
+#: the cache's sub-directories (the layout in the module docstring); nowhere else spells them
+RAW, DATASETS, PREPROCESSED = "raw", "datasets", "preprocessed"
+SECTIONS = (RAW, DATASETS, PREPROCESSED)
 
 
 cache_root = env.cache_root  # where every path below starts (read at call time)
 
 
+def raw_root() -> Path:
+    """``<cache>/raw``: every loader's downloads."""
+    return cache_root() / RAW
+
+
 def raw_dir(loader: str) -> Path:
-    return cache_root() / "raw" / loader
+    return raw_root() / loader
 
 
 def raw_file_path(loader_name: str, resource_name: str) -> Path:
@@ -52,7 +60,7 @@ def raw_file_path(loader_name: str, resource_name: str) -> Path:
 
 
 def datasets_dir() -> Path:
-    return cache_root() / "datasets"
+    return cache_root() / DATASETS
 
 
 def dataset_dir(dataset_id: str) -> Path:
@@ -60,14 +68,18 @@ def dataset_dir(dataset_id: str) -> Path:
     return datasets_dir().joinpath(*dataset_id.split("/"))
 
 
+def preprocessed_root() -> Path:
+    """``<cache>/preprocessed``: every preprocessing result, by build fingerprint."""
+    return cache_root() / PREPROCESSED
+
+
 def preprocessed_dir(build_fp: str) -> Path:
-    return cache_root() / "preprocessed" / build_fp
+    return preprocessed_root() / build_fp
 
 
 def fingerprint(payload: Any, length: int = 16) -> str:
     """A stable short hash of JSON-able ``payload`` (keys sorted)."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
+    return sha256_json(payload, default=str)[:length]
 
 
 def read_manifest(build_dir: Path) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from datasets_hub import env
 from datasets_hub.files import write_json_atomic
-from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, did_you_mean
+from datasets_hub.errors import CatalogueError, HubError, InvalidParameter, UnknownDataset, did_you_mean
 from datasets_hub.loader import DatasetSpec, Resource
 
 MAX_ID_LENGTH = 200
@@ -73,7 +73,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         stat = path.stat()
     except OSError as exc:
-        raise HubError(f"catalogue file {path} (from DATASETS_HUB_REGISTRY) cannot be read: {exc.strerror}") from exc
+        raise CatalogueError(
+            f"catalogue file {path} (from DATASETS_HUB_REGISTRY) cannot be read: {exc.strerror}"
+        ) from exc
     key = (str(path), stat.st_mtime_ns, stat.st_size)
     if key not in _yaml_cache:
         _yaml_cache[key] = _parsed_copy(path, key)
@@ -111,31 +113,31 @@ def _parse_yaml(path: Path) -> dict[str, Any]:
         with open(path) as fh:
             data = yaml.load(fh, Loader=safe_loader)
     except yaml.YAMLError as exc:
-        raise HubError(f"catalogue file {path} is not valid YAML: {exc}") from exc
+        raise CatalogueError(f"catalogue file {path} is not valid YAML: {exc}") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise HubError(f"catalogue file {path} must map dataset ids to entries, found a {type(data).__name__}")
+        raise CatalogueError(f"catalogue file {path} must map dataset ids to entries, found a {type(data).__name__}")
     return data
 
 
 def _check_entry(dataset_id: str, entry: Any, source: str) -> dict[str, Any]:
     loader, _ = validate_id(dataset_id)
     if not isinstance(entry, Mapping):
-        raise HubError(f"{source}: entry {dataset_id!r} must be a mapping with at least 'loader'")
+        raise CatalogueError(f"{source}: entry {dataset_id!r} must be a mapping with at least 'loader'")
     entry = dict(entry)
     declared = entry.setdefault("loader", loader)
     if declared != loader:
-        raise HubError(f"{source}: entry {dataset_id!r} names loader {declared!r} but its prefix is {loader!r}")
+        raise CatalogueError(f"{source}: entry {dataset_id!r} names loader {declared!r} but its prefix is {loader!r}")
     if not isinstance(entry.get("params") or {}, Mapping):
-        raise HubError(f"{source}: entry {dataset_id!r}: 'params' must be a mapping")
+        raise CatalogueError(f"{source}: entry {dataset_id!r}: 'params' must be a mapping")
     resources = entry.get("resources") or []
     if not isinstance(resources, list):
-        raise HubError(f"{source}: entry {dataset_id!r}: 'resources' must be a list")
+        raise CatalogueError(f"{source}: entry {dataset_id!r}: 'resources' must be a list")
     try:
         [Resource.from_dict(r) for r in resources]
     except (ValueError, TypeError, AttributeError) as exc:
-        raise HubError(f"{source}: entry {dataset_id!r} has a malformed resource: {exc}") from exc
+        raise CatalogueError(f"{source}: entry {dataset_id!r} has a malformed resource: {exc}") from exc
     return entry
 
 
@@ -146,7 +148,7 @@ def _static_entries() -> dict[str, tuple[dict[str, Any], str]]:
     for source, entries in sources:
         for dataset_id, entry in entries.items():
             if dataset_id in merged:
-                raise HubError(
+                raise CatalogueError(
                     f"dataset id {dataset_id!r} is defined twice: in {merged[dataset_id][1]} and in "
                     f"{source}; rename one of them"
                 )
@@ -162,7 +164,7 @@ def _loader_entries(loader_name: str) -> dict[str, tuple[dict[str, Any], str]]:
     out = {}
     for dataset_id, entry in (loader.catalogue() or {}).items():
         if not dataset_id.startswith(loader_name + "/"):
-            raise HubError(f"{source} lists {dataset_id!r}, outside its own prefix {loader_name + '/'!r}")
+            raise CatalogueError(f"{source} lists {dataset_id!r}, outside its own prefix {loader_name + '/'!r}")
         out[dataset_id] = (_check_entry(dataset_id, entry, source), source)
     return out
 
@@ -255,7 +257,7 @@ def register_dataset(
     _check_entry(dataset_id, entry, "register_dataset()")
     existing = _static_entries()
     if dataset_id in existing:
-        raise HubError(
+        raise CatalogueError(
             f"dataset id {dataset_id!r} already exists (from {existing[dataset_id][1]}); pick another "
             "id, or pass your changes as parameters: datasets_hub.load(id, **params)"
         )

@@ -15,11 +15,11 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.storages import Storage
+from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
 from datasets_hub.errors import CacheError
+from datasets_hub.buffers.nested_keys import Key, put
 
-Key = tuple[str, ...]
 _ROOT_FLAGS = ("done", "terminated", "truncated")
 
 
@@ -36,7 +36,7 @@ def reopen_build(path: str, fingerprint: str | None) -> "DatasetStorage":
     return storage
 
 
-class DatasetStorage(Storage):
+class DatasetStorage(ReadOnlyStorage):
     """A read-only :class:`Storage` over the build at ``path`` (the directory holding manifest.json).
 
     ``get`` returns a TED TensorDict: root ``observation``-like keys, ``action``, ``episode``,
@@ -44,7 +44,7 @@ class DatasetStorage(Storage):
     observation-like keys, ``reward``, ``terminated``, ``truncated`` and ``done``. Writes raise.
     """
 
-    read_only = True
+    read_only_what = "dataset build"
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -161,14 +161,14 @@ class DatasetStorage(Storage):
             both = np.concatenate([obs_rows, obs_rows + 1])
             for key, column, shared_next in self._obs:
                 gathered = torch.from_numpy(column.take(both, axis=0))  # one read serves t and t+1
-                _put(root, key, gathered[:b])
+                put(root, key, gathered[:b])
                 if shared_next:
-                    _put(nxt, key, gathered[b:])
+                    put(nxt, key, gathered[b:])
         for key, column in self._steps_np:
             if key[0] == "next":
-                _put(nxt, key[1:], torch.from_numpy(column.take(rows, axis=0)))
+                put(nxt, key[1:], torch.from_numpy(column.take(rows, axis=0)))
             else:
-                _put(root, key, torch.from_numpy(column.take(rows, axis=0)))
+                put(root, key, torch.from_numpy(column.take(rows, axis=0)))
         nxt["done"] = torch.logical_or(nxt["terminated"], nxt["truncated"])
         root["episode"] = torch.from_numpy(self._episode_id_np.take(episode))
         root["step"] = torch.from_numpy(rows - self._start_np.take(episode))
@@ -178,15 +178,6 @@ class DatasetStorage(Storage):
         root["next"] = nxt
         out = _tensordict(root, torch.Size([b]))
         return out.reshape(shape) if len(shape) != 1 else out
-
-    def set(self, cursor: Any, data: Any) -> None:
-        raise RuntimeError(
-            "this buffer is a read-only dataset build; to modify data, copy it into a writable "
-            "buffer: rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))); rb2.extend(rb[:])"
-        )
-
-    def empty(self) -> None:
-        self.set(None, None)
 
     def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
         key = (key,) if isinstance(key, str) else tuple(key)
@@ -222,9 +213,3 @@ def _tensordict(tree: dict[str, Any], batch_size: torch.Size) -> TensorDict:
 
 
 _NEW_UNSAFE = getattr(TensorDict, "_new_unsafe", None)
-
-
-def _put(tree: dict[str, Any], key: Key, value: torch.Tensor) -> None:
-    for part in key[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[key[-1]] = value

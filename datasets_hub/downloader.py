@@ -39,8 +39,8 @@ Environment, read at call time:
   ``http://127.0.0.1:8123/mirror/datasets/x.hdf5``. The upstream host is then not contacted.
 - ``HF_ENDPOINT``, ``HF_HUB_OFFLINE``, ``HF_HUB_CACHE``/``HF_HOME`` for ``hf://`` sources.
 
-Sidecar files the cache must skip when listing raw files: ``.sha256``, ``.lock``, ``.partial``,
-``.corrupt`` suffixes (see :data:`SIDE_SUFFIXES`).
+Side files the cache must skip when listing raw files: ``.sha256``, ``.lock``, ``.partial``,
+``.corrupt`` and ``.tmp`` suffixes (see :data:`SIDE_SUFFIXES`, the one list of them).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
 from datasets_hub import env
-from datasets_hub.files import write_text_atomic
+from datasets_hub.files import hash_file, write_text_atomic
 from datasets_hub.errors import CacheError, ChecksumMismatch, DownloadError, HubError
 
 if TYPE_CHECKING:  # loader.py imports tensordict; this module stays light
@@ -69,7 +69,8 @@ MAX_REDIRECTS = 10
 # Backoff between retries: BACKOFF_BASE * 2**(n-1) seconds, capped. Tests set BACKOFF_BASE = 0.
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
-SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt")
+#: suffixes of the side files beside raw downloads (not raw data): a listing of raw files skips them
+SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".tmp")
 _SCHEMES = ("http", "https", "file", "hf")
 _sleep: Callable[[float], None] = time.sleep
 
@@ -148,20 +149,6 @@ def _write_sidecar(dest: Path, sha256: str, size: int, url: str, downloaded_at: 
     write_text_atomic(sidecar_path(dest), json.dumps(record, indent=1) + "\n")
 
 
-def _hash_file(path: Path, limit: int | None = None) -> "hashlib._Hash":
-    h = hashlib.sha256()
-    left = limit
-    with open(path, "rb") as f:
-        while left is None or left > 0:
-            block = f.read(CHUNK_SIZE if left is None else min(CHUNK_SIZE, left))
-            if not block:
-                break
-            h.update(block)
-            if left is not None:
-                left -= len(block)
-    return h
-
-
 def _check_cached(resource: Resource, dest: Path) -> str | None:
     """``None`` if ``dest`` holds the right bytes, ``"missing"``, or why it is wrong."""
     try:
@@ -182,7 +169,7 @@ def _check_cached(resource: Resource, dest: Path) -> str | None:
     ):
         return None
     # no or stale sidecar: rehash once (a file copied in by hand, or touched since)
-    digest = _hash_file(dest).hexdigest()
+    digest = hash_file(dest).hexdigest()
     reference, origin = (want, "the catalogue") if want else ((meta or {}).get("sha256"), "recorded at download")
     if reference and digest != reference:
         return f"its sha256 is {digest}, expected {reference} ({origin})"
@@ -202,7 +189,7 @@ def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[boo
     size = path.stat().st_size
     if resource is not None and resource.size is not None and size != resource.size:
         return False, (f"{path}: {size} bytes, the catalogue says {resource.size}; delete it and download again.")
-    digest = _hash_file(path).hexdigest()
+    digest = hash_file(path).hexdigest()
     meta = read_sidecar(path)
     if resource is not None and resource.sha256:
         reference, origin = resource.sha256.lower(), "catalogue"
@@ -410,7 +397,7 @@ def _copy_local(source: Path, partial: Path, bar: Any, *, link: bool) -> tuple[s
         except OSError:
             pass  # another filesystem or no hard links: copy instead
         else:
-            h = _hash_file(partial)
+            h = hash_file(partial)
             size = partial.stat().st_size
             bar.reset(total=size)
             bar.update(size)
@@ -523,7 +510,7 @@ def _http_download(
     import requests
 
     have = partial.stat().st_size if partial.exists() else 0
-    hasher = _hash_file(partial, have) if have else hashlib.sha256()  # a resumed partial is rehashed once
+    hasher = hash_file(partial, have) if have else hashlib.sha256()  # a resumed partial is rehashed once
     best, failures, last = have, 0, ""
     announced: int | None = None  # the first total size the server stated: a later, smaller one is not trusted
     with requests.Session() as session:

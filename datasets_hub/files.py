@@ -4,7 +4,8 @@
   so a reader sees the old file or the new one, never half of one. The temporary file is named
   ``<name>.<pid>-<thread>.tmp`` (concurrent writers never share one), is opened without following
   a symlink, and is removed when the write fails; a killed process leaves it for ``cache prune``.
-- :func:`sha256_file`: the sha256 of a file's bytes, read in 1 MiB blocks (bounded memory).
+- :func:`sha256_file` / :func:`hash_file`: the sha256 of a file's bytes, read in 1 MiB blocks
+  (bounded memory); :func:`sha256_json`: of a JSON-able value, keys sorted.
 
 Only the standard library: anything may import this module.
 """
@@ -47,10 +48,29 @@ def write_json_atomic(
     return write_text_atomic(path, json.dumps(payload, indent=indent, sort_keys=sort_keys, default=str))
 
 
+def hash_file(path: str | Path, limit: int | None = None) -> "hashlib._Hash":
+    """A sha256 hasher fed with the bytes of ``path`` (its first ``limit`` bytes when given), to go
+    on updating (a resumed download) or to read with ``hexdigest()``."""
+    digest = hashlib.sha256()
+    left = limit
+    with open(path, "rb") as fh:
+        while left is None or left > 0:
+            block = fh.read(_HASH_BLOCK if left is None else min(_HASH_BLOCK, left))
+            if not block:
+                break
+            digest.update(block)
+            if left is not None:
+                left -= len(block)
+    return digest
+
+
 def sha256_file(path: str | Path) -> str:
     """The hex sha256 of the bytes of ``path``."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(_HASH_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return hash_file(path).hexdigest()
+
+
+def sha256_json(payload: Any, *, default: Any = None) -> str:
+    """The hex sha256 of ``payload`` as canonical JSON (keys sorted, no blanks); values JSON cannot
+    hold go through ``default`` (None: a ``TypeError``, for callers that must know)."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=default)
+    return hashlib.sha256(text.encode()).hexdigest()

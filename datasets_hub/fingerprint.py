@@ -26,7 +26,6 @@ import functools
 import hashlib
 import inspect
 import io
-import json
 import pickle
 import sys
 import sysconfig
@@ -35,6 +34,8 @@ import types
 import warnings
 from pathlib import Path
 from typing import Any, Callable
+
+from datasets_hub.files import sha256_file, sha256_json
 
 #: Bump when the description below changes: every cached result is then recomputed once.
 FINGERPRINT_VERSION = 1
@@ -91,8 +92,7 @@ def transform_fingerprint(parent: str, fn: Callable, version: Any = None, *, sta
 
 
 def _digest(payload: Any) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256_json(payload)
 
 
 # ------------------------------------------------------------------------------------ libraries
@@ -127,7 +127,7 @@ def _user_module_digest(module_name: str) -> str | None:
     """sha256 of a user module's file: a function reached through ``module.attr`` is covered by it."""
     file = getattr(sys.modules.get(module_name), "__file__", None)
     try:
-        return hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None
+        return sha256_file(file) if file else None
     except OSError:
         return None
 

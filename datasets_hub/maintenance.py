@@ -28,6 +28,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from datasets_hub.cache import (
+    DATASETS,
+    PREPROCESSED,
+    RAW,
+    SECTIONS,
+    preprocessed_dir,
+    preprocessed_root,
+    raw_root,
     INCOMPLETE_SUFFIX,
     MANIFEST,
     cache_root,
@@ -40,10 +47,9 @@ from datasets_hub.cache import (
     read_manifest,
     remove_tree,
 )
+from datasets_hub.downloader import SIDE_SUFFIXES
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
-#: Suffixes of the downloader's side files, which are not raw data.
-SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".tmp")
 DELETING_MARK = ".deleting-"
 
 
@@ -123,7 +129,7 @@ def _remove_build(build: Path) -> None:
             raise CacheError(f"{build} is being built by another process right now; try again when it finishes")
         remove_tree(build)
     # the lock file stays: unlinking it could let two processes hold "the" lock on two inodes
-    pre = cache_root() / "preprocessed" / build.name
+    pre = preprocessed_dir(build.name)
     if pre.is_dir():
         remove_tree(pre)  # derived from the build; unreachable without it
 
@@ -202,7 +208,7 @@ def remove_preprocessed(name: str) -> Path:
         if not free:
             raise CacheError(f"{variant} is being computed by another process right now; try again when it finishes")
         remove_tree(variant)
-    _remove_empty_parents(variant.parent, cache_root() / "preprocessed")
+    _remove_empty_parents(variant.parent, preprocessed_root())
     return variant
 
 
@@ -255,7 +261,7 @@ class CacheListing:
 
 
 def _raw_files() -> dict[str, list[tuple[str, int]]]:
-    root = cache_root() / "raw"
+    root = raw_root()
     out: dict[str, list[tuple[str, int]]] = {}
     if not root.is_dir():
         return out
@@ -271,7 +277,7 @@ def _raw_files() -> dict[str, list[tuple[str, int]]]:
 
 def _variants() -> Iterator[Path]:
     """Every published-looking variant directory under ``<cache>/preprocessed/<build-fp>/``."""
-    root = cache_root() / "preprocessed"
+    root = preprocessed_root()
     if not root.is_dir():
         return
     for parent in sorted(p for p in root.iterdir() if p.is_dir() and DELETING_MARK not in p.name):
@@ -330,7 +336,7 @@ def list_cache() -> CacheListing:
 def usage() -> dict[str, int]:
     """Bytes per cache section: ``raw``, ``datasets``, ``preprocessed``, ``other`` and ``total``."""
     root = cache_root()
-    out = {name: dir_size(root / name) if (root / name).is_dir() else 0 for name in ("raw", "datasets", "preprocessed")}
+    out = {name: dir_size(root / name) if (root / name).is_dir() else 0 for name in SECTIONS}
     total = dir_size(root) if root.is_dir() else 0
     out["other"] = total - sum(out.values())
     out["total"] = total
@@ -373,7 +379,7 @@ def _created(build: Path, manifest: dict[str, Any]) -> float:
 
 def _orphaned_preprocessed() -> list[Path]:
     """``<cache>/preprocessed/<build-fp>`` directories whose build is gone (unreachable by any load)."""
-    pre = cache_root() / "preprocessed"
+    pre = preprocessed_root()
     if not pre.is_dir():
         return []
     builds = {build.name for build, _manifest in iter_builds()}
@@ -386,7 +392,7 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, Path
     orphans = _orphaned_preprocessed()
     for path in orphans:
         yield path, "preprocessed results of a build that no longer exists", None
-    for section in ("datasets", "preprocessed", "raw"):
+    for section in (DATASETS, PREPROCESSED, RAW):
         base = root / section
         if not base.is_dir():
             continue
@@ -424,7 +430,7 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, Path
             if _created(build, manifest) < cutoff:
                 old_builds.add(build.name)
                 yield build, f"build older than {older_than_days:g} days ({manifest.get('id')})", _build_lock(build)
-                pre = root / "preprocessed" / build.name
+                pre = root / PREPROCESSED / build.name
                 if pre.is_dir():  # derived from that build; same lock, so skipped with it when busy
                     yield pre, f"preprocessed results of that build ({manifest.get('id')})", _build_lock(build)
         for variant in _variants():

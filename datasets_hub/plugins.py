@@ -10,7 +10,7 @@ import importlib.util
 from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
 
-from datasets_hub.errors import HubError, MissingDependency, UnknownLoader, did_you_mean
+from datasets_hub.errors import MissingDependency, PluginError, UnknownLoader, did_you_mean
 from datasets_hub.loader import Loader
 
 GROUP = "datasets_hub.loaders"
@@ -34,7 +34,7 @@ def get_loader(name: str) -> Loader:
 def _load(name: str) -> Loader:
     eps = _entry_points()
     if not eps:
-        raise HubError(
+        raise PluginError(
             "no datasets_hub loader plugins are installed: the package metadata is missing. "
             "Install the project (`pip install -e .` from the repository, or `pip install datasets-hub`)."
         )
@@ -49,9 +49,9 @@ def _load(name: str) -> Loader:
         hint = f"pip install '{ep.dist.name}'" if ep.dist is not None else "pip install the plugin's package"
         raise MissingDependency(f"the loader {name!r} ({ep.value}) cannot be imported: {exc}. Fix: {hint}") from exc
     if not (isinstance(cls, type) and issubclass(cls, Loader)):
-        raise HubError(f"entry point {name!r} = {ep.value!r} is not a datasets_hub.Loader subclass")
+        raise PluginError(f"entry point {name!r} = {ep.value!r} is not a datasets_hub.Loader subclass")
     if cls.name != name:
-        raise HubError(
+        raise PluginError(
             f"loader class {cls.__qualname__} declares name {cls.name!r} but is registered as "
             f"{name!r}: the entry-point name and Loader.name must be equal"
         )

@@ -44,17 +44,18 @@ from datasets_hub import __version__
 from datasets_hub.cache import (
     INCOMPLETE_SUFFIX,
     MANIFEST,
-    cache_root,
     ensure_writable_dir,
     file_lock,
     read_manifest,
     remove_tree,
+    preprocessed_dir,
 )
 from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
 from datasets_hub.files import write_json_atomic
 from datasets_hub.fingerprint import _module_identity, describe_name, transform_fingerprint
-from datasets_hub.preprocessed_storage import FORMAT, PreprocessedStorage, _key, _nest, _open_schema
+from datasets_hub.preprocessed_storage import FORMAT, PreprocessedStorage, _open_schema
 from datasets_hub.buffers.tensor_storages import TensorStorage
+from datasets_hub.buffers.nested_keys import as_key, nest, parse_key
 
 PROBE_ROWS = 4
 BACKENDS = ("process", "ray")
@@ -222,7 +223,7 @@ def _pickle_fn(fn: Callable, by_value: bool = False) -> bytes | None:
 
 # ------------------------------------------------------------------------------------------ schema
 def _leaves(td: TensorDictBase) -> dict[Key, Any]:
-    return {(k,) if isinstance(k, str) else tuple(k): td.get(k) for k in td.keys(include_nested=True, leaves_only=True)}
+    return {as_key(k): td.get(k) for k in td.keys(include_nested=True, leaves_only=True)}
 
 
 def _schema_of(result: Any, rows: int, fn_name: str) -> dict[str, Any]:
@@ -365,7 +366,7 @@ def preprocess(
         path = _compute_uncached(rb, fn, source, info, run)
         storage = PreprocessedStorage(path, _cleanup=path.parent)
     else:
-        final = cache_root() / "preprocessed" / parent["build"] / fp
+        final = preprocessed_dir(parent["build"]) / fp
         if read_manifest(final) is None:
             _compute_cached(rb, fn, source, final, fp, info, run)
         storage = PreprocessedStorage(final)
@@ -440,12 +441,14 @@ def _compute(
     schema = _schema_of(probe, min(n, PROBE_ROWS), fn_name)
     target.mkdir(parents=True)
     template = {
-        _key(name): torch.empty((), dtype=getattr(torch, s["dtype"])).expand(n, *s["shape"])
+        parse_key(name): torch.empty((), dtype=getattr(torch, s["dtype"])).expand(n, *s["shape"])
         for name, s in schema.items()
     }
-    mm = TensorDict(_nest(template), batch_size=[n]).memmap_like(prefix=str(target / "data"), existsok=True)
+    mm = TensorDict(nest(template.keys(), template.values()), batch_size=[n]).memmap_like(
+        prefix=str(target / "data"), existsok=True
+    )
     for name, spec in schema.items():
-        spec["file"] = str(Path(mm.get(_key(name)).filename).relative_to(target))
+        spec["file"] = str(Path(mm.get(parse_key(name)).filename).relative_to(target))
     del mm
     parent = info["parent"]
     manifest = {

@@ -8,18 +8,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-
-def _put(tree: dict, key: Any, value: torch.Tensor) -> None:
-    if isinstance(key, str):
-        tree[key] = value
-        return
-    for part in key[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[key[-1]] = value
-
-
-def _key_name(key: Any) -> str:
-    return key if isinstance(key, str) else "/".join(key)
+from datasets_hub.buffers.nested_keys import key_to_str, put
 
 
 class ReplayBufferEnsemble:
@@ -198,7 +187,7 @@ class ReplayBufferEnsemble:
         tree: dict[str, Any] = {}
         for key in leaves[parts[0][0]]:
             value = torch.stack([leaves[b][key][lo : lo + sub] for b, _, lo in parts])
-            _put(tree, key, value)
+            put(tree, key, value)
         batch = torch.Size([len(parts), sub, *first.batch_size[1:]])
         extra = [1] * (len(batch) - 2)
         tree["index"] = {
@@ -214,8 +203,8 @@ class ReplayBufferEnsemble:
         for b, lv in leaves[1:]:
             spec = {k: (tuple(v.shape[1:]), v.dtype) for k, v in lv.items()}
             if spec.keys() != spec0.keys():
-                only0 = sorted(_key_name(k) for k in spec0.keys() - spec.keys())
-                only = sorted(_key_name(k) for k in spec.keys() - spec0.keys())
+                only0 = sorted(key_to_str(k) for k in spec0.keys() - spec.keys())
+                only = sorted(key_to_str(k) for k in spec.keys() - spec0.keys())
                 raise ValueError(
                     f"cannot stack samples of buffers {b0} and {b}: their keys differ "
                     f"(only in buffer {b0}: {only0 or 'none'}; only in buffer {b}: {only or 'none'}). "
@@ -225,7 +214,7 @@ class ReplayBufferEnsemble:
             for key, (shape, dtype) in spec.items():
                 if (shape, dtype) != spec0[key]:
                     raise ValueError(
-                        f"cannot stack {_key_name(key)!r}: buffer {b0} gives per-item shape {list(spec0[key][0])} "
+                        f"cannot stack {key_to_str(key)!r}: buffer {b0} gives per-item shape {list(spec0[key][0])} "
                         f"{spec0[key][1]} but buffer {b} gives {list(shape)} {dtype}. Align them with a "
                         "per-buffer transform (convert or drop the key: Exclude(...) / Select(...))"
                     )

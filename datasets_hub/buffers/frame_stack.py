@@ -35,12 +35,9 @@ from tensordict import TensorDictBase
 
 from datasets_hub.buffers.samplers import Sampler
 from datasets_hub.buffers.transforms import Transform
+from datasets_hub.buffers.nested_keys import as_key
 
 _PADDINGS = ("zeros", "first")
-
-
-def _key(key: Any) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
 
 
 class FrameStack(Transform):
@@ -60,7 +57,7 @@ class FrameStack(Transform):
         if isinstance(keys, str):
             keys = [keys]  # one key; a nested key is a tuple inside the list: keys=[("pixels", "left")]
         self.n = n
-        self.keys = [_key(k) for k in keys]
+        self.keys = [as_key(k) for k in keys]
         self.padding = padding
         self._storage: Any = None
         self._per_episode = False  # the storage serves frames by (episode, time)

@@ -22,14 +22,15 @@ from typing import Any, Callable, Iterator
 import torch
 from tensordict import TensorDictBase, is_tensorclass
 
+from datasets_hub.buffers.prioritized import check_reduction, reduce_trailing
 from datasets_hub.buffers.samplers import RandomSampler, Sampler
 from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
+from datasets_hub.errors import ReadOnlyError
 from datasets_hub.files import write_json_atomic
 
 _FORMAT = "datasets_hub.replay_buffer"
-_REDUCTIONS = ("max", "min", "sum", "mean", "median")
 
 
 def _collate_list(items: list[Any]) -> Any:
@@ -211,7 +212,7 @@ class ReplayBuffer:
 
     def _refuse_if_read_only(self) -> None:
         if isinstance(self._writer, ImmutableDatasetWriter) or getattr(self._storage, "read_only", False):
-            ImmutableDatasetWriter._refuse(self._writer)
+            raise ReadOnlyError("buffer (a read-only dataset: ImmutableDatasetWriter)")
 
     def __setitem__(self, index: Any, data: Any) -> None:
         """Overwrite items in place (``rb[:] = data`` on an empty buffer fills it like ``extend``)."""
@@ -530,12 +531,7 @@ class ReplayBuffer:
 
 def _reduce(priority: torch.Tensor, reduction: str) -> torch.Tensor:
     """One priority per item: reduce every dim after the first."""
-    if priority.ndim <= 1:
-        return priority
-    flat = priority.reshape(priority.shape[0], -1)
-    if reduction == "median":
-        return flat.median(dim=1).values
-    return getattr(flat, {"max": "amax", "min": "amin"}.get(reduction, reduction))(dim=1)
+    return priority if priority.ndim <= 1 else reduce_trailing(priority.reshape(priority.shape[0], -1), reduction)
 
 
 class TensorDictReplayBuffer(ReplayBuffer):
@@ -551,8 +547,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def __init__(
         self, *, priority_key: str | tuple[str, ...] = "td_error", reduction: str = "max", **kwargs: Any
     ) -> None:
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        check_reduction(reduction)
         self._priority_key = priority_key
         self._reduction = reduction
         super().__init__(**kwargs)

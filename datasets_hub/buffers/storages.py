@@ -18,6 +18,7 @@ import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.errors import ReadOnlyError
 from datasets_hub.files import write_json_atomic
 
 
@@ -116,6 +117,21 @@ def attach_extras(data: Any, extras: dict[Any, torch.Tensor] | None) -> Any:
                 value = value.reshape(*value.shape, *([1] * (data.batch_dims - value.ndim))).expand(data.batch_size)
             data.set(key, value)
     return data
+
+
+class ReadOnlyStorage(Storage):
+    """Base of the storages over published, immutable data (dataset builds, preprocessing results):
+    ``read_only`` is True and every write or ``empty()`` raises :class:`ReadOnlyError` naming
+    ``read_only_what``."""
+
+    read_only = True
+    read_only_what = "storage"
+
+    def set(self, cursor: Any, data: Any) -> None:
+        raise ReadOnlyError(self.read_only_what)
+
+    def empty(self) -> None:
+        raise ReadOnlyError(self.read_only_what)
 
 
 # ----------------------------------------------------------------------------------------------

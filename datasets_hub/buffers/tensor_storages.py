@@ -8,6 +8,7 @@ tensorclasses and PyTrees (nested dicts/tuples/lists of tensors).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import weakref
@@ -22,6 +23,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensorclass
 from datasets_hub.buffers.shared_counters import SharedCounters
 from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index, _check_meta
 from datasets_hub.files import write_json_atomic
+from datasets_hub.buffers.nested_keys import nest
 
 _NUMPY_DTYPES = {
     torch.float16,
@@ -55,17 +57,6 @@ def gather_rows(leaf: torch.Tensor, view: np.ndarray | None, index: torch.Tensor
 # Tensor storages: every leaf is one preallocated tensor [max_size, *row_shape].
 # Data kinds: "tensor", "td" (TensorDict), "tensorclass", "pytree" (nested dicts/tuples/lists).
 # ---------------------------------------------------------------------------------------------
-
-
-def _nest(keys: list[tuple[str, ...]], tensors: list[Any], source: dict | None = None) -> dict[str, Any]:
-    """Nested dict ``{"next": {"obs": t}}`` from tuple keys (merged into ``source`` when given)."""
-    source = {} if source is None else source
-    for key, t in zip(keys, tensors):
-        d = source
-        for p in key[:-1]:
-            d = d.setdefault(p, {})
-        d[key[-1]] = t
-    return source
 
 
 def _leaves_of(td: TensorDictBase, keys: list[tuple[str, ...]]) -> list[torch.Tensor]:
@@ -160,8 +151,11 @@ class TensorStorage(SharedCounters, Storage):
 
     ``TensorStorage(storage, max_size=None)`` wraps existing data whose leading dim is the capacity;
     every row counts as valid (``len == max_size``). The lazy subclasses allocate from the first
-    write instead. Writes must match the schema of the first batch (keys, per-row shapes, dtypes);
-    reads gather each leaf with one ``index_select`` and rebuild the data kind that was written.
+    write instead. Writes must match the schema of the first batch (keys, per-row shapes, dtypes),
+    with one exception: a TensorDict write that covers every valid item (``rb.write_all(data)``)
+    may add keys, and each new leaf is allocated for the whole capacity (zeros elsewhere; a new
+    file for memmap storages). Reads gather each leaf with one ``index_select`` and rebuild the
+    data kind that was written.
     Slice reads (``storage[a:b]``) are zero-copy views: write through the buffer, not through them.
     """
 
@@ -320,9 +314,9 @@ class TensorStorage(SharedCounters, Storage):
         if self._flat and not extra:
             source = {p[1]: t for p, t in zip(self._paths, out)}
         else:
-            source = _nest(self._keys, out)
+            source = nest(self._keys, out)
             if extra:
-                _nest([k if isinstance(k, tuple) else (k,) for k in extra], list(extra.values()), source)
+                nest(extra.keys(), extra.values(), source)
         td = TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch) + self._row_batch)
         return self._meta._from_tensordict(td) if kind == "tensorclass" else td
 
@@ -356,6 +350,7 @@ class TensorStorage(SharedCounters, Storage):
             self._allocate(kind, keys, leaves, meta, row_batch, batched)
             ordered = leaves
         else:
+            self._add_new_keys(cursor, kind, keys, leaves, row_batch, batched)
             ordered = self._check(kind, keys, leaves, row_batch, batched)
         n = len(self)
         if not batched:
@@ -376,10 +371,52 @@ class TensorStorage(SharedCounters, Storage):
                     f"write positions must lie in the storage capacity [0, {self.max_size}), got {index.min()}..{top - 1}"
                 )
         for t, v in zip(self._plain, ordered):
+            if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                v = v.clone()  # a view of this very leaf (read_all_in_order is zero-copy): copy before writing over it
             t[index] = v
         if top > n:
             self._counts[0] = top
         self._bump_version()
+
+    def _add_new_keys(self, cursor: Any, kind: str, keys: list, leaves: list, row_batch: tuple, batched: bool) -> None:
+        """Allocate the keys a write adds when it may add them (see the class docstring); anything
+        else is left to ``_check``, which names what differs."""
+        known = set(self._keys)
+        new = [(k, v) for k, v in zip(keys, leaves) if k not in known]
+        if not new or kind != "td" or not batched or tuple(row_batch) != self._row_batch:
+            return
+        if any(k not in set(keys) for k in self._keys):
+            return  # keys are missing as well: a schema mismatch, reported by _check
+        names = ", ".join(_key_str(k) for k, _ in new)
+        if not self._covers_every_item(cursor):
+            raise ValueError(
+                f"this write adds {names}, which the storage does not hold yet: a new key must be written for "
+                f"every stored item at once, or the other items would hold zeros. Use "
+                f"data = rb.read_all_in_order(); data[...] = ...; rb.write_all(data)"
+            )
+        if self._shared:
+            raise ValueError(f"cannot add {names} to a storage shared with other processes (share() was called)")
+        old = [(k, v) for k, v in zip(keys, leaves) if k in known]
+        self._check(kind, [k for k, _ in old], [v for _, v in old], row_batch, batched)  # before allocating
+        shapes = [(tuple(v.shape[1:]), v.dtype) for _, v in new]
+        added = self._alloc_new_leaves([k for k, _ in new], shapes)
+        self._attach(self._kind, self._keys + [k for k, _ in new], self._plain + added, self._meta, self._row_batch)
+
+    def _covers_every_item(self, cursor: Any) -> bool:
+        n = len(self)
+        if isinstance(cursor, slice):
+            rows = torch.arange(n)[cursor] if n else torch.zeros(0, dtype=torch.int64)
+        else:
+            rows = torch.as_tensor(cursor, dtype=torch.int64).reshape(-1)
+        rows = rows[(rows >= 0) & (rows < n)]
+        return torch.unique(rows).numel() == n
+
+    def _alloc_new_leaves(self, keys: list, shapes: list) -> list[torch.Tensor]:
+        """Leaves for keys added after the first write (zeros in RAM here)."""
+        return [
+            torch.zeros((self.max_size, *self._row_batch, *shape[len(self._row_batch) :]), dtype=dtype)
+            for shape, dtype in shapes
+        ]
 
     def empty(self) -> None:
         """Forget every item; the allocation and the schema stay."""
@@ -397,7 +434,7 @@ class TensorStorage(SharedCounters, Storage):
 
     def _as_td(self, stop: int | None = None) -> TensorDict:
         stop = len(self) if stop is None else stop
-        src = _nest(self._keys, [t[:stop] for t in self._plain])
+        src = nest(self._keys, [t[:stop] for t in self._plain])
         return TensorDict(src, batch_size=[stop, *self._row_batch])
 
     def _meta_json(self) -> dict[str, Any]:
@@ -531,12 +568,30 @@ class LazyMemmapStorage(TensorStorage):
                 f"{self.scratch_dir} already holds a memmap storage; pass existsok=True to overwrite it, "
                 "or choose another scratch_dir"
             )
-        src = _nest(keys, [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes])
+        src = nest(keys, [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes])
         template = TensorDict(src, batch_size=[self.max_size, *row_batch])
         data_dir.mkdir(parents=True, exist_ok=True)
         td = template.memmap_like(prefix=data_dir, existsok=True)
         self._mm_td = td  # keeps the mappings alive
         return _leaves_of(td, keys)
+
+    def _alloc_new_leaves(self, keys: list, shapes: list) -> list[torch.Tensor]:
+        """New files beside the existing ones, named as the first allocation names them, with the
+        tensordict metadata rewritten to list every leaf; their blocks are reserved now (a full disk
+        fails here with ENOSPC, not later with SIGBUS)."""
+        old = _leaves_of(self._mm_td, self._keys)  # already at their place: memmap_like leaves them as they are
+        fresh = [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes]
+        template = TensorDict(nest(self._keys + list(keys), old + fresh), batch_size=[self.max_size, *self._row_batch])
+        self._mm_td = template.memmap_like(prefix=self._data_dir, existsok=True)
+        added = _leaves_of(self._mm_td, list(keys))
+        for leaf in added:
+            if leaf.numel():
+                fd = os.open(leaf.filename, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+                try:
+                    os.posix_fallocate(fd, 0, leaf.numel() * leaf.element_size())
+                finally:
+                    os.close(fd)
+        return added
 
     def _attach(self, kind, keys, leaves, meta, row_batch) -> None:
         super()._attach(kind, keys, leaves, meta, row_batch)

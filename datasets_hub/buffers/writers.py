@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from datasets_hub.buffers.shared_counters import SharedCounters
+from datasets_hub.errors import ReadOnlyError
 from datasets_hub.buffers.storages import Storage, _slice_items
 
 
@@ -122,11 +123,7 @@ class ImmutableDatasetWriter(Writer):
     """The writer of read-only datasets: every write raises, telling how to get a writable copy."""
 
     def _refuse(self, *_: Any, **__: Any) -> Any:
-        raise RuntimeError(
-            "this buffer is a read-only dataset (ImmutableDatasetWriter): it cannot be written to. "
-            "For a writable copy, extend a new buffer from its contents, e.g. "
-            "`rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))); rb2.extend(rb[:])`"
-        )
+        raise ReadOnlyError("buffer (a read-only dataset: ImmutableDatasetWriter)")
 
     add = _refuse
     extend = _refuse
