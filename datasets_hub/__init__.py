@@ -48,6 +48,8 @@ _EXPORTS: dict[str, str] = {
     "SliceSampler": "buffers.slice_samplers",
     "SliceSamplerWithoutReplacement": "buffers.slice_samplers",
     "PrioritizedSliceSampler": "buffers.slice_samplers",
+    "WindowSampler": "buffers.window_sampler",
+    "GoalSampler": "buffers.goal_sampler",
     # writers
     "Writer": "buffers.writers",
     "RoundRobinWriter": "buffers.writers",

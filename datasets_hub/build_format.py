@@ -288,10 +288,16 @@ class LeanTEDWriter:
             now, nxt = chunk.get(key), chunk.get(("next", *key))
             if key not in self.split_next and not _next_follows(now, nxt, local):
                 self._split(key)
-            merged = torch.empty((n + local.num_episodes, *now.shape[1:]), dtype=now.dtype)
-            merged.index_copy_(0, obs_rows, now)
-            merged.index_copy_(0, final_rows, nxt[ends])
-            self._file(OBS, key).append(merged)
+            if local.num_episodes == 1:
+                # one episode (e.g. a long one of camera frames, possibly memory-mapped): append the rows
+                # as views, without a T+1-row copy in memory
+                self._file(OBS, key).append(now)
+                self._file(OBS, key).append(nxt[n - 1 :])
+            else:
+                merged = torch.empty((n + local.num_episodes, *now.shape[1:]), dtype=now.dtype)
+                merged.index_copy_(0, obs_rows, now)
+                merged.index_copy_(0, final_rows, nxt[ends])
+                self._file(OBS, key).append(merged)
             if key in self.split_next:
                 self._file(STEPS, ("next", *key)).append(nxt)
         for key in self.step_keys:

@@ -169,6 +169,17 @@ def _loader_entries(loader_name: str) -> dict[str, tuple[dict[str, Any], str]]:
     return out
 
 
+def _open_entry(loader_name: str, dataset_id: str) -> dict[str, tuple[dict[str, Any], str]]:
+    """The entry a loader makes for an id outside every catalogue (``Loader.entry_for``), if any."""
+    from datasets_hub.plugins import get_loader
+
+    entry = get_loader(loader_name).entry_for(dataset_id)
+    if entry is None:
+        return {}
+    source = f"the {loader_name!r} loader's entry_for()"
+    return {dataset_id: (_check_entry(dataset_id, entry, source), source)}
+
+
 def all_entries(loaders: list[str] | None = None) -> dict[str, tuple[dict[str, Any], str]]:
     """Every known id with its entry and source; loader catalogues of ``loaders`` included."""
     from datasets_hub.plugins import loader_names
@@ -215,6 +226,8 @@ def resolve(dataset_id: str, **overrides: Any) -> DatasetSpec:
 
         if loader in loader_names():
             entries.update({k: v for k, v in _loader_entries(loader).items() if k not in entries})
+            if dataset_id not in entries:
+                entries.update(_open_entry(loader, dataset_id))
     if dataset_id not in entries:
         from datasets_hub.plugins import loader_names
 

@@ -190,6 +190,26 @@ class DatasetStorage(ReadOnlyStorage):
                 return column
         return self.get(slice(None)).get(key)
 
+    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+        """One leaf at transitions ``rows`` (1-D int64), read from its own file only: an observation-like
+        key from the per-episode ``T+1`` rows (``("next", key)`` one row later), a per-step key from its
+        column; derived keys (``episode``, ``step``, root flags, ``("next", "done")``) go through ``get``."""
+        key = (key,) if isinstance(key, str) else tuple(key)
+        rows_np, _ = self._rows(rows)
+        for stored, column in self._steps_np:
+            if stored == key:
+                return torch.from_numpy(column.take(rows_np, axis=0))
+        is_next = key[0] == "next"
+        obs_key = key[1:] if is_next else key
+        for stored, column, shared_next in self._obs:
+            if stored == obs_key and (shared_next or not is_next):
+                episode = np.searchsorted(self._start_np, rows_np, side="right") - 1
+                return torch.from_numpy(column.take(rows_np + episode + int(is_next), axis=0))
+        value = self.get(torch.from_numpy(rows_np)).get(key, None)
+        if value is None:
+            raise KeyError(key)
+        return value
+
     def state_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "fingerprint": self.manifest.get("fingerprint")}
 

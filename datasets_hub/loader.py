@@ -125,6 +125,14 @@ class Loader:
         """Extra ids under this loader's prefix: ``{"<name>/<x>": {"params": …, "resources": […]}}``."""
         return {}
 
+    def entry_for(self, dataset_id: str) -> dict[str, Any] | None:
+        """An entry for an id under this loader's prefix that no catalogue lists, or ``None``.
+
+        For loaders that accept open-ended ids (e.g. ``lerobot/<org>/<name>`` for any Hub repo in
+        that format): return ``{"params": …, "description": …}`` and the id resolves like a catalogue
+        entry. The default accepts nothing, so unknown ids get "did you mean …"."""
+        return None
+
     def check_params(self, spec: DatasetSpec) -> None:
         """Reject parameters this loader does not understand (raise ``InvalidParameter``)."""
         return None

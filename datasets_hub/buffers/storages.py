@@ -42,6 +42,9 @@ class Storage:
       observation-like keys once per episode (a hub build) serves values by (episode id, time)
       without a row index; others return ``None`` from ``frame_keys()`` and callers gather rows
       through ``get`` (:class:`~datasets_hub.buffers.frame_stack.FrameStack` does both).
+    - ``gather_key(key, rows)`` returns one leaf at the 1-D int64 ``rows`` (leading dim
+      ``len(rows)``), reading no other leaf where the storage can (samplers that need a few keys at
+      extra rows, e.g. sequence windows and goals, use it); ``KeyError`` if absent.
     """
 
     max_size: int
@@ -94,6 +97,17 @@ class Storage:
         """Values of ``keys`` at times ``times`` (``[B, W]``, ``0 <= t <= length``, ``t = length`` the
         final next value) of the episodes with ids ``episode`` (``[B]``), each ``[B, W, *shape]``."""
         raise NotImplementedError(f"{type(self).__name__} keeps no per-episode frames (frame_keys() is None)")
+    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+        data = self.get(rows)
+        if isinstance(data, list):  # ListStorage: one item per row
+            return torch.stack([torch.as_tensor(item[key]) for item in data])
+        try:
+            value = data.get(key)
+        except (KeyError, AttributeError):
+            value = None
+        if value is None:
+            raise KeyError(key)
+        return value
 
     def empty(self) -> None:
         raise NotImplementedError

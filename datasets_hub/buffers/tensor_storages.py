@@ -328,6 +328,15 @@ class TensorStorage(SharedCounters, Storage):
             raise KeyError(key)
         return self._plain[self._keys.index(key)][: len(self)]
 
+    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+        key = key if isinstance(key, tuple) else (key,)
+        if not self.initialized:
+            self._maybe_attach_shared()
+        if not self.initialized or key not in self._keys or self._row_batch:
+            return super().gather_key(key, rows)
+        i = self._keys.index(key)
+        return gather_rows(self._plain[i], self._np[i], rows, rows.numpy())
+
     # -- writes ----------------------------------------------------------------------------------
     def num_items(self, data: Any) -> int:
         if isinstance(data, list):

@@ -1,0 +1,178 @@
+"""Rows and their episodes, for samplers that look beyond the row they draw (DESIGN.md §6).
+
+Window, goal and return samplers all need, for a batch of rows, the episode each row belongs to
+and where that episode starts and ends. :class:`EpisodeRows` gives that in ``O(batch)`` (one
+``searchsorted`` over the episodes) from the same episode boundaries slice samplers use: the
+build-time index of a hub build, or boundaries derived from ``episode`` ids / ``("next", "done")``
+flags of an online buffer, cached until the next write. :class:`AnchorSampler` is the shared base
+of those samplers: it draws anchor rows (uniformly over the rows that lie in an episode, or from an
+inner sampler the user passes) and forwards the buffer's hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.slice_samplers import SliceSampler
+from datasets_hub.buffers.storages import Storage
+
+NestedKey = Any
+
+
+class EpisodeRows:
+    """The episodes of one storage and ``O(batch)`` lookups of rows in them.
+
+    ``refresh(storage)`` (cheap when nothing was written since the last call) makes ``start``,
+    ``length`` and ``end`` (numpy int64, one entry per episode) describe the storage's current
+    episodes; ``locate(rows)`` maps rows to episode ordinals; ``draw(n, generator)`` draws rows
+    uniformly among all rows that lie inside an episode.
+    """
+
+    def __init__(self, traj_key: NestedKey | None = None, end_key: NestedKey | None = None) -> None:
+        # the slice sampler owns boundary derivation for online buffers (ids, done flags, write cursor)
+        self._finder = SliceSampler(slice_len=1, traj_key=traj_key, end_key=end_key, truncated_key=None)
+        self.index: EpisodeIndex | None = None
+        self.version = 0  # grows whenever the episodes change
+
+    # buffer hooks
+    def add(self, index: int) -> None:
+        self._finder.add(index)
+
+    def extend(self, index: torch.Tensor) -> None:
+        self._finder.extend(index)
+
+    def empty(self) -> None:
+        self._finder.empty()
+        self.index = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._finder.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._finder.load_state_dict(state_dict)
+        self.index = None
+
+    def refresh(self, storage: Storage) -> EpisodeIndex:
+        index = self._finder.episodes(storage)
+        if index is not self.index:
+            self.index = index
+            self.start = index.start.numpy().astype(np.int64, copy=False)
+            self.length = index.length.numpy().astype(np.int64, copy=False)
+            self.end = self.start + self.length
+            self.cum = np.cumsum(self.length)  # rows in episodes 0..e inclusive
+            self.total = int(self.cum[-1]) if self.cum.size else 0
+            self.version += 1
+        return index
+
+    def locate(self, rows: np.ndarray) -> np.ndarray:
+        """Episode ordinal of each row; a row outside every episode is an error naming it."""
+        e = np.searchsorted(self.start, rows, side="right") - 1
+        bad = (e < 0) | (rows >= self.end[np.maximum(e, 0)])
+        if bad.any():
+            row = int(rows[np.argmax(bad)])
+            raise IndexError(
+                f"row {row} lies in no complete episode of the storage: the anchor sampler drew a row that "
+                "episode boundaries do not cover (an unfinished episode of an online buffer?)"
+            )
+        return e
+
+    def draw(self, n: int, generator: torch.Generator | None) -> np.ndarray:
+        """``n`` rows drawn uniformly among the rows that lie inside an episode."""
+        if self.total == 0:
+            raise RuntimeError("the buffer holds no episode to sample from: add data first")
+        u = torch.randint(self.total, (n,), generator=generator).numpy()
+        e = np.searchsorted(self.cum, u, side="right")
+        return u - (self.cum[e] - self.length[e]) + self.start[e]
+
+
+class AnchorSampler(Sampler):
+    """Base of samplers that draw anchor rows and add what they need around them to the sample's info.
+
+    Anchors come from ``sampler`` when given (its index and info are kept, so these samplers compose:
+    a goal sampler over slices, windows around prioritized rows), else uniformly from every row that
+    lies inside an episode. Episode boundaries come from ``traj_key`` / ``end_key`` as in
+    :class:`~datasets_hub.buffers.slice_samplers.SliceSampler`. The buffer's generator reaches the
+    inner sampler too, so one seed fixes every draw.
+    """
+
+    def __init__(
+        self, sampler: Sampler | None = None, traj_key: NestedKey | None = None, end_key: NestedKey | None = None
+    ) -> None:
+        if sampler is not None and not isinstance(sampler, Sampler):
+            raise TypeError(f"sampler must be a datasets_hub Sampler (or None), got {type(sampler).__name__}")
+        self.sampler = sampler
+        self.episodes = EpisodeRows(traj_key=traj_key, end_key=end_key)
+        self._generator: torch.Generator | None = None
+
+    @property  # type: ignore[override]
+    def generator(self) -> torch.Generator | None:
+        return self._generator
+
+    @generator.setter
+    def generator(self, value: torch.Generator | None) -> None:
+        self._generator = value
+        if self.sampler is not None:
+            self.sampler.generator = value
+
+    @property
+    def ran_out(self) -> bool:
+        return self.sampler.ran_out if self.sampler is not None else False
+
+    @ran_out.setter
+    def ran_out(self, value: bool) -> None:
+        if self.sampler is not None:
+            self.sampler.ran_out = value
+
+    def add(self, index: int) -> None:
+        self.episodes.add(index)
+        if self.sampler is not None:
+            self.sampler.add(index)
+
+    def extend(self, index: torch.Tensor) -> None:
+        self.episodes.extend(index)
+        if self.sampler is not None:
+            self.sampler.extend(index)
+
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        if self.sampler is None:
+            super().update_priority(index, priority)
+        else:
+            self.sampler.update_priority(index, priority)
+
+    def empty(self) -> None:
+        self.episodes.empty()
+        if self.sampler is not None:
+            self.sampler.empty()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "episodes": self.episodes.state_dict(),
+            "sampler": self.sampler.state_dict() if self.sampler is not None else {},
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.episodes.load_state_dict(state_dict["episodes"])
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state_dict["sampler"])
+
+    def anchors(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict]:
+        """``(index, rows, episode, info)``: the anchors as a tensor and numpy rows, their episode
+        ordinals, and the inner sampler's info (empty without one)."""
+        if len(storage) == 0:
+            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+        self.episodes.refresh(storage)
+        if self.sampler is None:
+            rows = self.episodes.draw(batch_size, self._generator)
+            info: dict[str, Any] = {}
+            index = torch.from_numpy(rows)
+        else:
+            index, info = self.sampler.sample(storage, batch_size)
+            index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+            rows = index.numpy()
+            info = dict(info)
+        return index, rows, self.episodes.locate(rows), info

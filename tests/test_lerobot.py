@@ -1,0 +1,372 @@
+"""The lerobot loader on LeRobot datasets written by ``lerobot_writer`` (v3.0 and v2.1: 2 cameras, 3
+episodes of different lengths, the global frame index drawn into every frame, language tasks),
+videos encoded as LeRobot encodes them (libsvtav1, yuv420p, g=2, crf=30), served by a Hugging
+Face-compatible Hub on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lerobot_writer as lw
+import numpy as np
+import pytest
+import torch
+from datasets_hub.loaders import lerobot as lr
+from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
+
+from datasets_hub.errors import CorruptFile, DownloadError, InvalidParameter, LoaderError
+from datasets_hub.loader import DatasetSpec
+
+os.environ.setdefault("SVT_LOG", "1")  # the SVT-AV1 encoder logs its configuration at info level otherwise
+REPO = "acme/koch_push"
+ID = f"lerobot/{REPO}"
+CAMS = ("observation.images.top", "observation.images.wrist")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The two versions written once per module: {version: (root, spec, summary)}."""
+    out = {}
+    for version in ("v3.0", "v2.1"):
+        root = tmp_path_factory.mktemp(version.replace(".", ""))
+        spec = lw.Spec(version=version)
+        out[version] = (root, spec, lw.write_dataset(root, spec))
+    return out
+
+
+def serve(server, monkeypatch, tmp_path, files: dict[str, bytes], repo: str = REPO) -> None:
+    from http_server import point_huggingface_hub_at
+
+    for path, data in files.items():
+        server.add_hf_file(repo, path, data)
+    point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
+    monkeypatch.setattr(lr, "_metas", {})
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    from http_server import serve_files
+
+    with serve_files() as server:
+        yield lambda files, repo=REPO: serve(server, monkeypatch, tmp_path, files, repo) or server
+
+
+def truth(spec: lw.Spec, summary: dict, episodes=None) -> dict[str, np.ndarray]:
+    """Plain per-row expectations (episodes in index order)."""
+    cols: dict[str, list] = {
+        k: [] for k in ("episode", "t", "index", "state", "action", "reward", "term", "trunc", "task", "ts", "last")
+    }
+    for e, n in enumerate(spec.lengths):
+        if episodes is not None and e not in episodes:
+            continue
+        for t in range(n):
+            i = summary["starts"][e] + t
+            state = lw.state_of(e, t, spec.state_dim)
+            cols["episode"].append(e)
+            cols["t"].append(t)
+            cols["index"].append(i)
+            cols["state"].append(state)
+            cols["action"].append(-state[: spec.action_dim])
+            cols["reward"].append(np.float32(i / 2))
+            cols["term"].append(t == n - 1 and spec.reward)
+            cols["trunc"].append(t == n - 1 and not spec.reward)
+            cols["task"].append(spec.tasks[e])
+            cols["ts"].append(np.float32(t / spec.fps))
+            cols["last"].append(t == n - 1)
+    return {k: (np.array(v) if k != "task" else v) for k, v in cols.items()}
+
+
+def check(td, spec: lw.Spec, summary: dict, episodes=None, channels_first=False) -> None:
+    want = truth(spec, summary, episodes)
+    n = len(want["episode"])
+    assert td.batch_size == torch.Size([n])
+    np.testing.assert_array_equal(td["episode"].numpy(), want["episode"])
+    np.testing.assert_array_equal(td["step"].numpy(), want["t"])
+    np.testing.assert_array_equal(td["observation", "state"].numpy(), want["state"])
+    np.testing.assert_array_equal(td["action"].numpy(), want["action"])
+    np.testing.assert_array_equal(td["next", "reward"].numpy()[:, 0], want["reward"] if spec.reward else 0)
+    np.testing.assert_array_equal(td["next", "terminated"].numpy()[:, 0], want["term"])
+    np.testing.assert_array_equal(td["next", "truncated"].numpy()[:, 0], want["trunc"])
+    np.testing.assert_array_equal(td["info", "timestamp"].numpy(), want["ts"])
+    np.testing.assert_array_equal(td["info", "index"].numpy(), want["index"])
+    np.testing.assert_array_equal(td["info", "frame_index"].numpy(), want["t"])
+    np.testing.assert_array_equal(td["info", "next_observation_unknown"].numpy(), want["last"])
+    assert decode_text(td["task"]) == want["task"]
+    # next observation: the following row inside an episode, NaN after the last step
+    inner = ~want["last"]
+    nxt = td["next", "observation", "state"].numpy()
+    np.testing.assert_array_equal(nxt[inner], want["state"][1:][inner[:-1]])
+    assert np.isnan(nxt[want["last"]]).all()
+    for c, cam in enumerate(CAMS):
+        frames = td[("observation", "images", cam.rsplit(".", 1)[1])]
+        assert frames.dtype == torch.uint8
+        expected_shape = (3, spec.height, spec.width) if channels_first else (spec.height, spec.width, 3)
+        assert tuple(frames.shape[1:]) == expected_shape
+        got = [lw.read_index(f, channels_first) for f in frames.numpy()]
+        assert got == [(int(i), c) for i in want["index"]], cam
+        nxt_frames = td[("next", "observation", "images", cam.rsplit(".", 1)[1])].numpy()
+        assert [lw.read_index(f, channels_first)[0] for f in nxt_frames[inner]] == list(want["index"][1:][inner[:-1]])
+        assert (nxt_frames[want["last"]] == 0).all()
+
+
+@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+def test_load_every_value(hub, written, version):
+    import datasets_hub
+
+    root, spec, summary = written[version]
+    hub(lw.files_of(root))
+    rb = datasets_hub.load(ID, num_workers=1)
+    td = rb[:]
+    check(td, spec, summary)
+    info = datasets_hub.info(ID)
+    notes = info.notes
+    assert notes["codebase_version"] == version and notes["fps"] == 10 and notes["robot_type"] == "koch"
+    assert notes["cameras"]["observation.images.top"]["codec"] == "av1"
+    assert set(notes["tasks"].values()) == set(spec.tasks)
+
+
+def test_episode_subset_fetches_only_its_files(hub, written):
+    import datasets_hub
+
+    root, spec, summary = written["v3.0"]
+    server = hub(lw.files_of(root))
+    rb = datasets_hub.load(ID, episodes=[2], num_workers=1)
+    check(rb[:], spec, summary, episodes=[2])
+    fetched = {r.path.split("/resolve/main/", 1)[1] for r in server.requests if "/resolve/main/" in r.path}
+    assert "data/chunk-000/file-001.parquet" in fetched
+    assert not any(p.endswith("file-000.parquet") and p.startswith("data/") for p in fetched)  # episodes 0 and 1
+    assert not any(p.endswith("file-000.mp4") for p in fetched)
+    assert "meta/stats.json" not in fetched
+    # a different selection is a different build
+    full = datasets_hub.download(ID, num_workers=1)
+    sub = datasets_hub.download(ID, episodes=[2])
+    assert full != sub and sub.parent == full.parent
+
+
+def test_v21_subset_and_two_workers(hub, written):
+    import datasets_hub
+
+    root, spec, summary = written["v2.1"]
+    server = hub(lw.files_of(root))
+    rb = datasets_hub.load(ID, episodes=[0, 2], num_workers=2)
+    check(rb[:], spec, summary, episodes=[0, 2])
+    fetched = {r.path.split("/resolve/main/", 1)[1] for r in server.requests if "/resolve/main/" in r.path}
+    assert not any("episode_000001" in p for p in fetched)
+    # num_workers is not part of the fingerprint: the same build opens with any value
+    assert datasets_hub.download(ID, episodes=[0, 2], num_workers=1) == datasets_hub.download(ID, episodes=[0, 2])
+
+
+def test_image_size_and_channels_first_are_build_options(hub, written):
+    import datasets_hub
+
+    root, spec, summary = written["v3.0"]
+    hub(lw.files_of(root))
+    cf = datasets_hub.load(ID, channels_first=True, num_workers=1)
+    check(cf[:], spec, summary, channels_first=True)
+    small = datasets_hub.load(ID, image_size=[32, 48], num_workers=1)
+    frames = small[:]["observation", "images", "top"]
+    assert tuple(frames.shape[1:]) == (32, 48, 3)
+    paths = {
+        datasets_hub.download(ID),
+        datasets_hub.download(ID, channels_first=True),
+        datasets_hub.download(ID, image_size=[32, 48]),
+    }
+    assert len(paths) == 3
+
+
+def test_images_stored_in_parquet(tmp_path, hub):
+    import datasets_hub
+
+    spec = lw.Spec(version="v3.0", image_mode="image", reward=False, lengths=(4, 2, 3))
+    summary = lw.write_dataset(tmp_path / "img", spec)
+    hub(lw.files_of(tmp_path / "img"))
+    td = datasets_hub.load(ID)[:]
+    for c, cam in enumerate(("top", "wrist")):  # PNG is lossless: the drawn index reads back exactly
+        np.testing.assert_array_equal(
+            td["observation", "images", cam].numpy()[0], lw.frame_image(0, c, spec.height, spec.width)
+        )
+    check(td, spec, summary)
+    notes = datasets_hub.info(ID).notes
+    assert "next.reward" in notes["reward"] and notes["cameras"]["observation.images.top"]["source"] == "image"
+
+
+def test_slices_stay_in_one_episode(hub, written):
+    import datasets_hub
+    from datasets_hub import SliceSampler
+
+    root, _, _ = written["v3.0"]
+    hub(lw.files_of(root))
+    rb = datasets_hub.load(
+        ID, sampler=SliceSampler(slice_len=3), batch_size=30, num_workers=1, generator=torch.Generator().manual_seed(0)
+    )
+    batch = rb.sample()
+    index = batch["info", "index"].reshape(-1, 3)
+    assert (index[:, 1:] - index[:, :-1] == 1).all()
+    assert (batch["episode"].reshape(-1, 3) == batch["episode"].reshape(-1, 3)[:, :1]).all()
+    top = batch["observation", "images", "top"].numpy()
+    assert [lw.read_index(f)[0] for f in top] == batch["info", "index"].tolist()
+
+
+def test_unknown_version_is_named(tmp_path, hub):
+    import datasets_hub
+
+    spec = lw.Spec(version="v3.0", lengths=(2,), tasks=("t",), cameras=())
+    lw.write_dataset(tmp_path / "d", spec)
+    info = tmp_path / "d" / "meta" / "info.json"
+    info.write_text(info.read_text().replace('"v3.0"', '"v4.0"'))
+    hub(lw.files_of(tmp_path / "d"))
+    with pytest.raises(LoaderError, match="codebase_version 'v4.0' is not supported"):
+        datasets_hub.load(ID)
+
+
+def test_params_are_checked():
+    loader = LeRobotLoader()
+    for params, match in [
+        ({"episode": [1]}, "Did you mean 'episodes'"),
+        ({"episodes": []}, "non-empty list"),
+        ({"episodes": [1, 1]}, "twice"),
+        ({"episodes": [-1]}, "episode indices"),
+        ({"image_size": [10]}, r"\[height, width\]"),
+        ({"image_size": [9, 10]}, "even"),
+        ({"channels_first": "yes"}, "true or false"),
+        ({"num_workers": -1}, "non-negative"),
+        ({"tolerance_s": 0}, "positive"),
+        ({"repo": "noslash"}, "<org>/<name>"),
+    ]:
+        with pytest.raises(InvalidParameter, match=match):
+            loader.check_params(DatasetSpec(id=ID, loader="lerobot", params=dict(params)))
+
+
+def test_any_repo_id_resolves_and_catalogue_lists_known_repos():
+    import datasets_hub
+    from datasets_hub.catalogue import resolve
+
+    ids = datasets_hub.list_datasets(loader="lerobot")
+    assert "lerobot/lerobot/pusht" in ids and "lerobot/lerobot/aloha_sim_insertion_human" in ids
+    spec = resolve("lerobot/someone/their_dataset", revision="v3.0")
+    assert spec.loader == "lerobot" and spec.params == {"revision": "v3.0"}
+    with pytest.raises(Exception, match="unknown dataset"):
+        resolve("lerobot/just_one_part")
+
+
+# -- bad input: each a named error, and no build left behind -------------------------------------
+def _no_build_left(dataset_id: str = ID) -> None:
+    from datasets_hub.cache import dataset_dir
+
+    folder = dataset_dir(dataset_id)
+    leftovers = [p.name for p in folder.iterdir()] if folder.exists() else []
+    assert not [n for n in leftovers if not n.endswith(".lock")], leftovers
+
+
+def _edit_v3(root: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    copy = tmp_path / "edited"
+    shutil.copytree(root, copy)
+    return copy
+
+
+def test_truncated_mp4_is_a_corrupt_file(tmp_path, hub, written):
+    import datasets_hub
+
+    root, _, _ = written["v3.0"]
+    files = lw.files_of(root)
+    video = "videos/observation.images.wrist/chunk-000/file-001.mp4"
+    files[video] = files[video][: len(files[video]) // 2]
+    hub(files)
+    with pytest.raises(CorruptFile, match="episode 2, camera 'observation.images.wrist'.*file-001.mp4"):
+        datasets_hub.load(ID, num_workers=1)
+    _no_build_left()
+
+
+def test_parquet_disagreeing_with_episode_metadata(tmp_path, hub, written):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import datasets_hub
+
+    root, _, _ = written["v3.0"]
+    copy = _edit_v3(root, tmp_path)
+    path = copy / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    ep = table.column("episode_index").to_numpy().copy()
+    ep[4] = 1  # the last row of episode 0 (length 5) claims to be episode 1
+    pq.write_table(
+        table.set_column(table.column_names.index("episode_index"), "episode_index", pa.array(ep, type=pa.int64())),
+        path,
+    )
+    hub(lw.files_of(copy))
+    with pytest.raises(
+        LoaderError, match="episode 0 .*4 rows with episode_index 0 but the episode metadata says length 5"
+    ):
+        datasets_hub.load(ID, num_workers=1)
+    _no_build_left()
+
+
+def test_video_shorter_than_its_episode(tmp_path, hub):
+    import datasets_hub
+
+    spec = lw.Spec(version="v2.1")
+    summary = lw.write_dataset(tmp_path / "d", spec)
+    video = tmp_path / "d" / lw.V21_VIDEO.format(episode_chunk=0, video_key=CAMS[0], episode_index=1)
+    frames = np.stack([lw.frame_image(summary["starts"][1] + t, 0, spec.height, spec.width) for t in range(6)])
+    lw.encode_video(video, frames, spec.fps)  # 6 frames for an episode of 8
+    hub(lw.files_of(tmp_path / "d"))
+    with pytest.raises(
+        LoaderError,
+        match=r"episode 1, camera 'observation.images.top'.*timestamp 0\.600000 s "
+        r"\(row 6 of 8; 2 rows without a frame",
+    ):
+        datasets_hub.load(ID, num_workers=1)
+    _no_build_left()
+
+
+def test_off_grid_timestamps_are_refused(tmp_path, hub):
+    import datasets_hub
+
+    spec = lw.Spec(version="v2.1", lengths=(4,), tasks=("t",))
+    lw.write_dataset(tmp_path / "d", spec)
+    video = tmp_path / "d" / lw.V21_VIDEO.format(episode_chunk=0, video_key=CAMS[1], episode_index=0)
+    frames = np.stack([lw.frame_image(t, 1, spec.height, spec.width) for t in range(4)])
+    lw.encode_video(video, frames, 20)  # 20 fps: frames at 0.05 s steps, rows at 0.1 s
+    hub(lw.files_of(tmp_path / "d"))
+    with pytest.raises(LoaderError, match=r"episode 0, camera 'observation.images.wrist'.*timestamp 0\.200000 s"):
+        datasets_hub.load(ID, num_workers=1)
+    _no_build_left()
+
+
+def test_missing_camera(tmp_path, hub, written):
+    import pyarrow.parquet as pq
+
+    import datasets_hub
+
+    root, _, _ = written["v3.0"]
+    files = lw.files_of(root)
+    gone = {p: d for p, d in files.items() if "observation.images.wrist" not in p}
+    hub(gone)
+    with pytest.raises(DownloadError, match="videos/observation.images.wrist/chunk-000/file-000.mp4"):
+        datasets_hub.load(ID, num_workers=1)
+    _no_build_left()
+
+    copy = _edit_v3(root, tmp_path)  # the episode metadata forgets the camera that info.json declares
+    path = copy / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns([c for c in table.column_names if "images.wrist" in c]), path)
+    hub(lw.files_of(copy), repo="acme/other")
+    with pytest.raises(
+        LoaderError,
+        match="camera 'observation.images.wrist' is declared in info.json but "
+        "meta/episodes has no videos/observation.images.wrist/chunk_index",
+    ):
+        datasets_hub.load("lerobot/acme/other", num_workers=1)
+    _no_build_left("lerobot/acme/other")
+
+
+def test_check_loader_contract(tmp_path, written):
+    from datasets_hub.testing import check_loader
+
+    root, _, _ = written["v2.1"]
+    files = {f"{REPO}/{p}": root / p for p in lw.files_of(root)}
+    summary = check_loader(LeRobotLoader, DatasetSpec(id=ID, loader="lerobot", params={"episodes": [0, 1]}), files)
+    assert summary
