@@ -525,7 +525,7 @@ def test_a_new_memmap_key_is_a_real_file_that_survives_pickling_and_dumps(tmp_pa
 def test_a_new_key_on_part_of_the_items_is_refused_naming_the_fix():
     rb = ReplayBuffer(storage=LazyTensorStorage(10))
     rb.extend(TensorDict({"obs": torch.arange(3)}, [3]))
-    with pytest.raises(ValueError, match="every stored item.*write_all"):
+    with pytest.raises(ValueError, match="unexpected 'target'.*every stored item.*write_all"):
         rb[0:2] = TensorDict({"obs": torch.arange(2), "target": torch.arange(2)}, [2])
     with pytest.raises(ValueError, match="missing 'obs'"):  # a key dropped is still a schema mismatch
         rb.write_all(TensorDict({"target": torch.arange(3)}, [3]))

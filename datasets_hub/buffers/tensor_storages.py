@@ -399,9 +399,9 @@ class TensorStorage(SharedCounters, Storage):
         names = ", ".join(_key_str(k) for k, _ in new)
         if not self._covers_every_item(cursor):
             raise ValueError(
-                f"this write adds {names}, which the storage does not hold yet: a new key must be written for "
-                f"every stored item at once, or the other items would hold zeros. Use "
-                f"data = rb.read_all_in_order(); data[...] = ...; rb.write_all(data)"
+                f"data does not match the storage schema (set by the first write): unexpected {names}. A new key "
+                "must be written for every stored item at once, or the other items would hold zeros: "
+                "data = rb.read_all_in_order(); data[...] = ...; rb.write_all(data)"
             )
         if self._shared:
             raise ValueError(f"cannot add {names} to a storage shared with other processes (share() was called)")
