@@ -12,7 +12,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-faults test-ray test-torchrl bench bench-install install clean
+.PHONY: demo test test-upstream-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -61,5 +61,49 @@ bench: bench-install
 	$(BENCH_PY) benchmarks/build.py
 	$(BENCH_PY) benchmarks/images.py
 
+# LeRobot's own reader (lerobot 0.4.4, which pins torch<2.11) in a venv of its own: installed with
+# --no-deps next to our CPU torch, plus what its dataset module imports; torchcodec decodes with the
+# system FFmpeg libraries (apt). A torchvision import stand-in (tests/upstream_shims) is added only when
+# the real torchvision cannot be imported. Part of `make test-upstream`. About 1-3 min to build.
+ULR_VENV := .venv-upstream-lerobot
+ULR_PY := $(ULR_VENV)/bin/python
+ULR_STAMP := $(ULR_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+FFMPEG_LIBS := libavcodec59 libavformat59 libavutil57 libswscale6 libswresample4 libavdevice59 libavfilter8
+
+$(ULR_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(ULR_VENV)
+	$(ULR_PY) -m pip install -q --upgrade pip
+	$(ULR_PY) -m pip install -q --constraint constraints.txt torch==2.13.0
+	$(ULR_PY) -m pip install -q --no-deps lerobot==0.4.4 torchcodec==0.13.0
+	$(ULR_PY) -m pip install -q --constraint constraints.txt "draccus==0.10.0" "datasets>=4,<5" \
+		"huggingface-hub>=0.34.2,<0.36" "av>=15,<16" pandas pyarrow numpy pillow accelerate jsonlines \
+		"tensordict>=0.14.3,<0.16" pyyaml filelock cloudpickle requests tqdm pytest
+	$(ULR_PY) -m pip install -q --no-deps -e .
+	$(ULR_PY) -c "import torchvision" 2>/dev/null || echo "$(CURDIR)/tests/upstream_shims" > \
+		"$$($(ULR_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_upstream_shims.pth"
+	$(ULR_PY) -c "from torchcodec.decoders import VideoDecoder" 2>/dev/null || \
+		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q --no-install-recommends $(FFMPEG_LIBS)
+	$(ULR_PY) -c "import lerobot.datasets.lerobot_dataset; from torchcodec.decoders import VideoDecoder"
+	rm -f $(ULR_VENV)/.installed-* && touch $@
+
+test-upstream-lerobot: $(ULR_STAMP)
+	$(ULR_PY) -m pytest -q tests/test_lerobot_upstream.py -p no:cacheprovider
+
+# Lint and types: ruff (rules and formatter settings in pyproject.toml) and mypy, from the `lint` extra.
+LINT_STAMP := $(VENV)/.lint-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+
+$(LINT_STAMP): $(STAMP)
+	$(PIP_INSTALL) -e '.[lint]'
+	rm -f $(VENV)/.lint-* && touch $@
+
+lint-install: $(LINT_STAMP)
+
+lint: lint-install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	@# a kept `# noqa` names its reason: `# noqa: CODE - why`
+	@! grep -rnE --include='*.py' '# noqa(: *[A-Z]+[0-9]+(, *[A-Z]+[0-9]+)*)? *$$' datasets_hub loaders tests benchmarks examples \
+		|| (echo "a # noqa above has no reason: write '# noqa: CODE - why'"; false)
+
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) $(ULR_VENV) build *.egg-info

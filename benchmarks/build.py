@@ -326,7 +326,7 @@ def minari_rows(work: Path) -> list[dict] | str:
         return "skipped (benchmarks/minari_compare.py is not present)"
     try:
         return list(minari_compare.run(work / "minari"))
-    except Exception as exc:  # report, do not lose the D4RL figures
+    except Exception as exc:  # noqa: BLE001 - reported in the table, so the D4RL figures are not lost
         return f"failed: {type(exc).__name__}: {exc}"
 
 
@@ -344,9 +344,9 @@ def print_table(rows: list[dict]) -> None:
     columns = list(dict.fromkeys(k for row in rows for k in row))
     cells = [[fmt(row.get(c)) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
     for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,9 +52,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "images.json"
 sys.path.insert(0, str(ROOT))
 
-from _report import environment, write_report  # noqa: E402
+from _report import environment, write_report
 
 GAME, RUN, CHECKPOINT = "Pong", "1", 0
 DATASET_ID = f"atari/{GAME}/{RUN}"
@@ -393,10 +394,11 @@ def one_run(args: argparse.Namespace, data_root: Path, work: Path, index: int) -
         # the parent opens the finished build offline, as a training script would
         os.environ["DATASETS_HUB_CACHE"] = str(cache)
         os.environ["DATASETS_HUB_OFFLINE"] = "1"
-        import datasets_hub as dh
         from torchrl.data import TensorDictReplayBuffer as RLBuffer
         from torchrl.data.replay_buffers import RandomSampler as RLRandom
         from torchrl.data.replay_buffers import SliceSampler as RLSlice
+
+        import datasets_hub as dh
 
         def ours(sampler: Any) -> Any:
             return dh.load(
@@ -439,7 +441,7 @@ def one_run(args: argparse.Namespace, data_root: Path, work: Path, index: int) -
                 lambda: RLSlice(num_slices=8, traj_key="episode", cache_values=True),
                 3.0,
             ),
-            ("uniform, batch 256", dh.RandomSampler(), lambda: RLRandom(), None),
+            ("uniform, batch 256", dh.RandomSampler(), RLRandom, None),
         )
         for name, sampler, rl_sampler, target in cases:
             rb = ours(sampler)
@@ -507,8 +509,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for i, first in enumerate(runs[0]["results"]):
         ratios = [r["results"][i]["ratio"] for r in runs]
         ours_s, rl_s = (
-            m(lambda r: r["results"][i]["ours"]["median_s"]),
-            m(lambda r: r["results"][i]["torchrl"]["median_s"]),
+            m(lambda r, i=i: r["results"][i]["ours"]["median_s"]),
+            m(lambda r, i=i: r["results"][i]["torchrl"]["median_s"]),
         )
         target = first["target_ratio"]
         ratio = statistics.median(ratios)

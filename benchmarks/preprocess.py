@@ -30,8 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,8 +42,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-import datasets_hub as dh  # noqa: E402
-from _report import command, environment, write_report  # noqa: E402
+from _report import command, environment, write_report
+
+import datasets_hub as dh
 
 EPISODE_LEN = 1000
 ROUNDS = 30  # rounds of sin/cos per observation value: the fn's CPU cost
@@ -117,6 +119,7 @@ print(t1 - t0, t2 - t1)
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import preprocess as bench  # this file by module name: the fn a fresh process can import too
+
     from datasets_hub.build import build
     from datasets_hub.dataset_storage import DatasetStorage
     from datasets_hub.loader import DatasetSpec

@@ -19,8 +19,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -28,9 +29,12 @@ from tensordict import TensorDict
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import datasets_hub as dh  # noqa: E402
-from _report import command, environment, write_report  # noqa: E402
-import datasets_hub.buffers.storages  # noqa: E402,F401  (load the storage contract before the concrete storages)
+from _report import command, environment, write_report
+
+import datasets_hub as dh
+
+# the storage contract loads before the concrete storages
+import datasets_hub.buffers.storages
 
 try:
     import torchrl

@@ -20,6 +20,8 @@ _EXPORTS: dict[str, str] = {
     "info": "hub",
     "list_datasets": "hub",
     "register_dataset": "catalogue",
+    "export": "publish",
+    "push": "publish",
     "normalized_score": "scores",
     "DatasetInfo": "hub",
     # plugin contract
@@ -63,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "FrameStack": "buffers.frame_stack",
     "FullStackSampler": "buffers.frame_stack",
     "EpisodeIndex": "buffers.episode_index",
+    "ReturnToGo": "buffers.returns",
     # interop (DESIGN.md §8)
     "BufferDataset": "interop.torch_data",
     "SampledBatches": "interop.torch_data",
@@ -89,7 +92,7 @@ _EXPORTS: dict[str, str] = {
     "UncachedPreprocessWarning": "fingerprint",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [*sorted(_EXPORTS), "__version__"]  # noqa: PLE0604 - the lazy-export table lists the names
 
 
 def __getattr__(name: str) -> Any:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -96,9 +97,8 @@ def build(
         return final
     ensure_writable_dir(final.parent)
     with file_lock(final.with_name(final.name + ".lock")):
-        if read_manifest(final) is not None:
-            if not force:
-                return final  # another process built it while we waited
+        if read_manifest(final) is not None and not force:
+            return final  # another process built it while we waited
         incomplete = final.with_name(final.name + INCOMPLETE_SUFFIX)
         if incomplete.exists():
             remove_tree(incomplete)  # left by a process that was killed mid-build
@@ -146,7 +146,7 @@ def _quarantine(exc: CorruptFile, spec: DatasetSpec, files: Mapping[str, Path], 
         with file_lock(bad.with_name(bad.name + ".lock"), timeout=30):
             os.replace(bad, corrupt)
             sidecar_path(bad).unlink(missing_ok=True)
-    except Exception as move_error:  # a read-only cache, a lock held too long: say so, keep the cause
+    except Exception as move_error:  # noqa: BLE001 - a read-only cache, a lock held too long: say so, keep the cause
         raise CorruptFile(
             f"{exc} [{spec.id}: {name} came from {url}; it could not be moved aside ({move_error}): delete {bad} "
             "and load again]",

@@ -34,19 +34,20 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 from datasets_hub.errors import CacheError, TEDError
 from datasets_hub.files import sha256_file, write_text_atomic
-from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 
 # -- layout constants ---------------------------------------------------------------------------
 FORMAT = "datasets_hub.ted"  #: the manifest's "format"
@@ -76,7 +77,7 @@ def _next_follows(now: torch.Tensor, nxt: torch.Tensor, episodes: EpisodeIndex) 
     """Whether ``nxt[t] == now[t + 1]`` inside every episode (NaN equal to NaN)."""
     if episodes.num_episodes <= 256:
         # long episodes: one allocation-free comparison per episode
-        spans = zip(episodes.start.tolist(), episodes.end.tolist())
+        spans = zip(episodes.start.tolist(), episodes.end.tolist(), strict=True)
         if all(torch.equal(nxt[s : e - 1], now[s + 1 : e]) for s, e in spans):
             return True
     inner = torch.ones(now.shape[0], dtype=torch.bool)
@@ -140,7 +141,7 @@ class _LeafFile:
         self.row_shape = row_shape
         self.rows = 0
         self.sha256 = hashlib.sha256()  # recorded in the manifest so `datasets-hub verify` can spot tampering
-        self._fh = open(path, "wb")
+        self._fh = open(path, "wb")  # noqa: SIM115 - the column writer owns the handle until close()
         self._io = io
 
     def append(self, values: torch.Tensor) -> None:
@@ -376,7 +377,7 @@ class LeanTEDWriter:
         """Stop after a failure: wait for the IO thread, ignore its errors, close the files."""
         try:
             self.close()
-        except Exception:  # the error that made us abort is the one worth reporting
+        except Exception:  # noqa: BLE001 - the error that made us abort is the one worth reporting
             pass
 
     def _summary(self, lengths: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:

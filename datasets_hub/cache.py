@@ -14,8 +14,9 @@ import errno
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from datasets_hub import env
 from datasets_hub.build_format import MANIFEST

@@ -71,13 +71,12 @@ def _verify_data_file(build: Path, name: str, entry: dict[str, Any], result: Ver
         return
     size = path.stat().st_size
     expected = leaf_nbytes(entry)
-    if expected is not None:
-        if size != expected:
-            result.problems.append(
-                f"{path}: {size} bytes, the manifest's schema says {expected} "
-                f"({entry.get('rows')} rows of {entry.get('dtype')} {entry.get('shape')})"
-            )
-            return
+    if expected is not None and size != expected:
+        result.problems.append(
+            f"{path}: {size} bytes, the manifest's schema says {expected} "
+            f"({entry.get('rows')} rows of {entry.get('dtype')} {entry.get('shape')})"
+        )
+        return
     reference = entry.get("sha256")
     if not reference:
         result.notes.append(f"{path}: the manifest records no sha256 (older build); size checked only")

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from datasets_hub import env
-from datasets_hub.files import write_json_atomic
 from datasets_hub.errors import CatalogueError, HubError, InvalidParameter, UnknownDataset, did_you_mean
+from datasets_hub.files import write_json_atomic
 from datasets_hub.loader import DatasetSpec, Resource
 
 MAX_ID_LENGTH = 200

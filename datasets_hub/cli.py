@@ -21,8 +21,9 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from datasets_hub import __version__
 from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, UnknownLoader, did_you_mean
@@ -143,6 +144,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed of the sampling generator")
     _add_param(p)
     p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("export", help="write a build in publishable form (zarr v3 chunks, manifest, dataset card)")
+    p.add_argument("id")
+    p.add_argument("dir", help="the folder to write (must not exist, or be empty)")
+    p.add_argument("--chunk-mb", type=float, default=4.0, help="uncompressed chunk size in MB (default 4)")
+    p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
+    _add_param(p)
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("push", help="export a build and upload it to a Hugging Face dataset repo")
+    p.add_argument("id")
+    p.add_argument("repo", help="the Hugging Face dataset repo, <org>/<name> (created if missing)")
+    p.add_argument("--revision", help="the branch to upload to (default: main)")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    _add_param(p)
+    p.set_defaults(func=cmd_push)
     return parser
 
 
@@ -156,8 +173,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, truncate_la
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     lines = []
-    for row in [list(headers)] + cells:
-        line = "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths[:-1])) + "  " + row[-1]
+    for row in [list(headers), *cells]:
+        line = "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths[:-1], strict=True)) + "  " + row[-1]
         if truncate_last and len(line) > _width():
             line = line[: _width() - 1] + "…"
         lines.append(line.rstrip())
@@ -170,9 +187,9 @@ def _out(lines: str | Sequence[str] = "") -> None:
 
 # ------------------------------------------------------------------------------------------ commands
 def cmd_list(args: argparse.Namespace) -> int:
+    from datasets_hub.cache import read_manifest
     from datasets_hub.catalogue import all_entries, list_ids
     from datasets_hub.maintenance import cached_ids, catalogue_build
-    from datasets_hub.cache import read_manifest
     from datasets_hub.plugins import loader_names
 
     ids = list_ids(loader=args.loader, search=args.search)
@@ -341,7 +358,9 @@ def _plot(card: Any, target: Path) -> None:
     lengths = storage.episode_index().length.numpy()
     fig = Figure(figsize=(10, 4))
     FigureCanvasAgg(fig)
-    for ax, values, label in zip(fig.subplots(1, 2), (returns, lengths), ("episode return", "episode length")):
+    for ax, values, label in zip(
+        fig.subplots(1, 2), (returns, lengths), ("episode return", "episode length"), strict=True
+    ):
         ax.hist(values, bins=min(50, max(5, len(values) // 2)))
         ax.set_xlabel(label)
         ax.set_ylabel("episodes")
@@ -506,6 +525,32 @@ def cmd_sample(args: argparse.Namespace) -> int:
         + (f" ({args.batch_size // args.slice_len} slices of {args.slice_len})" if args.slice_len else "")
     )
     _out(_table(("key", "shape", "dtype"), rows))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from datasets_hub.publish import export
+
+    if not args.chunk_mb > 0:
+        raise InvalidParameter(f"--chunk-mb must be positive, got {args.chunk_mb}")
+    out = export(
+        args.id,
+        args.dir,
+        chunk_bytes=max(1024, int(args.chunk_mb * (1 << 20))),
+        overwrite=args.overwrite,
+        **_params(args),
+    )
+    _out(
+        f"exported {args.id} to {out}; load it with datasets_hub.load('file://{out.absolute()}') or publish the folder"
+    )
+    return 0
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from datasets_hub.publish import push
+
+    url = push(args.id, args.repo, revision=args.revision, private=args.private or None, **_params(args))
+    _out(f"pushed {args.id} to {url}; load it with datasets_hub.load({url!r})")
     return 0
 
 

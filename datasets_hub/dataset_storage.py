@@ -15,15 +15,15 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.nested_keys import Key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
 from datasets_hub.errors import CacheError
-from datasets_hub.buffers.nested_keys import Key, put
 
 _ROOT_FLAGS = ("done", "terminated", "truncated")
 
 
-def reopen_build(path: str, fingerprint: str | None) -> "DatasetStorage":
+def reopen_build(path: str, fingerprint: str | None) -> DatasetStorage:
     """Open the build at ``path`` again (how a pickled :class:`DatasetStorage` comes back), refusing a
     build whose fingerprint is no longer ``fingerprint``: it was rebuilt or replaced in between."""
     storage = DatasetStorage(path)
@@ -66,7 +66,7 @@ class DatasetStorage(ReadOnlyStorage):
         self._len = build.transitions
         self._terminated = build.steps[("next", "terminated")]
         self._truncated = build.steps[("next", "truncated")]
-        self._ordinal: tuple[np.ndarray, np.ndarray] | None | bool = False  # id -> ordinal, built on first use
+        self._ordinal: tuple[np.ndarray, np.ndarray] | bool | None = False  # id -> ordinal, built on first use
         super().__init__(self._len)
 
     def __reduce__(self) -> tuple[Any, tuple[str, str | None]]:

@@ -51,15 +51,16 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlsplit
 from urllib.request import url2pathname
 
 from datasets_hub import env
-from datasets_hub.files import hash_file, write_text_atomic
 from datasets_hub.errors import CacheError, ChecksumMismatch, DownloadError, HubError
+from datasets_hub.files import hash_file, write_text_atomic
 
 if TYPE_CHECKING:  # loader.py imports tensordict; this module stays light
     from datasets_hub.loader import Resource
@@ -75,21 +76,21 @@ _SCHEMES = ("http", "https", "file", "hf")
 _sleep: Callable[[float], None] = time.sleep
 
 __all__ = [
-    "fetch",
-    "verify_file",
-    "is_offline",
-    "endpoint_for",
-    "endpoint_env_var",
-    "apply_endpoint",
-    "resolve_urls",
-    "list_hf_files",
-    "read_sidecar",
-    "sidecar_path",
-    "SIDE_SUFFIXES",
-    "CHUNK_SIZE",
-    "MAX_REDIRECTS",
     "BACKOFF_BASE",
     "BACKOFF_CAP",
+    "CHUNK_SIZE",
+    "MAX_REDIRECTS",
+    "SIDE_SUFFIXES",
+    "apply_endpoint",
+    "endpoint_env_var",
+    "endpoint_for",
+    "fetch",
+    "is_offline",
+    "list_hf_files",
+    "read_sidecar",
+    "resolve_urls",
+    "sidecar_path",
+    "verify_file",
 ]
 
 
@@ -240,7 +241,10 @@ def fetch(
         lock = FileLock(str(dest) + ".lock")
         lock.acquire()
     except OSError as exc:
-        raise _cache_write_error(exc, resource, dest) or exc
+        error = _cache_write_error(exc, resource, dest)
+        if error is None:
+            raise
+        raise error from exc
     try:
         problem = _check_cached(resource, dest)  # another process may have fetched it meanwhile
         if problem is None:
@@ -344,7 +348,10 @@ def _download_any(
             except (DownloadError, ChecksumMismatch) as exc:
                 errors.append((url, exc))
             except OSError as exc:  # our side failed (full disk, read-only cache): no other mirror helps
-                raise _cache_write_error(exc, resource, dest, url) or exc
+                error = _cache_write_error(exc, resource, dest, url)
+                if error is None:
+                    raise
+                raise error from exc
     if len(errors) == 1:
         raise errors[0][1]
     kind = ChecksumMismatch if any(isinstance(e, ChecksumMismatch) for _, e in errors) else DownloadError
@@ -457,7 +464,7 @@ def _open(session: Any, url: str, headers: dict[str, str], timeout: float, resou
                 )
             if location in chain:
                 raise DownloadError(
-                    f"{resource.name}: redirect loop: {' -> '.join(chain + [location])}; the "
+                    f"{resource.name}: redirect loop: {' -> '.join([*chain, location])}; the "
                     f"server is misconfigured, use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
                 )
             chain.append(location)

@@ -27,7 +27,7 @@ This module imports only the standard library: every layer, the buffer layer inc
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class HubError(Exception):

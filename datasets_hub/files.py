@@ -16,8 +16,9 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 TMP_SUFFIX = ".tmp"
 _HASH_BLOCK = 1 << 20
@@ -48,7 +49,7 @@ def write_json_atomic(
     return write_text_atomic(path, json.dumps(payload, indent=indent, sort_keys=sort_keys, default=str))
 
 
-def hash_file(path: str | Path, limit: int | None = None) -> "hashlib._Hash":
+def hash_file(path: str | Path, limit: int | None = None) -> hashlib._Hash:
     """A sha256 hasher fed with the bytes of ``path`` (its first ``limit`` bytes when given), to go
     on updating (a resumed download) or to read with ``hexdigest()``."""
     digest = hashlib.sha256()

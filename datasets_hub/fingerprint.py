@@ -32,13 +32,16 @@ import sysconfig
 import textwrap
 import types
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from datasets_hub.files import sha256_file, sha256_json
 
 #: Bump when the description below changes: every cached result is then recomputed once.
-FINGERPRINT_VERSION = 1
+#: 2: the preprocessing settings that can change a result (``by``, an explicit ``chunk_size``) joined
+#: the hash; results of version 1 were computed without the row-wise check and are not reused.
+FINGERPRINT_VERSION = 2
 
 
 class Unfingerprintable(Exception):
@@ -66,15 +69,19 @@ def fingerprint_callable(fn: Callable) -> str:
     return _digest(_Describer().callable(fn, describe_name(fn), top=True))
 
 
-def transform_fingerprint(parent: str, fn: Callable, version: Any = None, *, stacklevel: int = 2) -> str | None:
-    """``hash(parent, fn, version)`` as 16 hex chars, or ``None`` (after one warning per function)
-    when ``fn`` cannot be fingerprinted."""
+def transform_fingerprint(
+    parent: str, fn: Callable, version: Any = None, *, settings: dict[str, Any] | None = None, stacklevel: int = 2
+) -> str | None:
+    """``hash(parent, fn, version, settings)`` as 16 hex chars, or ``None`` (after one warning per
+    function) when ``fn`` cannot be fingerprinted. ``settings``: JSON values of every other option
+    that can change the result (preprocess passes ``by`` and an explicit ``chunk_size``)."""
     try:
         payload = {
             "format": FINGERPRINT_VERSION,
             "parent": parent,
             "fn": fingerprint_callable(fn),
             "version": _Describer().value(version, "version="),
+            "settings": settings or {},
         }
     except Unfingerprintable as exc:
         key = (describe_name(fn), str(exc))
@@ -96,7 +103,7 @@ def _digest(payload: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------ libraries
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
@@ -207,7 +214,7 @@ class _Describer:
             except (OSError, TypeError):
                 source = None  # e.g. defined in `python -c`: the compiled code below still identifies it
             closure = {}
-            for var, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            for var, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
                 try:
                     value = cell.cell_contents
                 except ValueError:
@@ -262,7 +269,7 @@ class _Describer:
 
 
 def _has_python_call(cls: type) -> bool:
-    call = getattr(cls, "__call__", None)
+    call = getattr(cls, "__call__", None)  # noqa: B004 - fetches the function object, not a callable test
     return isinstance(call, types.FunctionType)
 
 

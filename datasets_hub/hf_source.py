@@ -51,7 +51,7 @@ def parse_hf_url(url: str) -> HFRef:
     elif "@" in rest[-1]:  # hf://datasets/owner/name/path@rev
         head, tail = rest[-1].rsplit("@", 1)
         if head and tail:
-            rest = rest[:-1] + [head]
+            rest = [*rest[:-1], head]
             revision = tail
     return HFRef(repo_type, f"{owner}/{name}", "/".join(rest), revision or None)
 

@@ -116,6 +116,29 @@ def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
     return _ensure_build(dataset_id, force=force, allow_download=True, params=params)
 
 
+def _open_storage(
+    dataset_id: str, *, download: bool, resident: str, max_bytes: int | None, params: dict[str, Any]
+) -> Any:
+    """The read-only storage ``load`` wraps: a local build of a catalogue id, or a published build by URL."""
+    if isinstance(dataset_id, str) and "://" in dataset_id:  # a published build's URL, never a catalogue id
+        if params:
+            raise InvalidParameter(
+                f"a published build is loaded as it was built; loader params {sorted(params)} cannot change it "
+                "(build with them locally and export that build instead)"
+            )
+        from datasets_hub.remote import open_remote
+
+        return open_remote(dataset_id, resident=resident, max_bytes=max_bytes)
+    if resident != "full" or max_bytes is not None:
+        raise InvalidParameter(
+            "resident= and max_bytes= apply to published builds loaded by URL "
+            "(hf://, https://, s3://, file://), not to catalogue ids"
+        )
+    from datasets_hub.dataset_storage import DatasetStorage
+
+    return DatasetStorage(_ensure_build(dataset_id, force=False, allow_download=download, params=params))
+
+
 def load(
     dataset_id: str,
     *,
@@ -126,6 +149,9 @@ def load(
     download: bool = True,
     generator: torch.Generator | None = None,
     preprocess: Any = None,
+    preprocess_by: str | None = None,
+    resident: str = "full",
+    max_bytes: int | None = None,
     **params: Any,
 ):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
@@ -134,6 +160,13 @@ def load(
     samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
     ``preprocess`` (a function or a list of functions, applied in order) maps the stored transitions
     once, cached by fingerprint (see :mod:`datasets_hub.preprocess`); ``transform`` then runs on samples.
+    ``preprocess_by="episode"`` hands those functions whole episodes (default: what each function
+    declares in its ``by`` attribute, else ``"row"``).
+
+    ``dataset_id`` may also be the URL of a published build (``hf://datasets/<org>/<repo>[@rev]``,
+    ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote`): ``resident="full"``
+    fetches all of it in the background, ``resident="lazy"`` only what batches touch (``max_bytes``
+    bounds it); sampling is uniform over the whole dataset either way.
     """
     steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
     if not all(callable(fn) for fn in steps):
@@ -142,13 +175,11 @@ def load(
         raise InvalidParameter(f"batch_size must be a positive integer or None, got {batch_size!r}")
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
-    path = _ensure_build(dataset_id, force=False, allow_download=download, params=params)
-    from datasets_hub.dataset_storage import DatasetStorage
+    storage = _open_storage(dataset_id, download=download, resident=resident, max_bytes=max_bytes, params=params)
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers import RandomSampler
     from datasets_hub.buffers.writers import ImmutableDatasetWriter
 
-    storage = DatasetStorage(path)
     rb = TensorDictReplayBuffer(
         storage=storage,
         sampler=sampler if sampler is not None else RandomSampler(),
@@ -161,7 +192,7 @@ def load(
     if steps:
         from datasets_hub.preprocess import preprocess_chain
 
-        rb = preprocess_chain(rb, steps, transform=transform)
+        rb = preprocess_chain(rb, steps, transform=transform, by=preprocess_by)
     return rb
 
 

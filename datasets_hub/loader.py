@@ -25,9 +25,10 @@ The TED chunk a loader yields (a ``TensorDict`` with batch size ``[N]``, N >= 1)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from tensordict import TensorDictBase
 
@@ -48,7 +49,7 @@ class Resource:
     size: int | None = None
 
     @classmethod
-    def from_dict(cls, entry: Mapping[str, Any]) -> "Resource":
+    def from_dict(cls, entry: Mapping[str, Any]) -> Resource:
         urls = entry.get("urls", entry.get("url"))
         if isinstance(urls, str):
             urls = [urls]

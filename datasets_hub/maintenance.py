@@ -22,28 +22,29 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from datasets_hub.cache import (
     DATASETS,
+    INCOMPLETE_SUFFIX,
+    MANIFEST,
     PREPROCESSED,
     RAW,
     SECTIONS,
-    preprocessed_dir,
-    preprocessed_root,
-    raw_root,
-    INCOMPLETE_SUFFIX,
-    MANIFEST,
     cache_root,
     dataset_dir,
     datasets_dir,
     dir_size,
     file_lock,
-    raw_file_path,
     iter_builds,
+    preprocessed_dir,
+    preprocessed_root,
+    raw_file_path,
+    raw_root,
     read_manifest,
     remove_tree,
 )

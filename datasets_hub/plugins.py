@@ -7,7 +7,7 @@ datasets is asked for, so ``import datasets_hub`` never pays for a plugin or its
 from __future__ import annotations
 
 import importlib.util
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
 from datasets_hub.errors import MissingDependency, PluginError, UnknownLoader, did_you_mean
@@ -30,7 +30,7 @@ def get_loader(name: str) -> Loader:
     return _load(name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(name: str) -> Loader:
     eps = _entry_points()
     if not eps:

@@ -11,9 +11,12 @@ leaves nothing visible, and concurrent callers wait and reuse.
 The contract of ``fn``: it takes a TED TensorDict of ``n`` consecutive stored transitions (batch
 size ``[n]``: ``observation``, ``action``, ``episode``, ``step``, done flags, ``next/...``) and
 returns a TensorDict of batch size ``[n]`` whose row ``i`` belongs to input row ``i``, with the
-same keys, dtypes and per-row shapes for every chunk. It must be row-wise (chunking may not change
-the result) and deterministic; it gets a private copy it may modify in place. Slices still work
-if it drops ``episode``/``step`` (the parent's episode index is copied).
+same keys, dtypes and per-row shapes for every chunk. It is deterministic and gets a private copy
+it may modify in place. Slices still work if it drops ``episode``/``step`` (the parent's episode
+index is copied). With ``by="row"`` (the default) it must be row-wise, which a probe checks; with
+``by="episode"`` chunks hold whole episodes and fn's output for an episode must depend on that
+episode alone (:mod:`.preprocess_chunks`). ``by`` and an explicit ``chunk_size`` are part of the
+fingerprint.
 
 Buffers without a fingerprint (in-memory ones) and transforms that cannot be fingerprinted are
 computed the same way into a temporary directory, removed with the returned buffer: not cached.
@@ -31,31 +34,33 @@ import tempfile
 import time
 import traceback
 import uuid
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub import __version__
+from datasets_hub import preprocess_chunks as chunking
+from datasets_hub.buffers.nested_keys import as_key, nest, parse_key
+from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.cache import (
     INCOMPLETE_SUFFIX,
     MANIFEST,
     ensure_writable_dir,
     file_lock,
+    preprocessed_dir,
     read_manifest,
     remove_tree,
-    preprocessed_dir,
 )
 from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
 from datasets_hub.files import write_json_atomic
 from datasets_hub.fingerprint import _module_identity, describe_name, transform_fingerprint
 from datasets_hub.preprocessed_storage import FORMAT, PreprocessedStorage, _open_schema
-from datasets_hub.buffers.tensor_storages import TensorStorage
-from datasets_hub.buffers.nested_keys import as_key, nest, parse_key
 
 PROBE_ROWS = 4
 BACKENDS = ("process", "ray")
@@ -214,7 +219,7 @@ def _pickle_fn(fn: Callable, by_value: bool = False) -> bytes | None:
         cloudpickle.register_pickle_by_value(module)
     try:
         return cloudpickle.dumps(fn)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - whatever stops pickling means "cannot fingerprint": the caller warns
         return None
     finally:
         if register:
@@ -280,15 +285,21 @@ def _describe_parent(rb: Any) -> tuple[_Source | None, dict[str, Any]]:
     storage = rb.storage
     if isinstance(storage, DatasetStorage):
         fp = storage.manifest.get("fingerprint") or storage.path.name
-        return _Source("build", str(storage.path)), dict(
-            fingerprint=fp, build=fp, id=storage.manifest.get("id"), chain=[]
-        )
+        return _Source("build", str(storage.path)), {
+            "fingerprint": fp,
+            "build": fp,
+            "id": storage.manifest.get("id"),
+            "chain": [],
+        }
     if isinstance(storage, PreprocessedStorage):
         m = storage.manifest
-        return _Source("preprocessed", str(storage.path)), dict(
-            fingerprint=m.get("fingerprint"), build=m.get("build"), id=m.get("id"), chain=list(m.get("chain") or [])
-        )
-    return None, dict(fingerprint=None, build=None, id=None, chain=[])
+        return _Source("preprocessed", str(storage.path)), {
+            "fingerprint": m.get("fingerprint"),
+            "build": m.get("build"),
+            "id": m.get("id"),
+            "chain": list(m.get("chain") or []),
+        }
+    return None, {"fingerprint": None, "build": None, "id": None, "chain": []}
 
 
 def _snapshot(rb: Any, into: Path) -> _Source:
@@ -324,6 +335,7 @@ def preprocess(
     rb: Any,
     fn: Callable,
     *,
+    by: str | None = None,
     num_workers: int | None = None,
     chunk_size: int | None = None,
     version: Any = None,
@@ -336,7 +348,10 @@ def preprocess(
     ``batch_size`` and ``prefetch``, with ``transform`` as its sample-time transform (``rb``'s own
     transforms were written for ``rb``'s keys and are not carried over).
 
-    ``num_workers``: worker processes (``0``: in this process; ``None``: one per CPU, or none for
+    ``by``: ``"row"`` (chunks cut anywhere; fn must be row-wise, checked by a probe) or
+    ``"episode"`` (chunks hold whole episodes, for returns-to-go and per-episode statistics);
+    default: ``fn.by`` if fn declares it (:class:`~datasets_hub.buffers.returns.ReturnToGo` does),
+    else ``"row"``. ``num_workers``: worker processes (``0``: in this process; ``None``: one per CPU, or none for
     a single chunk); ``chunk_size``: transitions per task; ``version``: any value, changing it
     forces a new result; ``backend="ray"``: chunks as Ray tasks (the cache must be on a filesystem
     every Ray worker sees); ``start_method``: default ``"forkserver"`` (``"spawn"`` where missing),
@@ -354,14 +369,35 @@ def preprocess(
     n = len(rb)
     if n == 0:
         raise InvalidParameter("preprocess: the buffer is empty; there is nothing to preprocess")
-    num_workers, chunk_size = _auto_sizes(n, num_workers, chunk_size)
-    source, parent = _describe_parent(rb)
     fn_name = describe_name(fn)
+    by = chunking.resolve_mode(fn, by, fn_name)
+    explicit_chunk_size = chunk_size
+    num_workers, chunk_size = _auto_sizes(n, num_workers, chunk_size)
+    if by == "episode":
+        index = chunking.episode_index_of(rb)
+        chunks = chunking.episode_chunks(index, n, chunk_size)
+        probe_chunks = chunking.single_episode_chunks(index, n)
+        if num_workers and len(chunks) == 1:
+            num_workers = 0
+    else:
+        chunks, probe_chunks = chunking.row_chunks(n, chunk_size), []
+    source, parent = _describe_parent(rb)
     fp = None
+    # every setting that can change the result: an explicit chunk_size too (results must not depend
+    # on it, but a fn that breaks its contract in a way the probe misses then still never reuses)
+    settings = {"by": by, "chunk_size": explicit_chunk_size}
     if parent["fingerprint"] is not None:
-        fp = transform_fingerprint(parent["fingerprint"], fn, version, stacklevel=3)
-    info = {"parent": parent, "fn_name": fn_name, "version": version, "backend": backend}
-    run = dict(num_workers=num_workers, chunk_size=chunk_size, backend=backend, start_method=start_method)
+        fp = transform_fingerprint(parent["fingerprint"], fn, version, settings=settings, stacklevel=3)
+    info = {"parent": parent, "fn_name": fn_name, "version": version, "backend": backend, "settings": settings}
+    run = {
+        "num_workers": num_workers,
+        "chunk_size": chunk_size,
+        "backend": backend,
+        "start_method": start_method,
+        "by": by,
+        "chunks": chunks,
+        "probe_chunks": probe_chunks,
+    }
     if fp is None:
         path = _compute_uncached(rb, fn, source, info, run)
         storage = PreprocessedStorage(path, _cleanup=path.parent)
@@ -432,13 +468,18 @@ def _compute(
     n = len(rb)
     fn_name = info["fn_name"]
     rows = source.open()
+    a, b = run["probe_chunks"][0] if run["by"] == "episode" else (0, min(n, PROBE_ROWS))
     try:
-        probe = fn(rows(0, min(n, PROBE_ROWS)))
+        probe = fn(rows(a, b))
     except Exception as exc:
         raise PreprocessError(
-            f"{fn_name} failed on transitions [0, {min(n, PROBE_ROWS)}) (the probe): {type(exc).__name__}: {exc}"
+            f"{fn_name} failed on transitions [{a}, {b}) (the probe): {type(exc).__name__}: {exc}"
         ) from exc
-    schema = _schema_of(probe, min(n, PROBE_ROWS), fn_name)
+    schema = _schema_of(probe, b - a, fn_name)
+    if run["by"] == "episode":
+        chunking.check_episode_wise(fn, rows, run["probe_chunks"], fn_name)
+    else:
+        chunking.check_row_wise(fn, rows, n, fn_name)
     target.mkdir(parents=True)
     template = {
         parse_key(name): torch.empty((), dtype=getattr(torch, s["dtype"])).expand(n, *s["shape"])
@@ -458,7 +499,7 @@ def _compute(
         "parent": parent["fingerprint"],
         "build": parent["build"],
         "id": parent["id"],
-        "transform": {"name": fn_name, "version": repr(info["version"])},
+        "transform": {"name": fn_name, "version": repr(info["version"]), **info["settings"]},
         "chain": parent["chain"] + [fn_name],
         "counts": {"transitions": n},
         "schema": schema,
@@ -484,8 +525,7 @@ def _map_chunks(
 ) -> None:
     from datasets_hub.build import _progress_bar
 
-    chunk_size, workers = run["chunk_size"], run["num_workers"]
-    chunks = [(a, min(a + chunk_size, n)) for a in range(0, n, chunk_size)]
+    workers, chunks = run["num_workers"], run["chunks"]
     fn_name = manifest["transform"]["name"]
     threads = max(1, (os.cpu_count() or 1) // max(workers, 1)) if workers else 0
     job = _Job(uuid.uuid4().hex, source, None, fn_name, str(target), manifest, threads)
@@ -567,7 +607,7 @@ def _map_ray(fn: Callable, job: _Job, chunks: list[tuple[int, int]], bar: Any) -
                 pending.pop(ref)
                 try:
                     bar.update(ray.get(ref))
-                except Exception as exc:  # noqa: BLE001 - Ray wraps the task's error (in .cause)
+                except Exception as exc:
                     if isinstance(getattr(exc, "cause", None), _ChunkFailed):
                         raise exc.cause from None
                     raise PreprocessError(f"a Ray task running {job.fn_name} failed: {exc}") from exc

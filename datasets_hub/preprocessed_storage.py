@@ -16,12 +16,12 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.nested_keys import Key, nest, parse_key
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.build_format import open_leaf
 from datasets_hub.cache import read_manifest
 from datasets_hub.errors import CacheError
-from datasets_hub.buffers.nested_keys import Key, nest, parse_key
 
 FORMAT = "datasets_hub.preprocessed"
 

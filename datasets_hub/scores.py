@@ -65,7 +65,7 @@ def normalized_score(dataset_id: str, returns: Any) -> Any:
     """
     low, high = reference_scores(dataset_id)
     scale = 100.0 / (high - low)
-    if isinstance(returns, bool) or isinstance(returns, (str, bytes)):
+    if isinstance(returns, (bool, str, bytes)):
         raise InvalidParameter(f"returns must be numbers, got {type(returns).__name__} {returns!r}")
     if isinstance(returns, numbers.Real):
         return (float(returns) - low) * scale

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 
 t_start = time.perf_counter()
-import torch  # noqa: E402
+import torch  # noqa: E402 - the clock starts before the imports it times
 
-import datasets_hub as dh  # noqa: E402
-from datasets_hub import SliceSampler  # noqa: E402
+import datasets_hub as dh  # noqa: E402 - the clock starts before the imports it times
+from datasets_hub import SliceSampler  # noqa: E402 - the clock starts before the imports it times
 
 DATASET = "gym/pendulum-random-v0"
 
@@ -51,11 +51,11 @@ def main() -> None:
     names = {("/".join(k) if isinstance(k, tuple) else k): k for k in batch.keys(include_nested=True, leaves_only=True)}
     for name in sorted(names):
         value = batch.get(names[name])
-        print(f"  {name:<20} {str(tuple(value.shape)):<12} {str(value.dtype).replace('torch.', '')}")
+        print(f"  {name:<20} {tuple(value.shape)!s:<12} {str(value.dtype).replace('torch.', '')}")
     slices = batch.reshape(-1, 32)
     print(
         "\nfirst step of each slice (episode, step):",
-        [(int(e), int(s)) for e, s in zip(slices["episode"][:, 0], slices["step"][:, 0])],
+        [(int(e), int(s)) for e, s in zip(slices["episode"][:, 0], slices["step"][:, 0], strict=True)],
     )
     print("each slice stays inside one episode:", bool((slices["episode"] == slices["episode"][:, :1]).all()))
     print(

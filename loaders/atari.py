@@ -55,8 +55,8 @@ episode stays whole), so peak memory is a few chunks, not a 7 GB checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
 from urllib.parse import quote
 
 import numpy as np
@@ -286,7 +286,7 @@ class _Checkpoint:
             self.counts["padding_rows_not_zero"] += int((frames[pad].reshape(pad.size, -1) != 0).any(axis=1).sum())
         lengths = stops - starts
         n = int(lengths.sum())
-        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)])  # logical rows
+        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops, strict=True)])  # logical rows
         last = np.cumsum(lengths) - 1
         obs = frames[rows - lo]
         nxt_rows = rows + 1

@@ -45,7 +45,7 @@ from datasets_hub.errors import CorruptFile, LoaderError
 
 STORE_PREFIX = "$store$_"
 STORE_KEYS = ("observation", "action", "reward", "terminal")
-FILE_KEYS = STORE_KEYS + ("add_count", "invalid_range")
+FILE_KEYS = (*STORE_KEYS, "add_count", "invalid_range")
 STACK_SIZE = 4  # the DQN Replay Dataset's stack size: 3 zero transitions precede every episode
 _SKIP_BYTES = 4 << 20  # scratch block used to decompress and discard rows
 
@@ -70,7 +70,7 @@ class NpyStream:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self._fh = gzip.open(self.path, "rb")
+        self._fh = gzip.open(self.path, "rb")  # noqa: SIM115 - the reader owns the handle until close()
         try:
             self.shape, self.dtype = self._header()
         except BaseException:
@@ -154,7 +154,7 @@ class NpyStream:
     def close(self) -> None:
         self._fh.close()
 
-    def __enter__(self) -> "NpyStream":
+    def __enter__(self) -> NpyStream:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -60,8 +60,9 @@ Parameters: ``url`` (a URL or list of mirror URLs replacing the catalogue's reso
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -174,7 +175,7 @@ class _Converter:
         for name, obj in f.items():
             if name not in _CORE_KEYS and name not in ("infos", "metadata"):
                 self._add_info((name,), obj)
-        for key, ds in self.sources.items():
+        for ds in self.sources.values():
             if ds.shape[:1] != (self.n,):
                 raise LoaderError(
                     f"{spec.id}: {ds.name!r} has {ds.shape[0] if ds.shape else 0} rows but observations has {self.n}"
@@ -201,11 +202,11 @@ class _Converter:
             self.skipped[name] = f"shape {obj.shape} is not per-step ({self.n} rows)"
         elif obj.dtype.kind not in "biuf":
             self.skipped[name] = f"dtype {obj.dtype} is not numeric"
-        elif ("info",) + path == UNKNOWN_KEY:
+        elif ("info", *path) == UNKNOWN_KEY:
             self.skipped[name] = "name reserved for the loader's own flag"
         else:
-            self.sources[("info",) + path] = obj
-            self.info_keys.append(("info",) + path)
+            self.sources[("info", *path)] = obj
+            self.info_keys.append(("info", *path))
 
     # -- the pass ---------------------------------------------------------------------------
     def run(self) -> Iterator[TensorDictBase]:

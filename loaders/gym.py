@@ -15,8 +15,9 @@ says so (``notes.budget_truncated_episodes``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch

@@ -147,7 +147,7 @@ def read_meta(info: dict[str, Any], files: dict[str, Path], where: str) -> Meta:
 def _jsonl(path: Path, where: str) -> list[dict[str, Any]]:
     out = []
     try:
-        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        for _n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
             if line.strip():
                 out.append(json.loads(line))
     except (OSError, ValueError) as exc:
@@ -176,7 +176,10 @@ def _tasks_v3(path: Path, where: str) -> dict[int, str]:
         text = next((c for c in pandas_meta.get("index_columns", []) if isinstance(c, str) and c in names), None)
     if text is None or "task_index" not in names:
         raise LoaderError(f"{where}: meta/tasks.parquet has columns {names}; expected the task text and task_index")
-    return {int(i): str(t) for i, t in zip(table.column("task_index").to_pylist(), table.column(text).to_pylist())}
+    return {
+        int(i): str(t)
+        for i, t in zip(table.column("task_index").to_pylist(), table.column(text).to_pylist(), strict=True)
+    }
 
 
 def _chunk(index: int, info: dict[str, Any]) -> int:

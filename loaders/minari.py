@@ -31,8 +31,9 @@ import shutil
 import tempfile
 import threading
 import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -352,7 +353,7 @@ def remote_ids() -> list[str]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 result.extend(sorted(set(get_cloud_storage().list_datasets())))
-        except Exception:  # unreachable remote: the static catalogue stands
+        except Exception:  # noqa: BLE001 - unreachable remote: the static catalogue stands
             result.clear()
 
     worker = threading.Thread(target=fetch, daemon=True, name="datasets_hub-minari-catalogue")

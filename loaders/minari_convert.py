@@ -25,7 +25,8 @@ Everything here is pure numpy on the episode dicts that ``MinariStorage.get_epis
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def space_columns(space: Any, values: Any, key: Key, n: int) -> Iterator[tuple[K
             raise LoaderError(
                 f"{'/'.join(key)!r}: the Tuple space has {len(space.spaces)} parts, the data {len(values)}"
             )
-        for i, (sub, part) in enumerate(zip(space.spaces, values)):
+        for i, (sub, part) in enumerate(zip(space.spaces, values, strict=True)):
             yield from space_columns(sub, part, (*key, str(i)), n)
     elif isinstance(space, spaces.Text):
         yield key, _rows(encode_text(values, text_width(space), key), key, n)

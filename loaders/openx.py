@@ -73,9 +73,10 @@ from __future__ import annotations
 import io
 import json
 import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -83,9 +84,10 @@ from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+
 from .minari_convert import decode_text, encode_text
 
-__all__ = ["OpenXLoader", "Leaf", "parse_features", "decode_text", "UNKNOWN_KEY"]
+__all__ = ["UNKNOWN_KEY", "Leaf", "OpenXLoader", "decode_text", "parse_features"]
 
 PARAMS = ("base_url", "dataset", "final_step", "num_shards", "shards", "split", "text_width", "version")
 FINAL_STEP = ("transition", "observation")
@@ -310,7 +312,7 @@ class OpenXLoader(Loader):
         lengths = _shard_lengths(info, self._split(spec), self._num_shards(spec), spec)
         shards = spec.params.get("shards") or list(range(self._num_shards(spec)))
         shard_paths = []
-        for index, file in zip(shards, self.shard_names(spec)):
+        for index, file in zip(shards, self.shard_names(spec), strict=True):
             if f"{local}/{file}" not in files:
                 raise LoaderError(f"{spec.id}: shard {file} was not fetched")
             shard_paths.append((index, Path(files[f"{local}/{file}"])))

@@ -81,8 +81,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -201,7 +202,8 @@ def _file_list_source(spec: DatasetSpec) -> str:
         return "the files parameter"
     if spec.resources:
         return "the catalogue entry's resources"
-    from datasets_hub.env import hf_offline, offline as is_offline
+    from datasets_hub.env import hf_offline
+    from datasets_hub.env import offline as is_offline
 
     if is_offline() or hf_offline():
         return (
@@ -233,7 +235,8 @@ def matches_task(path: str, prefix: str) -> bool:
 
 def task_files(repo: str, prefix: str, revision: str | None = None) -> list[str]:
     """Sorted ``.h5`` paths of the task at ``prefix``, listed once per process (see module doc)."""
-    from datasets_hub.env import hf_endpoint, hf_offline, offline as is_offline
+    from datasets_hub.env import hf_endpoint, hf_offline
+    from datasets_hub.env import offline as is_offline
     from datasets_hub.hf_source import list_hf_files
 
     offline = is_offline() or hf_offline()
@@ -373,7 +376,7 @@ class _Converter:
                 infos += _leaves(obj, ("info",) if key == "env_infos" else ("info", key))
             else:
                 infos.append((("info", key), obj))
-        for key, ds in obs:
+        for _key, ds in obs:
             if ds.shape[:1] != (rows,):
                 raise LoaderError(
                     f"{self.spec.id}: {where}/{ds.name.rsplit('/', 1)[-1]} has "

@@ -18,11 +18,11 @@ format requires; malformed bytes raise ``ValueError``.
 from __future__ import annotations
 
 import functools
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
-FeatureValues = Union[list, np.ndarray]
+FeatureValues = list | np.ndarray
 
 _LABEL_OPTIONAL, _LABEL_REPEATED = 1, 3
 _TYPE_FLOAT, _TYPE_INT64, _TYPE_STRING, _TYPE_MESSAGE, _TYPE_BYTES = 2, 3, 9, 11, 12

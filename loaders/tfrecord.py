@@ -23,8 +23,8 @@ one ran).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from datasets_hub.errors import CorruptFile
 

@@ -52,10 +52,11 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote, unquote
 
 _FAULT_KEYS = {
@@ -114,7 +115,7 @@ class FileServer:
             self.add(path, data)
 
     # lifecycle
-    def start(self) -> "FileServer":
+    def start(self) -> FileServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
@@ -123,7 +124,7 @@ class FileServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def __enter__(self) -> "FileServer":
+    def __enter__(self) -> FileServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -182,6 +183,16 @@ class FileServer:
 
     def full_gets(self, path: str) -> int:
         return sum(1 for r in self.ranges(path) if r is None)
+
+    def served_paths(self) -> list[str]:
+        """Every path the server holds (what ``add`` and ``add_hf_file`` put there)."""
+        with self._lock:
+            return list(self._files)
+
+    def bytes_of(self, path: str) -> int:
+        """The size of the file served at ``path`` (0 when none is)."""
+        with self._lock:
+            return len(self._files.get(_norm(path), b""))
 
     def total_requests(self) -> int:
         with self._lock:
@@ -367,9 +378,26 @@ class _Handler(BaseHTTPRequestHandler):
             )
         return self._simple(404, b"not found\n", head=head)
 
+    def _hf_repo_info(self, parts: list[str], head: bool) -> None:
+        """What ``HfApi.repo_info`` (and so ``HfFileSystem``) reads: the repo's id, commit and files."""
+        repo = self.state._hf.get((parts[1][:-1], f"{parts[2]}/{parts[3]}"))
+        if repo is None:
+            return self._simple(404, b'{"error": "Repository not found"}', {"X-Error-Code": "RepoNotFound"}, head)
+        if len(parts) == 6 and parts[5] not in ("main", repo.commit):
+            return self._simple(404, b'{"error": "Revision not found"}', {"X-Error-Code": "RevisionNotFound"}, head)
+        body = {
+            "id": repo.repo_id,
+            "sha": repo.commit,
+            "private": False,
+            "siblings": [{"rfilename": name, "size": len(data)} for name, data in sorted(repo.files.items())],
+        }
+        return self._simple(200, json.dumps(body).encode(), {"Content-Type": "application/json"}, head)
+
     def _hf_api(self, path: str, head: bool) -> None:
         # api/{type}s/{owner}/{name}/tree/{revision}[/{path}]
         parts = path.split("/")
+        if len(parts) in (4, 6) and parts[1].endswith("s") and (len(parts) == 4 or parts[4] == "revision"):
+            return self._hf_repo_info(parts, head)  # api/{type}s/{owner}/{name}[/revision/{revision}]
         if len(parts) < 6 or parts[4] != "tree" or not parts[1].endswith("s"):
             return self._simple(404, b'{"error": "not emulated"}', head=head)
         repo = self.state._hf.get((parts[1][:-1], f"{parts[2]}/{parts[3]}"))

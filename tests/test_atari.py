@@ -21,9 +21,9 @@ import torch
 import datasets_hub
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.testing import check_loader
 from datasets_hub.loaders.atari import UPSTREAM, AtariLoader
 from datasets_hub.loaders.atari_replay import NpyStream, checkpoint_file
+from datasets_hub.testing import check_loader
 
 SHAPE = (6, 5)  # tiny frames: the loader reads the shape from the .npy header
 CAP = 40
@@ -90,7 +90,7 @@ def play(buf: DopamineBuffer, lengths, ends) -> dict[int, tuple]:
     """Add episodes; return g -> (episode, t, action, reward, terminal, next g or None)."""
     truth: dict[int, tuple] = {}
     g = 1
-    for e, (length, end) in enumerate(zip(lengths, ends)):
+    for e, (length, end) in enumerate(zip(lengths, ends, strict=True)):
         for t in range(length):
             last = t == length - 1
             term = int(last and end == "terminal")
@@ -257,7 +257,7 @@ def test_end_to_end_over_http_with_endpoint(replay, monkeypatch):
         again = datasets_hub.load("atari/Pong/1", checkpoints=[0, 1])  # cached: no new request
         assert server.count(some) == 1 and len(again) == len(rb)
     data = rb[:]
-    td, rows = check_chunks(
+    _td, rows = check_chunks(
         [data.exclude("step", "done", "terminated", "truncated", ("next", "done"))],
         [(0, buf.logs[0]), (1, buf.logs[1])],
         truth,
@@ -285,7 +285,7 @@ def test_end_to_end_over_http_with_endpoint(replay, monkeypatch):
 
 
 def test_check_loader_contract(replay):
-    buf, _, folder = replay
+    _buf, _, folder = replay
     _, _, spec, files = convert(folder.parents[2], [0, 1, 2])
     summary = check_loader(AtariLoader, spec, files)
     assert summary["counts"]["transitions"] > 0 and summary["layout"]["obs"] == ["observation"]
@@ -351,7 +351,7 @@ def test_damaged_files_raise_loader_errors(replay, tmp_path):
     with pytest.raises(LoaderError, match="download it again"):
         convert(folder.parents[2], [0])
     target.write_bytes(b"not gzip at all")
-    with pytest.raises(LoaderError, match="not a gzipped .npy"):
+    with pytest.raises(LoaderError, match=r"not a gzipped \.npy"):
         convert(folder.parents[2], [0])
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import hashlib
+import json
 
 import pytest
 import torch
@@ -70,7 +70,7 @@ def test_manifest_records_statistics_provenance_and_file_hashes():
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["format"] == "datasets_hub.ted" and manifest["version"] == 1
     assert manifest["params"] == {"seed": 3}
-    returns = [sum(range(0, 5)), sum(range(5, 8)), sum(range(8, 12)), 12, sum(range(13, 19))]
+    returns = [sum(range(5)), sum(range(5, 8)), sum(range(8, 12)), 12, sum(range(13, 19))]
     assert manifest["stats"]["episode_return"]["max"] == max(returns)
     assert manifest["stats"]["episode_length"]["min"] == 1
     for name, entry in manifest["schema"].items():

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from datasets_hub import catalogue
-from datasets_hub.cli import main
 from datasets_hub.build_format import write_manifest_checksum
+from datasets_hub.cli import main
 
 CARTPOLE = "gym/cartpole-random-v0"
 SMALL = ["--param", "steps=300"]
@@ -284,7 +284,7 @@ def test_verify_raw_file_tampering(run, d4rl_id, isolated_cache):
 
 
 def test_verify_without_anything_cached_fails_in_one_line(run):
-    code, out, err = run("verify", CARTPOLE, *SMALL)
+    code, _out, err = run("verify", CARTPOLE, *SMALL)
     assert code == 1 and "not in the cache" in one_line(err)
 
 
@@ -430,7 +430,7 @@ def test_sample_slices(run):
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(run, argv, needle):
-    code, out, err = run(*argv)
+    code, _out, err = run(*argv)
     assert code == 2
     assert needle in one_line(err)
 

@@ -236,11 +236,11 @@ def test_mismatching_next_observations_are_counted(tmp_path):
 
 
 def test_single_row_file_and_all_terminal_rows(tmp_path):
-    chunks, notes = convert(write_d4rl(tmp_path / "a.hdf5", [(1, "none")], next_obs=False))
+    chunks, _notes = convert(write_d4rl(tmp_path / "a.hdf5", [(1, "none")], next_obs=False))
     td = torch.cat(chunks)
     assert td.batch_size == (1,) and td["next", "truncated"].item() and td["info", "next_observation_unknown"].item()
     eps = [(1, "terminal")] * 6
-    chunks, notes = convert(write_d4rl(tmp_path / "b.hdf5", eps), chunk_rows=4)
+    chunks, _notes = convert(write_d4rl(tmp_path / "b.hdf5", eps), chunk_rows=4)
     check_rows(chunks, expected_rows(eps), 4)
     assert [c.batch_size[0] for c in chunks] == [4, 2]
 
@@ -371,8 +371,9 @@ def test_check_loader_contract(tmp_path):
 
 @pytest.mark.parametrize("next_obs", [True, False])
 def test_load_from_local_mirror_row_by_row(tmp_path, monkeypatch, next_obs):
-    import datasets_hub
     from http_server import serve_files
+
+    import datasets_hub
 
     path = write_d4rl(tmp_path / "x.hdf5", next_obs=next_obs)
     upstream = "datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"  # the catalogue's path

@@ -6,16 +6,16 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-rbs = pytest.importorskip("datasets_hub.buffers.replay_buffers")
-from datasets_hub.buffers.ensemble import ReplayBufferEnsemble  # noqa: E402
-from datasets_hub.buffers.samplers import SamplerWithoutReplacement  # noqa: E402
-from datasets_hub.buffers.slice_samplers import SliceSampler  # noqa: E402
-from datasets_hub.buffers.tensor_storages import LazyMemmapStorage, LazyTensorStorage  # noqa: E402
-from datasets_hub.buffers.transforms import Rename  # noqa: E402
+from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.samplers import SamplerWithoutReplacement
+from datasets_hub.buffers.slice_samplers import SliceSampler
+from datasets_hub.buffers.tensor_storages import LazyMemmapStorage, LazyTensorStorage
+from datasets_hub.buffers.transforms import Rename
 
 
 def buffer(offset, n=100, seed=0, transform=None, key="obs", storage=None, sampler=None):
-    rb = rbs.TensorDictReplayBuffer(
+    rb = TensorDictReplayBuffer(
         storage=storage or LazyTensorStorage(n),
         transform=transform,
         sampler=sampler,

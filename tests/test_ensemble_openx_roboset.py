@@ -13,11 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_openx import DATASET, write_release
+from test_roboset import CAM, hub  # noqa: F401  (hub is a fixture)
+from test_roboset import ID as ROBOSET_ID
 
 import datasets_hub
 from datasets_hub import Compose, Rename, ReplayBufferEnsemble, Select
-from test_openx import DATASET, write_release
-from test_roboset import CAM, ID as ROBOSET_ID, hub  # noqa: F401  (hub is a fixture)
 
 SIZE = 6
 COMMON = ("pixels", "act", ("next", "reward"), ("next", "done"), "episode")
@@ -56,7 +57,7 @@ SOURCE = [(("observation", "image"), ("action", "world_vector")), (("info", "vis
 
 
 @pytest.fixture
-def builds(hub, tmp_path, monkeypatch):  # noqa: F811
+def builds(hub, tmp_path, monkeypatch):  # noqa: F811 - `hub` is the fixture imported above
     """(openx buffer, roboset buffer), both seeded, sharing one 127.0.0.1 server."""
     for path, file in write_release(tmp_path / "mirror").items():
         hub.add(path, file.read_bytes())
@@ -82,7 +83,7 @@ def test_aligned_ensemble_samples_rows_of_both_builds(builds):
     assert batch["act"].shape == (2, 8, 3) and batch["next", "reward"].dtype == torch.float32
     assert torch.equal(batch["index", "buffer_ids"], torch.tensor([[0] * 8, [1] * 8]))
     # every item is the row its index names, in its own build, after the transform
-    for b, (rb, (image_key, action_key)) in enumerate(zip(builds, SOURCE)):
+    for b, (rb, (image_key, action_key)) in enumerate(zip(builds, SOURCE, strict=True)):
         storage = rb.storage[:]  # the untransformed rows
         for i, row in enumerate(batch["index", "index"][b].tolist()):
             src = storage[row]

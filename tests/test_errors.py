@@ -76,5 +76,5 @@ def test_one_read_only_refusal_for_writers_and_storages():
         storage=TensorStorage(TensorDict({"obs": torch.arange(4)}, [4])), writer=ImmutableDatasetWriter()
     )
     for write in (lambda: rb.extend(TensorDict({"obs": torch.arange(2)}, [2])), rb.empty):
-        with pytest.raises(errors.ReadOnlyError, match="read-only.*rb2.extend"):
+        with pytest.raises(errors.ReadOnlyError, match=r"read-only.*rb2\.extend"):
             write()

@@ -67,7 +67,7 @@ def test_same_function_same_fingerprint_in_another_process(tmp_path):
     assert out.stdout.strip() == here
 
 
-@pytest.mark.parametrize("change", [dict(scale=2.5, helper=3), dict(scale=2.0, helper=4)])
+@pytest.mark.parametrize("change", [{"scale": 2.5, "helper": 3}, {"scale": 2.0, "helper": 4}])
 def test_a_changed_global_or_called_helper_changes_it(tmp_path, change):
     base = F(write_module(tmp_path, "fp_base", MODULE.format(scale=2.0, helper=3)).fn)
     changed = F(write_module(tmp_path, "fp_changed", MODULE.format(**change)).fn)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_atari import CAP, ENDS, LENGTHS, SHAPE, DopamineBuffer, frame_id, play, save_checkpoint
 
 import datasets_hub
 from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
-from test_atari import CAP, ENDS, LENGTHS, SHAPE, DopamineBuffer, frame_id, play, save_checkpoint
 
 N = 4
 
@@ -75,7 +75,7 @@ def test_stacks_match_the_episode_frames(build, padding):
 
 
 def test_episode_starts_never_see_another_episode(build):
-    buf, truth, rb, _ = build
+    _buf, truth, rb, _ = build
     data = rb[:]
     starts = torch.nonzero(data["step"] == 0).reshape(-1)
     rows = torch.cat([starts, starts + 1, starts + 2]).clamp_max(len(rb) - 1)
@@ -109,7 +109,7 @@ def test_a_buffer_binds_the_frame_stacks_it_is_given(build):
 
 def test_stacks_agree_with_dopamine_on_the_buffer(build):
     """The state Dopamine would build at the same buffer slot (frames i-3..i, zero padding)."""
-    buf, truth, rb, _ = build
+    buf, _truth, rb, _ = build
     fs = FrameStack(N).bind(rb)
     batch = fs(rb[torch.arange(len(rb))])
     checked = 0

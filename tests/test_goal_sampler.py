@@ -15,7 +15,7 @@ from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.testing import FakeLoader, fake_episodes
 
 LENGTHS = [12, 3, 1, 9, 40]
-STARTS = np.cumsum([0] + LENGTHS[:-1])
+STARTS = np.cumsum([0, *LENGTHS[:-1]])
 
 
 def chi2_critical(df, z=3.090):

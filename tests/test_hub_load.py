@@ -56,8 +56,8 @@ def test_same_seed_same_batches():
         return [rb.sample()["index"] for _ in range(3)]
 
     a, b, c = batches(5), batches(5), batches(6)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
-    assert not all(torch.equal(x, y) for x, y in zip(a, c))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not all(torch.equal(x, y) for x, y in zip(a, c, strict=True))
 
 
 def test_slices_use_the_build_time_episode_index(monkeypatch):

@@ -12,11 +12,11 @@ import lerobot_writer as lw
 import numpy as np
 import pytest
 import torch
-from datasets_hub.loaders import lerobot as lr
-from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
 
 from datasets_hub.errors import CorruptFile, DownloadError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec
+from datasets_hub.loaders import lerobot as lr
+from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
 
 os.environ.setdefault("SVT_LOG", "1")  # the SVT-AV1 encoder logs its configuration at info level otherwise
 REPO = "acme/koch_push"
@@ -216,7 +216,7 @@ def test_unknown_version_is_named(tmp_path, hub):
     info = tmp_path / "d" / "meta" / "info.json"
     info.write_text(info.read_text().replace('"v3.0"', '"v4.0"'))
     hub(lw.files_of(tmp_path / "d"))
-    with pytest.raises(LoaderError, match="codebase_version 'v4.0' is not supported"):
+    with pytest.raises(LoaderError, match=r"codebase_version 'v4.0' is not supported"):
         datasets_hub.load(ID)
 
 
@@ -275,7 +275,7 @@ def test_truncated_mp4_is_a_corrupt_file(tmp_path, hub, written):
     video = "videos/observation.images.wrist/chunk-000/file-001.mp4"
     files[video] = files[video][: len(files[video]) // 2]
     hub(files)
-    with pytest.raises(CorruptFile, match="episode 2, camera 'observation.images.wrist'.*file-001.mp4"):
+    with pytest.raises(CorruptFile, match=r"episode 2, camera 'observation.images.wrist'.*file-001.mp4"):
         datasets_hub.load(ID, num_workers=1)
     _no_build_left()
 
@@ -298,7 +298,7 @@ def test_parquet_disagreeing_with_episode_metadata(tmp_path, hub, written):
     )
     hub(lw.files_of(copy))
     with pytest.raises(
-        LoaderError, match="episode 0 .*4 rows with episode_index 0 but the episode metadata says length 5"
+        LoaderError, match=r"episode 0 .*4 rows with episode_index 0 but the episode metadata says length 5"
     ):
         datasets_hub.load(ID, num_workers=1)
     _no_build_left()
@@ -345,7 +345,7 @@ def test_missing_camera(tmp_path, hub, written):
     files = lw.files_of(root)
     gone = {p: d for p, d in files.items() if "observation.images.wrist" not in p}
     hub(gone)
-    with pytest.raises(DownloadError, match="videos/observation.images.wrist/chunk-000/file-000.mp4"):
+    with pytest.raises(DownloadError, match=r"videos/observation.images.wrist/chunk-000/file-000.mp4"):
         datasets_hub.load(ID, num_workers=1)
     _no_build_left()
 
@@ -356,8 +356,8 @@ def test_missing_camera(tmp_path, hub, written):
     hub(lw.files_of(copy), repo="acme/other")
     with pytest.raises(
         LoaderError,
-        match="camera 'observation.images.wrist' is declared in info.json but "
-        "meta/episodes has no videos/observation.images.wrist/chunk_index",
+        match=r"camera 'observation.images.wrist' is declared in info.json but "
+        r"meta/episodes has no videos/observation.images.wrist/chunk_index",
     ):
         datasets_hub.load("lerobot/acme/other", num_workers=1)
     _no_build_left("lerobot/acme/other")
@@ -370,3 +370,59 @@ def test_check_loader_contract(tmp_path, written):
     files = {f"{REPO}/{p}": root / p for p in lw.files_of(root)}
     summary = check_loader(LeRobotLoader, DatasetSpec(id=ID, loader="lerobot", params={"episodes": [0, 1]}), files)
     assert summary
+
+
+# -- delta_timestamps ----------------------------------------------------------------------------
+def test_delta_timestamps_windows(hub, written):
+    import datasets_hub
+    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler
+
+    root, spec, summary = written["v3.0"]
+    hub(lw.files_of(root))
+    delta = {
+        "observation.images.top": [-0.1, 0.0],
+        "observation.state": [-0.2, -0.1, 0.0],
+        "action": [0.0, 0.1, 0.2, 0.3],
+        "next.reward": [0.0],
+    }
+    sampler = delta_timestamps_sampler(delta, fps=ID)  # the rate read from the repo's info.json
+    rb = datasets_hub.load(
+        ID, batch_size=40, sampler=sampler, num_workers=1, generator=torch.Generator().manual_seed(1)
+    )
+    batch = rb.sample()
+    assert batch["action"].shape == (40, 4, spec.action_dim) and batch["action_is_pad"].shape == (40, 4)
+    assert batch["observation", "images", "top"].shape == (40, 2, spec.height, spec.width, 3)
+    starts, lengths = summary["starts"], spec.lengths
+    for b in range(40):
+        e, i = int(batch["episode"][b]), int(batch["info", "index"][b])
+        t = i - starts[e]
+        for name, offsets in (("action", [0, 1, 2, 3]), ("state", [-2, -1, 0]), ("top", [-1, 0])):
+            pos = [t + o for o in offsets]
+            pad = [not 0 <= p < lengths[e] for p in pos]
+            clipped = [min(max(p, 0), lengths[e] - 1) for p in pos]
+            if name == "action":
+                got, mask = batch["action"][b], batch["action_is_pad"][b]
+                want = np.stack([-lw.state_of(e, p, spec.state_dim)[: spec.action_dim] for p in clipped])
+                np.testing.assert_array_equal(got.numpy(), want)
+            elif name == "state":
+                got, mask = batch["observation", "state"][b], batch["observation", "state_is_pad"][b]
+                np.testing.assert_array_equal(
+                    got.numpy(), np.stack([lw.state_of(e, p, spec.state_dim) for p in clipped])
+                )
+            else:
+                got, mask = batch["observation", "images", "top"][b], batch["observation", "images", "top_is_pad"][b]
+                assert [lw.read_index(f)[0] for f in got.numpy()] == [starts[e] + p for p in clipped]
+            assert mask.tolist() == pad
+
+
+def test_delta_timestamps_off_the_frame_grid_are_refused():
+    from datasets_hub.loaders.lerobot_windows import delta_indices
+
+    assert delta_indices({"action": [0.0, 0.1, 0.2], "next.reward": [0.1]}, fps=10) == {
+        ("action",): [0, 1, 2],
+        ("next", "reward"): [1],
+    }
+    with pytest.raises(InvalidParameter, match=r"delta_timestamps\['action'\] holds 0.15 s, which is not a multiple"):
+        delta_indices({"action": [0.0, 0.15]}, fps=10)
+    with pytest.raises(InvalidParameter, match="fps must be a positive number"):
+        delta_indices({"action": [0.0]}, fps=0)

@@ -14,9 +14,9 @@ import pytest
 from filelock import FileLock
 
 from datasets_hub import cache_verify as cv
-from datasets_hub.build_format import write_manifest_checksum
 from datasets_hub import maintenance as mt
 from datasets_hub.build import build
+from datasets_hub.build_format import write_manifest_checksum
 from datasets_hub.cache import dir_size
 from datasets_hub.errors import CacheError
 from datasets_hub.loader import DatasetSpec

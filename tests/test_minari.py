@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 import torch
 
+from datasets_hub.errors import DownloadError, InvalidParameter
+from datasets_hub.loader import DatasetSpec, LoaderContext
+from datasets_hub.loaders.minari import MinariLoader, decode_text
+
 gym = pytest.importorskip("gymnasium")
 minari = pytest.importorskip("minari")
 
-from datasets_hub.errors import DownloadError, InvalidParameter  # noqa: E402
-from datasets_hub.loader import DatasetSpec, LoaderContext  # noqa: E402
-from datasets_hub.loaders.minari import MinariLoader, decode_text  # noqa: E402
 
 FORMATS = ("hdf5", "arrow")
 CHARSET = "abcdefghijklmnopqrstuvwxyz0123456789 é"  # é: 2 UTF-8 bytes, so the text width doubles
@@ -99,7 +100,7 @@ def _jax_or_stand_in(monkeypatch) -> None:
     """minari's DataCollector imports jax (minari[create]) for one tree_map; use a stand-in when
     jax is not installed, so the real DataCollector writes the datasets."""
     try:
-        import jax.tree_util  # noqa: F401
+        import jax.tree_util
     except ImportError:
         tree_util = types.ModuleType("jax.tree_util")
         tree_util.tree_map = _tree_map
@@ -252,7 +253,7 @@ def test_box_observations_match_minari(minari_store, fmt):
         ("next", "terminated"),
         ("next", "truncated"),
     }
-    for td, ep in zip(parts, episodes):
+    for td, ep in zip(parts, episodes, strict=True):
         _check_common(td, ep)
         _eq(td["observation"], ep.observations[:-1])
         _eq(td["next", "observation"], ep.observations[1:])
@@ -269,7 +270,7 @@ def test_discrete_observations_keep_integer_dtype(minari_store, fmt):
     episodes = _episodes(dataset_id)
     data, parts = _split(chunks, episodes)
     assert data["observation"].dtype == torch.int64 and data["action"].dtype == torch.int64
-    for td, ep in zip(parts, episodes):
+    for td, ep in zip(parts, episodes, strict=True):
         _check_common(td, ep)
         _eq(td["observation"], ep.observations[:-1])
         _eq(td["next", "observation"], ep.observations[1:])
@@ -283,11 +284,14 @@ def test_dict_observations_text_and_infos(minari_store, fmt):
     chunks, ctx = _convert(dataset_id)
     episodes = _episodes(dataset_id)
     data, parts = _split(chunks, episodes)
-    for td, ep in zip(parts, episodes):
+    for td, ep in zip(parts, episodes, strict=True):
         _check_common(td, ep)
         obs = ep.observations
-        for key, values in (("pos", obs["pos"]), ("count", obs["count"]), (("goal", "target"), obs["goal"]["target"])):
-            key = (key,) if isinstance(key, str) else key
+        for key, values in (
+            (("pos",), obs["pos"]),
+            (("count",), obs["count"]),
+            (("goal", "target"), obs["goal"]["target"]),
+        ):
             _eq(td[("observation", *key)], values[:-1])
             _eq(td[("next", "observation", *key)], values[1:])
         missions = list(obs["goal"]["mission"])
@@ -317,8 +321,8 @@ def test_tuple_observations_become_numbered_keys(minari_store, fmt):
     chunks, _ = _convert(dataset_id)
     episodes = _episodes(dataset_id)
     data, parts = _split(chunks, episodes)
-    assert {k for k in data["observation"].keys()} == {"0", "1"}
-    for td, ep in zip(parts, episodes):
+    assert set(data["observation"].keys()) == {"0", "1"}
+    for td, ep in zip(parts, episodes, strict=True):
         _check_common(td, ep)
         for i in range(2):
             _eq(td["observation", str(i)], ep.observations[i][:-1])
@@ -332,7 +336,7 @@ def test_step_row_infos_kept_per_step_and_strings_reported(minari_store):
     episodes = _episodes(dataset_id)
     data, parts = _split(chunks, episodes)
     assert ("next", "info", "step_cost") not in data.keys(True, True)
-    for td, ep in zip(parts, episodes):
+    for td, ep in zip(parts, episodes, strict=True):
         _check_common(td, ep)
         _eq(td["info", "step_cost"], ep.infos["step_cost"])
         _eq(td["observation"], ep.observations[:-1])

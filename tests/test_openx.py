@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from test_tfrecord import encode_example, write_tfrecord
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.loaders.openx import UNKNOWN_KEY, OpenXLoader, decode_text, parse_features
-from test_tfrecord import encode_example, write_tfrecord
 
 DATASET, VERSION, NUM_SHARDS = "fractal20220817_data", "0.1.0", 1024
 PREFIX = f"gresearch/robotics/{DATASET}/{VERSION}"
@@ -269,8 +269,9 @@ def check_rows(td, rows):
 
 # ---------------------------------------------------------------------------------------- through the hub
 def test_load_one_shard_from_local_mirror_row_by_row(tmp_path, monkeypatch):
-    import datasets_hub
     from http_server import serve_files
+
+    import datasets_hub
 
     files = write_release(tmp_path / "mirror")
     with serve_files({path: file.read_bytes() for path, file in files.items()}) as server:
@@ -301,8 +302,9 @@ def test_load_one_shard_from_local_mirror_row_by_row(tmp_path, monkeypatch):
 
 
 def test_bad_crc_in_a_served_shard_names_the_file(tmp_path, monkeypatch):
-    import datasets_hub
     from http_server import serve_files
+
+    import datasets_hub
 
     files = write_release(tmp_path / "mirror")
     served = {path: file.read_bytes() for path, file in files.items()}
@@ -434,7 +436,7 @@ def test_catalogue_entries_resolve():
 
 def test_shard_count_and_record_count_are_checked(tmp_path):
     files = write_release(tmp_path, num_shards=4)
-    with pytest.raises(LoaderError, match="lists 4 'train' shards.*num_shards=1024.*num_shards=4"):
+    with pytest.raises(LoaderError, match=r"lists 4 'train' shards.*num_shards=1024.*num_shards=4"):
         convert(files, shards=[0])
     # dataset_info says shard 1 holds 2 episodes; rewrite it with 3 records to see the mismatch noted
     folder = tmp_path / PREFIX
@@ -475,8 +477,8 @@ def test_other_feature_kinds(tmp_path):
     from datasets_hub.loaders.tf_example import parse_example
     from datasets_hub.loaders.tfrecord import iter_records
 
-    for (length, terminal), (_, rec) in zip(
-        SHARDS[1], iter_records(folder / f"{DATASET}-train.tfrecord-00001-of-01024")
+    for (length, _terminal), (_, rec) in zip(
+        SHARDS[1], iter_records(folder / f"{DATASET}-train.tfrecord-00001-of-01024"), strict=True
     ):
         ex = parse_example(rec)
         ex["steps/observation_extra/depth"] = [

@@ -23,10 +23,10 @@ import datasets_hub as dh
 from datasets_hub import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 from datasets_hub.build import build
 from datasets_hub.dataset_storage import DatasetStorage
-from datasets_hub.errors import InvalidParameter, MissingDependency
+from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
 from datasets_hub.fingerprint import UncachedPreprocessWarning
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.errors import PreprocessError
+from datasets_hub.preprocess_chunks import probe_calls
 from datasets_hub.preprocessed_storage import PreprocessedStorage
 from datasets_hub.testing import FakeLoader
 
@@ -59,10 +59,10 @@ def calls(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-def fails_on_row_120(td):
-    rows = td["next", "reward"].reshape(-1)  # the fake reward is the transition number
-    if (rows == 120).any():
-        raise ValueError("row 120 is bad")
+def fails_on_row_170(td):
+    rows = td["next", "reward"].reshape(-1)  # the fake reward is the transition number (170: beyond the probes)
+    if (rows == 170).any():
+        raise ValueError("row 170 is bad")
     return td.select("action")
 
 
@@ -97,7 +97,7 @@ def test_two_workers_write_disjoint_slices_equal_to_one_process(tmp_path):
     pids = set(two["pid"].reshape(-1).tolist())
     assert os.getpid() not in pids and len(pids) == 2  # both workers wrote their own chunks
     # each chunk's rows were written by the process that computed them (disjoint, no gaps)
-    assert calls(log) == 1 + 7 + 1 + 7  # probe + 7 chunks, twice
+    assert calls(log) == 2 * (probe_calls(N) + 7)  # probes + 7 chunks, twice
 
 
 def test_lambdas_and_closures_run_in_workers():
@@ -114,15 +114,22 @@ def test_same_fn_is_reused_without_calling_it_even_in_a_fresh_process(tmp_path, 
     fn = functools.partial(counted, log=str(log))
     first = rb.preprocess(fn, chunk_size=64, num_workers=0)
     n_calls = calls(log)
-    assert n_calls == 1 + 4  # the probe, then 4 chunks
-    again = rb.preprocess(functools.partial(counted, log=str(log)), chunk_size=17, num_workers=0)
+    assert n_calls == probe_calls(N) + 4  # the probes, then 4 chunks
+    again = rb.preprocess(functools.partial(counted, log=str(log)), chunk_size=64, num_workers=2)
     assert calls(log) == n_calls and again.storage.path == first.storage.path
+    # an explicit chunk_size is part of the fingerprint (a result must never depend on it, but if
+    # fn breaks the row-wise contract where the probe did not look, a rechunked call is not a reuse)
+    assert (
+        rb.preprocess(functools.partial(counted, log=str(log)), chunk_size=17, num_workers=0).storage.path
+        != first.storage.path
+    )
+    n_calls = calls(log)
     # the same function in a new interpreter finds the published result
     script = textwrap.dedent(f"""
         import functools, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_preprocess import counted, fake_rb
-        out = fake_rb().preprocess(functools.partial(counted, log={str(log)!r}), num_workers=0)
+        out = fake_rb().preprocess(functools.partial(counted, log={str(log)!r}), num_workers=0, chunk_size=64)
         print(out.storage.path)
     """)
     proc = subprocess.run(
@@ -135,7 +142,7 @@ def test_same_fn_is_reused_without_calling_it_even_in_a_fresh_process(tmp_path, 
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(first.storage.path)
     assert calls(log) == n_calls
-    assert len(published(isolated_cache)) == 1
+    assert len(published(isolated_cache)) == 2
 
 
 def test_changed_closure_default_or_version_rebuilds(tmp_path, isolated_cache):
@@ -172,7 +179,7 @@ def test_lambdas_made_in_a_loop_get_distinct_results():
     rb = fake_rb()
     outs = [rb.preprocess(lambda td, k=k: td.select("action").apply(lambda x: x * k), num_workers=0) for k in (1, 2, 3)]
     assert len({o.storage.path for o in outs}) == 3
-    for k, out in zip((1, 2, 3), outs):
+    for k, out in zip((1, 2, 3), outs, strict=True):
         torch.testing.assert_close(out[:]["action"], rb[:]["action"] * k)
 
 
@@ -263,11 +270,11 @@ def test_load_with_a_preprocess_chain_and_a_sample_transform():
 def test_a_worker_error_names_fn_and_the_chunk(isolated_cache):
     rb = fake_rb()
     with pytest.raises(
-        PreprocessError, match=r"fails_on_row_120 failed on transitions \[100, 150\): ValueError: row 120"
+        PreprocessError, match=r"fails_on_row_170 failed on transitions \[150, 200\): ValueError: row 170"
     ):
-        rb.preprocess(fails_on_row_120, num_workers=2, chunk_size=50)
-    with pytest.raises(PreprocessError, match=r"\[120, 130\)"):
-        rb.preprocess(fails_on_row_120, num_workers=0, chunk_size=10)
+        rb.preprocess(fails_on_row_170, num_workers=2, chunk_size=50)
+    with pytest.raises(PreprocessError, match=r"\[170, 180\)"):
+        rb.preprocess(fails_on_row_170, num_workers=0, chunk_size=10)
     assert published(isolated_cache) == []
     assert not list((isolated_cache / "preprocessed").glob("*/*.incomplete"))
 
@@ -336,8 +343,8 @@ def test_a_kill_midway_leaves_nothing_visible_and_workers_exit(tmp_path, isolate
         env={**os.environ, "DATASETS_HUB_CACHE": str(isolated_cache)},
     )
     deadline = time.time() + 120
-    while calls(log) < 4 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.1)  # the probe and a few chunks ran: workers are mid-way
+    while calls(log) < probe_calls(N) + 3 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)  # the probes and a few chunks ran: workers are mid-way
     assert proc.poll() is None, proc.communicate()
     os.kill(proc.pid, signal.SIGKILL)  # the parent only: its workers must notice and exit
     proc.wait()
@@ -382,7 +389,7 @@ def test_processes_asking_at_once_compute_once(tmp_path, isolated_cache):
     outputs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outputs]
     assert len({o[0] for o in outputs}) == 1  # the same result, with the same values
-    assert calls(log) == 1 + 10  # one probe and 10 chunks: computed by one process only
+    assert calls(log) == probe_calls(N) + 10  # the probes and 10 chunks: computed by one process only
 
 
 def _alive(pid: int) -> bool:

@@ -7,13 +7,9 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-pytest.importorskip(
-    "datasets_hub.buffers.prioritized", reason="datasets_hub.buffers.prioritized (PrioritizedSampler) is not there yet"
-)
-
-from datasets_hub.buffers.prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer  # noqa: E402
-from datasets_hub.buffers.storages import ListStorage  # noqa: E402
-from datasets_hub.buffers.tensor_storages import LazyMemmapStorage, LazyTensorStorage  # noqa: E402
+from datasets_hub.buffers.prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
+from datasets_hub.buffers.storages import ListStorage
+from datasets_hub.buffers.tensor_storages import LazyMemmapStorage, LazyTensorStorage
 
 N_DRAWS = 20000  # binomial std of a frequency is at most 0.0035: the tolerances below are > 5 std
 
@@ -25,7 +21,7 @@ def rows(n: int, start: int = 0) -> TensorDict:
 
 def frequencies(rb, n_items: int, seed: int = 0) -> torch.Tensor:
     rb.set_rng(torch.Generator().manual_seed(seed))
-    data, info = rb.sample(N_DRAWS, return_info=True)
+    _data, info = rb.sample(N_DRAWS, return_info=True)
     return torch.bincount(info["index"], minlength=n_items).float() / N_DRAWS
 
 

@@ -12,18 +12,18 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from datasets_hub.buffers.prioritized_buffers import TensorDictPrioritizedReplayBuffer
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.slice_samplers import SliceSampler
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage
+from datasets_hub.build import build
+from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.interop.ray import RayReplayBuffer
+from datasets_hub.loader import DatasetSpec
+from datasets_hub.testing import FakeLoader
+
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray  # slow start-up: `make test-ray` runs these, `make test` may deselect them
-
-from datasets_hub.build import build  # noqa: E402
-from datasets_hub.dataset_storage import DatasetStorage  # noqa: E402
-from datasets_hub.loader import DatasetSpec  # noqa: E402
-from datasets_hub.interop.ray import RayReplayBuffer  # noqa: E402
-from datasets_hub.buffers.prioritized_buffers import TensorDictPrioritizedReplayBuffer  # noqa: E402
-from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer  # noqa: E402
-from datasets_hub.buffers.slice_samplers import SliceSampler  # noqa: E402
-from datasets_hub.buffers.tensor_storages import LazyTensorStorage  # noqa: E402
-from datasets_hub.testing import FakeLoader  # noqa: E402
 
 
 @pytest.fixture(scope="module")

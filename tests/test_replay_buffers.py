@@ -313,7 +313,7 @@ def test_schema_mismatch_surfaces_through_the_buffer():
     rb.extend(rows(3))
     with pytest.raises(ValueError, match=r"'obs'.*\(2,\)"):
         rb.extend(TensorDict({"obs": torch.zeros(3, 2), "next": rows(3)["next"]}, [3]))
-    with pytest.raises(ValueError, match="add()"):
+    with pytest.raises(ValueError, match=r"add\(\)"):
         rb.extend(rows(1)[0])
 
 
@@ -525,7 +525,7 @@ def test_a_new_memmap_key_is_a_real_file_that_survives_pickling_and_dumps(tmp_pa
 def test_a_new_key_on_part_of_the_items_is_refused_naming_the_fix():
     rb = ReplayBuffer(storage=LazyTensorStorage(10))
     rb.extend(TensorDict({"obs": torch.arange(3)}, [3]))
-    with pytest.raises(ValueError, match="unexpected 'target'.*every stored item.*write_all"):
+    with pytest.raises(ValueError, match=r"unexpected 'target'.*every stored item.*write_all"):
         rb[0:2] = TensorDict({"obs": torch.arange(2), "target": torch.arange(2)}, [2])
     with pytest.raises(ValueError, match="missing 'obs'"):  # a key dropped is still a schema mismatch
         rb.write_all(TensorDict({"target": torch.arange(3)}, [3]))

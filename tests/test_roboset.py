@@ -290,7 +290,7 @@ def test_listing_offline_without_cache_is_a_clear_error(monkeypatch):
 
 def test_missing_task_upstream_is_a_clear_error(hub):
     spec = DatasetSpec(id="roboset/FK1-v4(expert)/NoSuchTask-v4", loader="roboset")
-    with pytest.raises(InvalidParameter, match="no .h5 file .* starts with 'FK1-v4\\(expert\\)/NoSuchTask-v4'"):
+    with pytest.raises(InvalidParameter, match=r"no \.h5 file .* starts with 'FK1-v4\(expert\)/NoSuchTask-v4'"):
         RoboSetLoader().resources(spec)
 
 

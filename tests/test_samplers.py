@@ -117,7 +117,7 @@ def test_state_dict_restores_the_exact_position():
     t.load_state_dict(state)
     t.generator.set_state(gstate)
     got = epoch(t, storage, 16) + epoch(t, storage, 16)
-    assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert len(got) == len(expected) and all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def test_same_seed_same_batches():
@@ -169,4 +169,4 @@ def test_buffer_dumps_loads_keeps_sampler_position(tmp_path):
     rb2 = make()
     rb2.loads(tmp_path / "rb")
     got = [rb2.sample(30) for _ in range(3)]
-    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))

@@ -350,7 +350,7 @@ def test_dataset_build_slices_use_its_episode_index():
     storage = DatasetStorage(build(DatasetSpec(id="fake/slices", loader="fake", params={}), ChunkLoader(), {}, []))
     s = SliceSampler(slice_len=6)
     s.generator = gen(10)
-    index, info = s.sample(storage, 60)
+    index, _info = s.sample(storage, 60)
     data = storage.get(index)
     ep = data["episode"].reshape(10, 6)
     assert (ep == ep[:, :1]).all() and (ep != 1).all()  # episode 1 has 3 steps

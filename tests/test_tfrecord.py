@@ -177,5 +177,5 @@ def test_parse_example_skips_unknown_fields_and_rejects_garbage():
     body = encode_example({"x": [b"v"]})
     extra = field(15, 0, 7) + body  # an unknown top-level field before the features
     assert parse_example(extra) == {"x": [b"v"]}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"not a tf\.train\.Example"):
         parse_example(b"\x0a\x05ab")  # length runs past the message

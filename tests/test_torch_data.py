@@ -9,13 +9,11 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.slice_samplers import SliceSampler
 from datasets_hub.build import build
 from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
-from datasets_hub.loader import DatasetSpec
-from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.buffers.slice_samplers import SliceSampler
-from datasets_hub.testing import FakeLoader, fake_episodes
 from datasets_hub.interop.torch_data import (
     BufferDataset,
     EpisodeShardSampler,
@@ -25,6 +23,8 @@ from datasets_hub.interop.torch_data import (
     resolve_rank,
     tensordict_collate,
 )
+from datasets_hub.loader import DatasetSpec
+from datasets_hub.testing import FakeLoader, fake_episodes
 
 LENGTHS = [7, 3, 12, 5, 9, 1, 4, 15, 6, 8, 2, 11, 5, 10, 3, 6]  # 107 transitions, 16 episodes
 OBS_DIM = 256

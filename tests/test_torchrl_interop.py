@@ -12,14 +12,14 @@ import pickle
 import pytest
 import torch
 
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.build import build
 from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import MissingDependency
-from datasets_hub.loader import DatasetSpec
-from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.buffers.tensor_storages import LazyTensorStorage
-from datasets_hub.testing import FakeLoader, fake_episodes
 from datasets_hub.interop.torchrl import to_torchrl
+from datasets_hub.loader import DatasetSpec
+from datasets_hub.testing import FakeLoader, fake_episodes
 
 HAS_TORCHRL = importlib.util.find_spec("torchrl") is not None
 needs_torchrl = pytest.mark.skipif(

@@ -71,7 +71,7 @@ def test_rename_unknown_key_suggests_the_closest():
 def test_select_keeps_keys_and_bookkeeping():
     out = Select("obs", ("next", "reward"))(sample())
     assert set(out.keys(True, True)) == {"obs", ("next", "reward"), "index"}
-    with pytest.raises(KeyError, match="actoin.*Did you mean 'action'"):
+    with pytest.raises(KeyError, match=r"actoin.*Did you mean 'action'"):
         Select("actoin")(sample())
 
 

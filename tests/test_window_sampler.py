@@ -109,7 +109,7 @@ def test_pad_false_draws_only_fitting_anchors(make):
         seen.update(sample["index"].tolist())
     # fitting anchors: step >= 1 and step + 7 <= length - 1, in episodes of 12, 9 and 20 rows
     starts = [0, 12, 15, 16, 25]
-    valid = {s + t for s, n in zip(starts, LENGTHS) for t in range(1, n - 7)}
+    valid = {s + t for s, n in zip(starts, LENGTHS, strict=True) for t in range(1, n - 7)}
     assert seen == valid
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -79,7 +80,7 @@ class ReplayBufferEnsemble:
         self.transform = transform
         self.generator = generator
 
-    def fork(self, generator: torch.Generator, members: Sequence[Any]) -> "ReplayBufferEnsemble":
+    def fork(self, generator: torch.Generator, members: Sequence[Any]) -> ReplayBufferEnsemble:
         """A shallow copy over ``members`` (forks of ``self[i]``, same order) choosing buffers with
         ``generator``: the ensemble's part of :meth:`ReplayBuffer.fork`."""
         if len(members) != len(self._buffers):

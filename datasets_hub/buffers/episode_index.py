@@ -46,7 +46,7 @@ class EpisodeIndex:
         return self.start + self.length
 
     @classmethod
-    def from_lengths(cls, lengths: torch.Tensor | list[int], offset: int = 0) -> "EpisodeIndex":
+    def from_lengths(cls, lengths: torch.Tensor | list[int], offset: int = 0) -> EpisodeIndex:
         """Episodes laid end to end from row ``offset``."""
         length = torch.as_tensor(lengths, dtype=torch.int64).reshape(-1)
         if (length < 1).any():
@@ -55,7 +55,7 @@ class EpisodeIndex:
         return cls(start, length)
 
     @classmethod
-    def from_episode_ids(cls, episode: torch.Tensor) -> "EpisodeIndex":
+    def from_episode_ids(cls, episode: torch.Tensor) -> EpisodeIndex:
         """Runs of equal consecutive ids are episodes (ids may repeat after a wrap-around)."""
         episode = episode.reshape(-1)
         n = episode.numel()
@@ -68,7 +68,7 @@ class EpisodeIndex:
         return cls(start, end - start)
 
     @classmethod
-    def from_done(cls, done: torch.Tensor) -> "EpisodeIndex":
+    def from_done(cls, done: torch.Tensor) -> EpisodeIndex:
         """Episodes end at rows whose done flag is set; rows after the last flag form a final episode."""
         done = done.reshape(-1).to(torch.bool)
         n = done.numel()

@@ -28,14 +28,15 @@ rows, the sample must also carry ``"index"`` (``TensorDictReplayBuffer`` samples
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
+from datasets_hub.buffers.nested_keys import as_key
 from datasets_hub.buffers.samplers import Sampler
 from datasets_hub.buffers.transforms import Transform
-from datasets_hub.buffers.nested_keys import as_key
 
 _PADDINGS = ("zeros", "first")
 
@@ -65,7 +66,7 @@ class FrameStack(Transform):
             self.bind(storage)
 
     # -- binding --------------------------------------------------------------------------------
-    def bind(self, buffer: Any) -> "FrameStack":
+    def bind(self, buffer: Any) -> FrameStack:
         """Attach to ``buffer`` (a replay buffer, or a storage) whose samples this transform sees."""
         storage = getattr(buffer, "storage", buffer)
         if not hasattr(storage, "get"):

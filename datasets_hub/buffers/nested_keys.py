@@ -7,7 +7,8 @@ manifests a key is written ``"next/obs"`` (:func:`key_to_str` / :func:`parse_key
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 Key = tuple[str, ...]
 
@@ -40,6 +41,6 @@ def nest(
 ) -> dict[str, Any]:
     """The nested dict holding ``values`` at ``keys`` (merged into ``into`` when given)."""
     tree = {} if into is None else into
-    for key, value in zip(keys, values):
+    for key, value in zip(keys, values, strict=True):
         put(tree, key, value)
     return tree

@@ -7,7 +7,8 @@ never a Python loop per item.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

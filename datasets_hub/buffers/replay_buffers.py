@@ -15,9 +15,10 @@ import collections
 import copy
 import json
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase, is_tensorclass
@@ -150,7 +151,7 @@ class ReplayBuffer:
         """Make ``generator`` the sampler's only source of randomness."""
         self._sampler.generator = generator
 
-    def fork(self, generator: torch.Generator) -> "ReplayBuffer":
+    def fork(self, generator: torch.Generator) -> ReplayBuffer:
         """A shallow copy sharing this buffer's storage, writer and transforms, with its own copy of
         the sampler (epoch position, caches) drawing from ``generator``: one independent sample stream
         per DataLoader worker or DDP rank."""
@@ -170,12 +171,12 @@ class ReplayBuffer:
         self._writer.share()
         self._shared = True
 
-    def append_transform(self, transform: Any, *, invert: bool = False) -> "ReplayBuffer":
+    def append_transform(self, transform: Any, *, invert: bool = False) -> ReplayBuffer:
         """Add a transform at the end; ``invert=True`` runs it on writes instead of on samples."""
         self._transform.append(self._bind(as_transform(transform, invert=invert)))
         return self
 
-    def insert_transform(self, index: int, transform: Any, *, invert: bool = False) -> "ReplayBuffer":
+    def insert_transform(self, index: int, transform: Any, *, invert: bool = False) -> ReplayBuffer:
         self._transform.insert(index, self._bind(as_transform(transform, invert=invert)))
         return self
 
@@ -387,16 +388,20 @@ class ReplayBuffer:
         self,
         fn: Callable,
         *,
+        by: str | None = None,
         num_workers: int | None = None,
         chunk_size: int | None = None,
         version: Any = None,
         backend: str = "process",
-    ) -> "TensorDictReplayBuffer":
+    ) -> TensorDictReplayBuffer:
         """Map ``fn(batch of n transitions) -> TensorDict of n rows`` over every stored transition once,
-        cached by fingerprint; returns a read-only buffer over the result (see :mod:`datasets_hub.preprocess`)."""
+        cached by fingerprint; returns a read-only buffer over the result (see :mod:`datasets_hub.preprocess`).
+        ``by="episode"`` hands fn whole episodes (returns-to-go); the default ``"row"`` needs a row-wise fn."""
         from datasets_hub.preprocess import preprocess
 
-        return preprocess(self, fn, num_workers=num_workers, chunk_size=chunk_size, version=version, backend=backend)
+        return preprocess(
+            self, fn, by=by, num_workers=num_workers, chunk_size=chunk_size, version=version, backend=backend
+        )
 
     # -- priorities ------------------------------------------------------------------------------
     def update_priority(self, index: Any, priority: Any) -> None:

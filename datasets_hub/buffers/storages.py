@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import numpy as np
+import torch
 import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
@@ -97,6 +96,7 @@ class Storage:
         """Values of ``keys`` at times ``times`` (``[B, W]``, ``0 <= t <= length``, ``t = length`` the
         final next value) of the episodes with ids ``episode`` (``[B]``), each ``[B, W, *shape]``."""
         raise NotImplementedError(f"{type(self).__name__} keeps no per-episode frames (frame_keys() is None)")
+
     def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
         data = self.get(rows)
         if isinstance(data, list):  # ListStorage: one item per row
@@ -127,9 +127,8 @@ def attach_extras(data: Any, extras: dict[Any, torch.Tensor] | None) -> Any:
     dims); other data is returned as it is."""
     if extras and isinstance(data, TensorDictBase):
         for key, value in extras.items():
-            if data.batch_dims > value.ndim:
-                value = value.reshape(*value.shape, *([1] * (data.batch_dims - value.ndim))).expand(data.batch_size)
-            data.set(key, value)
+            trailing = [1] * (data.batch_dims - value.ndim)
+            data.set(key, value.reshape(*value.shape, *trailing).expand(data.batch_size) if trailing else value)
     return data
 
 
@@ -232,7 +231,7 @@ class ListStorage(Storage):
         n = len(items)
         if top > n:  # a batch may fill rows past the end in any order, as long as it leaves no gap
             items.extend([_GAP] * (top - n))
-        for c, v in zip(cursors, values):
+        for c, v in zip(cursors, values, strict=True):
             items[c] = v
         if top > n and any(x is _GAP for x in items[n:]):
             del items[n:]

@@ -20,10 +20,10 @@ import torch
 import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
+from datasets_hub.buffers.nested_keys import nest
 from datasets_hub.buffers.shared_counters import SharedCounters
 from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index, _check_meta
 from datasets_hub.files import write_json_atomic
-from datasets_hub.buffers.nested_keys import nest
 
 _NUMPY_DTYPES = {
     torch.float16,
@@ -132,15 +132,13 @@ def _flatten_pytree(data: Any, batched: bool) -> tuple:
     keys, leaves = [], []
     for path, leaf in with_path:
         key = tuple(str(getattr(p, "key", getattr(p, "idx", p))) for p in path) or ("_data",)
-        if not isinstance(leaf, torch.Tensor):
-            if leaf is None or not isinstance(leaf, (int, float, bool, np.ndarray, np.generic)):
-                raise TypeError(
-                    f"entry {key!r} is a {type(leaf).__name__}: tensor storages hold tensors (nested dicts and "
-                    "tuples of tensors, numbers or arrays); use ListStorage for arbitrary Python objects"
-                )
-            leaf = torch.as_tensor(leaf)
+        if not isinstance(leaf, (torch.Tensor, int, float, bool, np.ndarray, np.generic)):
+            raise TypeError(
+                f"entry {key!r} is a {type(leaf).__name__}: tensor storages hold tensors (nested dicts and "
+                "tuples of tensors, numbers or arrays); use ListStorage for arbitrary Python objects"
+            )
         keys.append(key)
-        leaves.append(leaf)
+        leaves.append(leaf if isinstance(leaf, torch.Tensor) else torch.as_tensor(leaf))
     if len(set(keys)) != len(keys):
         raise ValueError("two entries of this data map to the same key once converted to strings")
     return "pytree", keys, leaves, spec, ()
@@ -240,7 +238,7 @@ class TensorStorage(SharedCounters, Storage):
         if keys == self._keys:
             ordered = leaves
         else:
-            incoming = dict(zip(keys, leaves))
+            incoming = dict(zip(keys, leaves, strict=True))
             missing = [k for k in self._keys if k not in incoming]
             extra = [k for k in keys if k not in set(self._keys)]
             if missing or extra:
@@ -252,7 +250,7 @@ class TensorStorage(SharedCounters, Storage):
                     + ". Write the same keys every time (Select/Exclude transforms can align them)"
                 )
             ordered = [incoming[k] for k in self._keys]
-        for key, value, (shape, dtype) in zip(self._keys, ordered, self._schema):
+        for key, value, (shape, dtype) in zip(self._keys, ordered, self._schema, strict=True):
             got = tuple(value.shape[1:] if batched else value.shape)
             if got != shape or value.dtype != dtype:
                 raise ValueError(
@@ -268,7 +266,7 @@ class TensorStorage(SharedCounters, Storage):
             return self._get_other(index)
         flat = index.reshape(-1)
         rows = flat.numpy()
-        out = [gather_rows(t, a, flat, rows) for a, t in zip(self._np, self._plain)]
+        out = [gather_rows(t, a, flat, rows) for a, t in zip(self._np, self._plain, strict=True)]
         if index.ndim != 1:
             out = [t.reshape(*index.shape, *t.shape[1:]) for t in out]
         return self._wrap(out, index.shape)
@@ -286,7 +284,7 @@ class TensorStorage(SharedCounters, Storage):
         ):
             return super().gather(index, extras)
         rows = index.numpy()
-        out = [gather_rows(t, a, index, rows) for a, t in zip(self._np, self._plain)]
+        out = [gather_rows(t, a, index, rows) for a, t in zip(self._np, self._plain, strict=True)]
         return self._wrap(out, index.shape, extras)
 
     def _get_other(self, index: Any) -> Any:
@@ -312,7 +310,7 @@ class TensorStorage(SharedCounters, Storage):
         if kind == "pytree":
             return _pytree.tree_unflatten(out, self._meta)
         if self._flat and not extra:
-            source = {p[1]: t for p, t in zip(self._paths, out)}
+            source = {p[1]: t for p, t in zip(self._paths, out, strict=True)}
         else:
             source = nest(self._keys, out)
             if extra:
@@ -379,10 +377,10 @@ class TensorStorage(SharedCounters, Storage):
                 raise IndexError(
                     f"write positions must lie in the storage capacity [0, {self.max_size}), got {index.min()}..{top - 1}"
                 )
-        for t, v in zip(self._plain, ordered):
-            if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
-                v = v.clone()  # a view of this very leaf (read_all_in_order is zero-copy): copy before writing over it
-            t[index] = v
+        for t, v in zip(self._plain, ordered, strict=True):
+            # a view of this very leaf (read_all_in_order is zero-copy) is copied before writing over it
+            same = isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+            t[index] = v.clone() if same else v
         if top > n:
             self._counts[0] = top
         self._bump_version()
@@ -391,7 +389,7 @@ class TensorStorage(SharedCounters, Storage):
         """Allocate the keys a write adds when it may add them (see the class docstring); anything
         else is left to ``_check``, which names what differs."""
         known = set(self._keys)
-        new = [(k, v) for k, v in zip(keys, leaves) if k not in known]
+        new = [(k, v) for k, v in zip(keys, leaves, strict=True) if k not in known]
         if not new or kind != "td" or not batched or tuple(row_batch) != self._row_batch:
             return
         if any(k not in set(keys) for k in self._keys):
@@ -405,7 +403,7 @@ class TensorStorage(SharedCounters, Storage):
             )
         if self._shared:
             raise ValueError(f"cannot add {names} to a storage shared with other processes (share() was called)")
-        old = [(k, v) for k, v in zip(keys, leaves) if k in known]
+        old = [(k, v) for k, v in zip(keys, leaves, strict=True) if k in known]
         self._check(kind, [k for k, _ in old], [v for _, v in old], row_batch, batched)  # before allocating
         shapes = [(tuple(v.shape[1:]), v.dtype) for _, v in new]
         added = self._alloc_new_leaves([k for k, _ in new], shapes)
@@ -485,7 +483,7 @@ class TensorStorage(SharedCounters, Storage):
             self._check(kind, keys, leaves, tuple(info["row_batch"]), True)
             leaves = _leaves_of(td, self._keys)
         n = int(info["len"])
-        for t, v in zip(self._plain, leaves):
+        for t, v in zip(self._plain, leaves, strict=True):
             t[:n] = v[:n]
         self._counts[0] = n
         self._counts[1] = max(self.write_version + 1, int(info.get("write_version", 0)))

@@ -8,7 +8,8 @@ whose keys differ (nested keys are tuples), e.g. before an ensemble stacks their
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from tensordict import TensorDictBase
 
@@ -154,7 +155,7 @@ class Rename(Transform):
     def _rename(self, data: Any, src: list, dst: list) -> Any:
         data = _require_td(data, "Rename").copy()  # shallow: never mutate the caller's TensorDict
         _missing(data, src, "Rename")
-        for a, b in zip(src, dst):
+        for a, b in zip(src, dst, strict=True):
             data.rename_key_(a, b)
         return data
 
@@ -163,7 +164,7 @@ class Rename(Transform):
 
     def inverse(self, data: Any) -> Any:
         present = set(_require_td(data, "Rename").keys(include_nested=True))
-        pairs = [(b, a) for a, b in zip(self.in_keys, self.out_keys) if b in present]
+        pairs = [(b, a) for a, b in zip(self.in_keys, self.out_keys, strict=True) if b in present]
         return self._rename(data, [p[0] for p in pairs], [p[1] for p in pairs]) if pairs else data
 
     def __repr__(self) -> str:

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from datasets_hub.buffers.shared_counters import SharedCounters
-from datasets_hub.errors import ReadOnlyError
 from datasets_hub.buffers.storages import Storage, _slice_items
+from datasets_hub.errors import ReadOnlyError
 
 
 class Writer:

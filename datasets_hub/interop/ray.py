@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from datasets_hub.errors import MissingDependency
 
@@ -156,7 +157,7 @@ class RayReplayBuffer:
         detached: bool = False,
         actor_options: dict[str, Any] | None = None,
         **load_kwargs: Any,
-    ) -> "RayReplayBuffer":
+    ) -> RayReplayBuffer:
         """An actor that calls ``datasets_hub.load(dataset_id, **load_kwargs)`` itself."""
         from datasets_hub.hub import load
 
@@ -169,7 +170,7 @@ class RayReplayBuffer:
         )
 
     @classmethod
-    def connect(cls, name: str, namespace: str | None = None) -> "RayReplayBuffer":
+    def connect(cls, name: str, namespace: str | None = None) -> RayReplayBuffer:
         """A handle to the actor started elsewhere with ``name=name`` (same Ray cluster)."""
         ray = _ray()
         try:
@@ -230,7 +231,7 @@ class RayReplayBuffer:
         """End the actor (its buffer goes with it)."""
         _ray().kill(self._actor)
 
-    def __reduce__(self) -> tuple[Callable[..., "RayReplayBuffer"], tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[Callable[..., RayReplayBuffer], tuple[Any, ...]]:
         # Ray serialises actor handles inside tasks' arguments; the handle needs nothing else
         return _from_actor, (self._actor,)
 

@@ -29,28 +29,29 @@ import os
 import pickle
 import warnings
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
-from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data import Dataset as _MapStyle
+from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data import Sampler as _TorchSampler
 
-from datasets_hub.dataset_storage import DatasetStorage, reopen_build
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.errors import InvalidParameter
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.dataset_storage import DatasetStorage, reopen_build
+from datasets_hub.errors import InvalidParameter
 
 # ----------------------------------------------------------------------------------------------
 # Pickling by reference: a build travels as (path, fingerprint), never as its bytes
 # ----------------------------------------------------------------------------------------------
 
 _TAG = "datasets_hub.build"
-_OPEN: "weakref.WeakValueDictionary[tuple[str, Any], DatasetStorage]" = weakref.WeakValueDictionary()
+_OPEN: weakref.WeakValueDictionary[tuple[str, Any], DatasetStorage] = weakref.WeakValueDictionary()
 
 
 def open_build(path: str | Path, fingerprint: str | None = None) -> DatasetStorage:
@@ -477,13 +478,13 @@ def _ran_out(buffer: Any) -> bool:
 
 __all__ = [
     "BufferDataset",
-    "SampledBatches",
     "EpisodeShardSampler",
-    "tensordict_collate",
-    "resolve_rank",
-    "stream_seed",
-    "open_build",
+    "SampledBatches",
+    "as_buffer",
     "dumps_by_reference",
     "loads_by_reference",
-    "as_buffer",
+    "open_build",
+    "resolve_rank",
+    "stream_seed",
+    "tensordict_collate",
 ]

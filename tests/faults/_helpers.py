@@ -213,7 +213,7 @@ _ZYGOTE = textwrap.dedent(r'''
 class Job:
     """One forked child: ``pid``; ``wait()`` -> (signal or None, result dict or None)."""
 
-    def __init__(self, zygote: "Zygote", pid: int, result: Path, log: Path) -> None:
+    def __init__(self, zygote: Zygote, pid: int, result: Path, log: Path) -> None:
         self.zygote, self.pid, self.result_path, self.log_path = zygote, pid, result, log
         self.started = time.monotonic()
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 import os
 
 import pytest
-
-import datasets_hub as dh
-
 from _helpers import Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
 from http_server import serve_files
+
+import datasets_hub as dh
 
 GYM = "gym/cartpole-random-v0"
 D4RL = "d4rl/fault-disk-v0"
@@ -76,7 +75,7 @@ def test_disk_full_during_a_download_keeps_a_resumable_partial(zygote, isolated_
 
 
 def test_disk_full_while_writing_a_large_leaf_of_a_d4rl_build(zygote, isolated_cache, d4rl_served):
-    server, payload = d4rl_served
+    _server, payload = d4rl_served
     dh.download(D4RL)  # raw + build; then remove the build only
     from datasets_hub.maintenance import remove
 
@@ -92,14 +91,14 @@ def test_disk_full_while_writing_a_large_leaf_of_a_d4rl_build(zygote, isolated_c
 
 
 def _make_read_only(root):
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             os.chmod(os.path.join(dirpath, name), 0o444)
         os.chmod(dirpath, 0o555)
 
 
 def _make_writable(root):
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             os.chmod(os.path.join(dirpath, name), 0o644)
@@ -116,7 +115,7 @@ except OSError:
 
 
 def test_read_only_cache(zygote, isolated_cache, d4rl_served):
-    server, payload = d4rl_served
+    server, _payload = d4rl_served
     dh.download(GYM, steps=300)
     dh.download(D4RL)
     _make_read_only(isolated_cache)

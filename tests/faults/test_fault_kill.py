@@ -21,13 +21,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from _helpers import TESTS, Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
+from http_server import serve_files
 
 import datasets_hub as dh
 from datasets_hub import downloader
 from datasets_hub.maintenance import remove
-
-from _helpers import TESTS, Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
-from http_server import serve_files
 
 pytestmark = pytest.mark.slow
 

@@ -168,7 +168,7 @@ def _unsafe(tree: ast.AST) -> list[str]:
         owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
         kwargs = {k.arg: k.value for k in node.keywords}
         line = f"line {node.lineno}: {owner + '.' if owner else ''}{name}"
-        if (owner, name) in UNSAFE_CALLS or name in ("eval", "exec") and not owner:
+        if (owner, name) in UNSAFE_CALLS or (name in ("eval", "exec") and not owner):
             found.append(line)
         elif name == "load" and owner in ("np", "numpy"):
             flag = kwargs.get("allow_pickle")

@@ -8,13 +8,12 @@ visible (no build, no raw file with wrong bytes at its final name), move bad byt
 from __future__ import annotations
 
 import pytest
+from _helpers import cache_state_ok, check_rows, d4rl_entry, register, sha256, write_d4rl
+from http_server import serve_files
 
 import datasets_hub as dh
 from datasets_hub import downloader
 from datasets_hub.errors import ChecksumMismatch, CorruptFile, DownloadError, LoaderError
-
-from _helpers import cache_state_ok, check_rows, d4rl_entry, register, sha256, write_d4rl
-from http_server import serve_files
 
 ID = "d4rl/fault-upstream-v0"
 FILE = "fault-upstream-v0.hdf5"

@@ -1,0 +1,213 @@
+"""The ogbench loader: OGBench-format files (regular, visual, discrete, multi-shard) converted and
+compared value by value with a plain loop over the same arrays; the hub path served from 127.0.0.1."""
+
+from __future__ import annotations
+
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from ogbench_files import expected_transitions, write_ogbench
+
+from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
+from datasets_hub.loader import DatasetSpec, LoaderContext
+from datasets_hub.loaders.ogbench import BASE_URL, HUNDRED_M, NUM_SHARDS, OGBenchLoader, dataset_names
+
+LENGTHS = [6, 0, 3, 9, 1]  # a single-row trajectory (0 transitions) mid-file, terminals mid-file and at the end
+
+
+def convert(files, dataset_id="ogbench/cube-single-play-v0", chunk_rows=7, **params):
+    spec = DatasetSpec(id=dataset_id, loader="ogbench", params=params)
+    ctx = LoaderContext(chunk_rows=chunk_rows)
+    chunks = list(OGBenchLoader().episodes(spec, files, ctx))
+    return torch.cat(chunks), chunks, ctx.notes
+
+
+def check(td, want):
+    np.testing.assert_array_equal(td["observation"].numpy(), want["observation"])
+    np.testing.assert_array_equal(td["next", "observation"].numpy(), want["next_observation"])
+    np.testing.assert_array_equal(td["action"].numpy(), want["action"])
+    np.testing.assert_array_equal(td["episode"].numpy(), want["episode"])
+    np.testing.assert_array_equal(td["next", "truncated"].numpy().reshape(-1), want["truncated"])
+    assert not td["next", "terminated"].any()
+    assert torch.isnan(td["next", "reward"]).all() and td["next", "reward"].shape == (len(td), 1)
+    for key in ("qpos", "qvel", "button_states"):
+        if key in want:
+            np.testing.assert_array_equal(td["info", key].numpy(), want[key])
+            np.testing.assert_array_equal(td["next", "info", key].numpy(), want["next_" + key])
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+@pytest.mark.parametrize("chunk_rows", [1, 7, 10_000])
+def test_regular_file_row_by_row(tmp_path, compressed, chunk_rows):
+    arrays = write_ogbench(tmp_path / "x.npz", LENGTHS, compressed=compressed)
+    td, chunks, notes = convert({"cube-single-play-v0.npz": tmp_path / "x.npz"}, chunk_rows=chunk_rows)
+    check(td, expected_transitions([arrays]))
+    assert td["observation"].dtype == torch.float32 and td["info", "qpos"].dtype == torch.float64
+    assert td["info", "button_states"].dtype == torch.int64
+    assert notes["episodes"] == 4 and notes["transitions"] == sum(LENGTHS)
+    assert notes["single_row_trajectories_skipped"] == 1
+    assert notes["per_state_info"] == ["button_states", "qpos", "qvel"]
+    if chunk_rows == 1:
+        assert len(chunks) == 4  # one whole trajectory per chunk when a trajectory exceeds the budget
+
+
+def test_visual_and_discrete_keep_upstream_dtypes(tmp_path):
+    arrays = write_ogbench(tmp_path / "v.npz", [4, 5], visual=True, info=False)
+    td, _, _ = convert({"visual-cube-single-play-v0.npz": tmp_path / "v.npz"}, "ogbench/visual-cube-single-play-v0")
+    assert td["observation"].dtype == torch.uint8 and td["observation"].shape == (9, 4, 4, 3)
+    check(td, expected_transitions([arrays]))
+    arrays = write_ogbench(tmp_path / "p.npz", [3, 3], visual=True, discrete=True, info=False)
+    td, _, _ = convert({"powderworld-easy-play-v0.npz": tmp_path / "p.npz"}, "ogbench/powderworld-easy-play-v0")
+    assert td["action"].dtype == torch.int32
+    check(td, expected_transitions([arrays]))
+
+
+def test_val_split_param_and_val_ids_name_the_val_file():
+    loader = OGBenchLoader()
+    train = loader.resources(DatasetSpec(id="ogbench/antmaze-large-navigate-v0", loader="ogbench"))
+    val = loader.resources(
+        DatasetSpec(id="ogbench/antmaze-large-navigate-v0", loader="ogbench", params={"split": "val"})
+    )
+    val_id = loader.resources(
+        DatasetSpec(
+            id="ogbench/antmaze-large-navigate-v0-val",
+            loader="ogbench",
+            params={"dataset": "antmaze-large-navigate-v0", "split": "val"},
+        )
+    )
+    assert [r.urls for r in train] == [(f"{BASE_URL}/antmaze-large-navigate-v0.npz",)]
+    assert [r.urls for r in val] == [r.urls for r in val_id] == [(f"{BASE_URL}/antmaze-large-navigate-v0-val.npz",)]
+
+
+def test_hundred_million_sets_stream_shard_by_shard(tmp_path):
+    name = "cube-double-play-100m-v0"
+    loader = OGBenchLoader()
+    every = loader.resources(DatasetSpec(id=f"ogbench/{name}", loader="ogbench"))
+    assert len(every) == NUM_SHARDS
+    assert every[7].name == f"{name}/cube-double-play-v0-007.npz"
+    assert every[7].urls == (f"{BASE_URL}/{name}/cube-double-play-v0-007.npz",)
+    spec_params = {"shards": [2, 0]}
+    picked = loader.resources(DatasetSpec(id=f"ogbench/{name}", loader="ogbench", params=spec_params))
+    assert [r.name for r in picked] == [f"{name}/cube-double-play-v0-000.npz", f"{name}/cube-double-play-v0-002.npz"]
+    files, arrays = {}, []
+    row = 0
+    for resource, lengths in zip(picked, ([5, 4], [3, 0, 7]), strict=True):
+        path = tmp_path / resource.name
+        arrays.append(write_ogbench(path, lengths, first_row=row))
+        row += sum(length + 1 for length in lengths)
+        files[resource.name] = path
+    td, _, notes = convert(files, f"ogbench/{name}", chunk_rows=4, **spec_params)
+    check(td, expected_transitions(arrays))
+    assert [f["file"] for f in notes["files"]] == [r.name for r in picked]
+    val = loader.resources(DatasetSpec(id=f"ogbench/{name}", loader="ogbench", params={"shards": [3], "split": "val"}))
+    assert val[0].name == f"{name}/cube-double-play-v0-003-val.npz"
+
+
+def test_bad_files_are_named_errors(tmp_path):
+    arrays = write_ogbench(tmp_path / "x.npz", [3, 2], compressed=False)
+    cut = dict(arrays, terminals=arrays["terminals"].copy())
+    cut["terminals"][-1] = 0.0
+    np.savez(tmp_path / "cut.npz", **cut)
+    with pytest.raises(LoaderError, match="last row is not a terminal"):
+        convert({"cube-single-play-v0.npz": tmp_path / "cut.npz"})
+    np.savez(tmp_path / "no_actions.npz", observations=arrays["observations"], terminals=arrays["terminals"])
+    with pytest.raises(LoaderError, match="'actions'"):
+        convert({"cube-single-play-v0.npz": tmp_path / "no_actions.npz"})
+    (tmp_path / "junk.npz").write_bytes(b"not a zip at all")
+    with pytest.raises(CorruptFile):
+        convert({"cube-single-play-v0.npz": tmp_path / "junk.npz"})
+    data = (tmp_path / "x.npz").read_bytes()
+    (tmp_path / "short.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises((CorruptFile, zipfile.BadZipFile)):
+        convert({"cube-single-play-v0.npz": tmp_path / "short.npz"})
+
+
+def test_params_are_checked():
+    loader = OGBenchLoader()
+    for params, match in (
+        ({"split": "test"}, "split"),
+        ({"shards": [0]}, "100M"),
+        ({"bogus": 1}, "unknown parameter"),
+        ({"mirror": "somewhere"}, "mirror"),
+    ):
+        with pytest.raises(InvalidParameter, match=match):
+            loader.resources(DatasetSpec(id="ogbench/scene-play-v0", loader="ogbench", params=params))
+    for shards in ([], [100], [1, 1], "all"):
+        with pytest.raises(InvalidParameter, match="shards"):
+            loader.resources(DatasetSpec(id="ogbench/scene-play-100m-v0", loader="ogbench", params={"shards": shards}))
+
+
+def test_catalogue_lists_every_dataset_of_ogbench_1_2():
+    import datasets_hub as dh
+
+    names = dataset_names()
+    assert len(names) == 85 and len([n for n in names if n.startswith("visual-")]) == 35
+    ids = set(dh.list_datasets(loader="ogbench"))
+    assert {f"ogbench/{n}" for n in names} <= ids
+    assert {f"ogbench/{n}-val" for n in names} <= ids
+    assert {f"ogbench/{n}" for n in HUNDRED_M} <= ids
+    assert len(ids) == 85 * 2 + len(HUNDRED_M)
+
+
+def test_check_loader_contract(tmp_path):
+    from datasets_hub.testing import check_loader
+
+    write_ogbench(tmp_path / "scene-play-v0.npz", [4, 2, 5])
+    spec = DatasetSpec(id="ogbench/scene-play-v0", loader="ogbench")
+    assert check_loader(OGBenchLoader, spec, {"scene-play-v0.npz": tmp_path / "scene-play-v0.npz"})
+
+
+# -- through the hub: served from 127.0.0.1, downloaded, built, loaded --------------------------------
+def test_load_through_endpoint_mirror_and_sample(tmp_path, monkeypatch):
+    from http_server import serve_files
+
+    import datasets_hub as dh
+
+    arrays = write_ogbench(tmp_path / "f.npz", [8, 5, 11])
+    want = expected_transitions([arrays])
+    upstream_path = "datasets/ogbench/antmaze-medium-navigate-v0.npz"  # BASE_URL's path + the file
+    with serve_files({upstream_path: (tmp_path / "f.npz").read_bytes()}) as server:
+        monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OGBENCH", server.base_url)
+        rb = dh.load("ogbench/antmaze-medium-navigate-v0", batch_size=16)
+        assert server.count(upstream_path) == 1
+    data = rb[:]
+    check(data, want)
+    card = dh.info("ogbench/antmaze-medium-navigate-v0")
+    assert card.cached and card.notes["episodes"] == 3
+    sampler = dh.GoalSampler(0.2, 0.5, 0.3, future="geometric", gamma=0.9)
+    rb = dh.load("ogbench/antmaze-medium-navigate-v0", batch_size=64, sampler=sampler)
+    batch = rb.sample()
+    assert batch["goal", "observation"].shape == (64, 5)
+
+
+def test_hugging_face_mirror(tmp_path, monkeypatch):
+    from http_server import point_huggingface_hub_at, serve_files
+
+    import datasets_hub as dh
+
+    arrays = write_ogbench(tmp_path / "f.npz", [4, 6])
+    with serve_files() as server:
+        server.add_hf_file("mirror-org/ogbench", "scene-play-v0-val.npz", (tmp_path / "f.npz").read_bytes())
+        point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
+        rb = dh.load("ogbench/scene-play-v0-val", mirror="hf://datasets/mirror-org/ogbench")
+        check(rb[:], expected_transitions([arrays]))
+
+
+def test_shards_param_is_part_of_the_fingerprint(tmp_path, monkeypatch):
+    from http_server import serve_files
+
+    import datasets_hub as dh
+
+    name, stem = "scene-play-100m-v0", "scene-play-v0"
+    files = {}
+    for i in range(3):
+        write_ogbench(tmp_path / f"{i}.npz", [3 + i, 2], first_row=100 * i)
+        files[f"datasets/ogbench/{name}/{stem}-{i:03d}.npz"] = (tmp_path / f"{i}.npz").read_bytes()
+    with serve_files(files) as server:
+        monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OGBENCH", server.base_url)
+        one = dh.load(f"ogbench/{name}", shards=[0])
+        two = dh.load(f"ogbench/{name}", shards=[0, 2])
+    assert len(one) == 3 + 2 and len(two) == (3 + 2) + (5 + 2)
+    assert one.storage.path != two.storage.path

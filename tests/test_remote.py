@@ -1,0 +1,250 @@
+"""load(URL): published builds opened over file://, HTTP and the Hugging Face Hub, fully or lazily resident."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import datasets_hub as dh
+from datasets_hub import SliceSampler
+from datasets_hub.errors import DownloadError, InvalidParameter
+from datasets_hub.publish import PUBLISHED, export
+from datasets_hub.remote import ResidentStorage
+
+pytest.importorskip("zarr")  # an optional extra (datasets-hub[remote]); make test installs it
+
+ID = "gym/cartpole-random-v0"
+PARAMS = {"steps": 3000, "seed": 7}
+CHUNK = 4096  # small chunks: a batch touches only some of them
+
+
+@pytest.fixture
+def local_rb():
+    return dh.load(ID, **PARAMS)
+
+
+@pytest.fixture
+def published(local_rb, tmp_path) -> Path:
+    return export(local_rb, tmp_path / "published", chunk_bytes=CHUNK)
+
+
+def _serve(server, folder: Path, prefix: str = "pub") -> str:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            server.add(f"{prefix}/{path.relative_to(folder).as_posix()}", path.read_bytes())
+    return f"{server.base_url}/{prefix}"
+
+
+def _same(a, b) -> bool:
+    return bool((a == b).all())
+
+
+def test_full_residency_gives_bit_identical_samples_under_the_same_seed(local_rb, published):
+    sampler_kw = {"slice_len": 16}
+    rb = dh.load(
+        f"file://{published}",
+        batch_size=64,
+        sampler=SliceSampler(**sampler_kw),
+        generator=torch.Generator().manual_seed(3),
+    )
+    ref = dh.load(
+        ID, batch_size=64, sampler=SliceSampler(**sampler_kw), generator=torch.Generator().manual_seed(3), **PARAMS
+    )
+    for _ in range(20):
+        assert _same(rb.sample(), ref.sample())
+    rb.storage.wait_complete(60)
+    assert rb.storage.fill_status()["complete"]
+    assert _same(rb[:], local_rb[:])
+    # a complete copy opens as a plain build: no residency checks, and offline it needs no folder at all
+    os.environ["DATASETS_HUB_OFFLINE"] = "1"
+    try:
+        again = dh.load(f"file://{published}")
+        assert not isinstance(again.storage, ResidentStorage)
+        assert _same(again[:], local_rb[:])
+    finally:
+        del os.environ["DATASETS_HUB_OFFLINE"]
+
+
+def test_lazy_over_http_fetches_kilobytes_before_the_first_batch(local_rb, published):
+    from http_server import serve_files
+
+    total = sum(r["bytes"] for r in json.loads((published / PUBLISHED).read_text())["files"].values())
+    with serve_files() as server:
+        url = _serve(server, published)
+        rb = dh.load(
+            url,
+            resident="lazy",
+            batch_size=32,
+            sampler=SliceSampler(slice_len=8),
+            generator=torch.Generator().manual_seed(0),
+        )
+        before = _bytes_sent(server)
+        assert before < 0.35 * total, (before, total)  # published.json, manifest, episode index only
+        batch = rb.sample()
+        index = batch["index"] if "index" in batch.keys() else None
+        chunk_gets = [r for r in server.requests if "/c/" in r.path]
+        assert 0 < len(chunk_gets) < sum(1 for p in (published / "data.zarr").rglob("*") if "/c/" in p.as_posix())
+        rows = torch.arange(0, len(local_rb), 97)
+        assert _same(rb[rows], local_rb[rows])
+        assert index is not None
+        keys = ["observation", "action", "episode", "step", ("next", "reward"), ("next", "observation")]
+        assert _same(batch.select(*keys), local_rb[index].select(*keys))  # slice ends re-mark next/truncated
+
+
+def _bytes_sent(server) -> int:
+    return sum(server.bytes_of(request.path) for request in server.requests if request.method == "GET")
+
+
+def test_lazy_sampling_is_uniform_over_the_whole_dataset(published, local_rb):
+    rb = dh.load(f"file://{published}", resident="lazy", batch_size=500, generator=torch.Generator().manual_seed(1))
+    bins = 20
+    counts = np.zeros(bins)
+    n = len(local_rb)
+    draws = 0
+    for _ in range(60):
+        _, info = rb.sample(return_info=True)
+        index = np.asarray(info["index"]).reshape(-1)
+        counts += np.bincount(index * bins // n, minlength=bins)
+        draws += index.size
+    expected = np.full(bins, draws / bins)
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 43.82, chi2  # the 0.999 quantile of chi-square with 19 degrees of freedom
+
+
+def test_hugging_face_url_with_revision(published, local_rb, monkeypatch, tmp_path):
+    from http_server import point_huggingface_hub_at, serve_files
+
+    with serve_files() as server:
+        for path in published.rglob("*"):
+            if path.is_file():
+                server.add_hf_file("org/cartpole", path.relative_to(published).as_posix(), path.read_bytes())
+        point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
+        rb = dh.load("hf://datasets/org/cartpole@main", resident="lazy")
+        rows = torch.arange(0, len(local_rb), 31)
+        assert _same(rb[rows], local_rb[rows])
+
+
+def test_corrupt_chunk_is_never_served_then_refetched(published, local_rb):
+    from http_server import serve_files
+
+    with serve_files() as server:
+        url = _serve(server, published)
+        rb = dh.load(url, resident="lazy")
+        chunk = next(
+            p
+            for p in json.loads((published / PUBLISHED).read_text())["files"]
+            if p.startswith("data.zarr/steps/next/reward/c/")
+        )
+        server.fault(f"pub/{chunk}", corrupt=True)
+        rows_per_chunk = json.loads((published / PUBLISHED).read_text())["arrays"]["steps/next/reward"]["chunk_rows"]
+        number = int(chunk.rsplit("/c/", 1)[1].split("/")[0])
+        rows = torch.arange(number * rows_per_chunk, number * rows_per_chunk + 4)
+        with pytest.raises(DownloadError, match="could not be fetched intact"):
+            rb[rows]
+        assert server.count(f"pub/{chunk}") == 3  # three tries, none accepted
+        assert not rb.storage.chunks.maps["steps/next/reward"][number]
+        server.fault(f"pub/{chunk}", corrupt=False)
+        assert _same(rb[rows], local_rb[rows])
+
+
+def test_dropped_connection_mid_chunk_is_retried(published, local_rb):
+    from http_server import serve_files
+
+    with serve_files() as server:
+        url = _serve(server, published)
+        rb = dh.load(url, resident="lazy")
+        for relpath in json.loads((published / PUBLISHED).read_text())["files"]:
+            if "/c/" in relpath and not relpath.startswith("data.zarr/episodes/"):
+                server.fault(f"pub/{relpath}", drop_after=10, drop_times=1)
+        rows = torch.arange(0, len(local_rb), 13)
+        assert _same(rb[rows], local_rb[rows])
+
+
+def test_server_gone_fails_only_for_missing_chunks(published, local_rb):
+    from http_server import serve_files
+
+    with serve_files() as server:
+        url = _serve(server, published)
+        rb = dh.load(url, resident="lazy")
+        first = torch.arange(0, 8)
+        assert _same(rb[first], local_rb[first])
+        for path in server.served_paths():
+            server.fault(path, status=503)  # open keep-alive connections would outlive stop()
+    assert _same(rb[first], local_rb[first])  # resident: no network needed
+    with pytest.raises(DownloadError):
+        rb[torch.tensor([len(local_rb) - 1])]
+
+
+def test_byte_budget_evicts_least_recently_used_chunks(published, local_rb):
+    budget = 40_000
+    rb = dh.load(f"file://{published}", resident="lazy", max_bytes=budget)
+    chunks = rb.storage.chunks
+    episodes = sum(
+        chunks.chunk_bytes(n, c)
+        for n, s in chunks.arrays.items()
+        if n.startswith("episodes/")
+        for c in range(s["chunks"])
+    )
+    for start in range(0, len(local_rb) - 10, 150):
+        rows = torch.arange(start, start + 10)
+        assert _same(rb[rows], local_rb[rows])
+        assert chunks.resident_bytes() <= budget + episodes
+    rows = torch.arange(0, 10)  # evicted long ago: fetched again, still right
+    assert _same(rb[rows], local_rb[rows])
+    with pytest.raises(InvalidParameter, match="max_bytes"):
+        dh.load(f"file://{published}", resident="lazy", max_bytes=100)[:]
+
+
+def test_refusals(published):
+    with pytest.raises(InvalidParameter, match="loader params"):
+        dh.load(f"file://{published}", steps=5)
+    with pytest.raises(InvalidParameter, match="published builds"):
+        dh.load(ID, resident="lazy", **PARAMS)
+    with pytest.raises(InvalidParameter, match="resident="):
+        dh.load(f"file://{published}", resident="sometimes")
+    with pytest.raises(InvalidParameter, match="resident='lazy'"):
+        dh.load(f"file://{published}", max_bytes=10_000)
+    with pytest.raises(DownloadError, match="does not exist"):
+        dh.load(f"file://{published.parent / 'nothing'}")
+
+
+_KILL_CHILD = """
+import sys, torch, datasets_hub as dh
+rb = dh.load(sys.argv[1], resident="lazy", batch_size=64, generator=torch.Generator().manual_seed(int(sys.argv[2])))
+print("ready", flush=True)
+while True:
+    rb.sample()
+"""
+
+
+def test_kill_minus_9_leaves_residency_consistent_with_the_bytes(published, local_rb, tmp_path):
+    url = f"file://{published}"
+    env = {**os.environ}
+    for seed in range(4):
+        child = subprocess.Popen([sys.executable, "-c", _KILL_CHILD, url, str(seed)], stdout=subprocess.PIPE, env=env)
+        assert child.stdout.readline().strip() == b"ready"
+        time.sleep(0.05 + 0.07 * seed)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    rb = dh.load(url, resident="lazy")
+    chunks = rb.storage.chunks
+    stored = rb.storage.path / "data"
+    checked = 0
+    for name, spec in chunks.arrays.items():
+        source = np.fromfile(local_rb.storage.path / "data" / (name + ".memmap"), dtype=np.uint8)
+        local = np.fromfile(stored / (name + ".memmap"), dtype=np.uint8)
+        step = spec["chunk_rows"] * chunks.row_bytes[name]
+        for chunk in np.flatnonzero(chunks.maps[name][: spec["chunks"]]):
+            a = slice(int(chunk) * step, min(len(source), (int(chunk) + 1) * step))
+            assert np.array_equal(local[a], source[a]), (name, chunk)
+            checked += 1
+    assert checked > 0
