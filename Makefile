@@ -12,7 +12,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-upstream-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install clean
+.PHONY: demo test test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -89,7 +89,13 @@ $(ULR_STAMP): pyproject.toml constraints.txt
 test-upstream-lerobot: $(ULR_STAMP)
 	$(ULR_PY) -m pytest -q tests/test_lerobot_upstream.py -p no:cacheprovider
 
-# Lint and types: ruff (rules and formatter settings in pyproject.toml) and mypy, from the `lint` extra.
+# LeRobot-format datasets: our build + windows vs LeRobotDataset(delta_timestamps) (~10-20 min, ~20 GB of disk
+# for the ALOHA-shaped build; `--shapes pusht` alone takes ~3 min). Needs the venv above.
+bench-lerobot: $(ULR_STAMP)
+	$(ULR_PY) benchmarks/lerobot.py
+
+# Lint and types: ruff (rules, formatter) and mypy (on datasets_hub and loaders), configured in pyproject.toml,
+# installed from the `lint` extra.
 LINT_STAMP := $(VENV)/.lint-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
 $(LINT_STAMP): $(STAMP)
@@ -101,9 +107,23 @@ lint-install: $(LINT_STAMP)
 lint: lint-install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	@# a kept `# noqa` names its reason: `# noqa: CODE - why`
 	@! grep -rnE --include='*.py' '# noqa(: *[A-Z]+[0-9]+(, *[A-Z]+[0-9]+)*)? *$$' datasets_hub loaders tests benchmarks examples \
 		|| (echo "a # noqa above has no reason: write '# noqa: CODE - why'"; false)
 
+# The documentation site (mkdocs.yml): guide, datasets, design, API reference from the docstrings.
+# --strict turns every warning (a broken link, an anchor, a docstring mkdocstrings cannot collect) into a failure.
+DOCS_STAMP := $(VENV)/.docs-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+
+$(DOCS_STAMP): $(STAMP)
+	$(PIP_INSTALL) -e '.[docs]'
+	rm -f $(VENV)/.docs-* && touch $@
+
+docs-install: $(DOCS_STAMP)
+
+docs: docs-install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(ULR_VENV) build *.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) $(ULR_VENV) build site *.egg-info

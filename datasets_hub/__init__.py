@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # public name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
-    # the hub (DESIGN.md §2)
+    # the hub (docs/reference/hub.md)
     "load": "hub",
     "download": "hub",
     "info": "hub",
@@ -52,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "PrioritizedSliceSampler": "buffers.slice_samplers",
     "WindowSampler": "buffers.window_sampler",
     "GoalSampler": "buffers.goal_sampler",
+    "NStepReturnSampler": "buffers.return_sampler",
     # writers
     "Writer": "buffers.writers",
     "RoundRobinWriter": "buffers.writers",
@@ -66,7 +67,7 @@ _EXPORTS: dict[str, str] = {
     "FullStackSampler": "buffers.frame_stack",
     "EpisodeIndex": "buffers.episode_index",
     "ReturnToGo": "buffers.returns",
-    # interop (DESIGN.md §8)
+    # interop (docs/guide/interop.md)
     "BufferDataset": "interop.torch_data",
     "SampledBatches": "interop.torch_data",
     "EpisodeShardSampler": "interop.torch_data",

@@ -1,4 +1,4 @@
-"""Atomic, concurrent-safe builds of one dataset (DESIGN.md §4).
+"""Atomic, concurrent-safe builds of one dataset (docs/design/on-disk.md).
 
 A build is written into ``<dir>.incomplete`` while holding ``<dir>.lock``, its manifest is
 written last, and the directory is renamed into place: a directory with a manifest is a complete

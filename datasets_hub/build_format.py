@@ -1,4 +1,4 @@
-"""The on-disk build format (lean TED, DESIGN.md §4): its one owner.
+"""The on-disk build format (lean TED, docs/design/on-disk.md): its one owner.
 
 Everything that knows how a build lies on disk is here: the layout constants, the writer
 (:class:`LeanTEDWriter`), :func:`open_leaf`, the manifest checksum, and the one reader,
@@ -146,7 +146,7 @@ class _LeafFile:
 
     def append(self, values: torch.Tensor) -> None:
         """Queue ``values`` for writing; the caller must not modify them afterwards."""
-        buffer = memoryview(_to_numpy(values)).cast("B")
+        buffer = _to_numpy(values).data.cast("B")
 
         def write() -> None:
             self.sha256.update(buffer)
@@ -248,7 +248,7 @@ class LeanTEDWriter:
         handle = self.files.get((group, key))
         if handle is None:
             source_key = ("next", *key[1:]) if group == STEPS and key[0] == "next" else key
-            dtype, shape = self._schema[source_key]  # type: ignore[index]
+            dtype, shape = self._schema[source_key]
             path = self.data_dir.joinpath(group, *key[:-1], key[-1] + LEAF_SUFFIX)
             handle = self.files[(group, key)] = _LeafFile(path, dtype, shape, self._io)
         return handle
@@ -497,7 +497,8 @@ def open_leaf(
         np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     except TypeError:  # no numpy twin: map an int of the same width and view it
         np_dtype = np.dtype(f"i{itemsize}")
-    tensor = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode=mode, shape=(int(rows), *shape)))
+    memmap_mode: Any = mode  # numpy's stubs want a Literal
+    tensor = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode=memmap_mode, shape=(int(rows), *shape)))
     return tensor if tensor.dtype == dtype else tensor.view(dtype)
 
 

@@ -1,4 +1,4 @@
-"""Where things live on disk (DESIGN.md §4) and how a build is published atomically.
+"""Where things live on disk (docs/design/on-disk.md) and how a build is published atomically.
 
     <cache>/raw/<loader>/...                         downloaded upstream files
     <cache>/datasets/<loader>/<name>/<build-fp>/     one converted build (manifest.json + data/)

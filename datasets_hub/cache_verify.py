@@ -1,4 +1,4 @@
-"""``datasets-hub verify``: does the cache still hold the bytes it recorded? (DESIGN.md §4)
+"""``datasets-hub verify``: does the cache still hold the bytes it recorded? (docs/design/on-disk.md)
 
 :func:`verify` rehashes raw files (``downloader.verify_file``: against the catalogue sha256 or the
 one recorded at first download) and every data file of a build against the sha256, dtype, shape and

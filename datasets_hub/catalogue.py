@@ -1,4 +1,4 @@
-"""The catalogue: which dataset ids exist and what each is made from (DESIGN.md §5).
+"""The catalogue: which dataset ids exist and what each is made from (docs/design/plugins.md).
 
 Sources, merged in this order, clashes being errors that name both sources:
 ``registry.yaml`` shipped with the package, the files listed in ``DATASETS_HUB_REGISTRY``

@@ -1,4 +1,4 @@
-"""The ``datasets-hub`` command line (DESIGN.md §2): list, info, download, verify, rm, cache, sample.
+"""The ``datasets-hub`` command line (docs/reference/hub.md): list, info, download, verify, rm, cache, sample.
 
 ``main(argv=None) -> int`` returns the exit code (the console script exits with it):
 
@@ -41,7 +41,7 @@ def _is_usage_error(exc: BaseException) -> bool:
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage block) and did-you-mean for unknown commands."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if match:
             choices = re.findall(r"'([^']*)'", match.group(2))
@@ -555,7 +555,7 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------ entry point
-def _err(message: str) -> None:
+def _err(message: object) -> None:
     print(f"{PROG}: error: " + " ".join(str(message).split()), file=sys.stderr)
 
 

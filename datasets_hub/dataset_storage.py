@@ -1,4 +1,4 @@
-"""Read-only storage over one lean-TED build (DESIGN.md §3–§4).
+"""Read-only storage over one lean-TED build (docs/design/ted.md, docs/design/on-disk.md).
 
 Observation-like keys are stored once per episode with T+1 rows; ``observation[t]`` and
 ``next/observation[t]`` are gathered from the same array at rows ``i + e`` and ``i + e + 1``
@@ -125,7 +125,7 @@ class DatasetStorage(ReadOnlyStorage):
             )
         return torch.from_numpy(order[pos])
 
-    def _rows(self, index: Any) -> np.ndarray:
+    def _rows(self, index: Any) -> tuple[np.ndarray, tuple[int, ...]]:
         """``index`` as a flat int64 array of valid rows, plus the shape to give the result."""
         if isinstance(index, slice):
             rows = np.arange(self._len)[index]
@@ -190,10 +190,13 @@ class DatasetStorage(ReadOnlyStorage):
                 return column
         return self.get(slice(None)).get(key)
 
-    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+    def gather_key(
+        self, key: str | tuple[str, ...], rows: torch.Tensor, *, episodes: np.ndarray | None = None
+    ) -> torch.Tensor:
         """One leaf at transitions ``rows`` (1-D int64), read from its own file only: an observation-like
         key from the per-episode ``T+1`` rows (``("next", key)`` one row later), a per-step key from its
-        column; derived keys (``episode``, ``step``, root flags, ``("next", "done")``) go through ``get``."""
+        column; derived keys (``episode``, ``step``, root flags, ``("next", "done")``) go through ``get``.
+        ``episodes`` (each row's ordinal in :meth:`episode_index`) saves the search for them."""
         key = (key,) if isinstance(key, str) else tuple(key)
         rows_np, _ = self._rows(rows)
         for stored, column in self._steps_np:
@@ -203,8 +206,9 @@ class DatasetStorage(ReadOnlyStorage):
         obs_key = key[1:] if is_next else key
         for stored, column, shared_next in self._obs:
             if stored == obs_key and (shared_next or not is_next):
-                episode = np.searchsorted(self._start_np, rows_np, side="right") - 1
-                return torch.from_numpy(column.take(rows_np + episode + int(is_next), axis=0))
+                if episodes is None:
+                    episodes = np.searchsorted(self._start_np, rows_np, side="right") - 1
+                return torch.from_numpy(column.take(rows_np + episodes + int(is_next), axis=0))
         value = self.get(torch.from_numpy(rows_np)).get(key, None)
         if value is None:
             raise KeyError(key)

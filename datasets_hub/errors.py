@@ -80,7 +80,7 @@ class CacheError(HubError):
 
 
 class TEDError(HubError, ValueError):
-    """Data that breaks the TorchRL Episode Data contract (DESIGN.md §3)."""
+    """Data that breaks the TorchRL Episode Data contract (docs/design/ted.md)."""
 
 
 class InvalidParameter(HubError, ValueError):

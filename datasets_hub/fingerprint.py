@@ -1,4 +1,4 @@
-"""Transform fingerprints: when a cached preprocessing result may be reused (DESIGN.md §7).
+"""Transform fingerprints: when a cached preprocessing result may be reused (docs/guide/preprocessing.md).
 
 ``transform-fp = hash(parent fingerprint, fn, version)``, where ``fn`` is identified by what it
 computes, not by its name alone:

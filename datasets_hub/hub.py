@@ -1,4 +1,4 @@
-"""Load-by-name: the functions a training script calls (DESIGN.md §2).
+"""Load-by-name: the functions a training script calls (docs/reference/hub.md).
 
 ``load`` finds the build for (id, params) in the cache — opening it costs milliseconds and no
 network — or downloads the upstream files, converts them once, and publishes the build atomically.

@@ -1,4 +1,4 @@
-"""The plugin contract every loader follows (DESIGN.md §5).
+"""The plugin contract every loader follows (docs/design/plugins.md).
 
 A loader is a class registered under the entry-point group ``datasets_hub.loaders``; the
 entry-point name is the loader's ``name`` and the prefix of its dataset ids. The core owns

@@ -1,4 +1,4 @@
-"""Cache maintenance: remove, list, measure and prune what the hub keeps on disk (DESIGN.md §4).
+"""Cache maintenance: remove, list, measure and prune what the hub keeps on disk (docs/design/on-disk.md).
 
 These are the functions behind ``datasets-hub rm|cache`` (``verify`` lives in
 :mod:`datasets_hub.cache_verify`); they return plain data and never print, so scripts can call them

@@ -1,4 +1,4 @@
-"""Loader plugins, found through the ``datasets_hub.loaders`` entry-point group (DESIGN.md §5).
+"""Loader plugins, found through the ``datasets_hub.loaders`` entry-point group (docs/design/plugins.md).
 
 Entry points are read on first use only; a loader module is imported only when one of its
 datasets is asked for, so ``import datasets_hub`` never pays for a plugin or its upstream library.

@@ -1,4 +1,4 @@
-"""Cached, fingerprinted, parallel preprocessing of a buffer's transitions (DESIGN.md §7, §8).
+"""Cached, fingerprinted, parallel preprocessing of a buffer's transitions (docs/guide/preprocessing.md).
 
 ``preprocess(rb, fn)`` returns a read-only buffer over ``fn`` mapped once over every stored row.
 The result lives in ``<cache>/preprocessed/<build-fp>/<transform-fp>/`` (:mod:`.fingerprint`);
@@ -39,7 +39,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -608,8 +608,9 @@ def _map_ray(fn: Callable, job: _Job, chunks: list[tuple[int, int]], bar: Any) -
                 try:
                     bar.update(ray.get(ref))
                 except Exception as exc:
-                    if isinstance(getattr(exc, "cause", None), _ChunkFailed):
-                        raise exc.cause from None
+                    cause = getattr(exc, "cause", None)  # Ray wraps the task's own error
+                    if isinstance(cause, _ChunkFailed):
+                        raise cause from None
                     raise PreprocessError(f"a Ray task running {job.fn_name} failed: {exc}") from exc
     finally:
         for ref in pending:
@@ -618,7 +619,9 @@ def _map_ray(fn: Callable, job: _Job, chunks: list[tuple[int, int]], bar: Any) -
 
 def preprocess_chain(rb: Any, fns: Callable | Sequence[Callable] | None, **kwargs: Any) -> Any:
     """``preprocess`` each of ``fns`` in turn (fingerprints chain: each step's parent is the last result)."""
-    steps = [] if fns is None else list(fns) if isinstance(fns, (list, tuple)) else [fns]
+    steps: list[Callable] = (
+        [] if fns is None else list(fns) if isinstance(fns, (list, tuple)) else [cast(Callable, fns)]
+    )
     transform = kwargs.pop("transform", None)
     for i, fn in enumerate(steps):
         rb = preprocess(rb, fn, transform=transform if i == len(steps) - 1 else None, **kwargs)

@@ -81,7 +81,7 @@ class PreprocessedStorage(ReadOnlyStorage, TensorStorage):
         return {"path": str(self.path)}  # the creating process alone removes a temporary result
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"])
+        type(self).__init__(self, state["path"])
 
     def __repr__(self) -> str:
         transform = (self.manifest.get("transform") or {}).get("name")

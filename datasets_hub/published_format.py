@@ -15,7 +15,7 @@ PUBLISHED = "published.json"
 PUBLISHED_FORMAT = "datasets_hub.published"
 PUBLISHED_VERSION = 1
 ZARR_DIR = "data.zarr"
-DEFAULT_CHUNK_BYTES = 4 << 20
+DEFAULT_CHUNK_BYTES = 256 << 10  # a lazy first batch fetches one chunk per leaf and slice: keep them small
 
 # the build's dtype names (torch's) -> numpy dtypes zarr v3 stores natively
 _NUMPY_DTYPES = {

@@ -140,7 +140,8 @@ def _filesystem(url: str) -> tuple[Any, str]:
     if url.startswith("s3://"):
         if importlib.util.find_spec("s3fs") is None:  # fsspec loads it by protocol
             raise MissingDependency("loading a build from S3 needs s3fs: pip install s3fs")
-        return fsspec.filesystem("s3"), url[len("s3://") :].rstrip("/")
+        # a fresh client per open: endpoint and credentials come from the AWS environment at call time
+        return fsspec.filesystem("s3", skip_instance_cache=True), url[len("s3://") :].rstrip("/")
     if url.startswith("file://"):
         return fsspec.filesystem("file"), url[len("file://") :].rstrip("/")
     raise InvalidParameter(
@@ -250,8 +251,14 @@ def _prepare(path: Path, folder: RemoteFolder, published: dict[str, Any], publis
             with open(map_path, "wb") as handle:
                 handle.truncate(max(1, int(spec["chunks"])))
         _write_atomic(path / "manifest.json", manifest_bytes)
-        # the episode index (kilobytes) comes now: samplers need all of it before the first batch
+        # every leaf's zarr metadata in one concurrent fetch (a few hundred bytes each), kept locally
+        metadata_files = [f"data.zarr/{name}/zarr.json" for name in published["arrays"]]
         chunks = Chunks(path, folder, published)
+        for relpath, payload in folder.read_many(metadata_files).items():
+            if isinstance(payload, BaseException):
+                raise DownloadError(f"could not read {folder.shown}/{relpath}: {payload}") from payload
+            chunks.keep_metadata(relpath, payload)
+        # the episode index (kilobytes) comes now: samplers need all of it before the first batch
         chunks.ensure(
             {
                 name: np.arange(spec["chunks"])
@@ -322,25 +329,33 @@ class Chunks:
         from zarr.storage import MemoryStore
 
         meta_path = f"data.zarr/{name}/zarr.json"
-        meta = self._verified(meta_path, self._local_metadata(name) or self.folder.read(meta_path))
-        self._store_local_metadata(name, meta)
+        meta = self._local_metadata(name)
+        if meta is None:
+            self.keep_metadata(meta_path, self.folder.read(meta_path))
+            meta = self._local_metadata(name)
+        meta = self._verified(meta_path, meta or b"")
         self._prototype = default_buffer_prototype()
         contents: dict[str, Any] = {"zarr.json": self._prototype.buffer.from_bytes(meta)}
         array = zarr.open_array(MemoryStore(contents), mode="r")
         self._decoders[name] = (array, contents)
         return array, contents
 
+    def _metadata_path(self, name: str) -> Path:
+        return self.path / "zarr-meta" / (name.replace("/", "__") + ".json")
+
     def _local_metadata(self, name: str) -> bytes | None:
         try:
-            return (self.path / "zarr-meta" / (name.replace("/", "__") + ".json")).read_bytes()
+            return self._metadata_path(name).read_bytes()
         except OSError:
             return None
 
-    def _store_local_metadata(self, name: str, meta: bytes) -> None:
-        target = self.path / "zarr-meta" / (name.replace("/", "__") + ".json")
-        if not target.exists():
-            target.parent.mkdir(exist_ok=True)
-            _write_atomic(target, meta)
+    def keep_metadata(self, relpath: str, data: bytes) -> None:
+        """Verify one leaf's ``zarr.json`` (``data.zarr/<leaf>/zarr.json``) and keep it in the local copy."""
+        name = relpath[len("data.zarr/") : -len("/zarr.json")]
+        self._verified(relpath, data)
+        target = self._metadata_path(name)
+        target.parent.mkdir(exist_ok=True)
+        _write_atomic(target, data)
 
     def _verified(self, relpath: str, data: bytes) -> bytes:
         expected = self.files.get(relpath)

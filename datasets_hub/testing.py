@@ -11,7 +11,7 @@ import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -80,7 +80,7 @@ def naive_ted(chunks: TensorDictBase | Sequence[TensorDictBase]) -> TensorDict:
     """The full TED copy of ``chunks`` as a build must return it (root flags False, ``step``,
     ``next/done`` added)."""
     chunks = [chunks] if isinstance(chunks, TensorDictBase) else list(chunks)
-    td = torch.cat([c.clone() for c in chunks])
+    td = cast(TensorDict, torch.cat([c.clone() for c in chunks]))  # torch's stubs know only tensors
     n = td.batch_size[0]
     episode = td.get("episode")
     step = torch.zeros(n, dtype=torch.int64)
@@ -125,7 +125,7 @@ def check_loader(
     *,
     max_chunks: int | None = None,
 ) -> dict[str, Any]:
-    """Check a loader class against the plugin contract (DESIGN.md §5); return the build summary.
+    """Check a loader class against the plugin contract (docs/design/plugins.md); return the build summary.
 
     Checks the class attributes, then (when ``spec`` is given) converts ``files`` twice into a
     temporary directory, validating every chunk against the TED contract and that two runs
@@ -158,7 +158,8 @@ def check_loader(
                 writer.write(chunk)
                 chunks.append(chunk.clone())
             summaries.append(writer.finish())
-        data = torch.cat(chunks)
+        # torch.cat dispatches TensorDicts; its stubs know only tensors
+        data = cast(TensorDictBase, torch.cat(cast(Any, chunks)))
         if first is None:
             first = data
         elif not _same(first, data):

@@ -129,7 +129,7 @@ class NpyStream:
             raise LoaderError(f"{self.path.name}: asked for rows {self.pos}..{self.pos + n} of {self.rows}")
         out = np.empty((n, *self.row_shape), dtype=self.dtype)
         if n:
-            self._fill(memoryview(out.reshape(-1).view(np.uint8)))
+            self._fill(out.reshape(-1).view(np.uint8).data)
         self.pos += n
         return out if self.dtype.isnative else out.astype(_native(self.dtype))
 

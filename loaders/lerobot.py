@@ -39,7 +39,8 @@ anything else                     ``("info", name)``
 Video frames are matched to rows by timestamp with LeRobot's rule and tolerance (see
 :mod:`.lerobot_video`); a row without a frame is an error naming episode and timestamp.
 
-**Parameters**: ``repo`` (default: the id's ``<org>/<name>``), ``revision``, ``episodes`` (list of
+**Parameters**: ``repo`` (default: the id's ``<org>/<name>``), ``revision``, ``root`` (a local
+folder in LeRobot format, as ``LeRobotDataset(repo_id, root=...)`` takes; read in place, no Hub), ``episodes`` (list of
 episode indices), ``image_size`` (``[h, w]``: resize every camera once, at build time),
 ``channels_first`` (bool; default: the order the feature's ``names`` declare, HWC for LeRobot's
 recorders), ``tolerance_s`` (default ``1e-4``), ``num_workers`` (decoding processes; not part of
@@ -76,7 +77,7 @@ from .minari_convert import decode_text, encode_text
 
 __all__ = ["LeRobotLoader", "decode_text"]
 
-PARAMS = ("channels_first", "episodes", "image_size", "num_workers", "repo", "revision", "tolerance_s")
+PARAMS = ("channels_first", "episodes", "image_size", "num_workers", "repo", "revision", "root", "tolerance_s")
 UNKNOWN_KEY = ("info", "next_observation_unknown")
 _HF_CO = "https://huggingface.co/datasets/"
 _metas: dict[tuple[Any, ...], tuple[dict[str, Any], list[str]]] = {}
@@ -175,6 +176,17 @@ class LeRobotLoader(Loader):
                 f"{spec.id}: image_size {list(size)} must have even height and width "
                 "(frames are resized from YUV 4:2:0)"
             )
+        root = p.get("root")
+        if root is not None:
+            if not isinstance(root, str) or not root:
+                raise InvalidParameter(f"{spec.id}: root must be the path of a local LeRobot dataset, got {root!r}")
+            if not (Path(root).expanduser() / lm.INFO_PATH).is_file():
+                raise InvalidParameter(
+                    f"{spec.id}: root={root!r} has no meta/info.json; point it at the dataset's top folder "
+                    "(the one holding meta/, data/ and videos/)"
+                )
+            if p.get("revision") is not None:
+                raise InvalidParameter(f"{spec.id}: revision names a Hub revision; it cannot go with a local root")
         if p.get("channels_first") is not None and not isinstance(p["channels_first"], bool):
             raise InvalidParameter(f"{spec.id}: channels_first must be true or false, got {p['channels_first']!r}")
         tol = p.get("tolerance_s")
@@ -184,10 +196,10 @@ class LeRobotLoader(Loader):
     # -- what to fetch -----------------------------------------------------------------------------
     def resources(self, spec: DatasetSpec) -> list[Resource]:
         self.check_params(spec)
-        repo, revision = _repo(spec), spec.params.get("revision")
+        source = _Source.of(spec)
         info, meta_files = _metadata(spec)
         paths = [lm.INFO_PATH, *meta_files]
-        local = {p: _hf_local(repo, p, revision) for p in meta_files}
+        local = {p: source.local(p) for p in meta_files}
         meta = lm.read_meta(info, local, spec.id)
         seen = set(paths)
         for episode in meta.select(spec.params.get("episodes"), spec.id):
@@ -195,7 +207,7 @@ class LeRobotLoader(Loader):
                 if path not in seen:
                     seen.add(path)
                     paths.append(path)
-        return [_resource(repo, path, revision) for path in paths]
+        return [source.resource(path) for path in paths]
 
     # -- conversion --------------------------------------------------------------------------------
     def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
@@ -220,36 +232,60 @@ def _repo(spec: DatasetSpec) -> str:
     return repo
 
 
-def _resource(repo: str, path: str, revision: str | None) -> Resource:
-    url = f"hf://datasets/{repo}/{quote(path, safe='/()+,=-_.~')}" + (f"@{revision}" if revision else "")
-    return Resource(name=f"{repo}@{revision}/{path}" if revision else f"{repo}/{path}", urls=(url,))
+class _Source:
+    """Where the files of a spec come from: the Hub (``repo``, ``revision``) or a local ``root``."""
 
+    def __init__(self, repo: str, revision: str | None, root: Path | None) -> None:
+        self.repo, self.revision, self.root = repo, revision, root
 
-def _hf_local(repo: str, path: str, revision: str | None) -> Path:
-    from datasets_hub.hf_source import download_hf
+    @classmethod
+    def of(cls, spec: DatasetSpec) -> _Source:
+        root = spec.params.get("root")
+        return cls(_repo(spec), spec.params.get("revision"), Path(root).expanduser().resolve() if root else None)
 
-    resource = _resource(repo, path, revision)
-    return download_hf(resource.urls[0], resource_name=resource.name)
+    def resource(self, path: str) -> Resource:
+        """The resource of ``path``; its name is ``<repo>[@<revision>]/<path>`` either way."""
+        name = f"{self.repo}@{self.revision}/{path}" if self.revision else f"{self.repo}/{path}"
+        if self.root is not None:
+            local = self.root / path
+            if not local.is_file():
+                raise LoaderError(f"{self.repo}: {path} is not in the local dataset {self.root}")
+            # the size enters the fingerprint: a local file rewritten with another size is another build
+            return Resource(name=name, urls=(local.as_uri(),), size=local.stat().st_size)
+        url = f"hf://datasets/{self.repo}/{quote(path, safe='/()+,=-_.~')}"
+        return Resource(name=name, urls=(url + (f"@{self.revision}" if self.revision else ""),))
+
+    def local(self, path: str) -> Path:
+        """A readable local copy of ``path`` (the Hugging Face cache for Hub files)."""
+        if self.root is not None:
+            return self.root / path
+        from datasets_hub.hf_source import download_hf
+
+        resource = self.resource(path)
+        return download_hf(resource.urls[0], resource_name=resource.name)
+
+    def list_meta(self) -> list[str]:
+        if self.root is not None:
+            return sorted(p.relative_to(self.root).as_posix() for p in (self.root / "meta").rglob("*") if p.is_file())
+        from datasets_hub.hf_source import list_hf_files
+
+        return list_hf_files(self.repo, repo_type="dataset", revision=self.revision, prefix="meta/")
 
 
 def _metadata(spec: DatasetSpec) -> tuple[dict[str, Any], list[str]]:
-    """``(info, metadata paths to fetch)`` of the spec's repo, read once per process."""
+    """``(info, metadata paths to fetch)`` of the spec's repo (or root), read once per process."""
     from datasets_hub.downloader import is_offline
-    from datasets_hub.hf_source import hf_endpoint, hf_offline, list_hf_files
+    from datasets_hub.hf_source import hf_endpoint, hf_offline
 
-    repo, revision = _repo(spec), spec.params.get("revision")
-    key = (hf_endpoint(), repo, revision, is_offline() or hf_offline())
+    source = _Source.of(spec)
+    key = (hf_endpoint(), source.repo, source.revision, str(source.root), is_offline() or hf_offline())
     with _metas_lock:
-        if key not in _metas:
+        if key not in _metas or source.root is not None:  # a local root is re-read: it may change
             try:
-                info = lm.read_info(_hf_local(repo, lm.INFO_PATH, revision), spec.id)
-                listed = (
-                    list_hf_files(repo, repo_type="dataset", revision=revision, prefix="meta/")
-                    if lm.is_v3(info)
-                    else []
-                )
+                info = lm.read_info(source.local(lm.INFO_PATH), spec.id)
+                listed = source.list_meta() if lm.is_v3(info) else []
             except DownloadError as exc:
-                raise DownloadError(f"{spec.id}: cannot read the LeRobot metadata of {repo}: {exc}") from exc
+                raise DownloadError(f"{spec.id}: cannot read the LeRobot metadata of {source.repo}: {exc}") from exc
             _metas[key] = (info, lm.meta_paths(info, listed))
         info, paths = _metas[key]
         return info, list(paths)

@@ -174,9 +174,10 @@ class DecodePool:
         if self.num_workers > 1:
             import multiprocessing
 
-            self._pool = ProcessPoolExecutor(
-                self.num_workers, mp_context=multiprocessing.get_context("forkserver"), initializer=_worker_init
-            )
+            context = multiprocessing.get_context("forkserver")
+            # the fork server imports this module once (torch comes with it); workers fork from it
+            context.set_forkserver_preload([__name__])
+            self._pool = ProcessPoolExecutor(self.num_workers, mp_context=context, initializer=_worker_init)
 
     def submit(self, task: DecodeTask) -> Future[Any] | DecodeTask:
         """A future of the task's result (or the task itself, decoded later by :meth:`result`)."""

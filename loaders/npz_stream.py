@@ -105,7 +105,7 @@ class RowStream:
                 f"{self.key!r}, which has {self.shape[0]}"
             )
         array = np.empty((n, *self.row_shape), dtype=self.dtype)
-        view = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+        view = array.reshape(-1).view(np.uint8).data if array.size else memoryview(b"")
         got = 0
         try:
             while got < len(view):

@@ -173,7 +173,13 @@ class OGBenchLoader(Loader):
         missing = [n for n in order if n not in files]
         if missing:
             raise LoaderError(f"{spec.id}: files {missing} were not fetched (got {sorted(files)})")
-        state = {"episode": 0, "transitions": 0, "skipped_single_row": 0, "files": [], "extra_keys": set()}
+        state: dict[str, Any] = {
+            "episode": 0,
+            "transitions": 0,
+            "skipped_single_row": 0,
+            "files": [],
+            "extra_keys": set(),
+        }
         for name in order:
             yield from _convert_file(spec, Path(files[name]), name, ctx, state)
         ctx.note("episodes", state["episode"])

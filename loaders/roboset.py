@@ -349,10 +349,10 @@ class _Converter:
         import h5py
 
         where = f"{name}:{trial}"
-        for key in _CORE:
-            if key not in g:
+        for entry in _CORE:
+            if entry not in g:
                 raise LoaderError(
-                    f"{self.spec.id}: {where} has no {key!r} (keys: {sorted(g.keys())}); robohive "
+                    f"{self.spec.id}: {where} has no {entry!r} (keys: {sorted(g.keys())}); robohive "
                     "rollout groups hold observations, actions, rewards and done"
                 )
         rows = int(g["actions"].shape[0])
@@ -368,23 +368,23 @@ class _Converter:
             else [(("observation",), g["observations"])]
         )
         infos: list[tuple[tuple[str, ...], Any]] = []
-        for key in g.keys():
-            obj = g[key]
-            if key in _CORE:
+        for entry in g.keys():
+            obj = g[entry]
+            if entry in _CORE:
                 continue
             if isinstance(obj, h5py.Group):
-                infos += _leaves(obj, ("info",) if key == "env_infos" else ("info", key))
+                infos += _leaves(obj, ("info",) if entry == "env_infos" else ("info", entry))
             else:
-                infos.append((("info", key), obj))
+                infos.append((("info", entry), obj))
         for _key, ds in obs:
             if ds.shape[:1] != (rows,):
                 raise LoaderError(
                     f"{self.spec.id}: {where}/{ds.name.rsplit('/', 1)[-1]} has "
                     f"{ds.shape[0] if ds.shape else 0} rows but actions has {rows}"
                 )
-        for key in ("rewards", "done"):
-            if g[key].shape[:1] != (rows,):
-                raise LoaderError(f"{self.spec.id}: {where}/{key} has shape {g[key].shape}, expected {rows} rows")
+        for entry in ("rewards", "done"):
+            if g[entry].shape[:1] != (rows,):
+                raise LoaderError(f"{self.spec.id}: {where}/{entry} has shape {g[entry].shape}, expected {rows} rows")
         kept = []
         for key, ds in infos:
             label = ds.name.split("/", 2)[-1]
@@ -399,7 +399,7 @@ class _Converter:
 
         cols: dict[tuple[str, ...], np.ndarray] = {}
         rewards = np.asarray(g["rewards"][()], dtype=_native(g["rewards"].dtype)).reshape(rows, -1)
-        done = np.asarray(g["done"][()]).reshape(rows, -1).astype(bool).any(axis=1)
+        done = np.asarray(np.asarray(g["done"][()]).reshape(rows, -1).astype(bool).any(axis=1))
         unknown = np.zeros(steps, dtype=bool)
         if layout == "robohive":
             if np.isfinite(actions[-1]).any():

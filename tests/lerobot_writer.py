@@ -9,13 +9,16 @@ concatenated in one stream and located by ``videos/<key>/from_timestamp``/``to_t
 
 Every value tells where it came from (global frame index ``i``, episode ``e``, step ``t``):
 ``observation.state[i, d] = e * 1000 + t + d / 10``, ``action = -state``, ``next.reward = i / 2``.
-Each image draws ``i + 1`` in binary as 8x8 black/white blocks in channels 0 and 1 (robust to the
-lossy codec) and the camera number ``* 60 + 40`` in channel 2: :func:`read_index` decodes it back.
+Each image draws ``i + 1`` in binary as 8x8 black/white blocks in channels 0 and 1 of its top rows
+(robust to the lossy codec) and the camera number ``* 60 + 40`` in channel 2 there, over a fixed
+camera texture: :func:`read_index` decodes it back.
 """
 
 from __future__ import annotations
 
+import functools
 import io
+import itertools
 import json
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -50,19 +53,40 @@ class Spec:
     episodes_per_file: int = 2  # v3.0: episodes per data/video file
     robot_type: str = "koch"
     codec: str = "libsvtav1"
+    shared_video: bool = False  # benchmarks: encode camera 0's video once and copy it for every camera
     extra_features: dict[str, Any] = field(default_factory=dict)
 
 
-def frame_image(index: int, camera: int, height: int, width: int) -> np.ndarray:
-    """The uint8 HWC image of global frame ``index`` for camera number ``camera``."""
-    img = np.zeros((height, width, 3), dtype=np.uint8)
+CODE_BITS = 32
+
+
+def _code_rows(width: int) -> int:
     cols = width // BLOCK
-    value = index + 1
-    for bit in range((height // BLOCK) * cols):
-        if (value >> bit) & 1:
-            r, c = divmod(bit, cols)
-            img[r * BLOCK : (r + 1) * BLOCK, c * BLOCK : (c + 1) * BLOCK, :2] = 255
-    img[..., 2] = camera * 60 + 40
+    return -(-CODE_BITS // cols)
+
+
+@functools.lru_cache(maxsize=16)
+def _background(camera: int, height: int, width: int) -> np.ndarray:
+    """A fixed, camera-specific texture (8x8 cells of random colours), so that the videos carry
+    detail to encode as camera frames do, not only flat blocks."""
+    rng = np.random.default_rng(1000 + camera)
+    cells = rng.integers(0, 256, size=(-(-height // BLOCK), -(-width // BLOCK), 3), dtype=np.uint8)
+    return np.repeat(np.repeat(cells, BLOCK, 0), BLOCK, 1)[:height, :width]
+
+
+def frame_image(index: int, camera: int, height: int, width: int) -> np.ndarray:
+    """The uint8 HWC image of global frame ``index`` for camera number ``camera``: the code rows at
+    the top hold ``index + 1`` in binary (8x8 blocks, channels 0 and 1) and the camera number
+    (channel 2); the rest is the camera's texture."""
+    cols, rows = width // BLOCK, _code_rows(width)
+    if rows * BLOCK > height:
+        raise ValueError(f"a {height}x{width} image is too small for the frame code")
+    grid = np.zeros(rows * cols, dtype=np.uint8)
+    grid[:CODE_BITS] = (int(index) + 1 >> np.arange(CODE_BITS)) & 1
+    code = np.kron(grid.reshape(rows, cols), np.ones((BLOCK, BLOCK), dtype=np.uint8)) * 255
+    img = _background(camera, height, width).copy()
+    img[: rows * BLOCK, : cols * BLOCK, :2] = code[..., None]
+    img[: rows * BLOCK, :, 2] = camera * 60 + 40
     return img
 
 
@@ -71,32 +95,33 @@ def read_index(img: np.ndarray, channels_first: bool = False) -> tuple[int, int]
     img = np.asarray(img)
     if channels_first:
         img = img.transpose(1, 2, 0)
-    height, width = img.shape[:2]
-    cols = width // BLOCK
-    value = 0
-    for bit in range((height // BLOCK) * cols):
-        r, c = divmod(bit, cols)
-        if img[r * BLOCK + 2 : (r + 1) * BLOCK - 2, c * BLOCK + 2 : (c + 1) * BLOCK - 2, 0].mean() > 127:
-            value |= 1 << bit
-    return value - 1, round((float(img[..., 2].mean()) - 40) / 60)
+    width = img.shape[1]
+    cols, rows = width // BLOCK, _code_rows(width)
+    cells = img[: rows * BLOCK, : cols * BLOCK, 0].reshape(rows, BLOCK, cols, BLOCK)[:, 2:-2, :, 2:-2]
+    bits = (cells.mean(axis=(1, 3)) > 127).reshape(-1)[:CODE_BITS]
+    value = int((bits.astype(np.int64) << np.arange(CODE_BITS)).sum())
+    return value - 1, round((float(img[: rows * BLOCK, :, 2].mean()) - 40) / 60)
 
 
 def state_of(episode: int, t: int, dim: int) -> np.ndarray:
     return (episode * 1000 + t + np.arange(dim) / 10).astype(np.float32)
 
 
-def encode_video(path: Path, frames: np.ndarray, fps: int, codec: str = "libsvtav1") -> None:
-    """Encode uint8 ``[T, H, W, 3]`` frames as LeRobot's ``encode_video_frames`` does."""
+def encode_video(path: Path, frames: Any, fps: int, codec: str = "libsvtav1") -> None:
+    """Encode uint8 ``[H, W, 3]`` frames (an array ``[T, H, W, 3]`` or any iterable of frames) as
+    LeRobot's ``encode_video_frames`` does."""
     import av
 
     path.parent.mkdir(parents=True, exist_ok=True)
     options = {"g": "2", "crf": "30", "preset": "12"} if codec == "libsvtav1" else {"g": "2", "crf": "30"}
+    frames = iter(frames)
+    first = next(frames)
     with av.open(str(path), "w") as out:
         stream = out.add_stream(codec, rate=fps, options=options)
         stream.pix_fmt = "yuv420p"
-        stream.width, stream.height = frames.shape[2], frames.shape[1]
+        stream.width, stream.height = first.shape[1], first.shape[0]
         stream.time_base = Fraction(1, fps)
-        for i, img in enumerate(frames):
+        for i, img in enumerate(itertools.chain([first], frames)):
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
             frame.pts = i
             frame.time_base = Fraction(1, fps)
@@ -279,20 +304,20 @@ def _write_v3(
         )
         offsets = {}
         if spec.image_mode == "video":
+            first = None
             for c, cam in enumerate(spec.cameras):
-                frames = np.stack(
-                    [
-                        frame_image(starts[e] + t, c, spec.height, spec.width)
-                        for e in episodes
-                        for t in range(spec.lengths[e])
-                    ]
+                target = root / V3_VIDEO.format(video_key=cam, chunk_index=0, file_index=file_index)
+                if spec.shared_video and first is not None:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(first.read_bytes())
+                    continue
+                frames = (
+                    frame_image(starts[e] + t, c, spec.height, spec.width)
+                    for e in episodes
+                    for t in range(spec.lengths[e])
                 )
-                encode_video(
-                    root / V3_VIDEO.format(video_key=cam, chunk_index=0, file_index=file_index),
-                    frames,
-                    spec.fps,
-                    spec.codec,
-                )
+                encode_video(target, frames, spec.fps, spec.codec)
+                first = target
             position = 0
             for e in episodes:
                 offsets[e] = (position / spec.fps, (position + spec.lengths[e]) / spec.fps)
@@ -403,4 +428,10 @@ def _write_v21(
 def files_of(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` as ``{path in repo: bytes}`` (to serve from a fake Hub)."""
     root = Path(root)
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {name: (root / name).read_bytes() for name in files_of_names(root)}
+
+
+def files_of_names(root: Path) -> list[str]:
+    """The paths (in the repo) of every file under ``root``."""
+    root = Path(root)
+    return [p.relative_to(root).as_posix() for p in sorted(root.rglob("*")) if p.is_file()]

@@ -1,4 +1,4 @@
-"""Transform fingerprints (DESIGN.md §7): what changes them, what does not, and what cannot be hashed."""
+"""Transform fingerprints (docs/guide/preprocessing.md): what changes them, what does not, and what cannot be hashed."""
 
 from __future__ import annotations
 

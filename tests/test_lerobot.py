@@ -426,3 +426,13 @@ def test_delta_timestamps_off_the_frame_grid_are_refused():
         delta_indices({"action": [0.0, 0.15]}, fps=10)
     with pytest.raises(InvalidParameter, match="fps must be a positive number"):
         delta_indices({"action": [0.0]}, fps=0)
+
+
+def test_local_root_reads_in_place(written, tmp_path):
+    import datasets_hub
+
+    root, spec, summary = written["v2.1"]
+    td = datasets_hub.load("lerobot/local/koch", root=str(root), episodes=[1], num_workers=1)[:]
+    check(td, spec, summary, episodes=[1])
+    with pytest.raises(InvalidParameter, match=r"has no meta/info\.json"):
+        datasets_hub.load("lerobot/local/koch", root=str(tmp_path))

@@ -1,4 +1,4 @@
-"""Cached, fingerprinted, parallel preprocessing (DESIGN.md §7): values, reuse, rebuilds, workers,
+"""Cached, fingerprinted, parallel preprocessing (docs/guide/preprocessing.md): values, reuse, rebuilds, workers,
 errors, atomic publication, slices over the result, the hub and the cache commands."""
 
 from __future__ import annotations

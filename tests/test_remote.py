@@ -133,6 +133,34 @@ def test_hugging_face_url_with_revision(published, local_rb, monkeypatch, tmp_pa
         assert _same(rb[rows], local_rb[rows])
 
 
+def test_s3_url_against_a_moto_server(published, local_rb, monkeypatch):
+    pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        }.items():
+            monkeypatch.setenv(name, value)
+        import fsspec
+
+        fs = fsspec.filesystem("s3", skip_instance_cache=True)
+        fs.mkdir("bucket")
+        for path in published.rglob("*"):
+            if path.is_file():
+                fs.pipe_file(f"bucket/builds/cartpole/{path.relative_to(published).as_posix()}", path.read_bytes())
+        rb = dh.load("s3://bucket/builds/cartpole", resident="lazy")
+        rows = torch.arange(0, len(local_rb), 17)
+        assert _same(rb[rows], local_rb[rows])
+    finally:
+        server.stop()
+
+
 def test_corrupt_chunk_is_never_served_then_refetched(published, local_rb):
     from http_server import serve_files
 

@@ -1,4 +1,4 @@
-"""Weighted ensembles of replay buffers (DESIGN.md §6), as TorchRL's ``ReplayBufferEnsemble``."""
+"""Weighted ensembles of replay buffers (docs/guide/sampling.md), as TorchRL's ``ReplayBufferEnsemble``."""
 
 from __future__ import annotations
 

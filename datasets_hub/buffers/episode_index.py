@@ -1,6 +1,6 @@
 """Where episodes start and how long they are: the index slice samplers stand on.
 
-A read-only dataset build writes this index once (DESIGN.md §4); an online buffer derives it from
+A read-only dataset build writes this index once (docs/design/on-disk.md); an online buffer derives it from
 its ``episode`` ids or its ``("next", "done")`` flags and keeps it until the next write.
 """
 

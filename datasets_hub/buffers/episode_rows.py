@@ -1,4 +1,4 @@
-"""Rows and their episodes, for samplers that look beyond the row they draw (DESIGN.md §6).
+"""Rows and their episodes, for samplers that look beyond the row they draw (docs/guide/sampling.md).
 
 Window, goal and return samplers all need, for a batch of rows, the episode each row belongs to
 and where that episode starts and ends. :class:`EpisodeRows` gives that in ``O(batch)`` (one
@@ -22,6 +22,7 @@ from datasets_hub.buffers.slice_samplers import SliceSampler
 from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any
+_BLOCK_SHIFT = 6  # the row -> episode lookup table has one entry per 64 rows
 
 
 class EpisodeRows:
@@ -67,25 +68,56 @@ class EpisodeRows:
             self.cum = np.cumsum(self.length)  # rows in episodes 0..e inclusive
             self.total = int(self.cum[-1]) if self.cum.size else 0
             self.version += 1
+            # rows 0..total-1 all in episodes, in order: a uniform row is a uniform integer
+            self.dense = bool(self.start.size) and self.start[0] == 0 and bool((self.start[1:] == self.end[:-1]).all())
+            # row -> episode in O(1): the episode holding each block's first row, then at most `_hops`
+            # steps forward (episode starts inside one block); no binary search per row
+            last = int(self.end[-1]) if self.end.size else 0
+            blocks = (last >> _BLOCK_SHIFT) + 1
+            first_rows = np.arange(blocks, dtype=np.int64) << _BLOCK_SHIFT
+            self._block = np.searchsorted(self.start, first_rows, side="right") - 1
+            per_block = np.bincount(self.start >> _BLOCK_SHIFT, minlength=blocks) if self.start.size else np.zeros(1)
+            self._hops = int(per_block.max())
+            self._next_start = np.append(self.start, np.iinfo(np.int64).max)  # start of episode e + 1, at e + 1
+            self._last = last
+        # the ordinals are those of storage.episode_index(): storages may use them as a lookup hint
+        self.storage_ordinals = storage.episode_index() is index
         return index
+
+    def hint(self, episode: np.ndarray) -> dict[str, Any]:
+        """``gather_key`` keywords telling the storage the rows' episode ordinals, when they are its own."""
+        return {"episodes": episode} if self.storage_ordinals else {}
 
     def locate(self, rows: np.ndarray) -> np.ndarray:
         """Episode ordinal of each row; a row outside every episode is an error naming it."""
-        e = np.searchsorted(self.start, rows, side="right") - 1
-        bad = (e < 0) | (rows >= self.end[np.maximum(e, 0)])
-        if bad.any():
-            row = int(rows[np.argmax(bad)])
-            raise IndexError(
-                f"row {row} lies in no complete episode of the storage: the anchor sampler drew a row that "
-                "episode boundaries do not cover (an unfinished episode of an online buffer?)"
-            )
+        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._last):
+            self._outside(rows[(rows < 0) | (rows >= self._last)])
+        e = self._block[rows >> _BLOCK_SHIFT]
+        for _ in range(self._hops):
+            step = self._next_start[e + 1] <= rows
+            if not step.any():
+                break
+            e = e + step
+        if not self.dense:
+            bad = (e < 0) | (rows >= self.end[np.maximum(e, 0)])
+            if bad.any():
+                self._outside(rows[bad])
         return e
+
+    @staticmethod
+    def _outside(rows: np.ndarray) -> None:
+        raise IndexError(
+            f"row {int(rows[0])} lies in no complete episode of the storage: the anchor sampler drew a row that "
+            "episode boundaries do not cover (an unfinished episode of an online buffer?)"
+        )
 
     def draw(self, n: int, generator: torch.Generator | None) -> np.ndarray:
         """``n`` rows drawn uniformly among the rows that lie inside an episode."""
         if self.total == 0:
             raise RuntimeError("the buffer holds no episode to sample from: add data first")
         u = torch.randint(self.total, (n,), generator=generator).numpy()
+        if self.dense:
+            return u
         e = np.searchsorted(self.cum, u, side="right")
         return u - (self.cum[e] - self.length[e]) + self.start[e]
 
@@ -109,7 +141,7 @@ class AnchorSampler(Sampler):
         self.episodes = EpisodeRows(traj_key=traj_key, end_key=end_key)
         self._generator: torch.Generator | None = None
 
-    @property  # type: ignore[override]
+    @property
     def generator(self) -> torch.Generator | None:
         return self._generator
 

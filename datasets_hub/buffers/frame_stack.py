@@ -1,6 +1,6 @@
 """DQN-style frame stacks built at sample time, never crossing an episode start.
 
-A build stores every frame once (DESIGN.md §4); the stacked state a DQN consumes — frames
+A build stores every frame once (docs/design/on-disk.md); the stacked state a DQN consumes — frames
 ``t-n+1..t`` — is gathered when a batch is sampled, so a 4-frame Atari build costs no more disk than
 a 1-frame one. :class:`FrameStack` is the transform; :class:`FullStackSampler` is the sampler
 option for those who would rather never pad.

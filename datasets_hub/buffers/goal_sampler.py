@@ -1,4 +1,4 @@
-"""Goal-conditioned sampling: transitions plus goals drawn from their own episode or the dataset (DESIGN.md §6).
+"""Goal-conditioned sampling: transitions plus goals drawn from their own episode or the dataset (docs/guide/sampling.md).
 
 Offline goal-conditioned agents (OGBench's GCIVL, GCIQL, QRL, CRL, HIQL; HER-style relabelling) do
 not train on uniform transitions alone: each sampled step ``t`` gets a goal that is the current
@@ -199,7 +199,7 @@ class GoalSampler(AnchorSampler):
         """HER's relabelling strategies: ``"future"`` (a uniformly drawn later state of the episode),
         ``"final"`` (its final state), ``"episode"`` (any of its states), ``"random"`` (any state of
         the dataset). Other keywords (``goal_keys``, ``success_fn``, ...) pass through."""
-        laws = {
+        laws: dict[str, dict[str, Any]] = {
             "future": {"p_future": 1.0, "future": "uniform"},
             "final": {"p_future": 1.0, "future": "final"},
             "episode": {"p_future": 1.0, "future": "episode"},
@@ -220,10 +220,10 @@ class GoalSampler(AnchorSampler):
         out = {}
         for key in self.goal_keys:
             try:
-                value = storage.gather_key(_flat(key), torch.from_numpy(rows))
+                value = storage.gather_key(_flat(key), torch.from_numpy(rows), **eps.hint(episode))
                 if final.any():
                     where = np.flatnonzero(final)
-                    last = storage.gather_key(("next", *key), torch.from_numpy(rows[where]))
+                    last = storage.gather_key(("next", *key), torch.from_numpy(rows[where]), **eps.hint(episode[where]))
                     value = value.clone() if not value.is_contiguous() else value
                     value[torch.from_numpy(where)] = last
             except KeyError:
@@ -264,7 +264,8 @@ class GoalSampler(AnchorSampler):
             success = torch.from_numpy(distance == 0)
         else:
             prefix = ("next",) if self.success_on == "next" else ()
-            state = {k: storage.gather_key(_flat((*prefix, *k)), index) for k in self.goal_keys}
+            hint = eps.hint(episode)
+            state = {k: storage.gather_key(_flat((*prefix, *k)), index, **hint) for k in self.goal_keys}
             if len(self.goal_keys) == 1:
                 key = self.goal_keys[0]
                 result = self.success_fn(state[key], goals[key])

@@ -1,4 +1,4 @@
-"""Prioritized replay buffers: a buffer that builds its own ``PrioritizedSampler`` (DESIGN.md §2).
+"""Prioritized replay buffers: a buffer that builds its own ``PrioritizedSampler`` (docs/reference/hub.md).
 
 Samples' info carry ``"_weight"`` (importance weights); ``update_priority(index, priority)`` and,
 for TensorDicts, ``update_tensordict_priority(td)`` (priorities read from ``priority_key``, reduced

@@ -1,4 +1,4 @@
-"""Replay buffers: a storage, a sampler and a writer behind TorchRL's API (DESIGN.md §2, §6).
+"""Replay buffers: a storage, a sampler and a writer behind TorchRL's API (docs/guide/buffers.md).
 
 ``ReplayBuffer`` works with any data its storage holds; ``TensorDictReplayBuffer`` adds ``"index"``
 (and the sampler's per-item info such as ``"_weight"``) to every sample. The prioritized variants

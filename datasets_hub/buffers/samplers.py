@@ -1,4 +1,4 @@
-"""Samplers return indices into a storage; they never read data they do not need (DESIGN.md §6).
+"""Samplers return indices into a storage; they never read data they do not need (docs/guide/sampling.md).
 
 This file starts with the ``Sampler`` contract that every sampler follows.
 """

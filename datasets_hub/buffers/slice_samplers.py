@@ -1,4 +1,4 @@
-"""Sub-trajectory ("slice") samplers over episode boundaries (DESIGN.md §6).
+"""Sub-trajectory ("slice") samplers over episode boundaries (docs/guide/sampling.md).
 
 Where episodes are:
 - a storage with a build-time index (``storage.episode_index()`` is not None, e.g. the hub's
@@ -212,6 +212,7 @@ class SliceSampler(Sampler):
     def episodes(self, storage: Storage) -> EpisodeIndex:
         """The episodes slices are drawn from (cached; see the module docstring)."""
         index = storage.episode_index()
+        key: tuple
         if index is not None:
             key = ("index", id(storage), id(index))
         else:

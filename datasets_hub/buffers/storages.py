@@ -1,4 +1,4 @@
-"""Storages hold items; samplers choose indices and storages gather them (DESIGN.md §6).
+"""Storages hold items; samplers choose indices and storages gather them (docs/guide/sampling.md).
 
 This file holds the ``Storage`` contract shared by every storage (the tensor and memmap storages
 in ``tensor_storages.py``, the read-only :class:`~datasets_hub.dataset_storage.DatasetStorage`)
@@ -43,7 +43,8 @@ class Storage:
       through ``get`` (:class:`~datasets_hub.buffers.frame_stack.FrameStack` does both).
     - ``gather_key(key, rows)`` returns one leaf at the 1-D int64 ``rows`` (leading dim
       ``len(rows)``), reading no other leaf where the storage can (samplers that need a few keys at
-      extra rows, e.g. sequence windows and goals, use it); ``KeyError`` if absent.
+      extra rows, e.g. sequence windows and goals, use it); ``KeyError`` if absent. ``episodes``, when
+      given, holds each row's episode ordinal in ``episode_index()`` (a hint a storage may use).
     """
 
     max_size: int
@@ -97,7 +98,9 @@ class Storage:
         final next value) of the episodes with ids ``episode`` (``[B]``), each ``[B, W, *shape]``."""
         raise NotImplementedError(f"{type(self).__name__} keeps no per-episode frames (frame_keys() is None)")
 
-    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+    def gather_key(
+        self, key: str | tuple[str, ...], rows: torch.Tensor, *, episodes: np.ndarray | None = None
+    ) -> torch.Tensor:
         data = self.get(rows)
         if isinstance(data, list):  # ListStorage: one item per row
             return torch.stack([torch.as_tensor(item[key]) for item in data])

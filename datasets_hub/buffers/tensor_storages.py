@@ -192,7 +192,7 @@ class TensorStorage(SharedCounters, Storage):
 
     # -- counters (a numpy view of a tensor, so ``share()`` can put them in shared memory) -------
     @property
-    def write_version(self) -> int:  # type: ignore[override]
+    def write_version(self) -> int:
         return int(self._counts[1])
 
     @write_version.setter
@@ -309,6 +309,7 @@ class TensorStorage(SharedCounters, Storage):
             return out[0]
         if kind == "pytree":
             return _pytree.tree_unflatten(out, self._meta)
+        source: Any
         if self._flat and not extra:
             source = {p[1]: t for p, t in zip(self._paths, out, strict=True)}
         else:
@@ -326,7 +327,9 @@ class TensorStorage(SharedCounters, Storage):
             raise KeyError(key)
         return self._plain[self._keys.index(key)][: len(self)]
 
-    def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor) -> torch.Tensor:
+    def gather_key(
+        self, key: str | tuple[str, ...], rows: torch.Tensor, *, episodes: np.ndarray | None = None
+    ) -> torch.Tensor:
         key = key if isinstance(key, tuple) else (key,)
         if not self.initialized:
             self._maybe_attach_shared()
@@ -360,6 +363,7 @@ class TensorStorage(SharedCounters, Storage):
             self._add_new_keys(cursor, kind, keys, leaves, row_batch, batched)
             ordered = self._check(kind, keys, leaves, row_batch, batched)
         n = len(self)
+        index: Any
         if not batched:
             index = int(cursor)
             if not 0 <= index < self.max_size:
@@ -591,9 +595,10 @@ class LazyMemmapStorage(TensorStorage):
         template = TensorDict(nest(self._keys + list(keys), old + fresh), batch_size=[self.max_size, *self._row_batch])
         self._mm_td = template.memmap_like(prefix=self._data_dir, existsok=True)
         added = _leaves_of(self._mm_td, list(keys))
-        for leaf in added:
+        for key, leaf in zip(keys, added, strict=True):
             if leaf.numel():
-                fd = os.open(leaf.filename, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+                filename = self._mm_td.get(key).filename  # a MemoryMappedTensor: its file
+                fd = os.open(filename, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
                 try:
                     os.posix_fallocate(fd, 0, leaf.numel() * leaf.element_size())
                 finally:

@@ -1,4 +1,4 @@
-"""Sequence windows around sampled steps, with edge padding and ``<key>_is_pad`` masks (DESIGN.md §6).
+"""Sequence windows around sampled steps, with edge padding and ``<key>_is_pad`` masks (docs/guide/sampling.md).
 
 What Diffusion Policy, ACT and Decision Transformer consume, and what LeRobot's ``delta_timestamps``
 describe: for each sampled anchor step ``t`` of an episode, the rows ``t + o * stride`` for a list of
@@ -91,6 +91,7 @@ class WindowSampler(AnchorSampler):
         for name, value, low in (("stride", stride, 1), ("burn_in", burn_in, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        items: list[tuple[tuple[str, ...], Any]]
         if isinstance(offsets, Mapping):
             if keys is not None:
                 raise ValueError("give the window keys either as the offsets mapping's keys or as keys=, not both")
@@ -168,7 +169,9 @@ class WindowSampler(AnchorSampler):
             pos = np.clip(pos, 0, length[:, None] - 1)
             flat = torch.from_numpy((start[:, None] + pos).reshape(-1))
             try:
-                value = storage.gather_key(key if len(key) > 1 else key[0], flat)
+                value = storage.gather_key(
+                    key if len(key) > 1 else key[0], flat, **eps.hint(np.repeat(episode, offs.size))
+                )
             except KeyError:
                 raise KeyError(
                     f"window key {'/'.join(key)!r} is not in the stored data: name a stored key "

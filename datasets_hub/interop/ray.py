@@ -1,4 +1,4 @@
-"""A replay buffer served by a Ray actor, for users who outgrow one machine (DESIGN.md §8).
+"""A replay buffer served by a Ray actor, for users who outgrow one machine (docs/guide/interop.md).
 
 One actor owns the buffer; :class:`RayReplayBuffer` is a small handle with the buffer's methods
 (``sample``, ``extend``, ``add``, ``update_priority``, ``len``) that can be passed to Ray tasks

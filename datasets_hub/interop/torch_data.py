@@ -135,7 +135,7 @@ def as_buffer(source: Any) -> Any:
     if isinstance(source, ReplayBuffer) or hasattr(source, "sample"):
         return source  # a buffer, an ensemble, or another object with the buffer API
     if isinstance(source, (str, os.PathLike)):
-        source = open_build(source)
+        source = open_build(os.fspath(source))
     if isinstance(source, Storage):
         return TensorDictReplayBuffer(storage=source)
     raise TypeError(
@@ -363,7 +363,7 @@ class SampledBatches(IterableDataset):
       epoch, reproducible with ``DataLoader(generator=...)``/``torch.manual_seed``), or, in the
       main process, a draw from torch's global generator. With ``seed=`` the base is
       ``stream_seed(seed, worker id)`` instead and :meth:`set_epoch` changes the stream.
-      Sampling is i.i.d. per stream (DESIGN.md §8: DDP shards with per-rank generators), so
+      Sampling is i.i.d. per stream (docs/guide/interop.md: DDP shards with per-rank generators), so
       streams never repeat each other's batches, but an index may appear in two streams' batches.
     - ``num_batches``: batches per iteration on this rank, split over the workers (the first
       ``num_batches % num_workers`` workers yield one more). ``None``: until the sampler runs out

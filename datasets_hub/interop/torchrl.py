@@ -4,7 +4,7 @@
 in a TorchRL ``Storage`` subclass, ``TEDBuildStorage`` (made when torchrl is first imported), whose ``get`` is our gather: every
 TorchRL sample reads the rows it needs straight from the build's memmap files, and
 ``("next", "observation")`` is gathered from row ``t + 1`` of the same observation file as
-``observation`` (the lean-TED layout, DESIGN.md §4). Nothing is written, nothing is copied up front.
+``observation`` (the lean-TED layout, docs/design/on-disk.md). Nothing is written, nothing is copied up front.
 
 What is materialised, precisely:
 

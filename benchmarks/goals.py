@@ -1,0 +1,303 @@
+"""Goal-conditioned and n-step sampling benchmarks (issue 15).
+
+Run (TorchRL lives in its own venv, see the README; without it the TorchRL rows show ``-``):
+
+    .venv-bench/bin/python benchmarks/goals.py              # ~3 min, ~200 MB of temp files
+    .venv/bin/python benchmarks/goals.py --transitions 200000 --repeats 100   # quick look
+
+1. Goal sampling on a 1,000,000-transition build shaped like OGBench's antmaze-large-navigate
+   (29-dim float32 observations, 8-dim actions, 1000 trajectories of 1000 steps), batch 1024,
+   GCIVL's goal settings (value goals: current 0.2 / future 0.5 geometric gamma=0.99 / random 0.3;
+   actor goals: future, uniform). Ours: ``GoalSampler`` on a ``TensorDictReplayBuffer`` over the
+   memory-mapped build. Reference: OGBench's ``GCDataset`` sampling in numpy on the same arrays in
+   RAM. OGBench's own class needs jax and flax (``impls/utils/datasets.py``, not on PyPI), so the
+   reference here is ``ogbench_gc_sample`` below, written from its documented rules: uniform
+   transition indices; ``Dataset.get_subset`` gathers of every array; value and actor goals with
+   ``sample_goals`` (random / future with geometric or uniform offsets clipped at the trajectory's
+   final index / current, mixed as there); ``successes``, ``masks``, ``rewards``.
+2. n-step returns at sample time (``NStepReturnSampler`` over a stored reward-to-go column) for
+   n = 3 and n = 10, against plain uniform sampling of the same build, and against TorchRL 0.14's
+   ``MultiStepTransform`` (its n-step happens when data is written: its row shows the write cost of
+   1024 transitions and the sample cost from the transformed buffer).
+
+Single ``sample()`` calls are timed after a warm-up, cases interleaved, 1 torch thread; medians.
+The table goes to stdout, the JSON to ``benchmarks/results/goals.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from _report import command, environment, write_report
+
+import datasets_hub as dh
+
+OBS_DIM, ACT_DIM, EPISODE_LEN = 29, 8, 1000
+
+
+def make_chunk(first: int, n: int, rng: np.random.Generator) -> TensorDict:
+    """Transitions ``first .. first + n`` of whole 1000-step episodes (n a multiple of 1000)."""
+    episodes = n // EPISODE_LEN
+    obs = rng.standard_normal((episodes, EPISODE_LEN + 1, OBS_DIM), dtype=np.float32)
+    truncated = np.zeros((episodes, EPISODE_LEN, 1), dtype=bool)
+    truncated[:, -1] = True
+    return TensorDict(
+        {
+            "observation": torch.from_numpy(obs[:, :-1].reshape(n, OBS_DIM).copy()),
+            "action": torch.from_numpy(rng.uniform(-1, 1, (n, ACT_DIM)).astype(np.float32)),
+            "episode": torch.arange(first // EPISODE_LEN, first // EPISODE_LEN + episodes).repeat_interleave(
+                EPISODE_LEN
+            ),
+            "next": {
+                "observation": torch.from_numpy(obs[:, 1:].reshape(n, OBS_DIM).copy()),
+                "reward": torch.from_numpy(rng.standard_normal((n, 1), dtype=np.float32)),
+                "terminated": torch.zeros(n, 1, dtype=torch.bool),
+                "truncated": torch.from_numpy(truncated.reshape(n, 1)),
+            },
+        },
+        batch_size=[n],
+    )
+
+
+def build_dataset(transitions: int) -> tuple[dh.DatasetStorage, dict[str, np.ndarray]]:
+    """A hub build of ``transitions`` rows, and the same data as OGBench's regular in-RAM arrays."""
+    from datasets_hub.build import build
+    from datasets_hub.loader import DatasetSpec
+    from datasets_hub.testing import FakeLoader
+
+    class BenchLoader(FakeLoader):
+        def episodes(self, spec, files, ctx):
+            rng = np.random.default_rng(0)
+            for first in range(0, transitions, 100 * EPISODE_LEN):
+                yield make_chunk(first, min(100 * EPISODE_LEN, transitions - first), rng)
+
+    spec = DatasetSpec(id="bench/goals", loader="fake", params={"transitions": transitions})
+    storage = dh.DatasetStorage(build(spec, BenchLoader(), {}, []))
+    everything = storage.get(torch.arange(len(storage)))
+    arrays = {
+        "observations": everything["observation"].numpy().copy(),
+        "actions": everything["action"].numpy().copy(),
+        "next_observations": everything["next", "observation"].numpy().copy(),
+        "terminals": everything["next", "truncated"].numpy().reshape(-1).astype(np.float32),
+        "rewards": everything["next", "reward"].numpy().reshape(-1).copy(),
+    }
+    return storage, arrays
+
+
+class OGBenchGCSampler:
+    """OGBench's ``GCDataset.sample`` in numpy (regular dataset, no frame stack, no augmentation)."""
+
+    def __init__(self, data: dict[str, np.ndarray], config: dict[str, Any], seed: int = 0) -> None:
+        self.data, self.config = data, config
+        self.size = len(data["observations"])
+        (self.terminal_locs,) = np.nonzero(data["terminals"] > 0)
+        np.random.seed(seed)
+
+    def sample_goals(self, idxs, p_cur, p_traj, p_random, geom):
+        b = len(idxs)
+        random_goal = np.random.randint(self.size, size=b)
+        final = self.terminal_locs[np.searchsorted(self.terminal_locs, idxs)]
+        if geom:
+            offsets = np.random.geometric(p=1 - self.config["discount"], size=b)
+            middle = np.minimum(idxs + offsets, final)
+        else:
+            d = np.random.rand(b)
+            middle = np.round(np.minimum(idxs + 1, final) * d + final * (1 - d)).astype(int)
+        goal = np.where(np.random.rand(b) < p_traj / (1.0 - p_cur + 1e-6), middle, random_goal)
+        return np.where(np.random.rand(b) < p_cur, idxs, goal)
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        c = self.config
+        idxs = np.random.randint(self.size, size=batch_size)
+        batch = {k: v[idxs] for k, v in self.data.items()}
+        value = self.sample_goals(idxs, c["value_p_curgoal"], c["value_p_trajgoal"], c["value_p_randomgoal"], True)
+        actor = self.sample_goals(idxs, c["actor_p_curgoal"], c["actor_p_trajgoal"], c["actor_p_randomgoal"], False)
+        batch["value_goals"] = self.data["observations"][value]
+        batch["actor_goals"] = self.data["observations"][actor]
+        successes = (idxs == value).astype(float)
+        batch["masks"] = 1.0 - successes
+        batch["rewards"] = successes - (1.0 if c["gc_negative"] else 0.0)
+        return batch
+
+
+GCIVL = {
+    "discount": 0.99,
+    "value_p_curgoal": 0.2,
+    "value_p_trajgoal": 0.5,
+    "value_p_randomgoal": 0.3,
+    "actor_p_curgoal": 0.0,
+    "actor_p_trajgoal": 1.0,
+    "actor_p_randomgoal": 0.0,
+    "gc_negative": True,
+}
+
+
+def timed(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 20) -> dict[str, dict[str, float]]:
+    """Interleaved timing of single calls; median/p10/p90 in microseconds per case."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t0) * 1e6)
+    out = {}
+    for name, values in samples.items():
+        values.sort()
+        out[name] = {
+            "median_us": statistics.median(values),
+            "p10_us": values[len(values) // 10],
+            "p90_us": values[(9 * len(values)) // 10],
+        }
+    return out
+
+
+def torchrl_multistep(storage_data: TensorDict, n: int, batch: int, repeats: int) -> dict[str, float] | None:
+    try:
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+        from torchrl.envs.transforms import MultiStepTransform
+    except ImportError:
+        return None
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(len(storage_data) + batch), batch_size=batch)
+    rb.append_transform(MultiStepTransform(n_steps=n, gamma=0.99))
+    writes = []
+    for first in range(0, len(storage_data) - batch + 1, batch):
+        chunk = storage_data[first : first + batch].clone()
+        t0 = time.perf_counter()
+        rb.extend(chunk)
+        writes.append((time.perf_counter() - t0) * 1e6)
+        if len(writes) >= repeats:
+            break
+    for _ in range(20):
+        rb.sample()
+    reads = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        rb.sample()
+        reads.append((time.perf_counter() - t0) * 1e6)
+    return {"write_1024_us": statistics.median(writes), "sample_us": statistics.median(reads)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--transitions", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=300)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "goals.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    cache = Path(tempfile.mkdtemp(prefix="dh-goals-"))
+    import os
+
+    os.environ["DATASETS_HUB_CACHE"] = str(cache)
+    try:
+        storage, arrays = build_dataset(args.transitions)
+        b = args.batch
+        gen = torch.Generator().manual_seed(0)
+        goals = dh.TensorDictReplayBuffer(
+            storage=storage,
+            generator=gen,
+            sampler=dh.GoalSampler(
+                0.2,
+                0.5,
+                0.3,
+                future="geometric",
+                gamma=0.99,
+                actor={"p_future": 1.0, "future": "uniform"},
+                negative_reward=True,
+            ),
+        )
+        reference = OGBenchGCSampler(arrays, GCIVL)
+        plain = dh.TensorDictReplayBuffer(storage=storage, generator=torch.Generator().manual_seed(1))
+        slices = dh.TensorDictReplayBuffer(
+            storage=storage, generator=torch.Generator().manual_seed(1), sampler=dh.SliceSampler(slice_len=32)
+        )
+        rtg = _with_reward_to_go(storage, arrays, 0.99)
+        nstep = {
+            n: dh.TensorDictReplayBuffer(
+                storage=rtg, generator=torch.Generator().manual_seed(2), sampler=dh.NStepReturnSampler(0.99, n)
+            )
+            for n in (3, 10)
+        }
+        cases = {
+            "goals: datasets_hub GoalSampler": lambda: goals.sample(b),
+            "goals: OGBench GCDataset rules (numpy)": lambda: reference.sample(b),
+            "uniform: datasets_hub": lambda: plain.sample(b),
+            "slices 32x32: datasets_hub": lambda: slices.sample(b),
+            "n-step n=3: datasets_hub": lambda: nstep[3].sample(b),
+            "n-step n=10: datasets_hub": lambda: nstep[10].sample(b),
+        }
+        results = timed(cases, args.repeats)
+        data = rtg.get(torch.arange(min(len(rtg), 200 * b)))
+        rl = {n: torchrl_multistep(data.exclude("return_to_go"), n, b, min(args.repeats, 150)) for n in (3, 10)}
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    med = {k: v["median_us"] for k, v in results.items()}
+    speedup = med["goals: OGBench GCDataset rules (numpy)"] / med["goals: datasets_hub GoalSampler"]
+    rows = [(k, v, b / v * 1e6) for k, v in med.items()]
+    header = f"case (batch {b})"
+    print(f"\n{header:44s} {'median':>10s} {'samples/s':>12s}")
+    for name, us, rate in rows:
+        print(f"{name:44s} {us:8.0f} us {rate / 1e6:10.2f} M")
+    for n in (3, 10):
+        if rl[n] is None:
+            print(f"{f'n-step n={n}: TorchRL MultiStepTransform':44s} {'-':>10s}")
+        else:
+            print(
+                f"{f'n-step n={n}: TorchRL MultiStepTransform':44s} sample {rl[n]['sample_us']:.0f} us, "
+                f"write of {b} transitions {rl[n]['write_1024_us']:.0f} us"
+            )
+    print(f"\nGoalSampler vs OGBench GCDataset rules: {speedup:.2f}x samples/s (target >= 3x)")
+    for n in (3, 10):
+        ratio = med[f"n-step n={n}: datasets_hub"] / med["uniform: datasets_hub"]
+        ratio_s = med[f"n-step n={n}: datasets_hub"] / med["slices 32x32: datasets_hub"]
+        print(f"n-step n={n} / uniform: {ratio:.2f}x time; / slices 32x32: {ratio_s:.2f}x time (target <= 1.5x)")
+    try:
+        import torchrl
+
+        rl_version = torchrl.__version__
+    except ImportError:
+        rl_version = None
+    write_report(
+        {
+            "command": command(),
+            "environment": environment(torchrl=rl_version),
+            "transitions": args.transitions,
+            "batch": b,
+            "repeats": args.repeats,
+            "cases": results,
+            "torchrl_multistep": rl,
+            "goal_speedup_vs_ogbench_rules": speedup,
+            "reference": "OGBench GCDataset.sample rules re-implemented in numpy (its class needs jax/flax)",
+        },
+        args.out,
+    )
+
+
+def _with_reward_to_go(storage: dh.DatasetStorage, arrays: dict[str, np.ndarray], gamma: float) -> Any:
+    """The build plus a stored reward-to-go column (``rb.preprocess(ReturnToGo(gamma))``, cached)."""
+    from datasets_hub.buffers.returns import ReturnToGo
+
+    rb = dh.TensorDictReplayBuffer(storage=storage)
+    return rb.preprocess(ReturnToGo(gamma, dtype=torch.float64)).storage
+
+
+if __name__ == "__main__":
+    main()

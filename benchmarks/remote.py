@@ -1,0 +1,290 @@
+"""Remote builds: time to the first batch, bytes before it, steady-state sampling, published size.
+
+A loopback HTTP server (Range support) throttled to ``--mbps`` MB/s with ``--latency-ms`` per request
+serves a build published with ``datasets_hub.export``; a fresh process loads it by URL, lazily resident,
+and samples 8x32 slices. Two builds: a D4RL-shaped one (``--transitions``, 17-float observations, built
+from a generated D4RL HDF5 file by the d4rl loader) and the Atari image build of ``benchmarks/images.py``
+(``--frames`` 84x84 frames through the atari loader). Prints a table and writes JSON.
+
+    .venv-bench/bin/python benchmarks/remote.py [--transitions 10000000] [--frames 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import command, environment, write_report
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "remote.json"
+
+
+class Throttle:
+    """One shared byte budget per second for every connection, plus a fixed latency per request."""
+
+    def __init__(self, mbps: float, latency: float) -> None:
+        self.rate = mbps * 1e6
+        self.latency = latency
+        self.lock = threading.Lock()
+        self.next_free = time.monotonic()
+        self.sent = 0
+
+    def wait_for(self, nbytes: int) -> None:
+        with self.lock:
+            start = max(self.next_free, time.monotonic())
+            self.next_free = start + nbytes / self.rate
+            self.sent += nbytes
+            until = self.next_free
+        delay = until - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
+def make_handler(root: Path, throttle: Throttle) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            time.sleep(throttle.latency)
+            path = (root / self.path.split("?", 1)[0].lstrip("/")).resolve()
+            if not str(path).startswith(str(root)) or not path.is_file():
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            data = path.read_bytes()
+            start, end, status = 0, len(data), 200
+            rng = self.headers.get("Range")
+            if rng and rng.startswith("bytes="):
+                a, _, b = rng[6:].partition("-")
+                start, end, status = int(a), (int(b) + 1 if b else len(data)), 206
+            body = data[start:end]
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Accept-Ranges", "bytes")
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+            self.end_headers()
+            for i in range(0, len(body), 1 << 16):
+                piece = body[i : i + (1 << 16)]
+                throttle.wait_for(len(piece))
+                self.wfile.write(piece)
+
+    return Handler
+
+
+@contextlib.contextmanager
+def serve(root: Path, throttle: Throttle) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(root.resolve(), throttle))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+import torch, datasets_hub as dh
+from datasets_hub import SliceSampler
+t_import = time.perf_counter()
+rb = dh.load(sys.argv[1], resident="lazy", batch_size=256, sampler=SliceSampler(slice_len=32),
+             generator=torch.Generator().manual_seed(0))
+t_open = time.perf_counter()
+rb.sample()
+t_first = time.perf_counter()
+print(json.dumps({"imports": t_import - t0, "open": t_open - t_import, "first_batch": t_first - t_import}), flush=True)
+"""
+
+
+def first_batch(url: str, cache: Path, throttle: Throttle) -> dict[str, Any]:
+    env = dict(os.environ, DATASETS_HUB_CACHE=str(cache))
+    env.pop("DATASETS_HUB_OFFLINE", None)
+    before = throttle.sent
+    proc = subprocess.run([sys.executable, "-c", CHILD, url], env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["bytes_before_first_batch"] = throttle.sent - before
+    return out
+
+
+def per_batch_us(rb: Any, calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        rb.sample()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def steady_state(url: str, local_id_rb: Any, cache: Path, warmup: int, calls: int) -> dict[str, Any]:
+    """Lazy mode in this process: after ``warmup`` batches, and once every chunk is resident."""
+    import torch
+
+    import datasets_hub as dh
+    from datasets_hub import SliceSampler
+
+    os.environ["DATASETS_HUB_CACHE"] = str(cache)
+    rb = dh.load(
+        url,
+        resident="lazy",
+        batch_size=256,
+        sampler=SliceSampler(slice_len=32),
+        generator=torch.Generator().manual_seed(1),
+    )
+    for _ in range(warmup):
+        rb.sample()
+    after_warmup = per_batch_us(rb, calls)
+    rb[:]  # every chunk resident: what remains is the residency check on each batch
+    resident = per_batch_us(rb, calls)
+    local = per_batch_us(local_id_rb, calls)
+    return {"lazy_after_warmup_us": after_warmup, "lazy_all_resident_us": resident, "local_us": local}
+
+
+def d4rl_build(work: Path, transitions: int) -> tuple[Any, Path]:
+    from build import make_file, registry  # benchmarks/build.py: the D4RL-layout generator
+
+    src = work / "d4rl.hdf5"
+    make_file(src, transitions)
+    os.environ["DATASETS_HUB_REGISTRY"] = str(registry(work, {"d4rl/remote-bench-v0": src}))
+    os.environ["DATASETS_HUB_CACHE"] = str(work / "local-cache")
+    import datasets_hub as dh
+
+    rb = dh.load("d4rl/remote-bench-v0", batch_size=256)
+    src.unlink()
+    return rb, Path(rb.storage.path)
+
+
+def atari_build(work: Path, frames: int) -> tuple[Any, Path]:
+    import images  # benchmarks/images.py: the Dopamine-log generator
+
+    data_root = work / "atari-data"
+    images.make_replay_logs(data_root, frames)
+    env = dict(os.environ, DATASETS_HUB_CACHE=str(work / "local-cache"))
+    with images.serve(data_root) as url:
+        env["DATASETS_HUB_ENDPOINT_ATARI"] = url
+        built = images.build_with_hub(env)
+    shutil.rmtree(data_root)
+    os.environ["DATASETS_HUB_CACHE"] = str(work / "local-cache")
+    from datasets_hub import SliceSampler
+    from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+    from datasets_hub.dataset_storage import DatasetStorage
+
+    storage = DatasetStorage(built["path"])
+    import torch
+
+    rb = TensorDictReplayBuffer(
+        storage=storage, sampler=SliceSampler(slice_len=32), batch_size=256, generator=torch.Generator().manual_seed(1)
+    )
+    return rb, Path(built["path"])
+
+
+def run_case(name: str, rb: Any, build: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from datasets_hub import SliceSampler
+    from datasets_hub.publish import export
+
+    local_rb = type(rb)(
+        storage=rb.storage,
+        sampler=SliceSampler(slice_len=32),
+        batch_size=256,
+        generator=torch.Generator().manual_seed(1),
+    )
+    published = work / f"published-{name}"
+    t0 = time.perf_counter()
+    export(build, published)
+    export_s = time.perf_counter() - t0
+    throttle = Throttle(args.mbps, args.latency_ms / 1000)
+    with serve(published, throttle) as url:
+        first = first_batch(url, work / f"cache-first-{name}", throttle)
+        steady = steady_state(url, local_rb, work / f"cache-steady-{name}", args.warmup, args.calls)
+    local_bytes, published_bytes = tree_bytes(build), tree_bytes(published)
+    shutil.rmtree(published)
+    return {
+        "case": name,
+        "transitions": len(rb),
+        "local_build_bytes": local_bytes,
+        "published_bytes": published_bytes,
+        "published_over_local": published_bytes / local_bytes,
+        "export_seconds": export_s,
+        **first,
+        "fraction_before_first_batch": first["bytes_before_first_batch"] / local_bytes,
+        "fraction_of_published_before_first_batch": first["bytes_before_first_batch"] / published_bytes,
+        **steady,
+        "lazy_over_local_after_warmup": steady["lazy_after_warmup_us"] / steady["local_us"],
+        "lazy_over_local_resident": steady["lazy_all_resident_us"] / steady["local_us"],
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        (
+            "| case | transitions | first batch (s) | open (s) | bytes before 1st batch | of the build | "
+            "lazy after warm-up / local | lazy resident / local | published / local build |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['transitions']:,} | {r['first_batch']:.2f} (target < 5) | {r['open']:.2f} | "
+            f"{r['bytes_before_first_batch'] / 1e6:.2f} MB | {100 * r['fraction_before_first_batch']:.2f}% (< 1%) | "
+            f"{r['lazy_over_local_after_warmup']:.2f}x ({r['lazy_after_warmup_us']:.0f} vs {r['local_us']:.0f} us) | "
+            f"{r['lazy_over_local_resident']:.2f}x (<= 2x) | {r['published_over_local']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transitions", type=int, default=10_000_000, help="D4RL-shaped build size")
+    parser.add_argument("--frames", type=int, default=100_000, help="Atari image build size (0: skip)")
+    parser.add_argument("--mbps", type=float, default=50.0, help="server throughput, MB/s")
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="server latency per request")
+    parser.add_argument("--warmup", type=int, default=200, help="lazy batches before timing")
+    parser.add_argument("--calls", type=int, default=300, help="timed batches per figure (median)")
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="datasets_hub_remote_bench_") as scratch:
+        work = Path(scratch)
+        if args.transitions:
+            rb, build = d4rl_build(work, args.transitions)
+            rows.append(run_case("d4rl-shaped", rb, build, work, args))
+        if args.frames:
+            rb, build = atari_build(work, args.frames)
+            rows.append(run_case("atari 84x84", rb, build, work, args))
+    print(table(rows))
+    write_report({"environment": environment(), "command": command(), "settings": vars(args), "rows": rows}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

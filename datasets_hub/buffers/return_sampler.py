@@ -1,0 +1,150 @@
+"""Returns at sample time from one stored reward-to-go column (DESIGN.md §6).
+
+TorchRL computes n-step returns when data is written (``MultiStepTransform``), so a new ``n`` or
+``gamma`` means rewriting the buffer. Here a build stores, once, the per-episode discounted
+reward-to-go ``R_t = sum_{k >= t} gamma^(k-t) r_k`` (``rb.preprocess(ReturnToGo(gamma))`` or
+``load(id, preprocess=ReturnToGo(gamma))``: cached and fingerprinted, see
+:mod:`datasets_hub.buffers.returns`), and :class:`NStepReturnSampler` turns it into any n-step
+return in O(1) per sampled row:
+
+- ``m = min(n, L - t)`` steps (fewer near the episode end, never across it);
+- ``G = R_t - gamma^m R_{t+m}`` (``R_{t+m} = 0`` when ``t + m`` is the episode end): the discounted
+  sum of the ``m`` rewards ``r_t .. r_{t+m-1}``;
+- the bootstrap state ``s_{t+m}`` is ``("next", key)`` of row ``t + m - 1``;
+- the bootstrap mask is False only when the window reaches the end of a *terminated* episode (no
+  value after a true end); a truncated (time-limit) end is bootstrapped.
+
+The full target is ``G + discount * mask * V(s_{t+m})``. What a sample gains (``[B]`` rows;
+``TensorDictReplayBuffer`` writes the sampler's info into it):
+
+- ``("n_step", "return")`` ``[B, 1]`` float64: ``G``; ``("n_step", "steps")`` int64: ``m``;
+  ``("n_step", "discount")`` ``[B, 1]`` float64: ``gamma^m``; ``("n_step", "mask")`` ``[B, 1]`` bool;
+- ``("n_step", *key)`` for each of ``obs_keys`` (default ``("observation",)``): ``s_{t+m}``;
+- ``("n_step", "mc_return")`` ``[B, 1]`` float64: the Monte-Carlo return ``R_t`` (Cal-QL's ``mc_return``).
+
+``n`` is an int, or ``(low, high)`` to draw ``n`` per row uniformly from ``low .. high`` (inclusive)
+with the buffer's generator. The column must have been computed with the same ``gamma`` (the sampler
+cannot know which ``gamma`` a stored column used; name it after its ``gamma`` when you store several).
+Decision Transformer's undiscounted return-to-go is the column itself with ``gamma = 1``
+(``ReturnToGo(1.0)``); windows of it come from :class:`~datasets_hub.buffers.window_sampler.WindowSampler`.
+Precision: ``G`` is a difference of two stored values, exact to about ``eps(dtype) * |R|``; store the
+column as float64 (``ReturnToGo(gamma, dtype=torch.float64)``) when rewards are large or episodes long.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from datasets_hub.buffers.episode_rows import AnchorSampler
+from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.storages import Storage
+
+NestedKey = Any
+
+
+def _key(key: NestedKey) -> tuple[str, ...]:
+    if isinstance(key, str):
+        return (key,)
+    if isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
+        return key
+    raise TypeError(f"a key is a string or a tuple of strings, got {key!r}")
+
+
+def _flat(key: tuple[str, ...]) -> NestedKey:
+    return key[0] if len(key) == 1 else key
+
+
+class NStepReturnSampler(AnchorSampler):
+    """Transitions plus their n-step return, bootstrap state and mask, from a stored reward-to-go
+    column (see the module docstring). ``sampler`` draws the transitions (default: uniform over every
+    row in an episode); ``traj_key`` / ``end_key`` say where episodes are in an online buffer."""
+
+    def __init__(
+        self,
+        gamma: float,
+        n: int | tuple[int, int] = 1,
+        *,
+        rtg_key: NestedKey = "return_to_go",
+        obs_keys: Any = ("observation",),
+        terminated_key: NestedKey = ("next", "terminated"),
+        sampler: Sampler | None = None,
+        traj_key: NestedKey | None = None,
+        end_key: NestedKey | None = None,
+    ) -> None:
+        super().__init__(sampler=sampler, traj_key=traj_key, end_key=end_key)
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= float(gamma) <= 1.0:
+            raise ValueError(f"gamma must be a number in [0, 1] (the discount of the stored column), got {gamma!r}")
+        self.gamma = float(gamma)
+        if isinstance(n, tuple):
+            ok = len(n) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in n) and 1 <= n[0] <= n[1]
+            if not ok:
+                raise ValueError(f"n=(low, high) needs ints with 1 <= low <= high, got {n!r}")
+            self.n_range: tuple[int, int] = (int(n[0]), int(n[1]))
+        elif isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+            self.n_range = (n, n)
+        else:
+            raise ValueError(f"n must be an int >= 1 or a (low, high) range, got {n!r}")
+        self.rtg_key = _key(rtg_key)
+        if isinstance(obs_keys, str):
+            obs_keys = [obs_keys]
+        self.obs_keys = [_key(k) for k in obs_keys]
+        self.terminated_key = _key(terminated_key)
+
+    def _read(self, storage: Storage, key: tuple[str, ...], rows: np.ndarray, hint: str) -> torch.Tensor:
+        try:
+            return storage.gather_key(_flat(key), torch.from_numpy(rows))
+        except KeyError:
+            raise KeyError(f"{'/'.join(key)!r} is not in the stored data: {hint}") from None
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
+        index, rows, episode, info = self.anchors(storage, batch_size)
+        eps = self.episodes
+        end = eps.end[episode]
+        low, high = self.n_range
+        if low == high:
+            n = np.full(rows.size, low, dtype=np.int64)
+        else:
+            n = torch.randint(low, high + 1, (rows.size,), generator=self.generator).numpy()
+        steps = np.minimum(n, end - rows)
+        later = rows + steps
+        inside = later < end
+        both = np.concatenate([rows, np.where(inside, later, rows)])
+        column = self._read(
+            storage,
+            self.rtg_key,
+            both,
+            "store a reward-to-go column first, e.g. rb = rb.preprocess(ReturnToGo(gamma)) or "
+            "load(id, preprocess=ReturnToGo(gamma)), or pass rtg_key=<its key>",
+        )
+        column = column.reshape(2, rows.size).to(torch.float64)
+        r_now, r_later = column[0], column[1]
+        inside_t = torch.from_numpy(inside)
+        discount = torch.pow(torch.tensor(self.gamma, dtype=torch.float64), torch.from_numpy(steps).to(torch.float64))
+        value = r_now - torch.where(inside_t, discount * r_later, torch.zeros_like(r_later))
+        terminated = self._read(
+            storage,
+            self.terminated_key,
+            end - 1,
+            "pass terminated_key=<the key of true-end flags>",
+        )
+        terminated_t = terminated.reshape(rows.size).to(torch.bool)
+        mask = inside_t | ~terminated_t
+        boot = later - 1
+        for key in self.obs_keys:
+            info[("n_step", *key)] = self._read(
+                storage, ("next", *key), boot, "pass obs_keys=[...] naming the observation keys to bootstrap from"
+            )
+        info[("n_step", "return")] = value.reshape(-1, 1)
+        info[("n_step", "steps")] = torch.from_numpy(steps)
+        info[("n_step", "discount")] = discount.reshape(-1, 1)
+        info[("n_step", "mask")] = mask.reshape(-1, 1)
+        info[("n_step", "mc_return")] = r_now.reshape(-1, 1)
+        return index, info
+
+    def __repr__(self) -> str:
+        low, high = self.n_range
+        n = low if low == high else (low, high)
+        return f"NStepReturnSampler(gamma={self.gamma}, n={n}, rtg_key={_flat(self.rtg_key)!r})"
