@@ -60,6 +60,8 @@ bench: bench-install
 	$(BENCH_PY) benchmarks/sampling.py
 	$(BENCH_PY) benchmarks/build.py
 	$(BENCH_PY) benchmarks/images.py
+	$(BENCH_PY) benchmarks/goals.py
+	$(BENCH_PY) benchmarks/ogbench_build.py
 
 # LeRobot's own reader (lerobot 0.4.4, which pins torch<2.11) in a venv of its own: installed with
 # --no-deps next to our CPU torch, plus what its dataset module imports; torchcodec decodes with the

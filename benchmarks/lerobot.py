@@ -202,6 +202,13 @@ def _rate(loader, frames_per_batch: int, seconds: float) -> float:
             return count * frames_per_batch / elapsed
 
 
+def _context(workers: int) -> dict:
+    """Workers start with ``spawn`` on both sides: a forked LeRobot worker inherits the parent's open
+    torchcodec decoders and fails ("Invalid data found"), as LeRobot's own docstring warns; start-up is
+    not timed."""
+    return {"multiprocessing_context": "spawn"} if workers else {}
+
+
 def ours_rate(path: str, shape: str, workers: int, seconds: float) -> float:
     import torch
 
@@ -218,7 +225,7 @@ def ours_rate(path: str, shape: str, workers: int, seconds: float) -> float:
         sampler=delta_timestamps_sampler(delta, fps=cfg["fps"]),
         generator=torch.Generator().manual_seed(0),
     )
-    loader = SampledBatches(rb, BATCH, seed=0).dataloader(num_workers=workers)
+    loader = SampledBatches(rb, BATCH, seed=0).dataloader(num_workers=workers, **_context(workers))
     return _rate(loader, BATCH * WINDOW * len(cfg["cameras"]), seconds)
 
 
@@ -233,7 +240,12 @@ def lerobot_rate(root: Path, shape: str, workers: int, seconds: float) -> float 
     delta = {cam: [i / cfg["fps"] for i in range(WINDOW)] for cam in cfg["cameras"]}
     dataset = LeRobotDataset(REPO.format(shape=shape), root=root, delta_timestamps=delta)
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=BATCH, shuffle=True, num_workers=workers, generator=torch.Generator().manual_seed(0)
+        dataset,
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        generator=torch.Generator().manual_seed(0),
+        **_context(workers),
     )
     return _rate(loader, BATCH * WINDOW * len(cfg["cameras"]), seconds)
 

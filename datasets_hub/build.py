@@ -41,27 +41,33 @@ from datasets_hub.cache import (
     file_lock,
     fingerprint,
     is_disk_full,
+    manifest_or_problem,
     read_manifest,
     remove_tree,
 )
 from datasets_hub.errors import CacheError, CorruptFile, HubError, LoaderError
 from datasets_hub.files import write_json_atomic
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
+from datasets_hub.redact import redact_value
 
 
 def build_fingerprint(spec: DatasetSpec, loader: Loader) -> str:
     """hash(id, params, sources, loader format_version, storage format version).
 
-    Sources enter by identity (name, URLs, and the catalogue's sha256/size when it has them), so a
-    build can be found without re-hashing multi-GB raw files; files without a catalogue checksum
-    are pinned by the sha256 recorded at first download, which `datasets-hub verify` checks.
+    Sources enter by identity (name, :func:`~datasets_hub.downloader.source_key`: the catalogue's
+    sha256, else the URL without credentials or signatures, and the size), so a build can be found
+    without re-hashing multi-GB raw files, and another URL is another build; files without a
+    catalogue checksum are pinned by the sha256 recorded at first download, which `datasets-hub
+    verify` checks. Params enter redacted (a password is not part of what the data is).
     """
+    from datasets_hub.downloader import source_key
+
     return fingerprint(
         {
             "id": spec.id,
             "loader": loader.name,
-            "params": spec.params,
-            "sources": [[r.name, r.sha256, r.size] for r in loader.resources(spec)],
+            "params": redact_value(spec.params),
+            "sources": [[r.name, r.sha256, r.size, source_key(r)] for r in loader.resources(spec)],
             "loader_format_version": loader.format_version,
             "storage_format_version": STORAGE_FORMAT_VERSION,
         }
@@ -97,7 +103,10 @@ def build(
         return final
     ensure_writable_dir(final.parent)
     with file_lock(final.with_name(final.name + ".lock")):
-        if read_manifest(final) is not None and not force:
+        manifest, broken = manifest_or_problem(final)
+        if broken and not force:
+            raise CacheError(broken)
+        if manifest is not None and not force:
             return final  # another process built it while we waited
         incomplete = final.with_name(final.name + INCOMPLETE_SUFFIX)
         if incomplete.exists():
@@ -213,9 +222,9 @@ def _convert(
         "loader": loader.name,
         "loader_format_version": loader.format_version,
         "storage_format_version": STORAGE_FORMAT_VERSION,
-        "params": spec.params,
-        "sources": sources,
-        "metadata": spec.metadata,
+        "params": redact_value(spec.params),
+        "sources": redact_value(sources),
+        "metadata": redact_value(spec.metadata),
         "notes": ctx.notes,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": round(time.time() - started, 3),

@@ -58,6 +58,13 @@ def validate_id(dataset_id: Any) -> tuple[str, str]:
                 f"dataset id {dataset_id!r}: path segment {segment!r} is not allowed (use letters, "
                 "digits and . _ - ( ) + = , ; no empty, '.' or '..' segments)"
             )
+        from datasets_hub.cache import reserved_name_problem
+
+        problem = reserved_name_problem(segment)
+        if problem:
+            raise InvalidParameter(
+                f"dataset id {dataset_id!r}: path segment {segment!r} is reserved: {problem}; choose another name"
+            )
     return loader, name
 
 
@@ -99,7 +106,8 @@ def _parsed_copy(path: Path, key: tuple[str, int, int]) -> dict[str, Any]:
         _check_entry(dataset_id, entry, str(path))
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(copy, data, indent=None, sort_keys=False)  # a cut copy is removed on failure
+        # the user's catalogue can hold credentials (user:pass@ URLs): readable by its owner only
+        write_json_atomic(copy, data, indent=None, sort_keys=False, mode=0o600)  # a cut copy is removed on failure
     except OSError:  # a read-only or full cache still works, only slower
         pass
     return data

@@ -254,8 +254,9 @@ def _fmt_stats(stats: dict[str, Any]) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from datasets_hub.files import human_bytes
     from datasets_hub.hub import info as hub_info
-    from datasets_hub.maintenance import catalogue_build, human_bytes
+    from datasets_hub.maintenance import catalogue_build
 
     catalogue_build(args.id, _params(args))  # checks the params with the loader (hub.info does not, yet)
     card = hub_info(args.id, **_params(args))
@@ -422,7 +423,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
-    from datasets_hub.maintenance import human_bytes, list_cache
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import list_cache
 
     listing = list_cache()
     _out(f"cache: {listing.root}")
@@ -455,7 +457,8 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 def cmd_cache_du(args: argparse.Namespace) -> int:
     from datasets_hub.cache import cache_root
-    from datasets_hub.maintenance import human_bytes, usage
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import usage
 
     sizes = usage()
     rows = [
@@ -475,7 +478,8 @@ def cmd_cache_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
-    from datasets_hub.maintenance import human_bytes, prune
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import prune
 
     items = prune(older_than_days=args.older_than, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
@@ -556,7 +560,9 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------ entry point
 def _err(message: object) -> None:
-    print(f"{PROG}: error: " + " ".join(str(message).split()), file=sys.stderr)
+    from datasets_hub.redact import redact_text
+
+    print(f"{PROG}: error: " + " ".join(redact_text(message).split()), file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

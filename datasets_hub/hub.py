@@ -19,6 +19,7 @@ from datasets_hub.catalogue import list_ids, resolve
 from datasets_hub.errors import DownloadError, InvalidParameter
 from datasets_hub.loader import DatasetSpec, Loader, Resource
 from datasets_hub.plugins import check_requirements, get_loader
+from datasets_hub.redact import redact_url, redact_value
 
 
 @dataclass
@@ -59,8 +60,10 @@ class DatasetInfo:
 
 
 def raw_path(loader: Loader, resource: Resource) -> Path:
-    """Where ``resource`` of ``loader`` lives in the raw cache."""
-    return raw_file_path(loader.name, resource.name)
+    """Where ``resource`` of ``loader`` lives in the raw cache (keyed by the source's identity)."""
+    from datasets_hub.downloader import source_key
+
+    return raw_file_path(loader.name, resource.name, source_key(resource))
 
 
 def _recorded_sha256(path: Path) -> str | None:
@@ -75,7 +78,7 @@ def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], 
     files: dict[str, Path] = {}
     sources: list[dict[str, Any]] = []
     for resource in loader.resources(spec):
-        from datasets_hub.downloader import fetch  # requests & co. load only when something is fetched
+        from datasets_hub.downloader import fetch, source_key  # requests & co. load only when something is fetched
 
         dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
@@ -83,7 +86,8 @@ def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], 
         sources.append(
             {
                 "name": resource.name,
-                "url": resource.urls[0],
+                "url": redact_url(resource.urls[0]),
+                "key": source_key(resource),
                 "sha256": resource.sha256 or _recorded_sha256(dest),
                 "bytes": dest.stat().st_size,
             }
@@ -211,15 +215,15 @@ def info(dataset_id: str, **params: Any) -> DatasetInfo:
     return DatasetInfo(
         id=spec.id,
         loader=spec.loader,
-        params=spec.params,
-        resources=[r.to_dict() for r in loader.resources(spec)],
-        metadata=spec.metadata,
+        params=redact_value(spec.params),
+        resources=[redact_value(r.to_dict()) for r in loader.resources(spec)],
+        metadata=redact_value(spec.metadata),
         source=spec.source,
         cached=manifest is not None,
         build_path=path if manifest is not None else None,
         raw_bytes=raw,
         built_bytes=dir_size(path) if manifest is not None else 0,
-        manifest=manifest or {},
+        manifest=redact_value(manifest or {}),
     )
 
 

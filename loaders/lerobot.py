@@ -80,7 +80,7 @@ __all__ = ["LeRobotLoader", "decode_text"]
 PARAMS = ("channels_first", "episodes", "image_size", "num_workers", "repo", "revision", "root", "tolerance_s")
 UNKNOWN_KEY = ("info", "next_observation_unknown")
 _HF_CO = "https://huggingface.co/datasets/"
-_metas: dict[tuple[Any, ...], tuple[dict[str, Any], list[str]]] = {}
+_metas: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, Path]]] = {}
 _metas_lock = threading.Lock()
 
 # well-known repos (facts from their Hub dataset cards); any other repo in the format loads by id too
@@ -197,9 +197,8 @@ class LeRobotLoader(Loader):
     def resources(self, spec: DatasetSpec) -> list[Resource]:
         self.check_params(spec)
         source = _Source.of(spec)
-        info, meta_files = _metadata(spec)
-        paths = [lm.INFO_PATH, *meta_files]
-        local = {p: source.local(p) for p in meta_files}
+        info, local = _metadata(spec)
+        paths = [lm.INFO_PATH, *local]
         meta = lm.read_meta(info, local, spec.id)
         seen = set(paths)
         for episode in meta.select(spec.params.get("episodes"), spec.id):
@@ -272,8 +271,9 @@ class _Source:
         return list_hf_files(self.repo, repo_type="dataset", revision=self.revision, prefix="meta/")
 
 
-def _metadata(spec: DatasetSpec) -> tuple[dict[str, Any], list[str]]:
-    """``(info, metadata paths to fetch)`` of the spec's repo (or root), read once per process."""
+def _metadata(spec: DatasetSpec) -> tuple[dict[str, Any], dict[str, Path]]:
+    """``(info, {metadata path: local copy})`` of the spec's repo (or root), fetched once per process
+    (``resources()`` runs on every ``load``: a cached build must open without a request per file)."""
     from datasets_hub.downloader import is_offline
     from datasets_hub.hf_source import hf_endpoint, hf_offline
 
@@ -284,11 +284,12 @@ def _metadata(spec: DatasetSpec) -> tuple[dict[str, Any], list[str]]:
             try:
                 info = lm.read_info(source.local(lm.INFO_PATH), spec.id)
                 listed = source.list_meta() if lm.is_v3(info) else []
+                local = {p: source.local(p) for p in lm.meta_paths(info, listed)}
             except DownloadError as exc:
                 raise DownloadError(f"{spec.id}: cannot read the LeRobot metadata of {source.repo}: {exc}") from exc
-            _metas[key] = (info, lm.meta_paths(info, listed))
-        info, paths = _metas[key]
-        return info, list(paths)
+            _metas[key] = (info, local)
+        info, local = _metas[key]
+        return info, dict(local)
 
 
 # -- conversion ------------------------------------------------------------------------------------

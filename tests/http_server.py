@@ -27,7 +27,12 @@ mode puts ``tests/`` on ``sys.path``; no conftest or package needed)::
   ``corrupt=True`` flip every byte of the body (same length); ``length_delta=d`` declare
   ``Content-Length`` d bytes off (d > 0: the body then ends early; d < 0: it is cut to the
   declared length); ``ignore_range=True`` answer 200 and the whole body to a Range request;
-  ``trickle=s, trickle_chunk=1024`` sleep s seconds between body chunks (slow server).
+  ``trickle=s, trickle_chunk=1024`` sleep s seconds between body chunks (slow server);
+  ``gzip=True`` send the body gzip-compressed with ``Content-Encoding: gzip`` and no
+  ``Content-Length`` (whatever the client asked for); ``endless=True`` no ``Content-Length``, the
+  body then garbage forever (until the client hangs up); ``garbage=True`` answer a status line
+  that is not HTTP. ``If-Range`` is honoured: a validator other than the current ETag gets the
+  whole (current) file with 200, as RFC 9110 says.
 - ``redirect(path, target, status=302)`` answers ``path`` with a redirect to ``target`` (another
   path, or any absolute URL such as ``ftp://…``); two calls make a chain or a loop.
 - Request log: ``requests`` (list of ``Request(method, path, range, headers)``), ``count(path,
@@ -71,6 +76,9 @@ _FAULT_KEYS = {
     "ignore_range",
     "trickle",
     "trickle_chunk",
+    "gzip",
+    "endless",
+    "garbage",
 }
 
 
@@ -297,11 +305,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _send_file(self, path: str, data: bytes, fault: dict, rng: str | None, drop: int | None, head: bool) -> None:
+        if fault.get("garbage"):
+            self.wfile.write(b"HELLO THERE this is not HTTP\r\n\r\n")
+            self.close_connection = True
+            return
         if fault.get("corrupt"):
             data = bytes(b ^ 0xFF for b in data)
+        if fault.get("gzip") or fault.get("endless"):
+            return self._send_unsized(data, fault, head)
         total = len(data)
         start, end = 0, total  # [start, end)
         status = 200
+        etag = '"' + hashlib.sha256(data).hexdigest() + '"'
+        if_range = self.headers.get("If-Range")
+        if rng and if_range is not None and if_range != etag:
+            rng = None  # the client's copy is of another version: send the whole current file
         if rng and not fault.get("ignore_range"):
             spec = rng.strip()
             if not spec.startswith("bytes="):
@@ -345,6 +363,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _send_unsized(self, data: bytes, fault: dict, head: bool) -> None:
+        """A body without Content-Length, ended by closing the connection: gzip-encoded or endless."""
+        import gzip
+
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        if fault.get("gzip"):
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        if head:
+            return
+        if fault.get("gzip"):
+            self.wfile.write(gzip.compress(data))
+            return
+        self.wfile.write(data)
+        block = b"\xaa" * (1 << 16)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # "forever", bounded so a broken client cannot hang the tests
+            self.wfile.write(block)
 
     # Hugging Face Hub emulation
     def _hf_repo_of(self, path: str) -> tuple[_HFRepo | None, str | None, str | None]:

@@ -273,7 +273,7 @@ def test_verify_uses_manifest_checksum_when_present(run):
 def test_verify_raw_file_tampering(run, d4rl_id, isolated_cache):
     code, out, _ = run("download", d4rl_id)
     assert code == 0, out
-    raw = isolated_cache / "raw" / "d4rl" / "cli" / "tiny.hdf5"
+    raw = next((isolated_cache / "raw" / "d4rl").glob("*/cli/tiny.hdf5"))
     assert raw.is_file()
     code, out, _ = run("verify", d4rl_id, "-v")
     assert code == 0 and str(raw) in out
@@ -309,7 +309,7 @@ def test_rm_one_build_then_all_builds(run, isolated_cache):
 
 def test_rm_keeps_raw_files_unless_asked(run, d4rl_id, isolated_cache):
     assert run("download", d4rl_id)[0] == 0
-    raw = isolated_cache / "raw" / "d4rl" / "cli" / "tiny.hdf5"
+    raw = next((isolated_cache / "raw" / "d4rl").glob("*/cli/tiny.hdf5"))
     assert run("rm", d4rl_id)[0] == 0
     assert raw.is_file()
     assert run("download", d4rl_id)[0] == 0
@@ -350,7 +350,7 @@ def test_cache_ls_and_du(run, d4rl_id, isolated_cache):
 
     assert sizes["datasets"] == dir_size(isolated_cache / "datasets")
     assert sizes["preprocessed"] == 1000
-    assert sizes["raw"] >= (isolated_cache / "raw" / "d4rl" / "cli" / "tiny.hdf5").stat().st_size
+    assert sizes["raw"] >= (next((isolated_cache / "raw" / "d4rl").glob("*/cli/tiny.hdf5"))).stat().st_size
     assert sizes["total"] == sizes["raw"] + sizes["datasets"] + sizes["preprocessed"] + sizes["other"]
 
 

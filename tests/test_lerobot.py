@@ -436,3 +436,15 @@ def test_local_root_reads_in_place(written, tmp_path):
     check(td, spec, summary, episodes=[1])
     with pytest.raises(InvalidParameter, match=r"has no meta/info\.json"):
         datasets_hub.load("lerobot/local/koch", root=str(tmp_path))
+
+
+def test_cached_build_reopens_without_requests(hub, written):
+    import datasets_hub
+
+    root, _, _ = written["v3.0"]
+    server = hub(lw.files_of(root))
+    first = datasets_hub.download(ID, num_workers=1)
+    server.reset_log()
+    assert datasets_hub.download(ID) == first
+    assert len(datasets_hub.load(ID)) == sum(lw.Spec().lengths)
+    assert server.total_requests() == 0

@@ -211,3 +211,11 @@ def test_shards_param_is_part_of_the_fingerprint(tmp_path, monkeypatch):
         two = dh.load(f"ogbench/{name}", shards=[0, 2])
     assert len(one) == 3 + 2 and len(two) == (3 + 2) + (5 + 2)
     assert one.storage.path != two.storage.path
+
+
+def test_empty_per_row_arrays_are_skipped_and_noted(tmp_path):
+    arrays = write_ogbench(tmp_path / "x.npz", [3, 4], info=False)
+    np.savez(tmp_path / "e.npz", **arrays, button_states=np.zeros((len(arrays["terminals"]), 0), dtype=np.int64))
+    td, _, notes = convert({"cube-single-play-v0.npz": tmp_path / "e.npz"})
+    check(td, expected_transitions([arrays]))
+    assert "info" not in td.keys() and notes["empty_arrays_skipped"] == ["button_states"]

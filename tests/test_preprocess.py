@@ -443,8 +443,8 @@ def test_orphaned_variants_are_pruned(isolated_cache):
 
     remove_tree(rb.storage.path)  # the build went away by other means
     items = mt.prune()
-    assert [i.path for i in items] == [out.storage.path.parent]
-    assert "no longer exists" in items[0].reason and not out.storage.path.exists()
+    assert [i.path for i in items] == [out.storage.path]  # each variant removed under its own lock
+    assert "no longer exists" in items[0].reason and not out.storage.path.parent.exists()
 
 
 def test_storage_pickles_by_path():

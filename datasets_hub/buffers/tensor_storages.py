@@ -8,7 +8,6 @@ tensorclasses and PyTrees (nested dicts/tuples/lists of tensors).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import weakref
@@ -20,6 +19,7 @@ import torch
 import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
+from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, reserve_files
 from datasets_hub.buffers.nested_keys import nest
 from datasets_hub.buffers.shared_counters import SharedCounters
 from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index, _check_meta
@@ -544,8 +544,8 @@ class LazyMemmapStorage(TensorStorage):
     """Memory-mapped files allocated from the first write under ``scratch_dir``.
 
     ``scratch_dir=None`` uses a fresh temporary directory removed when this storage object is
-    garbage-collected in the process that created it. The files hold ``max_size`` rows (sparse
-    until written). ``existsok=False`` refuses to overwrite a scratch dir already holding a storage.
+    garbage-collected in the process that created it. The files hold ``max_size`` rows, their disk
+    blocks reserved at allocation (a full disk is a ``CacheError`` then, never a SIGBUS later). ``existsok=False`` refuses to overwrite a scratch dir already holding a storage.
     Sent to another process, the storage reopens the same files; after ``share()`` its length and
     version live in shared memory, so writes in a child are visible in the parent.
     """
@@ -582,27 +582,34 @@ class LazyMemmapStorage(TensorStorage):
         src = nest(keys, [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes])
         template = TensorDict(src, batch_size=[self.max_size, *row_batch])
         data_dir.mkdir(parents=True, exist_ok=True)
-        td = template.memmap_like(prefix=data_dir, existsok=True)
+        what = f"LazyMemmapStorage(max_size={self.max_size})"
+        try:
+            td = template.memmap_like(prefix=data_dir, existsok=True)
+        except (OSError, RuntimeError) as exc:
+            error = full_disk_error(exc, what, data_dir)
+            if error is None:
+                raise
+            shutil.rmtree(data_dir, ignore_errors=True)
+            raise error from exc
+        try:  # real blocks now: a full disk is a CacheError here, never a SIGBUS at some later write
+            reserve_files(memmap_filenames(td), what)
+        except BaseException:
+            del td
+            shutil.rmtree(data_dir, ignore_errors=True)
+            raise
         self._mm_td = td  # keeps the mappings alive
         return _leaves_of(td, keys)
 
     def _alloc_new_leaves(self, keys: list, shapes: list) -> list[torch.Tensor]:
         """New files beside the existing ones, named as the first allocation names them, with the
-        tensordict metadata rewritten to list every leaf; their blocks are reserved now (a full disk
-        fails here with ENOSPC, not later with SIGBUS)."""
+        tensordict metadata rewritten to list every leaf; their blocks are reserved at once."""
         old = _leaves_of(self._mm_td, self._keys)  # already at their place: memmap_like leaves them as they are
         fresh = [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes]
         template = TensorDict(nest(self._keys + list(keys), old + fresh), batch_size=[self.max_size, *self._row_batch])
         self._mm_td = template.memmap_like(prefix=self._data_dir, existsok=True)
         added = _leaves_of(self._mm_td, list(keys))
-        for key, leaf in zip(keys, added, strict=True):
-            if leaf.numel():
-                filename = self._mm_td.get(key).filename  # a MemoryMappedTensor: its file
-                fd = os.open(filename, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
-                try:
-                    os.posix_fallocate(fd, 0, leaf.numel() * leaf.element_size())
-                finally:
-                    os.close(fd)
+        # real blocks now, as for the first allocation: a full disk is a CacheError here, never a SIGBUS later
+        reserve_files([self._mm_td.get(key).filename for key in keys], f"LazyMemmapStorage(max_size={self.max_size})")
         return added
 
     def _attach(self, kind, keys, leaves, meta, row_batch) -> None:

@@ -329,3 +329,19 @@ def double_observation(td):
     out["observation"] = out["observation"] * 2
     out["next", "observation"] = out["next", "observation"] * 2
     return out
+
+
+def stop_one_worker(td):
+    """A preprocessing function whose first call in a worker process (never in the test process, which
+    runs the probe) sends SIGSTOP to that worker; the stopped PID is written to the marker file."""
+    marker = os.environ["DATASETS_HUB_TEST_STOP_MARK"]
+    if os.getpid() != int(os.environ["DATASETS_HUB_TEST_PARENT"]):
+        try:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            pass
+        else:
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGSTOP)
+    return double_observation(td)

@@ -75,9 +75,9 @@ def _phase(cache: Path) -> str:
         return "finished before the kill"
     if list(cache.rglob("*.incomplete")):
         return "killed mid-build"
-    if (raw / FILE).exists():
+    if list(raw.glob(f"*/{FILE}")):
         return "killed between download and build"
-    if (raw / (FILE + ".partial")).exists():
+    if list(raw.glob(f"*/{FILE}.partial")):
         return "killed mid-download"
     return "killed before the first byte"
 

@@ -91,7 +91,7 @@ def test_a_tampered_raw_file_is_detected(tmp_path, monkeypatch, capsys):
     dh.download("d4rl/tamper-v0")
     assert verify("d4rl/tamper-v0").ok
     raw = dh.info("d4rl/tamper-v0").manifest["sources"][0]
-    path = next((Path(dh.info("d4rl/tamper-v0").build_path).parents[3] / "raw" / "d4rl").glob(raw["name"]))
+    path = next((Path(dh.info("d4rl/tamper-v0").build_path).parents[3] / "raw" / "d4rl").glob("*/" + raw["name"]))
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -106,6 +106,7 @@ UPSTREAM_READERS = sorted(
         ROOT / "datasets_hub" / n
         for n in (
             "downloader.py",
+            "http_download.py",
             "hf_source.py",
             "build.py",
             "build_format.py",

@@ -52,7 +52,9 @@ def served(payload, tmp_path, monkeypatch):
 
 
 def _raw(cache):
-    return cache / "raw" / "d4rl" / FILE
+    """The raw file of ID (kept under its source key: raw/d4rl/<key>/FILE), or where it would be."""
+    found = sorted((cache / "raw" / "d4rl").glob(f"*/{FILE}*"))
+    return found[0].with_name(FILE) if found else cache / "raw" / "d4rl" / "none" / FILE
 
 
 def _nothing_visible(cache, payload):
