@@ -39,13 +39,6 @@ def flip_byte(path: Path, offset: int = 0) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_human_bytes():
-    assert mt.human_bytes(0) == "0 B"
-    assert mt.human_bytes(1023) == "1023 B"
-    assert mt.human_bytes(1536) == "1.5 KiB"
-    assert mt.human_bytes(5 * 1024**3) == "5.0 GiB"
-
-
 def test_manifest_checksum_is_sha256sum_format():
     path = fake_build()
     target = write_manifest_checksum(path)
