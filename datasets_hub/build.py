@@ -49,6 +49,7 @@ from datasets_hub.errors import CacheError, CorruptFile, HubError, LoaderError
 from datasets_hub.files import write_json_atomic
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
 from datasets_hub.redact import redact_value
+from datasets_hub.ted_contract import check_chunk
 
 
 def build_fingerprint(spec: DatasetSpec, loader: Loader) -> str:
@@ -207,6 +208,7 @@ def _convert(
         with _progress_bar(None, f"building {spec.id}") as bar:
             ctx = LoaderContext(chunk_rows=chunk_rows, progress=bar.update)
             for chunk in _chunks_of(loader, spec, files, ctx):
+                check_chunk(chunk, loader.name, spec.id)  # the sample-level contract, naming loader and key
                 writer.write(chunk)  # TED violations and write errors (a full disk) propagate as they are
         summary = writer.finish()
     except BaseException:

@@ -20,7 +20,11 @@ Groups of ``data/`` (a tensordict memmap tree):
 - ``steps/<key>``: per-step keys (``action``, ``next/reward``, ``next/terminated``,
   ``next/truncated``, ``info/...``), N rows; ``steps/next/<K>`` also holds the next value of an
   observation-like key K whose upstream next values are not the following rows (never guessed);
-- ``episodes/{start,length,id,return}``: the episode index, E rows.
+- ``episodes/{start,length,id,return}``: the episode index, E rows;
+- ``history/<key>``, ``history/episode``, ``history/time`` (only when a loader sent history rows):
+  frames that precede an episode's first transition (times -k..-1), kept so that frame stacks can
+  hold the real earlier frames; they are no transitions and are never sampled. Rows are grouped by
+  episode in build order; ``layout["history"]`` lists the keys.
 
 The manifest's ``schema`` maps ``<group>/<key>`` to ``{dtype, shape, rows, sha256}`` and its
 ``layout`` lists the obs keys, the step keys and the obs keys whose next values are stored per step.
@@ -59,12 +63,14 @@ MANIFEST = "manifest.json"
 MANIFEST_SHA256 = "manifest.sha256"
 DATA_DIR = "data"
 LEAF_SUFFIX = ".memmap"
-OBS, STEPS, EPISODES = "obs", "steps", "episodes"
+OBS, STEPS, EPISODES, HISTORY = "obs", "steps", "episodes", "history"
 EPISODE_COLUMNS = ("start", "length", "id", "return")
 
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
 # keys the core derives itself; if a loader sends them they are ignored
 DERIVED_KEYS = {("done",), ("terminated",), ("truncated",), ("step",), ("next", "done"), ("episode",)}
+# optional bool [N] key of a chunk: True on rows that are only history frames of their episode
+HISTORY_KEY = ("history",)
 
 
 def equal_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -193,6 +199,7 @@ class LeanTEDWriter:
         self.flag_counts = {"terminated": 0, "truncated": 0, "unflagged_end": 0}
         self._seen_ids: set[int] = set()
         self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] | None = None
+        self.history_rows = 0
 
     # -- schema -------------------------------------------------------------------------------
     def _classify(self, chunk: TensorDictBase) -> None:
@@ -257,10 +264,15 @@ class LeanTEDWriter:
     def write(self, chunk: TensorDictBase) -> None:
         if chunk.batch_dims != 1 or chunk.batch_size[0] == 0:
             raise TEDError(f"a TED chunk must have batch size [N] with N >= 1, got {list(chunk.batch_size)}")
+        history = None
+        if HISTORY_KEY[0] in chunk.keys():
+            chunk, history = _split_history(chunk)
         if self._schema is None:
             self._classify(chunk)
         else:
             self._check_schema(chunk)
+        if history is not None and history.batch_size[0]:
+            self._write_history(history)
         n = chunk.batch_size[0]
         episode = chunk.get("episode").reshape(n).to(torch.int64)
         local = EpisodeIndex.from_episode_ids(episode)
@@ -311,6 +323,24 @@ class LeanTEDWriter:
         self.episode_ids.append(ids)
         self.episode_returns.append(returns)
         self.num_transitions += n
+
+    def _write_history(self, history: TensorDictBase) -> None:
+        """Append history rows (already checked by :func:`_split_history`): the root values of the
+        observation-like keys, their episode id and their time (-k..-1 before the first transition)."""
+        n = history.batch_size[0]
+        episode = history.get("episode").reshape(n).to(torch.int64)
+        local = EpisodeIndex.from_episode_ids(episode)
+        time = torch.arange(n) - torch.repeat_interleave(local.end, local.length)
+        for key in self.obs_keys:
+            self._file(HISTORY, key).append(history.get(key))
+        for name, values in (("episode", episode), ("time", time)):
+            handle = self.files.get((HISTORY, (name,)))
+            if handle is None:
+                handle = self.files[(HISTORY, (name,))] = _LeafFile(
+                    self.data_dir / HISTORY / (name + LEAF_SUFFIX), torch.int64, (), self._io
+                )
+            handle.append(values)
+        self.history_rows += n
 
     def _check_episodes(self, ids: torch.Tensor) -> None:
         id_list = ids.tolist()
@@ -411,9 +441,47 @@ class LeanTEDWriter:
                 "obs": [key_to_str(k) for k in self.obs_keys],
                 "steps": [key_to_str(k) for k in self.step_keys],
                 "next_stored_per_step": [key_to_str(k) for k in self.split_next],
+                **({"history": [key_to_str(k) for k in self.obs_keys]} if self.history_rows else {}),
             },
             "stats": {"episode_return": describe(returns), "episode_length": describe(lengths)},
         }
+
+
+def _split_history(chunk: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+    """``chunk`` without its history rows (and without the history key), and those rows.
+
+    History rows must lead their episode: an episode's rows are k >= 0 history rows, then at least
+    one transition. Anything else raises :class:`TEDError`.
+    """
+    n = chunk.batch_size[0]
+    flag = chunk.get(HISTORY_KEY[0])
+    if not isinstance(flag, torch.Tensor) or flag.dtype != torch.bool or flag.numel() != n:
+        raise TEDError(
+            f"the chunk key 'history' must be a bool tensor [N] (True on history-only rows), got "
+            f"{getattr(flag, 'dtype', type(flag).__name__)} {list(getattr(flag, 'shape', []))}"
+        )
+    flag = flag.reshape(n)
+    rest = chunk.exclude(HISTORY_KEY[0])
+    if not flag.any():
+        return rest, rest[:0]
+    episode = chunk.get("episode").reshape(n).to(torch.int64)
+    local = EpisodeIndex.from_episode_ids(episode)
+    same = torch.zeros(n, dtype=torch.bool)
+    same[1:] = episode[1:] == episode[:-1]
+    late = flag & same & ~torch.cat([torch.zeros(1, dtype=torch.bool), flag[:-1]])
+    if late.any():
+        row = int(torch.nonzero(late)[0])
+        raise TEDError(
+            f"episode {int(episode[row])} has a history row (row {row} of its chunk) after one of its "
+            "transitions; history rows must come before an episode's first transition"
+        )
+    only = flag[local.end - 1]
+    if only.any():
+        raise TEDError(
+            f"episode {int(episode[local.start[torch.nonzero(only)[0]]])} holds history rows but no "
+            "transition; history frames belong to the episode whose first transition follows them"
+        )
+    return rest[~flag], rest[flag]
 
 
 # -- reading ----------------------------------------------------------------------------------------
@@ -526,7 +594,10 @@ class OpenedBuild:
     - ``shared_next``: the obs keys whose next value is the following row of ``obs[k]``; for the
       others, ``steps[("next", *k)]`` holds the next values;
     - ``steps[k]``: ``[N, *shape]`` per-step leaves, in the manifest's (sorted) order;
-    - ``episodes``: ``start``, ``length``, ``id``, ``return``, E rows each.
+    - ``episodes``: ``start``, ``length``, ``id``, ``return``, E rows each;
+    - ``history``: frames kept before episodes' first transitions, by name after ``history/``
+      (each obs key of ``manifest["layout"]["history"]``, plus ``episode`` and ``time`` per row); empty
+      for most builds.
     """
 
     path: Path
@@ -536,6 +607,7 @@ class OpenedBuild:
     shared_next: frozenset[Key]
     steps: dict[Key, torch.Tensor]
     episodes: dict[str, torch.Tensor]
+    history: dict[str, torch.Tensor]
 
     @property
     def fingerprint(self) -> str | None:
@@ -579,6 +651,7 @@ def open_build(build_dir: str | Path) -> OpenedBuild:
         obs = {parse_key(k): columns[f"{OBS}/{k}"] for k in layout["obs"]}
         steps = {parse_key(name)[1:]: col for name, col in columns.items() if name.startswith(STEPS + "/")}
         episodes = {name: columns[f"{EPISODES}/{name}"] for name in EPISODE_COLUMNS}
+        history = {name[len(HISTORY) + 1 :]: col for name, col in columns.items() if name.startswith(HISTORY + "/")}
     except (KeyError, TypeError, ValueError) as exc:
         raise CacheError(
             f"the manifest of {build_dir} lacks or garbles {exc}: the build is damaged or was made by "
@@ -592,4 +665,5 @@ def open_build(build_dir: str | Path) -> OpenedBuild:
         shared_next=frozenset(k for k in obs if k not in per_step_next),
         steps=steps,
         episodes=episodes,
+        history=history,
     )

@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.nested_keys import Key, put
+from datasets_hub.buffers.nested_keys import Key, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
 from datasets_hub.errors import CacheError
@@ -67,6 +67,8 @@ class DatasetStorage(ReadOnlyStorage):
         self._terminated = build.steps[("next", "terminated")]
         self._truncated = build.steps[("next", "truncated")]
         self._ordinal: tuple[np.ndarray, np.ndarray] | bool | None = False  # id -> ordinal, built on first use
+        self._history = build.history
+        self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
         super().__init__(self._len)
 
     def __reduce__(self) -> tuple[Any, tuple[str, str | None]]:
@@ -85,10 +87,16 @@ class DatasetStorage(ReadOnlyStorage):
         """The observation-like keys stored once per episode (T+1 rows): what :meth:`episode_frames` serves."""
         return frozenset(key for key, _column, shared in self._obs if shared)
 
-    def episode_frames(self, keys: list[Key], episode: torch.Tensor, times: torch.Tensor) -> dict[Key, torch.Tensor]:
-        """Values of ``keys`` at times ``times`` (``[B, W]`` int64, ``0 <= t <= length``; ``t = length``
-        is the episode's final next value) of the episodes whose ids are ``episode`` (``[B]``), as
-        ``[B, W, *shape]`` tensors: one read per key, straight from the per-episode frame file."""
+    def episode_frames(
+        self, keys: list[Key], episode: torch.Tensor, times: torch.Tensor
+    ) -> tuple[dict[Key, torch.Tensor], dict[Key, torch.Tensor]]:
+        """Values of ``keys`` at times ``times`` (``[B, W]`` int64, ``t <= length``; ``t = length`` is the
+        episode's final next value) of the episodes whose ids are ``episode`` (``[B]``), as
+        ``[B, W, *shape]`` tensors, and per key a ``[B, W]`` bool mask of the values that are real frames.
+
+        A negative time reads the build's history frame of that episode when it keeps one (see
+        :meth:`history_index`); else the value is the episode's first frame and its mask is False.
+        One read per key from the per-episode frame file (plus one from the history file)."""
         unknown = [k for k in keys if k not in self.frame_keys()]
         if unknown:
             raise KeyError(
@@ -96,13 +104,25 @@ class DatasetStorage(ReadOnlyStorage):
                 f"(such keys: {sorted('/'.join(k) for k in self.frame_keys())})"
             )
         ordinal = self._episode_ordinal(episode.reshape(-1).to(torch.int64))
-        rows = (self._start[ordinal] + ordinal)[:, None] + times
-        return {
-            key: torch.index_select(self._frames[key], 0, rows.reshape(-1)).reshape(
-                *times.shape, *self._frames[key].shape[1:]
-            )
-            for key in keys
-        }
+        before = times < 0
+        rows = (self._start[ordinal] + ordinal)[:, None] + times.clamp_min(0)
+        frames, present = {}, {}
+        with_history = set(self.history_keys()) if self._history else set()
+        if with_history and before.any():
+            first, count = self.history_index()
+            n_hist = count[ordinal][:, None]
+            has = before & (times >= -n_hist)
+            hist_rows = (first[ordinal][:, None] + n_hist + times)[has]
+        for key in keys:
+            column = self._frames[key]
+            window = torch.index_select(column, 0, rows.reshape(-1)).reshape(*times.shape, *column.shape[1:])
+            mask = ~before
+            if key in with_history and before.any():
+                if hist_rows.numel():
+                    window[has] = torch.index_select(self._history["/".join(key)], 0, hist_rows)
+                mask = mask | has
+            frames[key], present[key] = window, mask
+        return frames, present
 
     def _episode_ordinal(self, episode: torch.Tensor) -> torch.Tensor:
         """Episode ids -> positions in the episode index (ids are the positions for every built-in loader)."""
@@ -124,6 +144,48 @@ class DatasetStorage(ReadOnlyStorage):
                 f"episode ids {sorted(set(episode.tolist()) - set(sorted_ids.tolist()))[:5]} are not in this build"
             )
         return torch.from_numpy(order[pos])
+
+    def history_keys(self) -> list[Key]:
+        """Observation-like keys for which the build keeps history frames (frames before an
+        episode's first transition; see :mod:`datasets_hub.build_format`); ``[]`` for most builds."""
+        return [parse_key(k) for k in self.manifest["layout"].get("history", [])]
+
+    def history_index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(first, count)`` per episode (in build order): episode ``e`` has ``count[e]`` history frames
+        at rows ``first[e] .. first[e] + count[e] - 1`` of :meth:`history_column`, oldest first (times
+        ``-count[e] .. -1``). Counts are 0 where an episode has none (or the build keeps none)."""
+        if self._history_index is None:
+            num = self._index.num_episodes
+            first, count = torch.zeros(num, dtype=torch.int64), torch.zeros(num, dtype=torch.int64)
+            ids = self._history.get("episode")
+            if ids is not None and ids.numel():
+                order = np.argsort(self._episode_id_np, kind="stable")
+                pos = np.searchsorted(self._episode_id_np, ids.numpy(), sorter=order)
+                pos = np.minimum(pos, len(order) - 1)
+                ordinal = order[pos]
+                if not np.array_equal(self._episode_id_np[ordinal], ids.numpy()):
+                    raise CacheError(
+                        f"{self.path}: history frames name episodes the build does not hold; the build "
+                        "is damaged: run `datasets-hub rm` and load again"
+                    )
+                ordinal_t = torch.from_numpy(ordinal)
+                count.index_add_(0, ordinal_t, torch.ones_like(ordinal_t))
+                rows = torch.arange(ordinal_t.numel())
+                first.fill_(ordinal_t.numel()).scatter_reduce_(0, ordinal_t, rows, reduce="amin")
+                first[count == 0] = 0
+            self._history_index = (first, count)
+        return self._history_index
+
+    def history_column(self, key: str | Key) -> torch.Tensor:
+        """The history frames of ``key`` (rows addressed by :meth:`history_index`)."""
+        key = (key,) if isinstance(key, str) else tuple(key)
+        column = self._history.get("/".join(key))
+        if column is None:
+            raise KeyError(
+                f"this build keeps no history frames of {'/'.join(key)!r} (keys with history: "
+                f"{['/'.join(k) for k in self.history_keys()]})"
+            )
+        return column
 
     def _rows(self, index: Any) -> tuple[np.ndarray, tuple[int, ...]]:
         """``index`` as a flat int64 array of valid rows, plus the shape to give the result."""

@@ -24,7 +24,6 @@ computed the same way into a temporary directory, removed with the returned buff
 
 from __future__ import annotations
 
-import copy
 import multiprocessing
 import os
 import pickle
@@ -413,25 +412,7 @@ def preprocess(
         if read_manifest(final) is None:
             _compute_cached(rb, fn, source, final, fp, info, run)
         storage = PreprocessedStorage(final)
-    return _buffer_like(rb, storage, transform)
-
-
-def _buffer_like(rb: Any, storage: PreprocessedStorage, transform: Any) -> Any:
-    from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-    from datasets_hub.buffers.writers import ImmutableDatasetWriter
-
-    sampler = rb.sampler
-    generator = getattr(sampler, "generator", None)
-    # a copy, so its caches (episode layouts, epochs) follow the new storage; the generator is shared
-    sampler = copy.deepcopy(sampler, memo={id(generator): generator} if generator is not None else None)
-    return TensorDictReplayBuffer(
-        storage=storage,
-        sampler=sampler,
-        writer=ImmutableDatasetWriter(),
-        batch_size=rb.batch_size,
-        transform=transform,
-        prefetch=getattr(rb, "prefetch", 0),
-    )
+    return rb.read_only_view(storage, transform=transform)
 
 
 def _compute_cached(

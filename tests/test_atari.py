@@ -109,24 +109,45 @@ def save_checkpoint(folder: Path, k: int, log: dict) -> None:
             np.save(fh, log[key], allow_pickle=False)
 
 
-def expected(log: dict, truth: dict[int, tuple], cap: int = CAP) -> list[tuple]:
-    """Per-row truth of one checkpoint by a plain loop: (g, episode key, terminated, truncated, next g)."""
+def dopamine_valid(log: dict, index: int, cap: int = CAP, horizon: int = 1) -> bool:
+    """Dopamine's ``OutOfGraphReplayBuffer.is_valid_transition`` on a logged buffer, rule by rule."""
     add_count = int(log["add_count"])
-    order = [(add_count % cap + j) % cap for j in range(cap)] if add_count >= cap else list(range(add_count))
-    invalid = {int(i) % cap for i in log["invalid_range"]}
+    # not full (also batch_rl's final log, whose add_count is the cursor)
+    if add_count < cap and (index >= add_count - horizon or index < STACK - 1):
+        return False
+    if index in {int(i) % cap for i in log["invalid_range"]}:
+        return False
+    return not any(log["terminal"][(index - k) % cap] for k in range(1, STACK))  # terminal inside the stack
+
+
+def logical_order(log: dict, cap: int = CAP) -> list[int]:
+    add_count = int(log["add_count"])
+    return [(add_count % cap + j) % cap for j in range(cap)] if add_count >= cap else list(range(add_count))
+
+
+def expected(log: dict, truth: dict[int, tuple], cap: int = CAP) -> list[tuple]:
+    """Per-row truth of one checkpoint by a plain loop: (g, episode key, terminated, truncated, next g),
+    one row per index Dopamine can sample, in logical (oldest-first) order."""
+    order = logical_order(log, cap)
     rows = []
     for pos, slot in enumerate(order):
-        meta = log["meta"][slot]
-        if meta is None or slot in invalid:
+        if not dopamine_valid(log, slot, cap):
             continue
+        meta = log["meta"][slot]
+        assert meta is not None, "Dopamine samples only real transitions"
         g, e, t = meta
         following = log["meta"][order[pos + 1]] if pos + 1 < len(order) else None
         follows_in_episode = following is not None and following[1] == e and following[2] == t + 1
-        keeps_going = follows_in_episode and order[pos + 1] not in invalid
+        keeps_going = follows_in_episode and dopamine_valid(log, order[pos + 1], cap)
         term = truth[g][4]
         nxt = following[0] if follows_in_episode and not term else None
         rows.append([g, e, term, not term and not keeps_going, nxt])
     return rows
+
+
+def dopamine_stack(log: dict, index: int, cap: int = CAP) -> np.ndarray:
+    """``get_observation_stack(index)``: frames index-3..index (mod capacity), oldest first."""
+    return log["observation"][[(index - STACK + 1 + j) % cap for j in range(STACK)]]
 
 
 def convert(folder: Path, checkpoints, chunk_rows=7, game="Pong", run="1"):
@@ -140,6 +161,16 @@ def convert(folder: Path, checkpoints, chunk_rows=7, game="Pong", run="1"):
 
 def check_chunks(chunks, logs_and_ks, truth, chunk_rows):
     td = torch.cat(chunks)
+    if "history" in td.keys():  # history frames: real frames of the episode, right before its first row
+        hist = td["history"]
+        for i in torch.nonzero(hist).reshape(-1).tolist():
+            j = i + 1
+            while hist[j]:
+                j += 1
+            assert td["episode"][j] == td["episode"][i]
+            g_first, g_hist = frame_id(td["observation"][j].numpy()), frame_id(td["observation"][i].numpy())
+            assert 1 <= g_first - g_hist <= STACK - 1 and truth[g_hist][0] == truth[g_first][0]
+        td = td[~hist].exclude("history")
     rows = []
     for k, log in logs_and_ks:
         rows += [(k, *r) for r in expected(log, truth)]
@@ -165,14 +196,14 @@ def check_chunks(chunks, logs_and_ks, truth, chunk_rows):
     assert td["action"].dtype == torch.int32 and td["next", "reward"].dtype == torch.float32
     assert td["observation"].dtype == torch.uint8 and td["observation"].shape[1:] == SHAPE
     for chunk in chunks:  # whole episodes, within the row budget unless one episode is longer
-        ep = chunk["episode"]
+        ep = chunk["episode"][~chunk["history"]] if "history" in chunk.keys() else chunk["episode"]
         assert (td["episode"] == ep[0]).sum() == (ep == ep[0]).sum()
         assert (td["episode"] == ep[-1]).sum() == (ep == ep[-1]).sum()
-        assert chunk.batch_size[0] <= chunk_rows or ep[0] == ep[-1]
+        assert ep.numel() <= chunk_rows or ep[0] == ep[-1]
     return td, rows
 
 
-LENGTHS = [5, 9, 1, 14, 3, 22, 7, 2, 11, 6, 30, 4, 8, 13, 2, 9, 17, 5, 3, 12]
+LENGTHS = [5, 9, 1, 14, 3, 22, 7, 2, 11, 6, 30, 4, 8, 13, 2, 9, 17, 5, 3, 18]  # the final log: cursor 9
 ENDS = ["terminal"] * 19 + ["running"]
 
 
@@ -217,6 +248,7 @@ def test_every_row_of_every_checkpoint(replay, chunk_rows):
     assert totals["episodes"] == len(set(td["episode"].tolist()))
     assert totals["terminated"] == int(td["next", "terminated"].sum())
     assert totals["next_observation_unknown_rows"] == int(td["info", "next_observation_unknown"].sum())
+    assert "clipped to [-1, 1]" in notes["reward"]  # Dopamine's runner clipped before storing (the card says so)
     per0 = notes["per_checkpoint"]["0"]
     assert per0["add_count"] == CAP - 1 and per0["padding_rows"] > 0 and per0["invalid_rows"] == STACK
 
@@ -401,3 +433,57 @@ def test_a_local_copy_through_an_extra_catalogue_file(replay, tmp_path, monkeypa
     check_chunks(
         [rb[:].exclude("step", "done", "terminated", "truncated", ("next", "done"))], [(1, buf.logs[1])], truth, 10**9
     )
+
+
+def test_final_checkpoint_never_samples_below_stack_size(replay):
+    """batch_rl's log_final_buffer sets add_count to the cursor, so Dopamine treats the buffer as not
+    full and never samples indices 0..stack_size-2, although they hold real frames of the episode
+    that ran across the wrap. They must not become transitions (they were a 3-row episode before)."""
+    buf, _truth, folder = replay
+    final = len(buf.logs) - 1
+    log = buf.logs[final]
+    assert int(log["add_count"]) < CAP and all(log["meta"][i] is not None for i in range(STACK - 1))
+    chunks, notes, _, _ = convert(folder.parents[2], [final], chunk_rows=1000)
+    td = torch.cat(chunks)
+    slots = td["info", "replay_index"][~td["history"]].tolist()
+    assert min(slots) >= STACK - 1
+    assert sorted(slots) == [i for i in range(CAP) if dopamine_valid(log, i)]
+    assert td["info", "replay_index"][td["history"]].tolist() == [0, 1, 2]  # history of index 3's stack
+    assert notes["per_checkpoint"][str(final)]["never_sampled_rows"] >= STACK - 1
+
+
+def test_frame_stacks_equal_dopamine_states(replay):
+    """Every index Dopamine can sample, in every checkpoint (first, wrapped, final), gives the same
+    stacked state, action, reward, terminal and next state through FrameStack(4); no other row exists.
+    The wrapped checkpoints' oldest episodes start after the cursor with real frames before them:
+    their stacks must hold those frames, not zeros."""
+    from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
+
+    buf, _truth, folder = replay
+    ks = list(range(len(buf.logs)))
+    rb = datasets_hub.load("atari/Pong/1", checkpoints=ks, base_url=folder.parents[2].as_uri())
+    data = FrameStack(4).bind(rb)(rb[:])
+    seen = set()
+    history_used = 0
+    for i in range(len(data)):
+        k, slot = int(data["info", "checkpoint"][i]), int(data["info", "replay_index"][i])
+        log = buf.logs[k]
+        assert dopamine_valid(log, slot), (k, slot)
+        seen.add((k, slot))
+        assert np.array_equal(data["observation"][i].numpy(), dopamine_stack(log, slot)), (k, slot)
+        assert data["action"][i].item() == log["action"][slot]
+        assert data["next", "reward"][i, 0].item() == log["reward"][slot]
+        assert data["next", "terminated"][i, 0].item() == bool(log["terminal"][slot])
+        assert np.array_equal(data["next", "observation"][i].numpy(), dopamine_stack(log, (slot + 1) % CAP))
+        step = int(data["step"][i])
+        if step < STACK - 1 and dopamine_stack(log, slot)[: STACK - 1 - step].any():
+            history_used += 1
+    assert seen == {(k, i) for k in ks for i in range(CAP) if dopamine_valid(buf.logs[k], i)}
+    assert history_used >= 3  # the fixture does exercise real frames before an episode's first row
+    # FullStackSampler counts history frames towards a full stack: those rows are drawn, unpadded
+    sampler = FullStackSampler(4, generator=torch.Generator().manual_seed(0))
+    rows, _ = sampler.sample(rb.storage, 4000)
+    steps = rb[rows]["step"]
+    assert (steps < STACK - 1).any()
+    stacked = FrameStack(4).bind(rb)(rb[rows])["observation"]
+    assert (stacked.reshape(len(rows), STACK, -1) != 0).any(-1).all()  # no zero (padded) frame

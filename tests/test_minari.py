@@ -557,3 +557,18 @@ def test_hub_load_matches_minari(minari_store, fmt):
         assert decode_text(td["next", "observation", "goal", "mission"]) == list(ep.observations["goal"]["mission"][1:])
         _eq(td["next", "info", "vec"], ep.infos["vec"][1:])
         _eq(td["action", "1"], ep.actions[1])
+
+
+def test_card_shows_sample_keys_spaces_and_recovers_the_environment(minari_store):
+    hub = pytest.importorskip("datasets_hub.hub")
+    dataset_id = f"minari/{_tid('cartpole', 'arrow')}"
+    hub.download(dataset_id)
+    card = hub.info(dataset_id)
+    dataset = minari.load_dataset(_tid("cartpole", "arrow"))
+    assert card.sample_keys["observation"] == {"dtype": "float32", "shape": list(dataset.observation_space.shape)}
+    assert card.sample_keys["next/reward"]["shape"] == [1] and card.sample_keys["next/done"]["dtype"] == "bool"
+    assert card.spaces["observation_space"]["type"] == "Box"
+    env = card.recover_environment()
+    reference = dataset.recover_environment()
+    assert env.spec.id == reference.spec.id == "CartPole-v1"
+    assert env.observation_space == reference.observation_space and env.action_space == reference.action_space

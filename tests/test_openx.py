@@ -135,10 +135,26 @@ def encode_png(array):
     return out.getvalue()
 
 
+def jpeg_source(g):
+    """Step g's colour with a texture: on flat images every IDCT agrees; on texture the fast IDCT
+    TFDS uses and Pillow's accurate one differ (the defect this fixture can see)."""
+    y, x = np.mgrid[0 : JPEG_HW[0], 0 : JPEG_HW[1]]
+    texture = (((x * 5 + y * 3 + g) % 7) - 3) * 9
+    return np.clip(jpeg_colour(g).astype(int) + texture[..., None], 0, 255).astype(np.uint8)
+
+
 def encode_jpeg(g):
     out = io.BytesIO()
-    Image.fromarray(np.broadcast_to(jpeg_colour(g), (*JPEG_HW, 3)).copy()).save(out, format="JPEG", quality=95)
+    Image.fromarray(jpeg_source(g)).save(out, format="JPEG", quality=95)
     return out.getvalue()
+
+
+def tfds_jpeg(g):
+    """What TFDS gives for step g's JPEG: libjpeg-turbo with TensorFlow's fast IDCT (checked against
+    TensorFlow itself in tests/upstream/test_upstream_openx.py)."""
+    import simplejpeg
+
+    return simplejpeg.decode_jpeg(encode_jpeg(g), colorspace="RGB", fastdct=True, fastupsample=False)
 
 
 def step_values(g, e, t, length, terminal):
@@ -233,9 +249,9 @@ def check_rows(td, rows):
             obs["base_pose_tool_reached"][r].numpy(), (g + 0.01 * np.arange(STATE)).astype(np.float32)
         )
         np.testing.assert_array_equal(obs["wrist_image"][r].numpy(), png_pixels(g))
-        jpeg = np.asarray(Image.open(io.BytesIO(encode_jpeg(g))).convert("RGB"))
-        np.testing.assert_array_equal(obs["image"][r].numpy(), jpeg)  # Pillow's own decoding, exactly
-        assert np.abs(jpeg.astype(int) - jpeg_colour(g)).max() <= 3  # and it is step g's colour
+        jpeg = tfds_jpeg(g)
+        np.testing.assert_array_equal(obs["image"][r].numpy(), jpeg)  # TFDS's decoding, exactly
+        assert np.abs(jpeg.astype(int) - jpeg_source(g)).max() <= 12  # and it is step g's image
         np.testing.assert_array_equal(
             obs["natural_language_embedding"][r].numpy(), (-g - 0.1 * np.arange(EMB)).astype(np.float32)
         )
@@ -513,3 +529,24 @@ def test_loader_declares_contract():
 
     check_loader(OpenXLoader)
     assert OpenXLoader.name == "openx" and OpenXLoader.requires == ("PIL", "google.protobuf")
+
+
+def test_jpeg_decoded_as_tfds_by_default_pillow_on_request(tmp_path):
+    """TFDS decodes JPEG with TensorFlow's fast IDCT; Pillow's accurate IDCT gives other pixels on
+    textured images. The default must give TFDS's pixels; jpeg_decoder='pillow' Pillow's; the card
+    says which ran."""
+    files = write_release(tmp_path / "mirror")
+    rows = expected_rows([0])
+    default, notes = convert(files, shards=[0])
+    pillow, pillow_notes = convert(files, shards=[0], jpeg_decoder="pillow")
+    got, got_pillow = torch.cat(default)["observation", "image"], torch.cat(pillow)["observation", "image"]
+    differs = 0
+    for r, row in enumerate(rows):
+        by_pillow = np.asarray(Image.open(io.BytesIO(encode_jpeg(row["g"]))).convert("RGB"))
+        np.testing.assert_array_equal(got[r].numpy(), tfds_jpeg(row["g"]))
+        np.testing.assert_array_equal(got_pillow[r].numpy(), by_pillow)
+        differs += not np.array_equal(by_pillow, tfds_jpeg(row["g"]))
+    assert differs > 0  # the fixture does tell the two decoders apart
+    assert "fast IDCT" in notes["jpeg_decoder"] and "accurate IDCT" in pillow_notes["jpeg_decoder"]
+    with pytest.raises(InvalidParameter, match="jpeg_decoder must be one of"):
+        convert(files, shards=[0], jpeg_decoder="turbo")

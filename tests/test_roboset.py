@@ -63,6 +63,7 @@ def write_rollouts(path_or_buffer, f: int, trials: dict, *, layout: str = "roboh
                 "actions": actions,
                 "rewards": b + 0.5,
                 "done": done,
+                "env_infos/time": b / 10 + 0.05,  # robohive logs both; distinct values here
                 "env_infos/obs_dict/qp": 2 * b[:, None] + np.arange(2),
                 f"env_infos/visual_dict/{CAM}": ((b[:, None] + np.arange(int(np.prod(IMG)))) % 256)
                 .astype(np.uint8)
@@ -101,6 +102,7 @@ def expected(files: dict, layout: str = "robohive", served: dict = FILES) -> dic
             "img",
             "next_img",
             "time",
+            "env_time",
             "unknown",
         )
     }
@@ -132,6 +134,7 @@ def expected(files: dict, layout: str = "robohive", served: dict = FILES) -> dic
                 cols["qp"].append(2 * b[t] + np.arange(2))
                 cols["img"].append(((b[t] + np.arange(int(np.prod(IMG)))) % 256).astype(np.uint8).reshape(IMG))
                 cols["time"].append(b[t] / 10)
+                cols["env_time"].append(b[t] / 10 + 0.05)
                 cols["unknown"].append(layout == "paths" and t == steps - 1)
                 if layout == "robohive":
                     cols["next_qp"].append(2 * b[t + 1] + np.arange(2))
@@ -158,7 +161,9 @@ def check_ted(td, truth, layout: str = "robohive") -> None:
     np.testing.assert_array_equal(td["info", "next_observation_unknown"].numpy(), truth["unknown"])
     np.testing.assert_array_equal(td["info", "obs_dict", "qp"].numpy(), truth["qp"])
     np.testing.assert_array_equal(td["info", "visual_dict", CAM].numpy(), truth["img"])
-    np.testing.assert_array_equal(td["info", "time"].numpy(), truth["time"])
+    # the top-level `time` and env_infos/time are two keys (one used to overwrite the other)
+    np.testing.assert_array_equal(td["info", "trial", "time"].numpy(), truth["time"])
+    np.testing.assert_array_equal(td["info", "time"].numpy(), truth["env_time"])
     if layout == "robohive":
         np.testing.assert_array_equal(td["next", "info", "obs_dict", "qp"].numpy(), truth["next_qp"])
         np.testing.assert_array_equal(td["next", "info", "visual_dict", CAM].numpy(), truth["next_img"])
@@ -363,6 +368,18 @@ def test_observations_as_a_group_become_nested_keys(tmp_path):
     np.testing.assert_array_equal(td["next", "reward"][:, 0].numpy(), [10, 20, 30])
     assert td["next", "terminated"][:, 0].tolist() == [False, False, True]
     assert notes["episode_ends"] == {"terminated": 1, "truncated": 0}
+
+
+def test_two_upstream_keys_never_become_one(tmp_path):
+    """The top-level `time` and env_infos/time stay apart (checked by check_ted on every build); a file
+    whose env_infos also has a trial/time group cannot map both to one key: a clear error, never a
+    silent overwrite."""
+    path = tmp_path / "clash.h5"
+    write_rollouts(path, 0, {"Trial0": (4, False, ())})
+    with h5py.File(path, "r+") as h:
+        h["Trial0/env_infos/trial/time"] = np.arange(4.0)
+    with pytest.raises(LoaderError, match="would both become 'info/trial/time'"):
+        convert({"clash.h5": path})
 
 
 def test_bad_files_raise_loader_error(tmp_path):

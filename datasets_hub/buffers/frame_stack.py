@@ -11,9 +11,12 @@ Contract of ``FrameStack(n)`` on a sample (any batch shape, TED keys):
   episode (oldest first, so ``[..., -1, :, :]`` is the sample's own frame), and
   ``("next", "observation")`` becomes frames ``t-n+2, …, t+1``; dtype unchanged.
 - Frames before the episode's first one are **zeros** (``padding="zeros"``, the default): this is
-  what Dopamine, which produced the DQN Replay Dataset, feeds its agents (it writes 3 zero frames
-  before every episode). ``padding="first"`` repeats the episode's first frame instead (the
-  convention of many PyTorch DQN implementations and TorchRL's ``CatFrames``).
+  what Dopamine, which produced the DQN Replay Dataset, feeds its agents at an episode's start (it
+  writes 3 zero frames before every episode). ``padding="first"`` repeats the episode's first frame
+  instead (the convention of many PyTorch DQN implementations and TorchRL's ``CatFrames``).
+- Except where the build keeps **history frames** for an episode (the real frames that preceded its
+  first transition, e.g. the oldest episode of a wrapped Dopamine checkpoint, whose beginning was
+  overwritten): those are used, whatever the padding, and only times before them are padded.
 - A stack never holds a frame of another episode, whatever the padding.
 
 The transform reads earlier frames from the buffer's storage, so it must be bound to it. A replay
@@ -101,16 +104,17 @@ class FrameStack(Transform):
         step = flat.get("step").reshape(-1).to(torch.int64)
         # times t-n+1 .. t+1 of each row's episode: columns [:n] are the state, [1:] the next state
         offsets = torch.arange(-self.n + 1, 2, dtype=torch.int64)
-        times = step[:, None] + offsets[None, :]
-        before = times < 0
-        times = times.clamp_min(0)
-        if self._per_episode:
-            frames = self._storage.episode_frames(self.keys, flat.get("episode").reshape(-1), times)
+        raw = step[:, None] + offsets[None, :]
+        before = raw < 0
+        if self._per_episode:  # the storage keeps frames (and maybe history frames) by episode and time
+            frames, present = self._storage.episode_frames(self.keys, flat.get("episode").reshape(-1), raw)
+            pad = {key: ~mask for key, mask in present.items()}
         else:
-            frames = self._from_storage(flat, step, times)
+            frames = self._from_storage(flat, step, raw.clamp_min(0))
+            pad = dict.fromkeys(frames, before)
         for key, window in frames.items():
-            if self.padding == "zeros" and before.any():
-                window[before] = 0
+            if self.padding == "zeros" and pad[key].any():
+                window[pad[key]] = 0
             flat.set(key, window[:, : self.n])
             flat.set(("next", *key), window[:, 1:])
         return flat.reshape(shape) if len(shape) != 1 else flat
@@ -142,7 +146,8 @@ class FrameStack(Transform):
 
 
 class FullStackSampler(Sampler):
-    """Uniform over the transitions whose ``n``-frame stack lies inside their episode (``step >= n - 1``).
+    """Uniform over the transitions whose ``n``-frame stack lies inside their episode (``step >= n - 1``,
+    or fewer steps where the build keeps history frames before the episode's first transition).
 
     The sampler option for training without padded stacks: rows within ``n - 1`` steps of an
     episode start are never drawn, the others equally often. Needs a storage with an episode index
@@ -164,8 +169,11 @@ class FullStackSampler(Sampler):
                 "datasets_hub.load); this storage has none"
             )
         if self._cache is None or self._cache[0] is not index:
-            count = (index.length - (self.n - 1)).clamp_min(0)
-            first = index.start + (self.n - 1)
+            # history frames kept before an episode's first transition count towards a full stack
+            history = storage.history_index()[1] if getattr(storage, "history_keys", list)() else 0
+            skip = (self.n - 1 - torch.as_tensor(history)).clamp_min(0)
+            count = (index.length - skip).clamp_min(0)
+            first = index.start + skip
             self._cache = (index, torch.cumsum(count, 0), first)
         return self._cache[1], self._cache[2]
 

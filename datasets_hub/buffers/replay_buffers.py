@@ -131,6 +131,14 @@ class ReplayBuffer:
         return self._transform
 
     @property
+    def episodes(self) -> Any:
+        """The buffer's episodes: iterate, filter (a view, no copy), split by episode
+        (:class:`~datasets_hub.buffers.episodes.Episodes`; computed on access: keep it in a variable)."""
+        from datasets_hub.buffers.episodes import Episodes
+
+        return Episodes(self)
+
+    @property
     def batch_size(self) -> int | None:
         return self._batch_size
 
@@ -150,6 +158,23 @@ class ReplayBuffer:
     def set_rng(self, generator: torch.Generator) -> None:
         """Make ``generator`` the sampler's only source of randomness."""
         self._sampler.generator = generator
+
+    def read_only_view(self, storage: Storage, *, transform: Any = None, prefetch: int | None = None) -> Any:
+        """A read-only ``TensorDictReplayBuffer`` over ``storage`` (data derived from this buffer's: an
+        episode subset, a preprocessing result) with a copy of this buffer's sampler (its caches follow
+        the new storage; the generator is shared), its batch size and prefetch, and ``transform``
+        (none by default: some transforms are bound to this buffer's storage, e.g. ``FrameStack``)."""
+        sampler = self._sampler
+        generator = getattr(sampler, "generator", None)
+        sampler = copy.deepcopy(sampler, memo={id(generator): generator} if generator is not None else None)
+        return TensorDictReplayBuffer(
+            storage=storage,
+            sampler=sampler,
+            writer=ImmutableDatasetWriter(),
+            batch_size=self._batch_size,
+            transform=transform,
+            prefetch=self._prefetch if prefetch is None else prefetch,
+        )
 
     def fork(self, generator: torch.Generator) -> ReplayBuffer:
         """A shallow copy sharing this buffer's storage, writer and transforms, with its own copy of

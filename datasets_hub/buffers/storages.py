@@ -93,9 +93,11 @@ class Storage:
 
     def episode_frames(
         self, keys: list[tuple[str, ...]], episode: torch.Tensor, times: torch.Tensor
-    ) -> dict[tuple[str, ...], torch.Tensor]:
-        """Values of ``keys`` at times ``times`` (``[B, W]``, ``0 <= t <= length``, ``t = length`` the
-        final next value) of the episodes with ids ``episode`` (``[B]``), each ``[B, W, *shape]``."""
+    ) -> tuple[dict[tuple[str, ...], torch.Tensor], dict[tuple[str, ...], torch.Tensor]]:
+        """Values of ``keys`` at times ``times`` (``[B, W]``, ``t <= length``, ``t = length`` the final next
+        value; a negative time is before the episode's first transition) of the episodes with ids
+        ``episode`` (``[B]``), each ``[B, W, *shape]``, and per key a ``[B, W]`` mask of the real frames
+        (a time the storage keeps no frame for holds the episode's first frame, masked False)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no per-episode frames (frame_keys() is None)")
 
     def gather_key(
