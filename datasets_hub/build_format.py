@@ -50,6 +50,8 @@ from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
+from datasets_hub.build_checks import check_build
+from datasets_hub.build_checks import leaf_path as checked_leaf_path
 from datasets_hub.errors import CacheError, TEDError
 from datasets_hub.files import sha256_file, write_text_atomic
 
@@ -640,12 +642,14 @@ def open_build(build_dir: str | Path) -> OpenedBuild:
     """
     build_dir = Path(build_dir)
     manifest = read_build_manifest(build_dir)
+    # cheap open-time checks (manifest hash, format, schema, paths, sizes, episode index): build_checks.py
+    checked = check_build(build_dir, manifest)
     try:
-        schema, layout = manifest["schema"], manifest["layout"]
+        layout = manifest["layout"]
         transitions = int(manifest["counts"]["transitions"])
         columns = {
-            name: open_leaf(leaf_path(build_dir, name), spec["dtype"], spec["shape"], spec["rows"])
-            for name, spec in schema.items()
+            name: open_leaf(checked_leaf_path(build_dir, name, build_dir), dtype, shape, rows)
+            for name, (dtype, shape, rows) in checked.items()
         }
         per_step_next = {parse_key(k) for k in layout["next_stored_per_step"]}
         obs = {parse_key(k): columns[f"{OBS}/{k}"] for k in layout["obs"]}

@@ -19,6 +19,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, nest, parse_key
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.buffers.tensor_storages import TensorStorage
+from datasets_hub.build_checks import check_preprocessed
 from datasets_hub.build_format import open_leaf
 from datasets_hub.cache import read_manifest
 from datasets_hub.errors import CacheError
@@ -50,6 +51,7 @@ class PreprocessedStorage(ReadOnlyStorage, TensorStorage):
         self.manifest = read_manifest(self.path)
         if self.manifest is None or self.manifest.get("format") != FORMAT:
             raise CacheError(f"{self.path} holds no complete preprocessing result (no manifest.json); preprocess again")
+        check_preprocessed(self.path, self.manifest)  # paths inside the result, sizes: before any mmap
         leaves = _open_schema(self.path, self.manifest, "c")
         n = int(self.manifest["counts"]["transitions"])
         super().__init__(TensorDict(nest(leaves.keys(), leaves.values()), batch_size=[n]))

@@ -9,8 +9,9 @@ import torch
 from tensordict import TensorDict, tensorclass
 
 from datasets_hub.buffers import tensor_storages
+from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.storages import ListStorage, Storage
-from datasets_hub.buffers.tensor_storages import LazyMemmapStorage, LazyTensorStorage, TensorStorage
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage, TensorStorage
 
 
 @tensorclass
@@ -156,13 +157,6 @@ def test_plain_tensor_storage_and_tensor_storage_wrapping():
     assert wrapped.get(torch.tensor([5, 1]))["x"].tolist() == [5, 1]
     with pytest.raises(ValueError, match="max_size=4"):
         TensorStorage(torch.zeros(6), max_size=4)
-
-
-def test_ndim_above_one_is_refused_with_advice():
-    with pytest.raises(NotImplementedError, match="SliceSampler"):
-        LazyMemmapStorage(10, ndim=2)
-    with pytest.raises(NotImplementedError, match="ndim=2"):
-        LazyTensorStorage(10, ndim=2)
 
 
 @pytest.mark.parametrize("make", LAZY)

@@ -20,11 +20,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared fixture writer
 
-from ogbench_files import write_ogbench
 from upstream_ref import upstream_required
 
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.loaders.ogbench import OGBenchLoader
+
+from fixtures.ogbench_files import write_ogbench
 
 
 def upstream_reader():
