@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from _helpers import double_observation
+from fixtures.faults import double_observation
 
 import datasets_hub as dh
 from datasets_hub.cache_verify import verify, write_manifest_checksum
