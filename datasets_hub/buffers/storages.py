@@ -34,7 +34,8 @@ class Storage:
     - ``read_key(key)`` returns one leaf for the first ``len(storage)`` items (used to derive
       episode boundaries from ``episode`` or ``("next", "done")``); ``KeyError`` if absent.
     - ``num_items(data)`` is how many items ``data`` holds as this storage counts them (what a
-      write of ``data`` fills); ``gather(index, extras)`` is ``get`` for a 1-D int64 index with
+      write of ``data`` fills); ``gather(index, extras)`` reads the items a sampler drew (a 1-D int64
+      index of flat items, also for multi-dimensional storages), with
       per-item tensors ``extras`` (key -> ``[len(index), ...]``) set on the TensorDict result (a
       replay buffer adds ``index`` and sampler info this way, in one TensorDict build where it can).
     - ``frame_keys()`` / ``episode_frames(keys, episode, times)``: a storage that keeps

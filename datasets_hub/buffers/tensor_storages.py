@@ -362,9 +362,8 @@ class TensorStorage(SharedCounters, Storage):
     def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> Any:
         """``get`` plus ``extras``; TensorDict rows with a 1-D int64 index are built once with the
         extras inside (no per-key ``set``)."""
-        if not (
-            self.ndim == 1
-            and self._kind == "td"
+        if not (  # flat items (also of a multi-dimensional storage: samplers draw flat items)
+            self._kind == "td"
             and not self._row_batch
             and self._plain
             and type(index) is torch.Tensor
