@@ -12,7 +12,14 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
+# Upstream's own writers/readers (TensorFlow, TFDS, Dopamine, ...) live in a venv of their own:
+# tests/upstream/requirements*.txt list them; our package is installed into it too.
+UPSTREAM_VENV := .venv-upstream
+UPSTREAM_PY := $(UPSTREAM_VENV)/bin/python
+UPSTREAM_REQS := tests/upstream/requirements.txt tests/upstream/requirements-nodeps.txt
+UPSTREAM_STAMP := $(UPSTREAM_VENV)/.installed-$(shell cat pyproject.toml constraints.txt $(UPSTREAM_REQS) | cksum | cut -d' ' -f1)
+
+.PHONY: demo test test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +36,7 @@ demo: install
 	$(PY) examples/demo.py
 
 test: install
-	$(PY) -m pytest -q -m "not ray and not slow"
+	$(PY) -m pytest -q -m "not ray and not slow and not upstream"
 
 # Fault injection: seeded kill -9 trials, concurrent loaders, rm while sampling (~2-3 min).
 test-faults: install
@@ -42,7 +49,26 @@ test-ray: install
 
 # TorchRL pins its own tensordict: the interop tests run in the benchmark venv.
 test-torchrl: bench-install
-	$(BENCH_PY) -m pytest -q tests/test_torchrl_interop.py
+	$(BENCH_PY) -m pytest -q tests/test_torchrl.py
+
+$(UPSTREAM_PY):
+	$(PYTHON) -m venv $(UPSTREAM_VENV)
+	$(UPSTREAM_PY) -m pip install --upgrade pip
+
+# One resolution for everything (so pins agree), torch held to the CPU wheel by constraints.txt;
+# then the packages whose declared dependencies would pull old pins or a CUDA build, --no-deps.
+$(UPSTREAM_STAMP): $(UPSTREAM_PY) pyproject.toml constraints.txt $(UPSTREAM_REQS)
+	$(UPSTREAM_PY) -m pip install --constraint constraints.txt torch==2.13.0
+	$(UPSTREAM_PY) -m pip install --constraint constraints.txt -e '.[test,openx]' -r tests/upstream/requirements.txt
+	$(UPSTREAM_PY) -m pip install --constraint constraints.txt --no-deps -r tests/upstream/requirements-nodeps.txt
+	rm -f $(UPSTREAM_VENV)/.installed-* && touch $@
+
+upstream-install: $(UPSTREAM_STAMP)
+
+# Value-by-value comparisons with upstream's own code; a missing upstream package fails here (never skips).
+# LeRobot's reference pins an older torch: its venv and tests are test-upstream-lerobot (run first).
+test-upstream: upstream-install test-upstream-lerobot
+	DATASETS_HUB_UPSTREAM_REQUIRED=1 $(UPSTREAM_PY) -m pytest -q -p no:cacheprovider tests/upstream tests/test_minari.py
 
 $(BENCH_PY):
 	$(PYTHON) -m venv $(BENCH_VENV)
@@ -60,6 +86,8 @@ bench: bench-install
 	$(BENCH_PY) benchmarks/sampling.py
 	$(BENCH_PY) benchmarks/build.py
 	$(BENCH_PY) benchmarks/images.py
+	$(BENCH_PY) benchmarks/goals.py
+	$(BENCH_PY) benchmarks/ogbench_build.py
 
 # LeRobot's own reader (lerobot 0.4.4, which pins torch<2.11) in a venv of its own: installed with
 # --no-deps next to our CPU torch, plus what its dataset module imports; torchcodec decodes with the
@@ -126,4 +154,4 @@ docs: docs-install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(ULR_VENV) build site *.egg-info
+	rm -rf $(VENV) $(BENCH_VENV) $(UPSTREAM_VENV) $(ULR_VENV) build site *.egg-info

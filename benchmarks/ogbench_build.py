@@ -76,7 +76,9 @@ def main() -> None:
         env = dict(os.environ, DATASETS_HUB_CACHE=str(tmp / "cache"), PYTHONPATH=str(ROOT))
         code = CHILD.format(set=SET, shards=list(range(args.shards)), mirror=mirror.as_uri())
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        if out.returncode:
+            raise SystemExit(f"the build failed:\n{out.stderr[-3000:]}")
         wall = time.perf_counter() - t0
         result = json.loads(out.stdout.strip().splitlines()[-1])
     finally:

@@ -36,6 +36,7 @@ from datasets_hub.cache import (
     file_lock,
     fingerprint,
     is_disk_full,
+    manifest_or_problem,
     read_manifest,
     remove_tree,
 )
@@ -43,21 +44,27 @@ from datasets_hub.cache_verify import write_manifest_checksum
 from datasets_hub.errors import CacheError, CorruptFile, HubError, LoaderError
 from datasets_hub.lean_ted import LeanTEDWriter
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
+from datasets_hub.redact import redact_value
+from datasets_hub.ted_contract import check_chunk
 
 
 def build_fingerprint(spec: DatasetSpec, loader: Loader) -> str:
     """hash(id, params, sources, loader format_version, storage format version).
 
-    Sources enter by identity (name, URLs, and the catalogue's sha256/size when it has them), so a
-    build can be found without re-hashing multi-GB raw files; files without a catalogue checksum
-    are pinned by the sha256 recorded at first download, which `datasets-hub verify` checks.
+    Sources enter by identity (name, :func:`~datasets_hub.downloader.source_key`: the catalogue's
+    sha256, else the URL without credentials or signatures, and the size), so a build can be found
+    without re-hashing multi-GB raw files, and another URL is another build; files without a
+    catalogue checksum are pinned by the sha256 recorded at first download, which `datasets-hub
+    verify` checks. Params enter redacted (a password is not part of what the data is).
     """
+    from datasets_hub.downloader import source_key
+
     return fingerprint(
         {
             "id": spec.id,
             "loader": loader.name,
-            "params": spec.params,
-            "sources": [[r.name, r.sha256, r.size] for r in loader.resources(spec)],
+            "params": redact_value(spec.params),
+            "sources": [[r.name, r.sha256, r.size, source_key(r)] for r in loader.resources(spec)],
             "loader_format_version": loader.format_version,
             "storage_format_version": STORAGE_FORMAT_VERSION,
         }
@@ -100,7 +107,10 @@ def build(
         return final
     ensure_writable_dir(final.parent)
     with file_lock(final.with_name(final.name + ".lock")):
-        if read_manifest(final) is not None and not force:
+        manifest, broken = manifest_or_problem(final)
+        if broken and not force:
+            raise CacheError(broken)
+        if manifest is not None and not force:
             return final  # another process built it while we waited
         incomplete = final.with_name(final.name + INCOMPLETE_SUFFIX)
         if incomplete.exists():
@@ -201,6 +211,7 @@ def _convert(
         with _progress_bar(None, f"building {spec.id}") as bar:
             ctx = LoaderContext(chunk_rows=chunk_rows, progress=bar.update)
             for chunk in _chunks_of(loader, spec, files, ctx):
+                check_chunk(chunk, loader.name, spec.id)  # the sample-level contract, naming loader and key
                 writer.write(chunk)  # TED violations and write errors (a full disk) propagate as they are
         summary = writer.finish()
     except BaseException:
@@ -216,9 +227,9 @@ def _convert(
         "loader": loader.name,
         "loader_format_version": loader.format_version,
         "storage_format_version": STORAGE_FORMAT_VERSION,
-        "params": spec.params,
-        "sources": sources,
-        "metadata": spec.metadata,
+        "params": redact_value(spec.params),
+        "sources": redact_value(sources),
+        "metadata": redact_value(spec.metadata),
         "notes": ctx.notes,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": round(time.time() - started, 3),

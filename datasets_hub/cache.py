@@ -40,23 +40,63 @@ def raw_dir(loader: str) -> Path:
     return cache_root() / "raw" / loader
 
 
-def raw_file_path(loader_name: str, resource_name: str) -> Path:
-    """Where a loader's resource is kept: ``<cache>/raw/<loader>/<name>``; names must be safe
-    relative paths (a loader cannot make the hub write outside its raw folder)."""
-    parts = Path(resource_name).parts
+#: Suffixes the cache adds to names it owns (side files of downloads, builds being written or
+#: deleted): reserved, so no dataset id or resource name can collide with them.
+RESERVED_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".validator", ".tmp", INCOMPLETE_SUFFIX)
+DELETING_MARK = ".deleting-"
+#: Longest name component of a resource (file systems allow 255 bytes; the cache appends suffixes).
+MAX_NAME_BYTES = 200
+
+
+def reserved_name_problem(segment: str) -> str | None:
+    """Why ``segment`` (one path component of an id or a resource name) is reserved, or ``None``."""
+    low = segment.lower()
+    for suffix in RESERVED_SUFFIXES:
+        if low.endswith(suffix):
+            return f"it ends with {suffix!r}, a suffix the cache reserves for its own files"
+    if DELETING_MARK in low:
+        return f"it contains {DELETING_MARK!r}, which the cache reserves for directories being deleted"
+    return None
+
+
+def raw_file_path(loader_name: str, resource_name: str, source_key: str | None = None) -> Path:
+    """Where a loader's resource is kept: ``<cache>/raw/<loader>/<source-key>/<name>``.
+
+    ``source_key`` (:func:`datasets_hub.downloader.source_key`) is the identity of the bytes, so two
+    sources with the same file name never share a file (``None``: the layout of builds made before
+    keys existed, ``<cache>/raw/<loader>/<name>``). Names must be safe relative paths (a loader
+    cannot make the hub write outside its raw folder), of at most :data:`MAX_NAME_BYTES` bytes per
+    component, without the cache's reserved suffixes.
+    """
+    from datasets_hub.errors import InvalidParameter
+
+    parts = Path(resource_name).parts if isinstance(resource_name, str) else ()
     if (
         not resource_name
+        or not isinstance(resource_name, str)
         or Path(resource_name).is_absolute()
         or any(p in ("..", ".") for p in parts)
         or "\x00" in resource_name
     ):
-        from datasets_hub.errors import InvalidParameter
-
         raise InvalidParameter(
             f"the {loader_name!r} loader names a raw file {resource_name!r}: names must be relative paths "
             "without '..' (a loader bug; report it to the loader's authors)"
         )
-    return raw_dir(loader_name).joinpath(*parts)
+    for part in parts:
+        if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+            raise InvalidParameter(
+                f"the resource name {resource_name[:60]!r}… has a component of {len(part.encode('utf-8', 'surrogateescape'))} "
+                f"bytes; the limit is {MAX_NAME_BYTES} (file systems allow 255 and the cache adds suffixes). Give the "
+                "resource a shorter 'name' in its catalogue entry"
+            )
+        problem = reserved_name_problem(part)
+        if problem:
+            raise InvalidParameter(
+                f"the resource name {resource_name!r} is reserved: {problem}. Give the resource "
+                "another 'name' in its catalogue entry"
+            )
+    base = raw_dir(loader_name)
+    return (base / source_key if source_key else base).joinpath(*parts)
 
 
 def datasets_dir() -> Path:
@@ -79,32 +119,79 @@ def fingerprint(payload: Any, length: int = 16) -> str:
 
 
 def read_manifest(build_dir: Path) -> dict[str, Any] | None:
-    """The manifest of a published build, or ``None`` when there is no complete build there."""
-    path = build_dir / MANIFEST
+    """The manifest of a published build, or ``None`` when there is no complete build there.
+
+    An empty, cut or non-object manifest (what a power loss leaves) is a :class:`CacheError` naming
+    the fix; a regular file where the cache expects a directory gets its own error.
+    """
+    path = Path(build_dir) / MANIFEST
     try:
-        with open(path) as fh:
-            return json.load(fh)
+        with open(path, "rb") as fh:
+            manifest = json.loads(fh.read())
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError) as exc:
+    except NotADirectoryError as exc:
+        raise CacheError(_not_a_directory(Path(build_dir))) from exc
+    except (OSError, ValueError, RecursionError) as exc:
         raise CacheError(
-            f"the manifest {path} is unreadable ({exc}); remove the build with "
-            f"`datasets-hub rm` or delete {build_dir} and load again"
+            f"the manifest {path} is unreadable ({type(exc).__name__}: {str(exc)[:200]}): the build is broken "
+            f"(a power loss or a full disk while it was published?). Remove it with `datasets-hub rm <id>` or "
+            f"`datasets-hub cache prune`, or rebuild with `datasets-hub download --force <id>`"
         ) from exc
+    if not isinstance(manifest, dict):
+        raise CacheError(
+            f"the manifest {path} holds a JSON {type(manifest).__name__}, not an object: the build is broken or was "
+            f"tampered with. Remove it with `datasets-hub rm <id>` or `datasets-hub cache prune`, or rebuild with "
+            f"`datasets-hub download --force <id>`"
+        )
+    return manifest
 
 
-def iter_builds() -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Every published build in the cache with its manifest (incomplete builds are skipped)."""
+def manifest_or_problem(build_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """``(manifest, None)``, ``(None, None)`` when there is no build, or ``(None, why it is broken)``."""
+    try:
+        return read_manifest(build_dir), None
+    except CacheError as exc:
+        return None, str(exc)
+
+
+def _not_a_directory(path: Path) -> str:
+    for candidate in [path, *path.parents]:
+        if candidate.exists() and not candidate.is_dir():
+            return (
+                f"{candidate} is a regular file where the cache expects a directory; move it away, or point "
+                f"DATASETS_HUB_CACHE at a directory (it is {cache_root()})"
+            )
+    return f"a component of {path} is not a directory; point DATASETS_HUB_CACHE at a directory"
+
+
+def _is_marker(name: str) -> bool:
+    return name.endswith(INCOMPLETE_SUFFIX) or DELETING_MARK in name
+
+
+def iter_builds(*, warn: bool = True) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Every published build in the cache with its manifest.
+
+    A build is a directory holding ``manifest.json`` (nothing below it is searched); directories
+    being written (``*.incomplete``) or deleted (``*.deleting-*``) are skipped, and a build whose
+    manifest is unreadable is skipped with a warning (``cache prune`` or ``rm`` removes it).
+    """
+    import warnings
+
     root = datasets_dir()
     if not root.is_dir():
         return
-    for manifest_path in sorted(root.rglob(MANIFEST)):
-        build = manifest_path.parent
-        if build.name.endswith(INCOMPLETE_SUFFIX) or "data" in build.relative_to(root).parts:
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not _is_marker(d))
+        if MANIFEST not in filenames or here == root:
             continue
-        manifest = read_manifest(build)
+        dirnames[:] = []  # a build's insides are not builds
+        manifest, problem = manifest_or_problem(here)
         if manifest is not None:
-            yield build, manifest
+            yield here, manifest
+        elif problem and warn:
+            warnings.warn(f"skipping a broken build: {problem}", stacklevel=2)
 
 
 def dir_size(path: Path) -> int:
@@ -142,12 +229,42 @@ def file_lock(path: Path, timeout: float = -1):
 
 
 def remove_tree(path: Path) -> None:
-    """Delete ``path`` so that no reader ever sees it half-deleted: rename aside first."""
-    if not path.exists():
+    """Delete ``path`` so that no reader ever sees it half-deleted: rename aside first.
+
+    The doomed directory gets a unique name (``<name>.deleting-<pid>-<random>``: a leftover of an
+    earlier process with the same PID, as every container's PID 1 is, never collides) and is
+    ``flock``-ed while it is deleted: ``cache prune`` decides whether a ``.deleting-*`` leftover is
+    still being deleted by that lock, held only by a living owner, never by its PID.
+    """
+    if not os.path.lexists(path):
         return
-    doomed = path.with_name(path.name + f".deleting-{os.getpid()}")
+    doomed = path.with_name(f"{path.name}{DELETING_MARK}{os.getpid()}-{os.urandom(4).hex()}")
     os.replace(path, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+    delete_doomed(doomed)
+
+
+def delete_doomed(doomed: Path, *, wait: bool = True) -> bool:
+    """Delete a renamed-aside ``doomed`` tree under its own ``flock``; ``wait=False``: give up at once
+    (return False) when a living process holds it (it is deleting it right now)."""
+    import fcntl
+
+    if os.path.islink(doomed) or not doomed.is_dir():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(doomed)
+        return True
+    try:
+        fd = os.open(doomed, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return True
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return False
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+    finally:
+        os.close(fd)
 
 
 def is_disk_full(exc: BaseException) -> bool:

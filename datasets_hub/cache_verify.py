@@ -127,6 +127,7 @@ def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult
     """The manifest against its checksum, then against what the data says (fallback and belt)."""
     path = build / MANIFEST
     recorded = build / MANIFEST_SHA256
+    intact = False
     if recorded.is_file():
         words = recorded.read_text().split()
         digest = sha256_file(path)
@@ -136,6 +137,7 @@ def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult
                 f"({words[0] if words else 'empty'}); the manifest was edited"
             )
         else:
+            intact = True
             result.checked.append(f"{path}: ok (matches {recorded.name})")
     else:
         result.notes.append(
@@ -166,7 +168,7 @@ def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult
                 f"({group} rows must equal {'transitions' if group == 'steps' else 'episodes' if group == 'episodes' else 'transitions + episodes'})"
             )
     _verify_stats(build, manifest, result)
-    _verify_fingerprint(build, manifest, result)
+    _verify_fingerprint(build, manifest, result, intact=intact)
 
 
 def _verify_stats(build: Path, manifest: dict[str, Any], result: VerifyResult) -> None:
@@ -198,7 +200,14 @@ def _verify_stats(build: Path, manifest: dict[str, Any], result: VerifyResult) -
                 break
 
 
-def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyResult) -> None:
+def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyResult, *, intact: bool = False) -> None:
+    """Does the manifest's id/params/sources still fingerprint to the directory's name?
+
+    When they do not but the manifest matches its recorded checksum (``intact``), or the build was
+    made by another version of the library, the loader or the storage format, the build is healthy:
+    it is simply not the one today's catalogue and code would make. That is a note, never a problem
+    (and never a reason to delete it); only an edited manifest is a problem.
+    """
     from datasets_hub.errors import HubError
 
     dataset_id, params = manifest.get("id"), manifest.get("params")
@@ -206,16 +215,33 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
         result.problems.append(f"{build / MANIFEST}: no id/params; the manifest is not a datasets_hub build manifest")
         return
     try:
-        _spec, _loader, expected = catalogue_build(dataset_id, params)
+        _spec, loader, expected = catalogue_build(dataset_id, params)
     except HubError as exc:  # loader not installed, id only registered in another process…
         result.notes.append(f"{build}: fingerprint not recomputed ({exc})")
         return
-    if expected.name != build.name:
-        result.problems.append(
-            f"{build / MANIFEST}: its id, params and sources fingerprint to {expected.name}, not to the "
-            f"directory {build.name}; the manifest was edited, or the catalogue's sources or the loader's "
-            "format_version changed since the build (then `datasets-hub download --force` rebuilds)"
+    if expected.name == build.name:
+        return
+    from datasets_hub import __version__
+    from datasets_hub.cache import STORAGE_FORMAT_VERSION
+
+    made_by = (
+        manifest.get("hub_version"),
+        manifest.get("loader_format_version"),
+        manifest.get("storage_format_version"),
+    )
+    now = (__version__, getattr(loader, "format_version", None), STORAGE_FORMAT_VERSION)
+    if intact or made_by != now:
+        result.notes.append(
+            f"{build}: a healthy build made by datasets_hub {made_by[0]} (loader format {made_by[1]}, storage "
+            f"format {made_by[2]}) or from an earlier catalogue entry; this version and catalogue "
+            f"(datasets_hub {now[0]}, loader format {now[1]}) build {expected.name} instead, so `load` does not "
+            "use it. It is intact; keep it for code that still uses it, or remove it when nothing does"
         )
+        return
+    result.problems.append(
+        f"{build / MANIFEST}: its id, params and sources fingerprint to {expected.name}, not to the "
+        f"directory {build.name}, and no {MANIFEST_SHA256} vouches for it: the manifest was edited"
+    )
 
 
 def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool = True) -> VerifyResult:
@@ -232,7 +258,8 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
         from datasets_hub.loader import Resource
 
         for source in manifest.get("sources") or []:
-            path = raw_file_path(str(manifest.get("loader")), str(source.get("name")))
+            key = source.get("key")
+            path = raw_file_path(str(manifest.get("loader")), str(source.get("name")), str(key) if key else None)
             if not path.exists():
                 result.notes.append(
                     f"{path}: raw file not in the cache (removed with `rm --raw`?); the build does not need it"
@@ -269,8 +296,10 @@ def verify(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds:
     if read_manifest(build) is not None:
         return verify_build(build, result)
     raw_found = False
+    from datasets_hub.downloader import source_key
+
     for resource in loader.resources(spec):
-        path = raw_file_path(loader.name, resource.name)
+        path = raw_file_path(loader.name, resource.name, source_key(resource))
         if path.exists():
             raw_found = True
             _verify_raw(path, resource, result)

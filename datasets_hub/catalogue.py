@@ -57,6 +57,13 @@ def validate_id(dataset_id: Any) -> tuple[str, str]:
                 f"dataset id {dataset_id!r}: path segment {segment!r} is not allowed (use letters, "
                 "digits and . _ - ( ) + = , ; no empty, '.' or '..' segments)"
             )
+        from datasets_hub.cache import reserved_name_problem
+
+        problem = reserved_name_problem(segment)
+        if problem:
+            raise InvalidParameter(
+                f"dataset id {dataset_id!r}: path segment {segment!r} is reserved: {problem}; choose another name"
+            )
     return loader, name
 
 
@@ -100,7 +107,10 @@ def _parsed_copy(path: Path, key: tuple[str, int, int]) -> dict[str, Any]:
     tmp = copy.with_name(f"{copy.name}.{os.getpid()}.tmp")
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data, default=str))
+        # the user's catalogue can hold credentials (user:pass@ URLs): readable by its owner only
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(data, default=str))
         os.replace(tmp, copy)
     except OSError:  # a read-only or full cache still works, only slower
         try:

@@ -210,7 +210,11 @@ def cmd_list(args: argparse.Namespace) -> int:
                     mark = "yes"
             except HubError:
                 pass
-        rows.append((dataset_id, mark, str(entries[dataset_id][0].get("description", "")).strip()))
+        entry = entries[dataset_id][0]
+        description = str(entry.get("description", "")).strip()
+        if entry.get("status"):  # e.g. a source removed upstream: say so before anything else
+            description = f"[{entry['status']}] {description}"
+        rows.append((dataset_id, mark, description))
     if not rows:
         _out(
             "no dataset matches"
@@ -240,6 +244,8 @@ def _card(info: Any) -> dict[str, Any]:
         "build_path": str(info.build_path) if info.build_path else None,
         "raw_bytes": info.raw_bytes,
         "built_bytes": info.built_bytes,
+        "sample_keys": info.sample_keys,
+        "spaces": info.spaces,
         "manifest": info.manifest,
     }
 
@@ -313,12 +319,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     )
     row("episode return", _fmt_stats(card.stats.get("episode_return", {})))
     row("episode length", _fmt_stats(card.stats.get("episode_length", {})))
-    lines.append("  schema")
-    schema_rows = [
-        (name, spec.get("dtype"), tuple(spec.get("shape", [])), spec.get("rows"))
-        for name, spec in sorted(card.schema.items())
-    ]
-    lines += ["    " + line for line in _table(("stored key", "dtype", "shape", "rows"), schema_rows)]
+    lines.append("  sample (one transition; a batch of B adds a leading B)")
+    sample_rows = [(name, spec["dtype"], tuple(spec["shape"])) for name, spec in card.sample_keys.items()]
+    lines += ["    " + line for line in _table(("key", "dtype", "shape"), sample_rows)]
+    for name, space in card.spaces.items():
+        if name.endswith("_space"):
+            lines.append(f"  {name.replace('_', ' '):<15} {_space_text(space)}")
     if card.notes:
         lines.append("  notes")
         lines += [f"    {k}: {json.dumps(v, default=str)}" for k, v in sorted(card.notes.items())]
@@ -337,6 +343,21 @@ def cmd_info(args: argparse.Namespace) -> int:
         lines.append(f"\n  histograms written to {args.plot}")
     _out(lines)
     return 0
+
+
+def _space_text(space: Any) -> str:
+    """A gymnasium space as recorded upstream (JSON), shortened for one line."""
+    if isinstance(space, dict) and "type" in space:
+        shape = space.get("shape")
+        dtype = space.get("dtype")
+        extra = f" n={space['n']}" if "n" in space else ""
+        if space.get("subspaces"):
+            inner = space["subspaces"]
+            names = ", ".join(inner) if isinstance(inner, dict) else f"{len(inner)} subspaces"
+            return f"{space['type']}({names})"
+        return f"{space['type']}{tuple(shape) if shape is not None else ''} {dtype or ''}{extra}".strip()
+    text = json.dumps(space, default=str)
+    return text if len(text) <= 100 else text[:99] + "…"
 
 
 def _plot(card: Any, target: Path) -> None:
@@ -556,7 +577,9 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------ entry point
 def _err(message: object) -> None:
-    print(f"{PROG}: error: " + " ".join(str(message).split()), file=sys.stderr)
+    from datasets_hub.redact import redact_text
+
+    print(f"{PROG}: error: " + " ".join(redact_text(message).split()), file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

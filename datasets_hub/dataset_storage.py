@@ -95,6 +95,8 @@ class DatasetStorage(Storage):
         self.episode_returns = columns["episodes/return"]
         self._index = EpisodeIndex(self._start.clone(), self._length.clone())
         self._len = int(self.manifest["counts"]["transitions"])
+        self._history = {name[len("history/") :]: col for name, col in columns.items() if name.startswith("history/")}
+        self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
         self._terminated = dict(self._steps)[("next", "terminated")]
         self._truncated = dict(self._steps)[("next", "truncated")]
         super().__init__(self._len)
@@ -110,6 +112,48 @@ class DatasetStorage(Storage):
 
     def episode_index(self) -> EpisodeIndex:
         return self._index
+
+    def history_keys(self) -> list[Key]:
+        """Observation-like keys for which the build keeps history frames (frames before an
+        episode's first transition; see :mod:`datasets_hub.lean_ted`); ``[]`` for most builds."""
+        return [tuple(k.split("/")) for k in self.manifest["layout"].get("history", [])]
+
+    def history_index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(first, count)`` per episode (in build order): episode ``e`` has ``count[e]`` history frames
+        at rows ``first[e] .. first[e] + count[e] - 1`` of :meth:`history_column`, oldest first (times
+        ``-count[e] .. -1``). Counts are 0 where an episode has none (or the build keeps none)."""
+        if self._history_index is None:
+            num = self._index.num_episodes
+            first, count = torch.zeros(num, dtype=torch.int64), torch.zeros(num, dtype=torch.int64)
+            ids = self._history.get("episode")
+            if ids is not None and ids.numel():
+                order = np.argsort(self._episode_id_np, kind="stable")
+                pos = np.searchsorted(self._episode_id_np, ids.numpy(), sorter=order)
+                pos = np.minimum(pos, len(order) - 1)
+                ordinal = order[pos]
+                if not np.array_equal(self._episode_id_np[ordinal], ids.numpy()):
+                    raise CacheError(
+                        f"{self.path}: history frames name episodes the build does not hold; the build "
+                        "is damaged: run `datasets-hub rm` and load again"
+                    )
+                ordinal_t = torch.from_numpy(ordinal)
+                count.index_add_(0, ordinal_t, torch.ones_like(ordinal_t))
+                rows = torch.arange(ordinal_t.numel())
+                first.fill_(ordinal_t.numel()).scatter_reduce_(0, ordinal_t, rows, reduce="amin")
+                first[count == 0] = 0
+            self._history_index = (first, count)
+        return self._history_index
+
+    def history_column(self, key: str | Key) -> torch.Tensor:
+        """The history frames of ``key`` (rows addressed by :meth:`history_index`)."""
+        key = (key,) if isinstance(key, str) else tuple(key)
+        column = self._history.get("/".join(key))
+        if column is None:
+            raise KeyError(
+                f"this build keeps no history frames of {'/'.join(key)!r} (keys with history: "
+                f"{['/'.join(k) for k in self.history_keys()]})"
+            )
+        return column
 
     def _rows(self, index: Any) -> tuple[np.ndarray, tuple[int, ...]]:
         """``index`` as a flat int64 array of valid rows, plus the shape to give the result."""

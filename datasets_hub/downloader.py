@@ -49,16 +49,16 @@ import hashlib
 import json
 import os
 import re
-import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 from datasets_hub.errors import CacheError, ChecksumMismatch, DownloadError, HubError
+from datasets_hub.redact import redact_text, redact_url
 
 if TYPE_CHECKING:  # loader.py imports tensordict; this module stays light
     from datasets_hub.loader import Resource
@@ -68,7 +68,7 @@ MAX_REDIRECTS = 10
 # Backoff between retries: BACKOFF_BASE * 2**(n-1) seconds, capped. Tests set BACKOFF_BASE = 0.
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
-SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt")
+SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".validator")
 _SCHEMES = ("http", "https", "file", "hf")
 _TRUE = {"1", "true", "yes", "on"}
 _sleep: Callable[[float], None] = time.sleep
@@ -80,14 +80,17 @@ __all__ = [
     "MAX_REDIRECTS",
     "SIDE_SUFFIXES",
     "apply_endpoint",
+    "download_settings",
     "endpoint_env_var",
     "endpoint_for",
     "fetch",
     "is_offline",
     "list_hf_files",
+    "open_nofollow",
     "read_sidecar",
     "resolve_urls",
     "sidecar_path",
+    "source_key",
     "verify_file",
 ]
 
@@ -142,6 +145,86 @@ def resolve_urls(resource: Resource, loader: str) -> list[str]:
     return urls
 
 
+def download_settings(
+    *,
+    min_rate: float | None = None,
+    rate_window: float | None = None,
+    deadline: float | None = None,
+    progress_interval: float | None = None,
+) -> dict[str, float]:
+    """The download limits, keyword arguments over the environment (read now), over the defaults:
+
+    - ``min_rate`` (``DATASETS_HUB_MIN_RATE``, bytes/s, default 1024; 0 disables): an attempt that
+      receives fewer than ``min_rate * rate_window`` bytes in any ``rate_window`` seconds
+      (``DATASETS_HUB_RATE_WINDOW``, default 60) fails (a slowloris server, a dead link);
+    - ``deadline`` (``DATASETS_HUB_DOWNLOAD_DEADLINE``, seconds, default 86400; 0 disables): the
+      most one file may take, retries included;
+    - ``progress_interval`` (``DATASETS_HUB_PROGRESS_INTERVAL``, seconds, default 30): how often a
+      progress line is written to stderr when it is not a terminal (a terminal gets a bar).
+    """
+
+    def pick(value: float | None, var: str, default: float) -> float:
+        if value is not None:
+            return float(value)
+        raw = os.environ.get(var, "").strip()
+        if not raw:
+            return default
+        try:
+            number = float(raw)
+        except ValueError:
+            raise DownloadError(
+                f"{var}={raw!r} is not a number; set it to a number of "
+                f"{'bytes per second' if 'RATE' in var and 'WINDOW' not in var else 'seconds'} "
+                "or unset it"
+            ) from None
+        if number < 0 or number != number:
+            raise DownloadError(f"{var}={raw!r} must be >= 0 (0 disables the limit)")
+        return number
+
+    return {
+        "min_rate": pick(min_rate, "DATASETS_HUB_MIN_RATE", 1024.0),
+        "rate_window": max(pick(rate_window, "DATASETS_HUB_RATE_WINDOW", 60.0), 0.001),
+        "deadline": pick(deadline, "DATASETS_HUB_DOWNLOAD_DEADLINE", 86400.0),
+        "progress_interval": pick(progress_interval, "DATASETS_HUB_PROGRESS_INTERVAL", 30.0),
+    }
+
+
+def source_key(resource: Resource) -> str:
+    """The identity of ``resource``'s bytes, the folder its raw file is kept in (DESIGN.md §4).
+
+    ``sha-<16 hex>`` from the catalogue's sha256 when it has one (same bytes, same file, whatever the
+    URL), else ``url-<16 hex>`` hashed from the first URL with credentials and signatures removed
+    (:func:`datasets_hub.redact.redact_url`: a presigned URL's changing signature or a password is
+    not part of what the file is). Never the basename alone: two URLs ending in ``data.hdf5`` are
+    two files.
+    """
+    if resource.sha256:
+        return "sha-" + resource.sha256.lower()[:16]
+    return "url-" + hashlib.sha256(redact_url(resource.urls[0]).encode()).hexdigest()[:16]
+
+
+def open_nofollow(path: Path, mode: str = "wb") -> Any:
+    """Open a cache file for writing (``"wb"`` truncate, ``"ab"`` append) without following a symlink.
+
+    A symlink planted at a cache path (``x.partial`` -> ``~/.bashrc``) would otherwise make the hub
+    write outside the cache: ``O_NOFOLLOW`` refuses it (``ELOOP``), and the error names the path.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= os.O_APPEND if mode.startswith("a") else os.O_TRUNC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        import errno
+
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise CacheError(
+                f"{path} is a symbolic link; the cache never writes through links (someone "
+                f"planted it, or the cache was copied with links): delete {path} and try again"
+            ) from exc
+        raise
+    return os.fdopen(fd, mode if "b" in mode else mode + "b")
+
+
 # ---------------------------------------------------------------------------------------- sidecar
 def sidecar_path(dest: Path) -> Path:
     return Path(dest).with_name(Path(dest).name + ".sha256")
@@ -156,17 +239,21 @@ def read_sidecar(dest: Path) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
-def _write_sidecar(dest: Path, sha256: str, size: int, url: str, downloaded_at: str | None = None) -> None:
+def _write_sidecar(
+    dest: Path, sha256: str, size: int, url: str, downloaded_at: str | None = None, source: str | None = None
+) -> None:
     record = {
         "sha256": sha256,
         "size": size,
-        "url": url,
+        "url": redact_url(url),
+        "source": source,
         "downloaded_at": downloaded_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "mtime_ns": dest.stat().st_mtime_ns,
     }
     side = sidecar_path(dest)
     tmp = side.with_name(f"{side.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    with open_nofollow(tmp) as fh:
+        fh.write((json.dumps(record, indent=1) + "\n").encode())
     os.replace(tmp, side)
 
 
@@ -196,6 +283,13 @@ def _check_cached(resource: Resource, dest: Path) -> str | None:
         return f"it has {st.st_size} bytes, the catalogue says {resource.size}"
     want = resource.sha256.lower() if resource.sha256 else None
     meta = read_sidecar(dest)
+    key = source_key(resource)
+    if meta is not None and meta.get("source") != key and meta.get("url") not in {redact_url(u) for u in resource.urls}:
+        # recorded for another source (an older layout, a hand-made copy of another file): never trusted
+        return (
+            f"its sidecar records another source ({meta.get('url')!r}, {meta.get('source')!r}), not "
+            f"{redact_url(resource.urls[0])!r}"
+        )
     if (
         meta
         and meta.get("size") == st.st_size
@@ -208,7 +302,9 @@ def _check_cached(resource: Resource, dest: Path) -> str | None:
     reference, origin = (want, "the catalogue") if want else ((meta or {}).get("sha256"), "recorded at download")
     if reference and digest != reference:
         return f"its sha256 is {digest}, expected {reference} ({origin})"
-    _write_sidecar(dest, digest, st.st_size, (meta or {}).get("url") or "local copy", (meta or {}).get("downloaded_at"))
+    _write_sidecar(
+        dest, digest, st.st_size, (meta or {}).get("url") or "local copy", (meta or {}).get("downloaded_at"), source=key
+    )
     return None
 
 
@@ -241,7 +337,9 @@ def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[boo
             f"corrupt or was modified: delete it and download again."
         )
     if meta and meta.get("sha256") == digest and meta.get("mtime_ns") != path.stat().st_mtime_ns:
-        _write_sidecar(path, digest, size, meta.get("url", "local copy"), meta.get("downloaded_at"))
+        _write_sidecar(
+            path, digest, size, meta.get("url", "local copy"), meta.get("downloaded_at"), source=meta.get("source")
+        )
     return True, f"{path}: ok ({size} bytes, sha256 {digest[:16]}…, {origin})"
 
 
@@ -255,15 +353,47 @@ def fetch(
     progress: bool | None = None,
     timeout: float = 60.0,
     retries: int = 5,
+    min_rate: float | None = None,
+    rate_window: float | None = None,
+    deadline: float | None = None,
 ) -> Path:
     """Make ``dest`` hold ``resource``'s verified bytes and return ``dest`` (see the module docstring).
 
-    ``offline`` defaults to ``DATASETS_HUB_OFFLINE``; ``progress`` to "stderr is a TTY";
-    ``timeout`` is the connect and read timeout in seconds; ``retries`` the number of consecutive
-    failed attempts (no new bytes) per mirror before trying the next one.
-    Raises :class:`DownloadError` (with the fix) or :class:`ChecksumMismatch`.
+    ``offline`` defaults to ``DATASETS_HUB_OFFLINE``; ``progress`` to "stderr is a TTY" (then a
+    bar; otherwise progress lines every ``DATASETS_HUB_PROGRESS_INTERVAL`` seconds; ``False``:
+    silent); ``timeout`` is the connect and read timeout in seconds; ``retries`` the number of
+    consecutive failed attempts (no new bytes) per mirror before trying the next one;
+    ``min_rate``/``rate_window``/``deadline``: see :func:`download_settings`.
+    Raises :class:`DownloadError` (with the fix) or :class:`ChecksumMismatch`; URLs in messages are
+    redacted (no password, no signature).
     """
-    dest = Path(dest)
+    try:
+        return _fetch(
+            resource,
+            Path(dest),
+            loader=loader,
+            offline=offline,
+            progress=progress,
+            timeout=timeout,
+            retries=retries,
+            settings=download_settings(min_rate=min_rate, rate_window=rate_window, deadline=deadline),
+        )
+    except HubError as exc:
+        exc.args = tuple(redact_text(a) if isinstance(a, str) else a for a in exc.args)
+        raise
+
+
+def _fetch(
+    resource: Resource,
+    dest: Path,
+    *,
+    loader: str,
+    offline: bool | None,
+    progress: bool | None,
+    timeout: float,
+    retries: int,
+    settings: dict[str, float],
+) -> Path:
     offline = is_offline() if offline is None else bool(offline)
     urls = resolve_urls(resource, loader)
     if _check_cached(resource, dest) is None:
@@ -294,13 +424,22 @@ def fetch(
             urls = [u for u in urls if urlsplit(u).scheme in ("file", "hf")]  # no connection needed
             if not urls:
                 raise DownloadError(_offline_message(resource, dest))
-        return _download_any(resource, dest, urls, offline=offline, progress=progress, timeout=timeout, retries=retries)
+        return _download_any(
+            resource,
+            dest,
+            urls,
+            offline=offline,
+            progress=progress,
+            timeout=timeout,
+            retries=retries,
+            settings=settings,
+        )
     finally:
         lock.release()
 
 
 def _offline_message(resource: Resource, dest: Path) -> str:
-    sources = ", ".join(resource.urls)
+    sources = ", ".join(redact_url(u) for u in resource.urls)
     return (
         f"{resource.name} is not in the cache and offline mode (DATASETS_HUB_OFFLINE=1) forbids "
         f"downloading it from {sources}. Fix: copy the file to exactly {dest}, or unset "
@@ -312,7 +451,7 @@ def _cache_write_error(exc: OSError, resource: Resource, dest: Path, url: str | 
     """A teaching ``CacheError`` for a full disk or an unwritable cache, else ``None``."""
     import errno
 
-    source = f" from {url}" if url else ""
+    source = f" from {redact_url(url)}" if url else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         partial = dest.with_name(dest.name + ".partial")
         kept = partial.stat().st_size if partial.exists() else 0
@@ -326,6 +465,12 @@ def _cache_write_error(exc: OSError, resource: Resource, dest: Path, url: str | 
             f"{resource.name}: cannot write to {dest.parent} ({exc.strerror}): the cache is read-only for this "
             "process. Point DATASETS_HUB_CACHE at a writable directory or fix its permissions; builds already "
             "in the cache can still be read."
+        )
+    if exc.errno == errno.ENAMETOOLONG:
+        return CacheError(
+            f"{resource.name}: the path {dest} is too long for this file system ({exc.strerror}); "
+            "shorten the resource's name in the catalogue entry or move DATASETS_HUB_CACHE to a "
+            "shorter path."
         )
     return None
 
@@ -348,36 +493,46 @@ def _download_any(
     progress: bool | None,
     timeout: float,
     retries: int,
+    settings: dict[str, float],
 ) -> Path:
-    partial = dest.with_name(dest.name + ".partial")
-    show = progress if progress is not None else bool(getattr(sys.stderr, "isatty", lambda: False)())
-    from tqdm.auto import tqdm
+    from datasets_hub.http_download import Progress, http_download
 
+    partial = dest.with_name(dest.name + ".partial")
     errors: list[tuple[str, HubError]] = []
-    with tqdm(
-        total=resource.size,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc=resource.name,
-        disable=not show,
-        leave=False,
-    ) as bar:
+    started = time.monotonic()
+    with Progress(resource.name, resource.size, progress, settings["progress_interval"]) as bar:
         for url in urls:
             scheme = urlsplit(url).scheme.lower()
             try:
+                bar.start(redact_url(url))
                 if scheme in ("http", "https"):
-                    digest, size = _http_download(url, partial, resource, timeout=timeout, retries=retries, bar=bar)
+                    digest, size = http_download(
+                        url,
+                        partial,
+                        resource,
+                        timeout=timeout,
+                        retries=retries,
+                        bar=bar,
+                        settings=settings,
+                        started=started,
+                        source=source_key(resource),
+                    )
                 elif scheme == "file":
                     digest, size = _copy_local(_file_url_path(url, resource), partial, bar, link=False)
                 else:
                     from datasets_hub.hf_source import download_hf
 
                     source = download_hf(
-                        url, resource_name=resource.name, dest=dest, offline=offline, progress=show, timeout=timeout
+                        url,
+                        resource_name=resource.name,
+                        dest=dest,
+                        offline=offline,
+                        progress=bar.is_bar,
+                        timeout=timeout,
                     )
                     digest, size = _copy_local(source, partial, bar, link=True)
                 _finish(resource, dest, partial, url, digest, size)
+                bar.done()
                 return dest
             except (DownloadError, ChecksumMismatch) as exc:
                 errors.append((url, exc))
@@ -389,23 +544,25 @@ def _download_any(
     if len(errors) == 1:
         raise errors[0][1]
     kind = ChecksumMismatch if any(isinstance(e, ChecksumMismatch) for _, e in errors) else DownloadError
-    lines = "\n".join(f"  - {url}: {exc}" for url, exc in errors)
+    lines = "\n".join(f"  - {redact_url(url)}: {exc}" for url, exc in errors)
     raise kind(f"{resource.name}: every mirror failed:\n{lines}") from errors[-1][1]
 
 
 def _finish(resource: Resource, dest: Path, partial: Path, url: str, digest: str, size: int) -> None:
     """Check size and sha256 of the complete ``partial``, then publish it atomically as ``dest``."""
+    shown = redact_url(url)
+    partial.with_name(dest.name + ".validator").unlink(missing_ok=True)  # the resume validator is spent
     if resource.size is not None and size != resource.size:
         partial.unlink(missing_ok=True)
         raise DownloadError(
-            f"{resource.name}: {url} gave {size} bytes, the catalogue says {resource.size}; "
+            f"{resource.name}: {shown} gave {size} bytes, the catalogue says {resource.size}; "
             f"the upstream file changed or the mirror is wrong (fix the catalogue entry or "
             f"the mirror)."
         )
     if resource.sha256 and digest != resource.sha256.lower():
         corrupt = _move_aside(partial, dest)
         raise ChecksumMismatch(
-            f"{resource.name}: the file downloaded from {url} has sha256 {digest}, expected "
+            f"{resource.name}: the file downloaded from {shown} has sha256 {digest}, expected "
             f"{resource.sha256.lower()}. It was moved aside to {corrupt}. Try again, or use another mirror "
             f"(DATASETS_HUB_ENDPOINT_<LOADER>); if upstream really changed, fix the catalogue's sha256."
         )
@@ -413,7 +570,7 @@ def _finish(resource: Resource, dest: Path, partial: Path, url: str, digest: str
     # file, and after a power loss `datasets-hub verify` finds a damaged one by its recorded sha256.
     # An fsync here cost 0.3-0.6 s per 300 MB, a third of a D4RL build.
     os.replace(partial, dest)
-    _write_sidecar(dest, digest, size, url)
+    _write_sidecar(dest, digest, size, url, source=source_key(resource))
 
 
 # ---------------------------------------------------------------------------------------- local copies
@@ -421,7 +578,8 @@ def _file_url_path(url: str, resource: Resource) -> Path:
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
         raise DownloadError(
-            f"{resource.name}: {url} names host {parts.netloc!r}; file:// URLs must be local (file:///absolute/path)."
+            f"{resource.name}: {redact_url(url)} names host {parts.netloc.rsplit('@', 1)[-1]!r}; "
+            f"file:// URLs must be local (file:///absolute/path)."
         )
     path = Path(url2pathname(unquote(parts.path)))
     if not path.is_file():
@@ -430,7 +588,11 @@ def _file_url_path(url: str, resource: Resource) -> Path:
 
 
 def _copy_local(source: Path, partial: Path, bar: Any, *, link: bool) -> tuple[str, int]:
-    """Copy (or hard-link, when ``link`` and possible) ``source`` to ``partial``; return (sha256, size)."""
+    """Copy (or hard-link, when ``link`` and possible) ``source`` to ``partial``; return (sha256, size).
+
+    A failure to read ``source`` is a :class:`DownloadError` (try another mirror); a failure to write
+    (a full disk, a read-only cache) propagates as the ``OSError`` it is, reported by the caller.
+    """
     partial.unlink(missing_ok=True)
     if link:
         try:
@@ -447,182 +609,25 @@ def _copy_local(source: Path, partial: Path, bar: Any, *, link: bool) -> tuple[s
     size = 0
     bar.reset(total=os.path.getsize(source))
     try:
-        with open(source, "rb") as src, open(partial, "wb") as out:
-            while block := src.read(CHUNK_SIZE):
-                out.write(block)
-                h.update(block)
-                size += len(block)
-                bar.update(len(block))
+        src = open(source, "rb")  # noqa: SIM115 - closed by the `with` below, once the read error is named
     except OSError as exc:
-        raise DownloadError(f"could not copy {source} to {partial}: {exc}") from exc
-    return h.hexdigest(), size
-
-
-# ---------------------------------------------------------------------------------------- HTTP
-class _Retry(Exception):
-    """A transient failure of one attempt (5xx, 429, dropped connection, timeout); ``restart``:
-    the partial file cannot be resumed and the next attempt starts from byte zero."""
-
-    def __init__(self, message: str, restart: bool = False) -> None:
-        super().__init__(message)
-        self.restart = restart
-
-
-def _status_message(url: str, status: int, resource: Resource) -> str:
-    if status == 404:
-        return (
-            f"{resource.name}: {url} answered 404: file not found upstream: check the id or point "
-            f"DATASETS_HUB_ENDPOINT_<LOADER> at a mirror."
-        )
-    if status in (401, 403):
-        return (
-            f"{resource.name}: {url} answered {status} (access denied): the file is private, gated or "
-            f"moved; check the URL or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
-        )
-    return f"{resource.name}: {url} answered HTTP {status}; check the URL or use a mirror."
-
-
-def _open(session: Any, url: str, headers: dict[str, str], timeout: float, resource: Resource) -> Any:
-    """GET ``url`` following at most MAX_REDIRECTS http(s) redirects; return a 2xx/416 response."""
-    chain = [url]
-    current = url
-    for _ in range(MAX_REDIRECTS + 1):
-        resp = session.get(current, headers=headers, stream=True, timeout=timeout, allow_redirects=False)
-        if resp.is_redirect:
-            location = urljoin(current, resp.headers["Location"])
-            resp.close()
-            if urlsplit(location).scheme.lower() not in ("http", "https"):
-                raise DownloadError(
-                    f"{resource.name}: {current} redirects to {location}; only http and https "
-                    f"redirects are followed. Use a direct http(s) URL or a mirror."
-                )
-            if location in chain:
-                raise DownloadError(
-                    f"{resource.name}: redirect loop: {' -> '.join([*chain, location])}; the "
-                    f"server is misconfigured, use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
-                )
-            chain.append(location)
-            current = location
-            continue
-        if resp.status_code == 429 or resp.status_code >= 500:
-            resp.close()
-            raise _Retry(f"HTTP {resp.status_code} from {current}")
-        if resp.status_code >= 400 and resp.status_code != 416:
-            resp.close()
-            raise DownloadError(_status_message(current, resp.status_code, resource))
-        return resp
-    raise DownloadError(f"{resource.name}: more than {MAX_REDIRECTS} redirects from {url}; use a direct URL.")
-
-
-def _parse_content_range(value: str | None) -> tuple[int, int | None] | None:
-    m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", value or "")
-    if not m:
-        return None
-    return int(m.group(1)), None if m.group(3) == "*" else int(m.group(3))
-
-
-def _body(resp: Any) -> Any:
-    """The response body in blocks of at most CHUNK_SIZE, each yielded as soon as it arrives.
-
-    ``iter_content`` waits for a full block, so a connection dropped after 900 KiB of a 1 MiB
-    block lost all of it and a flaky link that drops every few hundred KiB never made progress;
-    ``read1`` hands over what has arrived, and the partial file keeps every byte received.
-    """
-    raw = resp.raw
-    if not hasattr(raw, "read1"):  # urllib3 < 2
-        yield from resp.iter_content(CHUNK_SIZE)
-        return
-    import urllib3.exceptions
-
-    while True:
-        try:
-            block = raw.read1(CHUNK_SIZE, decode_content=True)
-        except urllib3.exceptions.HTTPError as exc:  # dropped connection, read timeout, bad chunking
-            raise _Retry(f"{type(exc).__name__}: {exc}") from exc
-        if not block:
-            return
-        yield block
-
-
-def _http_download(
-    url: str, partial: Path, resource: Resource, *, timeout: float, retries: int, bar: Any
-) -> tuple[str, int]:
-    """Download ``url`` into ``partial`` (resuming what is there); return (sha256, size)."""
-    import requests
-
-    have = partial.stat().st_size if partial.exists() else 0
-    hasher = _hash_file(partial, have) if have else hashlib.sha256()  # a resumed partial is rehashed once
-    best, failures, last = have, 0, ""
-    announced: int | None = None  # the first total size the server stated: a later, smaller one is not trusted
-    with requests.Session() as session:
+        raise DownloadError(f"could not read {source} ({exc.strerror}); fix its permissions or the mirror") from exc
+    with src, open_nofollow(partial) as out:
         while True:
-            headers = {"Accept-Encoding": "identity"}  # sizes and hashes are of the bytes on the wire
-            if have:
-                headers["Range"] = f"bytes={have}-"
             try:
-                with _open(session, url, headers, timeout, resource) as resp:
-                    total: int | None = None
-                    if resp.status_code == 206:
-                        rng = _parse_content_range(resp.headers.get("Content-Range"))
-                        if rng is None or rng[0] != have:
-                            raise _Retry(f"bad Content-Range {resp.headers.get('Content-Range')!r}", restart=True)
-                        total = rng[1]
-                    elif resp.status_code == 416:
-                        m = re.fullmatch(r"\s*bytes\s+\*/(\d+)\s*", resp.headers.get("Content-Range", ""))
-                        if m and int(m.group(1)) == have and announced in (None, have):
-                            return hasher.hexdigest(), have  # the partial was complete (killed before rename)
-                        raise _Retry("HTTP 416 for a resumed download", restart=True)  # not a prefix
-                    else:  # 200: the whole file (also when the server ignored our Range)
-                        if have:
-                            have, hasher = 0, hashlib.sha256()
-                            partial.unlink(missing_ok=True)
-                        length = resp.headers.get("Content-Length")
-                        total = int(length) if length and length.isdigit() else None
-                    if announced is None:
-                        announced = total
-                    if total is not None and resource.size is not None and total != resource.size:
-                        partial.unlink(missing_ok=True)
-                        raise DownloadError(
-                            f"{resource.name}: {url} announces {total} bytes, the catalogue says "
-                            f"{resource.size}; the upstream file changed or the mirror is wrong."
-                        )
-                    bar.reset(total=total if total is not None else resource.size)
-                    bar.update(have)
-                    with open(partial, "ab") as out:
-                        for block in _body(resp):
-                            out.write(block)
-                            hasher.update(block)
-                            have += len(block)
-                            bar.update(len(block))
-                    if total is not None and have < total:
-                        raise _Retry(f"connection closed after {have} of {total} bytes")
-                    if total is not None and have > total:
-                        raise _Retry(f"received {have} bytes, more than the {total} announced", restart=True)
-                    return hasher.hexdigest(), have
-            except (
-                _Retry,
-                requests.ConnectionError,
-                requests.Timeout,
-                requests.exceptions.ChunkedEncodingError,
-                requests.exceptions.ContentDecodingError,
-            ) as exc:
-                last = str(exc) or type(exc).__name__
-                if isinstance(exc, _Retry) and exc.restart:
-                    have, hasher = 0, hashlib.sha256()  # start over: the partial cannot be resumed
-                    partial.unlink(missing_ok=True)
-                if have > best:  # progress: a flaky but working connection keeps going
-                    best, failures = have, 0
-                else:
-                    failures += 1
-                if failures > retries:
-                    raise DownloadError(
-                        f"{resource.name}: giving up on {url} after {retries} retries without progress "
-                        f"(last error: {last}); {have} bytes are kept in {partial} and the next attempt "
-                        f"resumes. Check the network or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
-                    ) from exc
-                _sleep(min(BACKOFF_CAP, BACKOFF_BASE * 2 ** max(failures - 1, 0)))
-            except requests.RequestException as exc:  # invalid URL, too many redirects…: not transient
-                raise DownloadError(f"{resource.name}: cannot download {url}: {exc}") from exc
+                block = src.read(CHUNK_SIZE)
+            except OSError as exc:
+                raise DownloadError(
+                    f"could not read {source} after {size} bytes ({exc.strerror}); the source "
+                    "file or its disk is damaged: use another mirror"
+                ) from exc
+            if not block:
+                break
+            out.write(block)  # an OSError here is ours (ENOSPC, EROFS): the caller names it
+            h.update(block)
+            size += len(block)
+            bar.update(len(block))
+    return h.hexdigest(), size
 
 
 def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None = None, prefix: str = "") -> list[str]:

@@ -151,14 +151,48 @@ def download_hf(
             f"{where}: {ref.repo_type} repo {ref.repo_id!r} not found or not accessible{_hint()}."
         ) from exc
     except hf_errors.LocalEntryNotFoundError as exc:
+        cause = _root_cause(exc)
+        if cause is not None:
+            raise DownloadError(f"{where}: {cause}{_hint()}.") from exc
         raise DownloadError(
             f"{where}: the Hub could not be reached and the file is not in the Hugging "
             f"Face cache{_hint()}. huggingface_hub reads HF_HUB_OFFLINE when first "
             f"imported; check it is unset. ({exc})"
         ) from exc
     except (hf_errors.HfHubHTTPError, OSError, ValueError) as exc:
-        raise DownloadError(f"{where}: download failed: {exc}{_hint()}.") from exc
+        raise DownloadError(f"{where}: download failed: {_root_cause(exc) or exc}{_hint()}.") from exc
+    except Exception as exc:  # the HTTP client's own errors (a status line that is not HTTP, …)
+        cause = _root_cause(exc)
+        if cause is None:
+            raise
+        raise DownloadError(f"{where}: {cause}{_hint()}.") from exc
     return Path(path)
+
+
+def _root_cause(exc: BaseException) -> str | None:
+    """What really went wrong under huggingface_hub's wrapping: a server error status or a broken
+    HTTP exchange, as one teaching phrase; ``None`` when nothing more specific is known."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        response = getattr(current, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int) and status >= 500:
+            return (
+                f"the Hub answered HTTP {status} (a server error on its side, not a missing file or your "
+                "network): try again later, or use a mirror"
+            )
+        module = type(current).__module__.split(".")[0]
+        if module.startswith(("httpx", "httpcore", "h11")) or type(current).__name__ == "RemoteProtocolError":
+            if "ProtocolError" in type(current).__name__:
+                return (
+                    f"the Hub endpoint answered something that is not HTTP ({current}); check HF_ENDPOINT "
+                    "(a proxy or a wrong port?)"
+                )
+            return f"the connection to the Hub failed ({type(current).__name__}: {current})"
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _silent_tqdm():

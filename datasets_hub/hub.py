@@ -19,6 +19,7 @@ from datasets_hub.catalogue import list_ids, resolve
 from datasets_hub.errors import DownloadError, InvalidParameter
 from datasets_hub.loader import DatasetSpec, Loader, Resource
 from datasets_hub.plugins import check_requirements, get_loader
+from datasets_hub.redact import redact_url, redact_value
 
 
 @dataclass
@@ -36,6 +37,40 @@ class DatasetInfo:
     raw_bytes: int = 0
     built_bytes: int = 0
     manifest: dict[str, Any] = field(default_factory=dict)
+    #: the keys one sampled transition has: ``{"next/reward": {"dtype": "float32", "shape": [1]}, ...}``
+    #: (per-row shapes; a batch of B adds a leading B). Empty until the dataset is built.
+    sample_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def spaces(self) -> dict[str, Any]:
+        """Upstream's observation and action spaces (and env specs), where upstream records them
+        (Minari does); ``{}`` otherwise. Known only once built."""
+        for note in self.notes.values():
+            if isinstance(note, dict) and ("observation_space" in note or "action_space" in note):
+                keys = ("observation_space", "action_space", "env_spec", "eval_env_spec")
+                return {k: note[k] for k in keys if note.get(k) is not None}
+        return {}
+
+    def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> Any:
+        """The environment the dataset was collected in, made the way Minari does it
+        (``gymnasium.make`` of the recorded env spec; ``eval_env=True``: the evaluation env spec,
+        falling back to the collection one). Needs gymnasium and the environment's package."""
+        spec = self.spaces.get("eval_env_spec") if eval_env else None
+        spec = spec or self.spaces.get("env_spec")
+        if spec is None:
+            raise InvalidParameter(
+                f"{self.id!r} records no environment spec"
+                + ("" if self.cached else " (or is not built yet: download it)")
+            )
+        try:
+            import gymnasium
+            from gymnasium.envs.registration import EnvSpec
+        except ImportError as exc:
+            from datasets_hub.errors import MissingDependency
+
+            raise MissingDependency(f"recover_environment needs gymnasium ({exc}). Fix: pip install gymnasium") from exc
+        env_spec = EnvSpec.from_json(spec if isinstance(spec, str) else json.dumps(spec))
+        return gymnasium.make(env_spec, **kwargs)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -59,8 +94,10 @@ class DatasetInfo:
 
 
 def raw_path(loader: Loader, resource: Resource) -> Path:
-    """Where ``resource`` of ``loader`` lives in the raw cache."""
-    return raw_file_path(loader.name, resource.name)
+    """Where ``resource`` of ``loader`` lives in the raw cache (keyed by the source's identity)."""
+    from datasets_hub.downloader import source_key
+
+    return raw_file_path(loader.name, resource.name, source_key(resource))
 
 
 def _recorded_sha256(path: Path) -> str | None:
@@ -71,11 +108,12 @@ def _recorded_sha256(path: Path) -> str | None:
         return None
 
 
-def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], list[dict[str, Any]]]:
+def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], list[dict[str, Any]]]:
+    """Download (or find, verified) every resource of ``spec``: ``({name: path}, provenance records)``."""
     files: dict[str, Path] = {}
     sources: list[dict[str, Any]] = []
     for resource in loader.resources(spec):
-        from datasets_hub.downloader import fetch  # requests & co. load only when something is fetched
+        from datasets_hub.downloader import fetch, source_key  # requests & co. load only when something is fetched
 
         dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
@@ -83,7 +121,8 @@ def _fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], 
         sources.append(
             {
                 "name": resource.name,
-                "url": resource.urls[0],
+                "url": redact_url(resource.urls[0]),
+                "key": source_key(resource),
                 "sha256": resource.sha256 or _recorded_sha256(dest),
                 "bytes": dest.stat().st_size,
             }
@@ -104,7 +143,7 @@ def _ensure_build(dataset_id: str, *, force: bool, allow_download: bool, params:
             f"datasets_hub.download({dataset_id!r}) or load with download=True"
         )
     check_requirements(loader)
-    files, sources = _fetch_sources(spec, loader)
+    files, sources = fetch_sources(spec, loader)
     return build(spec, loader, files, sources, force=force)
 
 
@@ -175,6 +214,11 @@ def load(
         raise InvalidParameter(f"batch_size must be a positive integer or None, got {batch_size!r}")
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
+    from datasets_hub.load_args import check_params_are_not_load_keywords, check_sampler
+
+    check_sampler(sampler, batch_size)
+    if params and not (isinstance(dataset_id, str) and "://" in dataset_id):
+        check_params_are_not_load_keywords(dataset_id, params, resolve(dataset_id).params)
     storage = _open_storage(dataset_id, download=download, resident=resident, max_bytes=max_bytes, params=params)
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers import RandomSampler
@@ -211,16 +255,33 @@ def info(dataset_id: str, **params: Any) -> DatasetInfo:
     return DatasetInfo(
         id=spec.id,
         loader=spec.loader,
-        params=spec.params,
-        resources=[r.to_dict() for r in loader.resources(spec)],
-        metadata=spec.metadata,
+        params=redact_value(spec.params),
+        resources=[redact_value(r.to_dict()) for r in loader.resources(spec)],
+        metadata=redact_value(spec.metadata),
         source=spec.source,
         cached=manifest is not None,
         build_path=path if manifest is not None else None,
         raw_bytes=raw,
         built_bytes=dir_size(path) if manifest is not None else 0,
-        manifest=manifest or {},
+        manifest=redact_value(manifest or {}),
+        sample_keys=_sample_keys(path) if manifest is not None else {},
     )
+
+
+def _sample_keys(path: Path) -> dict[str, dict[str, Any]]:
+    """Keys, dtypes and per-row shapes of one transition as ``load`` returns it (one row is read)."""
+    from datasets_hub.dataset_storage import DatasetStorage
+
+    storage = DatasetStorage(path)
+    if not len(storage):
+        return {}
+    row = storage.get(torch.zeros(1, dtype=torch.int64))
+    out = {}
+    for key in sorted(row.keys(include_nested=True, leaves_only=True), key=lambda k: (k,) if isinstance(k, str) else k):
+        value = row.get(key)
+        name = key if isinstance(key, str) else "/".join(key)
+        out[name] = {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape[1:])}
+    return out
 
 
 def list_datasets(loader: str | None = None, search: str | None = None) -> list[str]:

@@ -8,7 +8,11 @@ Layout of ``data/`` (a tensordict memmap tree, opened by :class:`DatasetStorage`
 - ``steps/<key>``: per-step keys (``action``, ``next/reward``, ``next/terminated``,
   ``next/truncated``, ``info/...``), N rows; ``steps/next/<K>`` also holds the next value of an
   observation-like key K whose upstream next values are not the following rows (never guessed);
-- ``episodes/{start,length,id,return}``: the episode index, E rows.
+- ``episodes/{start,length,id,return}``: the episode index, E rows;
+- ``history/<key>``, ``history/episode``, ``history/time`` (only when a loader sent history rows):
+  frames that precede an episode's first transition (times -k..-1), kept so that frame stacks can
+  hold the real earlier frames; they are no transitions and are never sampled. Rows are grouped by
+  episode in build order; ``layout["history"]`` lists the keys.
 
 Nothing here knows about any loader; chunks are checked against the TED contract as they arrive,
 and each leaf is appended to its own file, so memory use is bounded by one chunk.
@@ -33,6 +37,8 @@ from datasets_hub.errors import TEDError
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
 # keys the core derives itself; if a loader sends them they are ignored
 DERIVED_KEYS = {("done",), ("terminated",), ("truncated",), ("step",), ("next", "done"), ("episode",)}
+# optional bool [N] key of a chunk: True on rows that are only history frames of their episode
+HISTORY_KEY = ("history",)
 
 Key = tuple[str, ...]
 
@@ -171,6 +177,7 @@ class LeanTEDWriter:
         self.flag_counts = {"terminated": 0, "truncated": 0, "unflagged_end": 0}
         self._seen_ids: set[int] = set()
         self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] | None = None
+        self.history_rows = 0
 
     # -- schema -------------------------------------------------------------------------------
     def _classify(self, chunk: TensorDictBase) -> None:
@@ -235,10 +242,15 @@ class LeanTEDWriter:
     def write(self, chunk: TensorDictBase) -> None:
         if chunk.batch_dims != 1 or chunk.batch_size[0] == 0:
             raise TEDError(f"a TED chunk must have batch size [N] with N >= 1, got {list(chunk.batch_size)}")
+        history = None
+        if HISTORY_KEY[0] in chunk.keys():
+            chunk, history = _split_history(chunk)
         if self._schema is None:
             self._classify(chunk)
         else:
             self._check_schema(chunk)
+        if history is not None and history.batch_size[0]:
+            self._write_history(history)
         n = chunk.batch_size[0]
         episode = chunk.get("episode").reshape(n).to(torch.int64)
         local = EpisodeIndex.from_episode_ids(episode)
@@ -289,6 +301,24 @@ class LeanTEDWriter:
         self.episode_ids.append(ids)
         self.episode_returns.append(returns)
         self.num_transitions += n
+
+    def _write_history(self, history: TensorDictBase) -> None:
+        """Append history rows (already checked by :func:`_split_history`): the root values of the
+        observation-like keys, their episode id and their time (-k..-1 before the first transition)."""
+        n = history.batch_size[0]
+        episode = history.get("episode").reshape(n).to(torch.int64)
+        local = EpisodeIndex.from_episode_ids(episode)
+        time = torch.arange(n) - torch.repeat_interleave(local.end, local.length)
+        for key in self.obs_keys:
+            self._file("history", key).append(history.get(key))
+        for name, values in (("episode", episode), ("time", time)):
+            handle = self.files.get(("history", (name,)))
+            if handle is None:
+                handle = self.files[("history", (name,))] = _LeafFile(
+                    self.data_dir / "history" / f"{name}.memmap", torch.int64, (), self._io
+                )
+            handle.append(values)
+        self.history_rows += n
 
     def _check_episodes(self, ids: torch.Tensor) -> None:
         id_list = ids.tolist()
@@ -389,6 +419,44 @@ class LeanTEDWriter:
                 "obs": [key_to_str(k) for k in self.obs_keys],
                 "steps": [key_to_str(k) for k in self.step_keys],
                 "next_stored_per_step": [key_to_str(k) for k in self.split_next],
+                **({"history": [key_to_str(k) for k in self.obs_keys]} if self.history_rows else {}),
             },
             "stats": {"episode_return": describe(returns), "episode_length": describe(lengths)},
         }
+
+
+def _split_history(chunk: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+    """``chunk`` without its history rows (and without the history key), and those rows.
+
+    History rows must lead their episode: an episode's rows are k >= 0 history rows, then at least
+    one transition. Anything else raises :class:`TEDError`.
+    """
+    n = chunk.batch_size[0]
+    flag = chunk.get(HISTORY_KEY[0])
+    if not isinstance(flag, torch.Tensor) or flag.dtype != torch.bool or flag.numel() != n:
+        raise TEDError(
+            f"the chunk key 'history' must be a bool tensor [N] (True on history-only rows), got "
+            f"{getattr(flag, 'dtype', type(flag).__name__)} {list(getattr(flag, 'shape', []))}"
+        )
+    flag = flag.reshape(n)
+    rest = chunk.exclude(HISTORY_KEY[0])
+    if not flag.any():
+        return rest, rest[:0]
+    episode = chunk.get("episode").reshape(n).to(torch.int64)
+    local = EpisodeIndex.from_episode_ids(episode)
+    same = torch.zeros(n, dtype=torch.bool)
+    same[1:] = episode[1:] == episode[:-1]
+    late = flag & same & ~torch.cat([torch.zeros(1, dtype=torch.bool), flag[:-1]])
+    if late.any():
+        row = int(torch.nonzero(late)[0])
+        raise TEDError(
+            f"episode {int(episode[row])} has a history row (row {row} of its chunk) after one of its "
+            "transitions; history rows must come before an episode's first transition"
+        )
+    only = flag[local.end - 1]
+    if only.any():
+        raise TEDError(
+            f"episode {int(episode[local.start[torch.nonzero(only)[0]]])} holds history rows but no "
+            "transition; history frames belong to the episode whose first transition follows them"
+        )
+    return rest[~flag], rest[flag]

@@ -55,7 +55,10 @@ class Resource:
             urls = [urls]
         if not urls:
             raise ValueError(f"resource {entry!r} has no 'url' or 'urls'")
-        name = entry.get("name") or str(urls[0]).rstrip("/").rsplit("/", 1)[-1]
+        # the file name from the URL's path: never its query (a presigned URL's signature) or credentials
+        from urllib.parse import unquote, urlsplit
+
+        name = entry.get("name") or unquote(urlsplit(str(urls[0])).path.rstrip("/").rsplit("/", 1)[-1]) or "download"
         size = entry.get("size", entry.get("bytes"))
         return cls(
             name=str(name),

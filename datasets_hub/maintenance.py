@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,14 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from datasets_hub.cache import (
+    DELETING_MARK,
     INCOMPLETE_SUFFIX,
     MANIFEST,
     cache_root,
     dataset_dir,
     datasets_dir,
+    delete_doomed,
     dir_size,
     file_lock,
     iter_builds,
+    manifest_or_problem,
     raw_file_path,
     read_manifest,
     remove_tree,
@@ -45,8 +47,7 @@ from datasets_hub.cache import (
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
 #: Suffixes of the downloader's side files, which are not raw data.
-SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".tmp")
-DELETING_MARK = ".deleting-"
+SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".validator", ".tmp")
 _HASH_BLOCK = 1 << 20
 
 
@@ -90,18 +91,33 @@ def _build_lock(build: Path) -> Path:
     return build.with_name(build.name + ".lock")  # the lock build.py holds while building `build`
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _variant_locks(build_fp: str) -> list[Path]:
+    """The locks preprocessing holds on each variant of build ``build_fp`` while computing it."""
+    pre = cache_root() / "preprocessed" / build_fp
+    if not pre.is_dir():
+        return []
+    names = {p.name[: -len(".lock")] for p in pre.iterdir() if p.name.endswith(".lock")}
+    names |= {
+        p.name[: -len(INCOMPLETE_SUFFIX)] if p.name.endswith(INCOMPLETE_SUFFIX) else p.name
+        for p in pre.iterdir()
+        if p.is_dir() and DELETING_MARK not in p.name
+    }
+    return [pre / (name + ".lock") for name in sorted(names)]
+
+
+@contextlib.contextmanager
+def _hold_all(locks: list[Path]) -> Iterator[Path | None]:
+    """Hold every lock in ``locks`` without waiting; yield ``None``, or the first one that is busy."""
+    with contextlib.ExitStack() as stack:
+        for lock in locks:
+            if not stack.enter_context(_try_lock(lock)):
+                yield lock
+                return
+        yield None
 
 
 def builds_of(dataset_id: str) -> list[Path]:
-    """Every published build of ``dataset_id`` (any params), sorted."""
+    """Every build directory of ``dataset_id`` (any params, broken ones included), sorted."""
     root = dataset_dir(dataset_id)
     if not root.is_dir():
         return []
@@ -129,14 +145,34 @@ def catalogue_build(dataset_id: str, params: dict[str, Any] | None = None) -> tu
 
 # ------------------------------------------------------------------------------------------ remove
 def _remove_build(build: Path) -> None:
-    with _try_lock(_build_lock(build)) as free:
-        if not free:
-            raise CacheError(f"{build} is being built by another process right now; try again when it finishes")
+    """Remove ``build`` and its preprocessed results, holding the locks their writers hold: a build
+    being written, or a preprocessing of it being computed, is refused (never deleted under its writer)."""
+    with _hold_all([_build_lock(build), *_variant_locks(build.name)]) as busy:
+        if busy is not None:
+            what = "built" if busy == _build_lock(build) else "preprocessed"
+            raise CacheError(
+                f"{build} is being {what} by another process right now ({busy} is held); try again when it finishes"
+            )
         remove_tree(build)
-    # the lock file stays: unlinking it could let two processes hold "the" lock on two inodes
-    pre = cache_root() / "preprocessed" / build.name
-    if pre.is_dir():
-        remove_tree(pre)  # derived from the build; unreachable without it
+        # the build's lock file stays: unlinking it could let two processes hold "the" lock on two inodes
+        pre = cache_root() / "preprocessed" / build.name
+        if pre.is_dir():
+            remove_tree(pre)  # derived from the build, unreachable without it; every variant lock is held
+
+
+def _raw_targets(dataset_id: str, params: dict[str, Any] | None, builds: list[Path]) -> list[Path]:
+    """The raw files of ``dataset_id`` (the catalogue's resources and those its builds' manifests name)."""
+    from datasets_hub.downloader import source_key
+
+    spec, loader, _build = catalogue_build(dataset_id, params)
+    paths = {raw_file_path(loader.name, r.name, source_key(r)) for r in loader.resources(spec)}
+    for build in builds:
+        manifest, _problem = manifest_or_problem(build)
+        for source in (manifest or {}).get("sources") or []:
+            if isinstance(source, dict) and source.get("name"):
+                key = source.get("key")
+                paths.add(raw_file_path(loader.name, str(source["name"]), str(key) if key else None))
+    return sorted(paths)
 
 
 def remove(
@@ -145,7 +181,9 @@ def remove(
     """Delete the build of ``dataset_id`` for ``params`` (or every build), and with ``raw`` its raw files.
 
     Returns what was removed. Builds go atomically (renamed aside, then deleted); their cached
-    preprocessing results under ``<cache>/preprocessed/<build-fp>`` go too.
+    preprocessing results under ``<cache>/preprocessed/<build-fp>`` go too. A broken build (an
+    unreadable manifest) is removed like any other. Whatever another process is writing (a build,
+    a preprocessing result, a download) is refused with a :class:`CacheError`, never deleted.
     """
     removed: list[Path] = []
     if all_builds:
@@ -155,23 +193,21 @@ def remove(
         targets = builds_of(dataset_id)
     else:
         _spec, _loader, build = catalogue_build(dataset_id, params)
-        targets = [build] if read_manifest(build) is not None else []
-    raw_files: list[Path] = []
-    if raw:
-        spec, loader, _build = catalogue_build(dataset_id, params)
-        names = {r.name for r in loader.resources(spec)}
-        for build in targets:
-            names.update(str(s.get("name")) for s in (read_manifest(build) or {}).get("sources") or [])
-        raw_files = [raw_file_path(loader.name, n) for n in sorted(names)]
+        targets = [build] if (build / MANIFEST).is_file() else []
+    raw_files = _raw_targets(dataset_id, params, targets) if raw else []
     for build in targets:
         _remove_build(build)
         removed.append(build)
     for path in raw_files:
-        existed = path.exists()
-        for side in ("", ".sha256", ".partial", ".corrupt"):
-            path.with_name(path.name + side).unlink(missing_ok=True)
+        with _try_lock(path.with_name(path.name + ".lock")) as free:  # the lock the downloader holds
+            if not free:
+                raise CacheError(f"{path} is being downloaded by another process right now; try again when it finishes")
+            existed = path.exists()
+            for side in ("", ".sha256", ".partial", ".corrupt", ".validator"):
+                path.with_name(path.name + side).unlink(missing_ok=True)
         if existed:
             removed.append(path)
+        _remove_empty_parents(path.parent, cache_root() / "raw")
     _remove_empty_parents(dataset_dir(dataset_id), datasets_dir())
     return removed
 
@@ -387,22 +423,59 @@ def _orphaned_preprocessed() -> list[Path]:
     pre = cache_root() / "preprocessed"
     if not pre.is_dir():
         return []
-    builds = {build.name for build, _manifest in iter_builds()}
+    builds = {build.name for build, _manifest in iter_builds(warn=False)}
+    builds |= {build.name for build, _problem in _broken_builds()}  # their results go with them, not before
     return sorted(p for p in pre.iterdir() if p.is_dir() and DELETING_MARK not in p.name and p.name not in builds)
 
 
-def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, Path | None]]:
-    """(path, reason, lock to hold while deleting, or None) for everything prunable."""
+def _broken_builds() -> list[tuple[Path, str]]:
+    """Build directories whose manifest exists but cannot be read (what a power loss leaves)."""
+    root = datasets_dir()
+    out: list[tuple[Path, str]] = []
+    if not root.is_dir():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = [d for d in dirnames if not d.endswith(INCOMPLETE_SUFFIX) and DELETING_MARK not in d]
+        if MANIFEST in filenames and here != root:
+            dirnames[:] = []
+            _manifest, problem = manifest_or_problem(here)
+            if problem:
+                out.append((here, problem))
+    return out
+
+
+def _variant_items(parent: Path, reason: str) -> Iterator[tuple[Path, str, list[Path]]]:
+    """Each variant (published or unfinished) under ``parent``, with the lock its writer holds."""
+    for variant in sorted(p for p in parent.iterdir() if p.is_dir() and DELETING_MARK not in p.name):
+        final = variant.name[: -len(INCOMPLETE_SUFFIX)] if variant.name.endswith(INCOMPLETE_SUFFIX) else variant.name
+        yield variant, reason, [parent / (final + ".lock")]
+
+
+def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, list[Path]]]:
+    """(path, reason, locks to hold while deleting) for everything prunable."""
     root = cache_root()
     orphans = _orphaned_preprocessed()
-    for path in orphans:
-        yield path, "preprocessed results of a build that no longer exists", None
+    for parent in orphans:
+        yield from _variant_items(parent, "preprocessed results of a build that no longer exists")
+    for build, problem in _broken_builds():
+        yield (
+            build,
+            f"broken build ({problem.split(':', 1)[0]}: unreadable manifest)",
+            [_build_lock(build), *_variant_locks(build.name)],
+        )
+        pre = root / "preprocessed" / build.name
+        if pre.is_dir():
+            yield from _variant_items(pre, "preprocessed results of that broken build")
     for section in ("datasets", "preprocessed", "raw"):
         base = root / section
         if not base.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(base):
             here = Path(dirpath)
+            if (here / MANIFEST).is_file() and here != base:
+                dirnames[:] = []  # a build's or a variant's insides are not leftovers
+                continue
             for name in list(dirnames):
                 path = here / name
                 if path in orphans:
@@ -410,72 +483,85 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, Path
                     continue
                 if name.endswith(INCOMPLETE_SUFFIX):
                     final = path.with_name(name[: -len(INCOMPLETE_SUFFIX)])
-                    yield path, "unfinished build (its process died)", _build_lock(final)
+                    yield path, "unfinished build (its process died)", [_build_lock(final)]
                     dirnames.remove(name)
                 elif DELETING_MARK in name:
-                    pid = name.rsplit(DELETING_MARK, 1)[1]
-                    if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
-                        continue  # another process is deleting it right now
-                    yield path, "interrupted deletion", None
+                    yield path, "interrupted deletion", []  # its flock says whether it is still going
                     dirnames.remove(name)
-                elif name == "data" or (here / name / MANIFEST).is_file():
-                    dirnames.remove(name)  # a build's insides are not leftovers
             for name in filenames:
                 path = here / name
                 if name.endswith(".partial"):
-                    yield path, "unfinished download", path.with_name(name[: -len(".partial")] + ".lock")
+                    yield path, "unfinished download", [path.with_name(name[: -len(".partial")] + ".lock")]
                 elif name.endswith(".corrupt"):
-                    yield path, "download that failed its checksum", None
+                    yield (
+                        path,
+                        "download that failed its checksum",
+                        [path.with_name(name[: -len(".corrupt")] + ".lock")],
+                    )
                 elif DELETING_MARK in name:
-                    yield path, "interrupted deletion", None
+                    yield path, "interrupted deletion", []
     if older_than_days is not None:
         cutoff = time.time() - older_than_days * 86400
         old_builds = set()
-        for build, manifest in iter_builds():
+        for build, manifest in iter_builds(warn=False):
             if _created(build, manifest) < cutoff:
                 old_builds.add(build.name)
-                yield build, f"build older than {older_than_days:g} days ({manifest.get('id')})", _build_lock(build)
+                locks = [_build_lock(build), *_variant_locks(build.name)]
                 pre = root / "preprocessed" / build.name
-                if pre.is_dir():  # derived from that build; same lock, so skipped with it when busy
-                    yield pre, f"preprocessed results of that build ({manifest.get('id')})", _build_lock(build)
+                if pre.is_dir():  # derived from that build; each variant under its own lock
+                    yield from _variant_items(pre, f"preprocessed results of that build ({manifest.get('id')})")
+                yield build, f"build older than {older_than_days:g} days ({manifest.get('id')})", locks
         for variant in _variants():
             if variant.parent.name in old_builds:
                 continue
             manifest = _variant_manifest(variant)
             created = _created(variant, manifest) if manifest else variant.stat().st_mtime
             if created < cutoff:
-                yield variant, f"preprocessed result older than {older_than_days:g} days", _build_lock(variant)
+                yield variant, f"preprocessed result older than {older_than_days:g} days", [_build_lock(variant)]
 
 
 def prune(*, older_than_days: float | None = None, dry_run: bool = False) -> list[PruneItem]:
-    """Remove leftovers of killed processes and, with ``older_than_days``, builds older than that.
+    """Remove leftovers of killed processes, broken builds and, with ``older_than_days``, builds older than that.
 
-    Whatever another process holds (a build in progress, a download being written) is skipped,
-    never waited for: the item is returned with ``skipped`` saying why.
+    Every removal holds the lock the item's writer holds (a build, a preprocessing result, a
+    download); whatever another process holds is skipped, never waited for, and returned with
+    ``skipped`` saying why. A build is removed only when none of its preprocessing is in progress.
     """
     if older_than_days is not None and older_than_days < 0:
         raise ValueError(f"--older-than must be a number of days >= 0, got {older_than_days}")
     items: list[PruneItem] = []
-    for path, reason, lock in list(_candidates(older_than_days)):
+    touched: set[Path] = set()
+    for path, reason, locks in list(_candidates(older_than_days)):
+        if not os.path.lexists(path):
+            continue
         item = PruneItem(path, reason, _size(path))
         items.append(item)
-        if lock is None:
-            if not dry_run:
-                _delete(path)
-            continue
-        with _try_lock(lock) as free:
-            if not free:
+        with _hold_all(locks) as busy:
+            if busy is not None:
                 item.skipped = "in use by another process"
+            elif DELETING_MARK in path.name:
+                if not dry_run and not delete_doomed(path, wait=False):
+                    item.skipped = "being deleted by another process"
             elif not dry_run:
                 _delete(path)
+                touched.add(path.parent)
+    if not dry_run:
+        builds = {build.name for build, _m in iter_builds(warn=False)}
+        for parent in sorted(touched):
+            # an orphaned <build-fp> folder left with nothing but lock files goes too (nothing can lock
+            # a variant of a build that does not exist any more)
+            if (
+                parent.parent == cache_root() / "preprocessed"
+                and parent.name not in builds
+                and parent.is_dir()
+                and not any(p.is_dir() for p in parent.iterdir())
+            ):
+                remove_tree(parent)
     return items
 
 
 def _delete(path: Path) -> None:
-    if path.is_dir():
-        if DELETING_MARK in path.name:
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            remove_tree(path)
+    if path.is_dir() and not path.is_symlink():
+        remove_tree(path)
     else:
         path.unlink(missing_ok=True)

@@ -25,6 +25,12 @@ def loader_names() -> list[str]:
     return sorted(_entry_points())
 
 
+def entry_point_names_of(cls: type) -> list[str]:
+    """Names of the entry points that point at ``cls`` (by ``module:qualname``; nothing is imported)."""
+    target = f"{cls.__module__}:{cls.__qualname__}"
+    return sorted(name for name, ep in _entry_points().items() if ep.value.replace(" ", "") == target)
+
+
 def get_loader(name: str) -> Loader:
     """The loader plugin ``name``, imported now; errors say which package to install."""
     return _load(name)

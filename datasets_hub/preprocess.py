@@ -47,6 +47,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub import __version__
 from datasets_hub import preprocess_chunks as chunking
+from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, reserve_files
 from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.cache import (
     INCOMPLETE_SUFFIX,
@@ -59,6 +60,7 @@ from datasets_hub.cache import (
 )
 from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
 from datasets_hub.fingerprint import _module_identity, describe_name, transform_fingerprint
+from datasets_hub.preprocess_watch import BEAT, WorkerWatch, report_chunk, start_heartbeat
 from datasets_hub.preprocessed_storage import FORMAT, PreprocessedStorage, _key, _nest, _open_schema
 
 PROBE_ROWS = 4
@@ -133,9 +135,13 @@ def _keep_freed_memory() -> None:
         pass  # not glibc: nothing to tune
 
 
-def _watch_parent(pid: int) -> None:
-    """Pool initializer: exit when the parent dies (SIGKILL) instead of waiting for work forever."""
+def _watch_parent(pid: int, heartbeat_queue: Any = None) -> None:
+    """Pool initializer: exit when the parent dies (SIGKILL) instead of waiting for work forever;
+    with ``heartbeat_queue``, tell the parent this worker is alive (:mod:`.preprocess_watch`)."""
     import threading
+
+    if heartbeat_queue is not None:
+        start_heartbeat(heartbeat_queue)
 
     def watch() -> None:
         while True:
@@ -164,6 +170,7 @@ def _task(job: _Job, start: int, stop: int) -> int:
                 f"the worker could not start: {type(exc).__name__}: {exc}",
                 traceback.format_exc(),
             ) from None
+    report_chunk(start, stop)
     return _run_chunk(start, stop)
 
 
@@ -484,7 +491,15 @@ def _compute(
         _key(name): torch.empty((), dtype=getattr(torch, s["dtype"])).expand(n, *s["shape"])
         for name, s in schema.items()
     }
-    mm = TensorDict(_nest(template), batch_size=[n]).memmap_like(prefix=str(target / "data"), existsok=True)
+    try:
+        mm = TensorDict(_nest(template), batch_size=[n]).memmap_like(prefix=str(target / "data"), existsok=True)
+    except (OSError, RuntimeError) as exc:
+        error = full_disk_error(exc, f"preprocessing with {fn_name}", target)
+        if error is None:
+            raise
+        raise error from exc
+    # real blocks now: a full disk is a CacheError here, never a SIGBUS in a worker's write
+    reserve_files(memmap_filenames(mm), f"preprocessing with {fn_name}")
     for name, spec in schema.items():
         spec["file"] = str(Path(mm.get(_key(name)).filename).relative_to(target))
     del mm
@@ -560,15 +575,21 @@ def _map_processes(
     # a forked child of a process that used torch's OpenMP pool hangs in its next parallel region
     # unless it runs single-threaded (a forkserver child starts clean)
     job = replace(job, fn_bytes=payload, threads=1 if method == "fork" else job.threads)
+    watch = WorkerWatch(ctx, job.fn_name)
     pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(chunks)), mp_context=ctx, initializer=_watch_parent, initargs=(os.getpid(),)
+        max_workers=min(workers, len(chunks)),
+        mp_context=ctx,
+        initializer=_watch_parent,
+        initargs=(os.getpid(), watch.queue),
     )
     try:
         pending = {pool.submit(_task, job, a, b): (a, b) for a, b in chunks}
         while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            done, _ = wait(pending, timeout=BEAT, return_when=FIRST_COMPLETED)
+            watch.check()  # a stopped or stuck worker: PreprocessError naming it (workers killed)
             for future in done:
                 a, b = pending.pop(future)
+                watch.chunk_done(a)
                 try:
                     bar.update(future.result())
                 except BrokenProcessPool as exc:
@@ -577,8 +598,12 @@ def _map_processes(
                         "was published. It was killed or ran out of memory (lower num_workers or chunk_size), or it "
                         "could not start: a script needs the `if __name__ == '__main__':` guard (see stderr)"
                     ) from exc
+    except BaseException:
+        watch.kill_all()  # nothing may keep running (or stay stopped) after the error
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        watch.close()
         _FORKED_FN.clear()
 
 

@@ -50,26 +50,13 @@ def resolve_mode(fn: Callable, by: str | None, fn_name: str) -> str:
 
 
 def episode_index_of(rb: Any) -> EpisodeIndex:
-    """The buffer's episodes: its storage's build-time index, else runs of ``episode`` ids, else
-    ``("next", "done")`` flags (rows after the last flag form a final episode)."""
-    storage = rb.storage
-    index = storage.episode_index() if hasattr(storage, "episode_index") else None
-    if index is not None:
-        return index
-    n = len(rb)
-    for key, derive in (("episode", EpisodeIndex.from_episode_ids), (("next", "done"), EpisodeIndex.from_done)):
-        try:
-            column = storage.read_key(key)
-        except (KeyError, NotImplementedError, AttributeError):
-            try:
-                column = storage.get(slice(0, n)).get(key)
-            except (KeyError, AttributeError):
-                continue
-        return derive(column[:n])
-    raise InvalidParameter(
-        "preprocess(by='episode') needs episode boundaries: this buffer has no episode index, "
-        "no 'episode' ids and no ('next', 'done') flags"
-    )
+    """The buffer's episodes (its storage's index, else derived from ``episode`` ids or done flags)."""
+    from datasets_hub.buffers.episodes import episode_index_of as derive
+
+    try:
+        return derive(rb.storage, len(rb))
+    except InvalidParameter as exc:
+        raise InvalidParameter(f"preprocess(by='episode') needs episode boundaries: {exc}") from None
 
 
 def row_chunks(n: int, chunk_size: int) -> list[tuple[int, int]]:

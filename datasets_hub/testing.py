@@ -1,23 +1,24 @@
 """Helpers for plugin authors and for our own tests.
 
-``check_loader(cls, spec, files)`` runs a loader end to end against the TED chunk contract;
+``check_loader(cls, spec, files)`` checks a loader against the whole plugin contract, and
+``check_loader("prefix/name")`` a catalogue entry end to end (:mod:`datasets_hub.loader_check`);
 ``fake_episodes(...)`` makes a TED chunk whose every value tells where it came from, and
 ``naive_ted(chunk)`` is the plain, non-lean TED copy a build must reproduce exactly.
 """
 
 from __future__ import annotations
 
-import re
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from datasets_hub.lean_ted import LeanTEDWriter, equal_rows
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
+from datasets_hub.loader_check import check_loader
+
+__all__ = ["FakeLoader", "check_loader", "fake_episodes", "naive_ted"]
 
 
 def fake_episodes(
@@ -81,6 +82,8 @@ def naive_ted(chunks: TensorDictBase | Sequence[TensorDictBase]) -> TensorDict:
     ``next/done`` added)."""
     chunks = [chunks] if isinstance(chunks, TensorDictBase) else list(chunks)
     td = cast(TensorDict, torch.cat([c.clone() for c in chunks]))  # torch's stubs know only tensors
+    if "history" in td.keys():  # history-only rows are frames before an episode, not transitions
+        td = td[~td.get("history")].exclude("history")
     n = td.batch_size[0]
     episode = td.get("episode")
     step = torch.zeros(n, dtype=torch.int64)
@@ -113,61 +116,3 @@ class FakeLoader(Loader):
             yield fake_episodes(group, first_episode=episode, first_row=row)
             episode += len(group)
             row += sum(group) + len(group)
-
-
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def check_loader(
-    cls: type[Loader],
-    spec: DatasetSpec | None = None,
-    files: Mapping[str, Path] | None = None,
-    *,
-    max_chunks: int | None = None,
-) -> dict[str, Any]:
-    """Check a loader class against the plugin contract (docs/design/plugins.md); return the build summary.
-
-    Checks the class attributes, then (when ``spec`` is given) converts ``files`` twice into a
-    temporary directory, validating every chunk against the TED contract and that two runs
-    produce identical data (deterministic order). Raises ``AssertionError`` naming the problem.
-    """
-    if not (isinstance(cls, type) and issubclass(cls, Loader)):
-        raise AssertionError(f"{cls!r} is not a datasets_hub.Loader subclass")
-    if not _NAME_RE.match(cls.name or ""):
-        raise AssertionError(f"{cls.__name__}.name = {cls.name!r}: a loader needs a lower-case name (the id prefix)")
-    if not isinstance(cls.requires, tuple) or not all(isinstance(r, str) for r in cls.requires):
-        raise AssertionError(f"{cls.__name__}.requires must be a tuple of import names")
-    if cls.requires and not cls.install_hint.startswith("pip install"):
-        raise AssertionError(f"{cls.__name__}.install_hint must be the exact 'pip install …' line for {cls.requires}")
-    if not isinstance(cls.format_version, int) or cls.format_version < 1:
-        raise AssertionError(f"{cls.__name__}.format_version must be a positive int")
-    if spec is None:
-        return {}
-    loader = cls()
-    loader.check_params(spec)
-    summaries, first = [], None
-    for _ in range(2):
-        with tempfile.TemporaryDirectory() as tmp:
-            writer = LeanTEDWriter(Path(tmp) / "data")
-            chunks = []
-            for i, chunk in enumerate(loader.episodes(spec, files or {}, LoaderContext(chunk_rows=1024))):
-                if max_chunks is not None and i >= max_chunks:
-                    break
-                if not isinstance(chunk, TensorDictBase):
-                    raise AssertionError(f"{cls.__name__}.episodes yielded {type(chunk).__name__}, not a TensorDict")
-                writer.write(chunk)
-                chunks.append(chunk.clone())
-            summaries.append(writer.finish())
-        # torch.cat dispatches TensorDicts; its stubs know only tensors
-        data = cast(TensorDictBase, torch.cat(cast(Any, chunks)))
-        if first is None:
-            first = data
-        elif not _same(first, data):
-            raise AssertionError(f"{cls.__name__}.episodes is not deterministic: two runs gave different data")
-    return summaries[0]
-
-
-def _same(a: TensorDictBase, b: TensorDictBase) -> bool:
-    if set(a.keys(True, True)) != set(b.keys(True, True)):
-        return False
-    return all(equal_rows(a.get(k), b.get(k)) for k in a.keys(True, True))

@@ -12,7 +12,10 @@ in increasing order), ``base_url``, and ``game``/``run`` (default: taken from th
 id such as ``atari/my-pong`` can name its source).
 
 Mapping, per checkpoint (rows in the buffer's logical order, oldest first, see
-:mod:`loaders.atari_replay`):
+:mod:`loaders.atari_replay`). Checked against Dopamine's ``circular_replay_buffer.py`` (dopamine-rl
+4.1.2 on PyPI; the same rules as the 2019 code batch_rl used) and batch_rl's
+``logged_replay_buffer.py``: a row is a transition exactly when Dopamine's sampler can draw it
+(``is_valid_transition``).
 
 ====================================  =========================================================
 upstream                              TED
@@ -21,10 +24,21 @@ upstream                              TED
                                       frame of the following row of the same episode. Stored once
                                       per episode (T+1 rows) by the core.
 ``action[i]`` (int32)                 ``action[t]`` (int32, shape ``[N]``)
-``reward[i]`` (float32, unclipped)    ``("next", "reward")[t]``, ``[N, 1]``
+``reward[i]`` (float32)               ``("next", "reward")[t]``, ``[N, 1]``. Already clipped to
+                                      [-1, 1]: Dopamine's runner clips every reward before the
+                                      agent stores it, so the raw game scores are not in the data
 ``terminal[i] == 1``                  ``("next", "terminated")[t]``; ends the episode
-a row in ``invalid_range``            dropped (never sampled, as in Dopamine); the episode before
-                                      it ends there, ``("next", "truncated")``
+a row Dopamine never samples          not a transition: the rows of ``invalid_range`` (around the
+                                      write cursor), and, when ``add_count < capacity`` (the first
+                                      checkpoint, and batch_rl's final one, whose ``add_count`` is
+                                      set to the cursor), rows ``0..stack_size-2`` and from
+                                      ``cursor - 1`` on. The episode before such rows ends there,
+                                      ``("next", "truncated")``
+real frames right before an           kept as **history frames** of the episode (not rows, never
+episode's first row                   sampled): the frames Dopamine's stacked state at that row
+                                      holds (the oldest episode of a wrapped checkpoint, whose
+                                      start was overwritten; the rows 0..2 of a final checkpoint).
+                                      ``FrameStack(4)`` uses them instead of zeros
 end of the checkpoint                 the episode ends, ``("next", "truncated")``; episodes are
                                       never joined across checkpoints
 Dopamine's zero padding               the ``stack_size - 1 = 3`` zero transitions Dopamine writes
@@ -34,18 +48,23 @@ Dopamine's zero padding               the ``stack_size - 1 = 3`` zero transition
 buffer index, checkpoint              ``("info", "replay_index")``, ``("info", "checkpoint")``
 ====================================  =========================================================
 
+So every stacked state, action, reward, terminal and next state Dopamine's sampler can produce
+from a checkpoint is a row of the build with ``FrameStack(4)`` applied, and no other row exists
+(``tests/upstream/test_dopamine.py`` checks this against Dopamine's own buffer).
+
 **Next observations.** A next frame never comes from another episode. Dopamine never stores the
 frame reached by a terminal transition (the next row is padding), so the last row of a terminated
 episode has ``("next", "observation")`` = zeros and ``("info", "next_observation_unknown")`` True;
-Q-learning masks it with ``terminated`` anyway. An episode cut by the invalid range takes the
-frame of the dropped row that followed it (that frame was stored right after, in the same
-episode); an episode cut by the end of the checkpoint has none (flagged likewise).
+Q-learning masks it with ``terminated`` anyway (Dopamine's own next state there holds that zero
+padding frame too). An episode cut by rows Dopamine never samples takes the frame of the row that
+followed it (stored right after, in the same episode).
 
 **Caveats kept as upstream wrote them.** Dopamine of 2019 also wrote ``terminal = 1`` when an
 episode hit the 27,000-step limit (108k frames), so those ends are ``terminated`` too. The first
-episode of a checkpoint usually began in the previous one: its ``step`` starts at 0 here. The card
-(``notes``) counts, per checkpoint and in total, rows, dropped invalid and padding rows, episodes
-and how each ended, and padding rows whose frame was not zero (expected 0).
+episode of a checkpoint usually began in the previous one: its ``step`` starts at 0 here (its
+earlier frames, up to 3, are history frames). The card (``notes``) counts, per checkpoint and in
+total, rows, dropped invalid, padding and never-sampled rows, history frames, episodes and how
+each ended, and padding rows whose frame was not zero (expected 0).
 
 **Memory.** The action/reward/terminal arrays of a checkpoint (~9 MB) are read whole; frames are
 decompressed from the gzip stream in order, a chunk of whole episodes at a time (about
@@ -87,6 +106,8 @@ _COUNT_KEYS = (
     "invalid_rows",
     "padding_rows",
     "padding_rows_not_zero",
+    "never_sampled_rows",
+    "history_rows",
     "transitions",
     "episodes",
     "terminated",
@@ -102,7 +123,7 @@ class AtariLoader(Loader):
     name = "atari"
     requires = ("numpy",)
     install_hint = "pip install numpy"
-    format_version = 1
+    format_version = 2  # 2: Dopamine's validity rules, history frames
 
     # -- parameters -------------------------------------------------------------------------
     def check_params(self, spec: DatasetSpec) -> None:
@@ -217,6 +238,11 @@ class AtariLoader(Loader):
             "row of episodes that ended with a terminal (Dopamine never stores that frame) or at the end "
             "of a checkpoint",
         )
+        ctx.note("reward", "clipped to [-1, 1] by Dopamine's runner before it was stored (not the game score)")
+        ctx.note(
+            "history_frames",
+            f"{totals['history_rows']} real frames before episodes' first rows, kept for FrameStack (never sampled)",
+        )
         ctx.note(
             "terminal",
             "Dopamine writes terminal=1 at game over and at the 27,000-step limit alike: "
@@ -259,7 +285,8 @@ class _Checkpoint:
         self.episode_id = first_episode
         self.counts = dict(self.plan.counts)
         self.counts.update(padding_rows_not_zero=0, next_observation_unknown_rows=0)
-        self._read_to = int(self.plan.starts[0]) if self.plan.starts.size else 0
+        first = self.plan.starts - self.plan.history
+        self._read_to = int(first[0]) if first.size else 0
 
     def run(self) -> Iterator[TensorDictBase]:
         plan = self.plan
@@ -277,6 +304,7 @@ class _Checkpoint:
     def _chunk(self, e: int, f: int) -> TensorDictBase:
         plan = self.plan
         starts, stops, next_row = plan.starts[e:f], plan.stops[e:f], plan.next_row[e:f]
+        history = plan.history[e:f]
         lo = self._read_to
         hi = int(max(stops.max(), next_row.max() + 1))
         frames = self.frames.read(lo, hi)  # every row in between is read: padding gets checked
@@ -284,9 +312,12 @@ class _Checkpoint:
         pad = np.flatnonzero(plan.padding[lo:hi] & ~plan.invalid[lo:hi])
         if pad.size:
             self.counts["padding_rows_not_zero"] += int((frames[pad].reshape(pad.size, -1) != 0).any(axis=1).sum())
-        lengths = stops - starts
+        lengths = stops - starts + history  # history frames lead their episode's rows, flagged
         n = int(lengths.sum())
-        rows = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops, strict=True)])  # logical rows
+        rows = np.concatenate(
+            [np.arange(a - h, b) for a, b, h in zip(starts, stops, history, strict=True)]
+        )  # logical rows
+        is_history = np.concatenate([np.arange(length) < h for length, h in zip(lengths, history, strict=True)])
         last = np.cumsum(lengths) - 1
         obs = frames[rows - lo]
         nxt_rows = rows + 1
@@ -314,6 +345,7 @@ class _Checkpoint:
             (UNKNOWN_KEY, unknown),
             (("info", "replay_index"), plan.phys[rows]),
             (("info", "checkpoint"), np.full(n, self.k, dtype=np.int64)),
+            ("history", is_history),
         ):
             out.set(key, torch.from_numpy(np.ascontiguousarray(value)))
         return out

@@ -37,7 +37,6 @@ import gzip
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -157,7 +156,7 @@ class NpyStream:
     def __enter__(self) -> NpyStream:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -172,10 +171,13 @@ class CheckpointPlan:
     """Which rows of one checkpoint become which TED episodes (all positions are logical rows,
     oldest first; ``phys[j]`` is the buffer index of logical row ``j``).
 
-    Episode ``e`` is logical rows ``[starts[e], stops[e])``; ``terminated[e]`` when its last row
-    is a terminal; ``next_row[e]`` is the logical row whose frame is its final next observation,
-    or -1 when the file does not hold one (terminal episodes: Dopamine never stores the frame
-    after a terminal).
+    ``valid[j]`` is Dopamine's ``is_valid_transition`` for that row: the rows its sampler can draw,
+    and the only rows that become transitions. Episode ``e`` is logical rows ``[starts[e], stops[e])``
+    (a run of valid rows, cut after a terminal); ``history[e]`` rows before ``starts[e]`` are real
+    frames of the same episode that Dopamine's stacked state at ``starts[e]`` holds (kept as history
+    frames, never as transitions); ``terminated[e]`` when its last row is a terminal;
+    ``next_row[e]`` is the logical row whose frame is its final next observation, or -1 when the
+    file does not hold one (Dopamine never stores the frame after a terminal).
     """
 
     capacity: int
@@ -186,8 +188,10 @@ class CheckpointPlan:
     terminal: np.ndarray
     padding: np.ndarray  # bool per logical row: Dopamine's zero transitions before an episode
     invalid: np.ndarray  # bool per logical row: in invalid_range
+    valid: np.ndarray  # bool per logical row: Dopamine may sample it
     starts: np.ndarray
     stops: np.ndarray
+    history: np.ndarray
     terminated: np.ndarray
     next_row: np.ndarray
     counts: dict[str, int] = field(default_factory=dict)
@@ -218,21 +222,32 @@ def plan_checkpoint(
 ) -> CheckpointPlan:
     """The episode plan of one checkpoint (the rules are in :mod:`loaders.atari`'s docstring).
 
-    ``first_frames_zero[i]`` tells whether the frame at buffer index ``i`` (``i < stack_size - 1``)
-    is all zeros; it is only consulted when the buffer has not wrapped (the padding Dopamine writes
-    into an empty buffer).
+    Validity follows Dopamine's ``OutOfGraphReplayBuffer.is_valid_transition``: when
+    ``add_count < capacity`` (never wrapped, or batch_rl's final checkpoint, whose ``add_count`` is
+    the cursor) rows below ``stack_size - 1`` and from ``cursor - update_horizon`` on are never
+    sampled; rows in ``invalid_range`` never are; nor rows whose stack holds a terminal before its
+    last frame. ``update_horizon`` is ``len(invalid_range) - stack_size`` (Dopamine's invalid range
+    has ``stack_size + update_horizon`` entries). ``first_frames_zero[i]`` tells whether the frame at
+    buffer index ``i`` (``i < stack_size - 1``) is all zeros; it is only consulted when the buffer
+    has not wrapped, to tell the padding Dopamine writes into an empty buffer from real frames.
     """
     cap = int(capacity)
     add_count = int(add_count)
     if add_count < 0:
         raise LoaderError(f"add_count is {add_count}; a replay buffer never has a negative add count")
+    bad = np.asarray(invalid_range).reshape(-1)
+    horizon = bad.size - stack_size
+    if horizon < 1:
+        raise LoaderError(
+            f"invalid_range has {bad.size} entries; Dopamine writes stack_size + update_horizon = "
+            f"{stack_size} + n (n >= 1) of them"
+        )
     wrapped = add_count >= cap
     m = cap if wrapped else add_count
     start = add_count % cap if wrapped else 0
     phys = (start + np.arange(m, dtype=np.int64)) % cap
     act, rew = action[phys], reward[phys]
     term = terminal[phys] != 0
-    bad = np.asarray(invalid_range).reshape(-1)
     bad = np.unique(np.round(bad).astype(np.int64) % cap) if bad.size else bad.astype(np.int64)
     invalid = np.isin(phys, bad)
     zero_step = (act == 0) & (rew == 0) & ~term
@@ -246,30 +261,65 @@ def plan_checkpoint(
             if not (zero_step[i] and first_frames_zero[i]):
                 break
             padding[i] = True
-    keep = ~invalid & ~padding
-    prev_keep = np.concatenate([[False], keep[:-1]])
+    # Dopamine's is_valid_transition, row by row in logical order
+    terminal_before = np.zeros(m, dtype=bool)  # a terminal among the stack's earlier frames
+    for k in range(1, pad_len + 1):
+        terminal_before[k:] |= term[:-k] if k < m else False
+    unsampled = np.zeros(m, dtype=bool)  # rows the not-full rules exclude
+    if not wrapped:
+        unsampled[:pad_len] = True
+        unsampled[max(0, add_count - horizon) :] = True
+    else:  # the stacks of the first logical rows reach back across the cursor (always in invalid_range)
+        terminal_before[:pad_len] = True
+    valid = ~invalid & ~unsampled & ~terminal_before
+    prev_valid = np.concatenate([[False], valid[:-1]])
     prev_term = np.concatenate([[False], term[:-1]])
-    next_keep = np.concatenate([keep[1:], [False]])
-    starts = np.flatnonzero(keep & (~prev_keep | prev_term))
-    stops = np.flatnonzero(keep & (~next_keep | term)) + 1
+    next_valid = np.concatenate([valid[1:], [False]])
+    starts = np.flatnonzero(valid & (~prev_valid | prev_term))
+    stops = np.flatnonzero(valid & (~next_valid | term)) + 1
+    # history: the real frames (not padding, not before row 0) right before a start, up to pad_len
     terminated = term[stops - 1] if stops.size else np.zeros(0, dtype=bool)
     follows = stops < m
     nxt = np.where(follows, stops, 0)
     next_row = np.where(~terminated & follows & ~padding[nxt], stops, -1).astype(np.int64)
+    history = np.zeros(starts.size, dtype=np.int64)
+    # never reach back into the previous episode's rows or its final next frame (frames are read forward)
+    floor = np.concatenate([[0], np.maximum(stops[:-1], next_row[:-1] + 1)]).astype(np.int64)
+    for k in range(1, pad_len + 1):
+        row = starts - k
+        ok = (row >= floor) & (history == k - 1)
+        ok[ok] = ~padding[row[ok]] & ~term[row[ok]]
+        history += ok
     counts = {
         "capacity": cap,
         "add_count": add_count,
         "rows": m,
         "invalid_rows": int(invalid.sum()),
         "padding_rows": int((padding & ~invalid).sum()),
-        "transitions": int(keep.sum()),
+        "never_sampled_rows": int((~valid & ~invalid & ~padding).sum()),
+        "history_rows": int(history.sum()),
+        "transitions": int(valid.sum()),
         "episodes": int(starts.size),
         "terminated": int(terminated.sum()),
-        "truncated_at_invalid_range": int((~terminated & follows & invalid[nxt]).sum()),
+        "truncated_at_invalid_range": int((~terminated & follows & ~valid[nxt]).sum()),
         "truncated_at_end_of_checkpoint": int((~terminated & ~follows).sum()),
     }
     return CheckpointPlan(
-        cap, add_count, phys, act, rew, term, padding, invalid, starts, stops, terminated, next_row, counts
+        cap,
+        add_count,
+        phys,
+        act,
+        rew,
+        term,
+        padding,
+        invalid,
+        valid,
+        starts,
+        stops,
+        history,
+        terminated,
+        next_row,
+        counts,
     )
 
 

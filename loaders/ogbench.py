@@ -179,6 +179,7 @@ class OGBenchLoader(Loader):
             "skipped_single_row": 0,
             "files": [],
             "extra_keys": set(),
+            "empty_keys": set(),
         }
         for name in order:
             yield from _convert_file(spec, Path(files[name]), name, ctx, state)
@@ -196,6 +197,8 @@ class OGBenchLoader(Loader):
             "trajectory ends of the fixed-length collection runs: ('next', 'truncated'); no row is terminated",
         )
         ctx.note("per_state_info", sorted(state["extra_keys"]))
+        if state["empty_keys"]:
+            ctx.note("empty_arrays_skipped", sorted(state["empty_keys"]))
 
 
 def _convert_file(spec: DatasetSpec, path: Path, name: str, ctx: LoaderContext, state: dict) -> Iterator[TensorDict]:
@@ -224,7 +227,10 @@ def _convert_file(spec: DatasetSpec, path: Path, name: str, ctx: LoaderContext, 
                 continue
             shape, dtype = npz.header(key)
             if shape[:1] == (n,) and dtype.kind in "biuf":
-                extra.append(key)
+                if int(np.prod(shape[1:], dtype=np.int64)) == 0:
+                    state["empty_keys"].add(key)  # (N, 0): no value to keep (e.g. no buttons in a cube scene)
+                else:
+                    extra.append(key)
         per_row += extra
         state["extra_keys"].update(extra)
         for key in per_row:

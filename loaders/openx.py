@@ -19,7 +19,11 @@ and ``tf.train.Example`` are read by :mod:`loaders.tfrecord`, guided by ``featur
 - ``split`` (default ``"train"``), ``shards`` (list of shard indices to load, default all; read in
   the order given), ``final_step`` (below), ``text_width`` (bytes per text value, default 512),
   ``base_url`` (a mirror directory holding the files, ``https://…``, ``file://…`` or
-  ``gs://bucket/path``), ``dataset`` (the TFDS name when it differs from the id).
+  ``gs://bucket/path``), ``dataset`` (the TFDS name when it differs from the id),
+  ``jpeg_decoder`` (``"tfds"``, the default: libjpeg-turbo's fast IDCT through ``simplejpeg``,
+  bit-identical to TensorFlow's ``decode_image``, i.e. the pixels every model trained through TFDS
+  saw; ``"pillow"``: Pillow's accurate IDCT, up to ~15 levels away at quality 95; see
+  :mod:`loaders.image_decode`).
 
 **Mapping** (one ``tf.train.Example`` = one episode; TFDS flattens nested features with ``/``: step
 features are ``steps/<path>`` with the T per-step values concatenated, episode features
@@ -38,7 +42,9 @@ upstream (``features.json`` kind)               TED
 other step features (``language_instruction``,  root keys of the same name (``("info", name)`` for
 ``language_embedding``, …)                      names TED reserves: episode, step, done, …)
 episode features (``episode_metadata/<k…>``)    ``("info", "episode_metadata", k…)``, repeated per row
-``Image`` (jpeg/png, uint8 or uint16)           decoded once at build time with Pillow, HWC as declared
+``Image`` (jpeg/png, uint8 or uint16)           decoded once at build time, HWC as declared: JPEG
+                                                as TFDS decodes it (``jpeg_decoder``, below), PNG
+                                                with Pillow (lossless: TFDS's pixels)
                                                 (uint16 kept exactly as int32: torch cannot copy
                                                 uint16 rows; the card lists ``widened_dtypes``)
 ``Image`` float32 (depth)                       the 4 PNG bytes per pixel reinterpreted as float32
@@ -74,7 +80,6 @@ import io
 import json
 import zlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +90,13 @@ from tensordict import TensorDict, TensorDictBase
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
+from .image_decode import JPEG_DECODERS, decode_uint8, is_jpeg
 from .minari_convert import decode_text, encode_text
+from .tfds_features import Leaf, parse_features
 
 __all__ = ["UNKNOWN_KEY", "Leaf", "OpenXLoader", "decode_text", "parse_features"]
 
-PARAMS = ("base_url", "dataset", "final_step", "num_shards", "shards", "split", "text_width", "version")
+PARAMS = ("base_url", "dataset", "final_step", "jpeg_decoder", "num_shards", "shards", "split", "text_width", "version")
 FINAL_STEP = ("transition", "observation")
 UPSTREAM = "https://storage.googleapis.com/gresearch/robotics"
 DEFAULT_TEXT_WIDTH = 512
@@ -97,98 +104,9 @@ CHUNK_BYTES = 128 << 20
 UNKNOWN_KEY = ("info", "next_observation_unknown")
 _RESERVED = {"episode", "step", "done", "terminated", "truncated", "next", "info", "observation", "action"}
 _FLAGS = ("is_first", "is_last", "is_terminal")
-_DTYPES = {
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-}
-
 _WIDEN = {"uint16": "int32", "uint32": "int64"}
 
 Key = tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Leaf:
-    """One feature of ``features.json``: ``path`` under the episode (``("steps", "observation",
-    "image")``), ``kind`` in tensor/image/text/skip, numpy ``dtype`` name (``"string"`` for text),
-    ``shape`` (-1 where dynamic), tensor ``encoding`` or image ``fmt``; ``why`` for skipped ones."""
-
-    path: Key
-    kind: str
-    dtype: str = "float32"
-    shape: tuple[int, ...] = ()
-    encoding: str = "none"
-    why: str = ""
-
-    @property
-    def name(self) -> str:
-        return "/".join(self.path)
-
-
-# ---------------------------------------------------------------------------------------- schema
-def parse_features(features_json: Mapping[str, Any]) -> list[Leaf]:
-    """The leaves of a TFDS ``features.json`` (an episode ``FeaturesDict`` with a ``steps``
-    ``Dataset``), in a deterministic (sorted) order."""
-    return sorted(_walk(features_json, (), in_steps=False), key=lambda leaf: leaf.path)
-
-
-def _walk(node: Mapping[str, Any], path: Key, *, in_steps: bool) -> Iterator[Leaf]:
-    if not isinstance(node, Mapping):
-        raise LoaderError(f"features.json: {'/'.join(path) or 'the root'} is not an object")
-    if "featuresDict" in node:
-        for name, sub in (node["featuresDict"].get("features") or {}).items():
-            yield from _walk(sub, (*path, str(name)), in_steps=in_steps)
-    elif "sequence" in node:
-        if path == ("steps",) and not in_steps:
-            yield from _walk(node["sequence"].get("feature") or {}, path, in_steps=True)
-        else:
-            yield Leaf(path, "skip", why="a nested sequence (stored ragged by TFDS)")
-    elif "tensor" in node or "classLabel" in node or "boundingBox" in node:
-        spec = node.get("tensor") or node.get("boundingBox") or {}
-        dtype = _dtype(spec.get("dtype") or ("int64" if "classLabel" in node else "float32"))
-        shape = _shape(spec.get("shape"))
-        encoding = str(spec.get("encoding") or "none").lower()
-        if dtype == "string" and encoding == "none":
-            yield Leaf(path, "text", "string", shape)
-        elif dtype not in _DTYPES:
-            yield Leaf(path, "skip", why=f"dtype {dtype!r} is not supported")
-        elif encoding not in ("none", "bytes", "zlib"):
-            yield Leaf(path, "skip", why=f"tensor encoding {encoding!r} is not supported")
-        else:
-            yield Leaf(path, "tensor", dtype, shape, encoding)
-    elif "image" in node:
-        spec = node["image"]
-        dtype = _dtype(spec.get("dtype") or "uint8")
-        shape = _shape(spec.get("shape"))
-        if dtype not in ("uint8", "uint16", "float32") or len(shape) != 3:
-            yield Leaf(path, "skip", why=f"image of dtype {dtype} and shape {list(shape)} is not supported")
-        else:
-            yield Leaf(path, "image", dtype, shape, str(spec.get("encodingFormat") or "png"))
-    elif "text" in node:
-        yield Leaf(path, "text", "string", ())
-    else:
-        kinds = sorted(k for k in node if k not in ("pythonClassName", "description", "metadata"))
-        yield Leaf(path, "skip", why=f"feature kind {kinds or node.get('pythonClassName')} is not supported")
-
-
-def _dtype(name: str) -> str:
-    name = str(name).replace("tf.", "")
-    return "string" if name in ("string", "str", "bytes") else name
-
-
-def _shape(shape: Any) -> tuple[int, ...]:
-    dims = (shape or {}).get("dimensions") or [] if isinstance(shape, Mapping) else (shape or [])
-    return tuple(int(d) if d is not None else -1 for d in dims)
 
 
 # ---------------------------------------------------------------------------------------- loader
@@ -198,7 +116,7 @@ class OpenXLoader(Loader):
     name = "openx"
     requires = ("PIL", "google.protobuf")
     install_hint = "pip install 'datasets-hub[openx]'"
-    format_version = 1
+    format_version = 2  # 2: JPEG decoded as TFDS does (fast IDCT) by default
 
     def check_params(self, spec: DatasetSpec) -> None:
         p = spec.params
@@ -216,6 +134,12 @@ class OpenXLoader(Loader):
             raise InvalidParameter(
                 f"{spec.id}: final_step must be one of {FINAL_STEP}, got {p.get('final_step')!r}"
                 f"{did_you_mean(str(p.get('final_step')), FINAL_STEP)}"
+            )
+        if p.get("jpeg_decoder", "tfds") not in JPEG_DECODERS:
+            raise InvalidParameter(
+                f"{spec.id}: jpeg_decoder must be one of {JPEG_DECODERS} ('tfds': TensorFlow's fast IDCT, the "
+                f"pixels TFDS gives; 'pillow': Pillow's accurate IDCT), got {p.get('jpeg_decoder')!r}"
+                f"{did_you_mean(str(p.get('jpeg_decoder')), JPEG_DECODERS)}"
             )
         width = p.get("text_width", DEFAULT_TEXT_WIDTH)
         if isinstance(width, bool) or not isinstance(width, int) or width < 1:
@@ -308,6 +232,7 @@ class OpenXLoader(Loader):
             ctx,
             final_step=spec.params.get("final_step", "transition"),
             text_width=spec.params.get("text_width", DEFAULT_TEXT_WIDTH),
+            jpeg_decoder=spec.params.get("jpeg_decoder", "tfds"),
         )
         lengths = _shard_lengths(info, self._split(spec), self._num_shards(spec), spec)
         shards = spec.params.get("shards") or list(range(self._num_shards(spec)))
@@ -352,9 +277,18 @@ class EpisodeConverter:
     """Shards in, TED chunks of whole episodes out (one record decoded at a time)."""
 
     def __init__(
-        self, spec: DatasetSpec, leaves: list[Leaf], ctx: LoaderContext, *, final_step: str, text_width: int
+        self,
+        spec: DatasetSpec,
+        leaves: list[Leaf],
+        ctx: LoaderContext,
+        *,
+        final_step: str,
+        text_width: int,
+        jpeg_decoder: str = "tfds",
     ) -> None:
         self.spec, self.ctx, self.final_step, self.text_width = spec, ctx, final_step, text_width
+        self.jpeg_decoder = jpeg_decoder
+        self.image_formats: dict[str, int] = {}
         self.skipped = {leaf.name: leaf.why for leaf in leaves if leaf.kind == "skip"}
         usable = []
         for leaf in leaves:
@@ -437,19 +371,22 @@ class EpisodeConverter:
         from PIL import Image, UnidentifiedImageError
 
         channels = leaf.shape[2]
-        try:
-            with Image.open(io.BytesIO(blob)) as image:
-                if leaf.dtype == "float32":  # TFDS stores float32 pixels as 4 PNG bytes (RGBA)
-                    array = np.asarray(image.convert("RGBA")).copy().view("<f4").astype(np.float32)
-                elif leaf.dtype == "uint16":
-                    array = np.asarray(image).astype(np.uint16)
-                else:
-                    mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(channels)
-                    if mode is None:
-                        raise LoaderError(f"{bad}: uint8 images with {channels} channels are not supported")
-                    array = np.asarray(image if image.mode == mode else image.convert(mode))
-        except (UnidentifiedImageError, OSError) as exc:
-            raise LoaderError(f"{bad}: an image that Pillow cannot decode ({exc})") from exc
+        kind = "jpeg" if is_jpeg(blob) else "other"
+        self.image_formats[kind] = self.image_formats.get(kind, 0) + 1
+        if leaf.dtype == "uint8":
+            try:
+                array = decode_uint8(blob, channels, self.jpeg_decoder)
+            except LoaderError as exc:
+                raise LoaderError(f"{bad}: {exc}") from exc
+        else:
+            try:
+                with Image.open(io.BytesIO(blob)) as image:
+                    if leaf.dtype == "float32":  # TFDS stores float32 pixels as 4 PNG bytes (RGBA)
+                        array = np.asarray(image.convert("RGBA")).copy().view("<f4").astype(np.float32)
+                    else:
+                        array = np.asarray(image).astype(np.uint16)
+            except (UnidentifiedImageError, OSError) as exc:
+                raise LoaderError(f"{bad}: an image that Pillow cannot decode ({exc})") from exc
         if array.ndim == 2:
             array = array[:, :, None]
         expected = tuple(d if d >= 0 else array.shape[i] for i, d in enumerate(leaf.shape))
@@ -613,6 +550,17 @@ class EpisodeConverter:
         note("records_per_shard", dict(self.records))
         note("crc32c", crc)
         note("final_step", self.final_step)
+        if self.image_formats.get("jpeg"):
+            note(
+                "jpeg_decoder",
+                f"{self.image_formats['jpeg']} JPEG images decoded with "
+                + (
+                    "libjpeg-turbo's fast IDCT, as TFDS/TensorFlow decode them (bit-identical)"
+                    if self.jpeg_decoder == "tfds"
+                    else "Pillow's accurate IDCT: pixels differ from what TFDS gives by up to ~15 levels at "
+                    "quality 95 (jpeg_decoder='tfds' gives TFDS's pixels)"
+                ),
+            )
         note("next_observation_unknown_rows", self.unknown_rows)
         if self.unknown_rows:
             note(

@@ -44,7 +44,9 @@ upstream (trial rows 0..T)     TED (transitions t = 0..T-1)
                                done is ``("next", "truncated")`` (it stopped at the horizon)
 ``env_infos/<a>/<b>[t]``       ``("info", a, b)[t]`` and ``("next", "info", a, b)[t]`` =
                                row t + 1 (stored once, T + 1 rows, images uint8 as stored)
-other per-row arrays (time)    ``("info", name)`` and ``("next", "info", name)`` likewise
+other per-row arrays of the    ``("info", "trial", name)`` and ``("next", "info", "trial", name)``
+trial (``time``)               likewise: robohive logs both a top-level ``time`` (the rollout's
+                               clock) and ``env_infos/time``; they stay two keys
 =============================  ==============================================================
 
 ``"paths"`` — the older mjrl/gym "paths" convention: ``T`` rows, row ``t`` is ``(s_t, a_t, r_t,
@@ -111,7 +113,7 @@ class RoboSetLoader(Loader):
     name = "roboset"
     requires = ("h5py", "huggingface_hub")
     install_hint = "pip install h5py 'huggingface_hub>=0.23'"
-    format_version = 1
+    format_version = 2  # 2: trial-level arrays under info/trial (no key collisions)
 
     # -- parameters ------------------------------------------------------------------------------
     def check_params(self, spec: DatasetSpec) -> None:
@@ -180,7 +182,7 @@ class RoboSetLoader(Loader):
         strip = f"{repo}@{revision}/" if revision else f"{repo}/"
         for name in sorted(files):
             path = Path(files[name])
-            label = name[len(strip) :] if name.startswith(strip) else name  # the path in the repo, for the card
+            label = name.removeprefix(strip)  # the path in the repo, for the card
             try:
                 handle = h5py.File(path, "r")
             except OSError as exc:
@@ -344,6 +346,17 @@ class _Converter:
         yield out
 
     # one trial
+    def _check_unique(self, where: str, leaves: list[tuple[tuple[str, ...], Any]]) -> None:
+        """No two upstream datasets may become one output key (one would silently replace the other)."""
+        seen: dict[tuple[str, ...], str] = {}
+        for key, ds in leaves:
+            if key in seen:
+                raise LoaderError(
+                    f"{self.spec.id}: {where}: the upstream datasets {seen[key]!r} and {ds.name!r} would both "
+                    f"become {'/'.join(key)!r}; rename one of them in the file (h5py: f.move(old, new)) and load again"
+                )
+            seen[key] = ds.name
+
     def _trial(self, name: str, trial: str, g: Any) -> dict[tuple[str, ...], np.ndarray] | None:
         import h5py
 
@@ -371,10 +384,15 @@ class _Converter:
             obj = g[entry]
             if entry in _CORE:
                 continue
-            if isinstance(obj, h5py.Group):
-                infos += _leaves(obj, ("info",) if entry == "env_infos" else ("info", entry))
+            # env_infos/<path> -> ("info", <path>); every other trial-level array or group X (robohive
+            # logs the env clock as a top-level `time`, next to env_infos/time) -> ("info", "trial", X)
+            if entry == "env_infos" and isinstance(obj, h5py.Group):
+                infos += _leaves(obj, ("info",))
+            elif isinstance(obj, h5py.Group):
+                infos += _leaves(obj, ("info", "trial", entry))
             else:
-                infos.append((("info", entry), obj))
+                infos.append((("info", "trial", entry), obj))
+        self._check_unique(where, obs + infos)
         for _key, ds in obs:
             if ds.shape[:1] != (rows,):
                 raise LoaderError(

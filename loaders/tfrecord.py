@@ -22,9 +22,12 @@ one ran).
 
 from __future__ import annotations
 
+import gzip
 import struct
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from datasets_hub.errors import CorruptFile
 
@@ -95,36 +98,48 @@ def masked_crc32c(data: bytes) -> int:
 
 
 # ---------------------------------------------------------------------------------------- records
-def iter_records(path: Path | str, *, check_crc: bool = True) -> Iterator[tuple[int, bytes]]:
+def iter_records(
+    path: Path | str, *, check_crc: bool = True, compression: str | None = None
+) -> Iterator[tuple[int, bytes]]:
     """Yield ``(byte offset, record bytes)`` for every record of the TFRecord file ``path``.
 
-    Raises :class:`CorruptFile` naming the file and offset when a CRC does not match or the file
-    ends inside a record (a truncated or corrupt download: delete the file and fetch it again).
+    ``compression="gzip"`` reads a file written with ``TFRecordOptions(compression_type="GZIP")``
+    (one gzip stream around the framed records, as RL Unplugged ships its shards); offsets are then
+    positions in the decompressed stream. Raises :class:`CorruptFile` naming the file and offset
+    when a CRC does not match, the file ends inside a record, or the gzip stream is damaged (a
+    truncated or corrupt download: delete the file and fetch it again).
     """
     path = Path(path)
-    with open(path, "rb") as f:
+    if compression not in (None, "gzip"):
+        raise ValueError(f"TFRecord compression must be None or 'gzip', got {compression!r}")
+    with open(path, "rb") as raw:
+        f: Any = gzip.GzipFile(fileobj=raw, mode="rb") if compression == "gzip" else raw
         offset = 0
-        while True:
-            header = f.read(_HEADER.size)
-            if not header:
-                return
-            if len(header) < _HEADER.size:
-                raise CorruptFile(
-                    _bad(path, offset, f"the file ends inside a record header ({len(header)} of 12 bytes)"), path=path
-                )
-            length, length_crc = _HEADER.unpack(header)
-            if check_crc and masked_crc32c(header[:8]) != length_crc:
-                raise CorruptFile(_bad(path, offset, "the CRC of the record length does not match"), path=path)
-            data = f.read(length)
-            trailer = f.read(4)
-            if len(data) < length or len(trailer) < 4:
-                raise CorruptFile(_bad(path, offset, f"the file ends inside a record of {length} bytes"), path=path)
-            if check_crc and masked_crc32c(data) != _U32.unpack(trailer)[0]:
-                raise CorruptFile(
-                    _bad(path, offset, f"the CRC of the {length}-byte record data does not match"), path=path
-                )
-            yield offset, data
-            offset += _HEADER.size + length + 4
+        try:
+            while True:
+                header = f.read(_HEADER.size)
+                if not header:
+                    return
+                if len(header) < _HEADER.size:
+                    raise CorruptFile(
+                        _bad(path, offset, f"the file ends inside a record header ({len(header)} of 12 bytes)"),
+                        path=path,
+                    )
+                length, length_crc = _HEADER.unpack(header)
+                if check_crc and masked_crc32c(header[:8]) != length_crc:
+                    raise CorruptFile(_bad(path, offset, "the CRC of the record length does not match"), path=path)
+                data = f.read(length)
+                trailer = f.read(4)
+                if len(data) < length or len(trailer) < 4:
+                    raise CorruptFile(_bad(path, offset, f"the file ends inside a record of {length} bytes"), path=path)
+                if check_crc and masked_crc32c(data) != _U32.unpack(trailer)[0]:
+                    raise CorruptFile(
+                        _bad(path, offset, f"the CRC of the {length}-byte record data does not match"), path=path
+                    )
+                yield offset, data
+                offset += _HEADER.size + length + 4
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise CorruptFile(_bad(path, offset, f"the gzip stream is damaged ({exc})"), path=path) from exc
 
 
 def _bad(path: Path, offset: int, what: str) -> str:

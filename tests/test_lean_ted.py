@@ -154,3 +154,46 @@ def test_check_loader_accepts_a_good_loader_and_catches_a_bad_one():
 
     with pytest.raises(AssertionError, match="lower-case"):
         check_loader(NoName)
+
+
+def _with_history(chunk, flags):
+    chunk = chunk.clone()
+    chunk.set("history", torch.tensor(flags, dtype=torch.bool))
+    return chunk
+
+
+def test_history_rows_are_kept_as_frames_not_transitions():
+    """Rows flagged ``history`` lead their episode: stored as frames before its first transition
+    (times -k..-1), never as transitions; FrameStack reads them instead of padding."""
+    from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
+
+    chunk = fake_episodes([5, 3], first_episode=0, first_row=0)
+    flags = [True, True, False, False, False, False, False, False]  # episode 0: 2 history rows
+    storage = DatasetStorage(_build([_with_history(chunk, flags)]))
+    kept = chunk[~torch.tensor(flags)]
+    _assert_same(storage.get(torch.arange(len(storage))), naive_ted([kept]))
+    assert len(storage) == 6 and storage.episode_index().length.tolist() == [3, 3]
+    assert storage.history_keys() == [("observation",)]
+    first, count = storage.history_index()
+    assert count.tolist() == [2, 0] and first.tolist()[0] == 0
+    assert torch.equal(storage.history_column("observation"), chunk["observation"][:2])
+    stacked = FrameStack(4, storage=storage)(storage.get(torch.arange(6)))
+    # episode 0, step 0: [0 (nothing before the history), h0, h1, own frame]
+    expected = torch.stack([torch.zeros_like(chunk["observation"][0]), *chunk["observation"][:3]])
+    assert torch.equal(stacked["observation"][0], expected)
+    assert torch.equal(stacked["observation"][3][:3], torch.zeros_like(stacked["observation"][3][:3]))  # episode 1
+    rows, _ = FullStackSampler(3, generator=torch.Generator().manual_seed(0)).sample(storage, 200)
+    assert set(rows.tolist()) == {0, 1, 2, 5}  # history makes episode 0's stacks full from step 0
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ([False, True, False, False, False, False, False, False], "after one of its transitions"),
+        ([True, True, True, True, True, False, False, False], "no transition"),
+    ],
+)
+def test_misplaced_history_rows_are_rejected(flags, message):
+    chunk = fake_episodes([5, 3], first_episode=0, first_row=0)
+    with pytest.raises(TEDError, match=message):
+        _build([_with_history(chunk, flags)])

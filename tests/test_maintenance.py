@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -158,20 +157,28 @@ def test_prune_respects_locks_and_live_deleters(isolated_cache):
     raw.mkdir(parents=True)
     busy_partial = raw / "busy.hdf5.partial"
     busy_partial.write_bytes(b"1" * 10)
-    live = a.with_name(f"abc.deleting-{os.getppid()}")  # a live process (our parent) is deleting it
+    import fcntl
+
+    live = a.with_name(f"abc.deleting-{os.getpid()}-1")  # a living deleter holds its flock
     live.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    gone = a.with_name(f"abc.deleting-{int(dead.stdout)}")
+    # a leftover named after a PID that is alive again (PID reuse: PID 1 in every container): no lock, reclaimed
+    gone = a.with_name(f"abc.deleting-{os.getppid()}-2")
     gone.mkdir()
-    with FileLock(str(raw / "busy.hdf5.lock")):  # a download in progress holds its lock
-        items = mt.prune()
+    fd = os.open(live, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with FileLock(str(raw / "busy.hdf5.lock")):  # a download in progress holds its lock
+            items = mt.prune()
+    finally:
+        os.close(fd)
     by_path = {i.path: i for i in items}
     assert by_path[busy_partial].skipped and busy_partial.exists()
     assert by_path[gone].skipped is None and not gone.exists()
-    assert live not in by_path and live.exists()
+    assert by_path[live].skipped and live.exists()
     assert (a / "manifest.json").is_file()
     items = mt.prune()
-    assert [i.path for i in items] == [busy_partial] and not busy_partial.exists()
+    assert sorted(i.path for i in items) == sorted([busy_partial, live]) and not busy_partial.exists()
+    assert not live.exists()
     with pytest.raises(ValueError, match="days"):
         mt.prune(older_than_days=-1)
 

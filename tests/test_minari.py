@@ -449,8 +449,9 @@ for i, dataset_id in enumerate(sys.argv[2:]):
 def _hf_server(store: Path, dataset_ids: list[str]):
     """The files of ``dataset_ids`` as Minari's HF remote lays them out: repo ``<org>/<namespace
     root>``, the dataset under its remaining path, ``namespace_metadata.json`` listing them."""
-    http_server = pytest.importorskip("http_server")
     from urllib.parse import parse_qs, urlsplit
+
+    from fixtures import http_server
 
     server = http_server.FileServer()
     repos: dict[str, list[str]] = {}
@@ -470,7 +471,7 @@ def _hf_server(store: Path, dataset_ids: list[str]):
     base = server._httpd.RequestHandlerClass
 
     class MinariHub(base):
-        # what minari calls beyond tests/http_server.py: list_datasets(author=…, search=…) and
+        # what minari calls beyond tests/fixtures/http_server.py: list_datasets(author=…, search=…) and
         # repo_info (snapshot_download resolves the revision with it)
         def _hf_api(self, path, head):
             parts = path.split("/")
@@ -540,7 +541,8 @@ def test_download_from_a_hugging_face_endpoint(store, tmp_path):
 # -- end to end through the hub --------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_hub_load_matches_minari(minari_store, fmt):
-    hub = pytest.importorskip("datasets_hub.hub")
+    from datasets_hub import hub
+
     dataset_id = _tid("dict", fmt)
     rb = hub.load(f"minari/{dataset_id}")
     data = rb[:]
@@ -557,3 +559,19 @@ def test_hub_load_matches_minari(minari_store, fmt):
         assert decode_text(td["next", "observation", "goal", "mission"]) == list(ep.observations["goal"]["mission"][1:])
         _eq(td["next", "info", "vec"], ep.infos["vec"][1:])
         _eq(td["action", "1"], ep.actions[1])
+
+
+def test_card_shows_sample_keys_spaces_and_recovers_the_environment(minari_store):
+    from datasets_hub import hub
+
+    dataset_id = f"minari/{_tid('cartpole', 'arrow')}"
+    hub.download(dataset_id)
+    card = hub.info(dataset_id)
+    dataset = minari.load_dataset(_tid("cartpole", "arrow"))
+    assert card.sample_keys["observation"] == {"dtype": "float32", "shape": list(dataset.observation_space.shape)}
+    assert card.sample_keys["next/reward"]["shape"] == [1] and card.sample_keys["next/done"]["dtype"] == "bool"
+    assert card.spaces["observation_space"]["type"] == "Box"
+    env = card.recover_environment()
+    reference = dataset.recover_environment()
+    assert env.spec.id == reference.spec.id == "CartPole-v1"
+    assert env.observation_space == reference.observation_space and env.action_space == reference.action_space

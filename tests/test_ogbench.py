@@ -8,11 +8,12 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-from ogbench_files import expected_transitions, write_ogbench
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.loaders.ogbench import BASE_URL, HUNDRED_M, NUM_SHARDS, OGBenchLoader, dataset_names
+
+from fixtures.ogbench_files import expected_transitions, write_ogbench
 
 LENGTHS = [6, 0, 3, 9, 1]  # a single-row trajectory (0 transitions) mid-file, terminals mid-file and at the end
 
@@ -161,9 +162,9 @@ def test_check_loader_contract(tmp_path):
 
 # -- through the hub: served from 127.0.0.1, downloaded, built, loaded --------------------------------
 def test_load_through_endpoint_mirror_and_sample(tmp_path, monkeypatch):
-    from http_server import serve_files
-
     import datasets_hub as dh
+
+    from fixtures.http_server import serve_files
 
     arrays = write_ogbench(tmp_path / "f.npz", [8, 5, 11])
     want = expected_transitions([arrays])
@@ -183,9 +184,9 @@ def test_load_through_endpoint_mirror_and_sample(tmp_path, monkeypatch):
 
 
 def test_hugging_face_mirror(tmp_path, monkeypatch):
-    from http_server import point_huggingface_hub_at, serve_files
-
     import datasets_hub as dh
+
+    from fixtures.http_server import point_huggingface_hub_at, serve_files
 
     arrays = write_ogbench(tmp_path / "f.npz", [4, 6])
     with serve_files() as server:
@@ -196,9 +197,9 @@ def test_hugging_face_mirror(tmp_path, monkeypatch):
 
 
 def test_shards_param_is_part_of_the_fingerprint(tmp_path, monkeypatch):
-    from http_server import serve_files
-
     import datasets_hub as dh
+
+    from fixtures.http_server import serve_files
 
     name, stem = "scene-play-100m-v0", "scene-play-v0"
     files = {}
@@ -211,3 +212,11 @@ def test_shards_param_is_part_of_the_fingerprint(tmp_path, monkeypatch):
         two = dh.load(f"ogbench/{name}", shards=[0, 2])
     assert len(one) == 3 + 2 and len(two) == (3 + 2) + (5 + 2)
     assert one.storage.path != two.storage.path
+
+
+def test_empty_per_row_arrays_are_skipped_and_noted(tmp_path):
+    arrays = write_ogbench(tmp_path / "x.npz", [3, 4], info=False)
+    np.savez(tmp_path / "e.npz", **arrays, button_states=np.zeros((len(arrays["terminals"]), 0), dtype=np.int64))
+    td, _, notes = convert({"cube-single-play-v0.npz": tmp_path / "e.npz"})
+    check(td, expected_transitions([arrays]))
+    assert "info" not in td.keys() and notes["empty_arrays_skipped"] == ["button_states"]

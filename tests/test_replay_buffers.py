@@ -24,10 +24,8 @@ def rows(n: int, start: int = 0) -> TensorDict:
 
 
 def sampler_without_replacement(**kw):
-    try:
-        from datasets_hub.buffers.samplers import SamplerWithoutReplacement
-    except ImportError:
-        pytest.skip("SamplerWithoutReplacement is not in datasets_hub.buffers.samplers yet (samplers engineer)")
+    from datasets_hub.buffers.samplers import SamplerWithoutReplacement
+
     return SamplerWithoutReplacement(**kw)
 
 

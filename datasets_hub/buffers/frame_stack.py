@@ -11,9 +11,12 @@ Contract of ``FrameStack(n)`` on a sample (any batch shape, TED keys):
   episode (oldest first, so ``[..., -1, :, :]`` is the sample's own frame), and
   ``("next", "observation")`` becomes frames ``t-n+2, …, t+1``; dtype unchanged.
 - Frames before the episode's first one are **zeros** (``padding="zeros"``, the default): this is
-  what Dopamine, which produced the DQN Replay Dataset, feeds its agents (it writes 3 zero frames
-  before every episode). ``padding="first"`` repeats the episode's first frame instead (the
-  convention of many PyTorch DQN implementations and TorchRL's ``CatFrames``).
+  what Dopamine, which produced the DQN Replay Dataset, feeds its agents at an episode's start (it
+  writes 3 zero frames before every episode). ``padding="first"`` repeats the episode's first frame
+  instead (the convention of many PyTorch DQN implementations and TorchRL's ``CatFrames``).
+- Except where the build keeps **history frames** for an episode (the real frames that preceded its
+  first transition, e.g. the oldest episode of a wrapped Dopamine checkpoint, whose beginning was
+  overwritten): those are used, whatever the padding, and only times before them are padded.
 - A stack never holds a frame of another episode, whatever the padding.
 
 The transform reads earlier frames from the buffer's storage, so it must be bound to it. A replay
@@ -69,6 +72,8 @@ class FrameStack(Transform):
         self._columns: dict[tuple[str, ...], torch.Tensor] = {}
         self._obs_start: torch.Tensor | None = None
         self._ordinal: Any = None
+        self._history: dict[tuple[str, ...], torch.Tensor] = {}
+        self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
         if storage is not None:
             self.bind(storage)
 
@@ -81,6 +86,8 @@ class FrameStack(Transform):
         self._storage = storage
         self._columns = {}
         self._obs_start = None
+        self._history = {}
+        self._history_index = None
         manifest = getattr(storage, "manifest", None)
         if isinstance(manifest, dict) and "layout" in manifest and hasattr(storage, "episode_index"):
             self._bind_build(storage, manifest)
@@ -113,6 +120,12 @@ class FrameStack(Transform):
                 else np.empty((0, *spec["shape"]), np_dtype)
             )
             self._columns[key] = torch.from_numpy(array)
+        with_history = set(storage.history_keys()) if hasattr(storage, "history_keys") else set()
+        for key in self.keys:
+            if key in with_history:
+                self._history[key] = storage.history_column(key)
+        if self._history:
+            self._history_index = storage.history_index()
         index = storage.episode_index()
         self._obs_start = index.start + torch.arange(index.num_episodes)  # first frame row of each episode
         ids = (
@@ -144,16 +157,20 @@ class FrameStack(Transform):
         step = flat.get("step").reshape(-1).to(torch.int64)
         # times t-n+1 .. t+1 of each row's episode: columns [:n] are the state, [1:] the next state
         offsets = torch.arange(-self.n + 1, 2, dtype=torch.int64)
-        times = step[:, None] + offsets[None, :]
-        before = times < 0
-        times = times.clamp_min(0)
+        raw = step[:, None] + offsets[None, :]
+        before = raw < 0
+        times = raw.clamp_min(0)
+        known: dict[tuple[str, ...], torch.Tensor] = {}
         if self._columns:
             frames = self._from_build(flat, times)
+            if self._history and before.any():
+                known = self._fill_history(flat, raw, before, frames)
         else:
             frames = self._from_storage(flat, step, times)
         for key, window in frames.items():
-            if self.padding == "zeros" and before.any():
-                window[before] = 0
+            pad = before & ~known[key] if key in known else before
+            if self.padding == "zeros" and pad.any():
+                window[pad] = 0
             flat.set(key, window[:, : self.n])
             flat.set(("next", *key), window[:, 1:])
         return flat.reshape(shape) if len(shape) != 1 else flat
@@ -172,6 +189,26 @@ class FrameStack(Transform):
         out = {}
         for key, column in self._columns.items():
             out[key] = torch.index_select(column, 0, rows).reshape(*times.shape, *column.shape[1:])
+        return out
+
+    def _fill_history(
+        self, flat: TensorDictBase, raw: torch.Tensor, before: torch.Tensor, frames: dict[tuple[str, ...], torch.Tensor]
+    ) -> dict[tuple[str, ...], torch.Tensor]:
+        """Put the build's history frames at the negative times that have one; return, per key, where."""
+        assert self._history_index is not None
+        first, count = self._history_index
+        ordinal = self._episode_ordinal(flat.get("episode").reshape(-1).to(torch.int64))
+        n_hist = count[ordinal][:, None]
+        has = before & (raw >= -n_hist)
+        rows = (first[ordinal][:, None] + n_hist + raw)[has]
+        out = {}
+        for key, window in frames.items():
+            column = self._history.get(key)
+            if column is None:
+                continue
+            if rows.numel():
+                window[has] = torch.index_select(column, 0, rows)
+            out[key] = has
         return out
 
     def _from_storage(
@@ -201,7 +238,8 @@ class FrameStack(Transform):
 
 
 class FullStackSampler(Sampler):
-    """Uniform over the transitions whose ``n``-frame stack lies inside their episode (``step >= n - 1``).
+    """Uniform over the transitions whose ``n``-frame stack lies inside their episode (``step >= n - 1``,
+    or fewer steps where the build keeps history frames before the episode's first transition).
 
     The sampler option for training without padded stacks: rows within ``n - 1`` steps of an
     episode start are never drawn, the others equally often. Needs a storage with an episode index
@@ -223,8 +261,11 @@ class FullStackSampler(Sampler):
                 "datasets_hub.load); this storage has none"
             )
         if self._cache is None or self._cache[0] is not index:
-            count = (index.length - (self.n - 1)).clamp_min(0)
-            first = index.start + (self.n - 1)
+            # history frames kept before an episode's first transition count towards a full stack
+            history = storage.history_index()[1] if getattr(storage, "history_keys", list)() else 0
+            skip = (self.n - 1 - torch.as_tensor(history)).clamp_min(0)
+            count = (index.length - skip).clamp_min(0)
+            first = index.start + skip
             self._cache = (index, torch.cumsum(count, 0), first)
         return self._cache[1], self._cache[2]
 

@@ -24,8 +24,9 @@ HER's strategies are special cases (``GoalSampler.her("future" | "final" | "epis
 What a sample gains (``TensorDictReplayBuffer`` writes the sampler's info into it), ``[B]`` rows:
 
 - ``("goal", *key)`` for each of ``goal_keys`` (default ``("observation",)``): the goal state.
-- ``("goal", "distance")`` int64: ``g - t`` when the goal lies in the row's own episode (negative
-  only for past goals of ``future="episode"``), else -1; ``("goal", "in_episode")`` bool.
+- ``("goal", "distance")`` int64: ``g - t`` when the goal lies in the row's own episode (negative for
+  a past state: ``future="episode"``, or a random goal that fell earlier in the same episode), else -1;
+  ``("goal", "in_episode")`` bool tells the two apart.
 - ``("goal", "kind")`` int64: 0 current, 1 future, 2 random.
 - ``("goal", "success")`` ``[B, 1]`` bool and ``("goal", "reward")`` ``[B, 1]`` float32: success
   is ``success_fn(state, goal)`` when given (``state`` = the row's ``goal_keys`` values, or their

@@ -7,9 +7,11 @@ never a Python loop per item.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from datasets_hub.buffers.samplers import Sampler
@@ -97,9 +99,17 @@ def max_tree(capacity: int) -> SegmentTree:
 
 
 def as_index(index: Any) -> torch.Tensor:
-    if isinstance(index, torch.Tensor):
-        return index.to(torch.int64)
-    return torch.as_tensor(index, dtype=torch.int64)
+    """``index`` as an int64 tensor; floats (``1.5``, a float tensor) are a ``TypeError``, never truncated."""
+    if not isinstance(index, torch.Tensor):
+        array = np.asarray(index)
+        if array.dtype == object or array.dtype.kind not in "iu":
+            raise TypeError(
+                f"row indices must be integers, got {array.dtype} ({index!r:.60}); pass the 'index' a sample returned"
+            )
+        index = torch.from_numpy(np.ascontiguousarray(array))
+    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+        raise TypeError(f"row indices must be integers, got a {index.dtype} tensor; pass the 'index' a sample returned")
+    return index.to(torch.int64)
 
 
 def reduce_priorities(index: Any, priority: Any, reduction: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,10 +181,19 @@ class PrioritizedSampler(Sampler):
         reduction: str = "max",
         max_priority_within_buffer: bool = False,
     ) -> None:
+        for name, value in (("alpha", alpha), ("beta", beta), ("eps", eps)):
+            try:
+                finite = not isinstance(value, bool) and math.isfinite(float(value))
+            except (TypeError, ValueError):
+                finite = False
+            if not finite:
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if alpha < 0 or beta < 0:
             raise ValueError(f"alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
         if eps <= 0:
             raise ValueError(f"eps must be > 0 so that no row has zero probability, got {eps}")
+        if isinstance(max_capacity, bool) or not isinstance(max_capacity, (int, np.integer)) or max_capacity < 1:
+            raise ValueError(f"max_capacity must be a positive int, got {max_capacity!r}")
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
         self.max_capacity = int(max_capacity)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensorclass
 
+from datasets_hub.buffers.prioritized import as_index
 from datasets_hub.buffers.samplers import RandomSampler, Sampler
 from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, _write_json
 from datasets_hub.buffers.transforms import Compose, as_transform
@@ -126,6 +127,14 @@ class ReplayBuffer:
     @property
     def transform(self) -> Compose:
         return self._transform
+
+    @property
+    def episodes(self) -> Any:
+        """The buffer's episodes: iterate, filter (a view, no copy), split by episode
+        (:class:`~datasets_hub.buffers.episodes.Episodes`; computed on access: keep it in a variable)."""
+        from datasets_hub.buffers.episodes import Episodes
+
+        return Episodes(self)
 
     @property
     def batch_size(self) -> int | None:
@@ -389,7 +398,8 @@ class ReplayBuffer:
     # -- priorities ------------------------------------------------------------------------------
     def update_priority(self, index: Any, priority: Any) -> None:
         """Set the priorities of the items at ``index`` (prioritized samplers only)."""
-        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1) if not isinstance(index, int) else index
+        if not isinstance(index, int) or isinstance(index, bool):
+            index = as_index(index).reshape(-1)  # a float index is an error, never truncated to a row
         with self._lock:
             self._sampler.update_priority(index, torch.as_tensor(priority))
 
@@ -586,12 +596,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     def add(self, data: Any) -> int:
         raw = data
+        self._check_priorities(raw)  # before writing: a refused add writes nothing
         index = super().add(self._strip(data))
         self._priorities_from(raw, torch.tensor([index]), single=True)
         return index
 
     def extend(self, data: Any) -> torch.Tensor:
         raw = data
+        self._check_priorities(raw)  # before writing: a refused extend writes nothing (a retry never doubles rows)
         index = super().extend(self._strip(data))
         self._priorities_from(raw, index)
         if isinstance(raw, TensorDictBase) and not raw.is_locked and raw.batch_dims >= 1:
@@ -603,6 +615,20 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 except (RuntimeError, ValueError):
                     pass  # a read-only or exotic TensorDict: the index is still returned
         return index
+
+    def _check_priorities(self, data: Any) -> None:
+        """Refuse NaN, infinite or negative priorities in ``data`` before anything is written."""
+        if not isinstance(data, TensorDictBase) or not self._has_priorities():
+            return
+        priority = data.get(self._priority_key, None)
+        if priority is None:
+            return
+        priority = torch.as_tensor(priority).detach()
+        if priority.is_floating_point() and (not torch.isfinite(priority).all() or (priority < 0).any()):
+            raise ValueError(
+                f"{self._priority_key!r} holds NaN, inf or a negative value: priorities must be finite and >= 0 "
+                "(pass absolute TD errors, e.g. td_error.abs()); nothing was written"
+            )
 
     def _priorities_from(self, data: Any, index: torch.Tensor, single: bool = False) -> None:
         if not isinstance(data, TensorDictBase) or not self._has_priorities():

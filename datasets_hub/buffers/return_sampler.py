@@ -92,10 +92,36 @@ class NStepReturnSampler(AnchorSampler):
             obs_keys = [obs_keys]
         self.obs_keys = [_key(k) for k in obs_keys]
         self.terminated_key = _key(terminated_key)
+        self._pow: np.ndarray | None = None
+        self._term: tuple[int, np.ndarray] | None = None
 
-    def _read(self, storage: Storage, key: tuple[str, ...], rows: np.ndarray, hint: str) -> torch.Tensor:
+    def _powers(self, m: int) -> np.ndarray:
+        """``gamma ** k`` for ``k = 0 .. m`` (cached, grown on demand)."""
+        if self._pow is None or self._pow.size <= m:
+            self._pow = np.power(self.gamma, np.arange(max(m + 1, 64), dtype=np.float64))
+        return self._pow
+
+    def _ends_terminated(self, storage: Storage) -> np.ndarray:
+        """Per episode: whether its last row is a true end (read once per episode layout, O(episodes))."""
+        eps = self.episodes
+        if self._term is None or self._term[0] != eps.version:
+            flags = self._read(
+                storage,
+                self.terminated_key,
+                eps.end - 1,
+                "pass terminated_key=<the key of true-end flags>",
+                **eps.hint(np.arange(eps.end.size)),
+            )
+            self._term = (eps.version, flags.reshape(-1).to(torch.bool).numpy())
+        return self._term[1]
+
+    def empty(self) -> None:
+        super().empty()
+        self._term = None
+
+    def _read(self, storage: Storage, key: tuple[str, ...], rows: np.ndarray, hint: str, **kw: Any) -> torch.Tensor:
         try:
-            return storage.gather_key(_flat(key), torch.from_numpy(rows))
+            return storage.gather_key(_flat(key), torch.from_numpy(rows), **kw)
         except KeyError:
             raise KeyError(f"{'/'.join(key)!r} is not in the stored data: {hint}") from None
 
@@ -112,36 +138,34 @@ class NStepReturnSampler(AnchorSampler):
         later = rows + steps
         inside = later < end
         both = np.concatenate([rows, np.where(inside, later, rows)])
-        column = self._read(
+        stored = self._read(
             storage,
             self.rtg_key,
             both,
             "store a reward-to-go column first, e.g. rb = rb.preprocess(ReturnToGo(gamma)) or "
             "load(id, preprocess=ReturnToGo(gamma)), or pass rtg_key=<its key>",
         )
-        column = column.reshape(2, rows.size).to(torch.float64)
-        r_now, r_later = column[0], column[1]
-        inside_t = torch.from_numpy(inside)
-        discount = torch.pow(torch.tensor(self.gamma, dtype=torch.float64), torch.from_numpy(steps).to(torch.float64))
-        value = r_now - torch.where(inside_t, discount * r_later, torch.zeros_like(r_later))
-        terminated = self._read(
-            storage,
-            self.terminated_key,
-            end - 1,
-            "pass terminated_key=<the key of true-end flags>",
-        )
-        terminated_t = terminated.reshape(rows.size).to(torch.bool)
-        mask = inside_t | ~terminated_t
+        column = stored.reshape(2, rows.size).to(torch.float64).numpy()
+        r_now = column[0]
+        # numpy on a batch: fewer dispatches than torch; gamma^m from a table of powers
+        powers = self._powers(int(steps.max()) if steps.size else 1)
+        discount = powers[steps]
+        value = r_now - np.where(inside, discount * column[1], 0.0)
+        mask = inside | ~self._ends_terminated(storage)[episode]
         boot = later - 1
         for key in self.obs_keys:
             info[("n_step", *key)] = self._read(
-                storage, ("next", *key), boot, "pass obs_keys=[...] naming the observation keys to bootstrap from"
+                storage,
+                ("next", *key),
+                boot,
+                "pass obs_keys=[...] naming the observation keys to bootstrap from",
+                **eps.hint(episode),
             )
-        info[("n_step", "return")] = value.reshape(-1, 1)
+        info[("n_step", "return")] = torch.from_numpy(value.reshape(-1, 1))
         info[("n_step", "steps")] = torch.from_numpy(steps)
-        info[("n_step", "discount")] = discount.reshape(-1, 1)
-        info[("n_step", "mask")] = mask.reshape(-1, 1)
-        info[("n_step", "mc_return")] = r_now.reshape(-1, 1)
+        info[("n_step", "discount")] = torch.from_numpy(discount.reshape(-1, 1))
+        info[("n_step", "mask")] = torch.from_numpy(mask.reshape(-1, 1))
+        info[("n_step", "mc_return")] = torch.from_numpy(r_now.reshape(-1, 1).copy())
         return index, info
 
     def __repr__(self) -> str:

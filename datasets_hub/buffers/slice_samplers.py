@@ -157,6 +157,10 @@ class SliceSampler(Sampler):
         self._done = self._done_key_seen = None
 
     # -- shape of a batch --------------------------------------------------------------------------
+    def check_batch_size(self, batch_size: int) -> None:
+        """Raise ``ValueError`` if ``batch_size`` cannot be cut into whole slices (``load`` asks early)."""
+        self._shape(batch_size)
+
     def _shape(self, batch_size: int) -> tuple[int, int]:
         if self.num_slices is not None:
             if batch_size % self.num_slices:

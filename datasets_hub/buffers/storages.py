@@ -101,7 +101,16 @@ _FORMAT = "datasets_hub.storage"
 
 
 def _as_index(index: Any, length: int) -> Any:
-    """Normalise a user index: ints and tensors pass, slices resolve against the valid rows."""
+    """Normalise a user index as Python and NumPy do, against the ``length`` valid rows.
+
+    Ints pass (negative ones count from the end); slices resolve, a negative step (``rb[::-1]``,
+    ``rb[5::-1]``) as an index tensor in that order; integer tensors, arrays and lists pass as int64;
+    a boolean mask must have exactly ``length`` entries and becomes the rows where it is True. A
+    float (``rb[1.5]``, ``rb[tensor([1.5])]``) or any other non-integer index is a ``TypeError``,
+    never silently truncated to a row.
+    """
+    if isinstance(index, (bool, np.bool_)):
+        raise TypeError(f"a buffer index must be an int, a slice, an int tensor or a boolean mask, not {index!r}")
     if isinstance(index, (int, np.integer)):
         i = int(index)
         if i < 0:
@@ -110,10 +119,33 @@ def _as_index(index: Any, length: int) -> Any:
             raise IndexError(f"index {int(index)} is out of range for a storage holding {length} items")
         return i
     if isinstance(index, slice):
-        return slice(*index.indices(length))
-    if isinstance(index, torch.Tensor):
-        return index.to(torch.int64) if index.dtype != torch.bool else torch.nonzero(index).reshape(-1)
-    return torch.as_tensor(np.asarray(index), dtype=torch.int64)
+        for part in (index.start, index.stop, index.step):
+            if part is not None and not isinstance(part, (int, np.integer)):
+                raise TypeError(f"slice bounds must be ints or None, got {index!r}")
+        start, stop, step = index.indices(length)
+        if step < 0:
+            return torch.arange(start, stop, step, dtype=torch.int64)  # tensors cannot take a negative step
+        return slice(start, stop, step)
+    if not isinstance(index, torch.Tensor):
+        array = np.asarray(index)
+        if array.dtype == object or array.dtype.kind not in "biu":
+            raise TypeError(
+                f"a buffer index must hold integers or booleans, got {array.dtype} ({index!r:.60}); "
+                "cast it with .long() / int() if you meant row numbers"
+            )
+        index = torch.from_numpy(np.ascontiguousarray(array))
+    if index.dtype == torch.bool:
+        if tuple(index.shape) != (length,):
+            raise IndexError(
+                f"a boolean mask must have one entry per stored item ({length}), got shape {tuple(index.shape)}"
+            )
+        return torch.nonzero(index).reshape(-1)
+    if index.is_floating_point() or index.is_complex():
+        raise TypeError(
+            f"a buffer index must hold integers or booleans, got a {index.dtype} tensor; "
+            "cast it with .long() if you meant row numbers"
+        )
+    return index.to(torch.int64)
 
 
 def _slice_items(data: Any, start: int, stop: int) -> Any:

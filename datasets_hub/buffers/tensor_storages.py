@@ -19,6 +19,7 @@ import torch
 import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
+from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, reserve_files
 from datasets_hub.buffers.shared_counters import SharedCounters
 from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index, _check_meta, _write_json
 
@@ -496,8 +497,8 @@ class LazyMemmapStorage(TensorStorage):
     """Memory-mapped files allocated from the first write under ``scratch_dir``.
 
     ``scratch_dir=None`` uses a fresh temporary directory removed when this storage object is
-    garbage-collected in the process that created it. The files hold ``max_size`` rows (sparse
-    until written). ``existsok=False`` refuses to overwrite a scratch dir already holding a storage.
+    garbage-collected in the process that created it. The files hold ``max_size`` rows, their disk
+    blocks reserved at allocation (a full disk is a ``CacheError`` then, never a SIGBUS later). ``existsok=False`` refuses to overwrite a scratch dir already holding a storage.
     Sent to another process, the storage reopens the same files; after ``share()`` its length and
     version live in shared memory, so writes in a child are visible in the parent.
     """
@@ -534,7 +535,21 @@ class LazyMemmapStorage(TensorStorage):
         src = _nest(keys, [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes])
         template = TensorDict(src, batch_size=[self.max_size, *row_batch])
         data_dir.mkdir(parents=True, exist_ok=True)
-        td = template.memmap_like(prefix=data_dir, existsok=True)
+        what = f"LazyMemmapStorage(max_size={self.max_size})"
+        try:
+            td = template.memmap_like(prefix=data_dir, existsok=True)
+        except (OSError, RuntimeError) as exc:
+            error = full_disk_error(exc, what, data_dir)
+            if error is None:
+                raise
+            shutil.rmtree(data_dir, ignore_errors=True)
+            raise error from exc
+        try:  # real blocks now: a full disk is a CacheError here, never a SIGBUS at some later write
+            reserve_files(memmap_filenames(td), what)
+        except BaseException:
+            del td
+            shutil.rmtree(data_dir, ignore_errors=True)
+            raise
         self._mm_td = td  # keeps the mappings alive
         return _leaves_of(td, keys)
 

@@ -10,13 +10,16 @@ CAP_DAC_OVERRIDE/DAC_READ_SEARCH/FOWNER; if writes still succeed (no capset), th
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 
 import pytest
-from _helpers import Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
-from http_server import serve_files
 
 import datasets_hub as dh
+
+from fixtures.faults import Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
+from fixtures.http_server import serve_files
 
 GYM = "gym/cartpole-random-v0"
 D4RL = "d4rl/fault-disk-v0"
@@ -67,7 +70,7 @@ def test_disk_full_during_a_download_keeps_a_resumable_partial(zygote, isolated_
     assert "disk filled up while downloading" in message and server.url(f"m/{FILE}") in message and FILE in message
     state = cache_state_ok(isolated_cache, {FILE: payload})
     assert state["builds"] == 0 and state["partial"] == 1
-    partial = isolated_cache / "raw" / "d4rl" / (FILE + ".partial")
+    partial = next((isolated_cache / "raw" / "d4rl").glob(f"*/{FILE}.partial"))
     assert partial.stat().st_size <= 200 << 10
     rb = dh.load(D4RL)
     check_rows(rb)
@@ -152,3 +155,68 @@ def test_read_only_cache(zygote, isolated_cache, d4rl_served):
     finally:
         _make_writable(isolated_cache)
     assert len(dh.load(GYM, steps=301)) == 301  # writable again: works
+
+
+# ------------------------------------------------------------------------------------ a real full disk
+@contextlib.contextmanager
+def small_tmpfs(path, size: str = "8m"):
+    """A real, small tmpfs at ``path`` (root only; skipped with the reason where mounting is refused)."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(
+            f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode}); the RLIMIT_FSIZE cases still run"
+        )
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+EXTEND = """
+import torch
+from tensordict import TensorDict
+from datasets_hub import LazyMemmapStorage, TensorDictReplayBuffer
+rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(100_000, scratch_dir={scratch!r}))
+for start in range(0, 100_000, 10_000):  # 25.6 MB in all
+    rb.extend(TensorDict({{"obs": torch.ones(10_000, 64)}}, batch_size=[10_000]))
+RESULT = len(rb)
+"""
+
+PREPROCESS = """
+import torch
+import datasets_hub as dh
+def big(td):
+    out = td.select("observation").clone()
+    out["feature"] = torch.ones(td.batch_size[0], 512)
+    return out
+rb = dh.load("gym/cartpole-random-v0", steps=6000)
+RESULT = len(rb.preprocess(big, num_workers=0))
+"""
+
+
+@pytest.mark.parametrize("where", ["tmpfs", "rlimit"])
+def test_a_full_disk_under_a_memmap_storage_is_a_cache_error_not_sigbus(zygote, tmp_path, where):
+    scratch = tmp_path / "small" / "rb"
+    if where == "tmpfs":
+        with small_tmpfs(tmp_path / "small"):
+            job = zygote.start(EXTEND.format(scratch=str(scratch)))
+            sig, result = job.wait()
+    else:
+        job = zygote.start(EXTEND.format(scratch=str(scratch)), fsize=8 << 20)
+        sig, result = job.wait()
+    assert sig is None, f"killed by signal {sig} (SIGBUS is 7); log:\n{job.log()}"
+    assert result and not result["ok"] and result["type"] == "CacheError", result
+    assert "LazyMemmapStorage" in result["message"] and "no room" in result["message"]
+
+
+def test_a_full_disk_while_preprocessing_in_process_is_a_cache_error_not_sigbus(zygote, tmp_path):
+    with small_tmpfs(tmp_path / "small", "8m") as cache:
+        job = zygote.start(PREPROCESS, env=hub_env(cache))  # the build fits (~0.3 MB), the 12 MB result does not
+        sig, result = job.wait()
+        assert sig is None, f"killed by signal {sig} (SIGBUS is 7); log:\n{job.log()}"
+        assert result and not result["ok"] and result["type"] == "CacheError", result
+        assert "preprocessing with" in result["message"] and "no room" in result["message"]
+        assert not list((cache / "preprocessed").rglob("*.memmap"))  # nothing half-made is left

@@ -80,10 +80,7 @@ def test_an_edited_manifest_without_its_checksum_file_is_still_caught(build):
 
 
 def test_a_tampered_raw_file_is_detected(tmp_path, monkeypatch, capsys):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _helpers import d4rl_entry, register, write_d4rl
+    from fixtures.faults import d4rl_entry, register, write_d4rl
 
     src = write_d4rl(tmp_path / "t.hdf5")
     register(tmp_path / "extra.yaml", {"d4rl/tamper-v0": d4rl_entry(src.as_uri())})
@@ -91,7 +88,7 @@ def test_a_tampered_raw_file_is_detected(tmp_path, monkeypatch, capsys):
     dh.download("d4rl/tamper-v0")
     assert verify("d4rl/tamper-v0").ok
     raw = dh.info("d4rl/tamper-v0").manifest["sources"][0]
-    path = next((Path(dh.info("d4rl/tamper-v0").build_path).parents[3] / "raw" / "d4rl").glob(raw["name"]))
+    path = next((Path(dh.info("d4rl/tamper-v0").build_path).parents[3] / "raw" / "d4rl").glob("*/" + raw["name"]))
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -106,6 +103,7 @@ UPSTREAM_READERS = sorted(
         ROOT / "datasets_hub" / n
         for n in (
             "downloader.py",
+            "http_download.py",
             "hf_source.py",
             "build.py",
             "lean_ted.py",

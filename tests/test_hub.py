@@ -134,3 +134,40 @@ def test_a_buffer_over_a_build_pickles_by_reference():
     manifest.write_text(text.replace(rb.storage.manifest["fingerprint"], "0" * 16))
     with pytest.raises(CacheError, match="rebuilt or replaced"):
         pickle.loads(blob)
+
+
+def test_card_shows_the_keys_of_a_sample_not_the_storage_layout():
+    dh.download(ID, **SMALL)
+    card = dh.info(ID, **SMALL)
+    batch = dh.load(ID, batch_size=4, **SMALL).sample()
+    keys = {"/".join(k) if isinstance(k, tuple) else k for k in batch.keys(True, True)} - {"index"}
+    assert set(card.sample_keys) == keys
+    for name, spec in card.sample_keys.items():
+        value = batch.get(tuple(name.split("/")))
+        assert spec == {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape[1:])}, name
+    assert "obs/observation" not in card.sample_keys  # a storage path, not a sample key
+    with pytest.raises(InvalidParameter, match="no environment spec"):
+        card.recover_environment()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"batchsize": 256}, r"did you mean batch_size=256"),
+        ({"slice_len": 32}, r"sampler=SliceSampler\(slice_len=32\)"),
+        ({"num_slices": 4}, r"sampler=SliceSampler\(num_slices=4\)"),
+        ({"prefech": 2}, r"did you mean prefetch=2"),
+        ({"sampler": SliceSampler}, r"is a class; pass an instance"),
+        ({"sampler": SliceSampler(slice_len=32), "batch_size": 100}, r"not divisible by slice_len=32"),
+        ({"sampler": SliceSampler(num_slices=3), "batch_size": 100}, r"not divisible by num_slices=3"),
+    ],
+)
+def test_load_argument_mistakes_are_refused_before_building(kwargs, match, isolated_cache):
+    with pytest.raises(InvalidParameter, match=match):
+        dh.load(ID, **SMALL, **kwargs)
+    assert not (isolated_cache / "datasets").exists() or not list((isolated_cache / "datasets").rglob("manifest.json"))
+
+
+def test_dataset_params_close_to_load_keywords_still_work():
+    rb = dh.load(ID, batch_size=64, sampler=SliceSampler(slice_len=32), steps=300, seed=3)
+    assert rb.sample().shape == (64,)

@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from http_server import serve_files
 
 from datasets_hub import downloader as dl
 from datasets_hub.errors import ChecksumMismatch, DownloadError
 from datasets_hub.loader import Resource
+
+from fixtures.http_server import serve_files
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
@@ -107,13 +108,33 @@ def test_resume_survives_several_drops_and_unknown_checksum(raw):
     assert dl.read_sidecar(out)["sha256"] == sha(data)  # hash of resumed pieces == hash of the file
 
 
+def _validator(raw: Path, name: str, data: bytes, r: Resource) -> None:
+    """The validator file a killed download leaves beside its partial (the server's ETag)."""
+    (raw / (name + ".validator")).write_text(
+        json.dumps({"etag": '"' + sha(data) + '"', "last_modified": None, "source": dl.source_key(r)})
+    )
+
+
 def test_partial_left_by_killed_process_is_rehashed_and_resumed(raw):
     data = payload(2 * MiB + 11, seed=2)
     raw.mkdir(parents=True)
     (raw / "x.bin.partial").write_bytes(data[:1000])
     with serve_files({"x.bin": data}) as server:
-        out = dl.fetch(res("x.bin", server.url("x.bin"), data=data), raw / "x.bin", loader="d4rl")
+        r = res("x.bin", server.url("x.bin"), data=data)
+        _validator(raw, "x.bin", data, r)
+        out = dl.fetch(r, raw / "x.bin", loader="d4rl")
         assert server.ranges("x.bin") == ["bytes=1000-"]
+        assert server.requests[-1].headers.get("If-Range") == '"' + sha(data) + '"'
+    assert out.read_bytes() == data
+
+
+def test_partial_without_a_validator_is_downloaded_again_from_zero(raw):
+    data = payload(2 * MiB + 11, seed=2)
+    raw.mkdir(parents=True)
+    (raw / "x.bin.partial").write_bytes(data[:1000])
+    with serve_files({"x.bin": data}) as server:
+        out = dl.fetch(res("x.bin", server.url("x.bin"), data=data), raw / "x.bin", loader="d4rl")
+        assert server.ranges("x.bin") == [None]  # no If-Range possible: resuming could splice two versions
     assert out.read_bytes() == data
 
 
@@ -122,7 +143,9 @@ def test_complete_partial_is_finished_without_refetching(raw):
     raw.mkdir(parents=True)
     (raw / "x.bin.partial").write_bytes(data)  # killed between the last byte and the rename
     with serve_files({"x.bin": data}) as server:
-        out = dl.fetch(res("x.bin", server.url("x.bin"), data=data), raw / "x.bin", loader="d4rl")
+        r = res("x.bin", server.url("x.bin"), data=data)
+        _validator(raw, "x.bin", data, r)
+        out = dl.fetch(r, raw / "x.bin", loader="d4rl")
         assert server.ranges("x.bin") == ["bytes=5000-"]  # answered 416 */5000: nothing left to fetch
     assert out.read_bytes() == data
 
@@ -133,7 +156,9 @@ def test_server_ignoring_range_restarts_from_zero(raw):
     (raw / "x.bin.partial").write_bytes(data[:500])
     with serve_files({"x.bin": data}) as server:
         server.fault("x.bin", ignore_range=True)
-        out = dl.fetch(res("x.bin", server.url("x.bin"), data=data), raw / "x.bin", loader="d4rl")
+        r = res("x.bin", server.url("x.bin"), data=data)
+        _validator(raw, "x.bin", data, r)
+        out = dl.fetch(r, raw / "x.bin", loader="d4rl")
         assert server.ranges("x.bin") == ["bytes=500-"]  # asked to resume, got 200 and the whole file
     assert out.read_bytes() == data
 
