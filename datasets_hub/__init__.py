@@ -87,6 +87,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidParameter": "errors",
     "CorruptFile": "errors",
     "PreprocessError": "errors",
+    "PluginError": "errors",
     "UncachedPreprocessWarning": "fingerprint",
 }
 
