@@ -431,7 +431,7 @@ def _orphaned_preprocessed() -> list[Path]:
 def _broken_builds() -> list[tuple[Path, str]]:
     """Build directories whose manifest exists but cannot be read (what a power loss leaves)."""
     root = datasets_dir()
-    out = []
+    out: list[tuple[Path, str]] = []
     if not root.is_dir():
         return out
     for dirpath, dirnames, filenames in os.walk(root):

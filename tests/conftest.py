@@ -7,6 +7,9 @@ import socket
 
 import pytest
 
+# Fixtures shared by several test files live in tests/fixtures/ (test files never import each other).
+pytest_plugins = ["fixtures.roboset"]
+
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", ""}
 
 

@@ -11,200 +11,33 @@ computed from the simulator's own records by a plain loop, independent of the lo
 
 from __future__ import annotations
 
-import gzip
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
 import datasets_hub
 from datasets_hub.errors import InvalidParameter, LoaderError
-from datasets_hub.loader import DatasetSpec, LoaderContext
+from datasets_hub.loader import DatasetSpec
 from datasets_hub.loaders.atari import UPSTREAM, AtariLoader
 from datasets_hub.loaders.atari_replay import NpyStream, checkpoint_file
 from datasets_hub.testing import check_loader
 
-SHAPE = (6, 5)  # tiny frames: the loader reads the shape from the .npy header
-CAP = 40
-STACK = 4
-
-
-def frame_of(g: int, episode: int) -> np.ndarray:
-    f = np.full(SHAPE, episode % 200 + 1, dtype=np.uint8)
-    f[0, 0], f[0, 1] = g // 250 + 1, g % 250 + 1
-    return f
-
-
-def frame_id(frame: np.ndarray) -> int:
-    return (int(frame[0, 0]) - 1) * 250 + int(frame[0, 1]) - 1
-
-
-class DopamineBuffer:
-    """A re-enactment of Dopamine's circular buffer + batch_rl's logging (see the module docstring)."""
-
-    def __init__(self, cap: int = CAP) -> None:
-        self.cap = cap
-        self.obs = np.zeros((cap, *SHAPE), np.uint8)
-        self.action = np.zeros(cap, np.int32)
-        self.reward = np.zeros(cap, np.float32)
-        self.terminal = np.zeros(cap, np.uint8)
-        self.meta: list = [None] * cap  # per slot: (g, episode, t) of a real transition, None for padding
-        self.add_count = 0
-        self.invalid = np.zeros(STACK)  # float64, as Dopamine initialises it
-        self.logs: list[dict] = []
-
-    def _add(self, o, a, r, t, meta) -> None:
-        c = self.add_count % self.cap
-        self.obs[c], self.action[c], self.reward[c], self.terminal[c], self.meta[c] = o, a, r, t, meta
-        self.add_count += 1
-        cursor = self.add_count % self.cap
-        self.invalid = np.array([(cursor - 1 + i) % self.cap for i in range(STACK + 1)])
-        if self.add_count % self.cap == self.cap - 1:
-            self.log()
-
-    def add(self, o, a, r, t, meta) -> None:
-        if self.add_count == 0 or self.terminal[(self.add_count - 1) % self.cap] == 1:
-            for _ in range(STACK - 1):
-                self._add(np.zeros(SHAPE, np.uint8), 0, 0.0, 0, None)
-        self._add(o, a, r, t, meta)
-
-    def log(self, add_count: int | None = None) -> None:
-        self.logs.append(
-            {
-                "observation": self.obs.copy(),
-                "action": self.action.copy(),
-                "reward": self.reward.copy(),
-                "terminal": self.terminal.copy(),
-                "meta": list(self.meta),
-                "add_count": np.array(self.add_count if add_count is None else add_count),
-                "invalid_range": self.invalid.copy(),
-            }
-        )
-
-    def log_final(self) -> None:
-        self.log(add_count=self.add_count % self.cap)
-
-
-def play(buf: DopamineBuffer, lengths, ends) -> dict[int, tuple]:
-    """Add episodes; return g -> (episode, t, action, reward, terminal, next g or None)."""
-    truth: dict[int, tuple] = {}
-    g = 1
-    for e, (length, end) in enumerate(zip(lengths, ends, strict=True)):
-        for t in range(length):
-            last = t == length - 1
-            term = int(last and end == "terminal")
-            action, reward = (g * 7) % 6, float(g % 5) - 1.0  # action 0 and reward 0 happen in real frames too
-            nxt = None if (last and term) else g + 1
-            truth[g] = (e, t, action, reward, bool(term), nxt)
-            buf.add(frame_of(g, e), action, reward, term, (g, e, t))
-            g += 1
-    return truth
-
-
-def save_checkpoint(folder: Path, k: int, log: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for key in ("observation", "action", "reward", "terminal", "add_count", "invalid_range"):
-        with gzip.open(folder / checkpoint_file(key, k), "wb") as fh:
-            np.save(fh, log[key], allow_pickle=False)
-
-
-def dopamine_valid(log: dict, index: int, cap: int = CAP, horizon: int = 1) -> bool:
-    """Dopamine's ``OutOfGraphReplayBuffer.is_valid_transition`` on a logged buffer, rule by rule."""
-    add_count = int(log["add_count"])
-    # not full (also batch_rl's final log, whose add_count is the cursor)
-    if add_count < cap and (index >= add_count - horizon or index < STACK - 1):
-        return False
-    if index in {int(i) % cap for i in log["invalid_range"]}:
-        return False
-    return not any(log["terminal"][(index - k) % cap] for k in range(1, STACK))  # terminal inside the stack
-
-
-def logical_order(log: dict, cap: int = CAP) -> list[int]:
-    add_count = int(log["add_count"])
-    return [(add_count % cap + j) % cap for j in range(cap)] if add_count >= cap else list(range(add_count))
-
-
-def expected(log: dict, truth: dict[int, tuple], cap: int = CAP) -> list[tuple]:
-    """Per-row truth of one checkpoint by a plain loop: (g, episode key, terminated, truncated, next g),
-    one row per index Dopamine can sample, in logical (oldest-first) order."""
-    order = logical_order(log, cap)
-    rows = []
-    for pos, slot in enumerate(order):
-        if not dopamine_valid(log, slot, cap):
-            continue
-        meta = log["meta"][slot]
-        assert meta is not None, "Dopamine samples only real transitions"
-        g, e, t = meta
-        following = log["meta"][order[pos + 1]] if pos + 1 < len(order) else None
-        follows_in_episode = following is not None and following[1] == e and following[2] == t + 1
-        keeps_going = follows_in_episode and dopamine_valid(log, order[pos + 1], cap)
-        term = truth[g][4]
-        nxt = following[0] if follows_in_episode and not term else None
-        rows.append([g, e, term, not term and not keeps_going, nxt])
-    return rows
-
-
-def dopamine_stack(log: dict, index: int, cap: int = CAP) -> np.ndarray:
-    """``get_observation_stack(index)``: frames index-3..index (mod capacity), oldest first."""
-    return log["observation"][[(index - STACK + 1 + j) % cap for j in range(STACK)]]
-
-
-def convert(folder: Path, checkpoints, chunk_rows=7, game="Pong", run="1"):
-    spec = DatasetSpec(id=f"atari/{game}/{run}", loader="atari", params={"checkpoints": list(checkpoints)})
-    loader = AtariLoader()
-    files = {r.name: folder / r.name for r in loader.resources(spec)}
-    ctx = LoaderContext(chunk_rows=chunk_rows)
-    chunks = list(loader.episodes(spec, files, ctx))
-    return chunks, ctx.notes, spec, files
-
-
-def check_chunks(chunks, logs_and_ks, truth, chunk_rows):
-    td = torch.cat(chunks)
-    if "history" in td.keys():  # history frames: real frames of the episode, right before its first row
-        hist = td["history"]
-        for i in torch.nonzero(hist).reshape(-1).tolist():
-            j = i + 1
-            while hist[j]:
-                j += 1
-            assert td["episode"][j] == td["episode"][i]
-            g_first, g_hist = frame_id(td["observation"][j].numpy()), frame_id(td["observation"][i].numpy())
-            assert 1 <= g_first - g_hist <= STACK - 1 and truth[g_hist][0] == truth[g_first][0]
-        td = td[~hist].exclude("history")
-    rows = []
-    for k, log in logs_and_ks:
-        rows += [(k, *r) for r in expected(log, truth)]
-    assert td.batch_size[0] == len(rows)
-    obs, nxt = td["observation"].numpy(), td["next", "observation"].numpy()
-    episodes = td["episode"].tolist()
-    for i, (k, g, e, term, trunc, next_g) in enumerate(rows):
-        assert frame_id(obs[i]) == g and np.array_equal(obs[i], frame_of(g, e)), i
-        assert td["action"][i].item() == truth[g][2] and td["next", "reward"][i, 0].item() == truth[g][3]
-        assert td["next", "terminated"][i, 0].item() == term, i
-        assert td["next", "truncated"][i, 0].item() == trunc, i
-        assert td["info", "checkpoint"][i].item() == k
-        if next_g is None:
-            assert not nxt[i].any() and td["info", "next_observation_unknown"][i].item(), i
-        else:
-            assert np.array_equal(nxt[i], frame_of(next_g, e)), i  # never a frame of another episode
-            assert not td["info", "next_observation_unknown"][i].item()
-        # a new TED episode starts exactly where the truth says one ends (or the checkpoint changes)
-        if i:
-            prev = rows[i - 1]
-            boundary = prev[3] or prev[4] or prev[0] != k
-            assert (episodes[i] != episodes[i - 1]) == boundary, i
-    assert td["action"].dtype == torch.int32 and td["next", "reward"].dtype == torch.float32
-    assert td["observation"].dtype == torch.uint8 and td["observation"].shape[1:] == SHAPE
-    for chunk in chunks:  # whole episodes, within the row budget unless one episode is longer
-        ep = chunk["episode"][~chunk["history"]] if "history" in chunk.keys() else chunk["episode"]
-        assert (td["episode"] == ep[0]).sum() == (ep == ep[0]).sum()
-        assert (td["episode"] == ep[-1]).sum() == (ep == ep[-1]).sum()
-        assert ep.numel() <= chunk_rows or ep[0] == ep[-1]
-    return td, rows
-
-
-LENGTHS = [5, 9, 1, 14, 3, 22, 7, 2, 11, 6, 30, 4, 8, 13, 2, 9, 17, 5, 3, 18]  # the final log: cursor 9
-ENDS = ["terminal"] * 19 + ["running"]
+from fixtures.atari import (
+    CAP,
+    ENDS,
+    LENGTHS,
+    SHAPE,
+    STACK,
+    DopamineBuffer,
+    check_chunks,
+    convert,
+    dopamine_stack,
+    dopamine_valid,
+    frame_id,
+    frame_of,
+    play,
+    save_checkpoint,
+)
 
 
 @pytest.fixture
@@ -276,7 +109,7 @@ def test_wrapped_checkpoint_starts_at_the_cursor(tmp_path):
 
 
 def test_end_to_end_over_http_with_endpoint(replay, monkeypatch):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     buf, truth, folder = replay
     root = folder.parents[4]

@@ -401,10 +401,6 @@ def test_sample_prints_keys_shapes_and_dtypes(run):
 
 
 def test_sample_slices(run):
-    pytest.importorskip(
-        "datasets_hub.buffers.slice_samplers",
-        reason="SliceSampler (datasets_hub/slice_samplers.py) is being written by the samplers engineer",
-    )
     code, out, _ = run("sample", CARTPOLE, "-b", "8", "--slice-len", "4", "--seed", "1", *SMALL)
     assert code == 0, out
     assert "2 slices of 4" in out and "observation" in out

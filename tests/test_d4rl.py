@@ -18,125 +18,10 @@ import pytest
 import torch
 
 from datasets_hub.errors import InvalidParameter, LoaderError
-from datasets_hub.loader import DatasetSpec, LoaderContext, Resource
+from datasets_hub.loader import DatasetSpec, Resource
 from datasets_hub.loaders.d4rl import D4RLLoader
 
-OBS_DIM, ACT_DIM, QPOS_DIM = 3, 2, 4
-# (length, how the episode ends): terminal, timeout, both, none (only valid last: end of file)
-EPISODES = [(5, "terminal"), (12, "timeout"), (3, "both"), (1, "terminal"), (9, "timeout"), (4, "none")]
-
-
-def flags_for(episodes):
-    terminals, timeouts = [], []
-    for length, end in episodes:
-        terminals += [False] * (length - 1) + [end in ("terminal", "both")]
-        timeouts += [False] * (length - 1) + [end in ("timeout", "both")]
-    return np.array(terminals), np.array(timeouts)
-
-
-def obs_row(t):
-    return t + 0.001 * np.arange(OBS_DIM)
-
-
-def write_d4rl(
-    path: Path, episodes=EPISODES, *, timeouts=True, next_obs=True, infos=True, metadata=True, float_flags=False
-) -> Path:
-    """A D4RL-layout file; the true next observation at an episode's last row is ``t + 0.5 + …``."""
-    terminals, tos = flags_for(episodes)
-    n = len(terminals)
-    t = np.arange(n)
-    obs = (t[:, None] + 0.001 * np.arange(OBS_DIM)[None]).astype(np.float32)
-    ends = terminals | tos
-    ends[-1] = True
-    true_next = np.where(ends[:, None], obs + 0.5, np.roll(obs, -1, axis=0)).astype(np.float32)
-    with h5py.File(path, "w") as f:
-        f["observations"] = obs
-        f["actions"] = (-t[:, None] - 0.01 * np.arange(ACT_DIM)[None]).astype(np.float32)
-        f["rewards"] = (10.0 * t).astype(np.float32)
-        f["terminals"] = terminals.astype(np.float32) if float_flags else terminals
-        if timeouts:
-            f["timeouts"] = tos.astype(np.float32) if float_flags else tos
-        if next_obs:
-            f["next_observations"] = true_next
-        if infos:
-            f["infos/qpos"] = 100.0 * t[:, None] + np.arange(QPOS_DIM)[None]  # float64 upstream
-            f["infos/goal/xy"] = np.stack([t, -t], axis=1).astype(np.int32)
-            f["infos/scalar"] = np.float32(3.0)  # not per-step: skipped and noted
-            f["extra_per_step"] = (t % 7).astype(np.int64)
-        if metadata:
-            f["metadata/algorithm"] = b"SAC"
-            f["metadata/policy/fc0/weight"] = np.arange(6, dtype=np.float32).reshape(2, 3)
-            f["metadata/big"] = np.zeros(10000, dtype=np.float32)
-            f["metadata"].attrs["seed"] = 7
-    return path
-
-
-def expected_rows(episodes, *, timeouts=True, next_obs=True, max_steps=None):
-    """Per-row truth by a plain loop: (episode, terminated, truncated, next obs or None)."""
-    terminals, file_tos = flags_for(episodes)
-    tos = file_tos if timeouts else np.zeros_like(file_tos)
-    n = len(terminals)
-    rows, episode, step = [], 0, 0
-    for t in range(n):
-        term, trunc = bool(terminals[t]), bool(tos[t])
-        step += 1
-        if not timeouts and max_steps and not term and step == max_steps:
-            trunc = True
-        end = term or trunc or t == n - 1
-        if t == n - 1 and not (term or trunc):
-            trunc = True
-        if next_obs:  # the file's own value: its episodes ignore max_episode_steps cuts
-            file_end = terminals[t] or file_tos[t] or t == n - 1
-            nxt = obs_row(t) + 0.5 if file_end else obs_row(t + 1)
-        else:
-            nxt = None if end else obs_row(t + 1)
-        rows.append((episode, term, trunc, nxt))
-        if end:
-            episode, step = episode + 1, 0
-    return rows
-
-
-def convert(path, chunk_rows=7, **params):
-    spec = DatasetSpec(
-        id="d4rl/test-v0",
-        loader="d4rl",
-        params=params,
-        resources=[Resource(name=path.name, urls=("file://" + str(path),))],
-    )
-    ctx = LoaderContext(chunk_rows=chunk_rows)
-    chunks = list(D4RLLoader().episodes(spec, {path.name: path}, ctx))
-    return chunks, ctx.notes
-
-
-def check_rows(chunks, truth, chunk_rows):
-    td = torch.cat(chunks)
-    n = len(truth)
-    assert td.batch_size == torch.Size([n])
-    t = np.arange(n)
-    np.testing.assert_array_equal(
-        td["observation"].numpy(), (t[:, None] + 0.001 * np.arange(OBS_DIM)).astype(np.float32)
-    )
-    np.testing.assert_array_equal(td["action"][:, 1].numpy(), (-t - 0.01).astype(np.float32))
-    np.testing.assert_array_equal(td["next", "reward"].numpy(), (10.0 * t).astype(np.float32)[:, None])
-    for row, (episode, term, trunc, nxt) in enumerate(truth):
-        assert td["episode"][row].item() == episode, row
-        assert td["next", "terminated"][row].item() == term, row
-        assert td["next", "truncated"][row].item() == trunc, row
-        got = td["next", "observation"][row].numpy()
-        if nxt is None:
-            assert np.isnan(got).all(), row
-            assert td["info", "next_observation_unknown"][row].item(), row
-        else:
-            np.testing.assert_array_equal(got, nxt.astype(np.float32), err_msg=f"row {row}")
-            assert not td["info", "next_observation_unknown"][row].item(), row
-    # every chunk holds whole episodes, ids contiguous, at most chunk_rows unless one long episode
-    for chunk in chunks:
-        ep = chunk["episode"]
-        first, last = ep[0].item(), ep[-1].item()
-        assert (td["episode"] == first).sum() == (ep == first).sum()
-        assert (td["episode"] == last).sum() == (ep == last).sum()
-        assert chunk.batch_size[0] <= chunk_rows or first == last
-        assert chunk["next", "terminated"].shape == (chunk.batch_size[0], 1)
+from fixtures.d4rl import ACT_DIM, EPISODES, QPOS_DIM, check_rows, convert, expected_rows, write_d4rl
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 4, 7, 100])
@@ -371,9 +256,9 @@ def test_check_loader_contract(tmp_path):
 
 @pytest.mark.parametrize("next_obs", [True, False])
 def test_load_from_local_mirror_row_by_row(tmp_path, monkeypatch, next_obs):
-    from http_server import serve_files
-
     import datasets_hub
+
+    from fixtures.http_server import serve_files
 
     path = write_d4rl(tmp_path / "x.hdf5", next_obs=next_obs)
     upstream = "datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"  # the catalogue's path

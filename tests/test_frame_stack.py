@@ -11,12 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_atari import CAP, ENDS, LENGTHS, SHAPE, DopamineBuffer, frame_id, play, save_checkpoint
 
 import datasets_hub
 from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
+
+from fixtures.atari import CAP, ENDS, LENGTHS, SHAPE, DopamineBuffer, frame_id, play, save_checkpoint
 
 N = 4
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import lerobot_writer as lw
 import numpy as np
 import pytest
 import torch
@@ -17,6 +16,8 @@ from datasets_hub.errors import CorruptFile, DownloadError, InvalidParameter, Lo
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.loaders import lerobot as lr
 from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
+
+from fixtures import lerobot_writer as lw
 
 os.environ.setdefault("SVT_LOG", "1")  # the SVT-AV1 encoder logs its configuration at info level otherwise
 REPO = "acme/koch_push"
@@ -36,7 +37,7 @@ def written(tmp_path_factory):
 
 
 def serve(server, monkeypatch, tmp_path, files: dict[str, bytes], repo: str = REPO) -> None:
-    from http_server import point_huggingface_hub_at
+    from fixtures.http_server import point_huggingface_hub_at
 
     for path, data in files.items():
         server.add_hf_file(repo, path, data)
@@ -46,7 +47,7 @@ def serve(server, monkeypatch, tmp_path, files: dict[str, bytes], repo: str = RE
 
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     with serve_files() as server:
         yield lambda files, repo=REPO: serve(server, monkeypatch, tmp_path, files, repo) or server

@@ -24,10 +24,10 @@ import torch
 
 pytest.importorskip("lerobot.datasets.lerobot_dataset", reason="lerobot is installed only in .venv-upstream-lerobot")
 
-import lerobot_writer as lw
-
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
+
+from fixtures import lerobot_writer as lw
 
 os.environ.setdefault("SVT_LOG", "1")
 REPO = "acme/koch_push"

@@ -118,7 +118,7 @@ def test_entry_point_name_must_equal_loader_name(monkeypatch):
 
 def test_a_catalogue_entry_end_to_end(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_d4rl import write_d4rl
+    from fixtures.d4rl import write_d4rl
 
     path = write_d4rl(tmp_path / "tiny.hdf5")
     dh.register_dataset("d4rl/check-loader-tiny-v0", params={}, resources=[{"url": "file://" + str(path)}])

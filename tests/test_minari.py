@@ -449,8 +449,9 @@ for i, dataset_id in enumerate(sys.argv[2:]):
 def _hf_server(store: Path, dataset_ids: list[str]):
     """The files of ``dataset_ids`` as Minari's HF remote lays them out: repo ``<org>/<namespace
     root>``, the dataset under its remaining path, ``namespace_metadata.json`` listing them."""
-    http_server = pytest.importorskip("http_server")
     from urllib.parse import parse_qs, urlsplit
+
+    from fixtures import http_server
 
     server = http_server.FileServer()
     repos: dict[str, list[str]] = {}
@@ -470,7 +471,7 @@ def _hf_server(store: Path, dataset_ids: list[str]):
     base = server._httpd.RequestHandlerClass
 
     class MinariHub(base):
-        # what minari calls beyond tests/http_server.py: list_datasets(author=…, search=…) and
+        # what minari calls beyond tests/fixtures/http_server.py: list_datasets(author=…, search=…) and
         # repo_info (snapshot_download resolves the revision with it)
         def _hf_api(self, path, head):
             parts = path.split("/")
@@ -540,7 +541,8 @@ def test_download_from_a_hugging_face_endpoint(store, tmp_path):
 # -- end to end through the hub --------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_hub_load_matches_minari(minari_store, fmt):
-    hub = pytest.importorskip("datasets_hub.hub")
+    from datasets_hub import hub
+
     dataset_id = _tid("dict", fmt)
     rb = hub.load(f"minari/{dataset_id}")
     data = rb[:]
@@ -560,7 +562,8 @@ def test_hub_load_matches_minari(minari_store, fmt):
 
 
 def test_card_shows_sample_keys_spaces_and_recovers_the_environment(minari_store):
-    hub = pytest.importorskip("datasets_hub.hub")
+    from datasets_hub import hub
+
     dataset_id = f"minari/{_tid('cartpole', 'arrow')}"
     hub.download(dataset_id)
     card = hub.info(dataset_id)

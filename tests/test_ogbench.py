@@ -8,11 +8,12 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-from ogbench_files import expected_transitions, write_ogbench
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.loaders.ogbench import BASE_URL, HUNDRED_M, NUM_SHARDS, OGBenchLoader, dataset_names
+
+from fixtures.ogbench_files import expected_transitions, write_ogbench
 
 LENGTHS = [6, 0, 3, 9, 1]  # a single-row trajectory (0 transitions) mid-file, terminals mid-file and at the end
 
@@ -161,9 +162,9 @@ def test_check_loader_contract(tmp_path):
 
 # -- through the hub: served from 127.0.0.1, downloaded, built, loaded --------------------------------
 def test_load_through_endpoint_mirror_and_sample(tmp_path, monkeypatch):
-    from http_server import serve_files
-
     import datasets_hub as dh
+
+    from fixtures.http_server import serve_files
 
     arrays = write_ogbench(tmp_path / "f.npz", [8, 5, 11])
     want = expected_transitions([arrays])
@@ -183,9 +184,9 @@ def test_load_through_endpoint_mirror_and_sample(tmp_path, monkeypatch):
 
 
 def test_hugging_face_mirror(tmp_path, monkeypatch):
-    from http_server import point_huggingface_hub_at, serve_files
-
     import datasets_hub as dh
+
+    from fixtures.http_server import point_huggingface_hub_at, serve_files
 
     arrays = write_ogbench(tmp_path / "f.npz", [4, 6])
     with serve_files() as server:
@@ -196,9 +197,9 @@ def test_hugging_face_mirror(tmp_path, monkeypatch):
 
 
 def test_shards_param_is_part_of_the_fingerprint(tmp_path, monkeypatch):
-    from http_server import serve_files
-
     import datasets_hub as dh
+
+    from fixtures.http_server import serve_files
 
     name, stem = "scene-play-100m-v0", "scene-play-v0"
     files = {}

@@ -13,281 +13,42 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
-from test_tfrecord import encode_example, write_tfrecord
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.openx import UNKNOWN_KEY, OpenXLoader, decode_text, parse_features
+from datasets_hub.loaders.openx import UNKNOWN_KEY, OpenXLoader, parse_features
 
-DATASET, VERSION, NUM_SHARDS = "fractal20220817_data", "0.1.0", 1024
-PREFIX = f"gresearch/robotics/{DATASET}/{VERSION}"
-# shard -> episodes (length, ends with is_terminal)
-SHARDS = {0: [(3, True), (5, False)], 1: [(4, True), (1, False)]}
-JPEG_HW, PNG_HW, STATE, EMB = (8, 8), (4, 6), 7, 4
-
-
-def _tensor(shape, dtype):
-    return {
-        "pythonClassName": "tensorflow_datasets.core.features.tensor_feature.Tensor",
-        "tensor": {"shape": {"dimensions": [str(d) for d in shape]}, "dtype": dtype, "encoding": "none"},
-    }
-
-
-def _scalar(dtype):
-    return {
-        "pythonClassName": "tensorflow_datasets.core.features.scalar.Scalar",
-        "tensor": {"shape": {}, "dtype": dtype, "encoding": "none"},
-    }
-
-
-def _image(hw, fmt):
-    return {
-        "pythonClassName": "tensorflow_datasets.core.features.image_feature.Image",
-        "image": {"shape": {"dimensions": [str(hw[0]), str(hw[1]), "3"]}, "dtype": "uint8", "encodingFormat": fmt},
-    }
-
-
-def _dict(features):
-    return {
-        "pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
-        "featuresDict": {"features": features},
-    }
-
-
-TEXT = {"pythonClassName": "tensorflow_datasets.core.features.text_feature.Text", "text": {}}
-
-
-def features_json(extra_steps=None):
-    steps = {
-        "action": _dict(
-            {
-                "world_vector": _tensor([3], "float32"),
-                "rotation_delta": _tensor([3], "float32"),
-                "gripper_closedness_action": _tensor([1], "float32"),
-                "terminate_episode": _tensor([3], "int32"),
-            }
-        ),
-        "is_first": _scalar("bool"),
-        "is_last": _scalar("bool"),
-        "is_terminal": _scalar("bool"),
-        "reward": _scalar("float32"),
-        "discount": _scalar("float32"),
-        "language_instruction": TEXT,
-        "observation": _dict(
-            {
-                "image": _image(JPEG_HW, "jpeg"),
-                "wrist_image": _image(PNG_HW, "png"),
-                "base_pose_tool_reached": _tensor([STATE], "float32"),
-                "natural_language_embedding": _tensor([EMB], "float32"),
-                "natural_language_instruction": TEXT,
-            }
-        ),
-        **(extra_steps or {}),
-    }
-    return _dict(
-        {
-            "steps": {
-                "pythonClassName": "tensorflow_datasets.core.features.dataset_feature.Dataset",
-                "sequence": {"feature": _dict(steps), "length": "-1"},
-            },
-            "episode_metadata": _dict({"file_path": TEXT, "episode_id": _scalar("int64")}),
-        }
-    )
-
-
-def dataset_info(num_shards=NUM_SHARDS):
-    lengths = [len(SHARDS.get(i, [])) for i in range(num_shards)]
-    return {
-        "name": DATASET,
-        "version": VERSION,
-        "fileFormat": "tfrecord",
-        "description": "fixture",
-        "splits": [
-            {
-                "name": "train",
-                "numBytes": "1",
-                "shardLengths": [str(x) for x in lengths],
-                "filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}",
-            }
-        ],
-    }
-
-
-# ---------------------------------------------------------------------------------------- values
-def jpeg_colour(g):
-    return np.array([(20 * g + 10) % 240, 90, 200 - (5 * g) % 150], dtype=np.uint8)
-
-
-def png_pixels(g):
-    y, x, c = np.meshgrid(np.arange(PNG_HW[0]), np.arange(PNG_HW[1]), np.arange(3), indexing="ij")
-    return ((7 * g + 6 * y + x + 50 * c) % 256).astype(np.uint8)
-
-
-def encode_png(array):
-    out = io.BytesIO()
-    Image.fromarray(array).save(out, format="PNG")
-    return out.getvalue()
-
-
-def jpeg_source(g):
-    """Step g's colour with a texture: on flat images every IDCT agrees; on texture the fast IDCT
-    TFDS uses and Pillow's accurate one differ (the defect this fixture can see)."""
-    y, x = np.mgrid[0 : JPEG_HW[0], 0 : JPEG_HW[1]]
-    texture = (((x * 5 + y * 3 + g) % 7) - 3) * 9
-    return np.clip(jpeg_colour(g).astype(int) + texture[..., None], 0, 255).astype(np.uint8)
-
-
-def encode_jpeg(g):
-    out = io.BytesIO()
-    Image.fromarray(jpeg_source(g)).save(out, format="JPEG", quality=95)
-    return out.getvalue()
-
-
-def tfds_jpeg(g):
-    """What TFDS gives for step g's JPEG: libjpeg-turbo with TensorFlow's fast IDCT (checked against
-    TensorFlow itself in tests/upstream/test_upstream_openx.py)."""
-    import simplejpeg
-
-    return simplejpeg.decode_jpeg(encode_jpeg(g), colorspace="RGB", fastdct=True, fastupsample=False)
-
-
-def step_values(g, e, t, length, terminal):
-    last = t == length - 1
-    d3 = np.arange(3)
-    return {
-        "steps/observation/image": encode_jpeg(g),
-        "steps/observation/wrist_image": encode_png(png_pixels(g)),
-        "steps/observation/base_pose_tool_reached": g + 0.01 * np.arange(STATE),
-        "steps/observation/natural_language_embedding": -g - 0.1 * np.arange(EMB),
-        "steps/observation/natural_language_instruction": f"episode {e} step {t}",
-        "steps/action/world_vector": -(g + 0.1 * d3),
-        "steps/action/rotation_delta": 0.5 * g + d3,
-        "steps/action/gripper_closedness_action": np.array([float(g)]),
-        "steps/action/terminate_episode": np.array([g, -g, int(last)]),
-        "steps/reward": np.array([10.0 * g + last]),
-        "steps/discount": np.array([1 - g / 1000]),
-        "steps/is_first": np.array([t == 0]),
-        "steps/is_last": np.array([last]),
-        "steps/is_terminal": np.array([last and terminal]),
-        "steps/language_instruction": f"do task {e} é",
-    }
-
-
-def episode_example(first_g, e, length, terminal):
-    steps = [step_values(first_g + t, e, t, length, terminal) for t in range(length)]
-    features = {}
-    for name in steps[0]:
-        values = [s[name] for s in steps]
-        if isinstance(values[0], (bytes, str)):
-            features[name] = list(values)
-        else:
-            array = np.concatenate([np.asarray(v).reshape(-1) for v in values])
-            features[name] = array.astype(np.float32) if array.dtype.kind == "f" else array.astype(np.int64)
-    features["episode_metadata/file_path"] = [f"/data/ep{e}.h5"]
-    features["episode_metadata/episode_id"] = np.array([1000 + e])
-    return encode_example(features)
-
-
-def write_release(root: Path, num_shards=NUM_SHARDS, features=None) -> dict[str, Path]:
-    """The release directory; returns {relative path under gresearch/robotics: file}."""
-    folder = root / PREFIX
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "features.json").write_text(json.dumps(features or features_json(), indent=1))
-    (folder / "dataset_info.json").write_text(json.dumps(dataset_info(num_shards), indent=1))
-    g = e = 0
-    for shard, episodes in SHARDS.items():
-        records = []
-        for length, terminal in episodes:
-            records.append(episode_example(g, e, length, terminal))
-            g, e = g + length, e + 1
-        write_tfrecord(folder / f"{DATASET}-train.tfrecord-{shard:05d}-of-{num_shards:05d}", records)
-    return {str(p.relative_to(root)): p for p in sorted(folder.iterdir())}
-
-
-def expected_rows(shards, final_step="transition"):
-    """Per-row truth by a plain loop over (shard, episode, step)."""
-    g_of, g = {}, 0
-    for shard, episodes in SHARDS.items():
-        for i, (length, _) in enumerate(episodes):
-            g_of[(shard, i)] = g
-            g += length
-    rows, episode, e_global = [], 0, {k: n for n, k in enumerate(g_of)}
-    for shard in shards:
-        for i, (length, terminal) in enumerate(SHARDS[shard]):
-            g0, e = g_of[(shard, i)], e_global[(shard, i)]
-            n = length if final_step == "transition" else length - 1
-            for t in range(n):
-                last = t == n - 1
-                rows.append(
-                    {
-                        "g": g0 + t,
-                        "e": e,
-                        "t": t,
-                        "episode": episode,
-                        "next_g": None if (final_step == "transition" and last) else g0 + t + 1,
-                        "terminated": last and terminal,
-                        "truncated": last and not terminal,
-                        "last_step": t == length - 1,
-                    }
-                )
-            episode += n > 0
-    return rows
-
-
-def check_rows(td, rows):
-    assert td.batch_size[0] == len(rows)
-    for r, row in enumerate(rows):
-        g, e, nxt = row["g"], row["e"], row["next_g"]
-        obs = td["observation"]
-        np.testing.assert_array_equal(
-            obs["base_pose_tool_reached"][r].numpy(), (g + 0.01 * np.arange(STATE)).astype(np.float32)
-        )
-        np.testing.assert_array_equal(obs["wrist_image"][r].numpy(), png_pixels(g))
-        jpeg = tfds_jpeg(g)
-        np.testing.assert_array_equal(obs["image"][r].numpy(), jpeg)  # TFDS's decoding, exactly
-        assert np.abs(jpeg.astype(int) - jpeg_source(g)).max() <= 12  # and it is step g's image
-        np.testing.assert_array_equal(
-            obs["natural_language_embedding"][r].numpy(), (-g - 0.1 * np.arange(EMB)).astype(np.float32)
-        )
-        assert decode_text(obs["natural_language_instruction"][r]) == [f"episode {e} step {row['t']}"]
-        nobs = td["next", "observation"]
-        if nxt is None:
-            assert torch.isnan(nobs["base_pose_tool_reached"][r]).all()
-            assert (nobs["wrist_image"][r] == 0).all() and (nobs["natural_language_instruction"][r] == 0).all()
-            assert td[UNKNOWN_KEY][r].item()
-        else:
-            np.testing.assert_array_equal(
-                nobs["base_pose_tool_reached"][r].numpy(), (nxt + 0.01 * np.arange(STATE)).astype(np.float32)
-            )
-            np.testing.assert_array_equal(nobs["wrist_image"][r].numpy(), png_pixels(nxt))
-            assert not td[UNKNOWN_KEY][r].item()
-        act = td["action"]
-        np.testing.assert_array_equal(act["world_vector"][r].numpy(), (-(g + 0.1 * np.arange(3))).astype(np.float32))
-        np.testing.assert_array_equal(act["rotation_delta"][r].numpy(), (0.5 * g + np.arange(3)).astype(np.float32))
-        assert act["gripper_closedness_action"][r].tolist() == [float(g)]
-        assert act["terminate_episode"][r].tolist() == [g, -g, int(row["last_step"])]
-        assert act["terminate_episode"].dtype == torch.int32
-        assert td["next", "reward"][r].tolist() == [np.float32(10.0 * g + row["last_step"])]
-        assert td["next", "discount"][r].tolist() == [np.float32(1 - g / 1000)]
-        assert td["next", "terminated"][r].item() == row["terminated"], r
-        assert td["next", "truncated"][r].item() == row["truncated"], r
-        assert td["episode"][r].item() == row["episode"]
-        assert decode_text(td["language_instruction"][r]) == [f"do task {e} é"]
-        assert decode_text(td["info", "episode_metadata", "file_path"][r]) == [f"/data/ep{e}.h5"]
-        assert td["info", "episode_metadata", "episode_id"][r].item() == 1000 + e
+from fixtures.openx import (
+    DATASET,
+    JPEG_HW,
+    NUM_SHARDS,
+    PREFIX,
+    SHARDS,
+    VERSION,
+    _dict,
+    _tensor,
+    check_rows,
+    dataset_info,
+    encode_jpeg,
+    encode_png,
+    expected_rows,
+    features_json,
+    tfds_jpeg,
+    write_release,
+)
+from fixtures.tfrecord import encode_example, write_tfrecord
 
 
 # ---------------------------------------------------------------------------------------- through the hub
 def test_load_one_shard_from_local_mirror_row_by_row(tmp_path, monkeypatch):
-    from http_server import serve_files
-
     import datasets_hub
+
+    from fixtures.http_server import serve_files
 
     files = write_release(tmp_path / "mirror")
     with serve_files({path: file.read_bytes() for path, file in files.items()}) as server:
@@ -318,9 +79,9 @@ def test_load_one_shard_from_local_mirror_row_by_row(tmp_path, monkeypatch):
 
 
 def test_bad_crc_in_a_served_shard_names_the_file(tmp_path, monkeypatch):
-    from http_server import serve_files
-
     import datasets_hub
+
+    from fixtures.http_server import serve_files
 
     files = write_release(tmp_path / "mirror")
     served = {path: file.read_bytes() for path, file in files.items()}

@@ -21,54 +21,12 @@ from tensordict import TensorDict
 
 import datasets_hub as dh
 from datasets_hub import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
 from datasets_hub.fingerprint import UncachedPreprocessWarning
-from datasets_hub.loader import DatasetSpec
 from datasets_hub.preprocess_chunks import probe_calls
 from datasets_hub.preprocessed_storage import PreprocessedStorage
-from datasets_hub.testing import FakeLoader
 
-LENGTHS = [40, 25, 35, 50, 30, 20]  # 200 transitions, 6 episodes
-N = sum(LENGTHS)
-
-
-def fake_rb(lengths=LENGTHS, **kwargs) -> TensorDictReplayBuffer:
-    path = build(DatasetSpec(id="fake/pre", loader="fake", params={"lengths": list(lengths)}), FakeLoader(), {}, [])
-    return TensorDictReplayBuffer(storage=DatasetStorage(path), **kwargs)
-
-
-# Module-level transforms: workers import them from this module by reference.
-def obs_feature(td):
-    """Row-wise: a new key from the observation, everything else kept."""
-    td.set("feature", td["observation"].sum(-1, keepdim=True) * 2 + td["next", "reward"])
-    return td
-
-
-def counted(td, log, scale=1.0):
-    """Appends one line per call (pid, first episode id) to ``log``, then scales the reward."""
-    with open(log, "a") as fh:
-        fh.write(f"{os.getpid()} {int(td['episode'][0])}\n")
-    return TensorDict(
-        {"r": td["next", "reward"] * scale, "pid": torch.full((td.shape[0], 1), os.getpid())}, batch_size=td.batch_size
-    )
-
-
-def calls(log: Path) -> int:
-    return len(log.read_text().splitlines()) if log.exists() else 0
-
-
-def fails_on_row_170(td):
-    rows = td["next", "reward"].reshape(-1)  # the fake reward is the transition number (170: beyond the probes)
-    if (rows == 170).any():
-        raise ValueError("row 170 is bad")
-    return td.select("action")
-
-
-def published(cache: Path) -> list[Path]:
-    root = cache / "preprocessed"
-    return sorted(p.parent for p in root.glob("*/*/manifest.json")) if root.exists() else []
+from fixtures.preprocess import LENGTHS, N, calls, counted, fails_on_row_170, fake_rb, obs_feature, published
 
 
 # ------------------------------------------------------------------------------------------ values
@@ -128,7 +86,7 @@ def test_same_fn_is_reused_without_calling_it_even_in_a_fresh_process(tmp_path, 
     script = textwrap.dedent(f"""
         import functools, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_preprocess import counted, fake_rb
+        from fixtures.preprocess import counted, fake_rb
         out = fake_rb().preprocess(functools.partial(counted, log={str(log)!r}), num_workers=0, chunk_size=64)
         print(out.storage.path)
     """)
@@ -239,7 +197,7 @@ def test_chained_preprocessing_chains_fingerprints(tmp_path, isolated_cache):
     torch.testing.assert_close(second[:]["r"], rb[:]["next", "reward"] * 2)
     manifest = second.storage.manifest
     assert manifest["parent"] == first.storage.fingerprint and manifest["build"] == rb.storage.path.name
-    assert manifest["chain"] == ["test_preprocess.obs_feature", "partial(test_preprocess.counted)"]
+    assert manifest["chain"] == ["fixtures.preprocess.obs_feature", "partial(fixtures.preprocess.counted)"]
     assert second.storage.path.parent == first.storage.path.parent  # all under <cache>/preprocessed/<build-fp>
     again = rb.preprocess(obs_feature, num_workers=0).preprocess(functools.partial(counted, log=str(log), scale=2.0))
     assert calls(log) == n and again.storage.path == second.storage.path
@@ -318,7 +276,7 @@ def test_ray_backend_without_ray_says_what_to_install(monkeypatch):
 SLOW = textwrap.dedent("""
     import functools, os, sys, time
     sys.path.insert(0, {tests!r})
-    from test_preprocess import fake_rb
+    from fixtures.preprocess import fake_rb
 
     def slow(td, log):
         with open(log, "a") as fh:
@@ -368,7 +326,7 @@ def test_processes_asking_at_once_compute_once(tmp_path, isolated_cache):
     script = textwrap.dedent(f"""
         import functools, sys, time
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_preprocess import counted, fake_rb
+        from fixtures.preprocess import counted, fake_rb
 
         def slow(td, log):
             time.sleep(0.2)  # 2 s of work: the two processes overlap (each starts in ~3-5 s)
@@ -410,7 +368,7 @@ def test_cache_ls_rm_and_prune_cover_preprocessed_variants(isolated_cache, capsy
     rb = fake_rb()
     out = rb.preprocess(obs_feature, num_workers=0)
     [entry] = mt.list_cache().preprocessed
-    assert entry.transform == "test_preprocess.obs_feature" and entry.id == "fake/pre"
+    assert entry.transform == "fixtures.preprocess.obs_feature" and entry.id == "fake/pre"
     assert entry.fingerprint == out.storage.fingerprint and entry.transitions == N
     assert entry.bytes == mt.dir_size(out.storage.path) > 0
     assert main(["cache", "ls"]) == 0

@@ -6,10 +6,11 @@ import functools
 
 import pytest
 import torch
-from test_preprocess import N, calls, counted, fails_on_row_170, fake_rb, obs_feature
 
 from datasets_hub.errors import PreprocessError
 from datasets_hub.preprocess_chunks import probe_calls
+
+from fixtures.preprocess import N, calls, counted, fails_on_row_170, fake_rb, obs_feature
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray  # `make test-ray`; `make test` skips these

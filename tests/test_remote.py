@@ -75,7 +75,7 @@ def test_full_residency_gives_bit_identical_samples_under_the_same_seed(local_rb
 
 
 def test_lazy_over_http_fetches_kilobytes_before_the_first_batch(local_rb, published):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     total = sum(r["bytes"] for r in json.loads((published / PUBLISHED).read_text())["files"].values())
     with serve_files() as server:
@@ -121,7 +121,7 @@ def test_lazy_sampling_is_uniform_over_the_whole_dataset(published, local_rb):
 
 
 def test_hugging_face_url_with_revision(published, local_rb, monkeypatch, tmp_path):
-    from http_server import point_huggingface_hub_at, serve_files
+    from fixtures.http_server import point_huggingface_hub_at, serve_files
 
     with serve_files() as server:
         for path in published.rglob("*"):
@@ -162,7 +162,7 @@ def test_s3_url_against_a_moto_server(published, local_rb, monkeypatch):
 
 
 def test_corrupt_chunk_is_never_served_then_refetched(published, local_rb):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     with serve_files() as server:
         url = _serve(server, published)
@@ -185,7 +185,7 @@ def test_corrupt_chunk_is_never_served_then_refetched(published, local_rb):
 
 
 def test_dropped_connection_mid_chunk_is_retried(published, local_rb):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     with serve_files() as server:
         url = _serve(server, published)
@@ -198,7 +198,7 @@ def test_dropped_connection_mid_chunk_is_retried(published, local_rb):
 
 
 def test_server_gone_fails_only_for_missing_chunks(published, local_rb):
-    from http_server import serve_files
+    from fixtures.http_server import serve_files
 
     with serve_files() as server:
         url = _serve(server, published)

@@ -10,126 +10,26 @@ pixels, so each output row tells where it came from; expected rows come from a p
 
 from __future__ import annotations
 
-import gzip
-import io
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-from test_tfrecord import encode_example, frame
 
 import datasets_hub
 from datasets_hub.errors import InvalidParameter, LoaderError
-from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.rlu_atari import UPSTREAM, RLUAtariLoader, num_shards, shard_file
+from datasets_hub.loader import DatasetSpec
+from datasets_hub.loaders.rlu_atari import UPSTREAM, RLUAtariLoader, shard_file
 from datasets_hub.testing import check_loader
 
+from fixtures.rlu_atari import (
+    check_rows,
+    convert,
+    decoded,
+    expected,
+    write_shards,
+)
+
+
 # per shard: episodes as (length L in steps, terminal, checkpoint_idx)
-SHARDS = {
-    0: [(6, True, 0), (1, False, 0), (9, False, 1)],
-    1: [(4, True, 1), (12, True, 2), (2, False, 3)],
-}
-
-
-def png_frame(episode: int, step: int) -> bytes:
-    pixels = np.full((84, 84), (episode * 37 + step * 5) % 200 + 20, dtype=np.uint8)
-    pixels[0, 0], pixels[0, 1] = episode + 1, step + 1
-    buffer = io.BytesIO()
-    Image.fromarray(pixels, mode="L").save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def decoded(episode: int, step: int) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(png_frame(episode, step)))).reshape(84, 84, 1)
-
-
-def episode_features(episode: int, length: int, terminal: bool, checkpoint: int) -> dict:
-    steps = np.arange(length)
-    unclipped = np.clip((steps % 5 - 2) * 0.5 + episode * 0.01, -1, 1).astype(np.float32)
-    discounts = np.ones(length, np.float32)
-    if terminal:
-        discounts[-1] = 0.0
-    return {
-        "observations": [png_frame(episode, t) for t in range(length)],
-        "actions": (steps * 3 + episode) % 18,
-        "unclipped_rewards": unclipped,
-        "clipped_rewards": np.sign(unclipped).astype(np.float32),
-        "discounts": discounts,
-        "episode_idx": [1000 + episode],
-        "checkpoint_idx": [checkpoint],
-        "episode_return": np.array([unclipped.sum()], np.float32),
-        "clipped_episode_return": np.array([np.sign(unclipped).sum()], np.float32),
-    }
-
-
-def shard_bytes(shard: int, shards: dict = SHARDS) -> bytes:
-    first = sum(len(shards[s]) for s in sorted(shards) if s < shard)
-    records = [
-        encode_example(episode_features(first + j, length, terminal, ckpt))
-        for j, (length, terminal, ckpt) in enumerate(shards[shard])
-    ]
-    return gzip.compress(b"".join(frame(r) for r in records), mtime=0)
-
-
-def write_shards(folder: Path, game: str = "Pong", run: int = 1, shards: dict = SHARDS) -> Path:
-    """Shards under ``folder/<game>/run_<run>-…`` (the layout of ``atari_episodes_ordered/``)."""
-    total = num_shards(game)
-    for s in shards:
-        path = folder / shard_file(game, run, s, total)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(shard_bytes(s, shards))
-    return folder
-
-
-def expected(shards=(0, 1), keep=None) -> list[dict]:
-    """One dict per transition, by a plain loop over the generated episodes."""
-    rows, episode_id = [], 0
-    for s in shards:
-        first = sum(len(SHARDS[x]) for x in sorted(SHARDS) if x < s)
-        for j, (length, terminal, ckpt) in enumerate(SHARDS[s]):
-            e = first + j
-            if length < 2 or (keep and not keep[0] <= ckpt <= keep[1]):
-                continue
-            feats = episode_features(e, length, terminal, ckpt)
-            for t in range(length - 1):
-                last = t == length - 2
-                discount = feats["discounts"][t + 1] if terminal else feats["discounts"][t]
-                rows.append({
-                    "obs": (e, t), "next_obs": (e, t + 1), "action": int(feats["actions"][t]),
-                    "reward": float(feats["unclipped_rewards"][t]), "clipped": float(feats["clipped_rewards"][t]),
-                    "discount": float(discount), "terminated": last and terminal, "truncated": last and not terminal,
-                    "episode": episode_id, "checkpoint": ckpt, "episode_idx": 1000 + e, "step": t,
-                })  # fmt: skip
-            episode_id += 1
-    return rows
-
-
-def check_rows(td, rows) -> None:
-    assert td.batch_size[0] == len(rows)
-    for i, r in enumerate(rows):
-        assert np.array_equal(td["observation"][i].numpy(), decoded(*r["obs"])), i
-        assert np.array_equal(td["next", "observation"][i].numpy(), decoded(*r["next_obs"])), i
-        assert int(td["action"][i]) == r["action"] and float(td["next", "reward"][i, 0]) == r["reward"]
-        assert float(td["info", "clipped_reward"][i]) == r["clipped"]
-        assert float(td["next", "discount"][i, 0]) == r["discount"]
-        assert bool(td["next", "terminated"][i, 0]) == r["terminated"], i
-        assert bool(td["next", "truncated"][i, 0]) == r["truncated"], i
-        assert int(td["episode"][i]) == r["episode"] and int(td["info", "checkpoint_idx"][i]) == r["checkpoint"]
-        assert int(td["info", "episode_idx"][i]) == r["episode_idx"]
-    assert td["observation"].dtype == torch.uint8 and td["observation"].shape[1:] == (84, 84, 1)
-    assert td["action"].dtype == torch.int64
-
-
-def convert(folder: Path, chunk_rows: int = 7, **params):
-    spec = DatasetSpec(id="rlu_atari/Pong/1", loader="rlu_atari", params={"shards": [0, 1], **params})
-    loader = RLUAtariLoader()
-    files = {r.name: folder / r.name.split("/", 1)[1] for r in loader.resources(spec)}
-    ctx = LoaderContext(chunk_rows=chunk_rows)
-    return list(loader.episodes(spec, files, ctx)), ctx.notes, spec, files
-
-
 @pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
 def test_every_transition_of_every_episode(tmp_path, chunk_rows):
     chunks, notes, _, _ = convert(write_shards(tmp_path), chunk_rows)
@@ -143,9 +43,9 @@ def test_every_transition_of_every_episode(tmp_path, chunk_rows):
 
 
 def test_load_over_http_with_endpoint_frames_stored_once_and_frame_stacks(tmp_path, monkeypatch):
-    from http_server import serve_files
-
     from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
+
+    from fixtures.http_server import serve_files
 
     folder = write_shards(tmp_path / "rl_unplugged" / "atari_episodes_ordered")
     served = {str(p.relative_to(tmp_path)): p.read_bytes() for p in folder.rglob("run_*")}

@@ -9,198 +9,34 @@ from the wrong row, trial or file) is visible. Expected TED rows come from a pla
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
-
 import h5py
 import numpy as np
 import pytest
 import torch
 
 from datasets_hub.errors import InvalidParameter, LoaderError
-from datasets_hub.loader import DatasetSpec, LoaderContext
+from datasets_hub.loader import DatasetSpec
 from datasets_hub.loaders import roboset as rs
 from datasets_hub.loaders.roboset import RoboSetLoader
 
-REPO = "jdvakil/RoboSet_Sim"
-TASK = "FK1-v4(expert)/FK1_MicroOpenRandom_v2d-v4"
-ID = f"roboset/{TASK}"
-OBS, ACT, IMG = 4, 3, (4, 5, 3)
-CAM = "rgb:top_cam:4x5:2d"
-# per file (in sorted path order): trial name -> (rows, done on the final row, rows where done is set inside)
-FILES = {
-    f"{TASK}/part1.h5": {
-        "Trial0": (5, False, ()),
-        "Trial1": (4, True, ()),
-        "Trial10": (3, False, ()),
-        "Trial2": (6, False, (2,)),
-    },
-    f"{TASK}_0.h5": {"Trial0": (4, False, ()), "Trial1": (2, True, ())},
-}
-DECOYS = {f"{TASK}X.h5": None, f"{TASK}/notes.md": b"# not data\n", "FK1-v4(expert)/other_task.h5": None}
-TRIAL_ORDER = ["Trial0", "Trial1", "Trial2", "Trial10"]
-
-
-def base(f: int, trial: str, rows: int) -> np.ndarray:
-    return f * 10000 + int(trial[len("Trial") :]) * 100 + np.arange(rows, dtype=np.float64)
-
-
-def write_rollouts(path_or_buffer, f: int, trials: dict, *, layout: str = "robohive") -> None:
-    """A robohive rollout file. ``robohive``: rows = states 0..T, last action NaN, rewards/done of arriving
-    at each row's state. ``paths``: one row per step, finite actions throughout."""
-    with h5py.File(path_or_buffer, "w") as h:
-        for trial, (rows, final_done, inner) in trials.items():
-            b = base(f, trial, rows)
-            done = np.zeros(rows, dtype=bool)
-            done[-1] = final_done
-            done[list(inner)] = True
-            actions = -(b[:, None] + np.arange(ACT) / 100).astype(np.float32)
-            if layout == "robohive":
-                actions[-1] = np.nan
-            data = {
-                "time": b / 10,
-                "observations": b[:, None] + np.arange(OBS) / 100,
-                "actions": actions,
-                "rewards": b + 0.5,
-                "done": done,
-                "env_infos/time": b / 10 + 0.05,  # robohive logs both; distinct values here
-                "env_infos/obs_dict/qp": 2 * b[:, None] + np.arange(2),
-                f"env_infos/visual_dict/{CAM}": ((b[:, None] + np.arange(int(np.prod(IMG)))) % 256)
-                .astype(np.uint8)
-                .reshape(rows, *IMG),
-                "env_infos/rwd_dict/solved": (b.astype(np.int64) % 3 == 0),
-                "env_infos/config": np.zeros(rows + 7, dtype=np.float32),  # not per-row: skipped, noted
-            }
-            group = h.create_group(trial)
-            for key, value in data.items():
-                group.create_dataset(key, data=value, compression="gzip", compression_opts=4)
-
-
-def h5_bytes(f: int, trials: dict, **kw) -> bytes:
-    buffer = io.BytesIO()
-    write_rollouts(buffer, f, trials, **kw)
-    return buffer.getvalue()
-
-
-def expected(files: dict, layout: str = "robohive", served: dict = FILES) -> dict:
-    """Plain per-row truth of a build over ``files`` (sorted path order, trials in numeric order);
-    a file's values come from its index in ``served`` (the files written)."""
-    index = {name: f for f, name in enumerate(sorted(served))}
-    cols: dict[str, list] = {
-        k: []
-        for k in (
-            "obs",
-            "next_obs",
-            "action",
-            "reward",
-            "episode",
-            "term",
-            "trunc",
-            "udone",
-            "qp",
-            "next_qp",
-            "img",
-            "next_img",
-            "time",
-            "env_time",
-            "unknown",
-        )
-    }
-    episode = 0
-    for name, trials in sorted(files.items()):
-        f = index[name]
-        for trial in sorted(trials, key=lambda t: int(t[len("Trial") :])):
-            rows, final_done, inner = trials[trial]
-            b = base(f, trial, rows)
-            steps = rows - 1 if layout == "robohive" else rows
-            for t in range(steps):
-                obs = b[t] + np.arange(OBS) / 100
-                cols["obs"].append(obs)
-                if layout == "robohive":
-                    cols["next_obs"].append(b[t + 1] + np.arange(OBS) / 100)
-                    cols["reward"].append(b[t + 1] + 0.5)
-                    arrived = t + 1
-                else:
-                    last = t == steps - 1
-                    cols["next_obs"].append(np.full(OBS, np.nan) if last else b[t + 1] + np.arange(OBS) / 100)
-                    cols["reward"].append(b[t] + 0.5)
-                    arrived = t
-                done = (arrived == rows - 1 and final_done) or arrived in inner
-                cols["action"].append(-(b[t] + np.arange(ACT) / 100))
-                cols["episode"].append(episode)
-                cols["term"].append(t == steps - 1 and final_done)
-                cols["trunc"].append(t == steps - 1 and not final_done)
-                cols["udone"].append(bool(done))
-                cols["qp"].append(2 * b[t] + np.arange(2))
-                cols["img"].append(((b[t] + np.arange(int(np.prod(IMG)))) % 256).astype(np.uint8).reshape(IMG))
-                cols["time"].append(b[t] / 10)
-                cols["env_time"].append(b[t] / 10 + 0.05)
-                cols["unknown"].append(layout == "paths" and t == steps - 1)
-                if layout == "robohive":
-                    cols["next_qp"].append(2 * b[t + 1] + np.arange(2))
-                    cols["next_img"].append(
-                        ((b[t + 1] + np.arange(int(np.prod(IMG)))) % 256).astype(np.uint8).reshape(IMG)
-                    )
-            episode += 1
-    return {k: np.array(v) for k, v in cols.items()}
-
-
-def check_ted(td, truth, layout: str = "robohive") -> None:
-    n = len(truth["episode"])
-    assert td.batch_size == torch.Size([n])
-    assert td["observation"].dtype == torch.float64 and td["action"].dtype == torch.float32
-    assert td["info", "visual_dict", CAM].dtype == torch.uint8  # images stay uint8, as stored
-    np.testing.assert_array_equal(td["observation"].numpy(), truth["obs"])
-    np.testing.assert_array_equal(td["next", "observation"].numpy(), truth["next_obs"])  # NaN == NaN here
-    np.testing.assert_array_equal(td["action"].numpy(), truth["action"].astype(np.float32))
-    np.testing.assert_array_equal(td["next", "reward"].numpy(), truth["reward"][:, None])
-    np.testing.assert_array_equal(td["episode"].numpy(), truth["episode"])
-    np.testing.assert_array_equal(td["next", "terminated"].numpy(), truth["term"][:, None])
-    np.testing.assert_array_equal(td["next", "truncated"].numpy(), truth["trunc"][:, None])
-    np.testing.assert_array_equal(td["info", "upstream_done"].numpy(), truth["udone"])
-    np.testing.assert_array_equal(td["info", "next_observation_unknown"].numpy(), truth["unknown"])
-    np.testing.assert_array_equal(td["info", "obs_dict", "qp"].numpy(), truth["qp"])
-    np.testing.assert_array_equal(td["info", "visual_dict", CAM].numpy(), truth["img"])
-    # the top-level `time` and env_infos/time are two keys (one used to overwrite the other)
-    np.testing.assert_array_equal(td["info", "trial", "time"].numpy(), truth["time"])
-    np.testing.assert_array_equal(td["info", "time"].numpy(), truth["env_time"])
-    if layout == "robohive":
-        np.testing.assert_array_equal(td["next", "info", "obs_dict", "qp"].numpy(), truth["next_qp"])
-        np.testing.assert_array_equal(td["next", "info", "visual_dict", CAM].numpy(), truth["next_img"])
-    else:
-        assert ("next", "info") not in td.keys(include_nested=True)
+from fixtures.roboset import (
+    CAM,
+    DECOYS,
+    FILES,
+    ID,
+    REPO,
+    TASK,
+    check_ted,
+    convert,
+    expected,
+    local_files,
+    write_rollouts,
+)
 
 
 @pytest.fixture
-def hub(monkeypatch, tmp_path):
-    """A Hub on 127.0.0.1 serving the fixture files (see ``http_server.point_huggingface_hub_at``)."""
-    from http_server import point_huggingface_hub_at, serve_files
-
-    with serve_files() as server:
-        for f, (name, trials) in enumerate(sorted(FILES.items())):
-            server.add_hf_file(REPO, name, h5_bytes(f, trials))
-        for name, data in DECOYS.items():
-            server.add_hf_file(REPO, name, data if data is not None else h5_bytes(9, {"Trial0": (3, False, ())}))
-        point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
-        monkeypatch.setattr(rs, "_listings", {})
-        yield server
-
-
-def local_files(tmp_path: Path, files: dict = FILES, **kw) -> dict[str, Path]:
-    out = {}
-    for f, (name, trials) in enumerate(sorted(files.items())):
-        path = tmp_path / "src" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_rollouts(path, f, trials, **kw)
-        out[name] = path
-    return out
-
-
-def convert(files: dict[str, Path], chunk_rows: int = 1000, **params):
-    spec = DatasetSpec(id=ID, loader="roboset", params=params)
-    ctx = LoaderContext(chunk_rows=chunk_rows)
-    chunks = list(RoboSetLoader().episodes(spec, files, ctx))
-    return chunks, ctx.notes
+def hub(roboset_hub):
+    return roboset_hub
 
 
 # -- end to end, by name ---------------------------------------------------------------------------

@@ -135,7 +135,9 @@ def test_empty_storage_is_a_clear_error():
 
 # -- through the real buffers ------------------------------------------------------------------------
 def _buffers():
-    return pytest.importorskip("datasets_hub.buffers.replay_buffers")
+    from datasets_hub.buffers import replay_buffers
+
+    return replay_buffers
 
 
 def test_buffer_iteration_is_finite_without_replacement():

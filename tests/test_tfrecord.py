@@ -8,9 +8,6 @@ Known vectors pin the CRC: CRC-32C("123456789") = 0xE3069283 (RFC 3720 check val
 
 from __future__ import annotations
 
-import struct
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -19,83 +16,16 @@ from datasets_hub.loaders import tfrecord
 from datasets_hub.loaders.tf_example import example_class, parse_example
 from datasets_hub.loaders.tfrecord import iter_records, masked_crc32c
 
-
-# ---------------------------------------------------------------------------------------- encoder
-def _crc32c_bitwise(data: bytes) -> int:
-    """Bit-by-bit CRC-32C (the slow, obviously-right form; independent of the loader's table)."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 * (crc & 1))
-    return crc ^ 0xFFFFFFFF
+from fixtures.tfrecord import (
+    _crc32c_bitwise,
+    _masked,
+    encode_example,
+    field,
+    frame,
+    write_tfrecord,
+)
 
 
-def _masked(data: bytes) -> int:
-    crc = _crc32c_bitwise(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def varint(n: int) -> bytes:
-    n &= (1 << 64) - 1  # negative int64 -> 10-byte two's complement, as protobuf does
-    out = bytearray()
-    while True:
-        low = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
-def field(number: int, wire: int, payload: bytes | int) -> bytes:
-    tag = varint((number << 3) | wire)
-    if wire == 0:
-        return tag + varint(int(payload))
-    if wire == 2:
-        return tag + varint(len(payload)) + payload
-    return tag + payload  # fixed32/fixed64: payload already packed
-
-
-def encode_feature(values, *, packed: bool = True) -> bytes:
-    """One ``tf.train.Feature``: list of bytes/str -> bytes_list, float array -> float_list,
-    int/bool array -> int64_list (packed by default, unpacked when ``packed=False``)."""
-    if isinstance(values, (list, tuple)) and (not values or isinstance(values[0], (bytes, str))):
-        body = b"".join(field(1, 2, v.encode() if isinstance(v, str) else v) for v in values)
-        return field(1, 2, body)
-    array = np.asarray(values).reshape(-1)
-    if array.dtype.kind == "f":
-        if packed:
-            body = field(1, 2, array.astype("<f4").tobytes())
-        else:
-            body = b"".join(field(1, 5, struct.pack("<f", float(v))) for v in array)
-        return field(2, 2, body)
-    ints = [int(v) for v in array.astype(np.int64)]
-    body = field(1, 2, b"".join(varint(v) for v in ints)) if packed else b"".join(field(1, 0, v) for v in ints)
-    return field(3, 2, body)
-
-
-def encode_example(features: dict, *, packed: bool = True) -> bytes:
-    """A serialized ``tf.train.Example`` from ``{name: values}`` (see :func:`encode_feature`)."""
-    entries = b"".join(
-        field(1, 2, field(1, 2, name.encode()) + field(2, 2, encode_feature(values, packed=packed)))
-        for name, values in features.items()
-    )
-    return field(1, 2, entries)
-
-
-def frame(record: bytes) -> bytes:
-    length = struct.pack("<Q", len(record))
-    return length + struct.pack("<I", _masked(length)) + record + struct.pack("<I", _masked(record))
-
-
-def write_tfrecord(path: Path, records: list[bytes]) -> Path:
-    Path(path).write_bytes(b"".join(frame(r) for r in records))
-    return Path(path)
-
-
-# ---------------------------------------------------------------------------------------- tests
 def test_crc32c_known_vector_and_mask():
     assert tfrecord.crc32c(b"123456789") == 0xE3069283
     assert tfrecord._crc32c_python(b"123456789") == 0xE3069283

@@ -47,9 +47,9 @@ def reserve_files(paths: Iterable[str | Path], what: str) -> None:
     disk raises :class:`CacheError` with the bytes needed and the fix; the files are left as they
     are (the caller removes them).
     """
-    paths = [Path(p) for p in paths]
+    files = [Path(p) for p in paths]
     total = 0
-    for path in paths:
+    for path in files:
         size = path.stat().st_size
         total += size
         if size == 0:
@@ -65,7 +65,7 @@ def reserve_files(paths: Iterable[str | Path], what: str) -> None:
                     raise
         except OSError as exc:
             if exc.errno in _FULL:
-                need = sum(p.stat().st_size for p in paths if p.exists())
+                need = sum(p.stat().st_size for p in files if p.exists())
                 raise CacheError(
                     f"{what}: the disk holding {path.parent} has no room for {need} bytes of memory-mapped files "
                     f"({exc.strerror}); free space, choose a smaller size, or put the files on a larger disk "

@@ -11,13 +11,14 @@ import sys
 import warnings
 
 import pytest
-from _helpers import d4rl_entry, double_observation, register
 
 import datasets_hub as dh
 from datasets_hub import maintenance as mt
 from datasets_hub.cache_verify import verify
 from datasets_hub.cli import main
 from datasets_hub.errors import CacheError, HubError, InvalidParameter
+
+from fixtures.faults import d4rl_entry, double_observation, register
 
 CARTPOLE = {"loader": "gym", "params": {"env": "CartPole-v1", "policy": "random", "steps": 300, "seed": 0}}
 
@@ -88,7 +89,7 @@ def test_rm_and_prune_never_delete_preprocessing_in_progress(catalogue, isolated
 
 
 def test_rm_raw_never_deletes_a_download_in_progress(catalogue, tmp_path, isolated_cache):
-    from _helpers import write_d4rl
+    from fixtures.faults import write_d4rl
 
     source = write_d4rl(tmp_path / "r.hdf5", rows=30)
     catalogue({"d4rl/raw-busy-v0": d4rl_entry(source.as_uri())})

@@ -15,10 +15,11 @@ import os
 import subprocess
 
 import pytest
-from _helpers import Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
-from http_server import serve_files
 
 import datasets_hub as dh
+
+from fixtures.faults import Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
+from fixtures.http_server import serve_files
 
 GYM = "gym/cartpole-random-v0"
 D4RL = "d4rl/fault-disk-v0"

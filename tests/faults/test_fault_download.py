@@ -12,13 +12,14 @@ import time
 import h5py
 import numpy as np
 import pytest
-from _helpers import check_rows, d4rl_entry, register, sha256, write_d4rl
-from http_server import point_huggingface_hub_at, serve_files
 
 import datasets_hub as dh
 from datasets_hub import downloader
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.loader import Resource
+
+from fixtures.faults import check_rows, d4rl_entry, register, sha256, write_d4rl
+from fixtures.http_server import point_huggingface_hub_at, serve_files
 
 
 @pytest.fixture(autouse=True)

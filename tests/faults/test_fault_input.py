@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from _helpers import files_outside, register
 
 import datasets_hub as dh
 from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset
+
+from fixtures.faults import files_outside, register
 
 GYM = "gym/cartpole-random-v0"
 

@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from _helpers import TESTS, Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
-from http_server import serve_files
 
 import datasets_hub as dh
 from datasets_hub import downloader
 from datasets_hub.maintenance import remove
+
+from fixtures.faults import TESTS, Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
+from fixtures.http_server import serve_files
 
 pytestmark = pytest.mark.slow
 
@@ -148,11 +149,11 @@ def test_kill_9_during_builds(zygote, served, payload, isolated_cache):
 
 PREPROCESS = f"""
 import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+sys.path.insert(0, {str(Path(__file__).parents[1])!r})
 import datasets_hub as dh
-import _helpers
+from fixtures import faults
 rb = dh.load("gym/cartpole-random-v0", steps=20000)
-out = rb.preprocess(_helpers.double_observation, num_workers=WORKERS, chunk_size=200)
+out = rb.preprocess(faults.double_observation, num_workers=WORKERS, chunk_size=200)
 RESULT = len(out)
 """
 
@@ -171,8 +172,7 @@ def _preprocessed_state(cache: Path) -> Counter:
 
 
 def test_kill_9_during_preprocess(zygote, isolated_cache):
-    pytest.importorskip("datasets_hub.preprocess", reason="preprocessing (datasets_hub/preprocess.py) has not landed")
-    from _helpers import double_observation
+    from fixtures.faults import double_observation
 
     rng = random.Random(20240603)
     rb = dh.load("gym/cartpole-random-v0", steps=20000)

@@ -6,13 +6,14 @@ import json
 import stat
 
 import pytest
-from _helpers import check_rows, d4rl_entry, register, write_d4rl
-from http_server import serve_files
 
 import datasets_hub as dh
 from datasets_hub.cli import main
 from datasets_hub.errors import DownloadError
 from datasets_hub.redact import redact_text, redact_url
+
+from fixtures.faults import check_rows, d4rl_entry, register, write_d4rl
+from fixtures.http_server import serve_files
 
 PASSWORD, SIGNATURE, CREDENTIAL = "s3cretPassw0rd", "abcdef0123signature", "AKIAEXAMPLECRED"
 

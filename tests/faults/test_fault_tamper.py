@@ -80,10 +80,7 @@ def test_an_edited_manifest_without_its_checksum_file_is_still_caught(build):
 
 
 def test_a_tampered_raw_file_is_detected(tmp_path, monkeypatch, capsys):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from _helpers import d4rl_entry, register, write_d4rl
+    from fixtures.faults import d4rl_entry, register, write_d4rl
 
     src = write_d4rl(tmp_path / "t.hdf5")
     register(tmp_path / "extra.yaml", {"d4rl/tamper-v0": d4rl_entry(src.as_uri())})

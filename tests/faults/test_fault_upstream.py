@@ -8,12 +8,13 @@ visible (no build, no raw file with wrong bytes at its final name), move bad byt
 from __future__ import annotations
 
 import pytest
-from _helpers import cache_state_ok, check_rows, d4rl_entry, register, sha256, write_d4rl
-from http_server import serve_files
 
 import datasets_hub as dh
 from datasets_hub import downloader
 from datasets_hub.errors import ChecksumMismatch, CorruptFile, DownloadError, LoaderError
+
+from fixtures.faults import cache_state_ok, check_rows, d4rl_entry, register, sha256, write_d4rl
+from fixtures.http_server import serve_files
 
 ID = "d4rl/fault-upstream-v0"
 FILE = "fault-upstream-v0.hdf5"
@@ -290,15 +291,18 @@ def test_a_mirror_list_falls_back_and_reports_every_failure(served, payload, iso
 
 # ---------------------------------------------------------------------------------------- gzip, TFRecord
 def test_truncated_gzip_atari_checkpoint_is_moved_aside(tmp_path, monkeypatch, isolated_cache):
-    test_atari = pytest.importorskip("test_atari")
-    buf = test_atari.DopamineBuffer()
-    test_atari.play(buf, test_atari.LENGTHS, test_atari.ENDS)
+    from datasets_hub.loaders.atari_replay import checkpoint_file
+
+    from fixtures import atari as atari_files
+
+    buf = atari_files.DopamineBuffer()
+    atari_files.play(buf, atari_files.LENGTHS, atari_files.ENDS)
     buf.log_final()
     folder = tmp_path / "mirror" / "atari-replay-datasets" / "dqn" / "Pong" / "1" / "replay_logs"
-    test_atari.save_checkpoint(folder, 0, buf.logs[0])
+    atari_files.save_checkpoint(folder, 0, buf.logs[0])
     root = folder.parents[4]
     served = {str(p.relative_to(root)): p.read_bytes() for p in folder.iterdir()}
-    name = test_atari.checkpoint_file("observation", 0)
+    name = checkpoint_file("observation", 0)
     key = f"atari-replay-datasets/dqn/Pong/1/replay_logs/{name}"
     good = served[key]
     served[key] = good[: len(good) // 2]  # the gzip stream ends mid-way
@@ -317,11 +321,12 @@ def test_truncated_gzip_atari_checkpoint_is_moved_aside(tmp_path, monkeypatch, i
 
 
 def test_tfrecord_with_a_bad_crc_is_moved_aside(tmp_path, monkeypatch, isolated_cache):
-    test_openx = pytest.importorskip("test_openx")
-    files = test_openx.write_release(tmp_path / "mirror")
+    from fixtures import openx as openx_files
+
+    files = openx_files.write_release(tmp_path / "mirror")
     served = {path: file.read_bytes() for path, file in files.items()}
-    name = f"{test_openx.DATASET}-train.tfrecord-00000-of-{test_openx.NUM_SHARDS:05d}"
-    key = f"{test_openx.PREFIX}/{name}"
+    name = f"{openx_files.DATASET}-train.tfrecord-00000-of-{openx_files.NUM_SHARDS:05d}"
+    key = f"{openx_files.PREFIX}/{name}"
     good = served[key]
     bad = bytearray(good)
     bad[40] ^= 0xFF  # inside the first record's data: its CRC no longer matches
@@ -329,12 +334,12 @@ def test_tfrecord_with_a_bad_crc_is_moved_aside(tmp_path, monkeypatch, isolated_
     with serve_files(served) as server:
         monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OPENX", server.base_url)
         with pytest.raises(LoaderError) as info:
-            dh.load(f"openx/{test_openx.DATASET}", shards=[0])
+            dh.load(f"openx/{openx_files.DATASET}", shards=[0])
         assert isinstance(info.value, CorruptFile)
         message = str(info.value)
         assert name in message and "CRC" in message and server.url(key) in message and "moved aside" in message
         state = cache_state_ok(isolated_cache)
         assert state["builds"] == 0 and state["corrupt"] == 1
         server.add(key, good)
-        rb = dh.load(f"openx/{test_openx.DATASET}", shards=[0])
+        rb = dh.load(f"openx/{openx_files.DATASET}", shards=[0])
         assert len(rb) > 0 and server.count(key) == 2

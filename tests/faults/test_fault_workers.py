@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from _helpers import stop_one_worker
 
 import datasets_hub as dh
 from datasets_hub.errors import PreprocessError
+
+from fixtures.faults import stop_one_worker
 
 
 def test_a_sigstopped_worker_is_named_and_the_parent_does_not_hang(tmp_path, monkeypatch):

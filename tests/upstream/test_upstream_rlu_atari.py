@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_rlu_atari import SHARDS, write_shards
 from upstream_ref import upstream
 
 import datasets_hub
+
+from fixtures.rlu_atari import SHARDS, write_shards
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from http_server import serve_files
 
 from datasets_hub import downloader as dl
 from datasets_hub.errors import ChecksumMismatch, DownloadError
 from datasets_hub.loader import Resource
+
+from fixtures.http_server import serve_files
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20

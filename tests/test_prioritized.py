@@ -155,7 +155,7 @@ def test_large_updates_are_vectorised():
 
 # -- through the real buffers ------------------------------------------------------------------------
 def test_tensordict_prioritized_buffer_end_to_end():
-    rbs = pytest.importorskip("datasets_hub.buffers.replay_buffers")
+    from datasets_hub.buffers import replay_buffers as rbs
     from datasets_hub.buffers.storages import LazyTensorStorage
 
     rb = rbs.TensorDictReplayBuffer(

@@ -1,7 +1,7 @@
 """TorchRL interop: ``rb.to_torchrl()`` over the same build, sampled by TorchRL's own samplers.
 
 torchrl is not installed in the main venv (it would downgrade tensordict); run this file with
-``.venv-bench/bin/python -m pytest tests/test_torchrl_interop.py`` (``make test-torchrl``).
+``.venv-bench/bin/python -m pytest tests/test_torchrl.py`` (``make test-torchrl``).
 """
 
 from __future__ import annotations

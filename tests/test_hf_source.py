@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from http_server import point_huggingface_hub_at, serve_files
 
 from datasets_hub import downloader as dl
 from datasets_hub.errors import ChecksumMismatch, DownloadError
 from datasets_hub.hf_source import HFRef, parse_hf_url
 from datasets_hub.loader import Resource
+
+from fixtures.http_server import point_huggingface_hub_at, serve_files
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = "jdvakil/RoboSet_Sim"

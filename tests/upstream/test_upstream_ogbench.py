@@ -1,0 +1,120 @@
+"""The ogbench loader against upstream's own reader, ``ogbench.utils.load_dataset`` (regular and compact forms).
+
+``ogbench`` is installed with ``--no-deps`` (its package ``__init__`` imports the MuJoCo environments, which
+need mujoco and dm_control). The reader module ``ogbench/utils.py`` is loaded from the installed package with
+that ``__init__`` not executed: :func:`upstream_reader` registers an empty ``ogbench`` package pointing at the
+installed directory, so ``ogbench.utils`` and ``ogbench.relabel_utils`` are upstream's files, byte for byte.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared fixture writer
+
+from upstream_ref import upstream_required
+
+from datasets_hub.loader import DatasetSpec, LoaderContext
+from datasets_hub.loaders.ogbench import OGBenchLoader
+
+from fixtures.ogbench_files import write_ogbench
+
+
+def upstream_reader():
+    """``ogbench.utils`` from the installed package, without running ``ogbench/__init__.py``."""
+    spec = importlib.util.find_spec("ogbench")
+    if spec is None or not spec.submodule_search_locations:
+        if upstream_required():
+            pytest.fail("ogbench is not installed in .venv-upstream (tests/upstream/requirements-nodeps.txt)")
+        pytest.skip("ogbench is not installed (run `make test-upstream`)")
+    saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k == "ogbench" or k.startswith("ogbench.")}
+    package = types.ModuleType("ogbench")
+    package.__path__ = list(spec.submodule_search_locations)
+    sys.modules["ogbench"] = package
+    try:
+        return importlib.import_module("ogbench.utils")
+    finally:
+        for k in [k for k in sys.modules if k == "ogbench" or k.startswith("ogbench.")]:
+            sys.modules.pop(k)
+        sys.modules.update(saved)
+
+
+def ours(path: Path, dataset: str) -> dict[str, np.ndarray]:
+    spec = DatasetSpec(id=f"ogbench/{dataset}", loader="ogbench")
+    chunks = list(OGBenchLoader().episodes(spec, {f"{dataset}.npz": path}, LoaderContext(chunk_rows=5)))
+    td = torch.cat(chunks)
+    out = {
+        "observations": td["observation"].numpy(),
+        "next_observations": td["next", "observation"].numpy(),
+        "actions": td["action"].numpy(),
+        "truncated": td["next", "truncated"].numpy().reshape(-1),
+        "episode": td["episode"].numpy(),
+    }
+    for key in ("qpos", "qvel", "button_states"):
+        if ("info", key) in td.keys(include_nested=True):
+            out[key] = td["info", key].numpy()
+    return out
+
+
+CASES = {
+    "regular": ("cube-single-play-v0", {"lengths": [6, 3, 9, 2]}, np.float32, np.float32),
+    "single-row trajectory mid-file": ("scene-play-v0", {"lengths": [4, 0, 5]}, np.float32, np.float32),
+    "visual": ("visual-cube-single-play-v0", {"lengths": [3, 5], "visual": True, "info": False}, np.uint8, np.float32),
+    "powderworld": (
+        "powderworld-easy-play-v0",
+        {"lengths": [4, 4], "visual": True, "discrete": True, "info": False},
+        np.uint8,
+        np.int32,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_regular_form_matches_upstream(tmp_path, case):
+    utils = upstream_reader()
+    dataset, kwargs, ob_dtype, action_dtype = CASES[case]
+    write_ogbench(tmp_path / f"{dataset}.npz", **kwargs)
+    theirs = utils.load_dataset(
+        str(tmp_path / f"{dataset}.npz"), ob_dtype=ob_dtype, action_dtype=action_dtype, add_info=True
+    )
+    mine = ours(tmp_path / f"{dataset}.npz", dataset)
+    np.testing.assert_array_equal(mine["observations"], theirs["observations"])
+    np.testing.assert_array_equal(mine["next_observations"], theirs["next_observations"])
+    np.testing.assert_array_equal(mine["actions"], theirs["actions"])
+    # upstream's regular `terminals` mark each trajectory's last transition: our truncated flags
+    np.testing.assert_array_equal(mine["truncated"], theirs["terminals"] > 0)
+    for key in ("qpos", "qvel", "button_states"):
+        if key in theirs:
+            np.testing.assert_array_equal(mine[key], theirs[key])
+    assert mine["observations"].dtype == theirs["observations"].dtype
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compact_form_matches_upstream(tmp_path, case):
+    utils = upstream_reader()
+    dataset, kwargs, ob_dtype, action_dtype = CASES[case]
+    write_ogbench(tmp_path / f"{dataset}.npz", **kwargs)
+    theirs = utils.load_dataset(
+        str(tmp_path / f"{dataset}.npz"), ob_dtype=ob_dtype, action_dtype=action_dtype, compact_dataset=True
+    )
+    mine = ours(tmp_path / f"{dataset}.npz", dataset)
+    valid = np.flatnonzero(theirs["valids"] > 0)  # rows with a next observation: our transitions, in order
+    np.testing.assert_array_equal(mine["observations"], theirs["observations"][valid])
+    np.testing.assert_array_equal(mine["next_observations"], theirs["observations"][valid + 1])
+    np.testing.assert_array_equal(mine["actions"], theirs["actions"][valid])
+    # compact `terminals` mark each trajectory's last transition (and its final row)
+    np.testing.assert_array_equal(mine["truncated"], theirs["terminals"][valid] > 0)
+    # every compact row that is not valid is a final observation: the last next observation of an episode
+    final = np.flatnonzero(theirs["valids"] == 0)
+    ends = np.flatnonzero(mine["truncated"])
+    single_row = [r for r in final if r == 0 or theirs["valids"][r - 1] == 0]  # trajectories without transitions
+    kept = [r for r in final if r not in single_row]
+    np.testing.assert_array_equal(mine["next_observations"][ends], theirs["observations"][kept])
