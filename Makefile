@@ -19,7 +19,7 @@ UPSTREAM_PY := $(UPSTREAM_VENV)/bin/python
 UPSTREAM_REQS := tests/upstream/requirements.txt tests/upstream/requirements-nodeps.txt
 UPSTREAM_STAMP := $(UPSTREAM_VENV)/.installed-$(shell cat pyproject.toml constraints.txt $(UPSTREAM_REQS) | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
+.PHONY: demo examples test test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ install: $(STAMP)
 
 demo: install
 	$(PY) examples/demo.py
+
+# Ported training loops (replay-buffer code of TorchRL scripts on the local gym data, no network; < 1 min).
+examples: install
+	$(PY) examples/sac_ndim2.py
 
 test: install
 	$(PY) -m pytest -q -m "not ray and not slow and not upstream"
@@ -53,14 +57,14 @@ test-torchrl: bench-install
 
 $(UPSTREAM_PY):
 	$(PYTHON) -m venv $(UPSTREAM_VENV)
-	$(UPSTREAM_PY) -m pip install --upgrade pip
+	$(UPSTREAM_PY) -m pip install -q --upgrade pip
 
 # One resolution for everything (so pins agree), torch held to the CPU wheel by constraints.txt;
 # then the packages whose declared dependencies would pull old pins or a CUDA build, --no-deps.
 $(UPSTREAM_STAMP): $(UPSTREAM_PY) pyproject.toml constraints.txt $(UPSTREAM_REQS)
-	$(UPSTREAM_PY) -m pip install --constraint constraints.txt torch==2.13.0
-	$(UPSTREAM_PY) -m pip install --constraint constraints.txt -e '.[test,openx]' -r tests/upstream/requirements.txt
-	$(UPSTREAM_PY) -m pip install --constraint constraints.txt --no-deps -r tests/upstream/requirements-nodeps.txt
+	$(UPSTREAM_PY) -m pip install -q --constraint constraints.txt torch==2.13.0
+	$(UPSTREAM_PY) -m pip install -q --constraint constraints.txt -e '.[test,openx]' -r tests/upstream/requirements.txt
+	$(UPSTREAM_PY) -m pip install -q --constraint constraints.txt --no-deps -r tests/upstream/requirements-nodeps.txt
 	rm -f $(UPSTREAM_VENV)/.installed-* && touch $@
 
 upstream-install: $(UPSTREAM_STAMP)
@@ -88,6 +92,7 @@ bench: bench-install
 	$(BENCH_PY) benchmarks/images.py
 	$(BENCH_PY) benchmarks/goals.py
 	$(BENCH_PY) benchmarks/ogbench_build.py
+	$(BENCH_PY) benchmarks/replay_features.py
 
 # LeRobot's own reader (lerobot 0.4.4, which pins torch<2.11) in a venv of its own: installed with
 # --no-deps next to our CPU torch, plus what its dataset module imports; torchcodec decodes with the

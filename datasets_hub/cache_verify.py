@@ -244,6 +244,38 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
     )
 
 
+def _verify_preprocessed(build: Path, result: VerifyResult) -> None:
+    """Every published preprocessing result of ``build``: manifest, paths, sizes, recorded sha256."""
+    from datasets_hub.build_checks import check_preprocessed
+    from datasets_hub.cache import cache_root, manifest_or_problem
+
+    parent = cache_root() / "preprocessed" / build.name
+    if not parent.is_dir():
+        return
+    for variant in sorted(p for p in parent.iterdir() if p.is_dir() and (p / MANIFEST).is_file()):
+        manifest, problem = manifest_or_problem(variant)
+        if manifest is None:
+            result.problems.append(f"{variant}: {problem}")
+            continue
+        try:
+            columns = check_preprocessed(variant, manifest)
+        except CacheError as exc:
+            result.problems.append(str(exc))
+            continue
+        for name, (_dtype, _shape, path) in sorted(columns.items()):
+            reference = (manifest["schema"][name] or {}).get("sha256")
+            if not reference or not path.exists():
+                continue
+            digest = sha256_file(path)
+            if digest != reference:
+                result.problems.append(f"{path}: sha256 {digest} does not match the preprocessing manifest's "
+                                       f"{reference}; the result was modified or damaged: `datasets-hub cache rm "
+                                       f"{build.name}/{variant.name}` and preprocess again")  # fmt: skip
+            else:
+                result.checked.append(f"{path}: ok")
+        result.checked.append(f"{variant}: preprocessing result consistent")
+
+
 def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool = True) -> VerifyResult:
     """Check one build directory (and, with ``raw``, the raw files its manifest names)."""
     build = Path(build)
@@ -252,6 +284,7 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
         raise CacheError(f"{build} holds no complete build (no {MANIFEST})")
     result = result or VerifyResult(str(manifest.get("id", build)))
     _verify_manifest(build, manifest, result)
+    _verify_preprocessed(build, result)
     for name, entry in sorted((manifest.get("schema") or {}).items()):
         _verify_data_file(build, name, entry, result)
     if raw:

@@ -7,7 +7,6 @@ Observation-like keys are stored once per episode with T+1 rows; ``observation[t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,8 @@ from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.build_checks import check_build, leaf_path
+from datasets_hub.cache import read_manifest
 from datasets_hub.errors import CacheError
 
 Key = tuple[str, ...]
@@ -70,14 +71,15 @@ class DatasetStorage(Storage):
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            self.manifest = json.loads((self.path / "manifest.json").read_text())
-        except FileNotFoundError as exc:
-            raise CacheError(f"{self.path} holds no complete build (no manifest.json); load the dataset again") from exc
-        data = self.path / "data"
+        manifest = read_manifest(self.path)  # an empty, cut or non-object manifest: a CacheError naming the fix
+        if manifest is None:
+            raise CacheError(f"{self.path} holds no complete build (no manifest.json); load the dataset again")
+        self.manifest = manifest
+        # cheap open-time checks (manifest hash, schema, paths, sizes, episode index); data hashes are `verify`'s
+        checked = check_build(self.path, manifest)
         columns: dict[str, torch.Tensor] = {}
-        for name, spec in self.manifest["schema"].items():
-            columns[name] = _open_leaf(data / (name + ".memmap"), spec["dtype"], spec["shape"], spec["rows"])
+        for name, (dtype, shape, rows) in checked.items():
+            columns[name] = _open_leaf(leaf_path(self.path, name, self.path), dtype, list(shape), rows)
         layout = self.manifest["layout"]
         split = {tuple(k.split("/")) for k in layout["next_stored_per_step"]}
         self._obs: list[tuple[Key, np.ndarray, bool]] = [

@@ -85,7 +85,9 @@ class WorkerWatch:
     def __init__(
         self, ctx: Any, fn_name: str, *, heartbeat: float | None = None, chunk_timeout: float | None = None
     ) -> None:
-        self.queue = ctx.Queue()
+        # SimpleQueue: put() writes to the pipe at once (a Queue's feeder thread would be frozen by a
+        # SIGSTOP with the worker's last message still unsent)
+        self.queue = ctx.SimpleQueue()
         self.fn_name = fn_name
         self.heartbeat = heartbeat or _seconds("DATASETS_HUB_PREPROCESS_HEARTBEAT", 30.0)
         self.chunk_timeout = chunk_timeout or _seconds("DATASETS_HUB_PREPROCESS_TIMEOUT", 3600.0)
@@ -93,13 +95,13 @@ class WorkerWatch:
         self.running: dict[int, tuple[int, int, float]] = {}
 
     def _drain(self) -> None:
-        import queue as queue_module
-
         now = time.monotonic()
         while True:
             try:
-                kind, pid, start, stop = self.queue.get_nowait()
-            except (queue_module.Empty, OSError, ValueError, EOFError):
+                if self.queue.empty():
+                    return
+                kind, pid, start, stop = self.queue.get()
+            except (OSError, ValueError, EOFError):
                 return
             self.seen[pid] = now
             if kind == "chunk":
@@ -109,7 +111,9 @@ class WorkerWatch:
         """Raise :class:`PreprocessError` (after killing the workers) when one is stopped or stuck."""
         self._drain()
         now = time.monotonic()
-        for pid, last in self.seen.items():
+        # a stopped worker first: the others may only be waiting on it (the queue's write lock)
+        order = sorted(self.seen.items(), key=lambda item: not _state(item[0]).startswith("stopped"))
+        for pid, last in order:
             chunk = self.running.get(pid)
             where = f" on transitions [{chunk[0]}, {chunk[1]})" if chunk else ""
             if now - last > self.heartbeat:
@@ -145,4 +149,3 @@ class WorkerWatch:
 
     def close(self) -> None:
         self.queue.close()
-        self.queue.cancel_join_thread()

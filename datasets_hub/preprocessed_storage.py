@@ -19,6 +19,7 @@ from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.tensor_storages import TensorStorage
+from datasets_hub.build_checks import check_preprocessed
 from datasets_hub.cache import read_manifest
 from datasets_hub.errors import CacheError
 
@@ -77,6 +78,7 @@ class PreprocessedStorage(TensorStorage):
         self.manifest = read_manifest(self.path)
         if self.manifest is None or self.manifest.get("format") != FORMAT:
             raise CacheError(f"{self.path} holds no complete preprocessing result (no manifest.json); preprocess again")
+        check_preprocessed(self.path, self.manifest)  # paths inside the result, sizes: before any mmap
         leaves = _open_schema(self.path, self.manifest, "c")
         n = int(self.manifest["counts"]["transitions"])
         super().__init__(TensorDict(_nest(leaves), batch_size=[n]))

@@ -460,3 +460,73 @@ def test_items_can_be_whole_trajectories():
     s = rb.sample()
     assert s.batch_size == (3, 5) and s["index"].shape == (3, 5)
     assert (s["obs"][:, 0] == s["index"][:, 0] * 5).all()
+
+
+# -- TorchRL's constructor keywords (issue 19) ------------------------------------------------------
+
+
+def test_pin_memory_is_refused_without_a_cuda_device():
+    if torch.cuda.is_available():
+        rb = ReplayBuffer(storage=LazyTensorStorage(8), pin_memory=True, batch_size=2)
+        rb.extend(torch.arange(8.0))
+        assert rb.sample().is_pinned()
+    else:
+        with pytest.raises(RuntimeError, match="pin_memory"):
+            ReplayBuffer(pin_memory=True)
+
+
+def test_delayed_init_builds_components_at_first_use_and_accepts_constructors():
+    from datasets_hub.buffers.samplers import SamplerWithoutReplacement
+
+    made = []
+
+    def make_storage():
+        made.append("storage")
+        return LazyTensorStorage(8)
+
+    rb = ReplayBuffer(storage=make_storage, sampler=SamplerWithoutReplacement, batch_size=2, delayed_init=True)
+    assert not rb.initialized and made == []
+    rb.extend(torch.arange(4.0))
+    assert rb.initialized and made == ["storage"]
+    assert isinstance(rb.sampler, SamplerWithoutReplacement)
+    assert sorted(torch.cat([rb.sample(), rb.sample()]).tolist()) == [0.0, 1.0, 2.0, 3.0]
+    eager = ReplayBuffer(storage=make_storage)
+    assert eager.initialized and made == ["storage", "storage"]
+
+
+def test_transform_factory_is_called_once_and_delays_init_by_default():
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return lambda x: x * 2
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(4), transform_factory=factory, batch_size=2)
+    assert not rb.initialized
+    rb.extend(torch.ones(4))
+    assert (rb.sample() == 2).all() and calls == [1]
+    with pytest.raises(TypeError, match="exclusive"):
+        ReplayBuffer(transform=lambda x: x, transform_factory=factory)
+
+
+def test_sampler_without_replacement_without_a_batch_size():
+    from datasets_hub.buffers.samplers import SamplerWithoutReplacement
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(6), sampler=SamplerWithoutReplacement())
+    rb.extend(torch.arange(6.0))
+    seen = torch.cat([rb.sample(4), rb.sample(4)])
+    assert sorted(seen.tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # an epoch, then a short last batch
+    # TorchRL refuses drop_last=True without a buffer batch size; here each call's size decides the cut
+    drop = ReplayBuffer(storage=LazyTensorStorage(6), sampler=SamplerWithoutReplacement(drop_last=True))
+    drop.extend(torch.arange(3.0))
+    assert drop.sample(2).numel() == 2
+    with pytest.raises(ValueError, match="cannot make a batch of 4 from 3 rows"):
+        drop.sample(4)
+
+
+def test_writer_keywords():
+    w = RoundRobinWriter(compilable=True)
+    with pytest.raises(RuntimeError, match="compilable=True"):
+        w.share()
+    with pytest.raises(NotImplementedError, match="track_generations"):
+        RoundRobinWriter(track_generations=True)

@@ -163,13 +163,6 @@ def test_plain_tensor_storage_and_tensor_storage_wrapping():
         TensorStorage(torch.zeros(6), max_size=4)
 
 
-def test_ndim_above_one_is_refused_with_advice():
-    with pytest.raises(NotImplementedError, match="SliceSampler"):
-        LazyMemmapStorage(10, ndim=2)
-    with pytest.raises(NotImplementedError, match="ndim=2"):
-        LazyTensorStorage(10, ndim=2)
-
-
 @pytest.mark.parametrize("make", LAZY)
 def test_get_reads_each_leaf_once(make, tmp_path, monkeypatch):
     s = make(tmp_path)

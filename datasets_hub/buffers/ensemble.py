@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from datasets_hub.buffers.ensemble_parts import SamplerEnsemble, StorageEnsemble, WriterEnsemble
+
 
 def _put(tree: dict, key: Any, value: torch.Tensor) -> None:
     if isinstance(key, str):
@@ -16,6 +18,31 @@ def _put(tree: dict, key: Any, value: torch.Tensor) -> None:
     for part in key[:-1]:
         tree = tree.setdefault(part, {})
     tree[key[-1]] = value
+
+
+def _buffers_from_parts(buffers: tuple, storages: Any, samplers: Any, writers: Any) -> tuple:
+    """One ``ReplayBuffer`` per member of the given part ensembles (TorchRL's second constructor form)."""
+    from datasets_hub.buffers.replay_buffers import ReplayBuffer
+
+    if buffers:
+        raise ValueError("pass either buffers or storages= (with optional samplers=, writers=), not both")
+    members = storages.storages if isinstance(storages, StorageEnsemble) else tuple(storages)
+    n = len(members)
+    samp = samplers.samplers if isinstance(samplers, SamplerEnsemble) else samplers
+    wr = writers.writers if isinstance(writers, WriterEnsemble) else writers
+    for name, parts in (("samplers", samp), ("writers", wr)):
+        if parts is not None and len(parts) != n:
+            raise ValueError(f"{name} has {len(parts)} members for {n} storages: give one per storage")
+    transforms = storages.transforms if isinstance(storages, StorageEnsemble) else [None] * n
+    return tuple(
+        ReplayBuffer(
+            storage=members[i],
+            sampler=None if samp is None else samp[i],
+            writer=None if wr is None else wr[i],
+            transform=transforms[i],
+        )
+        for i in range(n)
+    )
 
 
 def _key_name(key: Any) -> str:
@@ -47,6 +74,9 @@ class ReplayBufferEnsemble:
     def __init__(
         self,
         *buffers: Any,
+        storages: Any = None,
+        samplers: Any = None,
+        writers: Any = None,
         p: Sequence[float] | torch.Tensor | None = None,
         sample_from_all: bool = False,
         num_buffer_sampled: int | None = None,
@@ -56,6 +86,12 @@ class ReplayBufferEnsemble:
     ) -> None:
         if len(buffers) == 1 and isinstance(buffers[0], (list, tuple)):
             buffers = tuple(buffers[0])
+        if storages is not None:
+            buffers = _buffers_from_parts(buffers, storages, samplers, writers)
+        elif samplers is not None or writers is not None:
+            raise ValueError(
+                "samplers= and writers= go with storages=: ReplayBufferEnsemble(storages=StorageEnsemble(...), ...)"
+            )
         if not buffers:
             raise ValueError("ReplayBufferEnsemble needs at least one buffer: ReplayBufferEnsemble(rb0, rb1, ...)")
         for i, rb in enumerate(buffers):
@@ -93,6 +129,28 @@ class ReplayBufferEnsemble:
     def set_rng(self, generator: torch.Generator) -> None:
         """Make ``generator`` the source of the ensemble's buffer choices."""
         self.generator = generator
+
+    # -- parts (TorchRL's StorageEnsemble / SamplerEnsemble / WriterEnsemble) -------------------------
+    @property
+    def storage(self) -> StorageEnsemble:
+        """The members' storages as one :class:`StorageEnsemble` (read with ``(buffer_id, index)``)."""
+        return StorageEnsemble(*[rb.storage for rb in self._buffers])
+
+    @property
+    def sampler(self) -> SamplerEnsemble:
+        """The members' samplers with this ensemble's choice rule (``p``, ``sample_from_all``, ...)."""
+        out = SamplerEnsemble(
+            *[rb.sampler for rb in self._buffers],
+            p=self.p,
+            sample_from_all=self.sample_from_all,
+            num_buffer_sampled=None if self.sample_from_all else self.num_buffer_sampled,
+        )
+        out.generator = self.generator
+        return out
+
+    @property
+    def writer(self) -> WriterEnsemble:
+        return WriterEnsemble(*[rb.writer for rb in self._buffers])
 
     # -- container -----------------------------------------------------------------------------------
     def __len__(self) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensorclass
 
+from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.prioritized import as_index
 from datasets_hub.buffers.samplers import RandomSampler, Sampler
 from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, _write_json
@@ -30,12 +31,13 @@ from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWrite
 
 _FORMAT = "datasets_hub.replay_buffer"
 _REDUCTIONS = ("max", "min", "sum", "mean", "median")
+_COMPONENTS = ("_storage", "_sampler", "_writer", "_collate_fn", "_transform", "_dim_extend")
 
 
 def _collate_list(items: list[Any]) -> Any:
     """Default collate of ListStorage samples: stack TensorDicts/tensors, else torch's default_collate."""
-    if not items:
-        return items
+    if not isinstance(items, list) or not items:
+        return items  # a storage that already returns a batch (LazyStackStorage's lazy stack)
     first = items[0]
     if isinstance(first, (TensorDictBase, torch.Tensor)) or is_tensorclass(first):
         try:
@@ -64,28 +66,90 @@ class ReplayBuffer:
     def __init__(
         self,
         *,
-        storage: Storage | None = None,
-        sampler: Sampler | None = None,
-        writer: Writer | None = None,
+        storage: Storage | Callable[[], Storage] | None = None,
+        sampler: Sampler | Callable[[], Sampler] | None = None,
+        writer: Writer | Callable[[], Writer] | None = None,
         collate_fn: Callable | None = None,
-        batch_size: int | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = 0,
         transform: Any = None,
-        prefetch: int = 0,
+        transform_factory: Callable[[], Any] | None = None,
+        batch_size: int | None = None,
+        dim_extend: int | None = None,
+        checkpointer: Any = None,
         generator: torch.Generator | None = None,
         shared: bool = False,
+        compilable: bool | None = None,
+        delayed_init: bool | None = None,
     ) -> None:
-        self._storage = ListStorage(1000) if storage is None else storage
-        self._sampler = RandomSampler() if sampler is None else sampler
-        if writer is None:
-            writer = ImmutableDatasetWriter() if getattr(self._storage, "read_only", False) else RoundRobinWriter()
-        self._writer = writer
-        writer.register_storage(self._storage)
-        if collate_fn is None and isinstance(self._storage, ListStorage):
-            collate_fn = _collate_list
-        self._collate_fn = collate_fn
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
         self._batch_size = batch_size
+        prefetch = 0 if prefetch is None else prefetch
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0 (batches kept in flight), got {prefetch!r}")
+        self._prefetch = prefetch
+        if dim_extend is not None and (not isinstance(dim_extend, int) or dim_extend < 0):
+            raise ValueError(f"dim_extend must be an int >= 0 (the data dim extend() writes along), got {dim_extend!r}")
+        if pin_memory and not torch.cuda.is_available():
+            raise RuntimeError(
+                "pin_memory=True pins every sample in page-locked memory for fast copies to a CUDA device, "
+                "and this machine has none: drop pin_memory (or move samples with sample().to(device))"
+            )
+        if transform is not None and transform_factory is not None:
+            raise TypeError("transform and transform_factory are exclusive: pass one of them")
+        self._pin_memory = bool(pin_memory)
+        self._compilable = bool(compilable)
+        if self._compilable and shared:
+            raise ValueError("compilable=True keeps the write cursor in plain ints (as TorchRL): it cannot be shared")
+        self._init_threading()
+        self._shared = False
+        self._pending = {
+            "storage": storage,
+            "sampler": sampler,
+            "writer": writer,
+            "collate_fn": collate_fn,
+            "transform": transform,
+            "transform_factory": transform_factory,
+            "dim_extend": dim_extend,
+            "checkpointer": checkpointer,
+            "generator": generator,
+            "shared": shared,
+        }
+        # TorchRL: delayed by default when a transform factory is given
+        self._delayed_init = transform_factory is not None if delayed_init is None else bool(delayed_init)
+        if not self._delayed_init:
+            self._init_components()
+
+    @property
+    def initialized(self) -> bool:
+        """False until the components exist (``delayed_init=True`` builds them at first use)."""
+        return "_pending" not in self.__dict__
+
+    def _init_components(self) -> None:
+        """Build storage, sampler, writer and transform (at construction, or at first use when delayed).
+
+        ``storage``, ``sampler`` and ``writer`` may be given as zero-argument constructors, as in TorchRL.
+        """
+        spec = self.__dict__.pop("_pending")
+        storage, sampler, writer = spec["storage"], spec["sampler"], spec["writer"]
+        storage = storage() if callable(storage) and not isinstance(storage, Storage) else storage
+        sampler = sampler() if callable(sampler) and not isinstance(sampler, Sampler) else sampler
+        writer = writer() if callable(writer) and not isinstance(writer, Writer) else writer
+        self._storage: Storage = ListStorage(1000) if storage is None else storage
+        self._sampler: Sampler = RandomSampler() if sampler is None else sampler
+        if writer is None:
+            if getattr(self._storage, "read_only", False):
+                writer = ImmutableDatasetWriter()
+            else:
+                writer = RoundRobinWriter(compilable=self._compilable)
+        self._writer = writer
+        writer.register_storage(self._storage)
+        collate_fn = spec["collate_fn"]
+        if collate_fn is None and isinstance(self._storage, ListStorage):
+            collate_fn = _collate_list
+        self._collate_fn = collate_fn
+        transform = spec["transform"] if spec["transform_factory"] is None else spec["transform_factory"]()
         if transform is None:
             self._transform = Compose()
         elif isinstance(transform, Compose):
@@ -93,15 +157,32 @@ class ReplayBuffer:
         else:
             self._transform = Compose(transform)
         self._bind(self._transform)
-        if not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0 (batches kept in flight), got {prefetch!r}")
-        self._prefetch = prefetch
-        self._init_threading()
-        if generator is not None:
-            self.set_rng(generator)
-        self._shared = False
-        if shared:
+        ndim = getattr(self._storage, "ndim", 1)
+        dim_extend = spec["dim_extend"]
+        self._dim_extend = ndim - 1 if dim_extend is None else dim_extend
+        if self._dim_extend and ndim == 1:
+            raise ValueError(
+                f"dim_extend={dim_extend} writes along a data dim other than the first, which needs a storage "
+                f"with ndim > {dim_extend} (e.g. LazyTensorStorage(max_size, ndim={dim_extend + 1}))"
+            )
+        if spec["checkpointer"] is not None:
+            self._storage.checkpointer = spec["checkpointer"]
+        if spec["generator"] is not None:
+            self.set_rng(spec["generator"])
+        if spec["shared"]:
             self.share()
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for missing attributes: the components of a delayed buffer, built on first use
+        if name in _COMPONENTS and "_pending" in self.__dict__:
+            self._init_components()
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def dim_extend(self) -> int:
+        """The data dim ``extend`` writes along (TorchRL's ``dim_extend``; default ``storage.ndim - 1``)."""
+        return self._dim_extend
 
     def _init_threading(self) -> None:
         self._lock = threading.RLock()
@@ -192,16 +273,39 @@ class ReplayBuffer:
         data = self._inv(data)
         with self._lock:
             index = self._writer.add(data)
-            self._sampler.add(index)
+            if index < 0:  # declined by the writer (TensorDictMaxValueWriter)
+                return index
+            if getattr(self._storage, "ndim", 1) > 1:
+                self._sampler.extend(self._items_of_rows(torch.tensor([index])))
+            else:
+                self._sampler.add(index)
         return index
 
     def extend(self, data: Any) -> torch.Tensor:
-        """Write a batch (leading dim = items; a list at the root is a list of items); returns positions."""
+        """Write a batch (leading dim = items; a list at the root is a list of items); returns positions.
+
+        With a multi-dimensional storage, data dim ``dim_extend`` is the one written along (the others
+        are the storage's trailing dims), and the positions are ``[n_items, ndim]`` tensors of indices.
+        """
         data = self._inv(data)
+        if self._dim_extend:
+            data = mdim.transpose_data(data, self._dim_extend)
         with self._lock:
             index = self._writer.extend(data)
-            self._sampler.extend(index)
+            items = self._items_of_rows(index)
+            if self._writer.may_drop_items:  # -1 marks an item the writer declined
+                self._sampler.extend(items[items >= 0])
+            else:
+                self._sampler.extend(items)
+        if items is not index:
+            return torch.stack(mdim.unravel(items, self._storage.shape), -1)
         return index
+
+    def _items_of_rows(self, rows: Any) -> Any:
+        """Samplers number items; the writer of a multi-dimensional storage returns whole rows."""
+        if getattr(self._storage, "ndim", 1) == 1:
+            return rows
+        return mdim.rows_to_items(torch.as_tensor(rows), self._storage.shape[1:].numel())
 
     def _refuse_if_read_only(self) -> None:
         if isinstance(self._writer, ImmutableDatasetWriter) or getattr(self._storage, "read_only", False):
@@ -211,9 +315,16 @@ class ReplayBuffer:
         """Overwrite items in place (``rb[:] = data`` on an empty buffer fills it like ``extend``)."""
         self._refuse_if_read_only()
         data = self._inv(data)
+        if getattr(self._storage, "ndim", 1) > 1 and not (len(self) == 0 and index == slice(None)):
+            with self._lock:  # as TorchRL: index the data in the layout extend() takes
+                full = index if isinstance(index, tuple) else (slice(None),) * self._dim_extend + (index,)
+                self._storage.set(full, mdim.transpose_data(data, self._dim_extend))
+            return
         with self._lock:
             if len(self) == 0 and isinstance(index, slice) and index == slice(None):
-                self._sampler.extend(self._writer.extend(data))
+                if self._dim_extend:
+                    data = mdim.transpose_data(data, self._dim_extend)
+                self._sampler.extend(self._items_of_rows(self._writer.extend(data)))
                 return
             index = self._check_index(index)
             if isinstance(index, slice) and hasattr(self._storage, "_num_items"):
@@ -229,6 +340,11 @@ class ReplayBuffer:
         unchanged otherwise; returns the positions written.
         """
         self._refuse_if_read_only()
+        if getattr(self._storage, "ndim", 1) > 1:
+            raise NotImplementedError(
+                "write_all on a multi-dimensional storage is not supported: overwrite rows with rb[idx] = data "
+                "(indexed in the layout extend() takes)"
+            )
         with self._lock:
             if len(self) == 0:
                 if end is not None:
@@ -272,12 +388,26 @@ class ReplayBuffer:
         """``rb[i]`` one item, ``rb[a:b]``/``rb[tensor]`` a batch, ``rb["key"]`` one column of ``rb[:]``."""
         if isinstance(index, str) or (isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)):
             return self[:][index]
+        if getattr(self._storage, "ndim", 1) > 1:
+            return self._fwd(self._get_md(index))
         with self._lock:
             index = self._check_index(index)
             data = self._storage.get(index)
         if not isinstance(index, int) and self._collate_fn is not None:
             data = self._collate_fn(data)
         return self._fwd(data)
+
+    def _get_md(self, index: Any) -> Any:
+        """``rb[idx]`` on a multi-dimensional storage, as TorchRL: the storage read as the data was
+        given to ``extend`` (dim ``dim_extend`` back in place), then indexed along its first dim."""
+        if isinstance(index, tuple):
+            return self[:][index]
+        if isinstance(index, list):
+            index = torch.as_tensor(index)
+        full = (slice(None),) * self._dim_extend + (index,)
+        with self._lock:
+            data = self._storage.get(full)
+        return mdim.transpose_data(data, self._dim_extend) if data.ndim > self._dim_extend else data
 
     def read_all_in_order(self, end: int | None = None) -> Any:
         """Every item oldest first (the first ``end`` of them), raw from storage (no transforms).
@@ -294,20 +424,30 @@ class ReplayBuffer:
                 data = self._storage.get(slice(first, first + n))
             else:
                 data = self._storage.get(order)
+        if self._dim_extend:
+            data = mdim.transpose_data(data, self._dim_extend)
         if self._collate_fn is not None:
             data = self._collate_fn(data)
         return data
 
-    def _gather(self, index: torch.Tensor, info: dict[str, Any]) -> Any:
-        data = self._storage.get(index)
+    def _gather(self, index: torch.Tensor, info: dict[str, Any], items: torch.Tensor | None = None) -> Any:
+        """Read the sampled ``index``; ``items`` are the sampler's flat positions on a multi-dim storage."""
+        data = self._storage.get(index) if items is None else self._storage.get_items(items)
         return self._collate_fn(data) if self._collate_fn is not None else data
 
     def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
         """Draw and gather one batch; callers hold the lock."""
-        index, info = self._sampler.sample(self._storage, batch_size)
+        drawn, info = self._sampler.sample(self._storage, batch_size)
+        index: Any = drawn
         ran_out = self._sampler.ran_out
+        items = None
+        if getattr(self._storage, "ndim", 1) > 1:  # items -> (t, e, ...) as TorchRL reports them
+            items, index = index, mdim.unravel(index, self._storage.shape)
         info = {**info, "index": index}
-        return self._gather(index, info), info, ran_out
+        data = self._gather(index, info, items)
+        if self._pin_memory:
+            data = data.pin_memory()
+        return data, info, ran_out
 
     def _job(self, batch_size: int, ticket: int) -> tuple[Any, dict[str, Any], bool]:
         with self._cond:
@@ -327,6 +467,9 @@ class ReplayBuffer:
             return t
 
     def _draw(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
+        if self._compilable and torch.compiler.is_compiling():
+            data, info, ran_out = self._sample_now(batch_size)  # no lock: dynamo cannot trace one
+            return self._fwd(data), info, ran_out
         if not self._prefetch:
             with self._lock:
                 data, info, ran_out = self._sample_now(batch_size)
@@ -397,7 +540,15 @@ class ReplayBuffer:
 
     # -- priorities ------------------------------------------------------------------------------
     def update_priority(self, index: Any, priority: Any) -> None:
-        """Set the priorities of the items at ``index`` (prioritized samplers only)."""
+        """Set the priorities of the items at ``index`` (prioritized samplers only).
+
+        On a multi-dimensional storage ``index`` is what samples carry: a tuple of ``ndim`` tensors or
+        a ``[B, ndim]`` tensor."""
+        if getattr(self._storage, "ndim", 1) > 1:
+            index = mdim.ravel(index, self._storage.shape)
+            priority = torch.as_tensor(priority)
+            if self._dim_extend and priority.ndim > 1:  # given in the layout extend() takes
+                priority = mdim.transpose_data(priority, self._dim_extend).reshape(-1)
         if not isinstance(index, int) or isinstance(index, bool):
             index = as_index(index).reshape(-1)  # a float index is an error, never truncated to a row
         with self._lock:
@@ -431,11 +582,8 @@ class ReplayBuffer:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            dump = getattr(self._storage, "dumps", None)
-            if dump is not None:
-                dump(path / "storage")
-            elif not getattr(self._storage, "read_only", False):
-                raise TypeError(f"{type(self._storage).__name__} cannot be dumped (it has no dumps method)")
+            if not getattr(self._storage, "read_only", False):  # read-only builds are not copied
+                self._storage.dumps(path / "storage")  # with the storage's checkpointer
             torch.save(self._sampler.state_dict(), path / "sampler.pt")
             gen = self._sampler.generator
             if gen is not None:
@@ -474,7 +622,7 @@ class ReplayBuffer:
                 )
         self._drain()
         with self._lock:
-            if (path / "storage").exists():
+            if (path / "storage").exists() and not getattr(self._storage, "read_only", False):
                 self._storage.loads(path / "storage")
             self._sampler.load_state_dict(torch.load(path / "sampler.pt", weights_only=True))
             gen = self._sampler.generator
@@ -560,14 +708,21 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def priority_key(self) -> str | tuple[str, ...]:
         return self._priority_key
 
-    def _gather(self, index: torch.Tensor, info: dict[str, Any]) -> Any:
-        n = index.shape[0] if index.ndim else None
+    def _gather(self, index: torch.Tensor, info: dict[str, Any], items: torch.Tensor | None = None) -> Any:
+        if isinstance(index, tuple):  # a multi-dimensional storage: (t, e, ...) of each item
+            n = index[0].shape[0]
+            info = {**info, "index": torch.stack(index, -1)}
+            if items is not None:
+                index = items  # the same items, flat: one read per leaf, no index conversion
+        else:
+            n = index.shape[0] if index.ndim else None
         extra = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == n}
         storage = self._storage
         if (
             getattr(storage, "_kind", None) == "td"
             and not storage._row_batch
             and storage._plain
+            and isinstance(index, torch.Tensor)
             and index.ndim == 1
             and index.dtype == torch.int64
         ):
@@ -637,7 +792,15 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if priority is None:
             return
         priority = priority.reshape(1, *priority.shape) if single else priority
+        if getattr(self._storage, "ndim", 1) > 1:
+            raise NotImplementedError(
+                f"priorities in the data ({self._priority_key!r}) on a multi-dimensional storage are not supported: "
+                "extend without them, then call update_priority(index, priority) with the returned index"
+            )
         priority = _reduce(priority, self._reduction)[-index.numel() :]
+        if self._writer.may_drop_items:  # items a TensorDictMaxValueWriter declined have no row
+            kept = index >= 0
+            index, priority = index[kept], priority[kept]
         self.update_priority(index, priority)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
@@ -656,6 +819,6 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 f"the TensorDict has no {self._priority_key!r} entry (this buffer's priority_key): "
                 "write the new priorities there, e.g. td.set('td_error', loss.detach())"
             )
-        if index.ndim > 1:
+        if index.ndim > 1 and getattr(self._storage, "ndim", 1) == 1:
             index = index.reshape(index.shape[0], -1)[:, 0]
         self.update_priority(index, _reduce(priority.detach(), self._reduction))

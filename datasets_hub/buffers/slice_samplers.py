@@ -29,13 +29,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.prioritized import PrioritizedSampler, as_index, min_tree, sum_tree
 from datasets_hub.buffers.samplers import Sampler
 from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any
-_DEFAULT_TRAJ_KEY = "episode"
+_AUTO_TRAJ_KEYS = ("episode", ("collector", "traj_ids"))
 _DEFAULT_END_KEY = ("next", "done")
 
 
@@ -126,8 +127,6 @@ class SliceSampler(Sampler):
         for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if traj_key is not None and end_key is not None:
-            raise ValueError("pass traj_key (episode ids) or end_key (done flags), not both")
         self.num_slices, self.slice_len = num_slices, slice_len
         self.traj_key, self.end_key = traj_key, end_key
         self.strict_length, self.cache_values = bool(strict_length), bool(cache_values)
@@ -142,6 +141,7 @@ class SliceSampler(Sampler):
         self._done_key_seen: tuple | None = None
         self._masks: dict[tuple[int, int], torch.Tensor] = {}
         self._storage_ref: Any = None  # the storage the cache describes (ids can be reused)
+        self._perm: torch.Tensor | None = None  # position -> item (multi-dimensional storages)
 
     # -- buffer hooks ------------------------------------------------------------------------------
     def add(self, index: int) -> None:
@@ -177,29 +177,77 @@ class SliceSampler(Sampler):
         return batch_size // self.slice_len, self.slice_len
 
     # -- episodes ----------------------------------------------------------------------------------
-    def _derive(self, storage: Storage) -> EpisodeIndex:
-        if self.traj_key is not None or self.end_key is None:
-            key = self.traj_key if self.traj_key is not None else _DEFAULT_TRAJ_KEY
+    def _read(self, storage: Storage, key: NestedKey) -> torch.Tensor:
+        """One flag or id row per position (column-major on a multi-dimensional storage)."""
+        value = storage.read_key(key)
+        value = value.reshape(value.shape[0], -1)
+        return value if self._perm is None else value[self._perm]
+
+    def _derive_starts(self, storage: Storage) -> torch.Tensor:
+        """Bool per position: True where an episode starts.
+
+        ``traj_key`` (default: ``"episode"``, else ``("collector", "traj_ids")``) starts one where the
+        id changes, ``end_key`` (default ``("next", "done")``) one after every set flag. Given both,
+        both cut (TorchRL uses ``traj_key`` and falls back to ``end_key`` when it is absent; we also
+        cut at done flags, so that a slice never crosses one when the ids and the flags disagree).
+        """
+        starts = None
+        keys = [self.traj_key] if self.traj_key is not None else []
+        if self.traj_key is None and self.end_key is None:
+            keys = list(_AUTO_TRAJ_KEYS)
+        for key in keys:
             try:
-                episodes = EpisodeIndex.from_episode_ids(storage.read_key(key))
+                ids = self._read(storage, key)
             except KeyError:
-                if self.traj_key is not None:
+                if self.traj_key is not None and self.end_key is None:
                     raise KeyError(
                         f"traj_key {key!r} is not in the stored data: pass the key holding episode ids, "
                         "or end_key=('next', 'done') to cut episodes at done flags"
                     ) from None
-                episodes = None
-            if episodes is not None:
-                return episodes
+                continue
+            starts = torch.ones(ids.shape[0], dtype=torch.bool)
+            starts[1:] = (ids[1:] != ids[:-1]).any(1)
+            break
+        if starts is not None and self.end_key is None:
+            return starts
         key = self.end_key if self.end_key is not None else _DEFAULT_END_KEY
         try:
-            return EpisodeIndex.from_done(storage.read_key(key))
+            done = self._read(storage, key).to(torch.bool).any(1)
         except KeyError:
+            if starts is not None:
+                return starts  # traj_key found; end_key absent: ids alone
             raise KeyError(
                 f"cannot find episode boundaries: the storage has no episode index and no {key!r} entry"
-                + ("" if self.end_key is not None else f" nor {_DEFAULT_TRAJ_KEY!r}")
+                + ("" if self.end_key is not None else f" nor any of {list(_AUTO_TRAJ_KEYS)}")
                 + ": pass traj_key=<key of episode ids> or end_key=<key of done flags>"
             ) from None
+        after_done = torch.zeros_like(done)
+        after_done[0] = True
+        after_done[1:] = done[:-1]
+        return after_done if starts is None else starts | after_done
+
+    def _derive(self, storage: Storage) -> EpisodeIndex:
+        """Episodes of an online buffer (positions column-major when ``storage.ndim > 1``)."""
+        ndim = getattr(storage, "ndim", 1)
+        rows, per_row = len(storage), 1
+        if ndim > 1:  # each environment's column is its own sequence of time steps
+            rows = storage.len_along_dim0()
+            per_row = len(storage) // max(rows, 1)
+            self._perm = mdim.column_order(rows, per_row)
+        else:
+            self._perm = None
+        n = len(storage)
+        if n == 0:
+            return EpisodeIndex(torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64))
+        starts = self._derive_starts(storage)
+        if ndim > 1:
+            cursor = None if self._write_end is None else self._write_end // per_row
+            start = mdim.column_boundaries(starts, rows, per_row, cursor)
+        else:
+            start = torch.nonzero(starts).reshape(-1)
+        end = torch.cat([start[1:], torch.tensor([n])])
+        episodes = EpisodeIndex(start, end - start)
+        return episodes if ndim > 1 else self._split_at_cursor(episodes, n)
 
     def _split_at_cursor(self, episodes: EpisodeIndex, n: int) -> EpisodeIndex:
         cut = self._write_end
@@ -224,7 +272,9 @@ class SliceSampler(Sampler):
         ref = self._storage_ref
         if key != self._cache_key or ref is None or ref() is not storage or (index is None and not self.cache_values):
             if index is None:
-                index = self._split_at_cursor(self._derive(storage), len(storage))
+                index = self._derive(storage)
+            else:
+                self._perm = None
             self._episodes, self._layouts, self._cache_key = index, {}, key
             self._storage_ref = weakref.ref(storage) if _weakrefable(storage) else (lambda s=storage: s)
             self._done = self._done_key_seen = None
@@ -268,6 +318,8 @@ class SliceSampler(Sampler):
                 not isinstance(done, torch.Tensor) or done.ndim > 2 or (done.ndim == 2 and done.shape[1] != 1)
             ):
                 done = None  # not one flag per row (e.g. per-agent flags): done = truncated then
+            if done is not None and self._perm is not None:
+                done = done[self._perm]  # positions are column-major on a multi-dimensional storage
             self._done = done
             self._done_np = None
             if done is not None and type(done) is torch.Tensor and done.device.type == "cpu":
@@ -348,6 +400,15 @@ class SliceSampler(Sampler):
         return index, {self.truncated_key: truncated, self.done_key: done}
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """``(index, info)``: items of ``num_slices`` slices (on a multi-dimensional storage, each slice
+        lies in one environment's column; positions are mapped back to items here)."""
+        index, info = self._sample_positions(storage, batch_size)
+        perm = self._perm
+        if perm is not None:
+            index = perm[index]
+        return index, info
+
+    def _sample_positions(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         num_slices, slice_len = self._shape(batch_size)
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
@@ -457,7 +518,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     def _signature(self, storage: Storage, slice_len: int) -> tuple:
         return (storage.write_version, len(storage), self._write_end, slice_len)
 
-    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _sample_positions(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         num_slices, slice_len = self._shape(batch_size)
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
@@ -603,6 +664,11 @@ class PrioritizedSliceSampler(SliceSampler):
         return self._prio.priorities(index)
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        if getattr(storage, "ndim", 1) > 1:
+            raise NotImplementedError(
+                "PrioritizedSliceSampler on a multi-dimensional storage is not supported: use SliceSampler "
+                "(uniform slices within each environment's column), or PrioritizedSampler for transitions"
+            )
         num_slices, slice_len = self._shape(batch_size)
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")

@@ -60,6 +60,52 @@ class Storage:
     def __setitem__(self, index: Any, data: Any) -> None:
         self.set(index, data)
 
+    ndim: int = 1  # dims counted in the capacity (TorchRL's ``ndim``; see multidim.py)
+    _checkpointer: Any = None
+
+    @property
+    def checkpointer(self) -> Any:
+        """How ``dumps``/``loads`` write this storage (see ``checkpointers.py``); settable, as in TorchRL."""
+        if self._checkpointer is None:
+            self._checkpointer = self._default_checkpointer()
+        return self._checkpointer
+
+    @checkpointer.setter
+    def checkpointer(self, value: Any) -> None:
+        from datasets_hub.buffers.checkpointers import as_checkpointer
+
+        self._checkpointer = None if value is None else as_checkpointer(value)
+
+    def _default_checkpointer(self) -> Any:
+        from datasets_hub.buffers.checkpointers import TensorStorageCheckpointer
+
+        return TensorStorageCheckpointer()
+
+    def dumps(self, path: str | Path) -> None:
+        """Write the storage under the directory ``path`` with its ``checkpointer``."""
+        self.checkpointer.dumps(self, path)
+
+    def loads(self, path: str | Path) -> None:
+        """Restore what :meth:`dumps` wrote (with the same kind of checkpointer)."""
+        self.checkpointer.loads(self, path)
+
+    def len_along_dim0(self) -> int:
+        """Rows written along dim 0; ``len(self)`` when ``ndim == 1``."""
+        return len(self)
+
+    @property
+    def shape(self) -> torch.Size:
+        """``[capacity along dim 0, *trailing dims]`` (``[max_size]`` when ``ndim == 1``)."""
+        return torch.Size([self.max_size])
+
+    def get_items(self, items: torch.Tensor) -> Any:
+        """Items by flat position (what samplers draw; time-major when ``ndim > 1``)."""
+        return self.get(items)
+
+    def max_size_along_dim0(self, data: Any = None, batched: bool = True) -> int:
+        """Capacity along dim 0 (writers cycle over it); ``max_size`` when ``ndim == 1``."""
+        return self.max_size
+
     def episode_index(self) -> EpisodeIndex | None:
         return None
 
@@ -167,8 +213,13 @@ class ListStorage(Storage):
     (the buffer collates it). Writing at ``len(storage)`` appends; beyond it is an error.
     """
 
-    def __init__(self, max_size: int = 1000) -> None:
+    def __init__(self, max_size: int | None = 1000, *, compilable: bool = False, device: Any = None) -> None:
+        if device is not None and torch.device(device).type != "cpu":
+            raise NotImplementedError(f"device={device!r}: ListStorage keeps Python objects in host memory")
+        if max_size is None:  # TorchRL: no bound
+            max_size = 2**63 - 1
         super().__init__(max_size)
+        self.compilable = bool(compilable)  # a Python list: nothing to share, nothing to change for compile
         self._storage: list[Any] = []
 
     def __len__(self) -> int:
@@ -235,20 +286,10 @@ class ListStorage(Storage):
         self._storage = items
         self._bump_version()
 
-    def dumps(self, path: str | Path) -> None:
-        """Save the items with ``torch.save`` (tensors, numbers, strings, containers, TensorDicts)."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        torch.save(self.state_dict(), path / "items.pt")
-        _write_json(
-            path / "storage.json",
-            {"format": _FORMAT, "version": 1, "class": "ListStorage", "len": len(self), "max_size": self.max_size},
-        )
+    def _default_checkpointer(self) -> Any:
+        from datasets_hub.buffers.checkpointers import ListStorageCheckpointer
 
-    def loads(self, path: str | Path) -> None:
-        path = Path(path)
-        _check_meta(path, "ListStorage")
-        self.load_state_dict(torch.load(path / "items.pt", weights_only=True))
+        return ListStorageCheckpointer()  # the items with torch.save (tensors, numbers, strings, TensorDicts)
 
 
 def _encode_item(x: Any) -> Any:
@@ -302,6 +343,10 @@ _TENSOR_STORAGES = ("TensorStorage", "LazyTensorStorage", "LazyMemmapStorage")
 def __getattr__(name: str) -> Any:
     """``TensorStorage``, ``LazyTensorStorage`` and ``LazyMemmapStorage`` live in tensor_storages.py
     (which imports this module); they are re-exported here on first use."""
+    if name == "LazyMemmapStorage":
+        from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
+
+        return LazyMemmapStorage
     if name in _TENSOR_STORAGES:
         from datasets_hub.buffers import tensor_storages
 

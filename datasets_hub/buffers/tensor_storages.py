@@ -1,27 +1,22 @@
 """Tensor storages: every leaf is one preallocated tensor ``[max_size, *row_shape]``.
 
 ``TensorStorage`` wraps given tensors; ``LazyTensorStorage`` allocates RAM from the first write;
-``LazyMemmapStorage`` allocates memory-mapped files. Data kinds: plain tensors, TensorDicts,
+``LazyMemmapStorage`` (in ``memmap_storage.py``) allocates memory-mapped files. Data kinds: plain tensors, TensorDicts,
 tensorclasses and PyTrees (nested dicts/tuples/lists of tensors).
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
-import weakref
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
+from torch.utils import _pytree
 
-from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, reserve_files
+from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.shared_counters import SharedCounters
-from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index, _check_meta, _write_json
+from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index
 
 _NUMPY_DTYPES = {
     torch.float16,
@@ -153,6 +148,42 @@ def _flatten_pytree(data: Any, batched: bool) -> tuple:
     return "pytree", keys, leaves, spec, ()
 
 
+def _check_device(device: Any) -> None:
+    if device is not None and device != "auto" and torch.device(device).type == "cpu":
+        return
+    raise NotImplementedError(
+        f"device={device!r}: storages hold data on the CPU; move samples with sample().to(device)"
+    )
+
+
+def _split_env(
+    leaves: list[torch.Tensor], row_batch: tuple, ndim: int, batched: bool
+) -> tuple[tuple[int, ...], list[torch.Tensor], tuple]:
+    """Split the trailing storage dims (``ndim - 1`` after the leading one) off the leaves.
+
+    Returns ``(env_shape, leaves flattened to [items, *row], row_batch without those dims)``.
+    """
+    lead = 1 if batched else 0
+    k = ndim - 1
+    if row_batch or not leaves:
+        if len(row_batch) < k:
+            raise ValueError(
+                f"a storage with ndim={ndim} needs data with at least {k + lead} batch dims, got "
+                f"batch_size={[*([leaves[0].shape[0]] if batched and leaves else []), *row_batch]}: "
+                "give the data its environment dims (e.g. [T, n_envs]) or use ndim=1"
+            )
+        env = tuple(row_batch[:k])
+    else:
+        shapes = {tuple(t.shape[lead : lead + k]) for t in leaves}
+        env = next(iter(shapes))
+        if len(shapes) != 1 or len(env) < k:
+            raise ValueError(
+                f"a storage with ndim={ndim} needs every leaf to share its first {k + lead} dims, got {shapes}"
+            )
+    flat = [t.reshape(-1, *t.shape[lead + k :]) for t in leaves]
+    return env, flat, tuple(row_batch[k:])
+
+
 class TensorStorage(SharedCounters, Storage):
     """Preallocated tensor storage over a tensor, TensorDict, tensorclass or PyTree of tensors.
 
@@ -163,19 +194,24 @@ class TensorStorage(SharedCounters, Storage):
     Slice reads (``storage[a:b]``) are zero-copy views: write through the buffer, not through them.
     """
 
-    def __init__(self, storage: Any = None, max_size: int | None = None, *, ndim: int = 1, device: Any = None) -> None:
-        if device is not None and torch.device(device).type != "cpu":
-            raise NotImplementedError(
-                f"device={device!r}: storages hold data on the CPU; move samples with sample().to(device)"
-            )
-        if ndim != 1:
-            raise NotImplementedError(
-                f"ndim={ndim} is not supported: store transitions flat (ndim=1, e.g. td.reshape(-1)) and "
-                "sample sub-trajectories with SliceSampler, which reads episode boundaries"
-            )
+    def __init__(
+        self,
+        storage: Any = None,
+        max_size: int | None = None,
+        *,
+        device: Any = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+    ) -> None:
+        _check_device(device)
+        if not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1:
+            raise ValueError(f"ndim must be an int >= 1 (dims counted in the capacity), got {ndim!r}")
         if storage is None and max_size is None:
             raise ValueError("TensorStorage needs data to wrap (or use LazyTensorStorage(max_size))")
-        self._init_counters(2)  # [len, write_version]
+        self.ndim = ndim
+        self._compilable = bool(compilable)
+        self._env: tuple[int, ...] = ()  # dims 1..ndim-1, known from the first write
+        self._init_counters(2, plain=self._compilable)  # [len (items), write_version]
         self._kind: str | None = None
         self._keys: list[tuple[str, ...]] = []
         self._schema: list[tuple[tuple[int, ...], torch.dtype]] = []
@@ -187,14 +223,52 @@ class TensorStorage(SharedCounters, Storage):
         self._shared = False
         if storage is not None:
             kind, keys, leaves, meta, row_batch = _flatten(storage, batched=True)
-            n = leaves[0].shape[0] if leaves[0].ndim else 0
+            if not leaves:  # a TensorDict without entries: only its batch size
+                n = int(storage.batch_size[0])
+            else:
+                n = leaves[0].shape[0] if leaves[0].ndim else 0
+            if ndim > 1:
+                env, leaves, row_batch = _split_env(leaves, row_batch, ndim, batched=True)
+                self._env = env
+                n *= mdim.prod(env)
             if max_size is not None and int(max_size) != n:
-                raise ValueError(f"max_size={max_size} but the data has {n} rows along its first dim")
+                raise ValueError(f"max_size={max_size} but the data holds {n} items along its first {ndim} dim(s)")
             max_size = n
         super().__init__(max_size)
         if storage is not None:
             self._attach(kind, keys, leaves, meta, row_batch)
             self._counts[0] = self.max_size
+
+    @property
+    def compilable(self) -> bool:
+        return self._compilable
+
+    @property
+    def shape(self) -> torch.Size:
+        """``[capacity along dim 0, *trailing dims]`` (TorchRL's ``storage.shape``); known once allocated."""
+        if self.ndim > 1 and not self.initialized:
+            raise RuntimeError("the shape of a multi-dimensional storage is known from its first write")
+        return torch.Size([self.max_size // self._per_row, *self._env])
+
+    @property
+    def _per_row(self) -> int:
+        return mdim.prod(self._env) if self.ndim > 1 else 1
+
+    def len_along_dim0(self) -> int:
+        """Rows written along dim 0 (``len(storage)`` counts items: rows times trailing dims)."""
+        return len(self) // self._per_row if self.ndim > 1 else len(self)
+
+    def max_size_along_dim0(self, data: Any = None, batched: bool = True) -> int:
+        """Capacity along dim 0; before the first write, computed from ``data``'s trailing dims."""
+        if self.ndim == 1:
+            return self.max_size
+        if self.initialized:
+            return self.max_size // self._per_row
+        if data is None:
+            raise RuntimeError("the capacity along dim 0 of a multi-dimensional storage is known from its first write")
+        _, _, leaves, _, row_batch = _flatten(data, batched)
+        env, _, _ = _split_env(leaves, row_batch, self.ndim, batched)
+        return mdim.rows_capacity(self.max_size, env)
 
     # -- counters (a numpy view of a tensor, so ``share()`` can put them in shared memory) -------
     @property
@@ -268,20 +342,57 @@ class TensorStorage(SharedCounters, Storage):
 
     # -- reads -----------------------------------------------------------------------------------
     def get(self, index: Any) -> Any:
+        """Items at ``index``. With ``ndim > 1``, ints, slices and tensors index dim 0 (whole rows),
+        a tuple indexes several dims, and a tuple of ``ndim`` int64 tensors names single items."""
+        if self.ndim > 1:
+            return self._get_md(index)
         if type(index) is not torch.Tensor or index.dtype != torch.int64 or not self._plain:
             return self._get_other(index)
+        return self._gather(index)
+
+    def _gather(self, index: torch.Tensor, extra: dict | None = None) -> Any:
+        """Flat items ``index`` (any shape), one read per leaf."""
         flat = index.reshape(-1)
-        rows = flat.numpy()
-        out = [gather_rows(t, a, flat, rows) for a, t in zip(self._np, self._plain, strict=True)]
+        if self._compilable:  # torch ops only: nothing torch.compile cannot trace
+            out = [torch.index_select(t, 0, flat) for t in self._plain]
+        else:
+            rows = flat.numpy()
+            out = [gather_rows(t, a, flat, rows) for a, t in zip(self._np, self._plain, strict=True)]
         if index.ndim != 1:
             out = [t.reshape(*index.shape, *t.shape[1:]) for t in out]
-        return self._wrap(out, index.shape)
+        return self._wrap(out, index.shape, extra)
+
+    def get_items(self, items: torch.Tensor) -> Any:
+        """Items by flat position (time-major on a multi-dimensional storage: what samplers draw)."""
+        return self._gather(items) if self._plain else self._get_other(items)
 
     def _get_extra(self, index: torch.Tensor, extra: dict) -> TensorDictBase:
         """``get`` for 1-D int64 ``index`` plus ``extra`` entries (key -> tensor) in the same TensorDict."""
-        rows = index.numpy()
-        out = [gather_rows(t, a, index, rows) for a, t in zip(self._np, self._plain, strict=True)]
-        return self._wrap(out, index.shape, extra)
+        return self._gather(index, extra)
+
+    def _get_md(self, index: Any) -> Any:
+        if not self.initialized:
+            self._maybe_attach_shared()
+            if not self.initialized:
+                raise RuntimeError("the storage is empty: write data before reading it")
+        n0 = self.len_along_dim0()
+        if (
+            isinstance(index, tuple)
+            and len(index) == self.ndim
+            and all(type(i) is torch.Tensor and i.dtype == torch.int64 for i in index)
+        ):
+            return self._gather(mdim.ravel(index, (n0, *self._env)))
+        views = [
+            t.view(self.shape[0], *self._env, *shape)[:n0]
+            for t, (shape, _) in zip(self._plain, self._schema, strict=True)
+        ]
+        if isinstance(index, torch.Tensor) and index.dtype == torch.bool and index.ndim == 1:
+            index = torch.nonzero(index).reshape(-1)
+        out = [v[index] for v in views]
+        if not out:
+            return self._wrap([], torch.Size(torch.empty(n0, *self._env)[index].shape))
+        batch = out[0].shape[: out[0].ndim - len(self._schema[0][0])]
+        return self._wrap(out, batch)
 
     def _get_other(self, index: Any) -> Any:
         if not self.initialized:
@@ -289,6 +400,8 @@ class TensorStorage(SharedCounters, Storage):
             if not self.initialized:
                 raise RuntimeError("the storage is empty: write data before reading it")
         index = _as_index(index, len(self))
+        if not self._plain:  # a TensorDict without entries: only the batch size is stored
+            return self._wrap([], torch.Size(torch.empty(len(self))[index].shape))
         if isinstance(index, int):
             return self._wrap([t[index].clone() for t in self._plain], torch.Size([]))
         if isinstance(index, slice):
@@ -348,10 +461,30 @@ class TensorStorage(SharedCounters, Storage):
         return leaves[0].shape[0]
 
     def set(self, cursor: Any, data: Any) -> None:
+        """Write ``data`` at ``cursor`` (with ``ndim > 1``: rows along dim 0, or a tuple over several dims)."""
         batched = not isinstance(cursor, (int, np.integer))
         kind, keys, leaves, meta, row_batch = _flatten(data, batched)
         if not self.initialized:
             self._maybe_attach_shared()
+        if self.ndim > 1:
+            if isinstance(cursor, tuple):
+                return self._set_md(cursor, kind, keys, leaves, row_batch)
+            env, leaves, row_batch = _split_env(leaves, row_batch, self.ndim, batched)
+            if not self.initialized:
+                self._env = env
+                self.max_size = mdim.rows_capacity(self.max_size, env) * mdim.prod(env)
+            elif env != self._env:
+                raise ValueError(f"this storage holds rows of shape {list(self._env)}, got data with {list(env)}")
+            cap0 = self.max_size // self._per_row
+            if not batched:
+                rows = torch.tensor([int(cursor)])
+            elif isinstance(cursor, slice):
+                rows = torch.arange(*cursor.indices(self.len_along_dim0() or cap0))
+            else:
+                rows = torch.as_tensor(cursor, dtype=torch.int64).reshape(-1)
+            if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= cap0):
+                raise IndexError(f"write rows must lie in [0, {cap0}) along dim 0, got {rows.min()}..{rows.max()}")
+            cursor, batched = mdim.rows_to_items(rows, self._per_row), True
         if not self.initialized:
             self._allocate(kind, keys, leaves, meta, row_batch, batched)
             ordered = leaves
@@ -382,6 +515,18 @@ class TensorStorage(SharedCounters, Storage):
             self._counts[0] = top
         self._bump_version()
 
+    def _set_md(self, cursor: tuple, kind, keys, leaves, row_batch) -> None:
+        """Overwrite existing items through a multi-dim index (``rb[idx] = x`` with ``dim_extend > 0``)."""
+        if not self.initialized:
+            raise RuntimeError("write rows into an empty multi-dimensional storage with extend() first")
+        n0 = self.len_along_dim0()
+        probe = torch.empty(n0, *self._env)[cursor]
+        lead = probe.ndim
+        ordered = self._check(kind, keys, [t.reshape(-1, *t.shape[lead:]) for t in leaves], row_batch, True)
+        for t, v, (shape, _) in zip(self._plain, ordered, self._schema, strict=True):
+            t.view(self.shape[0], *self._env, *shape)[:n0][cursor] = v.reshape(*probe.shape, *shape)
+        self._bump_version()
+
     def empty(self) -> None:
         """Forget every item; the allocation and the schema stay."""
         self._counts[0] = 0
@@ -398,6 +543,16 @@ class TensorStorage(SharedCounters, Storage):
 
     def _as_td(self, stop: int | None = None) -> TensorDict:
         stop = len(self) if stop is None else stop
+        if self.ndim > 1:  # [rows, *env] as written
+            rows = stop // self._per_row
+            src = _nest(
+                self._keys,
+                [
+                    t[:stop].view(rows, *self._env, *shape)
+                    for t, (shape, _) in zip(self._plain, self._schema, strict=True)
+                ],
+            )
+            return TensorDict(src, batch_size=[rows, *self._env, *self._row_batch])
         src = _nest(self._keys, [t[:stop] for t in self._plain])
         return TensorDict(src, batch_size=[stop, *self._row_batch])
 
@@ -417,12 +572,14 @@ class TensorStorage(SharedCounters, Storage):
             "meta": meta,
             "len": len(self),
             "max_size": self.max_size,
+            "ndim": self.ndim,
+            "env": list(self._env),
             "write_version": self.write_version,
         }
 
     def _restore(self, info: dict[str, Any], td: TensorDictBase) -> None:
         """Allocate from a saved schema and copy ``td`` (the first ``len`` rows) in."""
-        if info["len"] > self.max_size:
+        if info["len"] > self.max_size and int(info.get("ndim", 1)) == 1:
             raise ValueError(f"the saved storage holds {info['len']} items; this one only {self.max_size}")
         kind = info["kind"]
         if kind is None:
@@ -430,41 +587,75 @@ class TensorStorage(SharedCounters, Storage):
             return
         keys = [tuple(k) for k in info["keys"]]
         leaves = _leaves_of(td, keys)
-        meta = _decode_meta(kind, info["meta"])
+        meta = self._class_for(kind, info)
+        ndim, env = int(info.get("ndim", 1)), tuple(info.get("env", ()))
+        if ndim != self.ndim:
+            raise ValueError(f"the saved storage has ndim={ndim}, this one ndim={self.ndim}: build it with ndim={ndim}")
+        if ndim > 1:
+            if self.initialized and env != self._env:
+                raise ValueError(f"the saved storage holds rows of shape {list(env)}, this one {list(self._env)}")
+            leaves = [t.reshape(-1, *t.shape[ndim:]) for t in leaves]
+            if not self.initialized:
+                self._env = env
+                self.max_size = mdim.rows_capacity(self.max_size, env) * mdim.prod(env)
+                if info["len"] > self.max_size:
+                    raise ValueError(f"the saved storage holds {info['len']} items; this one only {self.max_size}")
         if not self.initialized:
             shapes = [(tuple(t.shape[1:]), t.dtype) for t in leaves]
             self._attach(
                 kind, keys, self._alloc_leaves(keys, shapes, tuple(info["row_batch"])), meta, tuple(info["row_batch"])
             )
         else:
-            self._check(kind, keys, leaves, tuple(info["row_batch"]), True)
-            leaves = _leaves_of(td, self._keys)
+            leaves = self._check(kind, keys, leaves, tuple(info["row_batch"]), True)
         n = int(info["len"])
         for t, v in zip(self._plain, leaves, strict=True):
             t[:n] = v[:n]
         self._counts[0] = n
         self._counts[1] = max(self.write_version + 1, int(info.get("write_version", 0)))
 
+    def _class_for(self, kind: str, info: dict[str, Any]) -> Any:
+        """The treespec or tensorclass of a saved state: the class object itself when the state was
+        made in this process (a tensorclass defined inside a function has no importable name),
+        else imported by name."""
+        if info.get("class_obj") is not None:
+            return info["class_obj"]
+        try:
+            return _decode_meta(kind, info["meta"])
+        except (ImportError, AttributeError) as exc:
+            if (
+                kind == "tensorclass"
+                and self._kind == kind
+                and self._meta is not None
+                and f"{self._meta.__module__}:{self._meta.__qualname__}" == info["meta"]
+            ):
+                return self._meta  # this storage already holds that (local) class
+            raise ValueError(
+                f"cannot import the tensorclass {info['meta']!r} the storage was saved with ({exc}); define it "
+                "at module level, or load into a storage that already holds data of that class"
+            ) from exc
+
     def state_dict(self) -> dict[str, Any]:
-        return {"info": self._meta_json(), "data": self._as_td().to_dict() if self.initialized else {}}
+        info = self._meta_json()
+        if self._kind == "tensorclass":
+            info["class_obj"] = self._meta  # in-memory state: keeps classes defined inside functions
+        return {"info": info, "data": self._as_td().to_dict() if self.initialized else {}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         info = state_dict["info"]
-        td = TensorDict(state_dict["data"], batch_size=[info["len"]]) if info["kind"] else None
+        td = None
+        if info["kind"]:
+            ndim, env = int(info.get("ndim", 1)), list(info.get("env", ()))
+            rows = info["len"] // mdim.prod(env) if ndim > 1 else info["len"]
+            td = TensorDict(state_dict["data"], batch_size=[rows, *env])
         self._restore(info, td)
 
-    def dumps(self, path: str | Path) -> None:
-        """Write the valid rows as a tensordict memmap tree plus ``storage.json`` (no pickle)."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        if self.initialized:
-            self._as_td().memmap(prefix=path / "data", existsok=True)
-        _write_json(path / "storage.json", self._meta_json())
+    def checkpoint_state(self, with_data: bool = True) -> tuple[dict[str, Any], TensorDictBase | None]:
+        """``(schema as JSON-able dict, the valid items as a TensorDict or None)`` for checkpointers."""
+        td = self._as_td() if with_data and self.initialized else None
+        return self._meta_json(), td
 
-    def loads(self, path: str | Path) -> None:
-        path = Path(path)
-        info = _check_meta(path, ("TensorStorage", "LazyTensorStorage", "LazyMemmapStorage"))
-        td = TensorDict.load_memmap(path / "data", allow_pickle=False) if info["kind"] else None
+    def restore_checkpoint(self, info: dict[str, Any], td: TensorDictBase | None) -> None:
+        """Allocate from a saved schema (if needed) and copy a checkpointer's TensorDict in."""
         self._restore(info, td)
 
     def __repr__(self) -> str:
@@ -472,10 +663,38 @@ class TensorStorage(SharedCounters, Storage):
 
 
 class LazyTensorStorage(TensorStorage):
-    """In-RAM tensors allocated from the first write: ``max_size`` rows of its per-item schema."""
+    """In-RAM tensors allocated from the first write: ``max_size`` rows of its per-item schema.
 
-    def __init__(self, max_size: int, *, ndim: int = 1, device: Any = None) -> None:
-        super().__init__(None, max_size, ndim=ndim, device=device)
+    TorchRL's keywords: ``device`` (CPU only here), ``ndim`` (see :mod:`.multidim`), ``compilable``.
+    ``consolidated=True`` and ``shared_init=True`` are refused (use ``LazyMemmapStorage(...,
+    shared_init=True)``, whose files other processes adopt); ``cleanup_memmap`` only applies with
+    ``shared_init`` and must stay at its default.
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        device: Any = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+        consolidated: bool = False,
+        shared_init: bool = False,
+        cleanup_memmap: bool = True,
+    ) -> None:
+        if consolidated:
+            raise NotImplementedError(
+                "consolidated=True is not supported: leaves are separate preallocated tensors (a sample is "
+                "gathered leaf by leaf); call sample().consolidate() if you need one buffer per batch"
+            )
+        if shared_init:
+            raise NotImplementedError(
+                "LazyTensorStorage(shared_init=True) is not supported: use LazyMemmapStorage(max_size, "
+                "shared_init=True), whose memory-mapped files the other processes adopt at their first access"
+            )
+        if not cleanup_memmap:
+            raise ValueError("cleanup_memmap only applies with shared_init=True, which LazyTensorStorage refuses")
+        super().__init__(None, max_size, ndim=ndim, device=device, compilable=compilable)
 
     def _alloc_leaves(self, keys, shapes, row_batch) -> list[torch.Tensor]:
         out = [torch.zeros((self.max_size, *shape), dtype=dtype) for shape, dtype in shapes]
@@ -493,125 +712,9 @@ class LazyTensorStorage(TensorStorage):
         return super().__getstate__()
 
 
-class LazyMemmapStorage(TensorStorage):
-    """Memory-mapped files allocated from the first write under ``scratch_dir``.
+def __getattr__(name: str) -> Any:
+    if name == "LazyMemmapStorage":  # lives in memmap_storage.py (which imports this module)
+        from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 
-    ``scratch_dir=None`` uses a fresh temporary directory removed when this storage object is
-    garbage-collected in the process that created it. The files hold ``max_size`` rows, their disk
-    blocks reserved at allocation (a full disk is a ``CacheError`` then, never a SIGBUS later). ``existsok=False`` refuses to overwrite a scratch dir already holding a storage.
-    Sent to another process, the storage reopens the same files; after ``share()`` its length and
-    version live in shared memory, so writes in a child are visible in the parent.
-    """
-
-    def __init__(
-        self,
-        max_size: int,
-        scratch_dir: str | Path | None = None,
-        ndim: int = 1,
-        existsok: bool = False,
-        *,
-        device: Any = None,
-    ) -> None:
-        super().__init__(None, max_size, ndim=ndim, device=device)
-        self._existsok = existsok
-        if scratch_dir is None:
-            scratch_dir = tempfile.mkdtemp(prefix="datasets_hub_memmap_")
-            self._finalizer = weakref.finalize(self, shutil.rmtree, scratch_dir, True)
-        else:
-            self._finalizer = None
-        self.scratch_dir = Path(scratch_dir)
-
-    @property
-    def _data_dir(self) -> Path:
-        return self.scratch_dir / "data"
-
-    def _alloc_leaves(self, keys, shapes, row_batch) -> list[torch.Tensor]:
-        data_dir = self._data_dir
-        if (self.scratch_dir / "storage.json").exists() and not self._existsok:
-            raise FileExistsError(
-                f"{self.scratch_dir} already holds a memmap storage; pass existsok=True to overwrite it, "
-                "or choose another scratch_dir"
-            )
-        src = _nest(keys, [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes])
-        template = TensorDict(src, batch_size=[self.max_size, *row_batch])
-        data_dir.mkdir(parents=True, exist_ok=True)
-        what = f"LazyMemmapStorage(max_size={self.max_size})"
-        try:
-            td = template.memmap_like(prefix=data_dir, existsok=True)
-        except (OSError, RuntimeError) as exc:
-            error = full_disk_error(exc, what, data_dir)
-            if error is None:
-                raise
-            shutil.rmtree(data_dir, ignore_errors=True)
-            raise error from exc
-        try:  # real blocks now: a full disk is a CacheError here, never a SIGBUS at some later write
-            reserve_files(memmap_filenames(td), what)
-        except BaseException:
-            del td
-            shutil.rmtree(data_dir, ignore_errors=True)
-            raise
-        self._mm_td = td  # keeps the mappings alive
-        return _leaves_of(td, keys)
-
-    def _attach(self, kind, keys, leaves, meta, row_batch) -> None:
-        super()._attach(kind, keys, leaves, meta, row_batch)
-        info = self._meta_json()
-        info.pop("len"), info.pop("write_version")
-        _write_json(self.scratch_dir / "storage.json", info)
-
-    def _maybe_attach_shared(self) -> None:
-        # another process may have allocated the files (shared buffers): adopt them
-        meta_path = self.scratch_dir / "storage.json"
-        if self._shared and meta_path.exists():
-            self._reopen(json.loads(meta_path.read_text()))
-
-    def _reopen(self, info: dict[str, Any]) -> None:
-        td = TensorDict.load_memmap(self._data_dir, allow_pickle=False)
-        self._mm_td = td
-        keys = [tuple(k) for k in info["keys"]]
-        TensorStorage._attach(
-            self,
-            info["kind"],
-            keys,
-            _leaves_of(td, keys),
-            _decode_meta(info["kind"], info["meta"]),
-            tuple(info["row_batch"]),
-        )
-
-    def share(self) -> None:
-        self._share_counters()
-        self._shared = True
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for k in (
-            "_plain",
-            "_np",
-            "_mm_td",
-            "_td",
-            "_counts",
-            "_finalizer",
-            "_meta",
-            "_paths",
-            "_flat",
-            "_kind",
-            "_keys",
-            "_schema",
-            "_row_batch",
-        ):
-            state.pop(k, None)
-        state["_was_initialized"] = self.initialized
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        was = state.pop("_was_initialized")
-        self.__dict__.update(state)
-        self._refresh_counters()
-        self._finalizer = None  # only the creating process removes the scratch dir
-        self._kind, self._keys, self._schema, self._plain, self._td, self._meta = None, [], [], [], None, None
-        self._np = []
-        self._row_batch = ()
-        if was or self._shared:
-            meta_path = self.scratch_dir / "storage.json"
-            if meta_path.exists():
-                self._reopen(json.loads(meta_path.read_text()))
+        return LazyMemmapStorage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,14 @@ from datasets_hub.buffers.storages import Storage, _slice_items
 
 
 class Writer:
-    """Base contract: ``add``, ``extend``, ``write_count``, ``empty``, ``state_dict``/``load_state_dict``."""
+    """Base contract: ``add``, ``extend``, ``write_count``, ``empty``, ``state_dict``/``load_state_dict``.
+
+    ``may_drop_items``: True for writers that may decline to write an item (``extend`` then returns
+    -1 at its place, as TorchRL's ``TensorDictMaxValueWriter``); the buffer tells the sampler only
+    about the positions written.
+    """
+
+    may_drop_items = False
 
     def __init__(self) -> None:
         self._storage: Storage | None = None
@@ -54,12 +61,21 @@ class RoundRobinWriter(SharedCounters, Writer):
     """Circular writes: item ``k`` (counting from the first write) goes to row ``k % max_size``.
 
     ``extend`` with more items than the capacity writes only the last ``max_size`` of them (the
-    others would be overwritten by the same call) and returns their positions.
+    others would be overwritten by the same call) and returns their positions. On a
+    multi-dimensional storage the writer cycles over dim 0 (whole rows of ``n_envs`` items).
+    ``compilable=True`` keeps the cursor in plain ints (``torch.compile`` traces them; the writer
+    cannot be shared between processes), as in TorchRL. ``track_generations=True`` is refused.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, compilable: bool = False, *, track_generations: bool = False) -> None:
+        if track_generations:
+            raise NotImplementedError(
+                "track_generations=True is not supported: samples carry 'index' and the writer's write_count; "
+                "keep a per-row generation counter in the data if you need one"
+            )
         super().__init__()
-        self._init_counters(2)  # [cursor, write_count]
+        self._compilable = bool(compilable)
+        self._init_counters(2, plain=self._compilable)  # [cursor, write_count]
 
     @property
     def cursor(self) -> int:
@@ -72,15 +88,16 @@ class RoundRobinWriter(SharedCounters, Writer):
     def add(self, data: Any) -> int:
         storage = self._storage
         index = int(self._counts[0])
-        storage.set(index, data)
-        self._counts[0] = (index + 1) % storage.max_size
+        cap = storage.max_size_along_dim0(data, batched=False)
+        storage.set(index, self._prepare(data, index))
+        self._counts[0] = (index + 1) % cap
         self._counts[1] += 1
         return index
 
     def extend(self, data: Any) -> torch.Tensor:
         storage = self._storage
         n = storage._num_items(data)
-        cap = storage.max_size
+        cap = storage.max_size_along_dim0(data)
         skipped = 0
         if n > cap:
             skipped = n - cap
@@ -90,19 +107,23 @@ class RoundRobinWriter(SharedCounters, Writer):
             index = torch.arange(start, start + n)
         else:
             index = (torch.arange(n) + start) % cap
-        storage.set(index, data)
+        storage.set(index, self._prepare(data, index))
         self._counts[0] = (start + n) % cap
         self._counts[1] += n + skipped
         return index
 
+    def _prepare(self, data: Any, index: Any) -> Any:
+        """Hook: the data as written at ``index`` (``TensorDictRoundRobinWriter`` adds ``"index"``)."""
+        return data
+
     def indices_in_order(self) -> torch.Tensor:
-        n = len(self._storage)
-        if n < self._storage.max_size or self.write_count <= n:
+        n = self._storage.len_along_dim0()
+        if n < self._storage.max_size_along_dim0() or self.write_count <= n:
             return torch.arange(n)
         return (torch.arange(n) + self.cursor) % n
 
     def empty(self) -> None:
-        self._counts[:] = 0
+        self._reset_counters()
 
     def share(self) -> None:
         self._share_counters()

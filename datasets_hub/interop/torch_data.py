@@ -205,7 +205,9 @@ class BufferDataset(_MapStyle):
 
     def __init__(self, source: Any, *, with_index: bool = True) -> None:
         buffer = as_buffer(source)
-        if not hasattr(buffer, "storage"):
+        from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
+
+        if isinstance(buffer, ReplayBufferEnsemble) or not hasattr(buffer, "storage"):
             raise TypeError(
                 f"BufferDataset indexes one buffer's items; a {type(buffer).__name__} has none of its own. "
                 "Use SampledBatches(ensemble, batch_size) to iterate over its sampled batches"

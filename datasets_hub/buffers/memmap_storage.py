@@ -1,0 +1,157 @@
+"""``LazyMemmapStorage``: a tensor storage whose leaves are memory-mapped files (TorchRL's class).
+
+Files are allocated from the first write under ``scratch_dir``; other processes that receive the
+storage (pickled, e.g. by ``torch.multiprocessing``) reopen the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, reserve_files
+from datasets_hub.buffers.storages import _write_json
+from datasets_hub.buffers.tensor_storages import TensorStorage, _decode_meta, _leaves_of, _nest
+
+
+class LazyMemmapStorage(TensorStorage):
+    """Memory-mapped files allocated from the first write under ``scratch_dir``.
+
+    TorchRL's keywords: ``ndim``, ``existsok``, ``compilable``; ``shared_init=True`` shares the
+    storage from the start (the first process to write allocates the files, the others adopt
+    them); ``auto_cleanup`` (default: True for a temporary ``scratch_dir``, False for one you
+    named) removes the files when the storage is collected or the process exits.
+
+    ``scratch_dir=None`` uses a fresh temporary directory removed when this storage object is
+    garbage-collected in the process that created it. The files hold ``max_size`` rows, their disk
+    blocks reserved at allocation (a full disk is a ``CacheError`` then, never a SIGBUS later).
+    ``existsok=False`` refuses to overwrite a scratch dir already holding a storage.
+    Sent to another process, the storage reopens the same files; after ``share()`` its length and
+    version live in shared memory, so writes in a child are visible in the parent.
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        scratch_dir: str | Path | None = None,
+        ndim: int = 1,
+        existsok: bool = False,
+        *,
+        device: Any = "cpu",
+        compilable: bool = False,
+        shared_init: bool = False,
+        auto_cleanup: bool | None = None,
+    ) -> None:
+        super().__init__(None, max_size, ndim=ndim, device=device, compilable=compilable)
+        self._existsok = existsok
+        temp = scratch_dir is None
+        if temp:
+            scratch_dir = tempfile.mkdtemp(prefix="datasets_hub_memmap_")
+        self.auto_cleanup = temp if auto_cleanup is None else bool(auto_cleanup)
+        # auto_cleanup: the creating process removes the files when the storage is collected or at exit
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(scratch_dir), True) if self.auto_cleanup else None
+        self.scratch_dir = Path(scratch_dir)
+        if shared_init:  # the first process to write allocates the files, the others adopt them
+            self.share()
+
+    @property
+    def _data_dir(self) -> Path:
+        return self.scratch_dir / "data"
+
+    def _alloc_leaves(self, keys, shapes, row_batch) -> list[torch.Tensor]:
+        data_dir = self._data_dir
+        if (self.scratch_dir / "storage.json").exists() and not self._existsok:
+            raise FileExistsError(
+                f"{self.scratch_dir} already holds a memmap storage; pass existsok=True to overwrite it, "
+                "or choose another scratch_dir"
+            )
+        src = _nest(keys, [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes])
+        template = TensorDict(src, batch_size=[self.max_size, *row_batch])
+        data_dir.mkdir(parents=True, exist_ok=True)
+        what = f"LazyMemmapStorage(max_size={self.max_size})"
+        try:
+            td = template.memmap_like(prefix=data_dir, existsok=True)
+        except (OSError, RuntimeError) as exc:
+            error = full_disk_error(exc, what, data_dir)
+            if error is None:
+                raise
+            shutil.rmtree(data_dir, ignore_errors=True)
+            raise error from exc
+        try:  # real blocks now: a full disk is a CacheError here, never a SIGBUS at some later write
+            reserve_files(memmap_filenames(td), what)
+        except BaseException:
+            del td
+            shutil.rmtree(data_dir, ignore_errors=True)
+            raise
+        self._mm_td = td  # keeps the mappings alive
+        return _leaves_of(td, keys)
+
+    def _attach(self, kind, keys, leaves, meta, row_batch) -> None:
+        super()._attach(kind, keys, leaves, meta, row_batch)
+        info = self._meta_json()
+        info.pop("len"), info.pop("write_version")
+        _write_json(self.scratch_dir / "storage.json", info)
+
+    def _maybe_attach_shared(self) -> None:
+        # another process may have allocated the files (shared buffers): adopt them
+        meta_path = self.scratch_dir / "storage.json"
+        if self._shared and meta_path.exists():
+            self._reopen(json.loads(meta_path.read_text()))
+
+    def _reopen(self, info: dict[str, Any]) -> None:
+        td = TensorDict.load_memmap(self._data_dir, allow_pickle=False)
+        self._mm_td = td
+        keys = [tuple(k) for k in info["keys"]]
+        TensorStorage._attach(
+            self,
+            info["kind"],
+            keys,
+            _leaves_of(td, keys),
+            _decode_meta(info["kind"], info["meta"]),
+            tuple(info["row_batch"]),
+        )
+
+    def share(self) -> None:
+        self._share_counters()
+        self._shared = True
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in (
+            "_plain",
+            "_np",
+            "_mm_td",
+            "_td",
+            "_counts",
+            "_finalizer",
+            "_meta",
+            "_paths",
+            "_flat",
+            "_kind",
+            "_keys",
+            "_schema",
+            "_row_batch",
+        ):
+            state.pop(k, None)
+        state["_was_initialized"] = self.initialized
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        was = state.pop("_was_initialized")
+        self.__dict__.update(state)
+        self._refresh_counters()
+        self._finalizer = None  # only the creating process removes the scratch dir
+        self._kind, self._keys, self._schema, self._plain, self._td, self._meta = None, [], [], [], None, None
+        self._np = []
+        self._row_batch = ()
+        if was or self._shared:
+            meta_path = self.scratch_dir / "storage.json"
+            if meta_path.exists():
+                self._reopen(json.loads(meta_path.read_text()))

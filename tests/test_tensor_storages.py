@@ -1,0 +1,71 @@
+"""TensorStorage / LazyTensorStorage: TorchRL's constructor keywords and documented behaviours."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict, tensorclass
+
+from datasets_hub import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer, TensorStorage
+
+
+def test_lazy_tensor_storage_keywords_are_honoured_or_refused():
+    LazyTensorStorage(4, device="cpu", ndim=1, compilable=False, consolidated=False, shared_init=False)
+    with pytest.raises(NotImplementedError, match="consolidate"):
+        LazyTensorStorage(4, consolidated=True)
+    with pytest.raises(NotImplementedError, match="LazyMemmapStorage"):
+        LazyTensorStorage(4, shared_init=True)
+    with pytest.raises(ValueError, match="shared_init"):
+        LazyTensorStorage(4, cleanup_memmap=False)
+    with pytest.raises(ValueError, match="ndim"):
+        LazyTensorStorage(4, ndim=0)
+    with pytest.raises(TypeError):
+        LazyTensorStorage(4, not_a_keyword=True)
+
+
+def test_compilable_storage_cannot_be_shared():
+    storage = LazyTensorStorage(4, compilable=True)
+    assert storage.compilable
+    with pytest.raises(RuntimeError, match="compilable=True"):
+        storage.share()
+    with pytest.raises(ValueError, match="compilable=True"):
+        ReplayBuffer(storage=LazyTensorStorage(4), compilable=True, shared=True)
+
+
+def test_compilable_sample_has_no_graph_break():
+    for cls in (ReplayBuffer, TensorDictReplayBuffer):
+        rb = cls(storage=LazyTensorStorage(100, compilable=True), batch_size=8, compilable=True)
+        rb.extend(TensorDict({"a": torch.arange(50.0), "b": torch.ones(50, 3)}, [50]))
+
+        def draw(rb=rb):
+            return rb.sample()
+
+        explained = torch._dynamo.explain(draw)()
+        assert explained.graph_break_count == 0, explained.break_reasons
+        out = torch.compile(draw, fullgraph=True, backend="eager")()
+        assert out.batch_size == (8,) and (out["b"] == 1).all()
+        assert set(out["a"].tolist()) <= set(range(50))
+
+
+def test_tensor_storage_over_an_empty_tensordict():
+    storage = TensorStorage(TensorDict({}, [10]))
+    assert len(storage) == 10 and storage.max_size == 10
+    rb = ReplayBuffer(storage=storage, batch_size=4)
+    sample = rb.sample()
+    assert isinstance(sample, TensorDict) and sample.batch_size == (4,) and not list(sample.keys())
+    assert rb[2:5].batch_size == (3,)
+
+
+def test_local_tensorclass_survives_state_dict():
+    @tensorclass
+    class Step:  # defined inside a function: no importable name
+        obs: torch.Tensor
+        reward: torch.Tensor
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(8))
+    rb.extend(Step(obs=torch.arange(5.0), reward=torch.ones(5), batch_size=[5]))
+    other = ReplayBuffer(storage=LazyTensorStorage(8))
+    other.load_state_dict(rb.state_dict())
+    got = other[:]
+    assert type(got) is Step
+    assert (got.obs == torch.arange(5.0)).all()
