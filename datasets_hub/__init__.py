@@ -102,6 +102,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidParameter": "errors",
     "CorruptFile": "errors",
     "PreprocessError": "errors",
+    "PluginError": "errors",
     "UncachedPreprocessWarning": "fingerprint",
 }
 

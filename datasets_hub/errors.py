@@ -85,3 +85,7 @@ class CorruptFile(LoaderError):
 
 class PreprocessError(HubError):
     """``fn`` failed (or broke its contract) while preprocessing; the message names fn and the rows."""
+
+
+class PluginError(HubError):
+    """An installed loader plugin is broken: it fails at import, or is registered under another name."""
