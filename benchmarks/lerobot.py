@@ -302,12 +302,17 @@ def main() -> None:
                 ours = statistics.median(
                     ours_rate(built["path"], shape, workers, args.seconds) for _ in range(args.repeats)
                 )
-                theirs_runs = [lerobot_rate(root, shape, workers, args.seconds) for _ in range(args.repeats)]
+                error = None
+                try:
+                    theirs_runs = [lerobot_rate(root, shape, workers, args.seconds) for _ in range(args.repeats)]
+                except Exception as exc:  # noqa: BLE001 - e.g. a LeRobot worker killed for memory: record it, go on
+                    theirs_runs, error = [None], f"{type(exc).__name__}: {exc}"
                 theirs = None if None in theirs_runs else statistics.median(theirs_runs)
                 result["sampling"][workers] = {
                     "ours_frames_per_s": ours,
                     "lerobot_frames_per_s": theirs,
                     "ratio": ours / theirs if theirs else None,
+                    "lerobot_error": error,
                 }
                 rows.append((shape, workers, ours, theirs))
                 print(

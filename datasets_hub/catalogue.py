@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from datasets_hub import env
-from datasets_hub.errors import CatalogueError, HubError, InvalidParameter, UnknownDataset, did_you_mean
+from datasets_hub.errors import (
+    CatalogueError,
+    HubError,
+    InvalidParameter,
+    MissingDependency,
+    PluginError,
+    UnknownDataset,
+    did_you_mean,
+)
 from datasets_hub.files import write_json_atomic
-from datasets_hub.loader import DatasetSpec, Resource
+from datasets_hub.loader import DatasetSpec, Loader, Resource
 
 MAX_ID_LENGTH = 200
 _LOADER_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -189,30 +199,188 @@ def _open_entry(loader_name: str, dataset_id: str) -> dict[str, tuple[dict[str, 
     return {dataset_id: (_check_entry(dataset_id, entry, source), source)}
 
 
-def all_entries(loaders: list[str] | None = None) -> dict[str, tuple[dict[str, Any], str]]:
-    """Every known id with its entry and source; loader catalogues of ``loaders`` included."""
+class PluginWarning(UserWarning):
+    """A loader plugin is broken or its catalogue failed: its ids are hidden or incomplete."""
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, PluginWarning, stacklevel=3)
+
+
+def all_entries(loaders: list[str] | None = None, *, strict: bool = False) -> dict[str, tuple[dict[str, Any], str]]:
+    """Every known id with its entry and source; loader catalogues of ``loaders`` included, then the
+    cached remote catalogues (never fetched here: :func:`refresh_remote_catalogues`).
+
+    A plugin that fails to import (or is registered under another name) hides its ids, with one
+    :class:`PluginWarning` per problem; ``strict=True`` raises its error instead (asking for one
+    loader's ids must not answer ``[]`` because the loader is broken)."""
     from datasets_hub.plugins import loader_names
 
     merged = _static_entries()
     for name in loaders if loaders is not None else loader_names():
         try:
             extra = _loader_entries(name)
+        except (MissingDependency, PluginError) as exc:  # the plugin itself cannot be imported
+            if strict:
+                raise
+            _hide(merged, name, exc)
+            continue
         except HubError:
-            continue  # a loader whose extra is missing still lists its registry.yaml ids
+            continue  # e.g. a catalogue() that refused: its registry.yaml ids still list
+        except Exception as exc:  # noqa: BLE001 - a plugin's catalogue() bug must not break listing
+            _warn_once(
+                f"the {name!r} loader's catalogue() failed ({type(exc).__name__}: {exc}); only its "
+                "registry.yaml ids are listed"
+            )
+            continue
         for dataset_id, (entry, source) in extra.items():
             if dataset_id not in merged:  # the static catalogue wins over a loader's refresh
                 merged[dataset_id] = (entry, source)
+    for dataset_id, (entry, source) in _remote_entries(loaders).items():
+        merged.setdefault(dataset_id, (entry, source))
     return merged
 
 
+def _hide(merged: dict[str, Any], name: str, exc: Exception) -> None:
+    hidden = [i for i in merged if i.split("/", 1)[0] == name]
+    for dataset_id in hidden:
+        del merged[dataset_id]
+    _warn_once(f"{exc} ({len(hidden)} of its ids hidden)" if hidden else str(exc))
+
+
+# -- remote catalogues: fetched on demand only, cached in <cache>/catalogue/remote-<loader>.json ------------
+def _remote_file(loader: str) -> Path:
+    from datasets_hub.cache import cache_root
+
+    return cache_root() / "catalogue" / f"remote-{loader}.json"
+
+
+def _remote_entries(loaders: list[str] | None) -> dict[str, tuple[dict[str, Any], str]]:
+    from datasets_hub.cache import cache_root
+
+    folder = cache_root() / "catalogue"
+    out: dict[str, tuple[dict[str, Any], str]] = {}
+    try:
+        files = sorted(folder.glob("remote-*.json"))
+    except OSError:
+        return out
+    for path in files:
+        loader = path.stem[len("remote-") :]
+        if loaders is not None and loader not in loaders:
+            continue
+        try:
+            payload = json.loads(path.read_text())
+            entries = payload["entries"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        source = f"the {loader!r} remote catalogue (fetched {payload.get('fetched', '?')})"
+        for dataset_id, entry in entries.items():
+            if isinstance(dataset_id, str) and dataset_id.startswith(loader + "/") and isinstance(entry, dict):
+                out[dataset_id] = (entry, source)
+    return out
+
+
+def remote_catalogue_age(loader: str) -> float | None:
+    """Seconds since the cached remote catalogue of ``loader`` was fetched (None: never)."""
+    try:
+        return time.time() - _remote_file(loader).stat().st_mtime
+    except OSError:
+        return None
+
+
+def refresh_remote_catalogues(loaders: list[str] | None = None, *, timeout: float = 5.0) -> dict[str, str]:
+    """Fetch each loader's ``remote_catalogue()`` (in a thread, at most ``timeout`` seconds each,
+    retry noise silenced) and cache it; returns ``{loader: "N ids" | "skipped: why"}``. Offline
+    (``DATASETS_HUB_OFFLINE=1``) nothing is fetched."""
+    import logging
+    import threading
+
+    from datasets_hub.plugins import get_loader, loader_names
+
+    if env.offline():
+        return dict.fromkeys(loaders or loader_names(), "skipped: DATASETS_HUB_OFFLINE=1")
+    report: dict[str, str] = {}
+    for name in loaders or loader_names():
+        try:
+            loader = get_loader(name)
+        except HubError as exc:
+            report[name] = f"skipped: {exc}"
+            continue
+        if type(loader).remote_catalogue is Loader.remote_catalogue:
+            continue  # no remote catalogue
+        result: dict[str, Any] = {}
+
+        def fetch(loader: Any = loader, result: dict[str, Any] = result) -> None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    result["entries"] = loader.remote_catalogue() or {}
+            except Exception as exc:  # noqa: BLE001 - reported per loader, listing goes on
+                result["error"] = f"{type(exc).__name__}: {exc}"
+
+        try:  # huggingface_hub sets its logger's level when first imported: import it before quieting it
+            import huggingface_hub.utils.logging  # noqa: F401 - imported for that side effect
+        except ImportError:
+            pass
+        quiet = logging.getLogger("huggingface_hub")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)  # no retry chatter on a dead network
+        worker = threading.Thread(target=fetch, daemon=True, name=f"datasets_hub-remote-{name}")
+        try:
+            worker.start()
+            worker.join(timeout)
+        finally:
+            if not worker.is_alive():  # an abandoned fetch keeps retrying: keep it quiet until the process ends
+                quiet.setLevel(level)
+        if worker.is_alive() or "entries" not in result:
+            report[name] = f"skipped: {result.get('error') or f'no answer within {timeout:g} s'}"
+            continue
+        entries = {k: dict(v) for k, v in result["entries"].items() if isinstance(k, str) and k.startswith(name + "/")}
+        path = _remote_file(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fetched = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            write_json_atomic(path, {"fetched": fetched, "entries": entries}, indent=None, sort_keys=False)
+        except OSError as exc:
+            report[name] = f"fetched {len(entries)} ids but could not cache them: {exc}"
+            continue
+        report[name] = f"{len(entries)} ids"
+    return report
+
+
 def list_ids(loader: str | None = None, search: str | None = None) -> list[str]:
-    """Sorted ids, optionally only one loader's, optionally containing ``search`` (case-insensitive)."""
-    entries = all_entries([loader] if loader else None)
+    """Sorted ids, optionally only one loader's (a broken loader raises), optionally matching ``search``:
+    every word of it must start a word of the id or of its description (case-insensitive), so
+    ``hopper`` finds ``d4rl/hopper-medium-v2`` but not ``ChopperCommand``."""
+    entries = all_entries([loader] if loader else None, strict=bool(loader))
     ids = [i for i in entries if loader is None or i.split("/", 1)[0] == loader]
     if search:
-        needle = search.lower()
-        ids = [i for i in ids if needle in i.lower() or needle in str(entries[i][0].get("description", "")).lower()]
+        ids = [i for i in ids if matches(search, i, str(entries[i][0].get("description", "")))]
     return sorted(ids)
+
+
+_WORD_RE = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str) -> list[str]:
+    # split camel case too: "ChopperCommand" -> "chopper command"
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", text)
+    return _WORD_RE.findall(spaced.lower())
+
+
+def matches(search: str, dataset_id: str, description: str = "") -> bool:
+    """Whether every word of ``search`` is a prefix of a word of the id or of the description
+    (``hopper-med`` matches ``d4rl/hopper-medium-v2``; ``hopper`` does not match ``ChopperCommand``)."""
+    haystack = _words(dataset_id) + _words(description)
+    needles = _words(search)
+    if not needles:
+        return True
+    return all(any(word.startswith(needle) for word in haystack) for needle in needles)
 
 
 def _check_params(dataset_id: str, params: Mapping[str, Any]) -> dict[str, Any]:

@@ -343,6 +343,13 @@ def http_download(
                 requests.exceptions.ContentDecodingError,
             ) as exc:
                 last = redact_text(str(exc) or type(exc).__name__)
+                if _name_resolution_failed(exc):  # no DNS (no network): retrying cannot help, say so at once
+                    raise DownloadError(
+                        f"{resource.name}: cannot resolve the host {urlsplit(url).hostname or shown!r} of {shown}: no "
+                        "network or no DNS here. Working offline? Set DATASETS_HUB_OFFLINE=1 to use only the cache (a "
+                        "missing dataset is then a clear error at once). Behind a firewall? Point "
+                        "DATASETS_HUB_ENDPOINT_<LOADER> (or HF_ENDPOINT) at a mirror you can reach."
+                    ) from None
                 if isinstance(exc, _Retry) and exc.restart:
                     have, hasher = 0, hashlib.sha256()  # start over: the partial cannot be resumed
                     partial.unlink(missing_ok=True)
@@ -362,6 +369,24 @@ def http_download(
                 sleep(pause)
             except requests.RequestException as exc:  # invalid URL, too many redirects…: not transient
                 raise DownloadError(f"{resource.name}: cannot download {shown}: {redact_text(str(exc))}") from None
+
+
+def _name_resolution_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` (a requests error) comes from a failed DNS lookup (``socket.gaierror``)."""
+    import socket
+
+    seen: set[int] = set()
+    stack: list[object] = [exc]
+    while stack:
+        err = stack.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, socket.gaierror) or type(err).__name__ == "NameResolutionError":
+            return True
+        if isinstance(err, BaseException):
+            stack += [err.__cause__, err.__context__, getattr(err, "reason", None), *err.args]
+    return False
 
 
 class _Refused(Exception):

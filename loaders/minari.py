@@ -83,8 +83,8 @@ class MinariLoader(Loader):
 
     # -- catalogue ------------------------------------------------------------------------------
     def catalogue(self) -> dict[str, dict[str, Any]]:
-        """Datasets of the local Minari store, plus the remote's ids when online (silently
-        nothing from the remote when offline or unreachable: registry.yaml has the static list)."""
+        """Datasets of the local Minari store (no network: the remote's ids come from
+        :meth:`remote_catalogue`, fetched on demand by ``datasets-hub list --refresh``)."""
         entries: dict[str, dict[str, Any]] = {}
         for minari_id, metadata in local_datasets().items():
             entry: dict[str, Any] = {
@@ -92,12 +92,23 @@ class MinariLoader(Loader):
                 "description": metadata.get("description") or f"Minari dataset {minari_id} (local Minari store)",
             }
             entries[f"minari/{minari_id}"] = entry
-        if not offline():
-            for minari_id in remote_ids():
-                entries.setdefault(
-                    f"minari/{minari_id}",
-                    {"loader": self.name, "description": f"Minari dataset {minari_id} ({_remote_name()})"},
-                )
+        return {k: v for k, v in entries.items() if _valid_hub_id(k)}
+
+    def remote_catalogue(self) -> dict[str, dict[str, Any]]:
+        """The remote's dataset ids (network; the core calls this on demand, with a timeout)."""
+        if offline():
+            return {}
+        from minari.storage.remotes import get_cloud_storage  # errors propagate: the core reports them
+
+        listed = sorted(set(get_cloud_storage().list_datasets()))
+        ids = [i for i in listed if isinstance(i, str) and _MINARI_ID_RE.match(i)]
+        entries = {
+            f"minari/{minari_id}": {
+                "loader": self.name,
+                "description": f"Minari dataset {minari_id} ({_remote_name()})",
+            }
+            for minari_id in ids
+        }
         return {k: v for k, v in entries.items() if _valid_hub_id(k)}
 
     def check_params(self, spec: DatasetSpec) -> None:
