@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -58,6 +58,14 @@ class ReplayBufferEnsemble:
       ``ValueError`` naming the keys and the buffers.
     - ``len(ensemble)`` is the number of buffers; ``ensemble[i]`` is buffer ``i`` and
       ``ensemble[i, idx]`` is ``ensemble[i][idx]``.
+
+    Weights ``p`` choose a buffer *per row* of the ``[k, n // k]`` batch, as in TorchRL: with
+    ``p=[0.8, 0.2]`` and two rows, a batch is entirely from buffer 0 with probability 0.64, so the
+    mixture holds only on average over batches. ``mix="batch"`` instead gives every batch its
+    share: ``sample(n)`` returns a flat ``[n]`` batch with ``round(p_i * n)`` items of buffer ``i``
+    (largest remainders; the counts always sum to ``n``), buffer by buffer in order, with the same
+    ``("index", "buffer_ids")`` and ``("index", "index")`` keys (``num_buffer_sampled`` and
+    ``sample_from_all`` do not apply; ``p=None`` means equal shares).
     """
 
     def __init__(
@@ -72,7 +80,18 @@ class ReplayBufferEnsemble:
         transform: Any = None,
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
+        mix: str = "row",
     ) -> None:
+        if mix not in ("row", "batch"):
+            raise ValueError(
+                f"mix must be 'row' (a buffer per row, as TorchRL) or 'batch' (p of each batch), got {mix!r}"
+            )
+        if mix == "batch" and (sample_from_all or num_buffer_sampled is not None):
+            raise ValueError(
+                "mix='batch' fills every batch with p of each buffer: num_buffer_sampled and "
+                "sample_from_all do not apply"
+            )
+        self.mix = mix
         if len(buffers) == 1 and isinstance(buffers[0], (list, tuple)):
             buffers = tuple(buffers[0])
         if storages is not None:
@@ -192,6 +211,8 @@ class ReplayBufferEnsemble:
                 raise RuntimeError(
                     "sample() needs a batch size: pass sample(batch_size=...) or build the ensemble with batch_size=..."
                 )
+        if self.mix == "batch":
+            return self._sample_mixed(batch_size, return_info)
         k = self.num_buffer_sampled
         if batch_size % k:
             raise ValueError(
@@ -219,6 +240,51 @@ class ReplayBufferEnsemble:
                 locals_[pos] = local[j * sub : (j + 1) * sub]
         index = torch.stack(locals_)
         out = self._stack(parts, sub, index, buffer_ids)
+        if self.transform is not None:
+            out = self.transform(out)
+        if return_info:
+            return out, {"buffer_ids": buffer_ids, "index": index}
+        return out
+
+    def shares(self, batch_size: int) -> list[int]:
+        """Items of each buffer in a ``mix="batch"`` batch of ``batch_size``: ``round(p_i * n)`` by
+        largest remainders (ties to the lower index), summing to ``batch_size``."""
+        n = len(self._buffers)
+        p = self.p if self.p is not None else torch.full((n,), 1.0 / n, dtype=torch.float64)
+        exact = p * batch_size
+        counts = torch.floor(exact).to(torch.int64)
+        rest = batch_size - int(counts.sum())
+        if rest:
+            order = sorted(range(n), key=lambda i: (-(float(exact[i]) - int(counts[i])), i))
+            for i in order[:rest]:
+                counts[i] += 1
+        return [int(c) for c in counts]
+
+    def _sample_mixed(self, batch_size: int, return_info: bool) -> Any:
+        pieces, ids, locals_ = [], [], []
+        for b, count in enumerate(self.shares(batch_size)):
+            if not count:
+                continue
+            check = getattr(getattr(self._buffers[b], "sampler", None), "check_batch_size", None)
+            if callable(check):
+                try:
+                    check(count)
+                except ValueError as exc:
+                    raise ValueError(
+                        f"mix='batch' gives buffer {b} {count} of {batch_size} items, which its sampler cannot "
+                        f"split: {exc}. Choose batch_size and p so that each share suits its sampler"
+                    ) from None
+            data, info = self._buffers[b].sample(count, return_info=True)
+            if not isinstance(data, TensorDictBase):
+                raise TypeError(f"mix='batch' stacks TensorDicts; buffer {b} returned a {type(data).__name__}")
+            pieces.append((b, data.exclude("index")))
+            ids.append(torch.full((count,), b, dtype=torch.int64))
+            locals_.append(torch.as_tensor(info["index"]).reshape(-1))
+        self._check_compatible([(b, dict(d.items(include_nested=True, leaves_only=True))) for b, d in pieces])
+        out = cast(TensorDictBase, torch.cat(cast(Any, [d for _, d in pieces])))  # torch's stubs know only tensors
+        buffer_ids, index = torch.cat(ids), torch.cat(locals_)
+        out.set(("index", "buffer_ids"), buffer_ids)
+        out.set(("index", "index"), index)
         if self.transform is not None:
             out = self.transform(out)
         if return_info:
