@@ -1,6 +1,6 @@
 """LeRobot datasets: 8-frame windows from a hub build vs ``LeRobotDataset`` with ``delta_timestamps``.
 
-Two datasets are written locally in LeRobot v3.0 format (tests/lerobot_writer.py: AV1 videos encoded as
+Two datasets are written locally in LeRobot v3.0 format (tests/fixtures/lerobot_writer.py: AV1 videos encoded as
 LeRobot encodes them, libsvtav1/yuv420p/g=2/crf=30/preset=12):
 
 - ``pusht``: 96x96 RGB, 1 camera, 200 episodes, ~25k frames, 10 fps (Push-T's shape);
@@ -68,7 +68,7 @@ REPO = "bench/{shape}"
 
 
 def write(shape: str, data: Path) -> Path:
-    import lerobot_writer as lw
+    from fixtures import lerobot_writer as lw
 
     root = data / shape / REPO.format(shape=shape)
     done = root.parent / ".complete"
@@ -302,12 +302,17 @@ def main() -> None:
                 ours = statistics.median(
                     ours_rate(built["path"], shape, workers, args.seconds) for _ in range(args.repeats)
                 )
-                theirs_runs = [lerobot_rate(root, shape, workers, args.seconds) for _ in range(args.repeats)]
+                error = None
+                try:
+                    theirs_runs = [lerobot_rate(root, shape, workers, args.seconds) for _ in range(args.repeats)]
+                except Exception as exc:  # noqa: BLE001 - e.g. a LeRobot worker killed for memory: record it, go on
+                    theirs_runs, error = [None], f"{type(exc).__name__}: {exc}"
                 theirs = None if None in theirs_runs else statistics.median(theirs_runs)
                 result["sampling"][workers] = {
                     "ours_frames_per_s": ours,
                     "lerobot_frames_per_s": theirs,
                     "ratio": ours / theirs if theirs else None,
+                    "lerobot_error": error,
                 }
                 rows.append((shape, workers, ours, theirs))
                 print(

@@ -101,6 +101,9 @@ _EXPORTS: dict[str, str] = {
     "TEDError": "errors",
     "InvalidParameter": "errors",
     "CorruptFile": "errors",
+    "CatalogueError": "errors",
+    "PluginError": "errors",
+    "ReadOnlyError": "errors",
     "PreprocessError": "errors",
     "UncachedPreprocessWarning": "fingerprint",
 }

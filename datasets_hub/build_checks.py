@@ -116,8 +116,12 @@ def _check_hash(build: Path, where: Path) -> None:
     recorded = build / "manifest.sha256"
     if not recorded.is_file():
         return  # built before manifest checksums existed: the consistency checks below still run
-    words = recorded.read_text(errors="replace").split()
-    digest = hashlib.sha256((build / "manifest.json").read_bytes()).hexdigest()
+    try:
+        words = recorded.read_text(errors="replace").split()
+        digest = hashlib.sha256((build / "manifest.json").read_bytes()).hexdigest()
+    except OSError as exc:  # removed while it was being opened
+        raise CacheError(f"{build}: the build was removed or replaced while it was opened ({exc.strerror}); load "
+                         "the dataset again") from exc  # fmt: skip
     if not words or words[0].lower() != digest:
         raise _fail(where, f"its sha256 {digest[:16]}… does not match manifest.sha256: the manifest was edited")
 
@@ -177,9 +181,13 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
 
 
 def _check_episode_index(build: Path, n: int, e: int, where: Path) -> None:
-    start = np.fromfile(leaf_path(build, "episodes/start", where), dtype=np.int64)
-    length = np.fromfile(leaf_path(build, "episodes/length", where), dtype=np.int64)
-    ids = np.fromfile(leaf_path(build, "episodes/id", where), dtype=np.int64)
+    try:
+        start = np.fromfile(leaf_path(build, "episodes/start", where), dtype=np.int64)
+        length = np.fromfile(leaf_path(build, "episodes/length", where), dtype=np.int64)
+        ids = np.fromfile(leaf_path(build, "episodes/id", where), dtype=np.int64)
+    except OSError as exc:  # removed (renamed aside by `rm`) while it was being opened
+        raise CacheError(f"{build}: the episode index cannot be read ({exc.strerror}): the build was removed or "
+                         "replaced while it was opened; load the dataset again") from exc  # fmt: skip
     if e == 0:
         if n:
             raise _fail(where, f"{n} transitions but no episode")

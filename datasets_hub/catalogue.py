@@ -11,14 +11,25 @@ the hub import or run anything that is not an installed entry point.
 from __future__ import annotations
 
 import json
-import os
 import re
+import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, did_you_mean
-from datasets_hub.loader import DatasetSpec, Resource
+from datasets_hub import env
+from datasets_hub.errors import (
+    CatalogueError,
+    HubError,
+    InvalidParameter,
+    MissingDependency,
+    PluginError,
+    UnknownDataset,
+    did_you_mean,
+)
+from datasets_hub.files import write_json_atomic
+from datasets_hub.loader import DatasetSpec, Loader, Resource
 
 MAX_ID_LENGTH = 200
 _LOADER_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -73,17 +84,16 @@ def builtin_registry() -> Path:
 
 def registry_files() -> list[Path]:
     """``registry.yaml`` then every file named by ``DATASETS_HUB_REGISTRY``."""
-    files = [builtin_registry()]
-    extra = os.environ.get("DATASETS_HUB_REGISTRY", "")
-    files += [Path(p).expanduser() for p in extra.split(os.pathsep) if p.strip()]
-    return files
+    return [builtin_registry(), *env.registry_paths()]
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         stat = path.stat()
     except OSError as exc:
-        raise HubError(f"catalogue file {path} (from DATASETS_HUB_REGISTRY) cannot be read: {exc.strerror}") from exc
+        raise CatalogueError(
+            f"catalogue file {path} (from DATASETS_HUB_REGISTRY) cannot be read: {exc.strerror}"
+        ) from exc
     key = (str(path), stat.st_mtime_ns, stat.st_size)
     if key not in _yaml_cache:
         _yaml_cache[key] = _parsed_copy(path, key)
@@ -104,19 +114,12 @@ def _parsed_copy(path: Path, key: tuple[str, int, int]) -> dict[str, Any]:
     data = _parse_yaml(path)
     for dataset_id, entry in data.items():  # checked once per file version; the JSON copy is trusted
         _check_entry(dataset_id, entry, str(path))
-    tmp = copy.with_name(f"{copy.name}.{os.getpid()}.tmp")
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
         # the user's catalogue can hold credentials (user:pass@ URLs): readable by its owner only
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(data, default=str))
-        os.replace(tmp, copy)
+        write_json_atomic(copy, data, indent=None, sort_keys=False, mode=0o600)  # a cut copy is removed on failure
     except OSError:  # a read-only or full cache still works, only slower
-        try:
-            tmp.unlink(missing_ok=True)  # a full disk leaves a cut copy behind
-        except OSError:
-            pass
+        pass
     return data
 
 
@@ -129,31 +132,31 @@ def _parse_yaml(path: Path) -> dict[str, Any]:
         with open(path) as fh:
             data = yaml.load(fh, Loader=safe_loader)
     except yaml.YAMLError as exc:
-        raise HubError(f"catalogue file {path} is not valid YAML: {exc}") from exc
+        raise CatalogueError(f"catalogue file {path} is not valid YAML: {exc}") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise HubError(f"catalogue file {path} must map dataset ids to entries, found a {type(data).__name__}")
+        raise CatalogueError(f"catalogue file {path} must map dataset ids to entries, found a {type(data).__name__}")
     return data
 
 
 def _check_entry(dataset_id: str, entry: Any, source: str) -> dict[str, Any]:
     loader, _ = validate_id(dataset_id)
     if not isinstance(entry, Mapping):
-        raise HubError(f"{source}: entry {dataset_id!r} must be a mapping with at least 'loader'")
+        raise CatalogueError(f"{source}: entry {dataset_id!r} must be a mapping with at least 'loader'")
     entry = dict(entry)
     declared = entry.setdefault("loader", loader)
     if declared != loader:
-        raise HubError(f"{source}: entry {dataset_id!r} names loader {declared!r} but its prefix is {loader!r}")
+        raise CatalogueError(f"{source}: entry {dataset_id!r} names loader {declared!r} but its prefix is {loader!r}")
     if not isinstance(entry.get("params") or {}, Mapping):
-        raise HubError(f"{source}: entry {dataset_id!r}: 'params' must be a mapping")
+        raise CatalogueError(f"{source}: entry {dataset_id!r}: 'params' must be a mapping")
     resources = entry.get("resources") or []
     if not isinstance(resources, list):
-        raise HubError(f"{source}: entry {dataset_id!r}: 'resources' must be a list")
+        raise CatalogueError(f"{source}: entry {dataset_id!r}: 'resources' must be a list")
     try:
         [Resource.from_dict(r) for r in resources]
     except (ValueError, TypeError, AttributeError) as exc:
-        raise HubError(f"{source}: entry {dataset_id!r} has a malformed resource: {exc}") from exc
+        raise CatalogueError(f"{source}: entry {dataset_id!r} has a malformed resource: {exc}") from exc
     return entry
 
 
@@ -164,7 +167,7 @@ def _static_entries() -> dict[str, tuple[dict[str, Any], str]]:
     for source, entries in sources:
         for dataset_id, entry in entries.items():
             if dataset_id in merged:
-                raise HubError(
+                raise CatalogueError(
                     f"dataset id {dataset_id!r} is defined twice: in {merged[dataset_id][1]} and in "
                     f"{source}; rename one of them"
                 )
@@ -180,7 +183,7 @@ def _loader_entries(loader_name: str) -> dict[str, tuple[dict[str, Any], str]]:
     out = {}
     for dataset_id, entry in (loader.catalogue() or {}).items():
         if not dataset_id.startswith(loader_name + "/"):
-            raise HubError(f"{source} lists {dataset_id!r}, outside its own prefix {loader_name + '/'!r}")
+            raise CatalogueError(f"{source} lists {dataset_id!r}, outside its own prefix {loader_name + '/'!r}")
         out[dataset_id] = (_check_entry(dataset_id, entry, source), source)
     return out
 
@@ -196,30 +199,188 @@ def _open_entry(loader_name: str, dataset_id: str) -> dict[str, tuple[dict[str, 
     return {dataset_id: (_check_entry(dataset_id, entry, source), source)}
 
 
-def all_entries(loaders: list[str] | None = None) -> dict[str, tuple[dict[str, Any], str]]:
-    """Every known id with its entry and source; loader catalogues of ``loaders`` included."""
+class PluginWarning(UserWarning):
+    """A loader plugin is broken or its catalogue failed: its ids are hidden or incomplete."""
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, PluginWarning, stacklevel=3)
+
+
+def all_entries(loaders: list[str] | None = None, *, strict: bool = False) -> dict[str, tuple[dict[str, Any], str]]:
+    """Every known id with its entry and source; loader catalogues of ``loaders`` included, then the
+    cached remote catalogues (never fetched here: :func:`refresh_remote_catalogues`).
+
+    A plugin that fails to import (or is registered under another name) hides its ids, with one
+    :class:`PluginWarning` per problem; ``strict=True`` raises its error instead (asking for one
+    loader's ids must not answer ``[]`` because the loader is broken)."""
     from datasets_hub.plugins import loader_names
 
     merged = _static_entries()
     for name in loaders if loaders is not None else loader_names():
         try:
             extra = _loader_entries(name)
+        except (MissingDependency, PluginError) as exc:  # the plugin itself cannot be imported
+            if strict:
+                raise
+            _hide(merged, name, exc)
+            continue
         except HubError:
-            continue  # a loader whose extra is missing still lists its registry.yaml ids
+            continue  # e.g. a catalogue() that refused: its registry.yaml ids still list
+        except Exception as exc:  # noqa: BLE001 - a plugin's catalogue() bug must not break listing
+            _warn_once(
+                f"the {name!r} loader's catalogue() failed ({type(exc).__name__}: {exc}); only its "
+                "registry.yaml ids are listed"
+            )
+            continue
         for dataset_id, (entry, source) in extra.items():
             if dataset_id not in merged:  # the static catalogue wins over a loader's refresh
                 merged[dataset_id] = (entry, source)
+    for dataset_id, (entry, source) in _remote_entries(loaders).items():
+        merged.setdefault(dataset_id, (entry, source))
     return merged
 
 
+def _hide(merged: dict[str, Any], name: str, exc: Exception) -> None:
+    hidden = [i for i in merged if i.split("/", 1)[0] == name]
+    for dataset_id in hidden:
+        del merged[dataset_id]
+    _warn_once(f"{exc} ({len(hidden)} of its ids hidden)" if hidden else str(exc))
+
+
+# -- remote catalogues: fetched on demand only, cached in <cache>/catalogue/remote-<loader>.json ------------
+def _remote_file(loader: str) -> Path:
+    from datasets_hub.cache import cache_root
+
+    return cache_root() / "catalogue" / f"remote-{loader}.json"
+
+
+def _remote_entries(loaders: list[str] | None) -> dict[str, tuple[dict[str, Any], str]]:
+    from datasets_hub.cache import cache_root
+
+    folder = cache_root() / "catalogue"
+    out: dict[str, tuple[dict[str, Any], str]] = {}
+    try:
+        files = sorted(folder.glob("remote-*.json"))
+    except OSError:
+        return out
+    for path in files:
+        loader = path.stem[len("remote-") :]
+        if loaders is not None and loader not in loaders:
+            continue
+        try:
+            payload = json.loads(path.read_text())
+            entries = payload["entries"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        source = f"the {loader!r} remote catalogue (fetched {payload.get('fetched', '?')})"
+        for dataset_id, entry in entries.items():
+            if isinstance(dataset_id, str) and dataset_id.startswith(loader + "/") and isinstance(entry, dict):
+                out[dataset_id] = (entry, source)
+    return out
+
+
+def remote_catalogue_age(loader: str) -> float | None:
+    """Seconds since the cached remote catalogue of ``loader`` was fetched (None: never)."""
+    try:
+        return time.time() - _remote_file(loader).stat().st_mtime
+    except OSError:
+        return None
+
+
+def refresh_remote_catalogues(loaders: list[str] | None = None, *, timeout: float = 5.0) -> dict[str, str]:
+    """Fetch each loader's ``remote_catalogue()`` (in a thread, at most ``timeout`` seconds each,
+    retry noise silenced) and cache it; returns ``{loader: "N ids" | "skipped: why"}``. Offline
+    (``DATASETS_HUB_OFFLINE=1``) nothing is fetched."""
+    import logging
+    import threading
+
+    from datasets_hub.plugins import get_loader, loader_names
+
+    if env.offline():
+        return dict.fromkeys(loaders or loader_names(), "skipped: DATASETS_HUB_OFFLINE=1")
+    report: dict[str, str] = {}
+    for name in loaders or loader_names():
+        try:
+            loader = get_loader(name)
+        except HubError as exc:
+            report[name] = f"skipped: {exc}"
+            continue
+        if type(loader).remote_catalogue is Loader.remote_catalogue:
+            continue  # no remote catalogue
+        result: dict[str, Any] = {}
+
+        def fetch(loader: Any = loader, result: dict[str, Any] = result) -> None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    result["entries"] = loader.remote_catalogue() or {}
+            except Exception as exc:  # noqa: BLE001 - reported per loader, listing goes on
+                result["error"] = f"{type(exc).__name__}: {exc}"
+
+        try:  # huggingface_hub sets its logger's level when first imported: import it before quieting it
+            import huggingface_hub.utils.logging  # noqa: F401 - imported for that side effect
+        except ImportError:
+            pass
+        quiet = logging.getLogger("huggingface_hub")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)  # no retry chatter on a dead network
+        worker = threading.Thread(target=fetch, daemon=True, name=f"datasets_hub-remote-{name}")
+        try:
+            worker.start()
+            worker.join(timeout)
+        finally:
+            if not worker.is_alive():  # an abandoned fetch keeps retrying: keep it quiet until the process ends
+                quiet.setLevel(level)
+        if worker.is_alive() or "entries" not in result:
+            report[name] = f"skipped: {result.get('error') or f'no answer within {timeout:g} s'}"
+            continue
+        entries = {k: dict(v) for k, v in result["entries"].items() if isinstance(k, str) and k.startswith(name + "/")}
+        path = _remote_file(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fetched = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            write_json_atomic(path, {"fetched": fetched, "entries": entries}, indent=None, sort_keys=False)
+        except OSError as exc:
+            report[name] = f"fetched {len(entries)} ids but could not cache them: {exc}"
+            continue
+        report[name] = f"{len(entries)} ids"
+    return report
+
+
 def list_ids(loader: str | None = None, search: str | None = None) -> list[str]:
-    """Sorted ids, optionally only one loader's, optionally containing ``search`` (case-insensitive)."""
-    entries = all_entries([loader] if loader else None)
+    """Sorted ids, optionally only one loader's (a broken loader raises), optionally matching ``search``:
+    every word of it must start a word of the id or of its description (case-insensitive), so
+    ``hopper`` finds ``d4rl/hopper-medium-v2`` but not ``ChopperCommand``."""
+    entries = all_entries([loader] if loader else None, strict=bool(loader))
     ids = [i for i in entries if loader is None or i.split("/", 1)[0] == loader]
     if search:
-        needle = search.lower()
-        ids = [i for i in ids if needle in i.lower() or needle in str(entries[i][0].get("description", "")).lower()]
+        ids = [i for i in ids if matches(search, i, str(entries[i][0].get("description", "")))]
     return sorted(ids)
+
+
+_WORD_RE = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str) -> list[str]:
+    # split camel case too: "ChopperCommand" -> "chopper command"
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", text)
+    return _WORD_RE.findall(spaced.lower())
+
+
+def matches(search: str, dataset_id: str, description: str = "") -> bool:
+    """Whether every word of ``search`` is a prefix of a word of the id or of the description
+    (``hopper-med`` matches ``d4rl/hopper-medium-v2``; ``hopper`` does not match ``ChopperCommand``)."""
+    haystack = _words(dataset_id) + _words(description)
+    needles = _words(search)
+    if not needles:
+        return True
+    return all(any(word.startswith(needle) for word in haystack) for needle in needles)
 
 
 def _check_params(dataset_id: str, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -286,7 +447,7 @@ def register_dataset(
     _check_entry(dataset_id, entry, "register_dataset()")
     existing = _static_entries()
     if dataset_id in existing:
-        raise HubError(
+        raise CatalogueError(
             f"dataset id {dataset_id!r} already exists (from {existing[dataset_id][1]}); pick another "
             "id, or pass your changes as parameters: datasets_hub.load(id, **params)"
         )

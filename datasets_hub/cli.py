@@ -91,9 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("list", help="known dataset ids (cached builds marked)")
+    p = sub.add_parser("list", help="known dataset ids (cached builds marked); never waits on the network")
     p.add_argument("--loader", help="only this loader's ids (e.g. d4rl)")
-    p.add_argument("--search", help="only ids or descriptions containing this text")
+    p.add_argument(
+        "--search", help="only ids or descriptions with words starting with these words (hopper, hopper-med)"
+    )
+    p.add_argument(
+        "--refresh", action="store_true", help="first fetch the remote catalogues (e.g. Minari's), 5 s at most each"
+    )
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("info", help="the dataset card")
@@ -175,7 +181,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, truncate_la
     lines = []
     for row in [list(headers), *cells]:
         line = "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths[:-1], strict=True)) + "  " + row[-1]
-        if truncate_last and len(line) > _width():
+        if truncate_last and sys.stdout.isatty() and len(line) > _width():  # piped output stays whole
             line = line[: _width() - 1] + "…"
         lines.append(line.rstrip())
     return lines
@@ -188,10 +194,14 @@ def _out(lines: str | Sequence[str] = "") -> None:
 # ------------------------------------------------------------------------------------------ commands
 def cmd_list(args: argparse.Namespace) -> int:
     from datasets_hub.cache import read_manifest
-    from datasets_hub.catalogue import all_entries, list_ids
+    from datasets_hub.catalogue import all_entries, list_ids, refresh_remote_catalogues
+    from datasets_hub.files import human_bytes
     from datasets_hub.maintenance import cached_ids, catalogue_build
     from datasets_hub.plugins import loader_names
 
+    if args.refresh:
+        for loader, outcome in refresh_remote_catalogues([args.loader] if args.loader else None).items():
+            print(f"{PROG}: remote catalogue of {loader}: {outcome}", file=sys.stderr)
     ids = list_ids(loader=args.loader, search=args.search)
     if args.loader and not ids and args.loader not in loader_names():
         raise UnknownLoader(
@@ -200,33 +210,61 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
     entries = all_entries([args.loader] if args.loader else None)
     built = cached_ids()
-    rows = []
+    records = []
     for dataset_id in ids:
-        mark = ""
-        if dataset_id in built:
-            mark = "other"  # only builds with overridden params, unless the catalogue's is there
-            try:
-                if read_manifest(catalogue_build(dataset_id)[2]) is not None:
-                    mark = "yes"
-            except HubError:
-                pass
         entry = entries[dataset_id][0]
-        description = str(entry.get("description", "")).strip()
+        sizes = [r.get("size", r.get("bytes")) for r in entry.get("resources") or []]
+        record: dict[str, Any] = {
+            "id": dataset_id,
+            "cached": "",
+            "download_bytes": sum(sizes) if sizes and all(isinstance(x, int) for x in sizes) else None,
+            "download": "?" if sizes else "local",  # shown when download_bytes is None
+            "episodes": None,
+            "steps": None,
+            "description": str(entry.get("description", "")).strip(),
+        }
         if entry.get("status"):  # e.g. a source removed upstream: say so before anything else
-            description = f"[{entry['status']}] {description}"
-        rows.append((dataset_id, mark, description))
-    if not rows:
+            record["description"] = f"[{entry['status']}] {record['description']}"
+        if dataset_id in built:
+            record["cached"] = "other"  # only builds with overridden params, unless the catalogue's is there
+            try:
+                manifest = read_manifest(catalogue_build(dataset_id)[2])
+            except HubError:
+                manifest = None
+            if manifest is not None:
+                counts = manifest.get("counts", {})
+                record.update(cached="yes", episodes=counts.get("episodes"), steps=counts.get("transitions"))
+        records.append(record)
+    if args.json:
+        _out(json.dumps(records, indent=1))
+        return 0
+    if not records:
         _out(
             "no dataset matches"
             + (f" --search {args.search!r}" if args.search else "")
             + (f" --loader {args.loader!r}" if args.loader else "")
         )
         return 0
-    _out(_table(("id", "cached", "description"), rows, truncate_last=True))
-    cached = sum(1 for r in rows if r[1] == "yes")
+
+    def count(value: Any) -> str:
+        return f"{value:,}" if isinstance(value, int) else "-"
+
+    rows = [
+        (
+            r["id"],
+            r["cached"] or "-",
+            human_bytes(r["download_bytes"]) if r["download_bytes"] is not None else r["download"],
+            count(r["episodes"]),
+            count(r["steps"]),
+            r["description"],
+        )
+        for r in records
+    ]
+    _out(_table(("id", "cached", "download", "episodes", "steps", "description"), rows, truncate_last=True))
+    cached = sum(1 for r in records if r["cached"] == "yes")
     _out(
-        f"\n{len(rows)} dataset(s), {cached} cached with the catalogue's params "
-        "(cached 'other' = only builds with --param overrides)"
+        f"\n{len(rows)} dataset(s), {cached} cached with the catalogue's params (cached 'other' = only builds "
+        "with --param overrides; episodes and steps are known once built; download '?' = size not in the catalogue, 'local' = generated here)"
     )
     return 0
 
@@ -260,8 +298,9 @@ def _fmt_stats(stats: dict[str, Any]) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from datasets_hub.files import human_bytes
     from datasets_hub.hub import info as hub_info
-    from datasets_hub.maintenance import catalogue_build, human_bytes
+    from datasets_hub.maintenance import catalogue_build
 
     catalogue_build(args.id, _params(args))  # checks the params with the loader (hub.info does not, yet)
     card = hub_info(args.id, **_params(args))
@@ -443,7 +482,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
-    from datasets_hub.maintenance import human_bytes, list_cache
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import list_cache
 
     listing = list_cache()
     _out(f"cache: {listing.root}")
@@ -476,7 +516,8 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 def cmd_cache_du(args: argparse.Namespace) -> int:
     from datasets_hub.cache import cache_root
-    from datasets_hub.maintenance import human_bytes, usage
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import usage
 
     sizes = usage()
     rows = [
@@ -496,7 +537,8 @@ def cmd_cache_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
-    from datasets_hub.maintenance import human_bytes, prune
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import prune
 
     items = prune(older_than_days=args.older_than, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
@@ -589,8 +631,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, and argparse errors (already printed, one line)
         return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    import warnings
+
+    def one_line(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        print(f"{PROG}: warning: " + " ".join(str(message).split()), file=sys.stderr)
+
+    warnings.showwarning = one_line  # a broken plugin is one line on stderr, not a traceback-like block
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # the reader went away (`datasets-hub list | head`): stop quietly, as cat does
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (HubError, ValueError, OSError) as exc:
         _err(exc)
         return 2 if _is_usage_error(exc) else 1

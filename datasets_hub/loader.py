@@ -28,9 +28,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tensordict import TensorDictBase
+if TYPE_CHECKING:  # `datasets-hub list` and the catalogue must not pay for importing torch
+    from tensordict import TensorDictBase
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,11 @@ class Loader:
         that format): return ``{"params": …, "description": …}`` and the id resolves like a catalogue
         entry. The default accepts nothing, so unknown ids get "did you mean …"."""
         return None
+
+    def remote_catalogue(self) -> dict[str, dict[str, Any]]:
+        """Ids a remote service lists (may use the network). Never called while listing: only on
+        demand (``datasets-hub list --refresh``), in a thread with a timeout; the core caches the result."""
+        return {}
 
     def check_params(self, spec: DatasetSpec) -> None:
         """Reject parameters this loader does not understand (raise ``InvalidParameter``)."""

@@ -10,7 +10,7 @@ import importlib.util
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
-from datasets_hub.errors import HubError, MissingDependency, UnknownLoader, did_you_mean
+from datasets_hub.errors import MissingDependency, PluginError, UnknownLoader, did_you_mean
 from datasets_hub.loader import Loader
 
 GROUP = "datasets_hub.loaders"
@@ -40,7 +40,7 @@ def get_loader(name: str) -> Loader:
 def _load(name: str) -> Loader:
     eps = _entry_points()
     if not eps:
-        raise HubError(
+        raise PluginError(
             "no datasets_hub loader plugins are installed: the package metadata is missing. "
             "Install the project (`pip install -e .` from the repository, or `pip install datasets-hub`)."
         )
@@ -52,16 +52,42 @@ def _load(name: str) -> Loader:
     try:
         cls = ep.load()
     except ImportError as exc:
-        hint = f"pip install '{ep.dist.name}'" if ep.dist is not None else "pip install the plugin's package"
-        raise MissingDependency(f"the loader {name!r} ({ep.value}) cannot be imported: {exc}. Fix: {hint}") from exc
+        raise MissingDependency(_import_failure(name, ep, exc)) from exc
+    except Exception as exc:  # a broken plugin (SyntaxError, any error at import) is reported, not fatal
+        where = f"{exc.filename}:{exc.lineno}: " if isinstance(exc, SyntaxError) and exc.filename else ""
+        raise PluginError(
+            f"the loader plugin {name!r} ({ep.value}{_dist(ep)}) failed to import: {where}{type(exc).__name__}: "
+            f"{exc}. Its datasets are unavailable until the plugin is fixed or uninstalled"
+        ) from exc
     if not (isinstance(cls, type) and issubclass(cls, Loader)):
-        raise HubError(f"entry point {name!r} = {ep.value!r} is not a datasets_hub.Loader subclass")
+        raise PluginError(f"entry point {name!r} = {ep.value!r} is not a datasets_hub.Loader subclass")
     if cls.name != name:
-        raise HubError(
+        raise PluginError(
             f"loader class {cls.__qualname__} declares name {cls.name!r} but is registered as "
             f"{name!r}: the entry-point name and Loader.name must be equal"
         )
     return cls()
+
+
+def _dist(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return f", from the distribution {dist.name!r}" if dist is not None else ""
+
+
+def _import_failure(name: str, ep: EntryPoint, exc: ImportError) -> str:
+    """Name the module that is missing; pip-installing the plugin itself fixes nothing when it is installed."""
+    module_name = ep.value.split(":", 1)[0]
+    missing = getattr(exc, "name", None)
+    if missing and missing != module_name and not module_name.startswith(missing + "."):
+        return (
+            f"the loader {name!r} ({ep.value}{_dist(ep)}) is installed but cannot be imported: it needs the module "
+            f"{missing!r}, which is missing ({exc}). Fix: install the package that provides {missing!r} "
+            f"(often `pip install {missing.split('.')[0]}`)"
+        )
+    hint = (
+        f"pip install '{ep.dist.name}'" if getattr(ep, "dist", None) is not None else "reinstall the plugin's package"
+    )
+    return f"the loader {name!r} ({ep.value}) cannot be imported: {exc}. Fix: {hint}"
 
 
 def check_requirements(loader: Loader) -> None:

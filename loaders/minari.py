@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from datasets_hub import env
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
@@ -53,13 +54,9 @@ _REMOTE_TIMEOUT_S = 3.0  # `datasets-hub list` on a machine with no route out mu
 _remote_ids_cache: dict[tuple[str, str], list[str]] = {}
 
 
-def _truthy(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
-
-
 def offline() -> bool:
     """True when no connection may be opened (``DATASETS_HUB_OFFLINE`` or ``HF_HUB_OFFLINE``)."""
-    return _truthy("DATASETS_HUB_OFFLINE") or _truthy("HF_HUB_OFFLINE")
+    return env.offline() or env.hf_offline()
 
 
 def store_root() -> Path:
@@ -86,8 +83,8 @@ class MinariLoader(Loader):
 
     # -- catalogue ------------------------------------------------------------------------------
     def catalogue(self) -> dict[str, dict[str, Any]]:
-        """Datasets of the local Minari store, plus the remote's ids when online (silently
-        nothing from the remote when offline or unreachable: registry.yaml has the static list)."""
+        """Datasets of the local Minari store (no network: the remote's ids come from
+        :meth:`remote_catalogue`, fetched on demand by ``datasets-hub list --refresh``)."""
         entries: dict[str, dict[str, Any]] = {}
         for minari_id, metadata in local_datasets().items():
             entry: dict[str, Any] = {
@@ -95,12 +92,23 @@ class MinariLoader(Loader):
                 "description": metadata.get("description") or f"Minari dataset {minari_id} (local Minari store)",
             }
             entries[f"minari/{minari_id}"] = entry
-        if not offline():
-            for minari_id in remote_ids():
-                entries.setdefault(
-                    f"minari/{minari_id}",
-                    {"loader": self.name, "description": f"Minari dataset {minari_id} ({_remote_name()})"},
-                )
+        return {k: v for k, v in entries.items() if _valid_hub_id(k)}
+
+    def remote_catalogue(self) -> dict[str, dict[str, Any]]:
+        """The remote's dataset ids (network; the core calls this on demand, with a timeout)."""
+        if offline():
+            return {}
+        from minari.storage.remotes import get_cloud_storage  # errors propagate: the core reports them
+
+        listed = sorted(set(get_cloud_storage().list_datasets()))
+        ids = [i for i in listed if isinstance(i, str) and _MINARI_ID_RE.match(i)]
+        entries = {
+            f"minari/{minari_id}": {
+                "loader": self.name,
+                "description": f"Minari dataset {minari_id} ({_remote_name()})",
+            }
+            for minari_id in ids
+        }
         return {k: v for k, v in entries.items() if _valid_hub_id(k)}
 
     def check_params(self, spec: DatasetSpec) -> None:
@@ -169,7 +177,7 @@ def open_dataset(minari_id: str) -> Any:
     """The ``MinariDataset`` for ``minari_id``, downloaded into the local store first if needed."""
     if not is_local(minari_id):
         if offline():
-            flag = "DATASETS_HUB_OFFLINE" if _truthy("DATASETS_HUB_OFFLINE") else "HF_HUB_OFFLINE"
+            flag = "DATASETS_HUB_OFFLINE" if env.offline() else "HF_HUB_OFFLINE"
             raise DownloadError(
                 f"the Minari dataset {minari_id!r} is not in the local Minari store ({store_root()}) and "
                 f"{flag}=1 forbids downloading it. Fix: unset {flag}, or download it once while online "

@@ -11,10 +11,11 @@ from tensordict import TensorDict
 import datasets_hub
 from datasets_hub import Compose, Select
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
+from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import SamplerWithoutReplacement
 from datasets_hub.buffers.slice_samplers import SliceSampler
-from datasets_hub.buffers.storages import LazyMemmapStorage, LazyTensorStorage
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.buffers.transforms import Rename
 
 from fixtures.openx import DATASET, write_release
@@ -207,3 +208,43 @@ def test_weighted_choice_follows_p_and_the_seed(builds):
     )
     first = torch.cat([again.sample(8)["index", "buffer_ids"][:, 0] for _ in range(150)])
     assert torch.equal(first, picks)  # same seed, same buffer choices
+
+
+def _mix_buffers():
+    from tensordict import TensorDict
+
+    from datasets_hub import LazyTensorStorage, ReplayBufferEnsemble, TensorDictReplayBuffer
+
+    out = []
+    for b, n in enumerate((1000, 50)):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(n), generator=torch.Generator().manual_seed(b))
+        rb.extend(TensorDict({"x": torch.arange(n) + 10_000 * b}, batch_size=[n]))
+        out.append(rb)
+    return ReplayBufferEnsemble, out
+
+
+def test_row_mixing_documented_semantics_whole_rows_from_one_buffer():
+    Ensemble, buffers = _mix_buffers()
+    ens = Ensemble(*buffers, p=[0.8, 0.2], generator=torch.Generator().manual_seed(0))
+    only_first = 0
+    for _ in range(2000):
+        ids = ens.sample(64)["index", "buffer_ids"]
+        assert ids.shape == (2, 32) and bool((ids == ids[:, :1]).all())  # one buffer per row
+        only_first += int(bool((ids == 0).all()))
+    assert abs(only_first / 2000 - 0.64) < 0.04  # 0.8 ** 2: the mixture holds only over many batches
+
+
+def test_batch_mixing_gives_every_batch_its_share():
+    Ensemble, buffers = _mix_buffers()
+    ens = Ensemble(*buffers, p=[0.75, 0.25], mix="batch", generator=torch.Generator().manual_seed(0))
+    assert ens.shares(64) == [48, 16] and ens.shares(10) == [8, 2] and sum(ens.shares(7)) == 7
+    for _ in range(50):
+        batch = ens.sample(64)
+        ids = batch["index", "buffer_ids"]
+        assert batch.shape == (64,) and int((ids == 1).sum()) == 16
+        assert bool(((batch["x"] >= 10_000) == (ids == 1)).all())  # rows come from the buffer they claim
+        assert torch.equal(batch["x"] - 10_000 * ids, batch["index", "index"])
+    with pytest.raises(ValueError, match="do not apply"):
+        Ensemble(*buffers, mix="batch", num_buffer_sampled=1)
+    with pytest.raises(ValueError, match="mix must be"):
+        Ensemble(*buffers, mix="rows")

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.buffers.ensemble_parts import SamplerEnsemble, StorageEnsemble, WriterEnsemble
-
-
-def _put(tree: dict, key: Any, value: torch.Tensor) -> None:
-    if isinstance(key, str):
-        tree[key] = value
-        return
-    for part in key[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[key[-1]] = value
+from datasets_hub.buffers.nested_keys import key_to_str, put
 
 
 def _buffers_from_parts(buffers: tuple, storages: Any, samplers: Any, writers: Any) -> tuple:
@@ -45,10 +38,6 @@ def _buffers_from_parts(buffers: tuple, storages: Any, samplers: Any, writers: A
     )
 
 
-def _key_name(key: Any) -> str:
-    return key if isinstance(key, str) else "/".join(key)
-
-
 class ReplayBufferEnsemble:
     """Sample from several replay buffers at once and stack the results.
 
@@ -69,6 +58,14 @@ class ReplayBufferEnsemble:
       ``ValueError`` naming the keys and the buffers.
     - ``len(ensemble)`` is the number of buffers; ``ensemble[i]`` is buffer ``i`` and
       ``ensemble[i, idx]`` is ``ensemble[i][idx]``.
+
+    Weights ``p`` choose a buffer *per row* of the ``[k, n // k]`` batch, as in TorchRL: with
+    ``p=[0.8, 0.2]`` and two rows, a batch is entirely from buffer 0 with probability 0.64, so the
+    mixture holds only on average over batches. ``mix="batch"`` instead gives every batch its
+    share: ``sample(n)`` returns a flat ``[n]`` batch with ``round(p_i * n)`` items of buffer ``i``
+    (largest remainders; the counts always sum to ``n``), buffer by buffer in order, with the same
+    ``("index", "buffer_ids")`` and ``("index", "index")`` keys (``num_buffer_sampled`` and
+    ``sample_from_all`` do not apply; ``p=None`` means equal shares).
     """
 
     def __init__(
@@ -83,7 +80,18 @@ class ReplayBufferEnsemble:
         transform: Any = None,
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
+        mix: str = "row",
     ) -> None:
+        if mix not in ("row", "batch"):
+            raise ValueError(
+                f"mix must be 'row' (a buffer per row, as TorchRL) or 'batch' (p of each batch), got {mix!r}"
+            )
+        if mix == "batch" and (sample_from_all or num_buffer_sampled is not None):
+            raise ValueError(
+                "mix='batch' fills every batch with p of each buffer: num_buffer_sampled and "
+                "sample_from_all do not apply"
+            )
+        self.mix = mix
         if len(buffers) == 1 and isinstance(buffers[0], (list, tuple)):
             buffers = tuple(buffers[0])
         if storages is not None:
@@ -125,6 +133,16 @@ class ReplayBufferEnsemble:
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         self.transform = transform
         self.generator = generator
+
+    def fork(self, generator: torch.Generator, members: Sequence[Any]) -> ReplayBufferEnsemble:
+        """A shallow copy over ``members`` (forks of ``self[i]``, same order) choosing buffers with
+        ``generator``: the ensemble's part of :meth:`ReplayBuffer.fork`."""
+        if len(members) != len(self._buffers):
+            raise ValueError(f"fork needs {len(self._buffers)} member buffers, got {len(members)}")
+        clone = copy.copy(self)
+        clone._buffers = tuple(members)
+        clone.set_rng(generator)
+        return clone
 
     def set_rng(self, generator: torch.Generator) -> None:
         """Make ``generator`` the source of the ensemble's buffer choices."""
@@ -193,6 +211,8 @@ class ReplayBufferEnsemble:
                 raise RuntimeError(
                     "sample() needs a batch size: pass sample(batch_size=...) or build the ensemble with batch_size=..."
                 )
+        if self.mix == "batch":
+            return self._sample_mixed(batch_size, return_info)
         k = self.num_buffer_sampled
         if batch_size % k:
             raise ValueError(
@@ -226,6 +246,51 @@ class ReplayBufferEnsemble:
             return out, {"buffer_ids": buffer_ids, "index": index}
         return out
 
+    def shares(self, batch_size: int) -> list[int]:
+        """Items of each buffer in a ``mix="batch"`` batch of ``batch_size``: ``round(p_i * n)`` by
+        largest remainders (ties to the lower index), summing to ``batch_size``."""
+        n = len(self._buffers)
+        p = self.p if self.p is not None else torch.full((n,), 1.0 / n, dtype=torch.float64)
+        exact = p * batch_size
+        counts = torch.floor(exact).to(torch.int64)
+        rest = batch_size - int(counts.sum())
+        if rest:
+            order = sorted(range(n), key=lambda i: (-(float(exact[i]) - int(counts[i])), i))
+            for i in order[:rest]:
+                counts[i] += 1
+        return [int(c) for c in counts]
+
+    def _sample_mixed(self, batch_size: int, return_info: bool) -> Any:
+        pieces, ids, locals_ = [], [], []
+        for b, count in enumerate(self.shares(batch_size)):
+            if not count:
+                continue
+            check = getattr(getattr(self._buffers[b], "sampler", None), "check_batch_size", None)
+            if callable(check):
+                try:
+                    check(count)
+                except ValueError as exc:
+                    raise ValueError(
+                        f"mix='batch' gives buffer {b} {count} of {batch_size} items, which its sampler cannot "
+                        f"split: {exc}. Choose batch_size and p so that each share suits its sampler"
+                    ) from None
+            data, info = self._buffers[b].sample(count, return_info=True)
+            if not isinstance(data, TensorDictBase):
+                raise TypeError(f"mix='batch' stacks TensorDicts; buffer {b} returned a {type(data).__name__}")
+            pieces.append((b, data.exclude("index")))
+            ids.append(torch.full((count,), b, dtype=torch.int64))
+            locals_.append(torch.as_tensor(info["index"]).reshape(-1))
+        self._check_compatible([(b, dict(d.items(include_nested=True, leaves_only=True))) for b, d in pieces])
+        out = cast(TensorDictBase, torch.cat(cast(Any, [d for _, d in pieces])))  # torch's stubs know only tensors
+        buffer_ids, index = torch.cat(ids), torch.cat(locals_)
+        out.set(("index", "buffer_ids"), buffer_ids)
+        out.set(("index", "index"), index)
+        if self.transform is not None:
+            out = self.transform(out)
+        if return_info:
+            return out, {"buffer_ids": buffer_ids, "index": index}
+        return out
+
     def _stack(self, parts: list[tuple[int, Any, int]], sub: int, index: torch.Tensor, buffer_ids: torch.Tensor) -> Any:
         first = parts[0][1]
         if not isinstance(first, TensorDictBase):
@@ -246,7 +311,7 @@ class ReplayBufferEnsemble:
         tree: dict[str, Any] = {}
         for key in leaves[parts[0][0]]:
             value = torch.stack([leaves[b][key][lo : lo + sub] for b, _, lo in parts])
-            _put(tree, key, value)
+            put(tree, key, value)
         batch = torch.Size([len(parts), sub, *first.batch_size[1:]])
         extra = [1] * (len(batch) - 2)
         tree["index"] = {
@@ -262,8 +327,8 @@ class ReplayBufferEnsemble:
         for b, lv in leaves[1:]:
             spec = {k: (tuple(v.shape[1:]), v.dtype) for k, v in lv.items()}
             if spec.keys() != spec0.keys():
-                only0 = sorted(_key_name(k) for k in spec0.keys() - spec.keys())
-                only = sorted(_key_name(k) for k in spec.keys() - spec0.keys())
+                only0 = sorted(key_to_str(k) for k in spec0.keys() - spec.keys())
+                only = sorted(key_to_str(k) for k in spec.keys() - spec0.keys())
                 raise ValueError(
                     f"cannot stack samples of buffers {b0} and {b}: their keys differ "
                     f"(only in buffer {b0}: {only0 or 'none'}; only in buffer {b}: {only or 'none'}). "
@@ -273,7 +338,7 @@ class ReplayBufferEnsemble:
             for key, (shape, dtype) in spec.items():
                 if (shape, dtype) != spec0[key]:
                     raise ValueError(
-                        f"cannot stack {_key_name(key)!r}: buffer {b0} gives per-item shape {list(spec0[key][0])} "
+                        f"cannot stack {key_to_str(key)!r}: buffer {b0} gives per-item shape {list(spec0[key][0])} "
                         f"{spec0[key][1]} but buffer {b} gives {list(shape)} {dtype}. Align them with a "
                         "per-buffer transform (convert or drop the key: Exclude(...) / Select(...))"
                     )
