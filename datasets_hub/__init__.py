@@ -101,8 +101,10 @@ _EXPORTS: dict[str, str] = {
     "TEDError": "errors",
     "InvalidParameter": "errors",
     "CorruptFile": "errors",
-    "PreprocessError": "errors",
+    "CatalogueError": "errors",
     "PluginError": "errors",
+    "ReadOnlyError": "errors",
+    "PreprocessError": "errors",
     "UncachedPreprocessWarning": "fingerprint",
 }
 

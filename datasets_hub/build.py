@@ -16,7 +16,6 @@ through the per-file sha256 the manifest records.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -27,10 +26,16 @@ from typing import Any
 import torch
 
 from datasets_hub import __version__
-from datasets_hub.cache import (
-    INCOMPLETE_SUFFIX,
+from datasets_hub.build_format import (
+    FORMAT,
+    FORMAT_VERSION,
     MANIFEST,
     STORAGE_FORMAT_VERSION,
+    LeanTEDWriter,
+    write_manifest_checksum,
+)
+from datasets_hub.cache import (
+    INCOMPLETE_SUFFIX,
     dataset_dir,
     ensure_writable_dir,
     file_lock,
@@ -40,9 +45,8 @@ from datasets_hub.cache import (
     read_manifest,
     remove_tree,
 )
-from datasets_hub.cache_verify import write_manifest_checksum
 from datasets_hub.errors import CacheError, CorruptFile, HubError, LoaderError
-from datasets_hub.lean_ted import LeanTEDWriter
+from datasets_hub.files import write_json_atomic
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
 from datasets_hub.redact import redact_value
 from datasets_hub.ted_contract import check_chunk
@@ -81,13 +85,6 @@ def _progress_bar(total: int | None, desc: str):
     return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, disable=not sys.stderr.isatty(), leave=False)
 
 
-def _write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(payload, fh, indent=1, sort_keys=True, default=str)
-    os.replace(tmp, path)
-
-
 def build(
     spec: DatasetSpec,
     loader: Loader,
@@ -117,7 +114,7 @@ def build(
             remove_tree(incomplete)  # left by a process that was killed mid-build
         try:
             manifest = _convert(spec, loader, files, sources, incomplete, final.name, chunk_rows)
-            _write_json_atomic(incomplete / MANIFEST, manifest)
+            write_json_atomic(incomplete / MANIFEST, manifest)
             write_manifest_checksum(incomplete)  # published with the manifest by the same rename
             if final.exists():
                 remove_tree(final)  # readers with open memmaps keep their (unlinked) files
@@ -220,8 +217,8 @@ def _convert(
     finally:
         torch.set_num_threads(threads)
     return {
-        "format": "datasets_hub.ted",
-        "version": 1,
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
         "id": spec.id,
         "fingerprint": build_fp,
         "loader": loader.name,

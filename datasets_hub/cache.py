@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -19,25 +18,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from datasets_hub import env
+from datasets_hub.build_format import MANIFEST
 from datasets_hub.errors import CacheError
+from datasets_hub.files import sha256_json
 
-MANIFEST = "manifest.json"
 INCOMPLETE_SUFFIX = ".incomplete"
-STORAGE_FORMAT_VERSION = 1
+#: the cache's sub-directories (the layout in the module docstring); nowhere else spells them
+RAW, DATASETS, PREPROCESSED = "raw", "datasets", "preprocessed"
+SECTIONS = (RAW, DATASETS, PREPROCESSED)
 
 
-def cache_root() -> Path:
-    """The cache root: ``$DATASETS_HUB_CACHE``, else ``$XDG_CACHE_HOME/datasets_hub``, else ``~/.cache/datasets_hub``."""
-    explicit = os.environ.get("DATASETS_HUB_CACHE")
-    if explicit:
-        return Path(explicit).expanduser().absolute()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return (base / "datasets_hub").absolute()
+cache_root = env.cache_root  # where every path below starts (read at call time)
+
+
+def raw_root() -> Path:
+    """``<cache>/raw``: every loader's downloads."""
+    return cache_root() / RAW
 
 
 def raw_dir(loader: str) -> Path:
-    return cache_root() / "raw" / loader
+    return raw_root() / loader
 
 
 #: Suffixes the cache adds to names it owns (side files of downloads, builds being written or
@@ -100,7 +101,7 @@ def raw_file_path(loader_name: str, resource_name: str, source_key: str | None =
 
 
 def datasets_dir() -> Path:
-    return cache_root() / "datasets"
+    return cache_root() / DATASETS
 
 
 def dataset_dir(dataset_id: str) -> Path:
@@ -108,14 +109,18 @@ def dataset_dir(dataset_id: str) -> Path:
     return datasets_dir().joinpath(*dataset_id.split("/"))
 
 
+def preprocessed_root() -> Path:
+    """``<cache>/preprocessed``: every preprocessing result, by build fingerprint."""
+    return cache_root() / PREPROCESSED
+
+
 def preprocessed_dir(build_fp: str) -> Path:
-    return cache_root() / "preprocessed" / build_fp
+    return preprocessed_root() / build_fp
 
 
 def fingerprint(payload: Any, length: int = 16) -> str:
     """A stable short hash of JSON-able ``payload`` (keys sorted)."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
+    return sha256_json(payload, default=str)[:length]
 
 
 def read_manifest(build_dir: Path) -> dict[str, Any] | None:

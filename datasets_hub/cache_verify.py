@@ -3,53 +3,32 @@
 :func:`verify` rehashes raw files (``downloader.verify_file``: against the catalogue sha256 or the
 one recorded at first download) and every data file of a build against the sha256, dtype, shape and
 rows the manifest's ``schema`` records. It checks the manifest itself against ``manifest.sha256``
-(:data:`MANIFEST_SHA256`) when the build has one, and in any case against what can be recomputed
+(:data:`~datasets_hub.build_format.MANIFEST_SHA256`) when the build has one, and in any case against what can be recomputed
 from the data: counts vs rows, episode return/length statistics, the fingerprint (id, params and
 sources hash to the directory's name) and the id (the build's location). It only reads, and it
 reports every mismatch with the file's path; what it could not check is a note, not a failure.
+What the files should be (paths, sizes, rows per group) comes from :mod:`datasets_hub.build_format`.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.cache import MANIFEST, dataset_dir, raw_file_path, read_manifest
-from datasets_hub.errors import CacheError
-from datasets_hub.maintenance import builds_of, catalogue_build, human_bytes, sha256_file
-
-#: A build's manifest checksum, in ``sha256sum`` format: ``"<hex>  manifest.json\n"`` (so that
-#: ``sha256sum -c manifest.sha256`` works in the build directory). Written by the builder after the
-#: manifest, inside the ``.incomplete`` directory (the rename publishes both at once).
-MANIFEST_SHA256 = "manifest.sha256"
-_ITEMSIZE = {
-    "bool": 1,
-    "uint8": 1,
-    "int8": 1,
-    "int16": 2,
-    "uint16": 2,
-    "float16": 2,
-    "bfloat16": 2,
-    "int32": 4,
-    "uint32": 4,
-    "float32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float64": 8,
-    "complex64": 8,
-    "complex128": 16,
-}
-
-
-def write_manifest_checksum(build_dir: Path) -> Path:
-    """Record the sha256 of ``build_dir/manifest.json`` in ``build_dir/manifest.sha256`` (builder side)."""
-    target = Path(build_dir) / MANIFEST_SHA256
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(f"{sha256_file(Path(build_dir) / MANIFEST)}  {MANIFEST}\n")
-    os.replace(tmp, target)
-    return target
+from datasets_hub.build_format import (
+    EPISODES,
+    MANIFEST,
+    MANIFEST_SHA256,
+    group_rows,
+    leaf_nbytes,
+    leaf_path,
+    read_manifest_checksum,
+)
+from datasets_hub.cache import dataset_dir, raw_file_path, read_manifest
+from datasets_hub.errors import CacheError, HubError
+from datasets_hub.files import human_bytes, sha256_file
+from datasets_hub.maintenance import builds_of, catalogue_build
 
 
 @dataclass
@@ -82,22 +61,22 @@ def _verify_raw(path: Path, resource: Any, result: VerifyResult) -> None:
 
 
 def _verify_data_file(build: Path, name: str, entry: dict[str, Any], result: VerifyResult) -> None:
-    path = build / "data" / (name + ".memmap")
+    try:
+        path = leaf_path(build, name)
+    except CacheError as exc:
+        result.problems.append(str(exc))
+        return
     if not path.is_file():
         result.problems.append(f"{path}: missing (listed in the manifest's schema)")
         return
     size = path.stat().st_size
-    itemsize = _ITEMSIZE.get(str(entry.get("dtype")))
-    if itemsize is not None:
-        expected = int(entry.get("rows", 0)) * itemsize
-        for dim in entry.get("shape", []):
-            expected *= int(dim)
-        if size != expected:
-            result.problems.append(
-                f"{path}: {size} bytes, the manifest's schema says {expected} "
-                f"({entry.get('rows')} rows of {entry.get('dtype')} {entry.get('shape')})"
-            )
-            return
+    expected = leaf_nbytes(entry)
+    if expected is not None and size != expected:
+        result.problems.append(
+            f"{path}: {size} bytes, the manifest's schema says {expected} "
+            f"({entry.get('rows')} rows of {entry.get('dtype')} {entry.get('shape')})"
+        )
+        return
     reference = entry.get("sha256")
     if not reference:
         result.notes.append(f"{path}: the manifest records no sha256 (older build); size checked only")
@@ -126,19 +105,18 @@ def _stats_of(values: Any) -> dict[str, float]:
 def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult) -> None:
     """The manifest against its checksum, then against what the data says (fallback and belt)."""
     path = build / MANIFEST
-    recorded = build / MANIFEST_SHA256
+    recorded = read_manifest_checksum(build)
     intact = False
-    if recorded.is_file():
-        words = recorded.read_text().split()
+    if recorded is not None:
         digest = sha256_file(path)
-        if not words or words[0].lower() != digest:
+        if recorded != digest:
             result.problems.append(
-                f"{path}: sha256 {digest} does not match {recorded.name} "
-                f"({words[0] if words else 'empty'}); the manifest was edited"
+                f"{path}: sha256 {digest} does not match {MANIFEST_SHA256} "
+                f"({recorded or 'empty'}); the manifest was edited"
             )
         else:
             intact = True
-            result.checked.append(f"{path}: ok (matches {recorded.name})")
+            result.checked.append(f"{path}: ok (matches {MANIFEST_SHA256})")
     else:
         result.notes.append(
             f"{path}: no {MANIFEST_SHA256} beside it (built by an older version); "
@@ -153,15 +131,10 @@ def _verify_manifest(build: Path, manifest: dict[str, Any], result: VerifyResult
         result.problems.append(f"{where} id {manifest.get('id')!r} does not match the build's location {build.parent}")
     schema = manifest.get("schema") or {}
     counts = manifest.get("counts") or {}
-    transitions, episodes = counts.get("transitions"), counts.get("episodes")
     for name, entry in schema.items():
         rows = entry.get("rows")
         group = name.split("/", 1)[0]
-        want = {
-            "steps": transitions,
-            "episodes": episodes,
-            "obs": None if transitions is None or episodes is None else transitions + episodes,
-        }.get(group)
+        want = group_rows(group, counts)
         if want is not None and rows != want:
             result.problems.append(
                 f"{where} schema {name!r} has {rows} rows but counts say {want} "
@@ -176,16 +149,16 @@ def _verify_stats(build: Path, manifest: dict[str, Any], result: VerifyResult) -
 
     schema = manifest.get("schema") or {}
     stats = manifest.get("stats") or {}
-    for stat_key, column in (("episode_return", "episodes/return"), ("episode_length", "episodes/length")):
+    for stat_key, column in (("episode_return", f"{EPISODES}/return"), ("episode_length", f"{EPISODES}/length")):
         entry, recorded = schema.get(column), stats.get(stat_key)
         if not entry or not recorded:
             continue
-        file = build / "data" / (column + ".memmap")
         try:
+            file = leaf_path(build, column)
             if entry.get("sha256") and sha256_file(file) != entry["sha256"]:
                 continue  # a damaged data file, reported by the data-file check, not a manifest edit
             values = np.fromfile(file, dtype=np.dtype(str(entry["dtype"])))
-        except (OSError, TypeError, ValueError):
+        except (OSError, TypeError, ValueError, CacheError):
             continue  # the data-file check reports it
         if values.size == 0 or values.size != entry.get("rows"):
             continue
@@ -208,8 +181,6 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
     it is simply not the one today's catalogue and code would make. That is a note, never a problem
     (and never a reason to delete it); only an edited manifest is a problem.
     """
-    from datasets_hub.errors import HubError
-
     dataset_id, params = manifest.get("id"), manifest.get("params")
     if not isinstance(dataset_id, str) or not isinstance(params, dict):
         result.problems.append(f"{build / MANIFEST}: no id/params; the manifest is not a datasets_hub build manifest")
@@ -222,7 +193,7 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
     if expected.name == build.name:
         return
     from datasets_hub import __version__
-    from datasets_hub.cache import STORAGE_FORMAT_VERSION
+    from datasets_hub.build_format import STORAGE_FORMAT_VERSION
 
     made_by = (
         manifest.get("hub_version"),

@@ -11,7 +11,6 @@ the hub import or run anything that is not an installed entry point.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import warnings
@@ -19,7 +18,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.errors import HubError, InvalidParameter, MissingDependency, PluginError, UnknownDataset, did_you_mean
+from datasets_hub import env
+from datasets_hub.errors import (
+    CatalogueError,
+    HubError,
+    InvalidParameter,
+    MissingDependency,
+    PluginError,
+    UnknownDataset,
+    did_you_mean,
+)
+from datasets_hub.files import write_json_atomic
 from datasets_hub.loader import DatasetSpec, Loader, Resource
 
 MAX_ID_LENGTH = 200
@@ -75,17 +84,16 @@ def builtin_registry() -> Path:
 
 def registry_files() -> list[Path]:
     """``registry.yaml`` then every file named by ``DATASETS_HUB_REGISTRY``."""
-    files = [builtin_registry()]
-    extra = os.environ.get("DATASETS_HUB_REGISTRY", "")
-    files += [Path(p).expanduser() for p in extra.split(os.pathsep) if p.strip()]
-    return files
+    return [builtin_registry(), *env.registry_paths()]
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         stat = path.stat()
     except OSError as exc:
-        raise HubError(f"catalogue file {path} (from DATASETS_HUB_REGISTRY) cannot be read: {exc.strerror}") from exc
+        raise CatalogueError(
+            f"catalogue file {path} (from DATASETS_HUB_REGISTRY) cannot be read: {exc.strerror}"
+        ) from exc
     key = (str(path), stat.st_mtime_ns, stat.st_size)
     if key not in _yaml_cache:
         _yaml_cache[key] = _parsed_copy(path, key)
@@ -106,19 +114,12 @@ def _parsed_copy(path: Path, key: tuple[str, int, int]) -> dict[str, Any]:
     data = _parse_yaml(path)
     for dataset_id, entry in data.items():  # checked once per file version; the JSON copy is trusted
         _check_entry(dataset_id, entry, str(path))
-    tmp = copy.with_name(f"{copy.name}.{os.getpid()}.tmp")
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
         # the user's catalogue can hold credentials (user:pass@ URLs): readable by its owner only
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(data, default=str))
-        os.replace(tmp, copy)
+        write_json_atomic(copy, data, indent=None, sort_keys=False, mode=0o600)  # a cut copy is removed on failure
     except OSError:  # a read-only or full cache still works, only slower
-        try:
-            tmp.unlink(missing_ok=True)  # a full disk leaves a cut copy behind
-        except OSError:
-            pass
+        pass
     return data
 
 
@@ -131,31 +132,31 @@ def _parse_yaml(path: Path) -> dict[str, Any]:
         with open(path) as fh:
             data = yaml.load(fh, Loader=safe_loader)
     except yaml.YAMLError as exc:
-        raise HubError(f"catalogue file {path} is not valid YAML: {exc}") from exc
+        raise CatalogueError(f"catalogue file {path} is not valid YAML: {exc}") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise HubError(f"catalogue file {path} must map dataset ids to entries, found a {type(data).__name__}")
+        raise CatalogueError(f"catalogue file {path} must map dataset ids to entries, found a {type(data).__name__}")
     return data
 
 
 def _check_entry(dataset_id: str, entry: Any, source: str) -> dict[str, Any]:
     loader, _ = validate_id(dataset_id)
     if not isinstance(entry, Mapping):
-        raise HubError(f"{source}: entry {dataset_id!r} must be a mapping with at least 'loader'")
+        raise CatalogueError(f"{source}: entry {dataset_id!r} must be a mapping with at least 'loader'")
     entry = dict(entry)
     declared = entry.setdefault("loader", loader)
     if declared != loader:
-        raise HubError(f"{source}: entry {dataset_id!r} names loader {declared!r} but its prefix is {loader!r}")
+        raise CatalogueError(f"{source}: entry {dataset_id!r} names loader {declared!r} but its prefix is {loader!r}")
     if not isinstance(entry.get("params") or {}, Mapping):
-        raise HubError(f"{source}: entry {dataset_id!r}: 'params' must be a mapping")
+        raise CatalogueError(f"{source}: entry {dataset_id!r}: 'params' must be a mapping")
     resources = entry.get("resources") or []
     if not isinstance(resources, list):
-        raise HubError(f"{source}: entry {dataset_id!r}: 'resources' must be a list")
+        raise CatalogueError(f"{source}: entry {dataset_id!r}: 'resources' must be a list")
     try:
         [Resource.from_dict(r) for r in resources]
     except (ValueError, TypeError, AttributeError) as exc:
-        raise HubError(f"{source}: entry {dataset_id!r} has a malformed resource: {exc}") from exc
+        raise CatalogueError(f"{source}: entry {dataset_id!r} has a malformed resource: {exc}") from exc
     return entry
 
 
@@ -166,7 +167,7 @@ def _static_entries() -> dict[str, tuple[dict[str, Any], str]]:
     for source, entries in sources:
         for dataset_id, entry in entries.items():
             if dataset_id in merged:
-                raise HubError(
+                raise CatalogueError(
                     f"dataset id {dataset_id!r} is defined twice: in {merged[dataset_id][1]} and in "
                     f"{source}; rename one of them"
                 )
@@ -182,7 +183,7 @@ def _loader_entries(loader_name: str) -> dict[str, tuple[dict[str, Any], str]]:
     out = {}
     for dataset_id, entry in (loader.catalogue() or {}).items():
         if not dataset_id.startswith(loader_name + "/"):
-            raise HubError(f"{source} lists {dataset_id!r}, outside its own prefix {loader_name + '/'!r}")
+            raise CatalogueError(f"{source} lists {dataset_id!r}, outside its own prefix {loader_name + '/'!r}")
         out[dataset_id] = (_check_entry(dataset_id, entry, source), source)
     return out
 
@@ -301,7 +302,7 @@ def refresh_remote_catalogues(loaders: list[str] | None = None, *, timeout: floa
 
     from datasets_hub.plugins import get_loader, loader_names
 
-    if os.environ.get("DATASETS_HUB_OFFLINE", "") not in ("", "0"):
+    if env.offline():
         return dict.fromkeys(loaders or loader_names(), "skipped: DATASETS_HUB_OFFLINE=1")
     report: dict[str, str] = {}
     for name in loaders or loader_names():
@@ -343,13 +344,8 @@ def refresh_remote_catalogues(loaders: list[str] | None = None, *, timeout: floa
         path = _remote_file(name)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(
-                json.dumps(
-                    {"fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "entries": entries}, default=str
-                )
-            )
-            os.replace(tmp, path)
+            fetched = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            write_json_atomic(path, {"fetched": fetched, "entries": entries}, indent=None, sort_keys=False)
         except OSError as exc:
             report[name] = f"fetched {len(entries)} ids but could not cache them: {exc}"
             continue
@@ -451,7 +447,7 @@ def register_dataset(
     _check_entry(dataset_id, entry, "register_dataset()")
     existing = _static_entries()
     if dataset_id in existing:
-        raise HubError(
+        raise CatalogueError(
             f"dataset id {dataset_id!r} already exists (from {existing[dataset_id][1]}); pick another "
             "id, or pass your changes as parameters: datasets_hub.load(id, **params)"
         )

@@ -197,7 +197,8 @@ def _out(lines: str | Sequence[str] = "") -> None:
 def cmd_list(args: argparse.Namespace) -> int:
     from datasets_hub.cache import read_manifest
     from datasets_hub.catalogue import all_entries, list_ids, refresh_remote_catalogues
-    from datasets_hub.maintenance import cached_ids, catalogue_build, human_bytes
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import cached_ids, catalogue_build
     from datasets_hub.plugins import loader_names
 
     if args.refresh:
@@ -299,8 +300,9 @@ def _fmt_stats(stats: dict[str, Any]) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from datasets_hub.files import human_bytes
     from datasets_hub.hub import info as hub_info
-    from datasets_hub.maintenance import catalogue_build, human_bytes
+    from datasets_hub.maintenance import catalogue_build
 
     catalogue_build(args.id, _params(args))  # checks the params with the loader (hub.info does not, yet)
     card = hub_info(args.id, **_params(args))
@@ -482,7 +484,8 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
-    from datasets_hub.maintenance import human_bytes, list_cache
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import list_cache
 
     listing = list_cache()
     if getattr(args, "json", False):
@@ -520,7 +523,8 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 def cmd_cache_du(args: argparse.Namespace) -> int:
     from datasets_hub.cache import cache_root
-    from datasets_hub.maintenance import human_bytes, usage
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import usage
 
     sizes = usage()
     rows = [
@@ -540,7 +544,8 @@ def cmd_cache_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
-    from datasets_hub.maintenance import human_bytes, prune
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import prune
 
     items = prune(older_than_days=args.older_than, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"

@@ -15,35 +15,12 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.storages import Storage
-from datasets_hub.build_checks import check_build, leaf_path
-from datasets_hub.cache import read_manifest
+from datasets_hub.buffers.nested_keys import Key, parse_key, put
+from datasets_hub.buffers.storages import ReadOnlyStorage
+from datasets_hub.build_format import open_build
 from datasets_hub.errors import CacheError
 
-Key = tuple[str, ...]
 _ROOT_FLAGS = ("done", "terminated", "truncated")
-
-
-def _open_leaf(path: Path, dtype_name: str, shape: list[int], rows: int) -> torch.Tensor:
-    dtype = getattr(torch, dtype_name)
-    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    expected = rows * int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError as exc:
-        raise CacheError(
-            f"build file {path} is missing: the build is damaged; run `datasets-hub rm` and load again"
-        ) from exc
-    if size != expected:
-        raise CacheError(
-            f"build file {path} has {size} bytes where the manifest says {expected}: the build is damaged "
-            "or was modified; run `datasets-hub verify` / `datasets-hub rm` and load again"
-        )
-    if rows == 0:
-        return torch.empty((0, *shape), dtype=dtype)
-    # copy-on-write mapping: needs only read permission, and a stray in-place write can never reach the file
-    array = np.memmap(path, dtype=np_dtype, mode="c", shape=(rows, *shape))
-    return torch.from_numpy(array)
 
 
 def reopen_build(path: str, fingerprint: str | None) -> DatasetStorage:
@@ -59,7 +36,7 @@ def reopen_build(path: str, fingerprint: str | None) -> DatasetStorage:
     return storage
 
 
-class DatasetStorage(Storage):
+class DatasetStorage(ReadOnlyStorage):
     """A read-only :class:`Storage` over the build at ``path`` (the directory holding manifest.json).
 
     ``get`` returns a TED TensorDict: root ``observation``-like keys, ``action``, ``episode``,
@@ -67,40 +44,31 @@ class DatasetStorage(Storage):
     observation-like keys, ``reward``, ``terminated``, ``truncated`` and ``done``. Writes raise.
     """
 
-    read_only = True
+    read_only_what = "dataset build"
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        manifest = read_manifest(self.path)  # an empty, cut or non-object manifest: a CacheError naming the fix
-        if manifest is None:
-            raise CacheError(f"{self.path} holds no complete build (no manifest.json); load the dataset again")
-        self.manifest = manifest
-        # cheap open-time checks (manifest hash, schema, paths, sizes, episode index); data hashes are `verify`'s
-        checked = check_build(self.path, manifest)
-        columns: dict[str, torch.Tensor] = {}
-        for name, (dtype, shape, rows) in checked.items():
-            columns[name] = _open_leaf(leaf_path(self.path, name, self.path), dtype, list(shape), rows)
-        layout = self.manifest["layout"]
-        split = {tuple(k.split("/")) for k in layout["next_stored_per_step"]}
+        build = open_build(self.path)  # the one reader of the format (checks the files against the manifest)
+        self.manifest = build.manifest
         self._obs: list[tuple[Key, np.ndarray, bool]] = [
-            (tuple(k.split("/")), columns["obs/" + k].numpy(), tuple(k.split("/")) not in split) for k in layout["obs"]
+            (key, column.numpy(), key in build.shared_next) for key, column in build.obs.items()
         ]
-        self._steps: list[tuple[Key, torch.Tensor]] = [
-            (tuple(name.split("/")[1:]), col) for name, col in columns.items() if name.startswith("steps/")
-        ]
-        self._start = columns["episodes/start"]
+        self._frames = build.obs
+        self._steps: list[tuple[Key, torch.Tensor]] = list(build.steps.items())
+        self._start = build.episodes["start"]
         self._start_np = np.ascontiguousarray(self._start.numpy())
         self._steps_np = [(key, column.numpy()) for key, column in self._steps]
-        self._length = columns["episodes/length"]
-        self._episode_id = columns["episodes/id"]
+        self._length = build.episodes["length"]
+        self._episode_id = build.episodes["id"]
         self._episode_id_np = self._episode_id.numpy()
-        self.episode_returns = columns["episodes/return"]
+        self.episode_returns = build.episodes["return"]
         self._index = EpisodeIndex(self._start.clone(), self._length.clone())
-        self._len = int(self.manifest["counts"]["transitions"])
-        self._history = {name[len("history/") :]: col for name, col in columns.items() if name.startswith("history/")}
+        self._len = build.transitions
+        self._terminated = build.steps[("next", "terminated")]
+        self._truncated = build.steps[("next", "truncated")]
+        self._ordinal: tuple[np.ndarray, np.ndarray] | bool | None = False  # id -> ordinal, built on first use
+        self._history = build.history
         self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._terminated = dict(self._steps)[("next", "terminated")]
-        self._truncated = dict(self._steps)[("next", "truncated")]
         super().__init__(self._len)
 
     def __reduce__(self) -> tuple[Any, tuple[str, str | None]]:
@@ -115,10 +83,72 @@ class DatasetStorage(Storage):
     def episode_index(self) -> EpisodeIndex:
         return self._index
 
+    def frame_keys(self) -> frozenset[Key]:
+        """The observation-like keys stored once per episode (T+1 rows): what :meth:`episode_frames` serves."""
+        return frozenset(key for key, _column, shared in self._obs if shared)
+
+    def episode_frames(
+        self, keys: list[Key], episode: torch.Tensor, times: torch.Tensor
+    ) -> tuple[dict[Key, torch.Tensor], dict[Key, torch.Tensor]]:
+        """Values of ``keys`` at times ``times`` (``[B, W]`` int64, ``t <= length``; ``t = length`` is the
+        episode's final next value) of the episodes whose ids are ``episode`` (``[B]``), as
+        ``[B, W, *shape]`` tensors, and per key a ``[B, W]`` bool mask of the values that are real frames.
+
+        A negative time reads the build's history frame of that episode when it keeps one (see
+        :meth:`history_index`); else the value is the episode's first frame and its mask is False.
+        One read per key from the per-episode frame file (plus one from the history file)."""
+        unknown = [k for k in keys if k not in self.frame_keys()]
+        if unknown:
+            raise KeyError(
+                f"{'/'.join(unknown[0])!r} is not stored once per episode in this build "
+                f"(such keys: {sorted('/'.join(k) for k in self.frame_keys())})"
+            )
+        ordinal = self._episode_ordinal(episode.reshape(-1).to(torch.int64))
+        before = times < 0
+        rows = (self._start[ordinal] + ordinal)[:, None] + times.clamp_min(0)
+        frames, present = {}, {}
+        with_history = set(self.history_keys()) if self._history else set()
+        if with_history and before.any():
+            first, count = self.history_index()
+            n_hist = count[ordinal][:, None]
+            has = before & (times >= -n_hist)
+            hist_rows = (first[ordinal][:, None] + n_hist + times)[has]
+        for key in keys:
+            column = self._frames[key]
+            window = torch.index_select(column, 0, rows.reshape(-1)).reshape(*times.shape, *column.shape[1:])
+            mask = ~before
+            if key in with_history and before.any():
+                if hist_rows.numel():
+                    window[has] = torch.index_select(self._history["/".join(key)], 0, hist_rows)
+                mask = mask | has
+            frames[key], present[key] = window, mask
+        return frames, present
+
+    def _episode_ordinal(self, episode: torch.Tensor) -> torch.Tensor:
+        """Episode ids -> positions in the episode index (ids are the positions for every built-in loader)."""
+        if self._ordinal is False:
+            ids = np.asarray(self._episode_id_np)
+            if np.array_equal(ids, np.arange(ids.size)):
+                self._ordinal = None
+            else:
+                order = np.argsort(ids, kind="stable")
+                self._ordinal = (ids[order], order)
+        if self._ordinal is None:
+            return episode
+        sorted_ids, order = self._ordinal  # type: ignore[misc]
+        if not order.size:
+            raise IndexError("this build holds no episode")
+        pos = np.minimum(np.searchsorted(sorted_ids, episode.numpy()), order.size - 1)
+        if not np.array_equal(sorted_ids[pos], episode.numpy()):
+            raise KeyError(
+                f"episode ids {sorted(set(episode.tolist()) - set(sorted_ids.tolist()))[:5]} are not in this build"
+            )
+        return torch.from_numpy(order[pos])
+
     def history_keys(self) -> list[Key]:
         """Observation-like keys for which the build keeps history frames (frames before an
-        episode's first transition; see :mod:`datasets_hub.lean_ted`); ``[]`` for most builds."""
-        return [tuple(k.split("/")) for k in self.manifest["layout"].get("history", [])]
+        episode's first transition; see :mod:`datasets_hub.build_format`); ``[]`` for most builds."""
+        return [parse_key(k) for k in self.manifest["layout"].get("history", [])]
 
     def history_index(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(first, count)`` per episode (in build order): episode ``e`` has ``count[e]`` history frames
@@ -193,14 +223,14 @@ class DatasetStorage(Storage):
             both = np.concatenate([obs_rows, obs_rows + 1])
             for key, column, shared_next in self._obs:
                 gathered = torch.from_numpy(column.take(both, axis=0))  # one read serves t and t+1
-                _put(root, key, gathered[:b])
+                put(root, key, gathered[:b])
                 if shared_next:
-                    _put(nxt, key, gathered[b:])
+                    put(nxt, key, gathered[b:])
         for key, column in self._steps_np:
             if key[0] == "next":
-                _put(nxt, key[1:], torch.from_numpy(column.take(rows, axis=0)))
+                put(nxt, key[1:], torch.from_numpy(column.take(rows, axis=0)))
             else:
-                _put(root, key, torch.from_numpy(column.take(rows, axis=0)))
+                put(root, key, torch.from_numpy(column.take(rows, axis=0)))
         nxt["done"] = torch.logical_or(nxt["terminated"], nxt["truncated"])
         root["episode"] = torch.from_numpy(self._episode_id_np.take(episode))
         root["step"] = torch.from_numpy(rows - self._start_np.take(episode))
@@ -210,15 +240,6 @@ class DatasetStorage(Storage):
         root["next"] = nxt
         out = _tensordict(root, torch.Size([b]))
         return out.reshape(shape) if len(shape) != 1 else out
-
-    def set(self, cursor: Any, data: Any) -> None:
-        raise RuntimeError(
-            "this buffer is a read-only dataset build; to modify data, copy it into a writable "
-            "buffer: rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))); rb2.extend(rb[:])"
-        )
-
-    def empty(self) -> None:
-        self.set(None, None)
 
     def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
         key = (key,) if isinstance(key, str) else tuple(key)
@@ -278,9 +299,3 @@ def _tensordict(tree: dict[str, Any], batch_size: torch.Size) -> TensorDict:
 
 
 _NEW_UNSAFE = getattr(TensorDict, "_new_unsafe", None)
-
-
-def _put(tree: dict[str, Any], key: Key, value: torch.Tensor) -> None:
-    for part in key[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[key[-1]] = value

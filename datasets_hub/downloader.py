@@ -48,7 +48,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -57,21 +56,33 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
+from datasets_hub import env
 from datasets_hub.errors import CacheError, ChecksumMismatch, DownloadError, HubError
+from datasets_hub.files import hash_file, open_nofollow, write_text_atomic
+from datasets_hub.http_download import CHUNK_SIZE, MAX_REDIRECTS, Progress, http_download
 from datasets_hub.redact import redact_text, redact_url
 
 if TYPE_CHECKING:  # loader.py imports tensordict; this module stays light
     from datasets_hub.loader import Resource
 
-CHUNK_SIZE = 1 << 20
-MAX_REDIRECTS = 10
 # Backoff between retries: BACKOFF_BASE * 2**(n-1) seconds, capped. Tests set BACKOFF_BASE = 0.
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
-SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".validator")
+#: suffixes of the side files beside raw downloads (not raw data): the one list, used to skip them
+SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".validator", ".tmp")
 _SCHEMES = ("http", "https", "file", "hf")
-_TRUE = {"1", "true", "yes", "on"}
 _sleep: Callable[[float], None] = time.sleep
+
+
+def _sleep_now(seconds: float) -> None:
+    """``_sleep`` as it is when called (tests replace the module attribute)."""
+    _sleep(seconds)
+
+
+def _backoff(failures: int) -> float:
+    """Seconds to wait before retry ``failures`` (BACKOFF_BASE doubling, capped at BACKOFF_CAP; read per call)."""
+    return min(BACKOFF_CAP, BACKOFF_BASE * 2 ** max(failures - 1, 0))
+
 
 __all__ = [
     "BACKOFF_BASE",
@@ -96,28 +107,9 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------- environment
-def is_offline() -> bool:
-    """True when ``DATASETS_HUB_OFFLINE`` is set to 1/true/yes/on (read now, not at import)."""
-    return os.environ.get("DATASETS_HUB_OFFLINE", "").strip().lower() in _TRUE
-
-
-def endpoint_env_var(loader: str) -> str:
-    """The mirror variable of ``loader``: ``DATASETS_HUB_ENDPOINT_<LOADER>``."""
-    return "DATASETS_HUB_ENDPOINT_" + re.sub(r"[^A-Z0-9]", "_", loader.upper())
-
-
-def endpoint_for(loader: str) -> str | None:
-    """The mirror base URL set for ``loader`` (``DATASETS_HUB_ENDPOINT_<LOADER>``), or ``None``."""
-    var = endpoint_env_var(loader)
-    base = os.environ.get(var, "").strip()
-    if not base:
-        return None
-    if urlsplit(base).scheme not in ("http", "https") or not urlsplit(base).netloc:
-        raise DownloadError(
-            f"{var}={base!r} is not an http(s) base URL; set it to e.g. "
-            f"'http://mirror.example.org/path' or unset it to use the upstream hosts."
-        )
-    return base.rstrip("/")
+is_offline = env.offline  # the names this module has always offered; the readers live in env.py
+endpoint_env_var = env.endpoint_env_var
+endpoint_for = env.endpoint_for
 
 
 def apply_endpoint(url: str, base: str | None) -> str:
@@ -203,28 +195,6 @@ def source_key(resource: Resource) -> str:
     return "url-" + hashlib.sha256(redact_url(resource.urls[0]).encode()).hexdigest()[:16]
 
 
-def open_nofollow(path: Path, mode: str = "wb") -> Any:
-    """Open a cache file for writing (``"wb"`` truncate, ``"ab"`` append) without following a symlink.
-
-    A symlink planted at a cache path (``x.partial`` -> ``~/.bashrc``) would otherwise make the hub
-    write outside the cache: ``O_NOFOLLOW`` refuses it (``ELOOP``), and the error names the path.
-    """
-    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    flags |= os.O_APPEND if mode.startswith("a") else os.O_TRUNC
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
-        import errno
-
-        if exc.errno == errno.ELOOP or os.path.islink(path):
-            raise CacheError(
-                f"{path} is a symbolic link; the cache never writes through links (someone "
-                f"planted it, or the cache was copied with links): delete {path} and try again"
-            ) from exc
-        raise
-    return os.fdopen(fd, mode if "b" in mode else mode + "b")
-
-
 # ---------------------------------------------------------------------------------------- sidecar
 def sidecar_path(dest: Path) -> Path:
     return Path(dest).with_name(Path(dest).name + ".sha256")
@@ -250,25 +220,7 @@ def _write_sidecar(
         "downloaded_at": downloaded_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "mtime_ns": dest.stat().st_mtime_ns,
     }
-    side = sidecar_path(dest)
-    tmp = side.with_name(f"{side.name}.{os.getpid()}.tmp")
-    with open_nofollow(tmp) as fh:
-        fh.write((json.dumps(record, indent=1) + "\n").encode())
-    os.replace(tmp, side)
-
-
-def _hash_file(path: Path, limit: int | None = None) -> hashlib._Hash:
-    h = hashlib.sha256()
-    left = limit
-    with open(path, "rb") as f:
-        while left is None or left > 0:
-            block = f.read(CHUNK_SIZE if left is None else min(CHUNK_SIZE, left))
-            if not block:
-                break
-            h.update(block)
-            if left is not None:
-                left -= len(block)
-    return h
+    write_text_atomic(sidecar_path(dest), json.dumps(record, indent=1) + "\n", mode=0o644)
 
 
 def _check_cached(resource: Resource, dest: Path) -> str | None:
@@ -298,7 +250,7 @@ def _check_cached(resource: Resource, dest: Path) -> str | None:
     ):
         return None
     # no or stale sidecar: rehash once (a file copied in by hand, or touched since)
-    digest = _hash_file(dest).hexdigest()
+    digest = hash_file(dest).hexdigest()
     reference, origin = (want, "the catalogue") if want else ((meta or {}).get("sha256"), "recorded at download")
     if reference and digest != reference:
         return f"its sha256 is {digest}, expected {reference} ({origin})"
@@ -320,7 +272,7 @@ def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[boo
     size = path.stat().st_size
     if resource is not None and resource.size is not None and size != resource.size:
         return False, (f"{path}: {size} bytes, the catalogue says {resource.size}; delete it and download again.")
-    digest = _hash_file(path).hexdigest()
+    digest = hash_file(path).hexdigest()
     meta = read_sidecar(path)
     if resource is not None and resource.sha256:
         reference, origin = resource.sha256.lower(), "catalogue"
@@ -495,8 +447,6 @@ def _download_any(
     retries: int,
     settings: dict[str, float],
 ) -> Path:
-    from datasets_hub.http_download import Progress, http_download
-
     partial = dest.with_name(dest.name + ".partial")
     errors: list[tuple[str, HubError]] = []
     started = time.monotonic()
@@ -516,6 +466,8 @@ def _download_any(
                         settings=settings,
                         started=started,
                         source=source_key(resource),
+                        backoff=_backoff,
+                        sleep=_sleep_now,
                     )
                 elif scheme == "file":
                     digest, size = _copy_local(_file_url_path(url, resource), partial, bar, link=False)
@@ -600,7 +552,7 @@ def _copy_local(source: Path, partial: Path, bar: Any, *, link: bool) -> tuple[s
         except OSError:
             pass  # another filesystem or no hard links: copy instead
         else:
-            h = _hash_file(partial)
+            h = hash_file(partial)
             size = partial.stat().st_size
             bar.reset(total=size)
             bar.update(size)

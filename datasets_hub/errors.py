@@ -2,7 +2,26 @@
 
 Every error names the problem and the fix. Buffer misuse that TorchRL users expect as built-in
 exceptions (wrong shapes, bad arguments) raises ``ValueError``/``TypeError``/``RuntimeError``;
-everything about datasets, loaders, downloads and the cache raises a :class:`HubError`.
+everything about datasets, loaders, downloads and the cache raises a :class:`HubError`. Classes
+that also derive from a built-in exception can be caught as that exception too::
+
+    HubError
+    ├── CatalogueError            a catalogue file or entry is malformed, an id is taken
+    │   └── UnknownDataset        (+ KeyError) no catalogue knows the id; says "did you mean"
+    ├── PluginError               a loader plugin is broken: entry point, class, declared name
+    │   └── UnknownLoader         (+ KeyError) no installed plugin has that name
+    ├── MissingDependency         (+ ImportError) an optional library or plugin cannot be imported
+    ├── DownloadError             a source cannot be fetched (network, status, size, offline mode)
+    ├── ChecksumMismatch          a file does not have the bytes it should
+    ├── LoaderError               a loader cannot read its upstream data
+    │   └── CorruptFile           one fetched file is malformed; the build moves it aside
+    ├── CacheError                the cache is unwritable, full, locked, damaged or tampered with
+    ├── TEDError                  (+ ValueError) data breaks the TorchRL Episode Data contract
+    ├── InvalidParameter          (+ ValueError) a user argument is not acceptable
+    ├── PreprocessError           the preprocessing fn failed or broke its contract
+    └── ReadOnlyError             (+ RuntimeError) a write to a read-only buffer, storage or writer
+
+This module imports only the standard library: every layer, the buffer layer included, uses it.
 """
 
 from __future__ import annotations
@@ -15,14 +34,25 @@ class HubError(Exception):
     """Base class of every datasets_hub error."""
 
 
-class UnknownDataset(HubError, KeyError):
+class CatalogueError(HubError):
+    """A catalogue file (``registry.yaml``, ``DATASETS_HUB_REGISTRY``) or a ``register_dataset``
+    entry is malformed, or names an id that is already taken."""
+
+
+class PluginError(HubError):
+    """A loader plugin is installed but broken: no entry points at all, an entry point that is not
+    a :class:`~datasets_hub.loader.Loader` subclass, or a class whose ``name`` differs from its
+    entry-point name."""
+
+
+class UnknownDataset(CatalogueError, KeyError):
     """A dataset id that no catalogue knows."""
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
 
-class UnknownLoader(HubError, KeyError):
+class UnknownLoader(PluginError, KeyError):
     """A loader name that no installed plugin provides."""
 
     def __str__(self) -> str:
@@ -87,5 +117,12 @@ class PreprocessError(HubError):
     """``fn`` failed (or broke its contract) while preprocessing; the message names fn and the rows."""
 
 
-class PluginError(HubError):
-    """An installed loader plugin is broken: it fails at import, or is registered under another name."""
+class ReadOnlyError(HubError, RuntimeError):
+    """A write to something read-only: a dataset build, a preprocessing result, a buffer with an
+    ``ImmutableDatasetWriter``. The message says how to get a writable copy."""
+
+    def __init__(self, what: str = "buffer") -> None:
+        super().__init__(
+            f"this {what} is read-only and cannot be written to. For a writable copy, extend a new buffer "
+            "from its contents: rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))); rb2.extend(rb[:])"
+        )

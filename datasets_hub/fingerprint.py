@@ -26,7 +26,6 @@ import functools
 import hashlib
 import inspect
 import io
-import json
 import pickle
 import sys
 import sysconfig
@@ -36,6 +35,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from datasets_hub.files import sha256_file, sha256_json
 
 #: Bump when the description below changes: every cached result is then recomputed once.
 #: 2: the preprocessing settings that can change a result (``by``, an explicit ``chunk_size``) joined
@@ -98,8 +99,7 @@ def transform_fingerprint(
 
 
 def _digest(payload: Any) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256_json(payload)
 
 
 # ------------------------------------------------------------------------------------ libraries
@@ -134,7 +134,7 @@ def _user_module_digest(module_name: str) -> str | None:
     """sha256 of a user module's file: a function reached through ``module.attr`` is covered by it."""
     file = getattr(sys.modules.get(module_name), "__file__", None)
     try:
-        return hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else None
+        return sha256_file(file) if file else None
     except OSError:
         return None
 

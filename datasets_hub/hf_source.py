@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
+from datasets_hub import env
 from datasets_hub.errors import DownloadError, MissingDependency
 
 _REPO_TYPES = {"datasets": "dataset", "models": "model", "spaces": "space"}
-_TRUE = {"1", "true", "yes", "on"}
 
 
 @dataclass(frozen=True)
@@ -56,22 +56,9 @@ def parse_hf_url(url: str) -> HFRef:
     return HFRef(repo_type, f"{owner}/{name}", "/".join(rest), revision or None)
 
 
-def hf_endpoint() -> str | None:
-    """``HF_ENDPOINT`` as set now (``None``: huggingface_hub's default)."""
-    value = os.environ.get("HF_ENDPOINT", "").strip().rstrip("/")
-    return value or None
-
-
-def hf_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
-
-
-def hf_cache_dir() -> str | None:
-    if os.environ.get("HF_HUB_CACHE"):
-        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
-    if os.environ.get("HF_HOME"):
-        return os.path.join(os.path.expanduser(os.environ["HF_HOME"]), "hub")
-    return None
+hf_endpoint = env.hf_endpoint  # re-exported: loaders read them from here
+hf_offline = env.hf_offline
+hf_cache_dir = env.hf_cache_dir
 
 
 def _import_hf():
@@ -212,12 +199,11 @@ def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None
     Offline (``DATASETS_HUB_OFFLINE`` or ``HF_HUB_OFFLINE``) the listing comes from the snapshot in
     the Hugging Face cache (only the files downloaded before); a repo never fetched is an error.
     """
-    from datasets_hub.downloader import is_offline
 
     hf = _import_hf()
     from huggingface_hub import errors as hf_errors
 
-    if is_offline() or hf_offline():
+    if env.offline() or hf_offline():
         files = _list_cached(hf, repo_id, repo_type, revision)
         if files is None:
             raise DownloadError(

@@ -15,7 +15,7 @@ The contract of :func:`http_download`:
   no resume: the download starts again from byte zero.
 - A minimum throughput over a sliding window and a total deadline (:func:`downloader.download_settings`)
   stop a server that trickles bytes forever; the ``.partial`` is kept for the next attempt.
-- Cache files are opened with ``O_NOFOLLOW`` (:func:`downloader.open_nofollow`).
+- Cache files are opened with ``O_NOFOLLOW`` (:func:`datasets_hub.files.open_nofollow`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,17 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 from datasets_hub.errors import DownloadError
+from datasets_hub.files import hash_file, human_bytes, open_nofollow
 from datasets_hub.redact import redact_text, redact_url
+
+CHUNK_SIZE = 1 << 20  # bytes per read and write
+MAX_REDIRECTS = 10  # http(s) redirects followed per request
 
 if TYPE_CHECKING:
     from datasets_hub.loader import Resource
@@ -88,8 +93,6 @@ class Progress:
         if not self.lines:
             return
         self._last = now = time.monotonic()
-        from datasets_hub.maintenance import human_bytes
-
         of = f" of {human_bytes(self.total)}" if self.total else ""
         rate = self.n / max(now - self._t0, 1e-9)
         print(
@@ -126,7 +129,6 @@ def _status_message(url: str, status: int, resource: Resource) -> str:
 
 def _open(session: Any, url: str, headers: dict[str, str], timeout: float, resource: Resource) -> Any:
     """GET ``url`` following at most MAX_REDIRECTS http(s) redirects; return a 2xx/416 response."""
-    from datasets_hub.downloader import MAX_REDIRECTS
 
     chain = [url]
     current = url
@@ -172,7 +174,6 @@ def _body(resp: Any) -> Any:
     """The response body as sent (never Content-Encoding-decoded), in blocks of at most CHUNK_SIZE,
     each yielded as soon as it arrives (``read1``: a connection dropped after 900 KiB of a 1 MiB
     block keeps those 900 KiB)."""
-    from datasets_hub.downloader import CHUNK_SIZE
 
     raw = resp.raw
     import urllib3.exceptions
@@ -205,7 +206,6 @@ def _read_validator(path: Path) -> dict[str, Any] | None:
 
 
 def _write_validator(path: Path, validator: dict[str, Any]) -> None:
-    from datasets_hub.downloader import open_nofollow
 
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open_nofollow(tmp) as fh:
@@ -231,13 +231,12 @@ def http_download(
     settings: dict[str, float],
     started: float,
     source: str,
+    backoff: Callable[[int], float],
+    sleep: Callable[[float], None],
 ) -> tuple[str, int]:
     """Download ``url`` into ``partial`` (resuming what is there when its validator allows);
     return (sha256, size). See the module docstring."""
     import requests
-
-    from datasets_hub import downloader
-    from datasets_hub.downloader import _hash_file, open_nofollow
 
     shown = redact_url(url)
     validator_path = partial.with_name(partial.name[: -len(".partial")] + ".validator")
@@ -246,7 +245,7 @@ def http_download(
     if have and (validator is None or validator.get("source") != source or not _if_range(validator)):
         have = 0  # no validator: resuming could splice two versions of the file
         partial.unlink(missing_ok=True)
-    hasher = _hash_file(partial, have) if have else hashlib.sha256()  # a resumed partial is rehashed once
+    hasher = hash_file(partial, have) if have else hashlib.sha256()  # a resumed partial is rehashed once
     best, failures, last = have, 0, ""
     announced: int | None = None  # the first total size the server stated: a later, smaller one is not trusted
     min_rate, window, deadline = settings["min_rate"], settings["rate_window"], settings["deadline"]
@@ -364,10 +363,10 @@ def http_download(
                         f"(last error: {last}); {have} bytes are kept in {partial} and the next attempt "
                         f"resumes. Check the network or use a mirror (DATASETS_HUB_ENDPOINT_<LOADER>)."
                     ) from None
-                pause = min(downloader.BACKOFF_CAP, downloader.BACKOFF_BASE * 2 ** max(failures - 1, 0))
+                pause = backoff(failures)
                 if deadline and time.monotonic() + pause - started > deadline:
                     raise DownloadError(_deadline_message(resource, shown, deadline, have, partial)) from None
-                downloader._sleep(pause)
+                sleep(pause)
             except requests.RequestException as exc:  # invalid URL, too many redirects…: not transient
                 raise DownloadError(f"{resource.name}: cannot download {shown}: {redact_text(str(exc))}") from None
 

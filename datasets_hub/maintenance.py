@@ -19,7 +19,6 @@ imported only by the functions that need a catalogue entry.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 from collections.abc import Iterator
@@ -29,9 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from datasets_hub.cache import (
+    DATASETS,
     DELETING_MARK,
     INCOMPLETE_SUFFIX,
     MANIFEST,
+    PREPROCESSED,
+    RAW,
+    SECTIONS,
     cache_root,
     dataset_dir,
     datasets_dir,
@@ -40,34 +43,17 @@ from datasets_hub.cache import (
     file_lock,
     iter_builds,
     manifest_or_problem,
+    preprocessed_dir,
+    preprocessed_root,
     raw_file_path,
+    raw_root,
     read_manifest,
     remove_tree,
 )
+from datasets_hub.downloader import SIDE_SUFFIXES
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
-#: Suffixes of the downloader's side files, which are not raw data.
-SIDE_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".validator", ".tmp")
-_HASH_BLOCK = 1 << 20
-
-
 # ------------------------------------------------------------------------------------------ helpers
-def human_bytes(n: int | float) -> str:
-    """``1536 -> '1.5 KiB'`` (binary units, as ``du -h``)."""
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(_HASH_BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @contextlib.contextmanager
@@ -93,7 +79,7 @@ def _build_lock(build: Path) -> Path:
 
 def _variant_locks(build_fp: str) -> list[Path]:
     """The locks preprocessing holds on each variant of build ``build_fp`` while computing it."""
-    pre = cache_root() / "preprocessed" / build_fp
+    pre = preprocessed_dir(build_fp)
     if not pre.is_dir():
         return []
     names = {p.name[: -len(".lock")] for p in pre.iterdir() if p.name.endswith(".lock")}
@@ -155,7 +141,7 @@ def _remove_build(build: Path) -> None:
             )
         remove_tree(build)
         # the build's lock file stays: unlinking it could let two processes hold "the" lock on two inodes
-        pre = cache_root() / "preprocessed" / build.name
+        pre = preprocessed_dir(build.name)
         if pre.is_dir():
             remove_tree(pre)  # derived from the build, unreachable without it; every variant lock is held
 
@@ -214,7 +200,7 @@ def remove(
                 path.with_name(path.name + side).unlink(missing_ok=True)
         if existed:
             removed.append(path)
-        _remove_empty_parents(path.parent, cache_root() / "raw")
+        _remove_empty_parents(path.parent, raw_root())
     _remove_empty_parents(dataset_dir(dataset_id), datasets_dir())
     return removed
 
@@ -256,7 +242,7 @@ def remove_preprocessed(name: str) -> Path:
         if not free:
             raise CacheError(f"{variant} is being computed by another process right now; try again when it finishes")
         remove_tree(variant)
-    _remove_empty_parents(variant.parent, cache_root() / "preprocessed")
+    _remove_empty_parents(variant.parent, preprocessed_root())
     return variant
 
 
@@ -309,7 +295,7 @@ class CacheListing:
 
 
 def _raw_files() -> dict[str, list[tuple[str, int]]]:
-    root = cache_root() / "raw"
+    root = raw_root()
     out: dict[str, list[tuple[str, int]]] = {}
     if not root.is_dir():
         return out
@@ -325,7 +311,7 @@ def _raw_files() -> dict[str, list[tuple[str, int]]]:
 
 def _variants() -> Iterator[Path]:
     """Every published-looking variant directory under ``<cache>/preprocessed/<build-fp>/``."""
-    root = cache_root() / "preprocessed"
+    root = preprocessed_root()
     if not root.is_dir():
         return
     for parent in sorted(p for p in root.iterdir() if p.is_dir() and DELETING_MARK not in p.name):
@@ -384,7 +370,7 @@ def list_cache() -> CacheListing:
 def usage() -> dict[str, int]:
     """Bytes per cache section: ``raw``, ``datasets``, ``preprocessed``, ``other`` and ``total``."""
     root = cache_root()
-    out = {name: dir_size(root / name) if (root / name).is_dir() else 0 for name in ("raw", "datasets", "preprocessed")}
+    out = {name: dir_size(root / name) if (root / name).is_dir() else 0 for name in SECTIONS}
     total = dir_size(root) if root.is_dir() else 0
     out["other"] = total - sum(out.values())
     out["total"] = total
@@ -427,7 +413,7 @@ def _created(build: Path, manifest: dict[str, Any]) -> float:
 
 def _orphaned_preprocessed() -> list[Path]:
     """``<cache>/preprocessed/<build-fp>`` directories whose build is gone (unreachable by any load)."""
-    pre = cache_root() / "preprocessed"
+    pre = preprocessed_root()
     if not pre.is_dir():
         return []
     builds = {build.name for build, _manifest in iter_builds(warn=False)}
@@ -471,10 +457,10 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, list
             f"broken build ({problem.split(':', 1)[0]}: unreadable manifest)",
             [_build_lock(build), *_variant_locks(build.name)],
         )
-        pre = root / "preprocessed" / build.name
+        pre = root / PREPROCESSED / build.name
         if pre.is_dir():
             yield from _variant_items(pre, "preprocessed results of that broken build")
-    for section in ("datasets", "preprocessed", "raw"):
+    for section in (DATASETS, PREPROCESSED, RAW):
         base = root / section
         if not base.is_dir():
             continue
@@ -514,7 +500,7 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, list
             if _created(build, manifest) < cutoff:
                 old_builds.add(build.name)
                 locks = [_build_lock(build), *_variant_locks(build.name)]
-                pre = root / "preprocessed" / build.name
+                pre = root / PREPROCESSED / build.name
                 if pre.is_dir():  # derived from that build; each variant under its own lock
                     yield from _variant_items(pre, f"preprocessed results of that build ({manifest.get('id')})")
                 yield build, f"build older than {older_than_days:g} days ({manifest.get('id')})", locks
@@ -558,7 +544,7 @@ def prune(*, older_than_days: float | None = None, dry_run: bool = False) -> lis
             # an orphaned <build-fp> folder left with nothing but lock files goes too (nothing can lock
             # a variant of a build that does not exist any more)
             if (
-                parent.parent == cache_root() / "preprocessed"
+                parent.parent == preprocessed_root()
                 and parent.name not in builds
                 and parent.is_dir()
                 and not any(p.is_dir() for p in parent.iterdir())

@@ -10,7 +10,7 @@ import importlib.util
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 
-from datasets_hub.errors import HubError, MissingDependency, PluginError, UnknownLoader, did_you_mean
+from datasets_hub.errors import MissingDependency, PluginError, UnknownLoader, did_you_mean
 from datasets_hub.loader import Loader
 
 GROUP = "datasets_hub.loaders"
@@ -40,7 +40,7 @@ def get_loader(name: str) -> Loader:
 def _load(name: str) -> Loader:
     eps = _entry_points()
     if not eps:
-        raise HubError(
+        raise PluginError(
             "no datasets_hub loader plugins are installed: the package metadata is missing. "
             "Install the project (`pip install -e .` from the repository, or `pip install datasets-hub`)."
         )

@@ -24,8 +24,6 @@ computed the same way into a temporary directory, removed with the returned buff
 
 from __future__ import annotations
 
-import copy
-import json
 import multiprocessing
 import os
 import pickle
@@ -48,20 +46,22 @@ from tensordict import TensorDict, TensorDictBase
 from datasets_hub import __version__
 from datasets_hub import preprocess_chunks as chunking
 from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, reserve_files
+from datasets_hub.buffers.nested_keys import as_key, nest, parse_key
 from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.cache import (
     INCOMPLETE_SUFFIX,
     MANIFEST,
-    cache_root,
     ensure_writable_dir,
     file_lock,
+    preprocessed_dir,
     read_manifest,
     remove_tree,
 )
 from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
+from datasets_hub.files import write_json_atomic
 from datasets_hub.fingerprint import _module_identity, describe_name, transform_fingerprint
 from datasets_hub.preprocess_watch import BEAT, WorkerWatch, report_chunk, start_heartbeat
-from datasets_hub.preprocessed_storage import FORMAT, PreprocessedStorage, _key, _nest, _open_schema
+from datasets_hub.preprocessed_storage import FORMAT, PreprocessedStorage, _open_schema
 
 PROBE_ROWS = 4
 BACKENDS = ("process", "ray")
@@ -234,7 +234,7 @@ def _pickle_fn(fn: Callable, by_value: bool = False) -> bytes | None:
 
 # ------------------------------------------------------------------------------------------ schema
 def _leaves(td: TensorDictBase) -> dict[Key, Any]:
-    return {(k,) if isinstance(k, str) else tuple(k): td.get(k) for k in td.keys(include_nested=True, leaves_only=True)}
+    return {as_key(k): td.get(k) for k in td.keys(include_nested=True, leaves_only=True)}
 
 
 def _schema_of(result: Any, rows: int, fn_name: str) -> dict[str, Any]:
@@ -408,29 +408,11 @@ def preprocess(
         path = _compute_uncached(rb, fn, source, info, run)
         storage = PreprocessedStorage(path, _cleanup=path.parent)
     else:
-        final = cache_root() / "preprocessed" / parent["build"] / fp
+        final = preprocessed_dir(parent["build"]) / fp
         if read_manifest(final) is None:
             _compute_cached(rb, fn, source, final, fp, info, run)
         storage = PreprocessedStorage(final)
-    return _buffer_like(rb, storage, transform)
-
-
-def _buffer_like(rb: Any, storage: PreprocessedStorage, transform: Any) -> Any:
-    from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-    from datasets_hub.buffers.writers import ImmutableDatasetWriter
-
-    sampler = rb.sampler
-    generator = getattr(sampler, "generator", None)
-    # a copy, so its caches (episode layouts, epochs) follow the new storage; the generator is shared
-    sampler = copy.deepcopy(sampler, memo={id(generator): generator} if generator is not None else None)
-    return TensorDictReplayBuffer(
-        storage=storage,
-        sampler=sampler,
-        writer=ImmutableDatasetWriter(),
-        batch_size=rb.batch_size,
-        transform=transform,
-        prefetch=getattr(rb, "_prefetch", 0),
-    )
+    return rb.read_only_view(storage, transform=transform)
 
 
 def _compute_cached(
@@ -488,11 +470,13 @@ def _compute(
         chunking.check_row_wise(fn, rows, n, fn_name)
     target.mkdir(parents=True)
     template = {
-        _key(name): torch.empty((), dtype=getattr(torch, s["dtype"])).expand(n, *s["shape"])
+        parse_key(name): torch.empty((), dtype=getattr(torch, s["dtype"])).expand(n, *s["shape"])
         for name, s in schema.items()
     }
     try:
-        mm = TensorDict(_nest(template), batch_size=[n]).memmap_like(prefix=str(target / "data"), existsok=True)
+        mm = TensorDict(nest(template.keys(), template.values()), batch_size=[n]).memmap_like(
+            prefix=str(target / "data"), existsok=True
+        )
     except (OSError, RuntimeError) as exc:
         error = full_disk_error(exc, f"preprocessing with {fn_name}", target)
         if error is None:
@@ -501,7 +485,7 @@ def _compute(
     # real blocks now: a full disk is a CacheError here, never a SIGBUS in a worker's write
     reserve_files(memmap_filenames(mm), f"preprocessing with {fn_name}")
     for name, spec in schema.items():
-        spec["file"] = str(Path(mm.get(_key(name)).filename).relative_to(target))
+        spec["file"] = str(Path(mm.get(parse_key(name)).filename).relative_to(target))
     del mm
     parent = info["parent"]
     manifest = {
@@ -531,9 +515,7 @@ def _compute(
         backend=run["backend"],
         hub_version=__version__,
     )
-    tmp = target / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True, default=str))
-    os.replace(tmp, target / MANIFEST)
+    write_json_atomic(target / MANIFEST, manifest)
 
 
 def _sha256_of(path: Path) -> str | None:

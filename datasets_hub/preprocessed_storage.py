@@ -9,67 +9,40 @@ from __future__ import annotations
 
 import shutil
 import weakref
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.nested_keys import Key, nest, parse_key
+from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.build_checks import check_preprocessed
+from datasets_hub.build_format import open_leaf
 from datasets_hub.cache import read_manifest
 from datasets_hub.errors import CacheError
 
 FORMAT = "datasets_hub.preprocessed"
-Key = tuple[str, ...]
-
-
-def _open_leaf(path: Path, dtype: torch.dtype, shape: Sequence[int], rows: int, mode: str) -> torch.Tensor:
-    """Map one leaf file: ``mode="c"`` copy-on-write (needs only read permission), ``"r+"`` shared writes."""
-    if rows * int(np.prod(shape, dtype=np.int64)) == 0:
-        return torch.empty((rows, *shape), dtype=dtype)
-    try:
-        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    except TypeError:  # no numpy twin (bfloat16, ...): map an int of the same width and view it
-        np_dtype = np.dtype(f"i{torch.empty(0, dtype=dtype).element_size()}")
-    memmap_mode: Any = mode  # numpy's stubs want a Literal
-    tensor = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode=memmap_mode, shape=(rows, *shape)))
-    return tensor if tensor.dtype == dtype else tensor.view(dtype)
-
-
-def _key(name: str) -> Key:
-    return tuple(name.split("/"))
 
 
 def _open_schema(root: Path, manifest: dict[str, Any], mode: str) -> dict[Key, torch.Tensor]:
     rows = int(manifest["counts"]["transitions"])
     return {
-        _key(name): _open_leaf(root / spec["file"], getattr(torch, spec["dtype"]), spec["shape"], rows, mode)
+        parse_key(name): open_leaf(root / spec["file"], spec["dtype"], spec["shape"], rows, mode=mode)
         for name, spec in manifest["schema"].items()
     }
 
 
-def _nest(leaves: dict[Key, torch.Tensor]) -> dict[str, Any]:
-    tree: dict[str, Any] = {}
-    for key, value in leaves.items():
-        node = tree
-        for part in key[:-1]:
-            node = node.setdefault(part, {})
-        node[key[-1]] = value
-    return tree
-
-
-class PreprocessedStorage(TensorStorage):
+class PreprocessedStorage(ReadOnlyStorage, TensorStorage):
     """Read-only storage over one preprocessing result (the directory holding its manifest.json).
 
     Rows are the transform's output, in the parent's row order; ``episode_index()`` is the
     parent's (when it had one). Sent to another process, it reopens the same files.
     """
 
-    read_only = True
+    read_only_what = "preprocessing result"
     dumps = None  # a read-only result is not copied by ReplayBuffer.dumps: reload it by fingerprint
     loads = None
 
@@ -81,7 +54,7 @@ class PreprocessedStorage(TensorStorage):
         check_preprocessed(self.path, self.manifest)  # paths inside the result, sizes: before any mmap
         leaves = _open_schema(self.path, self.manifest, "c")
         n = int(self.manifest["counts"]["transitions"])
-        super().__init__(TensorDict(_nest(leaves), batch_size=[n]))
+        super().__init__(TensorDict(nest(leaves.keys(), leaves.values()), batch_size=[n]))
         index_file = self.path / "episodes.pt"
         self._index = None
         if index_file.exists():
@@ -96,15 +69,6 @@ class PreprocessedStorage(TensorStorage):
 
     def episode_index(self) -> EpisodeIndex | None:
         return self._index
-
-    def set(self, cursor: Any, data: Any) -> None:
-        raise RuntimeError(
-            "this buffer is a read-only preprocessing result; to modify data, copy it into a writable buffer: "
-            "rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))); rb2.extend(rb[:])"
-        )
-
-    def empty(self) -> None:
-        self.set(None, None)
 
     def state_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "fingerprint": self.fingerprint}

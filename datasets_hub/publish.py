@@ -31,66 +31,17 @@ import numpy as np
 
 from datasets_hub import __version__
 from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
-
-PUBLISHED = "published.json"
-PUBLISHED_FORMAT = "datasets_hub.published"
-PUBLISHED_VERSION = 1
-ZARR_DIR = "data.zarr"
-DEFAULT_CHUNK_BYTES = 256 << 10  # a lazy first batch fetches one chunk per leaf and slice: keep them small
-
-# the build's dtype names (torch's) -> numpy dtypes zarr v3 stores natively
-_NUMPY_DTYPES = {
-    "bool": np.bool_,
-    "uint8": np.uint8,
-    "int8": np.int8,
-    "int16": np.int16,
-    "int32": np.int32,
-    "int64": np.int64,
-    "float16": np.float16,
-    "float32": np.float32,
-    "float64": np.float64,
-    "uint16": np.uint16,
-    "uint32": np.uint32,
-    "uint64": np.uint64,
-}
-
-
-def numpy_dtype(name: str) -> np.dtype:
-    """The numpy dtype of a build leaf whose manifest dtype is ``name`` (refuses what zarr cannot hold)."""
-    try:
-        return np.dtype(_NUMPY_DTYPES[name])
-    except KeyError:
-        raise CacheError(
-            f"a build leaf has dtype {name!r}, which a published build cannot hold (supported: "
-            f"{', '.join(sorted(_NUMPY_DTYPES))}); convert it with a preprocessing step first"
-        ) from None
-
-
-def require_zarr() -> Any:
-    try:
-        import zarr
-    except ImportError as exc:
-        raise MissingDependency(
-            "publishing and loading published builds needs zarr v3: pip install 'datasets-hub[remote]'"
-        ) from exc
-    if int(zarr.__version__.split(".")[0]) < 3:
-        raise MissingDependency(
-            f"zarr {zarr.__version__} is installed; published builds need zarr v3: pip install -U 'zarr>=3'"
-        )
-    return zarr
-
-
-def chunk_rows_for(row_bytes: int, chunk_bytes: int) -> int:
-    """Rows per chunk so that one uncompressed chunk holds about ``chunk_bytes``."""
-    return max(1, chunk_bytes // max(1, row_bytes))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from datasets_hub.files import sha256_file
+from datasets_hub.published_format import (
+    DEFAULT_CHUNK_BYTES,
+    PUBLISHED,
+    PUBLISHED_FORMAT,
+    PUBLISHED_VERSION,
+    ZARR_DIR,
+    chunk_rows_for,
+    numpy_dtype,
+    require_zarr,
+)
 
 
 def _resolve_build(source: Any, params: dict[str, Any]) -> Path:
@@ -177,7 +128,7 @@ def export(
     files: dict[str, dict[str, Any]] = {}
     for path in sorted((staging / ZARR_DIR).rglob("*")):
         if path.is_file():
-            files[path.relative_to(staging).as_posix()] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+            files[path.relative_to(staging).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
     (staging / "manifest.json").write_bytes(manifest_bytes)
     published = {
         "format": PUBLISHED_FORMAT,

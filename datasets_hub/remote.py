@@ -45,7 +45,7 @@ from tensordict import TensorDict
 from datasets_hub.cache import cache_root, file_lock
 from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter, MissingDependency
-from datasets_hub.publish import PUBLISHED, PUBLISHED_FORMAT, PUBLISHED_VERSION, numpy_dtype, require_zarr
+from datasets_hub.published_format import PUBLISHED, PUBLISHED_FORMAT, PUBLISHED_VERSION, numpy_dtype, require_zarr
 
 REMOTE_SCHEMES = ("hf://", "http://", "https://", "s3://", "file://")
 RESIDENT_MODES = ("full", "lazy")

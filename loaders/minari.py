@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from datasets_hub import env
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
@@ -53,13 +54,9 @@ _REMOTE_TIMEOUT_S = 3.0  # `datasets-hub list` on a machine with no route out mu
 _remote_ids_cache: dict[tuple[str, str], list[str]] = {}
 
 
-def _truthy(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
-
-
 def offline() -> bool:
     """True when no connection may be opened (``DATASETS_HUB_OFFLINE`` or ``HF_HUB_OFFLINE``)."""
-    return _truthy("DATASETS_HUB_OFFLINE") or _truthy("HF_HUB_OFFLINE")
+    return env.offline() or env.hf_offline()
 
 
 def store_root() -> Path:
@@ -180,7 +177,7 @@ def open_dataset(minari_id: str) -> Any:
     """The ``MinariDataset`` for ``minari_id``, downloaded into the local store first if needed."""
     if not is_local(minari_id):
         if offline():
-            flag = "DATASETS_HUB_OFFLINE" if _truthy("DATASETS_HUB_OFFLINE") else "HF_HUB_OFFLINE"
+            flag = "DATASETS_HUB_OFFLINE" if env.offline() else "HF_HUB_OFFLINE"
             raise DownloadError(
                 f"the Minari dataset {minari_id!r} is not in the local Minari store ({store_root()}) and "
                 f"{flag}=1 forbids downloading it. Fix: unset {flag}, or download it once while online "

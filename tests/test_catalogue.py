@@ -8,7 +8,7 @@ import yaml
 import datasets_hub as dh
 from datasets_hub import catalogue
 from datasets_hub.build import build_fingerprint
-from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset
+from datasets_hub.errors import CatalogueError, InvalidParameter, UnknownDataset
 from datasets_hub.plugins import get_loader, loader_names
 
 REGISTRY = catalogue.builtin_registry()
@@ -82,7 +82,7 @@ def test_extra_registry_files_merge_and_clashes_name_both_sources(tmp_path, monk
     clash = tmp_path / "clash.yaml"
     clash.write_text("gym/cartpole-random-v0:\n  loader: gym\n")
     monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(clash))
-    with pytest.raises(HubError, match=r"registry.yaml.*clash.yaml"):
+    with pytest.raises(CatalogueError, match=r"registry.yaml.*clash.yaml"):
         dh.list_datasets()
 
 
@@ -90,7 +90,7 @@ def test_catalogue_files_cannot_execute_code(tmp_path, monkeypatch):
     evil = tmp_path / "evil.yaml"
     evil.write_text("gym/evil: !!python/object/apply:os.system ['touch pwned']\n")
     monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(evil))
-    with pytest.raises(HubError, match="not valid YAML"):
+    with pytest.raises(CatalogueError, match="not valid YAML"):
         dh.list_datasets()
     assert not (tmp_path / "pwned").exists()
 
@@ -99,7 +99,7 @@ def test_an_entry_cannot_name_another_prefix_loader(tmp_path, monkeypatch):
     bad = tmp_path / "bad.yaml"
     bad.write_text("gym/sneaky:\n  loader: d4rl\n")
     monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(bad))
-    with pytest.raises(HubError, match="prefix is 'gym'"):
+    with pytest.raises(CatalogueError, match="prefix is 'gym'"):
         catalogue.resolve("gym/sneaky")
 
 
@@ -107,7 +107,7 @@ def test_register_dataset_in_code_and_clash():
     dh.register_dataset("gym/my-pendulum", loader="gym", params={"env": "Pendulum-v1", "steps": 40}, description="mine")
     spec = catalogue.resolve("gym/my-pendulum")
     assert spec.params == {"env": "Pendulum-v1", "steps": 40} and spec.metadata["description"] == "mine"
-    with pytest.raises(HubError, match="already exists"):
+    with pytest.raises(CatalogueError, match="already exists"):
         dh.register_dataset("gym/cartpole-random-v0", loader="gym")
 
 

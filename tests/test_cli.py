@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from datasets_hub import catalogue
-from datasets_hub.cache_verify import write_manifest_checksum
+from datasets_hub.build_format import write_manifest_checksum
 from datasets_hub.cli import main
 
 CARTPOLE = "gym/cartpole-random-v0"
@@ -261,7 +261,7 @@ def test_verify_detects_an_edited_count_and_params(run):
 
 def test_verify_uses_manifest_checksum_when_present(run):
     build = _build(run)
-    write_manifest_checksum(build)  # what the builder records (see maintenance.MANIFEST_SHA256)
+    write_manifest_checksum(build)  # what the builder records (see build_format.MANIFEST_SHA256)
     code, out, _ = run("verify", CARTPOLE, *SMALL, "-v")
     assert code == 0 and "matches manifest.sha256" in out and "no manifest.sha256" not in out
     manifest = json.loads((build / "manifest.json").read_text())

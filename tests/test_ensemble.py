@@ -11,10 +11,11 @@ from tensordict import TensorDict
 import datasets_hub
 from datasets_hub import Compose, Select
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
+from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import SamplerWithoutReplacement
 from datasets_hub.buffers.slice_samplers import SliceSampler
-from datasets_hub.buffers.storages import LazyMemmapStorage, LazyTensorStorage
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.buffers.transforms import Rename
 
 from fixtures.openx import DATASET, write_release

@@ -15,6 +15,7 @@ from filelock import FileLock
 from datasets_hub import cache_verify as cv
 from datasets_hub import maintenance as mt
 from datasets_hub.build import build
+from datasets_hub.build_format import write_manifest_checksum
 from datasets_hub.cache import dir_size
 from datasets_hub.errors import CacheError
 from datasets_hub.loader import DatasetSpec
@@ -38,16 +39,9 @@ def flip_byte(path: Path, offset: int = 0) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_human_bytes():
-    assert mt.human_bytes(0) == "0 B"
-    assert mt.human_bytes(1023) == "1023 B"
-    assert mt.human_bytes(1536) == "1.5 KiB"
-    assert mt.human_bytes(5 * 1024**3) == "5.0 GiB"
-
-
 def test_manifest_checksum_is_sha256sum_format():
     path = fake_build()
-    target = cv.write_manifest_checksum(path)
+    target = write_manifest_checksum(path)
     digest = hashlib.sha256((path / "manifest.json").read_bytes()).hexdigest()
     assert target.read_text() == f"{digest}  manifest.json\n"
     if shutil.which("sha256sum"):
@@ -64,7 +58,7 @@ def test_verify_build_accepts_a_fresh_build_and_says_what_it_could_not_check():
     assert len(result.checked) == len(schema)  # every data file rehashed
     assert any("fingerprint not recomputed" in n for n in result.notes)  # fake/ is in no catalogue
     assert any("no manifest.sha256" in n for n in result.notes)
-    cv.write_manifest_checksum(path)
+    write_manifest_checksum(path)
     result = cv.verify_build(path)
     assert result.ok and len(result.checked) == len(schema) + 1
 

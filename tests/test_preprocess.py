@@ -22,6 +22,7 @@ from tensordict import TensorDict
 import datasets_hub as dh
 from datasets_hub import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
+from datasets_hub.files import human_bytes
 from datasets_hub.fingerprint import UncachedPreprocessWarning
 from datasets_hub.preprocess_chunks import probe_calls
 from datasets_hub.preprocessed_storage import PreprocessedStorage
@@ -374,7 +375,7 @@ def test_cache_ls_rm_and_prune_cover_preprocessed_variants(isolated_cache, capsy
     assert main(["cache", "ls"]) == 0
     text = capsys.readouterr().out
     line = next(line for line in text.splitlines() if out.storage.fingerprint in line)
-    assert "obs_feature" in line and "fake/pre" in line and mt.human_bytes(entry.bytes) in line
+    assert "obs_feature" in line and "fake/pre" in line and human_bytes(entry.bytes) in line
     # prune --older-than removes old variants (and never a fresh one)
     assert mt.prune(older_than_days=1) == []
     old = time.time() - 3 * 86400

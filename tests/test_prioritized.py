@@ -156,7 +156,7 @@ def test_large_updates_are_vectorised():
 # -- through the real buffers ------------------------------------------------------------------------
 def test_tensordict_prioritized_buffer_end_to_end():
     from datasets_hub.buffers import replay_buffers as rbs
-    from datasets_hub.buffers.storages import LazyTensorStorage
+    from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
     rb = rbs.TensorDictReplayBuffer(
         storage=LazyTensorStorage(100),

@@ -7,8 +7,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
-from datasets_hub.buffers.storages import LazyMemmapStorage, LazyTensorStorage, ListStorage
+from datasets_hub.buffers.storages import ListStorage
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
 N_DRAWS = 20000  # binomial std of a frequency is at most 0.0035: the tolerances below are > 5 std
 

@@ -10,9 +10,11 @@ import torch
 import torch.multiprocessing as mp
 from tensordict import TensorDict
 
+from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler, Sampler
-from datasets_hub.buffers.storages import LazyMemmapStorage, LazyTensorStorage, ListStorage, TensorStorage
+from datasets_hub.buffers.storages import ListStorage
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage, TensorStorage
 from datasets_hub.buffers.transforms import Compose
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter
 
@@ -460,6 +462,73 @@ def test_items_can_be_whole_trajectories():
     s = rb.sample()
     assert s.batch_size == (3, 5) and s["index"].shape == (3, 5)
     assert (s["obs"][:, 0] == s["index"][:, 0] * 5).all()
+
+
+# ------------------------------------------------------------------------- write_all with a new key
+STORAGES_FOR_NEW_KEYS = {
+    "list (default)": lambda: None,
+    "tensor": lambda: LazyTensorStorage(10),
+    "memmap": lambda: LazyMemmapStorage(10),
+}
+
+
+@pytest.mark.parametrize("buffer_cls", [ReplayBuffer, TensorDictReplayBuffer])
+@pytest.mark.parametrize("storage", sorted(STORAGES_FOR_NEW_KEYS))
+def test_write_all_adds_a_key_to_every_stored_item(buffer_cls, storage):
+    """The seeds' documented example: recompute a target for every stored row after collection."""
+    made = STORAGES_FOR_NEW_KEYS[storage]()
+    rb = buffer_cls() if made is None else buffer_cls(storage=made)
+    rb.extend(TensorDict({"obs": torch.arange(3)}, [3]))
+    data = rb.read_all_in_order()
+    data["target"] = data["obs"] + 1
+    rb.write_all(data)
+    assert (rb[:] == data).all()
+    assert rb[:]["target"].tolist() == [1, 2, 3] and rb[:]["obs"].tolist() == [0, 1, 2]
+    rb.extend(TensorDict({"obs": torch.tensor([7]), "target": torch.tensor([70])}, [1]))  # the new schema holds
+    assert rb[:]["target"].tolist() == [1, 2, 3, 70]
+
+
+def test_write_all_after_a_wrap_adds_the_key_in_write_order():
+    rb = ReplayBuffer(storage=LazyTensorStorage(4))
+    rb.extend(TensorDict({"obs": torch.arange(6)}, [6]))  # rows hold 4, 5, 2, 3; oldest first is 2, 3, 4, 5
+    data = rb.read_all_in_order()
+    data["target"] = data["obs"] * 10
+    rb.write_all(data)
+    stored = rb[:]
+    assert stored["obs"].tolist() == [4, 5, 2, 3] and stored["target"].tolist() == [40, 50, 20, 30]
+
+
+def test_a_new_memmap_key_is_a_real_file_that_survives_pickling_and_dumps(tmp_path):
+    import pickle
+
+    storage = LazyMemmapStorage(10, scratch_dir=tmp_path / "scratch")
+    rb = ReplayBuffer(storage=storage)
+    rb.extend(TensorDict({"obs": torch.arange(3), "next": {"obs": torch.arange(1, 4)}}, [3]))
+    data = rb.read_all_in_order()
+    data["next", "target"] = data["obs"].double() / 2
+    rb.write_all(data)
+    files = sorted(
+        p.relative_to(tmp_path / "scratch" / "data").as_posix() for p in (tmp_path / "scratch").rglob("*.memmap")
+    )
+    assert files == ["next/obs.memmap", "next/target.memmap", "obs.memmap"]
+    target_file = tmp_path / "scratch" / "data" / "next" / "target.memmap"
+    assert target_file.stat().st_size == 10 * 8 and target_file.stat().st_blocks * 512 >= 10 * 8  # blocks reserved
+    again = pickle.loads(pickle.dumps(storage))  # another process reopens the files, new key included
+    assert again.get(torch.arange(3))["next", "target"].tolist() == [0.0, 0.5, 1.0]
+    rb.dumps(tmp_path / "dump")
+    loaded = ReplayBuffer(storage=LazyMemmapStorage(10))
+    loaded.loads(tmp_path / "dump")
+    assert loaded[:]["next", "target"].tolist() == [0.0, 0.5, 1.0]
+
+
+def test_a_new_key_on_part_of_the_items_is_refused_naming_the_fix():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(TensorDict({"obs": torch.arange(3)}, [3]))
+    with pytest.raises(ValueError, match=r"unexpected 'target'.*every stored item.*write_all"):
+        rb[0:2] = TensorDict({"obs": torch.arange(2), "target": torch.arange(2)}, [2])
+    with pytest.raises(ValueError, match="missing 'obs'"):  # a key dropped is still a schema mismatch
+        rb.write_all(TensorDict({"target": torch.arange(3)}, [3]))
+    assert list(rb[:].keys()) == ["obs"]
 
 
 # -- TorchRL's constructor keywords (issue 19) ------------------------------------------------------

@@ -142,7 +142,7 @@ def _buffers():
 
 def test_buffer_iteration_is_finite_without_replacement():
     rbs = _buffers()
-    from datasets_hub.buffers.storages import LazyTensorStorage
+    from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
     rb = rbs.TensorDictReplayBuffer(
         storage=LazyTensorStorage(1000), sampler=SamplerWithoutReplacement(), batch_size=32, generator=gen()
@@ -158,7 +158,7 @@ def test_buffer_iteration_is_finite_without_replacement():
 
 def test_buffer_dumps_loads_keeps_sampler_position(tmp_path):
     rbs = _buffers()
-    from datasets_hub.buffers.storages import LazyTensorStorage
+    from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
     def make():
         return rbs.ReplayBuffer(storage=LazyTensorStorage(100), sampler=SamplerWithoutReplacement(), generator=gen(2))

@@ -279,7 +279,7 @@ def test_prioritized_slices_state_round_trip():
 # -- through the real buffers and a dataset build -----------------------------------------------------
 def _online_buffer(capacity, sampler):
     from datasets_hub.buffers import replay_buffers as rbs
-    from datasets_hub.buffers.storages import LazyTensorStorage
+    from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
     return rbs.TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler, generator=gen(9))
 

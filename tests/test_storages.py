@@ -9,13 +9,9 @@ import torch
 from tensordict import TensorDict, tensorclass
 
 from datasets_hub.buffers import tensor_storages
-from datasets_hub.buffers.storages import (
-    LazyMemmapStorage,
-    LazyTensorStorage,
-    ListStorage,
-    Storage,
-    TensorStorage,
-)
+from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
+from datasets_hub.buffers.storages import ListStorage, Storage
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage, TensorStorage
 
 
 @tensorclass

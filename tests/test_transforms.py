@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.buffers.storages import LazyTensorStorage
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.buffers.transforms import Compose, Exclude, Rename, Select, Transform, as_transform
 
 

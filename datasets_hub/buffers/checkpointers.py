@@ -25,9 +25,12 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from datasets_hub.buffers.storages import _FORMAT, _write_json
 from datasets_hub.buffers.ted_flat import Flat2TED, TED2Flat
+from datasets_hub.files import write_json_atomic
 
+#: the "format" of every storage dump (storage.json), whatever the checkpointer
+STORAGE_FORMAT = "datasets_hub.storage"
+_FORMAT = STORAGE_FORMAT
 _LIST_CLASSES = ("ListStorage", "LazyStackStorage")
 
 
@@ -98,7 +101,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         info, td = storage.checkpoint_state()
         if td is not None:
             self._write_data(self._save_form(td, path), path)
-        _write_json(path / "storage.json", {**info, "checkpointer": type(self).__name__})
+        write_json_atomic(path / "storage.json", {**info, "checkpointer": type(self).__name__})
 
     def loads(self, storage: Any, path: str | Path) -> None:
         self._check_storage(storage)
@@ -243,7 +246,7 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         torch.save(storage.state_dict(), path / "items.pt")
-        _write_json(
+        write_json_atomic(
             path / "storage.json",
             {
                 "format": _FORMAT,
@@ -273,7 +276,7 @@ class StorageEnsembleCheckpointer(StorageCheckpointerBase):
         path.mkdir(parents=True, exist_ok=True)
         for i, member in enumerate(storage.storages):
             member.dumps(path / str(i))
-        _write_json(
+        write_json_atomic(
             path / "storage.json",
             {
                 "format": _FORMAT,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -9,15 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.buffers.ensemble_parts import SamplerEnsemble, StorageEnsemble, WriterEnsemble
-
-
-def _put(tree: dict, key: Any, value: torch.Tensor) -> None:
-    if isinstance(key, str):
-        tree[key] = value
-        return
-    for part in key[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[key[-1]] = value
+from datasets_hub.buffers.nested_keys import key_to_str, put
 
 
 def _buffers_from_parts(buffers: tuple, storages: Any, samplers: Any, writers: Any) -> tuple:
@@ -43,10 +36,6 @@ def _buffers_from_parts(buffers: tuple, storages: Any, samplers: Any, writers: A
         )
         for i in range(n)
     )
-
-
-def _key_name(key: Any) -> str:
-    return key if isinstance(key, str) else "/".join(key)
 
 
 class ReplayBufferEnsemble:
@@ -144,6 +133,16 @@ class ReplayBufferEnsemble:
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         self.transform = transform
         self.generator = generator
+
+    def fork(self, generator: torch.Generator, members: Sequence[Any]) -> ReplayBufferEnsemble:
+        """A shallow copy over ``members`` (forks of ``self[i]``, same order) choosing buffers with
+        ``generator``: the ensemble's part of :meth:`ReplayBuffer.fork`."""
+        if len(members) != len(self._buffers):
+            raise ValueError(f"fork needs {len(self._buffers)} member buffers, got {len(members)}")
+        clone = copy.copy(self)
+        clone._buffers = tuple(members)
+        clone.set_rng(generator)
+        return clone
 
     def set_rng(self, generator: torch.Generator) -> None:
         """Make ``generator`` the source of the ensemble's buffer choices."""
@@ -312,7 +311,7 @@ class ReplayBufferEnsemble:
         tree: dict[str, Any] = {}
         for key in leaves[parts[0][0]]:
             value = torch.stack([leaves[b][key][lo : lo + sub] for b, _, lo in parts])
-            _put(tree, key, value)
+            put(tree, key, value)
         batch = torch.Size([len(parts), sub, *first.batch_size[1:]])
         extra = [1] * (len(batch) - 2)
         tree["index"] = {
@@ -328,8 +327,8 @@ class ReplayBufferEnsemble:
         for b, lv in leaves[1:]:
             spec = {k: (tuple(v.shape[1:]), v.dtype) for k, v in lv.items()}
             if spec.keys() != spec0.keys():
-                only0 = sorted(_key_name(k) for k in spec0.keys() - spec.keys())
-                only = sorted(_key_name(k) for k in spec.keys() - spec0.keys())
+                only0 = sorted(key_to_str(k) for k in spec0.keys() - spec.keys())
+                only = sorted(key_to_str(k) for k in spec.keys() - spec0.keys())
                 raise ValueError(
                     f"cannot stack samples of buffers {b0} and {b}: their keys differ "
                     f"(only in buffer {b0}: {only0 or 'none'}; only in buffer {b}: {only or 'none'}). "
@@ -339,7 +338,7 @@ class ReplayBufferEnsemble:
             for key, (shape, dtype) in spec.items():
                 if (shape, dtype) != spec0[key]:
                     raise ValueError(
-                        f"cannot stack {_key_name(key)!r}: buffer {b0} gives per-item shape {list(spec0[key][0])} "
+                        f"cannot stack {key_to_str(key)!r}: buffer {b0} gives per-item shape {list(spec0[key][0])} "
                         f"{spec0[key][1]} but buffer {b} gives {list(shape)} {dtype}. Align them with a "
                         "per-buffer transform (convert or drop the key: Exclude(...) / Select(...))"
                     )

@@ -18,7 +18,6 @@ copied or even indexed), and exposes its own episode index, so slice samplers wo
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,7 +184,7 @@ class Episodes:
         if not chosen.numel():
             raise InvalidParameter("the selection holds no episode; a buffer needs at least one")
         storage = EpisodeSubsetStorage(self._storage, self.index, chosen)
-        return _buffer_like(self._rb, storage)
+        return self._rb.read_only_view(storage, prefetch=0)
 
     def filter(self, predicate: Callable[[TensorDictBase], Any]) -> Any:
         """Episodes where ``predicate(stats)`` is True: it gets :attr:`stats` (batch ``[E]``) and returns a bool
@@ -298,16 +297,3 @@ class EpisodeSubsetStorage(Storage):
 
     def __repr__(self) -> str:
         return f"EpisodeSubsetStorage({self._index.num_episodes} episodes, {self._len} transitions of {self.parent!r})"
-
-
-def _buffer_like(rb: Any, storage: EpisodeSubsetStorage) -> Any:
-    from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-    from datasets_hub.buffers.writers import ImmutableDatasetWriter
-
-    sampler = rb.sampler
-    generator = getattr(sampler, "generator", None)
-    sampler = copy.deepcopy(sampler, memo={id(generator): generator} if generator is not None else None)
-    # transforms are not carried over: some are bound to their buffer's storage (FrameStack)
-    return TensorDictReplayBuffer(
-        storage=storage, sampler=sampler, writer=ImmutableDatasetWriter(), batch_size=rb.batch_size
-    )

@@ -22,31 +22,26 @@ Contract of ``FrameStack(n)`` on a sample (any batch shape, TED keys):
 The transform reads earlier frames from the buffer's storage, so it must be bound to it. A replay
 buffer binds the transforms it is given (``load(id, transform=FrameStack(4))``,
 ``rb.append_transform(FrameStack(4))``); used on its own, bind it explicitly:
-``fs = FrameStack(4).bind(rb); fs(rb.sample())``. Over a hub build (a
-:class:`~datasets_hub.dataset_storage.DatasetStorage`) the frames are gathered straight from the
-build's frame file (one read of ``n + 1`` frames per sample serves both stacks) and the sample only
-needs its ``episode`` and ``step`` keys. Over any other storage whose episodes occupy consecutive
+``fs = FrameStack(4).bind(rb); fs(rb.sample())``. Over a storage that keeps frames once per
+episode (``storage.frame_keys()`` is not None: a hub build) the frames are asked of the storage
+with ``storage.episode_frames`` (one read of ``n + 1`` frames per sample serves both stacks) and the
+sample only needs its ``episode`` and ``step`` keys. Over any other storage whose episodes occupy consecutive
 rows, the sample must also carry ``"index"`` (``TensorDictReplayBuffer`` samples do).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from datasets_hub.buffers.nested_keys import as_key
 from datasets_hub.buffers.samplers import Sampler
 from datasets_hub.buffers.transforms import Transform
 
 _PADDINGS = ("zeros", "first")
-
-
-def _key(key: Any) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
 
 
 class FrameStack(Transform):
@@ -66,14 +61,10 @@ class FrameStack(Transform):
         if isinstance(keys, str):
             keys = [keys]  # one key; a nested key is a tuple inside the list: keys=[("pixels", "left")]
         self.n = n
-        self.keys = [_key(k) for k in keys]
+        self.keys = [as_key(k) for k in keys]
         self.padding = padding
         self._storage: Any = None
-        self._columns: dict[tuple[str, ...], torch.Tensor] = {}
-        self._obs_start: torch.Tensor | None = None
-        self._ordinal: Any = None
-        self._history: dict[tuple[str, ...], torch.Tensor] = {}
-        self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._per_episode = False  # the storage serves frames by (episode, time)
         if storage is not None:
             self.bind(storage)
 
@@ -84,60 +75,16 @@ class FrameStack(Transform):
         if not hasattr(storage, "get"):
             raise TypeError(f"FrameStack.bind needs a replay buffer or a storage, got {type(buffer).__name__}")
         self._storage = storage
-        self._columns = {}
-        self._obs_start = None
-        self._history = {}
-        self._history_index = None
-        manifest = getattr(storage, "manifest", None)
-        if isinstance(manifest, dict) and "layout" in manifest and hasattr(storage, "episode_index"):
-            self._bind_build(storage, manifest)
-        return self
-
-    def _bind_build(self, storage: Any, manifest: dict) -> None:
-        """A hub build: open the frame files (T+1 rows per episode) and the episode index."""
-        layout = manifest["layout"]
-        stored = {_key(k.split("/")) for k in layout["obs"]}
-        split = {_key(k.split("/")) for k in layout["next_stored_per_step"]}
-        missing = [k for k in self.keys if k not in stored or k in split]
-        if missing:
-            raise KeyError(
-                f"FrameStack: {'/'.join(missing[0])!r} is not a frame key stored once per episode in this build "
-                f"(such keys: {sorted(layout['obs'])}); pass keys=[...] naming one of them"
-            )
-        data = Path(storage.path) / "data"
-        for key in self.keys:
-            spec = manifest["schema"]["obs/" + "/".join(key)]
-            dtype = getattr(torch, spec["dtype"])
-            np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-            array = (
-                np.memmap(
-                    data / "obs" / Path(*key[:-1]) / (key[-1] + ".memmap"),
-                    dtype=np_dtype,
-                    mode="c",
-                    shape=(spec["rows"], *spec["shape"]),
+        frame_keys = storage.frame_keys() if hasattr(storage, "frame_keys") else None
+        self._per_episode = frame_keys is not None
+        if frame_keys is not None:
+            missing = [k for k in self.keys if k not in frame_keys]
+            if missing:
+                raise KeyError(
+                    f"FrameStack: {'/'.join(missing[0])!r} is not a frame key stored once per episode in this build "
+                    f"(such keys: {sorted('/'.join(k) for k in frame_keys)}); pass keys=[...] naming one of them"
                 )
-                if spec["rows"]
-                else np.empty((0, *spec["shape"]), np_dtype)
-            )
-            self._columns[key] = torch.from_numpy(array)
-        with_history = set(storage.history_keys()) if hasattr(storage, "history_keys") else set()
-        for key in self.keys:
-            if key in with_history:
-                self._history[key] = storage.history_column(key)
-        if self._history:
-            self._history_index = storage.history_index()
-        index = storage.episode_index()
-        self._obs_start = index.start + torch.arange(index.num_episodes)  # first frame row of each episode
-        ids = (
-            np.asarray(np.memmap(data / "episodes" / "id.memmap", dtype=np.int64, mode="r"))
-            if index.num_episodes
-            else np.zeros(0, np.int64)
-        )
-        if np.array_equal(ids, np.arange(ids.size)):
-            self._ordinal = None  # ids are the ordinals (every built-in loader numbers episodes 0..E-1)
-        else:
-            order = np.argsort(ids, kind="stable")
-            self._ordinal = (ids[order], order)
+        return self
 
     # -- the transform --------------------------------------------------------------------------
     def forward(self, data: Any) -> Any:
@@ -159,57 +106,18 @@ class FrameStack(Transform):
         offsets = torch.arange(-self.n + 1, 2, dtype=torch.int64)
         raw = step[:, None] + offsets[None, :]
         before = raw < 0
-        times = raw.clamp_min(0)
-        known: dict[tuple[str, ...], torch.Tensor] = {}
-        if self._columns:
-            frames = self._from_build(flat, times)
-            if self._history and before.any():
-                known = self._fill_history(flat, raw, before, frames)
+        if self._per_episode:  # the storage keeps frames (and maybe history frames) by episode and time
+            frames, present = self._storage.episode_frames(self.keys, flat.get("episode").reshape(-1), raw)
+            pad = {key: ~mask for key, mask in present.items()}
         else:
-            frames = self._from_storage(flat, step, times)
+            frames = self._from_storage(flat, step, raw.clamp_min(0))
+            pad = dict.fromkeys(frames, before)
         for key, window in frames.items():
-            pad = before & ~known[key] if key in known else before
-            if self.padding == "zeros" and pad.any():
-                window[pad] = 0
+            if self.padding == "zeros" and pad[key].any():
+                window[pad[key]] = 0
             flat.set(key, window[:, : self.n])
             flat.set(("next", *key), window[:, 1:])
         return flat.reshape(shape) if len(shape) != 1 else flat
-
-    def _episode_ordinal(self, episode: torch.Tensor) -> torch.Tensor:
-        if self._ordinal is None:
-            return episode
-        sorted_ids, order = self._ordinal
-        pos = np.searchsorted(sorted_ids, episode.numpy())
-        return torch.from_numpy(order[np.minimum(pos, len(order) - 1)])
-
-    def _from_build(self, flat: TensorDictBase, times: torch.Tensor) -> dict[tuple[str, ...], torch.Tensor]:
-        assert self._obs_start is not None
-        ordinal = self._episode_ordinal(flat.get("episode").reshape(-1).to(torch.int64))
-        rows = (self._obs_start[ordinal][:, None] + times).reshape(-1)
-        out = {}
-        for key, column in self._columns.items():
-            out[key] = torch.index_select(column, 0, rows).reshape(*times.shape, *column.shape[1:])
-        return out
-
-    def _fill_history(
-        self, flat: TensorDictBase, raw: torch.Tensor, before: torch.Tensor, frames: dict[tuple[str, ...], torch.Tensor]
-    ) -> dict[tuple[str, ...], torch.Tensor]:
-        """Put the build's history frames at the negative times that have one; return, per key, where."""
-        assert self._history_index is not None
-        first, count = self._history_index
-        ordinal = self._episode_ordinal(flat.get("episode").reshape(-1).to(torch.int64))
-        n_hist = count[ordinal][:, None]
-        has = before & (raw >= -n_hist)
-        rows = (first[ordinal][:, None] + n_hist + raw)[has]
-        out = {}
-        for key, window in frames.items():
-            column = self._history.get(key)
-            if column is None:
-                continue
-            if rows.numel():
-                window[has] = torch.index_select(column, 0, rows)
-            out[key] = has
-        return out
 
     def _from_storage(
         self, flat: TensorDictBase, step: torch.Tensor, times: torch.Tensor

@@ -17,8 +17,9 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, reserve_files
-from datasets_hub.buffers.storages import _write_json
-from datasets_hub.buffers.tensor_storages import TensorStorage, _decode_meta, _leaves_of, _nest
+from datasets_hub.buffers.nested_keys import nest
+from datasets_hub.buffers.tensor_storages import TensorStorage, _decode_meta, _leaves_of
+from datasets_hub.files import write_json_atomic
 
 
 class LazyMemmapStorage(TensorStorage):
@@ -72,7 +73,7 @@ class LazyMemmapStorage(TensorStorage):
                 f"{self.scratch_dir} already holds a memmap storage; pass existsok=True to overwrite it, "
                 "or choose another scratch_dir"
             )
-        src = _nest(keys, [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes])
+        src = nest(keys, [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes])
         template = TensorDict(src, batch_size=[self.max_size, *row_batch])
         data_dir.mkdir(parents=True, exist_ok=True)
         what = f"LazyMemmapStorage(max_size={self.max_size})"
@@ -93,11 +94,22 @@ class LazyMemmapStorage(TensorStorage):
         self._mm_td = td  # keeps the mappings alive
         return _leaves_of(td, keys)
 
+    def _alloc_new_leaves(self, keys: list, shapes: list) -> list[torch.Tensor]:
+        """New files beside the existing ones (keys a ``write_all`` adds), named as the first allocation
+        names them, with the tensordict metadata rewritten to list every leaf; their blocks are reserved
+        at once, as for the first allocation."""
+        old = _leaves_of(self._mm_td, self._keys)  # already at their place: memmap_like leaves them as they are
+        fresh = [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes]
+        template = TensorDict(nest(self._keys + list(keys), old + fresh), batch_size=[self.max_size, *self._row_batch])
+        self._mm_td = template.memmap_like(prefix=self._data_dir, existsok=True)
+        reserve_files([self._mm_td.get(key).filename for key in keys], f"LazyMemmapStorage(max_size={self.max_size})")
+        return _leaves_of(self._mm_td, list(keys))
+
     def _attach(self, kind, keys, leaves, meta, row_batch) -> None:
         super()._attach(kind, keys, leaves, meta, row_batch)
         info = self._meta_json()
         info.pop("len"), info.pop("write_version")
-        _write_json(self.scratch_dir / "storage.json", info)
+        write_json_atomic(self.scratch_dir / "storage.json", info)
 
     def _maybe_attach_shared(self) -> None:
         # another process may have allocated the files (shared buffers): adopt them

@@ -17,7 +17,8 @@ import torch
 from datasets_hub.buffers.samplers import Sampler
 from datasets_hub.buffers.storages import Storage
 
-_REDUCTIONS = ("max", "min", "mean", "median")
+#: how several priorities become one (per-step priorities of one item, repeated indices): TorchRL's set
+REDUCTIONS = ("max", "min", "mean", "median")
 
 
 class SegmentTree:
@@ -112,6 +113,20 @@ def as_index(index: Any) -> torch.Tensor:
     return index.to(torch.int64)
 
 
+def check_reduction(reduction: str) -> str:
+    """``reduction`` if it is one of :data:`REDUCTIONS`, else a ``ValueError`` listing them."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    return reduction
+
+
+def reduce_trailing(priority: torch.Tensor, reduction: str) -> torch.Tensor:
+    """One priority per leading index: ``priority`` reduced over its last dim with ``reduction``."""
+    if reduction == "median":
+        return priority.median(-1).values
+    return getattr(priority, {"max": "amax", "min": "amin", "mean": "mean"}[reduction])(-1)
+
+
 def reduce_priorities(index: Any, priority: Any, reduction: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Normalise ``update_priority`` arguments to unique 1-D ``(index, priority)``.
 
@@ -121,13 +136,7 @@ def reduce_priorities(index: Any, priority: Any, reduction: str) -> tuple[torch.
     index = as_index(index)
     priority = torch.as_tensor(priority).detach().to("cpu", torch.float64)
     if priority.ndim > index.ndim and priority.shape[: index.ndim] == index.shape and index.ndim:
-        flat = priority.reshape(*index.shape, -1)
-        priority = {
-            "max": lambda x: x.amax(-1),
-            "min": lambda x: x.amin(-1),
-            "mean": lambda x: x.mean(-1),
-            "median": lambda x: x.median(-1).values,
-        }[reduction](flat)
+        priority = reduce_trailing(priority.reshape(*index.shape, -1), reduction)
     index = index.reshape(-1)
     try:
         priority = priority.expand(index.shape) if priority.numel() == 1 else priority.reshape(index.shape)
@@ -194,8 +203,7 @@ class PrioritizedSampler(Sampler):
             raise ValueError(f"eps must be > 0 so that no row has zero probability, got {eps}")
         if isinstance(max_capacity, bool) or not isinstance(max_capacity, (int, np.integer)) or max_capacity < 1:
             raise ValueError(f"max_capacity must be a positive int, got {max_capacity!r}")
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        check_reduction(reduction)
         self.max_capacity = int(max_capacity)
         self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
         self.dtype, self.reduction = dtype, reduction
@@ -209,6 +217,11 @@ class PrioritizedSampler(Sampler):
         self._max_priority = 1.0  # largest raw priority seen
 
     # -- priorities --------------------------------------------------------------------------------
+    def sampling_weights(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The unnormalised sampling weight ``(priority + eps) ** alpha`` of ``rows`` (all
+        ``max_capacity`` rows when None; rows never written hold 0), float64, a view when ``rows`` is None."""
+        return self._sum.leaves() if rows is None else self._sum[rows]
+
     def _q(self, priority: torch.Tensor) -> torch.Tensor:
         return torch.pow(priority + self.eps, self.alpha)
 

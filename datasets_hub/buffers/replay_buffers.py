@@ -12,6 +12,7 @@ same batches with or without prefetching.
 from __future__ import annotations
 
 import collections
+import copy
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -23,14 +24,15 @@ import torch
 from tensordict import TensorDictBase, is_tensorclass
 
 from datasets_hub.buffers import multidim as mdim
-from datasets_hub.buffers.prioritized import as_index
+from datasets_hub.buffers.prioritized import as_index, check_reduction, reduce_trailing
 from datasets_hub.buffers.samplers import RandomSampler, Sampler
-from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, _write_json
+from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
+from datasets_hub.errors import ReadOnlyError
+from datasets_hub.files import write_json_atomic
 
 _FORMAT = "datasets_hub.replay_buffer"
-_REDUCTIONS = ("max", "min", "sum", "mean", "median")
 _COMPONENTS = ("_storage", "_sampler", "_writer", "_collate_fn", "_transform", "_dim_extend")
 
 
@@ -222,6 +224,11 @@ class ReplayBuffer:
         return self._batch_size
 
     @property
+    def prefetch(self) -> int:
+        """How many batches are sampled ahead in background threads (0: none)."""
+        return self._prefetch
+
+    @property
     def write_count(self) -> int:
         """Items written through ``add``/``extend`` since creation or the last ``empty()``."""
         return self._writer.write_count
@@ -232,6 +239,32 @@ class ReplayBuffer:
     def set_rng(self, generator: torch.Generator) -> None:
         """Make ``generator`` the sampler's only source of randomness."""
         self._sampler.generator = generator
+
+    def read_only_view(self, storage: Storage, *, transform: Any = None, prefetch: int | None = None) -> Any:
+        """A read-only ``TensorDictReplayBuffer`` over ``storage`` (data derived from this buffer's: an
+        episode subset, a preprocessing result) with a copy of this buffer's sampler (its caches follow
+        the new storage; the generator is shared), its batch size and prefetch, and ``transform``
+        (none by default: some transforms are bound to this buffer's storage, e.g. ``FrameStack``)."""
+        sampler = self._sampler
+        generator = getattr(sampler, "generator", None)
+        sampler = copy.deepcopy(sampler, memo={id(generator): generator} if generator is not None else None)
+        return TensorDictReplayBuffer(
+            storage=storage,
+            sampler=sampler,
+            writer=ImmutableDatasetWriter(),
+            batch_size=self._batch_size,
+            transform=transform,
+            prefetch=self._prefetch if prefetch is None else prefetch,
+        )
+
+    def fork(self, generator: torch.Generator) -> ReplayBuffer:
+        """A shallow copy sharing this buffer's storage, writer and transforms, with its own copy of
+        the sampler (epoch position, caches) drawing from ``generator``: one independent sample stream
+        per DataLoader worker or DDP rank."""
+        clone = copy.copy(self)
+        clone._sampler = copy.deepcopy(self._sampler)
+        clone.set_rng(generator)
+        return clone
 
     def share(self) -> None:
         """Share the storage and write cursor with ``torch.multiprocessing`` children (``shared=True``)."""
@@ -309,7 +342,7 @@ class ReplayBuffer:
 
     def _refuse_if_read_only(self) -> None:
         if isinstance(self._writer, ImmutableDatasetWriter) or getattr(self._storage, "read_only", False):
-            ImmutableDatasetWriter._refuse(self._writer)
+            raise ReadOnlyError("buffer (a read-only dataset: ImmutableDatasetWriter)")
 
     def __setitem__(self, index: Any, data: Any) -> None:
         """Overwrite items in place (``rb[:] = data`` on an empty buffer fills it like ``extend``)."""
@@ -327,8 +360,8 @@ class ReplayBuffer:
                 self._sampler.extend(self._items_of_rows(self._writer.extend(data)))
                 return
             index = self._check_index(index)
-            if isinstance(index, slice) and hasattr(self._storage, "_num_items"):
-                want, got = len(range(index.start, index.stop, index.step)), self._storage._num_items(data)
+            if isinstance(index, slice):
+                want, got = len(range(index.start, index.stop, index.step)), self._storage.num_items(data)
                 if want != got:
                     raise ValueError(f"rb[{index.start}:{index.stop}] = data needs {want} items, got {got}")
             self._storage.set(index, data)
@@ -355,7 +388,7 @@ class ReplayBuffer:
             order = self._writer.indices_in_order()
             if end is not None:
                 order = order[:end]
-            n = self._storage._num_items(data) if hasattr(self._storage, "_num_items") else len(data)
+            n = self._storage.num_items(data)
             if n != order.numel():
                 raise ValueError(
                     f"write_all got {n} items but the buffer's in-order range holds {order.numel()}: "
@@ -588,8 +621,8 @@ class ReplayBuffer:
             gen = self._sampler.generator
             if gen is not None:
                 torch.save({"state": gen.get_state()}, path / "generator.pt")
-            _write_json(path / "writer.json", self._writer.state_dict())
-            _write_json(
+            write_json_atomic(path / "writer.json", self._writer.state_dict())
+            write_json_atomic(
                 path / "buffer.json",
                 {
                     "format": _FORMAT,
@@ -677,12 +710,7 @@ class ReplayBuffer:
 
 def _reduce(priority: torch.Tensor, reduction: str) -> torch.Tensor:
     """One priority per item: reduce every dim after the first."""
-    if priority.ndim <= 1:
-        return priority
-    flat = priority.reshape(priority.shape[0], -1)
-    if reduction == "median":
-        return flat.median(dim=1).values
-    return getattr(flat, {"max": "amax", "min": "amin"}.get(reduction, reduction))(dim=1)
+    return priority if priority.ndim <= 1 else reduce_trailing(priority.reshape(priority.shape[0], -1), reduction)
 
 
 class TensorDictReplayBuffer(ReplayBuffer):
@@ -698,8 +726,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def __init__(
         self, *, priority_key: str | tuple[str, ...] = "td_error", reduction: str = "max", **kwargs: Any
     ) -> None:
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+        check_reduction(reduction)
         self._priority_key = priority_key
         self._reduction = reduction
         super().__init__(**kwargs)
@@ -717,27 +744,9 @@ class TensorDictReplayBuffer(ReplayBuffer):
         else:
             n = index.shape[0] if index.ndim else None
         extra = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == n}
-        storage = self._storage
-        if (
-            getattr(storage, "_kind", None) == "td"
-            and not storage._row_batch
-            and storage._plain
-            and isinstance(index, torch.Tensor)
-            and index.ndim == 1
-            and index.dtype == torch.int64
-        ):
-            return storage._get_extra(index, extra)  # one TensorDict build, no per-key set()
-        data = storage.get(index)
-        if self._collate_fn is not None:
-            data = self._collate_fn(data)
-        if isinstance(data, TensorDictBase):
-            for key, value in extra.items():
-                if data.batch_dims > value.ndim:
-                    trailing = [1] * (data.batch_dims - value.ndim)
-                    data.set(key, value.reshape(*value.shape, *trailing).expand(data.batch_size))
-                else:
-                    data.set(key, value)
-        return data
+        if self._collate_fn is None:
+            return self._storage.gather(index, extra)  # the storage's contract: one build with the extras
+        return attach_extras(self._collate_fn(self._storage.get(index)), extra)
 
     def _strip(self, data: Any) -> Any:
         if isinstance(data, TensorDictBase):

@@ -634,7 +634,7 @@ class PrioritizedSliceSampler(SliceSampler):
         if self._trees is None or self._trees[0] is not layout:
             cap = self._prio.max_capacity
             mask = layout.valid_start_mask(cap)
-            q = self._prio._sum.leaves()
+            q = self._prio.sampling_weights()
             s_tree, m_tree = sum_tree(cap), min_tree(cap)
             s_tree.fill_(torch.where(mask, q, 0.0))
             m_tree.fill_(torch.where(mask & (q > 0), q, torch.inf))
@@ -654,7 +654,7 @@ class PrioritizedSliceSampler(SliceSampler):
         if self._trees is not None:
             _, mask, s_tree, m_tree = self._trees
             rows = torch.unique(as_index(index).reshape(-1))
-            q = self._prio._sum[rows]
+            q = self._prio.sampling_weights(rows)
             valid = mask[rows]
             s_tree.set_(rows, torch.where(valid, q, 0.0))
             m_tree.set_(rows, torch.where(valid, q, torch.inf))

@@ -8,7 +8,6 @@ and ``ListStorage`` for arbitrary Python objects.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,9 @@ import torch
 import torch.utils._pytree as _pytree
 from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
+from datasets_hub.buffers.checkpointers import STORAGE_FORMAT
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.errors import ReadOnlyError
 
 
 class Storage:
@@ -32,6 +33,15 @@ class Storage:
       (read-only dataset builds do), else ``None``.
     - ``read_key(key)`` returns one leaf for the first ``len(storage)`` items (used to derive
       episode boundaries from ``episode`` or ``("next", "done")``); ``KeyError`` if absent.
+    - ``num_items(data)`` is how many items ``data`` holds as this storage counts them (what a
+      write of ``data`` fills); ``gather(index, extras)`` reads the items a sampler drew (a 1-D int64
+      index of flat items, also for multi-dimensional storages), with
+      per-item tensors ``extras`` (key -> ``[len(index), ...]``) set on the TensorDict result (a
+      replay buffer adds ``index`` and sampler info this way, in one TensorDict build where it can).
+    - ``frame_keys()`` / ``episode_frames(keys, episode, times)``: a storage that keeps
+      observation-like keys once per episode (a hub build) serves values by (episode id, time)
+      without a row index; others return ``None`` from ``frame_keys()`` and callers gather rows
+      through ``get`` (:class:`~datasets_hub.buffers.frame_stack.FrameStack` does both).
     - ``gather_key(key, rows)`` returns one leaf at the 1-D int64 ``rows`` (leading dim
       ``len(rows)``), reading no other leaf where the storage can (samplers that need a few keys at
       extra rows, e.g. sequence windows and goals, use it); ``KeyError`` if absent. ``episodes``, when
@@ -109,8 +119,33 @@ class Storage:
     def episode_index(self) -> EpisodeIndex | None:
         return None
 
+    def num_items(self, data: Any) -> int:
+        """How many items ``data`` holds (its leading batch size, or ``len``)."""
+        if isinstance(data, TensorDictBase) or is_tensorclass(data):
+            if not data.batch_size:
+                raise ValueError("extend() needs data with a leading batch dimension; use add() for one item")
+            return data.batch_size[0]
+        return len(data)
+
+    def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> Any:
+        """``get(index)`` with ``extras`` set on the result when it is a TensorDict (see the class docstring)."""
+        return attach_extras(self.get(index), extras)
+
     def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
         raise KeyError(key)
+
+    def frame_keys(self) -> frozenset[tuple[str, ...]] | None:
+        """The keys :meth:`episode_frames` serves, or ``None`` when this storage keeps no per-episode frames."""
+        return None
+
+    def episode_frames(
+        self, keys: list[tuple[str, ...]], episode: torch.Tensor, times: torch.Tensor
+    ) -> tuple[dict[tuple[str, ...], torch.Tensor], dict[tuple[str, ...], torch.Tensor]]:
+        """Values of ``keys`` at times ``times`` (``[B, W]``, ``t <= length``, ``t = length`` the final next
+        value; a negative time is before the episode's first transition) of the episodes with ids
+        ``episode`` (``[B]``), each ``[B, W, *shape]``, and per key a ``[B, W]`` mask of the real frames
+        (a time the storage keeps no frame for holds the episode's first frame, masked False)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no per-episode frames (frame_keys() is None)")
 
     def gather_key(
         self, key: str | tuple[str, ...], rows: torch.Tensor, *, episodes: np.ndarray | None = None
@@ -139,11 +174,36 @@ class Storage:
         self.write_version += 1
 
 
+def attach_extras(data: Any, extras: dict[Any, torch.Tensor] | None) -> Any:
+    """Set each per-item tensor of ``extras`` on TensorDict ``data`` (broadcast over trailing batch
+    dims); other data is returned as it is."""
+    if extras and isinstance(data, TensorDictBase):
+        for key, value in extras.items():
+            trailing = [1] * (data.batch_dims - value.ndim)
+            data.set(key, value.reshape(*value.shape, *trailing).expand(data.batch_size) if trailing else value)
+    return data
+
+
+class ReadOnlyStorage(Storage):
+    """Base of the storages over published, immutable data (dataset builds, preprocessing results):
+    ``read_only`` is True and every write or ``empty()`` raises :class:`ReadOnlyError` naming
+    ``read_only_what``."""
+
+    read_only = True
+    read_only_what = "storage"
+
+    def set(self, cursor: Any, data: Any) -> None:
+        raise ReadOnlyError(self.read_only_what)
+
+    def empty(self) -> None:
+        raise ReadOnlyError(self.read_only_what)
+
+
 # ----------------------------------------------------------------------------------------------
 # Concrete storages. Which rows are valid is ``[0, len)``; writers decide where new rows go.
 # ----------------------------------------------------------------------------------------------
 
-_FORMAT = "datasets_hub.storage"
+_FORMAT = STORAGE_FORMAT  # defined with the checkpointers that write it
 
 
 def _as_index(index: Any, length: int) -> Any:
@@ -225,7 +285,7 @@ class ListStorage(Storage):
     def __len__(self) -> int:
         return len(self._storage)
 
-    def _num_items(self, data: Any) -> int:
+    def num_items(self, data: Any) -> int:
         return len(data) if hasattr(data, "__len__") else len(list(data))
 
     def get(self, index: Any) -> Any:
@@ -317,12 +377,6 @@ def _decode_item(x: Any) -> Any:
     return x
 
 
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
 def _check_meta(path: Path, expected: str | tuple[str, ...]) -> dict[str, Any]:
     meta_path = path / "storage.json"
     if not meta_path.exists():
@@ -335,20 +389,3 @@ def _check_meta(path: Path, expected: str | tuple[str, ...]) -> dict[str, Any]:
             "build the buffer with the same storage kind it was dumped from"
         )
     return meta
-
-
-_TENSOR_STORAGES = ("TensorStorage", "LazyTensorStorage", "LazyMemmapStorage")
-
-
-def __getattr__(name: str) -> Any:
-    """``TensorStorage``, ``LazyTensorStorage`` and ``LazyMemmapStorage`` live in tensor_storages.py
-    (which imports this module); they are re-exported here on first use."""
-    if name == "LazyMemmapStorage":
-        from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
-
-        return LazyMemmapStorage
-    if name in _TENSOR_STORAGES:
-        from datasets_hub.buffers import tensor_storages
-
-        return getattr(tensor_storages, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,6 +15,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
+from datasets_hub.buffers.nested_keys import nest
 from datasets_hub.buffers.shared_counters import SharedCounters
 from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index
 
@@ -50,17 +51,6 @@ def gather_rows(leaf: torch.Tensor, view: np.ndarray | None, index: torch.Tensor
 # Tensor storages: every leaf is one preallocated tensor [max_size, *row_shape].
 # Data kinds: "tensor", "td" (TensorDict), "tensorclass", "pytree" (nested dicts/tuples/lists).
 # ---------------------------------------------------------------------------------------------
-
-
-def _nest(keys: list[tuple[str, ...]], tensors: list[Any], source: dict | None = None) -> dict[str, Any]:
-    """Nested dict ``{"next": {"obs": t}}`` from tuple keys (merged into ``source`` when given)."""
-    source = {} if source is None else source
-    for key, t in zip(keys, tensors, strict=True):
-        d = source
-        for p in key[:-1]:
-            d = d.setdefault(p, {})
-        d[key[-1]] = t
-    return source
 
 
 def _leaves_of(td: TensorDictBase, keys: list[tuple[str, ...]]) -> list[torch.Tensor]:
@@ -189,8 +179,11 @@ class TensorStorage(SharedCounters, Storage):
 
     ``TensorStorage(storage, max_size=None)`` wraps existing data whose leading dim is the capacity;
     every row counts as valid (``len == max_size``). The lazy subclasses allocate from the first
-    write instead. Writes must match the schema of the first batch (keys, per-row shapes, dtypes);
-    reads gather each leaf with one ``index_select`` and rebuild the data kind that was written.
+    write instead. Writes must match the schema of the first batch (keys, per-row shapes, dtypes),
+    with one exception: a TensorDict write that covers every valid item (``rb.write_all(data)``)
+    may add keys, and each new leaf is allocated for the whole capacity (zeros elsewhere; a new
+    file for memmap storages). Reads gather each leaf with one ``index_select`` and rebuild the
+    data kind that was written.
     Slice reads (``storage[a:b]``) are zero-copy views: write through the buffer, not through them.
     """
 
@@ -366,9 +359,19 @@ class TensorStorage(SharedCounters, Storage):
         """Items by flat position (time-major on a multi-dimensional storage: what samplers draw)."""
         return self._gather(items) if self._plain else self._get_other(items)
 
-    def _get_extra(self, index: torch.Tensor, extra: dict) -> TensorDictBase:
-        """``get`` for 1-D int64 ``index`` plus ``extra`` entries (key -> tensor) in the same TensorDict."""
-        return self._gather(index, extra)
+    def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> Any:
+        """``get`` plus ``extras``; TensorDict rows with a 1-D int64 index are built once with the
+        extras inside (no per-key ``set``)."""
+        if not (  # flat items (also of a multi-dimensional storage: samplers draw flat items)
+            self._kind == "td"
+            and not self._row_batch
+            and self._plain
+            and type(index) is torch.Tensor
+            and index.ndim == 1
+            and index.dtype == torch.int64
+        ):
+            return super().gather(index, extras)
+        return self._gather(index, extras)
 
     def _get_md(self, index: Any) -> Any:
         if not self.initialized:
@@ -422,9 +425,9 @@ class TensorStorage(SharedCounters, Storage):
         if self._flat and not extra:
             source = {p[1]: t for p, t in zip(self._paths, out, strict=True)}
         else:
-            source = _nest(self._keys, out)
+            source = nest(self._keys, out)
             if extra:
-                _nest([k if isinstance(k, tuple) else (k,) for k in extra], list(extra.values()), source)
+                nest(extra.keys(), extra.values(), source)
         td = TensorDict._new_unsafe(source=source, batch_size=torch.Size(batch) + self._row_batch)
         return self._meta._from_tensordict(td) if kind == "tensorclass" else td
 
@@ -448,7 +451,7 @@ class TensorStorage(SharedCounters, Storage):
         return gather_rows(self._plain[i], self._np[i], rows, rows.numpy())
 
     # -- writes ----------------------------------------------------------------------------------
-    def _num_items(self, data: Any) -> int:
+    def num_items(self, data: Any) -> int:
         if isinstance(data, list):
             return len(data)
         if isinstance(data, TensorDictBase) or is_tensorclass(data):
@@ -489,6 +492,7 @@ class TensorStorage(SharedCounters, Storage):
             self._allocate(kind, keys, leaves, meta, row_batch, batched)
             ordered = leaves
         else:
+            self._add_new_keys(cursor, kind, keys, leaves, row_batch, batched)
             ordered = self._check(kind, keys, leaves, row_batch, batched)
         n = len(self)
         index: Any
@@ -510,10 +514,52 @@ class TensorStorage(SharedCounters, Storage):
                     f"write positions must lie in the storage capacity [0, {self.max_size}), got {index.min()}..{top - 1}"
                 )
         for t, v in zip(self._plain, ordered, strict=True):
-            t[index] = v
+            # a view of this very leaf (read_all_in_order is zero-copy) is copied before writing over it
+            same = isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+            t[index] = v.clone() if same else v
         if top > n:
             self._counts[0] = top
         self._bump_version()
+
+    def _add_new_keys(self, cursor: Any, kind: str, keys: list, leaves: list, row_batch: tuple, batched: bool) -> None:
+        """Allocate the keys a write adds when it may add them (see the class docstring); anything
+        else is left to ``_check``, which names what differs."""
+        known = set(self._keys)
+        new = [(k, v) for k, v in zip(keys, leaves, strict=True) if k not in known]
+        if not new or kind != "td" or not batched or tuple(row_batch) != self._row_batch:
+            return
+        if any(k not in set(keys) for k in self._keys):
+            return  # keys are missing as well: a schema mismatch, reported by _check
+        names = ", ".join(_key_str(k) for k, _ in new)
+        if not self._covers_every_item(cursor):
+            raise ValueError(
+                f"data does not match the storage schema (set by the first write): unexpected {names}. A new key "
+                "must be written for every stored item at once, or the other items would hold zeros: "
+                "data = rb.read_all_in_order(); data[...] = ...; rb.write_all(data)"
+            )
+        if self._shared:
+            raise ValueError(f"cannot add {names} to a storage shared with other processes (share() was called)")
+        old = [(k, v) for k, v in zip(keys, leaves, strict=True) if k in known]
+        self._check(kind, [k for k, _ in old], [v for _, v in old], row_batch, batched)  # before allocating
+        shapes = [(tuple(v.shape[1:]), v.dtype) for _, v in new]
+        added = self._alloc_new_leaves([k for k, _ in new], shapes)
+        self._attach(self._kind, self._keys + [k for k, _ in new], self._plain + added, self._meta, self._row_batch)
+
+    def _covers_every_item(self, cursor: Any) -> bool:
+        n = len(self)
+        if isinstance(cursor, slice):
+            rows = torch.arange(n)[cursor] if n else torch.zeros(0, dtype=torch.int64)
+        else:
+            rows = torch.as_tensor(cursor, dtype=torch.int64).reshape(-1)
+        rows = rows[(rows >= 0) & (rows < n)]
+        return torch.unique(rows).numel() == n
+
+    def _alloc_new_leaves(self, keys: list, shapes: list) -> list[torch.Tensor]:
+        """Leaves for keys added after the first write (zeros in RAM here)."""
+        return [
+            torch.zeros((self.max_size, *self._row_batch, *shape[len(self._row_batch) :]), dtype=dtype)
+            for shape, dtype in shapes
+        ]
 
     def _set_md(self, cursor: tuple, kind, keys, leaves, row_batch) -> None:
         """Overwrite existing items through a multi-dim index (``rb[idx] = x`` with ``dim_extend > 0``)."""
@@ -545,7 +591,7 @@ class TensorStorage(SharedCounters, Storage):
         stop = len(self) if stop is None else stop
         if self.ndim > 1:  # [rows, *env] as written
             rows = stop // self._per_row
-            src = _nest(
+            src = nest(
                 self._keys,
                 [
                     t[:stop].view(rows, *self._env, *shape)
@@ -553,7 +599,7 @@ class TensorStorage(SharedCounters, Storage):
                 ],
             )
             return TensorDict(src, batch_size=[rows, *self._env, *self._row_batch])
-        src = _nest(self._keys, [t[:stop] for t in self._plain])
+        src = nest(self._keys, [t[:stop] for t in self._plain])
         return TensorDict(src, batch_size=[stop, *self._row_batch])
 
     def _meta_json(self) -> dict[str, Any]:
@@ -710,11 +756,3 @@ class LazyTensorStorage(TensorStorage):
                 "(extend it once first), or use LazyMemmapStorage, which children can allocate"
             )
         return super().__getstate__()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "LazyMemmapStorage":  # lives in memmap_storage.py (which imports this module)
-        from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
-
-        return LazyMemmapStorage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,7 @@ import torch
 
 from datasets_hub.buffers.shared_counters import SharedCounters
 from datasets_hub.buffers.storages import Storage, _slice_items
+from datasets_hub.errors import ReadOnlyError
 
 
 class Writer:
@@ -96,7 +97,7 @@ class RoundRobinWriter(SharedCounters, Writer):
 
     def extend(self, data: Any) -> torch.Tensor:
         storage = self._storage
-        n = storage._num_items(data)
+        n = storage.num_items(data)
         cap = storage.max_size_along_dim0(data)
         skipped = 0
         if n > cap:
@@ -143,11 +144,7 @@ class ImmutableDatasetWriter(Writer):
     """The writer of read-only datasets: every write raises, telling how to get a writable copy."""
 
     def _refuse(self, *_: Any, **__: Any) -> Any:
-        raise RuntimeError(
-            "this buffer is a read-only dataset (ImmutableDatasetWriter): it cannot be written to. "
-            "For a writable copy, extend a new buffer from its contents, e.g. "
-            "`rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))); rb2.extend(rb[:])`"
-        )
+        raise ReadOnlyError("buffer (a read-only dataset: ImmutableDatasetWriter)")
 
     add = _refuse
     extend = _refuse

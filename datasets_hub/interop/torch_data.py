@@ -40,6 +40,7 @@ from torch.utils.data import Dataset as _MapStyle
 from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data import Sampler as _TorchSampler
 
+from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.dataset_storage import DatasetStorage, reopen_build
@@ -461,20 +462,19 @@ class SampledBatches(IterableDataset):
 def _private_copy(buffer: Any, seed: int) -> Any:
     """A copy of ``buffer`` sharing its storage and transforms, with its own sampler state and
     generator seeded by ``seed`` (an ensemble: its own choice generator and private members)."""
-    members = getattr(buffer, "_buffers", None)
-    clone = copy.copy(buffer)
-    if members is not None:  # ReplayBufferEnsemble
-        clone._buffers = tuple(_private_copy(b, stream_seed(seed, i + 1)) for i, b in enumerate(members))
-    elif hasattr(buffer, "sampler"):
-        clone._sampler = copy.deepcopy(buffer.sampler)  # same package; buffers have no public sampler setter
-    clone.set_rng(torch.Generator().manual_seed(seed))
+    generator = torch.Generator().manual_seed(seed)
+    if isinstance(buffer, ReplayBufferEnsemble):
+        return buffer.fork(generator, [_private_copy(buffer[i], stream_seed(seed, i + 1)) for i in range(len(buffer))])
+    if hasattr(buffer, "fork"):
+        return buffer.fork(generator)
+    clone = copy.copy(buffer)  # another object with the buffer API: a copy with its own generator
+    clone.set_rng(generator)
     return clone
 
 
 def _ran_out(buffer: Any) -> bool:
-    members = getattr(buffer, "_buffers", None)
-    if members is not None:
-        return any(_ran_out(b) for b in members)
+    if isinstance(buffer, ReplayBufferEnsemble):
+        return any(_ran_out(buffer[i]) for i in range(len(buffer)))
     return bool(getattr(getattr(buffer, "sampler", None), "ran_out", False))
 
 

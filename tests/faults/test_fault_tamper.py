@@ -106,7 +106,7 @@ UPSTREAM_READERS = sorted(
             "http_download.py",
             "hf_source.py",
             "build.py",
-            "lean_ted.py",
+            "build_format.py",
             "catalogue.py",
             "hub.py",
             "cache.py",

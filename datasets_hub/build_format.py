@@ -1,6 +1,18 @@
-"""The lean-TED writer: streams TED chunks from a loader into the on-disk layout of docs/design/on-disk.md.
+"""The on-disk build format (lean TED, docs/design/on-disk.md): its one owner.
 
-Layout of ``data/`` (a tensordict memmap tree, opened by :class:`DatasetStorage`):
+Everything that knows how a build lies on disk is here: the layout constants, the writer
+(:class:`LeanTEDWriter`), :func:`open_leaf`, the manifest checksum, and the one reader,
+:func:`open_build`, which :class:`~datasets_hub.dataset_storage.DatasetStorage`,
+:mod:`datasets_hub.cache_verify` and every other consumer use instead of parsing the manifest
+themselves.
+
+A build directory::
+
+    manifest.json      written last: format, version, id, params, sources, counts, schema, layout, stats
+    manifest.sha256    sha256 of manifest.json in ``sha256sum`` format
+    data/<group>/<key>.memmap    one raw little-endian file per leaf (+ tensordict metadata)
+
+Groups of ``data/`` (a tensordict memmap tree):
 
 - ``obs/<key>``: observation-like keys, stored once per episode with T+1 rows
   (row ``start[e] + e + t`` holds the value at time t of episode e; the extra row is the final
@@ -14,16 +26,21 @@ Layout of ``data/`` (a tensordict memmap tree, opened by :class:`DatasetStorage`
   hold the real earlier frames; they are no transitions and are never sampled. Rows are grouped by
   episode in build order; ``layout["history"]`` lists the keys.
 
-Nothing here knows about any loader; chunks are checked against the TED contract as they arrive,
-and each leaf is appended to its own file, so memory use is bounded by one chunk.
+The manifest's ``schema`` maps ``<group>/<key>`` to ``{dtype, shape, rows, sha256}`` and its
+``layout`` lists the obs keys, the step keys and the obs keys whose next values are stored per step.
+
+The writer knows nothing about any loader; chunks are checked against the TED contract as they
+arrive, and each leaf is appended to its own file, so memory use is bounded by one chunk.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,23 +49,30 @@ import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.errors import TEDError
+from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
+from datasets_hub.build_checks import check_build
+from datasets_hub.build_checks import leaf_path as checked_leaf_path
+from datasets_hub.errors import CacheError, TEDError
+from datasets_hub.files import sha256_file, write_text_atomic
+
+# -- layout constants ---------------------------------------------------------------------------
+FORMAT = "datasets_hub.ted"  #: the manifest's "format"
+FORMAT_VERSION = 1  #: the manifest's "version"
+#: enters every build fingerprint: bump it when the layout changes, and old builds are never reused
+STORAGE_FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+#: the manifest's checksum, ``"<hex>  manifest.json\n"`` (``sha256sum -c manifest.sha256`` works)
+MANIFEST_SHA256 = "manifest.sha256"
+DATA_DIR = "data"
+LEAF_SUFFIX = ".memmap"
+OBS, STEPS, EPISODES, HISTORY = "obs", "steps", "episodes", "history"
+EPISODE_COLUMNS = ("start", "length", "id", "return")
 
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
 # keys the core derives itself; if a loader sends them they are ignored
 DERIVED_KEYS = {("done",), ("terminated",), ("truncated",), ("step",), ("next", "done"), ("episode",)}
 # optional bool [N] key of a chunk: True on rows that are only history frames of their episode
 HISTORY_KEY = ("history",)
-
-Key = tuple[str, ...]
-
-
-def key_to_str(key: Key) -> str:
-    return "/".join(key)
-
-
-def _as_key(key: str | tuple) -> Key:
-    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def equal_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -181,7 +205,7 @@ class LeanTEDWriter:
 
     # -- schema -------------------------------------------------------------------------------
     def _classify(self, chunk: TensorDictBase) -> None:
-        keys = [_as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)]
+        keys = [as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)]
         keyset = set(keys)
         for required in (("episode",), ("next", "reward"), *FLAG_KEYS):
             if required not in keyset:
@@ -216,7 +240,7 @@ class LeanTEDWriter:
 
     def _check_schema(self, chunk: TensorDictBase) -> None:
         assert self._schema is not None
-        keys = {_as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
+        keys = {as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
         if keys != set(self._schema):
             missing = sorted(map(key_to_str, set(self._schema) - keys))
             extra = sorted(map(key_to_str, keys - set(self._schema)))
@@ -232,9 +256,9 @@ class LeanTEDWriter:
     def _file(self, group: str, key: Key) -> _LeafFile:
         handle = self.files.get((group, key))
         if handle is None:
-            source_key = ("next", *key[1:]) if group == "steps" and key[0] == "next" else key
+            source_key = ("next", *key[1:]) if group == STEPS and key[0] == "next" else key
             dtype, shape = self._schema[source_key]
-            path = self.data_dir.joinpath(group, *key[:-1], key[-1] + ".memmap")
+            path = self.data_dir.joinpath(group, *key[:-1], key[-1] + LEAF_SUFFIX)
             handle = self.files[(group, key)] = _LeafFile(path, dtype, shape, self._io)
         return handle
 
@@ -282,17 +306,17 @@ class LeanTEDWriter:
             if local.num_episodes == 1:
                 # one episode (e.g. a long one of camera frames, possibly memory-mapped): append the rows
                 # as views, without a T+1-row copy in memory
-                self._file("obs", key).append(now)
-                self._file("obs", key).append(nxt[n - 1 :])
+                self._file(OBS, key).append(now)
+                self._file(OBS, key).append(nxt[n - 1 :])
             else:
                 merged = torch.empty((n + local.num_episodes, *now.shape[1:]), dtype=now.dtype)
                 merged.index_copy_(0, obs_rows, now)
                 merged.index_copy_(0, final_rows, nxt[ends])
-                self._file("obs", key).append(merged)
+                self._file(OBS, key).append(merged)
             if key in self.split_next:
-                self._file("steps", ("next", *key)).append(nxt)
+                self._file(STEPS, ("next", *key)).append(nxt)
         for key in self.step_keys:
-            self._file("steps", key).append(chunk.get(key))
+            self._file(STEPS, key).append(chunk.get(key))
 
         reward = chunk.get(("next", "reward")).reshape(n, -1).sum(-1).to(torch.float64)
         returns = torch.zeros(local.num_episodes, dtype=torch.float64).index_add_(0, ep_local, reward)
@@ -310,12 +334,12 @@ class LeanTEDWriter:
         local = EpisodeIndex.from_episode_ids(episode)
         time = torch.arange(n) - torch.repeat_interleave(local.end, local.length)
         for key in self.obs_keys:
-            self._file("history", key).append(history.get(key))
+            self._file(HISTORY, key).append(history.get(key))
         for name, values in (("episode", episode), ("time", time)):
-            handle = self.files.get(("history", (name,)))
+            handle = self.files.get((HISTORY, (name,)))
             if handle is None:
-                handle = self.files[("history", (name,))] = _LeafFile(
-                    self.data_dir / "history" / f"{name}.memmap", torch.int64, (), self._io
+                handle = self.files[(HISTORY, (name,))] = _LeafFile(
+                    self.data_dir / HISTORY / (name + LEAF_SUFFIX), torch.int64, (), self._io
                 )
             handle.append(values)
         self.history_rows += n
@@ -338,9 +362,9 @@ class LeanTEDWriter:
         """Upstream next values of ``key`` differ from the following rows: store them per step from
         now on, and backfill the rows already written (where they did follow) from the obs file."""
         self.split_next.append(key)
-        target = self._file("steps", ("next", *key))
+        target = self._file(STEPS, ("next", *key))
         if self.num_transitions:
-            stored = self._file("obs", key).read_back()
+            stored = self._file(OBS, key).read_back()
             starts = torch.cat(self.episode_starts)
             lengths = torch.cat(self.episode_lengths)
             ep = torch.repeat_interleave(torch.arange(starts.numel()), lengths)
@@ -357,10 +381,10 @@ class LeanTEDWriter:
         returns = torch.cat(self.episode_returns)
         episodes = {"start": starts, "length": lengths, "id": torch.cat(self.episode_ids), "return": returns}
         for name, values in episodes.items():
-            self.files[("episodes", (name,))] = _LeafFile(
-                self.data_dir / "episodes" / f"{name}.memmap", values.dtype, (), self._io
+            self.files[(EPISODES, (name,))] = _LeafFile(
+                self.data_dir / EPISODES / (name + LEAF_SUFFIX), values.dtype, (), self._io
             )
-            self.files[("episodes", (name,))].append(values)
+            self.files[(EPISODES, (name,))].append(values)
         self.close()
         tree: dict[str, Any] = {}
         for (group, key), handle in self.files.items():
@@ -460,3 +484,190 @@ def _split_history(chunk: TensorDictBase) -> tuple[TensorDictBase, TensorDictBas
             "transition; history frames belong to the episode whose first transition follows them"
         )
     return rest[~flag], rest[flag]
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype a manifest names (``"float32"``); :class:`CacheError` for anything else."""
+    dtype = getattr(torch, str(name), None)
+    if not isinstance(dtype, torch.dtype):
+        raise CacheError(
+            f"the manifest names an unknown dtype {name!r}: the build is damaged or was made by a "
+            "newer datasets_hub; run `datasets-hub rm` and load again"
+        )
+    return dtype
+
+
+def leaf_path(build_dir: Path, name: str) -> Path:
+    """The file of the leaf ``name`` (``"<group>/<key>"``) of the build at ``build_dir``.
+
+    A manifest is data read from disk: a name that would leave the build's ``data/`` folder
+    (``..``, an absolute path) is refused with :class:`CacheError`.
+    """
+    parts = Path(name).parts
+    if not name or Path(name).is_absolute() or any(p in ("..", ".") for p in parts) or "\x00" in name:
+        raise CacheError(
+            f"the manifest of {build_dir} names a data file {name!r} outside the build: "
+            "the manifest was tampered with; run `datasets-hub rm` and load again"
+        )
+    return Path(build_dir) / DATA_DIR / (name + LEAF_SUFFIX)
+
+
+def leaf_nbytes(entry: dict[str, Any]) -> int | None:
+    """The size in bytes a schema entry (``{dtype, shape, rows}``) gives its file; None for an unknown dtype."""
+    dtype = getattr(torch, str(entry.get("dtype")), None)
+    if not isinstance(dtype, torch.dtype):
+        return None
+    count = int(entry.get("rows", 0))
+    for dim in entry.get("shape", []):
+        count *= int(dim)
+    return count * torch.empty(0, dtype=dtype).element_size()
+
+
+def group_rows(group: str, counts: dict[str, Any]) -> int | None:
+    """How many rows every leaf of ``group`` has, given the manifest's counts (None if unknown)."""
+    transitions, episodes = counts.get("transitions"), counts.get("episodes")
+    if transitions is None or episodes is None:
+        return {STEPS: transitions, EPISODES: episodes}.get(group)
+    return {OBS: transitions + episodes, STEPS: transitions, EPISODES: episodes}.get(group)
+
+
+def open_leaf(
+    path: Path, dtype: torch.dtype | str, shape: Sequence[int], rows: int, *, mode: str = "c"
+) -> torch.Tensor:
+    """Map one leaf file as a ``[rows, *shape]`` tensor.
+
+        ``mode="c"`` (the default) maps copy-on-write: it needs only read permission, and a stray
+        in-place write can never reach the file; ``"r+"`` maps shared writes (a writer filling
+        preallocated files). The file must hold exactly ``rows * prod(shape)`` items: a missing or
+        wrongly sized file is a damaged build, a :class:`CacheError` naming the fix (a leaf of zero bytes
+    needs no file). dtypes without a
+        numpy twin (bfloat16) are mapped as integers of the same width and viewed.
+    """
+    dtype = torch_dtype(dtype) if isinstance(dtype, str) else dtype
+    shape = tuple(int(d) for d in shape)
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    expected = int(rows) * int(np.prod(shape, dtype=np.int64)) * itemsize
+    if expected == 0:  # nothing to map (a writer need not create an empty file)
+        return torch.empty((int(rows), *shape), dtype=dtype)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError as exc:
+        raise CacheError(
+            f"build file {path} is missing: the build is damaged; run `datasets-hub rm` and load again"
+        ) from exc
+    if size != expected:
+        raise CacheError(
+            f"build file {path} has {size} bytes where the manifest says {expected}: the build is damaged "
+            "or was modified; run `datasets-hub verify` / `datasets-hub rm` and load again"
+        )
+    try:
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError:  # no numpy twin: map an int of the same width and view it
+        np_dtype = np.dtype(f"i{itemsize}")
+    memmap_mode: Any = mode  # numpy's stubs want a Literal
+    tensor = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode=memmap_mode, shape=(int(rows), *shape)))
+    return tensor if tensor.dtype == dtype else tensor.view(dtype)
+
+
+def write_manifest_checksum(build_dir: Path) -> Path:
+    """Record the sha256 of ``build_dir/manifest.json`` in ``build_dir/manifest.sha256`` (builder side)."""
+    return write_text_atomic(
+        Path(build_dir) / MANIFEST_SHA256, f"{sha256_file(Path(build_dir) / MANIFEST)}  {MANIFEST}\n"
+    )
+
+
+def read_manifest_checksum(build_dir: Path) -> str | None:
+    """The manifest sha256 recorded beside it (lower-case hex; ``""`` for an empty file), None without one."""
+    path = Path(build_dir) / MANIFEST_SHA256
+    if not path.is_file():
+        return None
+    words = path.read_text().split()
+    return words[0].lower() if words else ""
+
+
+@dataclass(frozen=True)
+class OpenedBuild:
+    """One build, every leaf mapped copy-on-write, grouped by role (see the module docstring).
+
+    - ``obs[k]``: ``[N + E, *shape]``, row ``episodes["start"][e] + e + t`` = time t of episode e;
+    - ``shared_next``: the obs keys whose next value is the following row of ``obs[k]``; for the
+      others, ``steps[("next", *k)]`` holds the next values;
+    - ``steps[k]``: ``[N, *shape]`` per-step leaves, in the manifest's (sorted) order;
+    - ``episodes``: ``start``, ``length``, ``id``, ``return``, E rows each;
+    - ``history``: frames kept before episodes' first transitions, by name after ``history/``
+      (each obs key of ``manifest["layout"]["history"]``, plus ``episode`` and ``time`` per row); empty
+      for most builds.
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    transitions: int
+    obs: dict[Key, torch.Tensor]
+    shared_next: frozenset[Key]
+    steps: dict[Key, torch.Tensor]
+    episodes: dict[str, torch.Tensor]
+    history: dict[str, torch.Tensor]
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self.manifest.get("fingerprint")
+
+
+def read_build_manifest(build_dir: Path) -> dict[str, Any]:
+    """The manifest of the build at ``build_dir``; :class:`CacheError` when there is no complete build."""
+    path = Path(build_dir) / MANIFEST
+    try:
+        with open(path) as fh:
+            manifest = json.load(fh)
+    except FileNotFoundError as exc:
+        raise CacheError(f"{build_dir} holds no complete build (no {MANIFEST}); load the dataset again") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CacheError(
+            f"the manifest {path} is unreadable ({exc}); remove the build with `datasets-hub rm` "
+            f"or delete {build_dir} and load again"
+        ) from exc
+    if not isinstance(manifest, dict):
+        raise CacheError(f"the manifest {path} is not a JSON object; remove the build and load again")
+    return manifest
+
+
+def open_build(build_dir: str | Path) -> OpenedBuild:
+    """Open the build at ``build_dir`` read-only: the one reader of the format.
+
+    Raises :class:`CacheError` naming the fix when the build is incomplete, damaged or not one
+    this version can read.
+    """
+    build_dir = Path(build_dir)
+    manifest = read_build_manifest(build_dir)
+    # cheap open-time checks (manifest hash, format, schema, paths, sizes, episode index): build_checks.py
+    checked = check_build(build_dir, manifest)
+    try:
+        layout = manifest["layout"]
+        transitions = int(manifest["counts"]["transitions"])
+        columns = {
+            name: open_leaf(checked_leaf_path(build_dir, name, build_dir), dtype, shape, rows)
+            for name, (dtype, shape, rows) in checked.items()
+        }
+        per_step_next = {parse_key(k) for k in layout["next_stored_per_step"]}
+        obs = {parse_key(k): columns[f"{OBS}/{k}"] for k in layout["obs"]}
+        steps = {parse_key(name)[1:]: col for name, col in columns.items() if name.startswith(STEPS + "/")}
+        episodes = {name: columns[f"{EPISODES}/{name}"] for name in EPISODE_COLUMNS}
+        history = {name[len(HISTORY) + 1 :]: col for name, col in columns.items() if name.startswith(HISTORY + "/")}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CacheError(
+            f"the manifest of {build_dir} lacks or garbles {exc}: the build is damaged or was made by "
+            "another version; run `datasets-hub rm` and load again"
+        ) from exc
+    return OpenedBuild(
+        path=build_dir,
+        manifest=manifest,
+        transitions=transitions,
+        obs=obs,
+        shared_next=frozenset(k for k in obs if k not in per_step_next),
+        steps=steps,
+        episodes=episodes,
+        history=history,
+    )
