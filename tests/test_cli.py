@@ -510,3 +510,20 @@ def test_rm_dry_run_and_cache_ls_json(run):
     assert rows[CARTPOLE]["download"] == "local"
     code, out, _ = run("rm", CARTPOLE, *SMALL)
     assert code == 0 and out.startswith("removed ")
+
+
+def test_no_broken_pipe_traceback_when_piped_to_head(isolated_cache):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DATASETS_HUB_CACHE": str(isolated_cache)}
+    proc = subprocess.run(
+        f"{sys.executable} -m datasets_hub.cli list | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.stdout.startswith("id ") and "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr
