@@ -127,11 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_param(p)
     p.add_argument("--all-builds", action="store_true", help="remove every build of the id, whatever its params")
     p.add_argument("--raw", action="store_true", help="also remove the downloaded raw files")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     p.set_defaults(func=cmd_rm)
 
     p = sub.add_parser("cache", help="inspect and clean the cache")
     cache_sub = p.add_subparsers(dest="cache_command", metavar="ls|du|rm|prune", required=True)
     c = cache_sub.add_parser("ls", help="every build, raw file and preprocessed variant")
+    c.add_argument("--json", action="store_true", help="print the listing as JSON")
     c.set_defaults(func=cmd_cache_ls)
     c = cache_sub.add_parser("du", help="bytes per cache section")
     c.set_defaults(func=cmd_cache_du)
@@ -469,7 +471,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_rm(args: argparse.Namespace) -> int:
     from datasets_hub.maintenance import remove
 
-    removed = remove(args.id, params=_params(args), all_builds=args.all_builds, raw=args.raw)
+    removed = remove(args.id, params=_params(args), all_builds=args.all_builds, raw=args.raw, dry_run=args.dry_run)
     if not removed:
         _out(
             f"{args.id}: nothing to remove (no build for these params"
@@ -477,7 +479,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
             + ")"
         )
         return 0
-    _out([f"removed {p}" for p in removed])
+    _out([f"{'would remove' if args.dry_run else 'removed'} {p}" for p in removed])
     return 0
 
 
@@ -486,6 +488,11 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
     from datasets_hub.maintenance import list_cache
 
     listing = list_cache()
+    if getattr(args, "json", False):
+        from dataclasses import asdict
+
+        _out(json.dumps(asdict(listing), indent=1, default=str))
+        return 0
     _out(f"cache: {listing.root}")
     _out("\nbuilds")
     if listing.builds:

@@ -162,11 +162,16 @@ def _raw_targets(dataset_id: str, params: dict[str, Any] | None, builds: list[Pa
 
 
 def remove(
-    dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False, raw: bool = False
+    dataset_id: str,
+    *,
+    params: dict[str, Any] | None = None,
+    all_builds: bool = False,
+    raw: bool = False,
+    dry_run: bool = False,
 ) -> list[Path]:
     """Delete the build of ``dataset_id`` for ``params`` (or every build), and with ``raw`` its raw files.
 
-    Returns what was removed. Builds go atomically (renamed aside, then deleted); their cached
+    Returns what was removed (with ``dry_run``: what would be, nothing is touched). Builds go atomically (renamed aside, then deleted); their cached
     preprocessing results under ``<cache>/preprocessed/<build-fp>`` go too. A broken build (an
     unreadable manifest) is removed like any other. Whatever another process is writing (a build,
     a preprocessing result, a download) is refused with a :class:`CacheError`, never deleted.
@@ -181,6 +186,8 @@ def remove(
         _spec, _loader, build = catalogue_build(dataset_id, params)
         targets = [build] if (build / MANIFEST).is_file() else []
     raw_files = _raw_targets(dataset_id, params, targets) if raw else []
+    if dry_run:  # what would go (preprocessed results of these builds go with them)
+        return list(targets) + [p for p in raw_files if p.exists()]
     for build in targets:
         _remove_build(build)
         removed.append(build)

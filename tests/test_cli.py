@@ -493,3 +493,37 @@ def test_cache_rm_removes_one_preprocessed_variant(run):
     code, out, _ = run("cache", "ls")
     assert "preprocessed variants" not in out
     assert rb.storage.path.is_dir()  # the build itself stays
+
+
+def test_rm_dry_run_and_cache_ls_json(run):
+    import json
+
+    assert run("download", CARTPOLE, *SMALL)[0] == 0
+    code, out, _ = run("rm", CARTPOLE, *SMALL, "--dry-run")
+    assert code == 0 and out.startswith("would remove ")
+    code, out, _ = run("cache", "ls", "--json")
+    listing = json.loads(out)
+    assert code == 0 and [b["id"] for b in listing["builds"]] == [CARTPOLE]  # the dry run removed nothing
+    assert listing["builds"][0]["transitions"] == 300
+    code, out, _ = run("list", "--loader", "gym", "--json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert rows[CARTPOLE]["download"] == "local"
+    code, out, _ = run("rm", CARTPOLE, *SMALL)
+    assert code == 0 and out.startswith("removed ")
+
+
+def test_no_broken_pipe_traceback_when_piped_to_head(isolated_cache):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DATASETS_HUB_CACHE": str(isolated_cache)}
+    proc = subprocess.run(
+        f"{sys.executable} -m datasets_hub.cli list | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.stdout.startswith("id ") and "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr
