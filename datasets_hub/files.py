@@ -33,12 +33,19 @@ _HASH_BLOCK = 1 << 20
 def write_text_atomic(path: str | Path, text: str, *, mode: int = 0o666) -> Path:
     """Replace ``path`` by ``text`` atomically (written beside it, then renamed); returns ``path``.
     A new file gets permission bits ``mode`` (less the umask): ``0o600`` for what may hold secrets."""
+    if not isinstance(text, str):
+        raise TypeError(f"write_text_atomic writes a str, got {type(text).__name__}")
+    return write_bytes_atomic(path, text.encode(), mode=mode)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, *, mode: int = 0o666) -> Path:
+    """Replace ``path`` by ``data`` atomically, as :func:`write_text_atomic` does for text."""
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
     try:
-        with open(os.open(tmp, flags, mode), "w") as fh:
-            fh.write(text)
+        with open(os.open(tmp, flags, mode), "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         try:

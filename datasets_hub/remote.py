@@ -46,6 +46,7 @@ from tensordict import TensorDict
 from datasets_hub.cache import cache_root, file_lock
 from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter, MissingDependency
+from datasets_hub.files import sha256_file, write_bytes_atomic
 from datasets_hub.published_format import PUBLISHED, PUBLISHED_FORMAT, PUBLISHED_VERSION, numpy_dtype, require_zarr
 
 REMOTE_SCHEMES = ("hf://", "http://", "https://", "s3://", "file://")
@@ -155,17 +156,14 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}-{threading.get_ident()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
+def _url_key(url: str) -> str:
+    """The folder name of a URL's local copies (credentials and query signatures left out)."""
+    return hashlib.sha256(redact_url(url).encode()).hexdigest()[:16]
 
 
 def local_dir(url: str, published_sha256: str) -> Path:
     """Where the local copy of the build published at ``url`` (with this ``published.json``) lives."""
-    key = hashlib.sha256(redact_url(url).encode()).hexdigest()[:16]
-    return cache_root() / "remote" / key / published_sha256[:16]
+    return cache_root() / "remote" / _url_key(url) / published_sha256[:16]
 
 
 def open_remote(url: str, *, resident: str = "full", max_bytes: int | None = None) -> DatasetStorage:
@@ -195,7 +193,7 @@ def _complete_copy(url: str) -> Path | None:
     """Offline (or any time): the newest complete local copy of ``url``, if one exists."""
     if not _offline():
         return None
-    base = cache_root() / "remote" / hashlib.sha256(redact_url(url).encode()).hexdigest()[:16]
+    base = cache_root() / "remote" / _url_key(url)
     done = sorted((p.parent for p in base.glob(f"*/{COMPLETE}")), key=lambda p: p.stat().st_mtime)
     return done[-1] if done else None
 
@@ -251,7 +249,7 @@ def _prepare(path: Path, folder: RemoteFolder, published: dict[str, Any], publis
             map_path.parent.mkdir(parents=True, exist_ok=True)
             with open(map_path, "wb") as handle:
                 handle.truncate(max(1, int(spec["chunks"])))
-        _write_atomic(path / "manifest.json", manifest_bytes)
+        write_bytes_atomic(path / "manifest.json", manifest_bytes)
         # every leaf's zarr metadata in one concurrent fetch (a few hundred bytes each), kept locally
         metadata_files = [f"data.zarr/{name}/zarr.json" for name in published["arrays"]]
         chunks = Chunks(path, folder, published)
@@ -264,7 +262,7 @@ def _prepare(path: Path, folder: RemoteFolder, published: dict[str, Any], publis
             {name: np.arange(spec["chunks"]) for name, spec in published["arrays"].items() if always_resident(name)}
         )
         chunks.close()
-        _write_atomic(path / PUBLISHED, published_bytes)  # last: a skeleton without it is redone
+        write_bytes_atomic(path / PUBLISHED, published_bytes)  # last: a skeleton without it is redone
 
 
 def always_resident(name: str) -> bool:
@@ -358,7 +356,7 @@ class Chunks:
         self._verified(relpath, data)
         target = self._metadata_path(name)
         target.parent.mkdir(exist_ok=True)
-        _write_atomic(target, data)
+        write_bytes_atomic(target, data)
 
     def _verified(self, relpath: str, data: bytes) -> bytes:
         expected = self.files.get(relpath)
@@ -648,16 +646,12 @@ class ResidentStorage(DatasetStorage):
             expected = spec.get("sha256")
             if expected is None:
                 continue
-            digest = hashlib.sha256()
-            with open(_safe_leaf(name, self.path / "data"), "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-            if digest.hexdigest() != expected:
+            if sha256_file(_safe_leaf(name, self.path / "data")) != expected:
                 raise CacheError(
                     f"{self.url}: leaf {name} does not match the manifest's sha256 once complete; "
                     "the published build is inconsistent: export it again"
                 )
-        _write_atomic(self.path / COMPLETE, b"")
+        write_bytes_atomic(self.path / COMPLETE, b"")
 
     def fill_status(self) -> dict[str, Any]:
         """Progress of the local copy: resident and total bytes, whether complete, and a fill error if any."""
