@@ -211,6 +211,15 @@ class DatasetStorage(ReadOnlyStorage):
     def get(self, index: Any) -> TensorDict:
         if isinstance(index, (int, np.integer)):
             return self.get(torch.tensor([int(index)]))[0]
+        return self._build(index, None)
+
+    def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> Any:
+        """``get`` with ``extras`` placed in the tree before the one TensorDict build (no per-key ``set``)."""
+        if extras and type(index) is torch.Tensor and index.ndim == 1:
+            return self._build(index, extras)
+        return super().gather(index, extras)
+
+    def _build(self, index: Any, extras: dict[Any, torch.Tensor] | None) -> TensorDict:
         # numpy does the index arithmetic and the gathers: single-threaded and cheaper per call
         # than torch here (torch's parallel kernels cost milliseconds when the other cores are busy)
         rows, shape = self._rows(index)
@@ -238,6 +247,9 @@ class DatasetStorage(ReadOnlyStorage):
         for i, flag in enumerate(_ROOT_FLAGS):
             root[flag] = flags[i]
         root["next"] = nxt
+        if extras:
+            for key, value in extras.items():  # as attach_extras would set them: after the stored keys
+                put(root, key, value)
         out = _tensordict(root, torch.Size([b]))
         return out.reshape(shape) if len(shape) != 1 else out
 
@@ -275,6 +287,28 @@ class DatasetStorage(ReadOnlyStorage):
         if value is None:
             raise KeyError(key)
         return value
+
+    def gather_states(
+        self,
+        key: tuple[str, ...],
+        rows: np.ndarray,
+        after: np.ndarray | None = None,
+        *,
+        episodes: np.ndarray | None = None,
+    ) -> torch.Tensor:
+        """One read of the per-episode ``T+1`` rows: the state at row ``r`` of episode ``e`` is frame
+        row ``r + e``, the state after it ``r + e + 1`` (the episode's final state after its last row)."""
+        for stored, column, shared_next in self._obs:
+            if stored == key and shared_next:
+                if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._len):
+                    raise IndexError(f"index out of range for a dataset of {self._len} transitions")
+                if episodes is None:
+                    episodes = np.searchsorted(self._start_np, rows, side="right") - 1
+                frame = rows + episodes
+                if after is not None:
+                    frame = frame + after
+                return torch.from_numpy(column.take(frame, axis=0))
+        return super().gather_states(key, rows, after, episodes=episodes)
 
     def state_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "fingerprint": self.manifest.get("fingerprint")}
