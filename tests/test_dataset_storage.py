@@ -64,8 +64,15 @@ def test_gather_with_extras_equals_get_then_set(storage):
         ("goal", "distance"): torch.arange(6),
         ("next", "truncated"): torch.ones(6, 1, dtype=torch.bool),  # a sampler's info overrides a stored key
     }
-    got = storage.gather(index, extras)
-    want = attach_extras(storage.get(index), extras)
-    assert set(got.keys(True, True)) == set(want.keys(True, True))
-    for key in want.keys(True, True):
-        assert torch.equal(got[key], want[key]), key
+    obs = storage.get(index)["observation"]
+    for more in (
+        {},
+        {"observation": torch.zeros(6, 2, *obs.shape[1:])},  # a window replacing the stored key: not read
+        {("next", "observation"): torch.ones(6, *obs.shape[1:])},
+        {"observation": obs + 1, ("next", "observation"): obs - 1},
+    ):
+        got = storage.gather(index, {**extras, **more})
+        want = attach_extras(storage.get(index), {**extras, **more})
+        assert set(got.keys(True, True)) == set(want.keys(True, True))
+        for key in want.keys(True, True):
+            assert torch.equal(got[key], want[key]), key
