@@ -18,7 +18,7 @@ import datasets_hub as dh
 from datasets_hub import SliceSampler
 from datasets_hub.errors import DownloadError, InvalidParameter
 from datasets_hub.publish import PUBLISHED, export
-from datasets_hub.remote import ResidentStorage
+from datasets_hub.remote_storage import ResidentStorage
 
 pytest.importorskip("zarr")  # an optional extra (datasets-hub[remote]); make test installs it
 
