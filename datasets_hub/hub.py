@@ -234,7 +234,7 @@ def load(
         remote["pool_seed"] = generator.initial_seed() if generator is not None else None
     storage = _open_storage(dataset_id, download=download, resident=resident, remote=remote, params=params)
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-    from datasets_hub.buffers.samplers import RandomSampler
+    from datasets_hub.buffers.samplers.random import RandomSampler
     from datasets_hub.buffers.writers import ImmutableDatasetWriter
 
     rb = TensorDictReplayBuffer(
