@@ -74,8 +74,10 @@ class Chunks:
         self._decoders: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._prototype: Any = None
         self._lru: OrderedDict[tuple[str, int], int] = OrderedDict()
-        self._lock_fd = os.open(path / "residency.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._pid = -1
+        self._lock_fd = -1
         self._thread_lock = threading.RLock()
+        self._after_fork()
         self.fetched_bytes = 0
         # chunks a pool holds (count of its episodes that need each): eviction never takes them
         self.pins: dict[str, np.ndarray] = {
@@ -91,9 +93,19 @@ class Chunks:
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
 
+    def _after_fork(self) -> None:
+        """A forked child (a DataLoader worker) gets its own lock file description (``flock`` locks belong to
+        the description, which a fork shares) and fresh thread locks (another thread may have held them)."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._thread_lock = threading.RLock()
+        self._lock_fd = os.open(self.path / "residency.lock", os.O_RDWR | os.O_CREAT, 0o644)
+
     @contextlib.contextmanager
     def locked(self, exclusive: bool) -> Iterator[None]:
         """The cross-process residency lock: exclusive to change residency, shared to read rows safely."""
+        self._after_fork()
         with self._thread_lock:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             try:
@@ -168,6 +180,7 @@ class Chunks:
         needed = {name: np.asarray(chunks, dtype=np.int64) for name, chunks in needed.items()}
         if self.max_bytes is not None:  # the LRU order wants each chunk once
             needed = {name: np.unique(chunks) for name, chunks in needed.items()}
+            self._after_fork()
             with self._thread_lock:  # a pool's refresh thread touches the order too
                 for name, chunks in needed.items():
                     for chunk in chunks.tolist():
@@ -194,6 +207,7 @@ class Chunks:
     def pin(self, spans: dict[str, tuple[int, int]], delta: int) -> None:
         """Add ``delta`` (+1 or -1) to the pin count of chunks ``first..last`` of each leaf in ``spans``:
         a chunk with a positive count is never evicted."""
+        self._after_fork()
         with self._thread_lock:
             for name, (first, last) in spans.items():
                 self.pins[name][first : last + 1] += delta

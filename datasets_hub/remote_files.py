@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,7 +44,17 @@ class RemoteFolder:
     def __init__(self, url: str) -> None:
         self.url = url
         self.shown = redact_url(url)
-        self.fs, self.root = _filesystem(url)
+        self._fs, self.root = _filesystem(url)
+        self._pid = os.getpid()
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem; a forked child (a DataLoader worker) makes its own, since fsspec's async
+        filesystems (HTTP, S3) are not fork-safe."""
+        if self._pid != os.getpid():
+            self._fs, _ = _filesystem(self.url)
+            self._pid = os.getpid()
+        return self._fs
 
     def path(self, relpath: str) -> str:
         return f"{self.root.rstrip('/')}/{relpath}"

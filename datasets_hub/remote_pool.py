@@ -52,8 +52,8 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.episode_rows import AnchorSampler, EpisodeRows
-from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.samplers import AnchorSampler, Sampler
+from datasets_hub.buffers.samplers.episode_rows import EpisodeRows
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.remote_chunks import always_resident
 from datasets_hub.remote_files import RemoteFolder
@@ -79,8 +79,7 @@ def check_pool_params(pool_episodes: Any, pool_refresh_s: Any) -> None:
 def check_pool_sampler(sampler: Any) -> None:
     """Refuse a sampler that draws row numbers over the whole storage instead of through the episode
     index: in pool mode it would sample episodes that are not resident."""
-    from datasets_hub.buffers.prioritized import PrioritizedSampler
-    from datasets_hub.buffers.samplers import RandomSampler, SamplerWithoutReplacement
+    from datasets_hub.buffers.samplers import PrioritizedSampler, RandomSampler, SamplerWithoutReplacement
 
     inner = sampler
     while inner is not None:
@@ -169,7 +168,7 @@ class PoolStorage(ResidentStorage):
         self._rng = np.random.default_rng(seed)
         initial = self._rng.choice(total, size=pool_episodes, replace=False).tolist()
         for episode in initial:
-            self.chunks.pin(self._span(episode), +1)
+            self.chunks.pin(self.episode_span(episode), +1)
         self.chunks.ensure(self._chunks_of(initial))  # one concurrent fetch for the whole first pool
         self._members = [int(e) for e in initial]
         self.draws[initial] += 1
@@ -194,7 +193,8 @@ class PoolStorage(ResidentStorage):
             first[name], last[name] = low // rows, high // rows
         return first, last
 
-    def _span(self, episode: int) -> dict[str, tuple[int, int]]:
+    def episode_span(self, episode: int) -> dict[str, tuple[int, int]]:
+        """First and last chunk, per leaf, that episode ``episode`` (an ordinal of the build) needs."""
         return {name: (int(self._first[name][episode]), int(self._last[name][episode])) for name in self._first}
 
     def _chunks_of(self, episodes: list[int]) -> dict[str, np.ndarray]:
@@ -238,8 +238,7 @@ class PoolStorage(ResidentStorage):
             self._members_file[_HEADER : _HEADER + members.size] = members
             self._members_file[1] = members.size
             self._members_file[2] = -1 if self._retired is None else self._retired
-            self._members_file[0] += 1
-            self._members_file.flush()
+            self._members_file[0] += 1  # a shared mapping: other processes see it at once (no msync needed)
         self._show(members, self._retired, int(self._members_file[0]))
 
     def _show(self, members: np.ndarray, retired: int | None, version: int) -> None:
@@ -305,7 +304,7 @@ class PoolStorage(ResidentStorage):
                         new = int(self._rng.integers(total))
                 else:
                     new = int(self._rng.choice(np.flatnonzero(~member)))
-                span = self._span(new)
+                span = self.episode_span(new)
                 self.chunks.pin(span, +1)
                 try:
                     self.chunks.ensure(self._chunks_of([new]))
@@ -317,7 +316,7 @@ class PoolStorage(ResidentStorage):
                 before, self._retired = self._retired, leaving
                 self._publish()
                 if before is not None:  # left the pool one refresh ago: now its chunks may be evicted
-                    self.chunks.pin(self._span(before), -1)
+                    self.chunks.pin(self.episode_span(before), -1)
                 self.draws[new] += 1
                 self.refreshes += 1
                 done += 1

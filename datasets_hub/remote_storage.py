@@ -69,6 +69,9 @@ class ResidentStorage(DatasetStorage):
             self._filler = threading.Thread(target=self._fill, name="datasets_hub-remote-fill", daemon=True)
             self._filler.start()
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r}, resident={self.resident_mode!r}, path={str(self.path)!r})"
+
     # -- pickling -----------------------------------------------------------------------------------
     def pickle_state(self) -> dict[str, Any]:
         """What a pickle carries: URL, local copy, residency mode and budget (never data)."""
