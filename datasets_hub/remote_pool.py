@@ -3,8 +3,9 @@
 For links too slow for exactly uniform sampling (``resident="lazy"`` waits for every chunk a batch
 touches), :class:`PoolStorage` keeps ``pool_episodes`` (K) whole episodes of the published build on
 local disk and shows samplers an episode index holding only those episodes. A background thread
-replaces the oldest member by an episode drawn uniformly among the episodes outside the pool, every
-``pool_refresh_s`` seconds (``None``: only when :meth:`PoolStorage.refresh_pool` is called).
+replaces the oldest member by an episode drawn uniformly among the episodes outside the pool, then waits
+``pool_refresh_s`` seconds before the next replacement (``None``: only when
+:meth:`PoolStorage.refresh_pool` is called).
 
 **The bias, stated.** Within a window of time, samples come from the K episodes of the pool, not from
 the whole dataset: two samples are far more likely to share an episode than under uniform sampling,
@@ -44,6 +45,7 @@ import contextlib
 import os
 import secrets
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -149,10 +151,10 @@ class PoolStorage(ResidentStorage):
         self._error: BaseException | None = None
         self._refresh_lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._owner = follow is None
+        self._owner_pid = os.getpid() if follow is None else -1  # a forked child of the owner follows it
         self.token = follow if follow is not None else f"{os.getpid()}-{secrets.token_hex(4)}"
         members_path = path / POOL_DIR / f"{self.token}.members"
-        if not self._owner:
+        if follow is not None:
             try:
                 self._members_file = np.memmap(members_path, dtype=np.int64, mode="r")
             except OSError as exc:
@@ -163,8 +165,6 @@ class PoolStorage(ResidentStorage):
             self._sync()
             return
         self._check_budget(max_bytes)
-        members_path.parent.mkdir(exist_ok=True)
-        self._members_file = np.memmap(members_path, dtype=np.int64, mode="w+", shape=(_HEADER + pool_episodes,))
         self._rng = np.random.default_rng(seed)
         initial = self._rng.choice(total, size=pool_episodes, replace=False).tolist()
         for episode in initial:
@@ -172,10 +172,29 @@ class PoolStorage(ResidentStorage):
         self.chunks.ensure(self._chunks_of(initial))  # one concurrent fetch for the whole first pool
         self._members = [int(e) for e in initial]
         self.draws[initial] += 1
+        members_path.parent.mkdir(exist_ok=True)
+        self._members_file = np.memmap(members_path, dtype=np.int64, mode="w+", shape=(_HEADER + pool_episodes,))
         self._publish()
         if pool_refresh_s is not None and pool_episodes < total:
-            self._thread = threading.Thread(target=self._run, name="datasets_hub-remote-pool", daemon=True)
+            # the thread holds the storage weakly: a pool nobody uses any more stops refreshing
+            self._thread = threading.Thread(
+                target=_refresh_loop,
+                args=(weakref.ref(self), self._stop, pool_refresh_s),
+                name="datasets_hub-remote-pool",
+                daemon=True,
+            )
             self._thread.start()
+
+    def __del__(self) -> None:  # dropped without close(): stop refreshing, remove the membership file
+        with contextlib.suppress(Exception):
+            self._stop.set()
+            if self.owner:
+                (self.path / POOL_DIR / f"{self.token}.members").unlink()
+
+    @property
+    def owner(self) -> bool:
+        """Whether this process owns the pool (refreshes it); a pickled or forked copy follows the owner."""
+        return self._owner_pid == os.getpid()
 
     # -- which chunks an episode needs --------------------------------------------------------------
     def _episode_chunks(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -254,8 +273,9 @@ class PoolStorage(ResidentStorage):
 
     def _sync(self) -> None:
         """A follower's view of its owner's pool, reread when the owner published a new one."""
-        if self._owner or int(self._members_file[0]) == self._version:
+        if self.owner or int(self._members_file[0]) == self._version:
             return
+        self.chunks.max_bytes = None  # a follower never evicts: the owner keeps the budget and its pins
         with self.chunks.locked(exclusive=False):
             header = np.array(self._members_file[:_HEADER])
             members = np.array(self._members_file[_HEADER : _HEADER + int(header[1])])
@@ -288,7 +308,7 @@ class PoolStorage(ResidentStorage):
         """Replace the ``episodes`` oldest members, one at a time, by episodes drawn uniformly among those
         outside the pool; return how many were replaced. Each newcomer is fetched whole before it joins.
         A failure (a chunk that cannot be had) leaves the pool as it was and raises."""
-        if not self._owner:
+        if not self.owner:
             raise InvalidParameter("a pickled pool follows its owner's pool; call refresh_pool() in the owner process")
         total = self._start_np.size
         done = 0
@@ -322,16 +342,9 @@ class PoolStorage(ResidentStorage):
                 done += 1
         return done
 
-    def _run(self) -> None:
-        period = self.pool_refresh_s or 0.0
-        while not self._stop.wait(period):
-            try:
-                self.refresh_pool(1)
-                self._error = None
-            except BaseException as exc:  # noqa: BLE001 - kept for pool_status(); the pool stays as it was
-                self._error = exc
-                if self._stop.wait(max(period, 1.0)):  # a failing link: retry at most once a second
-                    return
+    def refresh_failed(self, error: BaseException | None) -> None:
+        """Record the background refresh's last error (``None`` after a refresh that worked)."""
+        self._error = error
 
     def pool_status(self) -> dict[str, Any]:
         """The pool now: members (episode ordinals), size, refreshes done, the draws per episode so far,
@@ -359,9 +372,30 @@ class PoolStorage(ResidentStorage):
 
     def close(self) -> None:
         self._stop.set()
+        if not self.owner:
+            super().close()
+            return
         if self._thread is not None:
             self._thread.join()
-        if self._owner:
-            with contextlib.suppress(OSError):
-                (self.path / POOL_DIR / f"{self.token}.members").unlink()
+        with contextlib.suppress(OSError):
+            (self.path / POOL_DIR / f"{self.token}.members").unlink()
         super().close()
+
+
+def _refresh_loop(pool: weakref.ref[PoolStorage], stop: threading.Event, period: float) -> None:
+    """The background refresh: one replacement, then ``period`` seconds of rest, until ``stop`` is set or
+    the pool is gone. A failure is kept for ``pool_status()`` and retried at most once a second."""
+    while not stop.wait(period):
+        storage = pool()
+        if storage is None:
+            return
+        try:
+            storage.refresh_pool(1)
+            storage.refresh_failed(None)
+        except BaseException as exc:  # noqa: BLE001 - kept for pool_status(); the pool stays as it was
+            storage.refresh_failed(exc)
+            del storage
+            if stop.wait(max(period, 1.0)):
+                return
+        else:
+            del storage

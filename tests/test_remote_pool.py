@@ -232,3 +232,31 @@ def test_dataloader_workers_follow_the_owners_pool(published, local_rb):
         members = set(rb.storage.members())
         for batch in rb.as_iterable_dataset(num_batches=2, seed=2).dataloader(num_workers=2):
             assert _episode_ordinals(local_rb, batch["episode"]) <= members
+
+
+def test_a_persistent_forked_worker_follows_the_owners_refreshes(published, local_rb):
+    rb = _pool(f"file://{published}", k=4, batch_size=32, sampler=SliceSampler(slice_len=4))
+    loader = rb.as_iterable_dataset(num_batches=2, seed=3).dataloader(
+        num_workers=1, multiprocessing_context="fork", persistent_workers=True
+    )
+    for epoch in range(3):
+        members = set(rb.storage.members())
+        for batch in loader:
+            assert _episode_ordinals(local_rb, batch["episode"]) <= members, epoch
+        rb.storage.refresh_pool(4)  # a whole new pool: the live worker must see it next epoch
+
+
+def test_a_dropped_pool_stops_refreshing(published):
+    import gc
+    import threading
+
+    before = set(threading.enumerate())
+    rb = _pool(f"file://{published}", k=4, refresh=0.01)
+    (thread,) = [t for t in threading.enumerate() if t not in before and t.name == "datasets_hub-remote-pool"]
+    folder = rb.storage.path / "pools"
+    assert list(folder.glob("*.members"))
+    del rb
+    gc.collect()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert not list(folder.glob("*.members"))
