@@ -43,7 +43,7 @@ CONVENIENCE_IMPORTS = {
 #: (module, attribute) pairs allowed to read another object's private attribute, with the reason
 PRIVATE_ACCESS_ALLOWED: dict[tuple[str, str], str] = {
     # tensordict's tensorclass: no public zero-copy way between an instance and its TensorDict
-    ("datasets_hub.buffers.tensor_storages", "_tensordict"): "tensorclass -> its TensorDict, no copy",
+    ("datasets_hub.buffers.tensor_leaves", "_tensordict"): "tensorclass -> its TensorDict, no copy",
     ("datasets_hub.buffers.tensor_storages", "_from_tensordict"): "TensorDict -> tensorclass, no copy or check",
     # TorchRL's SliceSampler: to_torchrl() fills its trajectory cache from our episode index (one
     # read of the episode column instead of a scan of the whole build on the first sample)
