@@ -52,10 +52,10 @@ def test_an_online_buffer_moves_with_the_episodes_its_slice_sampler_finds():
 
 
 def test_a_sampler_without_a_device_twin_is_refused():
-    from datasets_hub.buffers.goal_sampler import GoalSampler
+    from datasets_hub.buffers.window_sampler import WindowSampler
 
-    with pytest.raises(InvalidParameter, match="GoalSampler has no device twin: device sampling supports"):
-        device_sampler(GoalSampler(), torch.device("cpu"))
+    with pytest.raises(InvalidParameter, match="WindowSampler has no device twin: device sampling supports"):
+        device_sampler(WindowSampler(keys=["observation"], offsets=[-1, 0]), torch.device("cpu"))
     with pytest.raises(InvalidParameter, match="ReplayBuffer or TensorDictReplayBuffer"):
         to_device(TensorDictPrioritizedReplayBuffer(alpha=0.5, beta=0.5, storage=host_build()), "cpu")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datasets_hub.buffers.device.buffer import to_device
 from datasets_hub.buffers.device.convert import device_sampler
+from datasets_hub.buffers.device.goals import DeviceGoalSampler
 from datasets_hub.buffers.device.samplers import (
     DevicePrioritizedSampler,
     DeviceRandomSampler,
@@ -27,6 +28,7 @@ from datasets_hub.buffers.device.storage import DeviceStorage
 from datasets_hub.buffers.device.sync_check import HostSyncError, no_host_sync
 
 __all__ = [
+    "DeviceGoalSampler",
     "DevicePrioritizedSampler",
     "DevicePrioritizedSliceSampler",
     "DeviceRandomSampler",

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from datasets_hub.buffers.device.goals import DeviceGoalMix, DeviceGoalSampler
 from datasets_hub.buffers.device.samplers import (
     DevicePrioritizedSampler,
     DeviceRandomSampler,
@@ -17,6 +18,7 @@ from datasets_hub.buffers.device.slices import (
     DeviceSliceSampler,
     DeviceSliceSamplerWithoutReplacement,
 )
+from datasets_hub.buffers.goal_sampler import GoalMix, GoalSampler
 from datasets_hub.buffers.prioritized import PrioritizedSampler
 from datasets_hub.buffers.samplers import RandomSampler, SamplerWithoutReplacement
 from datasets_hub.buffers.slice_samplers import PrioritizedSliceSampler, SliceSampler, SliceSamplerWithoutReplacement
@@ -30,6 +32,7 @@ SUPPORTED = (
     "SliceSamplerWithoutReplacement",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "GoalSampler",
 )
 
 
@@ -87,7 +90,27 @@ def device_sampler(sampler: Any, device: torch.device) -> DeviceSampler:
         )
         slice_twin.load_state_dict(sampler.state_dict())
         return slice_twin
+    if kind is GoalSampler:
+        return _goal_twin(sampler, device)
     raise InvalidParameter(
         f"{kind.__name__} has no device twin: device sampling supports {', '.join(SUPPORTED)}. "
         "Sample on the host (drop device=), or use one of those samplers"
+    )
+
+
+def _mix(mix: GoalMix) -> DeviceGoalMix:
+    return DeviceGoalMix(mix.p_current, mix.p_future, mix.p_random, mix.future, mix.gamma)
+
+
+def _goal_twin(sampler: GoalSampler, device: torch.device) -> DeviceGoalSampler:
+    inner = sampler.sampler
+    return DeviceGoalSampler(
+        _mix(sampler.value),
+        actor=_mix(sampler.actor) if sampler.actor is not None else None,
+        subgoal_steps=sampler.subgoal_steps,
+        goal_keys=list(sampler.goal_keys),
+        success_fn=sampler.success_fn,
+        success_on=sampler.success_on,
+        negative_reward=sampler.negative_reward,
+        sampler=device_sampler(inner, device) if inner is not None else None,
     )

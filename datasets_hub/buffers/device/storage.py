@@ -240,7 +240,7 @@ class DeviceStorage(ReadOnlyStorage):
             flags = torch.zeros((len(_ROOT_FLAGS), b, 1), dtype=torch.bool, device=self.device)
             for i, flag in enumerate(_ROOT_FLAGS):
                 root[flag] = flags[i]
-        out = TensorDict(root, batch_size=[b], device=self.device)
+        out = _tensordict(root, torch.Size([b]), self.device)
         if single:
             return out[0]
         return out.reshape(shape) if len(shape) != 1 else out
@@ -276,6 +276,10 @@ class DeviceStorage(ReadOnlyStorage):
             raise KeyError(key)
         return value
 
+    def device_frame_keys(self) -> frozenset[Key]:
+        """The keys stored once per episode with ``T + 1`` rows (empty in the flat layout)."""
+        return frozenset(self._frames)
+
     def frame_rows(self, episode: torch.Tensor, time: torch.Tensor) -> torch.Tensor | None:
         """Rows of the per-episode frames holding time ``time`` (``0 .. length``) of episode ordinals
         ``episode``, or None when this storage keeps no frames (flat layout)."""
@@ -296,3 +300,12 @@ class DeviceStorage(ReadOnlyStorage):
     def __repr__(self) -> str:
         eps = self._episodes.num_episodes if self._episodes is not None else None
         return f"DeviceStorage(device={self.device}, transitions={self._n}, episodes={eps}, bytes={self.nbytes:,})"
+
+
+def _tensordict(tree: dict[str, Any], batch_size: torch.Size, device: torch.device) -> TensorDict:
+    """Nested dict of device tensors of leading size ``batch_size`` -> TensorDict, without the checks
+    the constructor would repeat on every sample (shapes and device are right by construction)."""
+    source: dict[Any, Any] = {
+        k: _tensordict(v, batch_size, device) if isinstance(v, dict) else v for k, v in tree.items()
+    }
+    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)

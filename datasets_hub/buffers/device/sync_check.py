@@ -23,24 +23,22 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-aten = torch.ops.aten
-
-#: aten ops (overload packets) that read device values on the host or have data-dependent output sizes
+#: aten ops (by name) that read device values on the host or have data-dependent output sizes
 SYNC_OPS = {
-    aten._local_scalar_dense: "reads a device value on the host (.item(), int(), float(), bool(), if)",
-    aten.item: "reads a device value on the host",
-    aten.is_nonzero: "reads a device value on the host (bool() of a tensor, an if on a tensor)",
-    aten.equal: "compares on the host (torch.equal returns a Python bool)",
-    aten.nonzero: "has a data-dependent output size (nonzero, argwhere, where(cond), boolean indexing)",
-    aten.argwhere: "has a data-dependent output size",
-    aten.masked_select: "has a data-dependent output size",
-    aten._unique: "has a data-dependent output size",
-    aten._unique2: "has a data-dependent output size",
-    aten.unique_dim: "has a data-dependent output size",
-    aten.unique_consecutive: "has a data-dependent output size",
-    aten.bincount: "has a data-dependent output size",
-    aten.lift_fresh: "builds a tensor from host data (torch.tensor(...)): a host-to-device copy",
-    aten.lift_fresh_copy: "builds a tensor from host data (torch.tensor(...)): a host-to-device copy",
+    "_local_scalar_dense": "reads a device value on the host (.item(), int(), float(), bool(), if)",
+    "item": "reads a device value on the host",
+    "is_nonzero": "reads a device value on the host (bool() of a tensor, an if on a tensor)",
+    "equal": "compares on the host (torch.equal returns a Python bool)",
+    "nonzero": "has a data-dependent output size (nonzero, argwhere, where(cond), boolean indexing)",
+    "argwhere": "has a data-dependent output size",
+    "masked_select": "has a data-dependent output size",
+    "_unique": "has a data-dependent output size",
+    "_unique2": "has a data-dependent output size",
+    "unique_dim": "has a data-dependent output size",
+    "unique_consecutive": "has a data-dependent output size",
+    "bincount": "has a data-dependent output size",
+    "lift_fresh": "builds a tensor from host data (torch.tensor(...)): a host-to-device copy",
+    "lift_fresh_copy": "builds a tensor from host data (torch.tensor(...)): a host-to-device copy",
 }
 #: tensor methods that bring values to the host
 SYNC_METHODS = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "__array__"}
@@ -72,28 +70,28 @@ class _Dispatch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        name = str(func)
+        name = str(func)  # "aten.<op>.<overload>"
         self.ops.append(name)
-        packet = func.overloadpacket
+        packet = name.split(".")[1]  # "<op>"
         if packet in SYNC_OPS:
             raise HostSyncError(f"{name} {SYNC_OPS[packet]}")
-        if packet in (aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_):
+        if packet in ("index", "index_put", "index_put_", "_index_put_impl_"):
             indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
             if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ()):
                 raise HostSyncError(f"{name} with a boolean mask has a data-dependent size (a nonzero inside)")
         if (
-            func is aten.repeat_interleave.Tensor
+            name == "aten.repeat_interleave.Tensor"
             and kwargs.get("output_size") is None
             and (len(args) < 2 or args[1] is None)
         ):
             raise HostSyncError(f"{name} without output_size reads the total of the repeats on the host")
         if (
-            func is aten.repeat_interleave.self_Tensor
+            name == "aten.repeat_interleave.self_Tensor"
             and kwargs.get("output_size") is None
             and (len(args) < 4 or args[3] is None)
         ):
             raise HostSyncError(f"{name} with tensor repeats and no output_size reads their total on the host")
-        if packet in (aten._to_copy, aten.copy_, aten._copy_from):
+        if packet in ("_to_copy", "copy_", "_copy_from"):
             devices = _devices(args) | _devices(kwargs)
             target = kwargs.get("device")
             if target is not None:
