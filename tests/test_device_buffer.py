@@ -52,7 +52,7 @@ def test_an_online_buffer_moves_with_the_episodes_its_slice_sampler_finds():
 
 
 def test_a_sampler_without_a_device_twin_is_refused():
-    from datasets_hub.buffers.window_sampler import WindowSampler
+    from datasets_hub.buffers.samplers.window import WindowSampler
 
     with pytest.raises(InvalidParameter, match="WindowSampler has no device twin: device sampling supports"):
         device_sampler(WindowSampler(keys=["observation"], offsets=[-1, 0]), torch.device("cpu"))

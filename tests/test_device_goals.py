@@ -7,7 +7,7 @@ import torch
 
 from datasets_hub import SliceSampler
 from datasets_hub.buffers.device import DeviceGoalSampler, DeviceStorage, device_sampler, no_host_sync
-from datasets_hub.buffers.goal_sampler import GoalSampler
+from datasets_hub.buffers.samplers.goal import GoalSampler
 from datasets_hub.errors import InvalidParameter
 
 from fixtures.device import LENGTHS, N, gen, host_build

@@ -14,14 +14,14 @@ from datasets_hub.buffers.device.samplers import (
     reduce_repeated,
 )
 from datasets_hub.buffers.device.trees import device_max_tree, device_min_tree, device_sum_tree
-from datasets_hub.buffers.prioritized import (
+from datasets_hub.buffers.samplers.prioritized import (
     PrioritizedSampler,
     max_tree,
     min_tree,
     reduce_priorities,
     sum_tree,
 )
-from datasets_hub.buffers.samplers import RandomSampler, SamplerWithoutReplacement
+from datasets_hub.buffers.samplers.random import RandomSampler, SamplerWithoutReplacement
 from datasets_hub.errors import InvalidParameter
 
 from fixtures.device import N, chi_square_ok, gen, host_build

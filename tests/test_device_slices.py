@@ -10,7 +10,8 @@ from datasets_hub.buffers.device.slices import (
     DeviceSliceSampler,
     DeviceSliceSamplerWithoutReplacement,
 )
-from datasets_hub.buffers.slice_samplers import PrioritizedSliceSampler, SliceSampler, SliceSamplerWithoutReplacement
+from datasets_hub.buffers.samplers.prioritized import PrioritizedSliceSampler
+from datasets_hub.buffers.samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
 from datasets_hub.errors import InvalidParameter
 
 from fixtures.device import LENGTHS, N, chi_square_ok, gen, host_build

@@ -18,10 +18,10 @@ from datasets_hub.buffers.device.slices import (
     DeviceSliceSampler,
     DeviceSliceSamplerWithoutReplacement,
 )
-from datasets_hub.buffers.goal_sampler import GoalMix, GoalSampler
-from datasets_hub.buffers.prioritized import PrioritizedSampler
-from datasets_hub.buffers.samplers import RandomSampler, SamplerWithoutReplacement
-from datasets_hub.buffers.slice_samplers import PrioritizedSliceSampler, SliceSampler, SliceSamplerWithoutReplacement
+from datasets_hub.buffers.samplers.goal import GoalMix, GoalSampler
+from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, PrioritizedSliceSampler
+from datasets_hub.buffers.samplers.random import RandomSampler, SamplerWithoutReplacement
+from datasets_hub.buffers.samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
 from datasets_hub.errors import InvalidParameter
 
 #: host samplers with a device twin (others are refused)

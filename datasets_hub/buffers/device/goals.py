@@ -1,4 +1,4 @@
-"""The device twin of :class:`~datasets_hub.buffers.goal_sampler.GoalSampler`: goal-conditioned index math on the device.
+"""The device twin of :class:`~datasets_hub.buffers.samplers.goal.GoalSampler`: goal-conditioned index math on the device.
 
 Anchors (uniform over the rows in an episode, or the device twin of an inner sampler), the goal kind of
 each row (current / future / random with the mixture's probabilities), future offsets (geometric,

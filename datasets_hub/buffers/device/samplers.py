@@ -14,8 +14,8 @@ import torch
 from datasets_hub.buffers.device.memory import check_fits
 from datasets_hub.buffers.device.storage import DeviceStorage
 from datasets_hub.buffers.device.trees import DeviceSegmentTree, device_max_tree, device_min_tree, device_sum_tree
-from datasets_hub.buffers.prioritized import as_index, check_reduction, reduce_trailing
-from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.samplers.prioritized import check_reduction, reduce_trailing
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.errors import InvalidParameter
 

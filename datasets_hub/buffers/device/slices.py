@@ -1,6 +1,6 @@
 """Device twins of the slice samplers: uniform slices, epochs of slices, prioritized slice starts.
 
-Same rules as :mod:`datasets_hub.buffers.slice_samplers` (valid starts, ``strict_length``, the
+Same rules as :mod:`datasets_hub.buffers.samplers.slice` (valid starts, ``strict_length``, the
 ``truncated``/``done`` info, the epoch rule of the sampler without replacement, start-row
 priorities), with the layout of valid starts computed once per slice length on the host from the
 storage's episode index and kept on the device. A batch is then ``randint`` + ``searchsorted`` +

@@ -1,6 +1,6 @@
 """Sum and min segment trees held on one device, updated and searched without host synchronisation.
 
-Same layout and arithmetic as :class:`datasets_hub.buffers.prioritized.SegmentTree` (leaves at
+Same layout and arithmetic as :class:`datasets_hub.buffers.samplers.prioritized.SegmentTree` (leaves at
 ``[size, 2 * size)``, node ``k`` = ``op(2k, 2k + 1)``, float64), so the node values are bit for bit
 those of the host tree given the same leaves. Updates go up one level at a time for the whole batch:
 ``O(log capacity)`` tensor ops, no Python loop per item, and no ``unique``: when several updated
