@@ -182,3 +182,13 @@ def test_prioritized_state_moves_between_host_and_device(storages):
     hi, hinfo = h.sample(host, 64)
     di, dinfo = d.sample(dev, 64)
     assert torch.equal(hi, di) and torch.equal(hinfo["_weight"], dinfo["_weight"])
+
+
+def test_an_epoch_resumes_from_its_state(storages):
+    _host, dev = storages
+    a = DeviceSamplerWithoutReplacement()
+    a.generator = gen(6)
+    a.sample(dev, 50)
+    b = DeviceSamplerWithoutReplacement()
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(a.sample(dev, 50)[0], b.sample(dev, 50)[0])

@@ -173,3 +173,27 @@ def test_a_storage_without_episodes_is_refused_for_slices():
     assert isinstance(dev.get(torch.arange(3)), TensorDict)
     with pytest.raises(InvalidParameter, match="no episode index"):
         DeviceSliceSampler(slice_len=2).sample(dev, 4)
+
+
+def test_an_epoch_of_slices_resumes_from_its_state(storages):
+    _host, dev = storages
+    a = DeviceSliceSamplerWithoutReplacement(slice_len=8)
+    a.generator = gen(6)
+    a.sample(dev, 80)
+    state = a.state_dict()
+    b = DeviceSliceSamplerWithoutReplacement(slice_len=8)
+    b.load_state_dict(state)
+    b.generator = gen(99)  # the rest of the epoch needs no draw
+    assert torch.equal(a.sample(dev, 80)[0], b.sample(dev, 80)[0])
+
+
+def test_one_episode_storage_slices_inside_it():
+    from datasets_hub.buffers.device.storage import DeviceStorage
+    from datasets_hub.buffers.episode_index import EpisodeIndex
+
+    dev = DeviceStorage("cpu", 20, {("obs",): torch.arange(20)}, episodes=EpisodeIndex.from_lengths([20]))
+    d = DeviceSliceSampler(slice_len=5)
+    d.generator = gen(0)
+    index, _ = d.sample(dev, 50)
+    starts = index.reshape(10, 5)[:, 0]
+    assert ((starts >= 0) & (starts <= 15)).all()

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from datasets_hub.buffers.device.convert import device_sampler
-from datasets_hub.buffers.device.memory import as_device
+from datasets_hub.buffers.device.memory import as_device, same_device
 from datasets_hub.buffers.device.storage import DeviceStorage
 from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
 from datasets_hub.buffers.storages import Storage
@@ -21,7 +21,7 @@ def device_storage(storage: Storage, device: torch.device, sampler: Any = None) 
     storage is copied leaf by leaf, with the episodes ``sampler`` finds in it (a slice sampler's
     ``traj_key``/``end_key`` and write cursor) when it has no build-time index."""
     if isinstance(storage, DeviceStorage):
-        if storage.device != device:
+        if not same_device(storage.device, device):
             raise InvalidParameter(f"the storage is already on {storage.device}, not on {device}")
         return storage
     copier = getattr(storage, "device_copy", None)
@@ -41,7 +41,7 @@ def device_generator(device: torch.device, generator: torch.Generator | None, ho
     """A generator on ``device``: ``generator`` when it is on it (else a clear error), or one seeded
     from ``host`` (the host sampler's generator) or from torch's global generator."""
     if generator is not None:
-        if generator.device != device:
+        if not same_device(generator.device, device):
             raise InvalidParameter(
                 f"generator is on {generator.device} but sampling runs on {device}: pass "
                 f"generator=torch.Generator(device={str(device)!r}).manual_seed(seed)"

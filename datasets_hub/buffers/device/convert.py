@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from datasets_hub.buffers.device.goals import DeviceGoalMix, DeviceGoalSampler
+from datasets_hub.buffers.device.memory import same_device
 from datasets_hub.buffers.device.samplers import (
     DevicePrioritizedSampler,
     DeviceRandomSampler,
@@ -56,7 +57,7 @@ def device_sampler(sampler: Any, device: torch.device) -> DeviceSampler:
     """
     if isinstance(sampler, DeviceSampler):
         own = getattr(sampler, "device", None)
-        if own is not None and torch.device(own) != device:
+        if own is not None and not same_device(torch.device(own), device):
             raise InvalidParameter(f"{type(sampler).__name__} keeps its trees on {own}, not on {device}")
         return sampler
     kind = type(sampler)

@@ -62,3 +62,13 @@ def as_device(device: str | torch.device | int) -> torch.device:
     elif dev.type not in ("cpu",):
         raise InvalidParameter(f"device={device!r}: device sampling supports 'cuda' and 'cpu', not {dev.type!r}")
     return dev
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` name the same device (``cuda`` without an index is the current one)."""
+    if a.type != b.type:
+        return False
+    if a.type != "cuda":
+        return True
+    current = torch.cuda.current_device() if (a.index is None or b.index is None) else 0
+    return (current if a.index is None else a.index) == (current if b.index is None else b.index)

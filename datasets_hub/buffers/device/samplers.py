@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from datasets_hub.buffers.device.memory import check_fits
+from datasets_hub.buffers.device.memory import as_device, check_fits, same_device
 from datasets_hub.buffers.device.storage import DeviceStorage
 from datasets_hub.buffers.device.trees import DeviceSegmentTree, device_max_tree, device_min_tree, device_sum_tree
 from datasets_hub.buffers.samplers.base import Sampler, as_index
@@ -37,7 +37,7 @@ class DeviceSampler(Sampler):
                 "load(..., device=...) or datasets_hub.buffers.device.to_device(buffer, device)"
             )
         gen = self.generator
-        if gen is not None and gen.device != storage.device:
+        if gen is not None and not same_device(gen.device, storage.device):
             raise InvalidParameter(
                 f"the generator is on {gen.device} but the data on {storage.device}: pass "
                 f"generator=torch.Generator(device={str(storage.device)!r}).manual_seed(seed)"
@@ -76,6 +76,8 @@ class DeviceSamplerWithoutReplacement(DeviceSampler):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         remaining = self._remaining
+        if remaining is not None and remaining.device != st.device:  # restored from a state dict
+            remaining = remaining.to(st.device)
         if remaining is None or remaining.numel() == 0:
             if self.shuffle:
                 remaining = torch.randperm(n, generator=self.generator, device=st.device)
@@ -93,6 +95,21 @@ class DeviceSamplerWithoutReplacement(DeviceSampler):
 
     def empty(self) -> None:
         self._remaining, self._ran_out = None, False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rows still to visit this epoch (on the CPU), so ``load_state_dict`` resumes at the exact
+        position; the generator's state belongs to the buffer."""
+        remaining = self._remaining
+        return {
+            "remaining": remaining.to("cpu", copy=True) if remaining is not None else torch.zeros(0, dtype=torch.int64),
+            "has_epoch": remaining is not None,
+            "ran_out": self._ran_out,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the epoch position (the rows go back to the device at the next ``sample``: one copy)."""
+        self._remaining = state_dict["remaining"].clone() if state_dict["has_epoch"] else None
+        self._ran_out = bool(state_dict["ran_out"])
 
 
 def reduce_repeated(index: torch.Tensor, value: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -163,7 +180,7 @@ class DevicePrioritizedSampler(DeviceSampler):
         self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
         self.dtype, self.reduction = dtype, reduction
         self.max_priority_within_buffer = bool(max_priority_within_buffer)
-        self.device = torch.device(device)
+        self.device = as_device(device)
         trees = 3 if self.max_priority_within_buffer else 2
         check_fits(trees * DeviceSegmentTree.nbytes(self.max_capacity), self.device, "the priority trees")
         self._init_trees()
@@ -248,7 +265,7 @@ class DevicePrioritizedSampler(DeviceSampler):
     def check_storage(self, st: DeviceStorage, need_rows: bool = True) -> DeviceStorage:
         """Refuse a storage on another device, larger than ``max_capacity``, or (``need_rows``) before
         any row has a priority."""
-        if st.device != self.device:
+        if not same_device(st.device, self.device):
             raise InvalidParameter(f"the priority trees are on {self.device} but the data on {st.device}")
         if len(st) > self.max_capacity:
             raise ValueError(

@@ -54,7 +54,8 @@ class DeviceSliceLayout:
         excl = torch.cumsum(k_count, 0) - k_count
         self.total = int(k_count.sum()) if k_count.numel() else 0
         self.slice_len = slice_len
-        self.bounds = excl[1:].contiguous().to(device)
+        # a sentinel past every start number keeps the boundaries non-empty (a single episode)
+        self.bounds = torch.cat([excl[1:], torch.tensor([torch.iinfo(torch.int64).max])]).to(device)
         self.base = (k_start - excl).to(device)
         self.count = k_count.to(device)
         self.arange = torch.arange(slice_len, device=device)
@@ -249,9 +250,12 @@ class DeviceSliceSamplerWithoutReplacement(DeviceSliceSampler):
         self._epoch_len: int | None = None
         self._cuts: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]] = {}
         self._ran_out = False
+        self._restored = False
 
     def _on_new_storage(self, storage: DeviceStorage) -> None:
-        self._rows, self._epoch_len, self._cuts = None, None, {}
+        if not self._restored:  # a loaded epoch continues on the storage it is first used with
+            self._rows, self._epoch_len = None, None
+        self._cuts, self._restored = {}, False
 
     def _cut(self, storage: DeviceStorage, slice_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """Per episode on the device: slices ``k``, spare rows, first row; and the epoch's slice count."""
@@ -299,6 +303,8 @@ class DeviceSliceSamplerWithoutReplacement(DeviceSliceSampler):
         if self._rows is None or self._rows.numel() == 0 or self._epoch_len != slice_len:
             self._rows, self._epoch_len = self._new_epoch(st, slice_len), slice_len
         rows = self._rows
+        if rows.device != st.device:  # restored from a state dict
+            rows = self._rows = rows.to(st.device)
         if self.drop_last and rows.numel() < num_slices:
             raise ValueError(
                 f"drop_last=True and an epoch holds only {rows.numel()} slices of {slice_len} rows, "
@@ -315,6 +321,23 @@ class DeviceSliceSamplerWithoutReplacement(DeviceSliceSampler):
     def empty(self) -> None:
         super().empty()
         self._rows, self._epoch_len, self._cuts, self._ran_out = None, None, {}, False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The slice starts still to serve this epoch (on the CPU) and the slice length they were cut for."""
+        rows = self._rows
+        return {
+            "rows": rows.to("cpu", copy=True) if rows is not None else torch.zeros(0, dtype=torch.int64),
+            "has_epoch": rows is not None,
+            "epoch_len": self._epoch_len,
+            "ran_out": self._ran_out,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume the epoch (its rows go back to the device at the next ``sample``: one copy)."""
+        self._rows = state_dict["rows"].clone() if state_dict["has_epoch"] else None
+        self._epoch_len = state_dict["epoch_len"]
+        self._ran_out = bool(state_dict["ran_out"])
+        self._restored = True
 
 
 class DevicePrioritizedSliceSampler(DeviceSliceSampler):
