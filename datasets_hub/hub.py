@@ -193,6 +193,7 @@ def load(
     max_bytes: int | None = None,
     pool_episodes: int | None = None,
     pool_refresh_s: float | None = 1.0,
+    device: str | torch.device | None = None,
     **params: Any,
 ):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
@@ -212,6 +213,11 @@ def load(
     ``pool_refresh_s`` seconds: biased within a window of time, see :mod:`datasets_hub.remote_pool`
     (its default sampler draws uniform rows of the pool; samplers that draw rows over the whole
     dataset are refused). Pool draws are seeded from ``generator`` when it is given.
+
+    ``device="cuda"`` (or ``"cuda:1"``, ``"cpu"``) copies the build into that device's memory and
+    samples there with the device twin of ``sampler`` (see :mod:`datasets_hub.buffers.device`):
+    ``sample()`` never synchronises with the host. ``generator`` must then be on that device. A copy
+    that does not fit, or a sampler without a device twin, is refused with the reason.
     """
     steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
     if not all(callable(fn) for fn in steps):
@@ -223,12 +229,21 @@ def load(
     from datasets_hub.load_args import check_params_are_not_load_keywords, check_sampler
 
     check_sampler(sampler, batch_size)
+    if device is not None:  # before any download or build: no CUDA is an error now, not after an hour
+        from datasets_hub.buffers.device.memory import as_device
+
+        device = as_device(device)
     if params and not (isinstance(dataset_id, str) and "://" in dataset_id):
         check_params_are_not_load_keywords(dataset_id, params, resolve(dataset_id).params)
     remote = {"max_bytes": max_bytes, "pool_episodes": pool_episodes, "pool_refresh_s": pool_refresh_s}
     if resident == "pool":
         from datasets_hub.remote_pool import PoolSampler, check_pool_sampler
 
+        if device is not None:
+            raise InvalidParameter(
+                "device= copies the whole build into device memory, but resident='pool' keeps only "
+                "pool_episodes episodes: load the URL with resident='full' (or 'lazy') to use device="
+            )
         check_pool_sampler(sampler)
         sampler = sampler if sampler is not None else PoolSampler()
         remote["pool_seed"] = generator.initial_seed() if generator is not None else None
@@ -250,6 +265,10 @@ def load(
         from datasets_hub.preprocess import preprocess_chain
 
         rb = preprocess_chain(rb, steps, transform=transform, by=preprocess_by)
+    if device is not None:
+        from datasets_hub.buffers.device import to_device
+
+        return to_device(rb, device, generator=generator, transform=transform)
     return rb
 
 

@@ -183,6 +183,8 @@ def test_pool_refusals(published):
         _pool(url, sampler=RandomSampler())
     with pytest.raises(InvalidParameter, match="RandomSampler"):  # the anchors of a window sampler too
         _pool(url, sampler=WindowSampler([0, 1], sampler=RandomSampler()))
+    with pytest.raises(InvalidParameter, match="device="):
+        _pool(url, device="cpu")
     with pytest.raises(InvalidParameter, match="needs pool_episodes"):
         dh.load(url, resident="pool")
     with pytest.raises(InvalidParameter, match="pass resident='pool'"):
