@@ -314,7 +314,8 @@ def test_a_kill_midway_leaves_nothing_visible_and_workers_exit(tmp_path, isolate
     while time.time() < deadline and any(_alive(p) for p in workers):
         time.sleep(0.2)
     assert not any(_alive(p) for p in workers)
-    from datasets_hub.maintenance import list_cache, prune
+    from datasets_hub.cache_listing import list_cache
+    from datasets_hub.maintenance import prune
 
     assert list_cache().preprocessed == []
     removed = prune()

@@ -34,9 +34,10 @@ def register(sub: Any) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from datasets_hub.cache import read_manifest
+    from datasets_hub.cache_listing import cached_ids
     from datasets_hub.catalogue import all_entries, list_ids, refresh_remote_catalogues
     from datasets_hub.files import human_bytes
-    from datasets_hub.maintenance import cached_ids, catalogue_build
+    from datasets_hub.maintenance import catalogue_build
     from datasets_hub.plugins import loader_names
 
     if args.refresh:
