@@ -103,10 +103,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
         if args.slice_len < 1:
             raise InvalidParameter(f"--slice-len must be a positive integer, got {args.slice_len}")
         try:
-            from datasets_hub.buffers.slice_samplers import SliceSampler
+            from datasets_hub.buffers.samplers.slice import SliceSampler
         except ImportError as exc:
             raise HubError(
-                f"--slice-len needs datasets_hub.buffers.slice_samplers, which this installation lacks ({exc})"
+                f"--slice-len needs datasets_hub.buffers.samplers.slice, which this installation lacks ({exc})"
             ) from exc
         sampler = SliceSampler(slice_len=args.slice_len)
     generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
