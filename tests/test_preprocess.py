@@ -364,12 +364,13 @@ def _alive(pid: int) -> bool:
 
 
 def test_cache_ls_rm_and_prune_cover_preprocessed_variants(isolated_cache, capsys):
+    from datasets_hub import cache_listing as cl
     from datasets_hub import maintenance as mt
     from datasets_hub.cli import main
 
     rb = fake_rb()
     out = rb.preprocess(obs_feature, num_workers=0)
-    [entry] = mt.list_cache().preprocessed
+    [entry] = cl.list_cache().preprocessed
     assert entry.transform == "fixtures.preprocess.obs_feature" and entry.id == "fake/pre"
     assert entry.fingerprint == out.storage.fingerprint and entry.transitions == N
     assert entry.bytes == mt.dir_size(out.storage.path) > 0
@@ -391,7 +392,7 @@ def test_cache_ls_rm_and_prune_cover_preprocessed_variants(isolated_cache, capsy
     again = rb.preprocess(obs_feature, num_workers=0)
     assert again.storage.path.exists()
     mt._remove_build(rb.storage.path)
-    assert not again.storage.path.exists() and mt.list_cache().preprocessed == []
+    assert not again.storage.path.exists() and cl.list_cache().preprocessed == []
 
 
 def test_orphaned_variants_are_pruned(isolated_cache):
