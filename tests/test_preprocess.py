@@ -377,7 +377,9 @@ def test_cache_ls_rm_and_prune_cover_preprocessed_variants(isolated_cache, capsy
     assert main(["cache", "ls"]) == 0
     text = capsys.readouterr().out
     line = next(line for line in text.splitlines() if out.storage.fingerprint in line)
-    assert "obs_feature" in line and "fake/pre" in line and human_bytes(entry.bytes) in line
+    assert "obs_feature" in line and human_bytes(entry.bytes) in line and line.startswith("      preprocessed")
+    build_line = text.splitlines()[text.splitlines().index(line) - 1]  # a variant is listed under its build
+    assert build_line.startswith("  fake/pre ") and rb.storage.path.name in build_line
     # prune --older-than removes old variants (and never a fresh one)
     assert mt.prune(older_than_days=1) == []
     old = time.time() - 3 * 86400
