@@ -278,6 +278,12 @@ class DatasetStorage(ReadOnlyStorage):
             raise KeyError(key)
         return value
 
+    def device_copy(self, device: Any) -> Any:
+        """This build in ``device``'s memory (a ``DeviceStorage``, lean layout; see :mod:`datasets_hub.device_build`)."""
+        from datasets_hub.device_build import build_on_device
+
+        return build_on_device(self.path, device)
+
     def state_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "fingerprint": self.manifest.get("fingerprint")}
 

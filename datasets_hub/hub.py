@@ -191,6 +191,7 @@ def load(
     preprocess_by: str | None = None,
     resident: str = "full",
     max_bytes: int | None = None,
+    device: str | torch.device | None = None,
     **params: Any,
 ):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
@@ -206,6 +207,11 @@ def load(
     ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote`): ``resident="full"``
     fetches all of it in the background, ``resident="lazy"`` only what batches touch (``max_bytes``
     bounds it); sampling is uniform over the whole dataset either way.
+
+    ``device="cuda"`` (or ``"cuda:1"``, ``"cpu"``) copies the build into that device's memory and
+    samples there with the device twin of ``sampler`` (see :mod:`datasets_hub.buffers.device`):
+    ``sample()`` never synchronises with the host. ``generator`` must then be on that device. A copy
+    that does not fit, or a sampler without a device twin, is refused with the reason.
     """
     steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
     if not all(callable(fn) for fn in steps):
@@ -217,6 +223,10 @@ def load(
     from datasets_hub.load_args import check_params_are_not_load_keywords, check_sampler
 
     check_sampler(sampler, batch_size)
+    if device is not None:  # before any download or build: no CUDA is an error now, not after an hour
+        from datasets_hub.buffers.device.memory import as_device
+
+        device = as_device(device)
     if params and not (isinstance(dataset_id, str) and "://" in dataset_id):
         check_params_are_not_load_keywords(dataset_id, params, resolve(dataset_id).params)
     storage = _open_storage(dataset_id, download=download, resident=resident, max_bytes=max_bytes, params=params)
@@ -237,6 +247,10 @@ def load(
         from datasets_hub.preprocess import preprocess_chain
 
         rb = preprocess_chain(rb, steps, transform=transform, by=preprocess_by)
+    if device is not None:
+        from datasets_hub.buffers.device import to_device
+
+        return to_device(rb, device, generator=generator, transform=transform)
     return rb
 
 
