@@ -18,6 +18,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
+from datasets_hub.cache import mark_used
 from datasets_hub.errors import CacheError
 
 _ROOT_FLAGS = ("done", "terminated", "truncated")
@@ -70,6 +71,7 @@ class DatasetStorage(ReadOnlyStorage):
         self._history = build.history
         self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
         super().__init__(self._len)
+        mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
 
     def __reduce__(self) -> tuple[Any, tuple[str, str | None]]:
         # Pickled by reference (path + fingerprint), never by value: a buffer over a 10 GB build
@@ -323,6 +325,12 @@ class DatasetStorage(ReadOnlyStorage):
                     frame = frame + after
                 return torch.from_numpy(column.take(frame, axis=0))
         return super().gather_states(key, rows, after, episodes=episodes)
+
+    def device_copy(self, device: Any) -> Any:
+        """This build in ``device``'s memory (a ``DeviceStorage``, lean layout; see :mod:`datasets_hub.device_build`)."""
+        from datasets_hub.device_build import build_on_device
+
+        return build_on_device(self.path, device)
 
     def state_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "fingerprint": self.manifest.get("fingerprint")}

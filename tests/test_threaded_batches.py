@@ -30,7 +30,7 @@ def rb():
 
 
 def _all(loader):
-    return [batch for batch in loader]
+    return list(loader)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])

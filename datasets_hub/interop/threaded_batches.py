@@ -112,9 +112,7 @@ class ThreadedBatches:
         try:
             torch.set_num_threads(1)  # one core per sampling thread, as in a DataLoader worker
             for batch in self.batches.stream(base, worker, self.num_workers):
-                if self.pin_memory:
-                    batch = batch.pin_memory()
-                if not put(batch):
+                if not put(batch.pin_memory() if self.pin_memory else batch):
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread, which re-raises it
             put(exc)
