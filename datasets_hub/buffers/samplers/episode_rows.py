@@ -115,21 +115,11 @@ class EpisodeRows:
         """``n`` rows drawn uniformly among the rows that lie inside an episode."""
         if self.total == 0:
             raise RuntimeError("the buffer holds no episode to sample from: add data first")
-        return self._row(torch.randint(self.total, (n,), generator=generator).numpy())
-
-    def rows_at(self, u: np.ndarray) -> np.ndarray:
-        """The rows at uniforms ``u`` (float64 in [0, 1)): ``floor(u * total)``-th row inside an episode,
-        so a uniform ``u`` gives a uniform row (to within ``total / 2**53``) with no other random call."""
-        if self.total == 0:
-            raise RuntimeError("the buffer holds no episode to sample from: add data first")
-        return self._row(np.minimum((u * self.total).astype(np.int64), self.total - 1))
-
-    def _row(self, k: np.ndarray) -> np.ndarray:
-        """The ``k``-th row lying inside an episode (counting only such rows)."""
+        u = torch.randint(self.total, (n,), generator=generator).numpy()
         if self.dense:
-            return k
-        e = np.searchsorted(self.cum, k, side="right")
-        return k - (self.cum[e] - self.length[e]) + self.start[e]
+            return u
+        e = np.searchsorted(self.cum, u, side="right")
+        return u - (self.cum[e] - self.length[e]) + self.start[e]
 
 
 class AnchorSampler(Sampler):
@@ -202,32 +192,19 @@ class AnchorSampler(Sampler):
         if self.sampler is not None:
             self.sampler.load_state_dict(state_dict["sampler"])
 
-    def anchors(
-        self, storage: Storage, batch_size: int, uniforms: int = 0
-    ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict]:
+    def anchors(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict]:
         """``(index, rows, episode, info)``: the anchors as a tensor and numpy rows, their episode
-        ordinals, and the inner sampler's info (empty without one). With ``uniforms=k`` the info also
-        holds ``"_uniforms"``: ``[k, batch_size]`` float64 uniforms for the caller, drawn in the same
-        random call as uniform anchors (fewer calls to the generator per batch)."""
+        ordinals, and the inner sampler's info (empty without one)."""
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
         self.episodes.refresh(storage)
         if self.sampler is None:
+            rows = self.episodes.draw(batch_size, self._generator)
             info: dict[str, Any] = {}
-            if uniforms:
-                u = torch.rand((uniforms + 1, batch_size), dtype=torch.float64, generator=self._generator).numpy()
-                rows = self.episodes.rows_at(u[uniforms])
-                info["_uniforms"] = u[:uniforms]
-            else:
-                rows = self.episodes.draw(batch_size, self._generator)
             index = torch.from_numpy(rows)
         else:
             index, info = self.sampler.sample(storage, batch_size)
             index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
             rows = index.numpy()
             info = dict(info)
-            if uniforms:
-                info["_uniforms"] = torch.rand(
-                    (uniforms, rows.size), dtype=torch.float64, generator=self._generator
-                ).numpy()
         return index, rows, self.episodes.locate(rows), info

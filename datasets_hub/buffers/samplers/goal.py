@@ -111,11 +111,11 @@ class GoalMix:
         step: np.ndarray,
         length: np.ndarray,
         u: np.ndarray,
+        generator: torch.Generator | None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
         """``(goal_time, kind, random, other_episode)`` for anchors at ``step`` of ``episode`` (of
-        ``length`` transitions), from the uniforms ``u`` (``[2, B]``: kind, offset; ``[3, B]`` with
-        ``p_random > 0``: the random row too); ``random`` marks the rows whose goal is the random state
-        ``other_episode`` / ``goal_time`` (``None``: no such row)."""
+        ``length`` transitions), from the uniforms ``u`` (``[2, B]``: kind, offset); ``random`` marks
+        the rows whose goal is the random state ``other_episode`` / ``goal_time`` (``None``: no row)."""
         b = step.size
         if self.p_future == 1.0:
             kind = np.ones(b, dtype=np.int64)
@@ -143,7 +143,7 @@ class GoalMix:
         if self.p_random == 0.0:
             return time, kind, None, None
         random = kind == RANDOM
-        other = eps.rows_at(u[2])  # drawn for every row: the stream does not depend on the kinds
+        other = eps.draw(b, generator)  # drawn for every row: the stream does not depend on the kinds
         other_episode = eps.locate(other)
         np.copyto(time, other - eps.start[other_episode], where=random)
         return time, kind, random, other_episode
@@ -218,20 +218,20 @@ class GoalSampler(AnchorSampler):
 
     # -- sampling ------------------------------------------------------------------------------------
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
-        mixes = [("goal", self.value)] + ([("actor_goal", self.actor)] if self.actor is not None else [])
-        width = [3 if mix.p_random > 0.0 else 2 for _, mix in mixes]
-        index, rows, episode, info = self.anchors(storage, batch_size, uniforms=sum(width))
-        u = info.pop("_uniforms")  # every uniform of the batch, from one call to the generator
+        index, rows, episode, info = self.anchors(storage, batch_size)
         eps = self.episodes
         b = rows.size
         start, length = eps.start[episode], eps.length[episode]
         step = rows - start
-        first = np.cumsum([0, *width])
+        mixes = [("goal", self.value)] + ([("actor_goal", self.actor)] if self.actor is not None else [])
+        u = torch.rand((2 * len(mixes), b), dtype=torch.float64, generator=self.generator).numpy()
         # every state the batch needs, as (row, after, episode): one read per goal key serves them all
         parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
         distances = []
         for i, (name, mix) in enumerate(mixes):
-            time, kind, random, other_episode = mix.draw(eps, episode, step, length, u[first[i] : first[i + 1]])
+            time, kind, random, other_episode = mix.draw(
+                eps, episode, step, length, u[2 * i : 2 * i + 2], self.generator
+            )
             if random is None:
                 goal_episode, in_episode = episode, np.ones(b, dtype=bool)
                 after = time >= length  # the final state: after the episode's last row
