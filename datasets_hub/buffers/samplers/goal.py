@@ -143,6 +143,8 @@ class GoalMix:
         if self.p_random == 0.0:
             return time, kind, None, None
         random = kind == RANDOM
+        if not random.any():
+            return time, kind, None, None
         other = eps.draw(b, generator)  # drawn for every row: the stream does not depend on the kinds
         other_episode = eps.locate(other)
         np.copyto(time, other - eps.start[other_episode], where=random)
@@ -224,13 +226,17 @@ class GoalSampler(AnchorSampler):
         start, length = eps.start[episode], eps.length[episode]
         step = rows - start
         mixes = [("goal", self.value)] + ([("actor_goal", self.actor)] if self.actor is not None else [])
-        u = torch.rand((2 * len(mixes), b), dtype=torch.float64, generator=self.generator).numpy()
         # every state the batch needs, as (row, after, episode): one read per goal key serves them all
         parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
         distances = []
-        for i, (name, mix) in enumerate(mixes):
+        for name, mix in mixes:
             time, kind, random, other_episode = mix.draw(
-                eps, episode, step, length, u[2 * i : 2 * i + 2], self.generator
+                eps,
+                episode,
+                step,
+                length,
+                torch.rand((2, b), dtype=torch.float64, generator=self.generator).numpy(),
+                self.generator,
             )
             if random is None:
                 goal_episode, in_episode = episode, np.ones(b, dtype=bool)
