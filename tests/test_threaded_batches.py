@@ -75,7 +75,9 @@ def test_errors_reach_the_consumer_and_bad_options_teach(rb):
         _all(SampledBatches(broken, num_batches=2, seed=0).dataloader(num_workers=2))
     ds = SampledBatches(rb, num_batches=2, seed=0)
     with pytest.raises(InvalidParameter, match="thread workers"):
-        ds.dataloader(num_workers=2, shuffle=True)
+        ds.dataloader(num_workers=2, workers="threads", multiprocessing_context="spawn")
+    # a process-only option asks for DataLoader worker processes
+    assert isinstance(ds.dataloader(num_workers=2, multiprocessing_context="spawn"), torch.utils.data.DataLoader)
     with pytest.raises(InvalidParameter, match="workers must be"):
         ds.dataloader(num_workers=2, workers="fibers")
     with pytest.raises(ValueError, match="num_workers"):

@@ -475,19 +475,21 @@ class SampledBatches(IterableDataset):
         ``workers="processes"``: ``DataLoader(self, batch_size=None, collate_fn=tensordict_collate,
         num_workers=num_workers, **kwargs)``. ``workers="threads"``: :class:`ThreadedBatches`, the
         samplers run in threads of this process and no batch crosses processes (``kwargs``:
-        ``prefetch_factor``, ``pin_memory``, ``generator`` for the base seed, as a DataLoader's). ``"auto"`` (default) takes threads for a read-only
+        ``prefetch_factor``, ``pin_memory``, ``generator`` for the base seed, as a DataLoader's; other
+        DataLoader options are refused). ``"auto"`` (default) takes threads for a read-only
         storage (a hub build, a preprocessing result: every sample is a gather that releases the
-        GIL), processes otherwise. With ``num_workers=0`` both sample in the calling thread."""
+        GIL) unless a process-only option is passed (``multiprocessing_context``, ...), processes
+        otherwise. With ``num_workers=0`` both sample in the calling thread."""
         if workers not in ("auto", "threads", "processes"):
             raise InvalidParameter(f"workers must be 'auto', 'threads' or 'processes', got {workers!r}")
         storage = getattr(self.buffer, "storage", None)
-        if workers == "auto":
-            workers = "threads" if getattr(storage, "read_only", False) else "processes"
+        allowed = {"prefetch_factor", "pin_memory", "generator"}
+        extra = sorted(set(kwargs) - allowed)
+        if workers == "auto":  # process-only options (multiprocessing_context, ...) ask for processes
+            workers = "threads" if getattr(storage, "read_only", False) and not extra else "processes"
         if workers == "threads" and num_workers > 0:
             from datasets_hub.interop.threaded_batches import ThreadedBatches
 
-            allowed = {"prefetch_factor", "pin_memory", "generator"}
-            extra = sorted(set(kwargs) - allowed)
             if extra:
                 raise InvalidParameter(
                     f"thread workers take only {sorted(allowed)} (got {extra}); pass workers='processes' "
