@@ -18,6 +18,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
+from datasets_hub.cache import mark_used
 from datasets_hub.errors import CacheError
 
 _ROOT_FLAGS = ("done", "terminated", "truncated")
@@ -70,6 +71,7 @@ class DatasetStorage(ReadOnlyStorage):
         self._history = build.history
         self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
         super().__init__(self._len)
+        mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
 
     def __reduce__(self) -> tuple[Any, tuple[str, str | None]]:
         # Pickled by reference (path + fingerprint), never by value: a buffer over a 10 GB build
