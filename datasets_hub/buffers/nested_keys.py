@@ -41,6 +41,15 @@ def nest(
 ) -> dict[str, Any]:
     """The nested dict holding ``values`` at ``keys`` (merged into ``into`` when given)."""
     tree = {} if into is None else into
+    # inlined put(): this builds every sampled batch, and a call per key costs as much as a small gather
     for key, value in zip(keys, values, strict=True):
-        put(tree, key, value)
+        if type(key) is str:
+            tree[key] = value
+            continue
+        if type(key) is not tuple:
+            key = tuple(key)
+        node = tree
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = value
     return tree
