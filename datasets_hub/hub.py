@@ -221,7 +221,7 @@ def load(
         check_params_are_not_load_keywords(dataset_id, params, resolve(dataset_id).params)
     storage = _open_storage(dataset_id, download=download, resident=resident, max_bytes=max_bytes, params=params)
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-    from datasets_hub.buffers.samplers import RandomSampler
+    from datasets_hub.buffers.samplers.random import RandomSampler
     from datasets_hub.buffers.writers import ImmutableDatasetWriter
 
     rb = TensorDictReplayBuffer(

@@ -9,7 +9,7 @@ in seconds, e.g. Diffusion Policy on Push-T::
 ``LeRobotDataset`` turns each time into a frame offset ``round(dt * fps)`` after checking that it
 is a multiple of ``1 / fps`` within ``tolerance_s``; positions outside the sampled frame's episode
 repeat the episode's first or last frame and are flagged in ``<feature>_is_pad``.
-:func:`delta_timestamps_sampler` makes the :class:`~datasets_hub.buffers.window_sampler.WindowSampler`
+:func:`delta_timestamps_sampler` makes the :class:`~datasets_hub.buffers.samplers.window.WindowSampler`
 that does exactly that on a ``lerobot`` build (feature names mapped to TED keys as the loader maps
 them: ``"observation.images.top"`` -> ``("observation", "images", "top")``, ``"next.reward"`` ->
 ``("next", "reward")``), so the config carries over unchanged::
@@ -82,7 +82,7 @@ def delta_timestamps_sampler(
     ``sampler=``). The sample's keys are TED keys, and each mask ``<key>_is_pad`` sits beside
     its key.
     """
-    from datasets_hub.buffers.window_sampler import WindowSampler
+    from datasets_hub.buffers.samplers.window import WindowSampler
 
     if isinstance(fps, str):
         fps = _fps_of(fps)

@@ -23,8 +23,18 @@ powderworld)
 ``qpos``, ``qvel``, ``button_states``  ``("info", k)`` at t and ``("next", "info", k)`` at t+1 (per-state,
 and any other per-row array            stored once per episode like observations)
 rewards                                none upstream: ``("next", "reward")`` is NaN (the card says so);
-                                       goal-conditioned rewards come from ``GoalSampler``
+                                       goal-conditioned rewards come from ``GoalSampler``. With
+                                       ``task=N``: OGBench's single-task reward of task N (below)
 =====================================  ==================================================================
+
+Single-task rewards (``task=1..5``, or the ids ``ogbench/<dataset>-singletask[-taskN]-v0[-val]``,
+upstream's names; without ``-taskN`` the environment's default task): ``("next", "reward")`` is
+the reward ``ogbench.relabel_utils.relabel_dataset`` gives the transition (computed from the state at
+time t, as upstream does), and ``("info", "success")`` / ``("next", "info", "success")`` (bool
+``[N, 1]``) say whether the state at t / t+1 solves the task: upstream's bootstrap ``masks`` are
+``1 - ("info", "success")``. Episode ends stay truncated (upstream's ``terminals`` are unchanged).
+The rule and its task tables are in :mod:`ogbench_tasks`; powderworld has no single-task variant
+and is refused.
 
 A trajectory of a single row has no transition and is skipped (counted in the card). A file whose
 last row is not a terminal row is refused (truncated or not an OGBench file). Files are streamed
@@ -53,10 +63,11 @@ from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
 from .npz_stream import NpzFile
+from .ogbench_tasks import SINGLETASK, check_task, default_task, relabel
 
 BASE_URL = "https://rail.eecs.berkeley.edu/datasets/ogbench"
 NUM_SHARDS = 100
-PARAMS = ("dataset", "mirror", "shards", "split", "url")
+PARAMS = ("dataset", "mirror", "shards", "split", "task", "url")
 STATE_KEYS = ("qpos", "qvel", "button_states")
 _CHUNK_BYTES = 128 * 2**20  # raw bytes per block read from the file (whole trajectories, at least one)
 
@@ -124,8 +135,37 @@ class OGBenchLoader(Loader):
     def _name(self, spec: DatasetSpec) -> str:
         return str(spec.params.get("dataset") or spec.name)
 
+    def entry_for(self, dataset_id: str) -> dict[str, Any] | None:
+        """Upstream's single-task names: ``ogbench/<dataset>-singletask[-taskN]-v0`` (``-val``:
+        the validation split) resolve to ``dataset=<dataset>, task=N`` (the default task when no
+        ``N``)."""
+        name = dataset_id.split("/", 1)[-1]
+        split = "train"
+        if name.endswith("-val"):
+            name, split = name[: -len("-val")], "val"
+        match = SINGLETASK.match(name)
+        if match is None:
+            return None
+        dataset = match["dataset"] + "-v0"
+        if dataset not in dataset_names() and dataset not in HUNDRED_M:
+            return None
+        try:
+            task = int(match["task"]) if match["task"] else default_task(dataset)
+            check_task(dataset, task)
+        except InvalidParameter:
+            return None
+        params: dict[str, Any] = {"dataset": dataset, "task": task}
+        if split == "val":
+            params["split"] = "val"
+        return {
+            "params": params,
+            "description": f"OGBench {dataset}, single-task rewards of task {task} ({split} split)",
+        }
+
     def check_params(self, spec: DatasetSpec) -> None:
         self.reject_unknown_params(spec, PARAMS)
+        if spec.params.get("task") is not None:
+            check_task(self._name(spec), spec.params["task"])
         split = spec.params.get("split", "train")
         if split not in ("train", "val"):
             raise InvalidParameter(f"{spec.id}: split must be 'train' or 'val', got {split!r}")
@@ -180,6 +220,8 @@ class OGBenchLoader(Loader):
             "files": [],
             "extra_keys": set(),
             "empty_keys": set(),
+            "task": spec.params.get("task"),
+            "dataset": self._name(spec),
         }
         for name in order:
             yield from _convert_file(spec, Path(files[name]), name, ctx, state)
@@ -187,11 +229,19 @@ class OGBenchLoader(Loader):
         ctx.note("transitions", state["transitions"])
         ctx.note("files", state["files"])
         ctx.note("single_row_trajectories_skipped", state["skipped_single_row"])
-        ctx.note(
-            "rewards",
-            "none upstream: ('next', 'reward') is NaN. Goal-conditioned rewards come from "
-            "datasets_hub.GoalSampler (success = goal reached)",
-        )
+        if state["task"] is None:
+            ctx.note(
+                "rewards",
+                "none upstream: ('next', 'reward') is NaN. Goal-conditioned rewards come from "
+                "datasets_hub.GoalSampler (success = goal reached)",
+            )
+        else:
+            ctx.note(
+                "rewards",
+                f"single-task rewards of task {state['task']}, as ogbench.relabel_utils.relabel_dataset "
+                "computes them from the state at time t (qpos / button_states); ('info', 'success') says "
+                "whether a state solves the task (upstream's masks = 1 - success)",
+            )
         ctx.note(
             "terminals",
             "trajectory ends of the fixed-length collection runs: ('next', 'truncated'); no row is terminated",
@@ -233,6 +283,11 @@ def _convert_file(spec: DatasetSpec, path: Path, name: str, ctx: LoaderContext, 
                     extra.append(key)
         per_row += extra
         state["extra_keys"].update(extra)
+        if state["task"] is not None and "qpos" not in extra and "button_states" not in extra:
+            raise LoaderError(
+                f"{what}: task= rewards are computed from the stored 'qpos' / 'button_states' arrays, "
+                f"and this file has none (arrays: {npz.keys})"
+            )
         for key in per_row:
             if npz.header(key)[0][:1] != (n,):
                 raise LoaderError(f"{what}: {key!r} has {npz.header(key)[0]} rows but 'observations' has {n}")
@@ -291,6 +346,14 @@ def _ted(block: dict[str, np.ndarray], terminal: np.ndarray, extra: list[str], s
     for key in extra:
         td.set(("info", key), torch.from_numpy(block[key][idx]))
         td.set(("next", "info", key), torch.from_numpy(block[key][idx + 1]))
+    if state["task"] is not None:
+        try:
+            reward, success = relabel(state["dataset"], state["task"], block.get("qpos"), block.get("button_states"))
+        except ValueError as exc:
+            raise LoaderError(f"{state['dataset']}: {exc}") from exc
+        td.set(("next", "reward"), torch.from_numpy(reward[idx].reshape(m, 1)))
+        td.set(("info", "success"), torch.from_numpy(success[idx].reshape(m, 1)))
+        td.set(("next", "info", "success"), torch.from_numpy(success[idx + 1].reshape(m, 1)))
     return td
 
 

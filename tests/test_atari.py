@@ -290,7 +290,8 @@ def test_frame_stacks_equal_dopamine_states(replay):
     stacked state, action, reward, terminal and next state through FrameStack(4); no other row exists.
     The wrapped checkpoints' oldest episodes start after the cursor with real frames before them:
     their stacks must hold those frames, not zeros."""
-    from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
+    from datasets_hub.buffers.frame_stack import FrameStack
+    from datasets_hub.buffers.samplers.frame_stack import FullStackSampler
 
     buf, _truth, folder = replay
     ks = list(range(len(buf.logs)))

@@ -165,7 +165,8 @@ def _with_history(chunk, flags):
 def test_history_rows_are_kept_as_frames_not_transitions():
     """Rows flagged ``history`` lead their episode: stored as frames before its first transition
     (times -k..-1), never as transitions; FrameStack reads them instead of padding."""
-    from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
+    from datasets_hub.buffers.frame_stack import FrameStack
+    from datasets_hub.buffers.samplers.frame_stack import FullStackSampler
 
     chunk = fake_episodes([5, 3], first_episode=0, first_row=0)
     flags = [True, True, False, False, False, False, False, False]  # episode 0: 2 history rows

@@ -433,7 +433,7 @@ def test_bad_arguments_exit_2_with_one_line(run, argv, needle):
 
 
 def test_param_values_are_json_when_possible():
-    from datasets_hub.cli import _param
+    from datasets_hub.cli import parse_param as _param
 
     assert _param("steps=300") == ("steps", 300)
     assert _param("policy=random") == ("policy", "random")

@@ -14,7 +14,7 @@ from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import SamplerWithoutReplacement
-from datasets_hub.buffers.slice_samplers import SliceSampler
+from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.buffers.transforms import Rename
 

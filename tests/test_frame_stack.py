@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import datasets_hub
-from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
+from datasets_hub.buffers.frame_stack import FrameStack
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.samplers.frame_stack import FullStackSampler
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
 from fixtures.atari import CAP, ENDS, LENGTHS, SHAPE, DopamineBuffer, frame_id, play, save_checkpoint

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from datasets_hub.buffers.goal_sampler import CURRENT, RANDOM, GoalSampler
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler
+from datasets_hub.buffers.samplers.goal import CURRENT, RANDOM, GoalSampler
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.testing import FakeLoader, fake_episodes
 

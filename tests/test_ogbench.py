@@ -220,3 +220,101 @@ def test_empty_per_row_arrays_are_skipped_and_noted(tmp_path):
     td, _, notes = convert({"cube-single-play-v0.npz": tmp_path / "e.npz"})
     check(td, expected_transitions([arrays]))
     assert "info" not in td.keys() and notes["empty_arrays_skipped"] == ["button_states"]
+
+
+# -- single-task rewards (task=) ---------------------------------------------------------------------
+def test_task_rewards_follow_the_state_at_t_and_keep_episode_ends(tmp_path):
+    """pointmaze-medium task 3: goal cell (4, 2) -> xy (4, 12), tolerance 1.0. Rows placed at the goal,
+    at 0.99 and at 1.01 from it say which row's state the reward reads (t, as upstream) and the bound."""
+    arrays = write_ogbench(tmp_path / "m.npz", [3, 4], info=False)  # rows 0..3 | 4..8
+    qpos = np.full((9, 2), 50.0, dtype=np.float32)
+    qpos[1] = (4.0, 12.0)  # at the goal
+    qpos[2] = (4.0, 12.99)  # inside
+    qpos[3] = (4.0, 12.0)  # the final row of episode 0: no transition of its own, only a next state
+    qpos[5] = (5.01, 12.0)  # just outside
+    qpos[8] = (4.0, 11.5)  # final row of episode 1
+    np.savez(tmp_path / "m.npz", **arrays, qpos=qpos)
+    td, _, notes = convert(
+        {"pointmaze-medium-navigate-v0.npz": tmp_path / "m.npz"}, "ogbench/pointmaze-medium-navigate-v0", task=3
+    )
+    np.testing.assert_array_equal(td["next", "reward"].numpy().reshape(-1), [-1, 0, 0, -1, -1, -1, -1])
+    np.testing.assert_array_equal(td["info", "success"].numpy().reshape(-1), [0, 1, 1, 0, 0, 0, 0])
+    np.testing.assert_array_equal(td["next", "info", "success"].numpy().reshape(-1), [1, 1, 1, 0, 0, 0, 1])
+    np.testing.assert_array_equal(td["next", "truncated"].numpy().reshape(-1), [0, 0, 1, 0, 0, 0, 1])
+    assert not td["next", "terminated"].any() and td["next", "reward"].dtype == torch.float32
+    assert "task 3" in notes["rewards"]
+
+
+def test_task_rewards_of_manipulation_count_subgoals(tmp_path):
+    """puzzle-3x3 task 4 (every button on): reward = buttons on - 9, success = all nine."""
+    arrays = write_ogbench(tmp_path / "p.npz", [4], info=False)
+    buttons = np.ones((5, 9), dtype=np.int64)
+    buttons[0, :3] = 0
+    buttons[2, 8] = 0
+    np.savez(tmp_path / "p.npz", **arrays, button_states=buttons)
+    td, _, _ = convert({"puzzle-3x3-play-v0.npz": tmp_path / "p.npz"}, "ogbench/puzzle-3x3-play-v0", task=4)
+    np.testing.assert_array_equal(td["next", "reward"].numpy().reshape(-1), [-3, 0, -1, 0])
+    np.testing.assert_array_equal(td["info", "success"].numpy().reshape(-1), [0, 1, 0, 1])
+
+
+def test_task_param_and_singletask_ids():
+    import datasets_hub as dh
+
+    loader = OGBenchLoader()
+    entry = loader.entry_for("ogbench/cube-double-play-singletask-task5-v0")
+    assert entry["params"] == {"dataset": "cube-double-play-v0", "task": 5}
+    # no -taskN: the environment's default task (set_tasks: reward_task_id 0)
+    for name, task in (
+        ("antmaze-large-navigate", 1),
+        ("antsoccer-arena-stitch", 4),
+        ("visual-cube-single-play", 2),
+        ("scene-noisy", 2),
+        ("puzzle-4x4-play", 4),
+        ("puzzle-4x6-noisy", 2),
+    ):
+        assert loader.entry_for(f"ogbench/{name}-singletask-v0")["params"]["task"] == task, name
+    assert loader.entry_for("ogbench/scene-play-singletask-task2-v0-val")["params"] == {
+        "dataset": "scene-play-v0",
+        "task": 2,
+        "split": "val",
+    }
+    for bad in ("ogbench/powderworld-easy-play-singletask-v0", "ogbench/nope-singletask-v0", "ogbench/scene-play-v0"):
+        assert loader.entry_for(bad) is None, bad
+    info = dh.info("ogbench/cube-single-noisy-singletask-task1-v0")
+    assert info.params["task"] == 1 and info.params["dataset"] == "cube-single-noisy-v0"
+    for dataset, task, match in (
+        ("scene-play-v0", 0, "task must be"),
+        ("scene-play-v0", 6, "task must be"),
+        ("scene-play-v0", True, "task must be"),
+        ("powderworld-easy-play-v0", 1, "no single-task variant"),
+    ):
+        with pytest.raises(InvalidParameter, match=match):
+            loader.resources(DatasetSpec(id=f"ogbench/{dataset}", loader="ogbench", params={"task": task}))
+
+
+def test_task_rewards_need_the_stored_state(tmp_path):
+    write_ogbench(tmp_path / "v.npz", [3], info=False)
+    with pytest.raises(LoaderError, match="qpos"):
+        convert({"cube-single-play-v0.npz": tmp_path / "v.npz"}, task=1)
+    arrays = write_ogbench(tmp_path / "b.npz", [3], info=False)
+    np.savez(tmp_path / "b.npz", **arrays, button_states=np.zeros((4, 8), dtype=np.int64))  # 3x3 has 9 buttons
+    with pytest.raises(LoaderError, match="button_states"):
+        convert({"puzzle-3x3-play-v0.npz": tmp_path / "b.npz"}, "ogbench/puzzle-3x3-play-v0", task=1)
+
+
+def test_task_is_part_of_the_fingerprint(tmp_path, monkeypatch):
+    import datasets_hub as dh
+
+    from fixtures.http_server import serve_files
+    from fixtures.ogbench_files import write_task_file
+
+    write_task_file(tmp_path / "f.npz", "scene-play-v0", [6, 9])
+    with serve_files({"datasets/ogbench/scene-play-v0.npz": (tmp_path / "f.npz").read_bytes()}) as server:
+        monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OGBENCH", server.base_url)
+        plain = dh.load("ogbench/scene-play-v0")
+        two = dh.load("ogbench/scene-play-singletask-task2-v0")
+        four = dh.load("ogbench/scene-play-v0", task=4)
+    assert len({plain.storage.path, two.storage.path, four.storage.path}) == 3
+    assert torch.isnan(plain[:]["next", "reward"]).all()
+    assert not torch.equal(two[:]["next", "reward"], four[:]["next", "reward"])
+    assert (two[:]["next", "reward"] <= 0).all() and two[:]["info", "success"].shape == (15, 1)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.buffers.prioritized import PrioritizedSampler, min_tree, sum_tree
+from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, min_tree, sum_tree
 from datasets_hub.buffers.storages import Storage
 
 

@@ -14,7 +14,7 @@ from tensordict import TensorDict
 
 from datasets_hub.buffers.prioritized_buffers import TensorDictPrioritizedReplayBuffer
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.buffers.slice_samplers import SliceSampler
+from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.build import build
 from datasets_hub.dataset_storage import DatasetStorage

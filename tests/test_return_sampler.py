@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.buffers.return_sampler import NStepReturnSampler
 from datasets_hub.buffers.samplers import RandomSampler
+from datasets_hub.buffers.samplers.n_step import NStepReturnSampler
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.testing import fake_episodes
 

@@ -43,7 +43,8 @@ def test_every_transition_of_every_episode(tmp_path, chunk_rows):
 
 
 def test_load_over_http_with_endpoint_frames_stored_once_and_frame_stacks(tmp_path, monkeypatch):
-    from datasets_hub.buffers.frame_stack import FrameStack, FullStackSampler
+    from datasets_hub.buffers.frame_stack import FrameStack
+    from datasets_hub.buffers.samplers.frame_stack import FullStackSampler
 
     from fixtures.http_server import serve_files
 

@@ -7,7 +7,8 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.slice_samplers import PrioritizedSliceSampler, SliceSampler, SliceSamplerWithoutReplacement
+from datasets_hub.buffers.samplers.prioritized import PrioritizedSliceSampler
+from datasets_hub.buffers.samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
 from datasets_hub.buffers.storages import Storage
 
 LENGTHS = [50, 3, 20, 100, 7, 40]

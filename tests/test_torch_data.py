@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.buffers.slice_samplers import SliceSampler
+from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.build import build
 from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter

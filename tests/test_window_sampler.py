@@ -7,8 +7,8 @@ import torch
 
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler
+from datasets_hub.buffers.samplers.window import WindowSampler, pad_key
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
-from datasets_hub.buffers.window_sampler import WindowSampler, pad_key
 from datasets_hub.testing import FakeLoader, fake_episodes
 
 LENGTHS = [12, 3, 1, 9, 20]

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.samplers.base import Sampler
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.buffers.writers import Writer
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
-from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.samplers.base import Sampler
 from datasets_hub.buffers.storages import ListStorage, Storage
 
 
@@ -21,10 +21,10 @@ def _prioritized_sampler(
     storage: Storage, alpha: float, beta: float, eps: float, reduction: str, dtype: torch.dtype
 ) -> Sampler:
     try:
-        from datasets_hub.buffers.prioritized import PrioritizedSampler
+        from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler
     except ImportError as exc:  # the module belongs to the samplers layer
         raise ImportError(
-            f"PrioritizedSampler is unavailable (datasets_hub.buffers.prioritized failed to import: {exc})"
+            f"PrioritizedSampler is unavailable (datasets_hub.buffers.samplers.prioritized failed to import: {exc})"
         ) from exc
     return PrioritizedSampler(storage.max_size, alpha, beta, eps=eps, dtype=dtype, reduction=reduction)
 

@@ -24,8 +24,9 @@ import torch
 from tensordict import TensorDictBase, is_tensorclass
 
 from datasets_hub.buffers import multidim as mdim
-from datasets_hub.buffers.prioritized import as_index, check_reduction, reduce_trailing
-from datasets_hub.buffers.samplers import RandomSampler, Sampler
+from datasets_hub.buffers.samplers.base import Sampler
+from datasets_hub.buffers.samplers.prioritized import as_index, check_reduction, reduce_trailing
+from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer

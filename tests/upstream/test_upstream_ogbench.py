@@ -4,6 +4,10 @@
 need mujoco and dm_control). The reader module ``ogbench/utils.py`` is loaded from the installed package with
 that ``__init__`` not executed: :func:`upstream_reader` registers an empty ``ogbench`` package pointing at the
 installed directory, so ``ogbench.utils`` and ``ogbench.relabel_utils`` are upstream's files, byte for byte.
+
+Single-task rewards (``task=``) are checked against upstream's whole path, ``ogbench.make_env_and_datasets`` on
+a ``-singletask`` name, with the real environments (mujoco, dm_control and gymnasium are in
+``requirements.txt``; the envs are state-based, nothing is rendered).
 """
 
 from __future__ import annotations
@@ -20,12 +24,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared fixture writer
 
-from upstream_ref import upstream_required
+from upstream_ref import upstream, upstream_required
 
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.loaders.ogbench import OGBenchLoader
 
-from fixtures.ogbench_files import write_ogbench
+from fixtures.ogbench_files import write_ogbench, write_task_file
 
 
 def upstream_reader():
@@ -118,3 +122,49 @@ def test_compact_form_matches_upstream(tmp_path, case):
     single_row = [r for r in final if r == 0 or theirs["valids"][r - 1] == 0]  # trajectories without transitions
     kept = [r for r in final if r not in single_row]
     np.testing.assert_array_equal(mine["next_observations"][ends], theirs["observations"][kept])
+
+
+# One single-task name per environment kind (upstream's names: <dataset>-singletask[-taskN]-v0).
+TASK_CASES = [
+    "pointmaze-medium-navigate-singletask-task3-v0",
+    "antmaze-large-navigate-singletask-v0",
+    "humanoidmaze-giant-stitch-singletask-task5-v0",
+    "antmaze-teleport-explore-singletask-task2-v0",
+    "antsoccer-arena-navigate-singletask-v0",
+    "antsoccer-medium-stitch-singletask-task1-v0",
+    "cube-single-play-singletask-task1-v0",
+    "cube-double-play-singletask-v0",
+    "cube-triple-noisy-singletask-task5-v0",
+    "cube-quadruple-play-singletask-task3-v0",
+    "scene-play-singletask-v0",
+    "scene-noisy-singletask-task4-v0",
+    "puzzle-3x3-play-singletask-v0",
+    "puzzle-4x4-play-singletask-task2-v0",
+    "puzzle-4x5-noisy-singletask-task5-v0",
+    "puzzle-4x6-play-singletask-v0",
+]
+
+
+@pytest.mark.parametrize("name", TASK_CASES)
+def test_single_task_rewards_match_make_env_and_datasets(tmp_path, name):
+    ogbench = upstream("ogbench")  # the real package: its environments need mujoco and dm_control
+    entry = OGBenchLoader().entry_for(f"ogbench/{name}")
+    assert entry is not None, name
+    dataset = entry["params"]["dataset"]
+    path = tmp_path / f"{dataset}.npz"
+    write_task_file(path, dataset, [7, 0, 12, 30, 5], seed=len(name))
+    write_task_file(tmp_path / f"{dataset}-val.npz", dataset, [3, 4], seed=1)
+    _, theirs, _ = ogbench.make_env_and_datasets(name, dataset_path=str(path), add_info=True)
+    spec = DatasetSpec(id=f"ogbench/{name}", loader="ogbench", params=entry["params"])
+    td = torch.cat(list(OGBenchLoader().episodes(spec, {f"{dataset}.npz": path}, LoaderContext(chunk_rows=9))))
+    reward = td["next", "reward"].numpy().reshape(-1)
+    success = td["info", "success"].numpy().reshape(-1)
+    np.testing.assert_array_equal(td["info", "qpos"].numpy(), theirs["qpos"])  # the same transitions, in order
+    np.testing.assert_array_equal(reward, theirs["rewards"])
+    assert reward.dtype == theirs["rewards"].dtype == np.float32
+    np.testing.assert_array_equal(1.0 - success, theirs["masks"])
+    np.testing.assert_array_equal(td["next", "truncated"].numpy().reshape(-1), theirs["terminals"] > 0)
+    assert 0 < success.sum() < success.size, "the fixture must hold successes and failures"
+    # the next state's flag is the following state's own flag within each episode
+    inner = ~td["next", "truncated"].numpy().reshape(-1)
+    np.testing.assert_array_equal(td["next", "info", "success"].numpy().reshape(-1)[inner], success[1:][inner[:-1]])

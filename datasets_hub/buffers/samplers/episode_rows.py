@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.samplers import Sampler
-from datasets_hub.buffers.slice_samplers import SliceSampler
+from datasets_hub.buffers.samplers.base import Sampler
+from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any
@@ -128,7 +128,7 @@ class AnchorSampler(Sampler):
     Anchors come from ``sampler`` when given (its index and info are kept, so these samplers compose:
     a goal sampler over slices, windows around prioritized rows), else uniformly from every row that
     lies inside an episode. Episode boundaries come from ``traj_key`` / ``end_key`` as in
-    :class:`~datasets_hub.buffers.slice_samplers.SliceSampler`. The buffer's generator reaches the
+    :class:`~datasets_hub.buffers.samplers.slice.SliceSampler`. The buffer's generator reaches the
     inner sampler too, so one seed fixes every draw.
     """
 

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from datasets_hub.buffers.episode_rows import AnchorSampler
-from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.samplers.base import Sampler
+from datasets_hub.buffers.samplers.episode_rows import AnchorSampler
 from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any

@@ -2,7 +2,8 @@
 
 The trees are flat tensors updated and searched one *level* at a time with tensor ops, so the
 cost of a batch is ``O(batch * log capacity)`` tensor work and ``O(log capacity)`` Python steps,
-never a Python loop per item.
+never a Python loop per item. :class:`PrioritizedSampler` draws transitions by priority,
+:class:`PrioritizedSliceSampler` slices whose start row is drawn by priority.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.samplers.slice import SliceSampler
+from datasets_hub.buffers.samplers.slice_layout import SliceLayout
 from datasets_hub.buffers.storages import Storage
+
+NestedKey = Any
 
 #: how several priorities become one (per-step priorities of one item, repeated indices): TorchRL's set
 REDUCTIONS = ("max", "min", "mean", "median")
@@ -97,20 +102,6 @@ def min_tree(capacity: int) -> SegmentTree:
 
 def max_tree(capacity: int) -> SegmentTree:
     return SegmentTree(capacity, torch.maximum, 0.0)
-
-
-def as_index(index: Any) -> torch.Tensor:
-    """``index`` as an int64 tensor; floats (``1.5``, a float tensor) are a ``TypeError``, never truncated."""
-    if not isinstance(index, torch.Tensor):
-        array = np.asarray(index)
-        if array.dtype == object or array.dtype.kind not in "iu":
-            raise TypeError(
-                f"row indices must be integers, got {array.dtype} ({index!r:.60}); pass the 'index' a sample returned"
-            )
-        index = torch.from_numpy(np.ascontiguousarray(array))
-    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
-        raise TypeError(f"row indices must be integers, got a {index.dtype} tensor; pass the 'index' a sample returned")
-    return index.to(torch.int64)
 
 
 def check_reduction(reduction: str) -> str:
@@ -313,3 +304,144 @@ class PrioritizedSampler(Sampler):
             f"PrioritizedSampler(max_capacity={self.max_capacity}, alpha={self.alpha}, beta={self.beta}, "
             f"eps={self.eps}, reduction={self.reduction!r})"
         )
+
+
+class PrioritizedSliceSampler(SliceSampler):
+    """Slices whose start row is drawn by priority.
+
+    Priorities are per transition (row), as in :class:`PrioritizedSampler`: ``q_i = (p_i + eps) **
+    alpha``, new rows get the largest priority seen, ``update_priority(index, priority)`` sets
+    ``p`` for the given rows (pass the sampled index and one priority per row, or per slice start).
+    A slice starting at valid start row ``i`` (same valid starts as :class:`SliceSampler`) is drawn
+    with probability ``q_i / sum_{j valid} q_j``: only the start row's priority matters. Each row
+    of a slice carries the slice's importance weight ``_weight = (q_i / min_{j valid} q_j) ** -beta``
+    (the Schaul et al. weight of the drawn start, normalised so the largest is 1).
+    Valid starts are re-derived after each write (``O(max_capacity)`` once per write, then
+    ``O(batch * log capacity)`` per call).
+    """
+
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        max_priority_within_buffer: bool = False,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        traj_key: NestedKey | None = None,
+        end_key: NestedKey | None = None,
+        strict_length: bool = True,
+        cache_values: bool = True,
+        truncated_key: NestedKey | None = ("next", "truncated"),
+    ) -> None:
+        super().__init__(
+            num_slices=num_slices,
+            slice_len=slice_len,
+            traj_key=traj_key,
+            end_key=end_key,
+            strict_length=strict_length,
+            cache_values=cache_values,
+            truncated_key=truncated_key,
+        )
+        self._prio = PrioritizedSampler(max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer)
+        self._trees: tuple | None = None  # (layout, valid mask, sum tree, min tree) of valid starts
+
+    @property
+    def max_capacity(self) -> int:
+        return self._prio.max_capacity
+
+    @property
+    def alpha(self) -> float:
+        return self._prio.alpha
+
+    @property
+    def beta(self) -> float:
+        return self._prio.beta
+
+    def _on_new_episodes(self, storage: Storage) -> None:
+        self._trees = None
+
+    def _start_trees(self, layout: SliceLayout) -> tuple:
+        if self._trees is None or self._trees[0] is not layout:
+            cap = self._prio.max_capacity
+            mask = layout.valid_start_mask(cap)
+            q = self._prio.sampling_weights()
+            s_tree, m_tree = sum_tree(cap), min_tree(cap)
+            s_tree.fill_(torch.where(mask, q, 0.0))
+            m_tree.fill_(torch.where(mask & (q > 0), q, torch.inf))
+            self._trees = (layout, mask, s_tree, m_tree)
+        return self._trees
+
+    def add(self, index: int) -> None:
+        self._prio.add(index)
+        super().add(index)
+
+    def extend(self, index: torch.Tensor) -> None:
+        self._prio.extend(index)
+        super().extend(index)
+
+    def update_priority(self, index: Any, priority: Any) -> None:
+        self._prio.update_priority(index, priority)
+        if self._trees is not None:
+            _, mask, s_tree, m_tree = self._trees
+            rows = torch.unique(as_index(index).reshape(-1))
+            q = self._prio.sampling_weights(rows)
+            valid = mask[rows]
+            s_tree.set_(rows, torch.where(valid, q, 0.0))
+            m_tree.set_(rows, torch.where(valid, q, torch.inf))
+
+    def priorities(self, index: Any) -> torch.Tensor:
+        """The stored ``q = (p + eps) ** alpha`` of rows ``index``."""
+        return self._prio.priorities(index)
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        if getattr(storage, "ndim", 1) > 1:
+            raise NotImplementedError(
+                "PrioritizedSliceSampler on a multi-dimensional storage is not supported: use SliceSampler "
+                "(uniform slices within each environment's column), or PrioritizedSampler for transitions"
+            )
+        num_slices, slice_len = self._shape(batch_size)
+        if len(storage) == 0:
+            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+        if len(storage) > self._prio.max_capacity:
+            raise ValueError(
+                f"the storage holds {len(storage)} rows but max_capacity={self._prio.max_capacity}: build "
+                "the sampler with max_capacity >= the storage's max_size"
+            )
+        layout = self._layout(storage, slice_len)
+        _, _, s_tree, m_tree = self._start_trees(layout)
+        total = s_tree.root
+        if total <= 0:
+            raise RuntimeError(
+                "PrioritizedSliceSampler has no priorities for the stored rows: write data through the "
+                "buffer (it calls sampler.extend) or call sampler.extend(indices) yourself"
+            )
+        mass = torch.rand(num_slices, dtype=torch.float64, generator=self.generator) * total
+        rows = s_tree.find_prefix(mass)
+        lengths = layout.slice_lengths(rows)
+        index = self._expand(rows, slice_len, lengths)
+        info = self._info(storage, index, num_slices, slice_len, lengths)
+        weight = torch.pow(s_tree[rows] / m_tree.root, -self._prio.beta).to(self._prio.dtype)
+        if lengths is None:
+            weight = weight.repeat_interleave(slice_len)
+        else:
+            weight = weight.repeat_interleave(lengths)
+        info["_weight"] = weight
+        return index, info
+
+    def empty(self) -> None:
+        super().empty()
+        self._prio.empty()
+        self._trees = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"write_end": self._write_end, "priorities": self._prio.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._prio.load_state_dict(state_dict["priorities"])
+        self._trees = None

@@ -26,7 +26,7 @@ The full target is ``G + discount * mask * V(s_{t+m})``. What a sample gains (``
 with the buffer's generator. The column must have been computed with the same ``gamma`` (the sampler
 cannot know which ``gamma`` a stored column used; name it after its ``gamma`` when you store several).
 Decision Transformer's undiscounted return-to-go is the column itself with ``gamma = 1``
-(``ReturnToGo(1.0)``); windows of it come from :class:`~datasets_hub.buffers.window_sampler.WindowSampler`.
+(``ReturnToGo(1.0)``); windows of it come from :class:`~datasets_hub.buffers.samplers.window.WindowSampler`.
 Precision: ``G`` is a difference of two stored values, exact to about ``eps(dtype) * |R|``; store the
 column as float64 (``ReturnToGo(gamma, dtype=torch.float64)``) when rewards are large or episodes long.
 """
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from datasets_hub.buffers.episode_rows import AnchorSampler
-from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.samplers.base import Sampler
+from datasets_hub.buffers.samplers.episode_rows import AnchorSampler
 from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any

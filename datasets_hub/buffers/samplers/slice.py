@@ -31,8 +31,8 @@ import torch
 
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.prioritized import PrioritizedSampler, as_index, min_tree, sum_tree
-from datasets_hub.buffers.samplers import Sampler
+from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.samplers.slice_layout import SliceLayout
 from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any
@@ -42,54 +42,6 @@ _DEFAULT_END_KEY = ("next", "done")
 
 def _replace_last(key: NestedKey, name: str) -> NestedKey:
     return name if isinstance(key, str) else (*key[:-1], name)
-
-
-class _Layout:
-    """Episodes of one storage version and, for one slice length, where the valid slice starts are.
-
-    Valid starts of an episode of length ``L`` for slices of ``s`` rows: ``L - s + 1`` of them when
-    ``L >= s``; when ``L < s`` none (``strict_length=True``) or one, the episode's first row,
-    giving a slice of ``L`` rows (``strict_length=False``). Starts are numbered episode after
-    episode; ``base[e] + u`` maps start number ``u`` of (kept) episode ``e`` to its storage row.
-    """
-
-    def __init__(self, episodes: EpisodeIndex, slice_len: int, strict: bool) -> None:
-        start, length = episodes.start, episodes.length
-        self.start, self.length = start, length
-        self.slice_len, self.strict = slice_len, strict
-        count = length - slice_len + 1
-        count = count.clamp_min(0) if strict else torch.where(length >= slice_len, count, torch.ones_like(count))
-        keep = count > 0
-        self.uniform_len = bool((length[keep] >= slice_len).all()) if keep.any() else True
-        self.k_start, self.k_length, k_count = start[keep], length[keep], count[keep]
-        excl = torch.cumsum(k_count, 0) - k_count
-        self.excl = excl.contiguous()
-        self.bounds = excl[1:].contiguous()  # searchsorted(bounds, u, right=True) is u's episode
-        self.base = (self.k_start - excl).contiguous()
-        # numpy twins for the per-call path: on arrays of a few slices numpy ops cost ~1 us, torch ~5
-        self.bounds_np, self.base_np = self.bounds.numpy(), self.base.numpy()
-        self.total = int(k_count.sum()) if k_count.numel() else 0
-        self.count = k_count
-
-    def valid_start_mask(self, size: int) -> torch.Tensor:
-        """Bool ``[size]``: True at the rows that are valid slice starts."""
-        mask = torch.zeros(size, dtype=torch.bool)
-        if self.total:
-            rows = torch.arange(self.total) + torch.repeat_interleave(self.base, self.count)
-            mask[rows] = True
-        return mask
-
-    def rows_of(self, u: torch.Tensor) -> torch.Tensor:
-        """Storage rows of start numbers ``u`` (each in ``[0, total)``)."""
-        e = torch.searchsorted(self.bounds, u, right=True)
-        return u + torch.index_select(self.base, 0, e)
-
-    def slice_lengths(self, rows: torch.Tensor) -> torch.Tensor | None:
-        """Length of the slice starting at each row, or None when every slice is full."""
-        if self.uniform_len:
-            return None
-        e = torch.searchsorted(self.k_start, rows, right=True) - 1
-        return torch.minimum(self.k_start[e] + self.k_length[e] - rows, torch.tensor(self.slice_len))
 
 
 class SliceSampler(Sampler):
@@ -135,7 +87,7 @@ class SliceSampler(Sampler):
         self._write_end: int | None = None  # one past the last row the buffer wrote
         self._cache_key: tuple | None = None
         self._episodes: EpisodeIndex | None = None
-        self._layouts: dict[int, _Layout] = {}
+        self._layouts: dict[int, SliceLayout] = {}
         self._done: torch.Tensor | None = None
         self._done_np: Any = None
         self._done_key_seen: tuple | None = None
@@ -285,11 +237,11 @@ class SliceSampler(Sampler):
         """Hook for subclasses: the episode structure changed."""
         return None
 
-    def _layout(self, storage: Storage, slice_len: int) -> _Layout:
+    def _layout(self, storage: Storage, slice_len: int) -> SliceLayout:
         episodes = self.episodes(storage)
         layout = self._layouts.get(slice_len)
         if layout is None:
-            layout = _Layout(episodes, slice_len, self.strict_length)
+            layout = SliceLayout(episodes, slice_len, self.strict_length)
             if layout.total == 0:
                 self._no_valid_start(episodes, slice_len)
             self._layouts[slice_len] = layout
@@ -370,12 +322,12 @@ class SliceSampler(Sampler):
         first = torch.cumsum(lengths, 0) - lengths
         return torch.repeat_interleave(rows - first, lengths, output_size=total) + torch.arange(total)
 
-    def _starts(self, layout: _Layout, num_slices: int) -> torch.Tensor:
+    def _starts(self, layout: SliceLayout, num_slices: int) -> torch.Tensor:
         u = torch.randint(layout.total, (num_slices,), generator=self.generator)
         return layout.rows_of(u)
 
     def _sample_full(
-        self, storage: Storage, layout: _Layout, num_slices: int, slice_len: int
+        self, storage: Storage, layout: SliceLayout, num_slices: int, slice_len: int
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """The hot path when every slice is full: one torch draw, then a few numpy ops on the batch."""
         u = torch.randint(layout.total, (num_slices,), generator=self.generator).numpy()
@@ -569,144 +521,3 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._lens = state_dict["lens"].clone() if has else None
         sig = state_dict["epoch_sig"]
         self._epoch_sig = tuple(sig) if sig is not None else None
-
-
-class PrioritizedSliceSampler(SliceSampler):
-    """Slices whose start row is drawn by priority.
-
-    Priorities are per transition (row), as in :class:`PrioritizedSampler`: ``q_i = (p_i + eps) **
-    alpha``, new rows get the largest priority seen, ``update_priority(index, priority)`` sets
-    ``p`` for the given rows (pass the sampled index and one priority per row, or per slice start).
-    A slice starting at valid start row ``i`` (same valid starts as :class:`SliceSampler`) is drawn
-    with probability ``q_i / sum_{j valid} q_j``: only the start row's priority matters. Each row
-    of a slice carries the slice's importance weight ``_weight = (q_i / min_{j valid} q_j) ** -beta``
-    (the Schaul et al. weight of the drawn start, normalised so the largest is 1).
-    Valid starts are re-derived after each write (``O(max_capacity)`` once per write, then
-    ``O(batch * log capacity)`` per call).
-    """
-
-    def __init__(
-        self,
-        max_capacity: int,
-        alpha: float,
-        beta: float,
-        eps: float = 1e-8,
-        dtype: torch.dtype = torch.float,
-        reduction: str = "max",
-        max_priority_within_buffer: bool = False,
-        *,
-        num_slices: int | None = None,
-        slice_len: int | None = None,
-        traj_key: NestedKey | None = None,
-        end_key: NestedKey | None = None,
-        strict_length: bool = True,
-        cache_values: bool = True,
-        truncated_key: NestedKey | None = ("next", "truncated"),
-    ) -> None:
-        super().__init__(
-            num_slices=num_slices,
-            slice_len=slice_len,
-            traj_key=traj_key,
-            end_key=end_key,
-            strict_length=strict_length,
-            cache_values=cache_values,
-            truncated_key=truncated_key,
-        )
-        self._prio = PrioritizedSampler(max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer)
-        self._trees: tuple | None = None  # (layout, valid mask, sum tree, min tree) of valid starts
-
-    @property
-    def max_capacity(self) -> int:
-        return self._prio.max_capacity
-
-    @property
-    def alpha(self) -> float:
-        return self._prio.alpha
-
-    @property
-    def beta(self) -> float:
-        return self._prio.beta
-
-    def _on_new_episodes(self, storage: Storage) -> None:
-        self._trees = None
-
-    def _start_trees(self, layout: _Layout) -> tuple:
-        if self._trees is None or self._trees[0] is not layout:
-            cap = self._prio.max_capacity
-            mask = layout.valid_start_mask(cap)
-            q = self._prio.sampling_weights()
-            s_tree, m_tree = sum_tree(cap), min_tree(cap)
-            s_tree.fill_(torch.where(mask, q, 0.0))
-            m_tree.fill_(torch.where(mask & (q > 0), q, torch.inf))
-            self._trees = (layout, mask, s_tree, m_tree)
-        return self._trees
-
-    def add(self, index: int) -> None:
-        self._prio.add(index)
-        super().add(index)
-
-    def extend(self, index: torch.Tensor) -> None:
-        self._prio.extend(index)
-        super().extend(index)
-
-    def update_priority(self, index: Any, priority: Any) -> None:
-        self._prio.update_priority(index, priority)
-        if self._trees is not None:
-            _, mask, s_tree, m_tree = self._trees
-            rows = torch.unique(as_index(index).reshape(-1))
-            q = self._prio.sampling_weights(rows)
-            valid = mask[rows]
-            s_tree.set_(rows, torch.where(valid, q, 0.0))
-            m_tree.set_(rows, torch.where(valid, q, torch.inf))
-
-    def priorities(self, index: Any) -> torch.Tensor:
-        """The stored ``q = (p + eps) ** alpha`` of rows ``index``."""
-        return self._prio.priorities(index)
-
-    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        if getattr(storage, "ndim", 1) > 1:
-            raise NotImplementedError(
-                "PrioritizedSliceSampler on a multi-dimensional storage is not supported: use SliceSampler "
-                "(uniform slices within each environment's column), or PrioritizedSampler for transitions"
-            )
-        num_slices, slice_len = self._shape(batch_size)
-        if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
-        if len(storage) > self._prio.max_capacity:
-            raise ValueError(
-                f"the storage holds {len(storage)} rows but max_capacity={self._prio.max_capacity}: build "
-                "the sampler with max_capacity >= the storage's max_size"
-            )
-        layout = self._layout(storage, slice_len)
-        _, _, s_tree, m_tree = self._start_trees(layout)
-        total = s_tree.root
-        if total <= 0:
-            raise RuntimeError(
-                "PrioritizedSliceSampler has no priorities for the stored rows: write data through the "
-                "buffer (it calls sampler.extend) or call sampler.extend(indices) yourself"
-            )
-        mass = torch.rand(num_slices, dtype=torch.float64, generator=self.generator) * total
-        rows = s_tree.find_prefix(mass)
-        lengths = layout.slice_lengths(rows)
-        index = self._expand(rows, slice_len, lengths)
-        info = self._info(storage, index, num_slices, slice_len, lengths)
-        weight = torch.pow(s_tree[rows] / m_tree.root, -self._prio.beta).to(self._prio.dtype)
-        if lengths is None:
-            weight = weight.repeat_interleave(slice_len)
-        else:
-            weight = weight.repeat_interleave(lengths)
-        info["_weight"] = weight
-        return index, info
-
-    def empty(self) -> None:
-        super().empty()
-        self._prio.empty()
-        self._trees = None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"write_end": self._write_end, "priorities": self._prio.state_dict()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        self._prio.load_state_dict(state_dict["priorities"])
-        self._trees = None

@@ -1,0 +1,76 @@
+"""The ``Sampler`` contract every sampler follows, and ``as_index`` (row indices as int64 tensors).
+
+Samplers return indices into a storage; they never read data they do not need (docs/guide/sampling.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from datasets_hub.buffers.storages import Storage
+
+
+class Sampler:
+    """Base contract of every sampler.
+
+    - ``sample(storage, batch_size) -> (index, info)``: ``index`` is a 1-D int64 tensor of storage
+      rows; ``info`` is a dict whose tensor entries of leading size ``len(index)`` are written into
+      TensorDict samples by the buffer (e.g. ``"_weight"``, ``("next", "truncated")``).
+    - ``generator`` (a ``torch.Generator`` or ``None``) is the only source of randomness: the same
+      seed gives the same batches, in every process.
+    - ``add(index)`` / ``extend(index)`` are called by the buffer after its writer wrote rows.
+    - ``ran_out`` is True when an epoch-style sampler has nothing left for the current epoch.
+    """
+
+    generator: torch.Generator | None = None
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        raise NotImplementedError
+
+    def add(self, index: int) -> None:
+        return None
+
+    def extend(self, index: torch.Tensor) -> None:
+        return None
+
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        raise RuntimeError(
+            f"{type(self).__name__} has no priorities; use PrioritizedSampler or PrioritizedSliceSampler"
+        )
+
+    _ran_out = False  # epoch-style samplers set it; the others never run out
+
+    @property
+    def ran_out(self) -> bool:
+        return self._ran_out
+
+    @ran_out.setter
+    def ran_out(self, value: bool) -> None:
+        # buffers reset the flag before iterating
+        self._ran_out = bool(value)
+
+    def empty(self) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return None
+
+
+def as_index(index: Any) -> torch.Tensor:
+    """``index`` as an int64 tensor; floats (``1.5``, a float tensor) are a ``TypeError``, never truncated."""
+    if not isinstance(index, torch.Tensor):
+        array = np.asarray(index)
+        if array.dtype == object or array.dtype.kind not in "iu":
+            raise TypeError(
+                f"row indices must be integers, got {array.dtype} ({index!r:.60}); pass the 'index' a sample returned"
+            )
+        index = torch.from_numpy(np.ascontiguousarray(array))
+    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+        raise TypeError(f"row indices must be integers, got a {index.dtype} tensor; pass the 'index' a sample returned")
+    return index.to(torch.int64)

@@ -1,0 +1,59 @@
+"""Where the valid slice starts of one storage's episodes are, for one slice length (docs/guide/sampling.md).
+
+Shared by :class:`~datasets_hub.buffers.samplers.slice.SliceSampler` and
+:class:`~datasets_hub.buffers.samplers.prioritized.PrioritizedSliceSampler`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from datasets_hub.buffers.episode_index import EpisodeIndex
+
+
+class SliceLayout:
+    """Episodes of one storage version and, for one slice length, where the valid slice starts are.
+
+    Valid starts of an episode of length ``L`` for slices of ``s`` rows: ``L - s + 1`` of them when
+    ``L >= s``; when ``L < s`` none (``strict_length=True``) or one, the episode's first row,
+    giving a slice of ``L`` rows (``strict_length=False``). Starts are numbered episode after
+    episode; ``base[e] + u`` maps start number ``u`` of (kept) episode ``e`` to its storage row.
+    """
+
+    def __init__(self, episodes: EpisodeIndex, slice_len: int, strict: bool) -> None:
+        start, length = episodes.start, episodes.length
+        self.start, self.length = start, length
+        self.slice_len, self.strict = slice_len, strict
+        count = length - slice_len + 1
+        count = count.clamp_min(0) if strict else torch.where(length >= slice_len, count, torch.ones_like(count))
+        keep = count > 0
+        self.uniform_len = bool((length[keep] >= slice_len).all()) if keep.any() else True
+        self.k_start, self.k_length, k_count = start[keep], length[keep], count[keep]
+        excl = torch.cumsum(k_count, 0) - k_count
+        self.excl = excl.contiguous()
+        self.bounds = excl[1:].contiguous()  # searchsorted(bounds, u, right=True) is u's episode
+        self.base = (self.k_start - excl).contiguous()
+        # numpy twins for the per-call path: on arrays of a few slices numpy ops cost ~1 us, torch ~5
+        self.bounds_np, self.base_np = self.bounds.numpy(), self.base.numpy()
+        self.total = int(k_count.sum()) if k_count.numel() else 0
+        self.count = k_count
+
+    def valid_start_mask(self, size: int) -> torch.Tensor:
+        """Bool ``[size]``: True at the rows that are valid slice starts."""
+        mask = torch.zeros(size, dtype=torch.bool)
+        if self.total:
+            rows = torch.arange(self.total) + torch.repeat_interleave(self.base, self.count)
+            mask[rows] = True
+        return mask
+
+    def rows_of(self, u: torch.Tensor) -> torch.Tensor:
+        """Storage rows of start numbers ``u`` (each in ``[0, total)``)."""
+        e = torch.searchsorted(self.bounds, u, right=True)
+        return u + torch.index_select(self.base, 0, e)
+
+    def slice_lengths(self, rows: torch.Tensor) -> torch.Tensor | None:
+        """Length of the slice starting at each row, or None when every slice is full."""
+        if self.uniform_len:
+            return None
+        e = torch.searchsorted(self.k_start, rows, right=True) - 1
+        return torch.minimum(self.k_start[e] + self.k_length[e] - rows, torch.tensor(self.slice_len))

@@ -1,0 +1,271 @@
+"""``datasets-hub list`` and ``info``: what the catalogue knows, and what the cache holds of it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from datasets_hub.cli.common import PROG, add_param, note, out, params_of, table
+from datasets_hub.errors import HubError, UnknownLoader, did_you_mean
+
+
+def register(sub: Any) -> None:
+    """Add these commands to the ``datasets-hub`` sub-command parsers ``sub``."""
+    p = sub.add_parser("list", help="known dataset ids (cached builds marked); never waits on the network")
+    p.add_argument("--loader", help="only this loader's ids (e.g. d4rl)")
+    p.add_argument(
+        "--search", help="only ids or descriptions with words starting with these words (hopper, hopper-med)"
+    )
+    p.add_argument(
+        "--refresh", action="store_true", help="first fetch the remote catalogues (e.g. Minari's), 5 s at most each"
+    )
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("info", help="the dataset card")
+    p.add_argument("id")
+    add_param(p)
+    p.add_argument("--json", action="store_true", help="print the card as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="draw episode return and length histograms (needs matplotlib)")
+    p.set_defaults(func=cmd_info)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from datasets_hub.cache import read_manifest
+    from datasets_hub.catalogue import all_entries, list_ids, refresh_remote_catalogues
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import cached_ids, catalogue_build
+    from datasets_hub.plugins import loader_names
+
+    if args.refresh:
+        for loader, outcome in refresh_remote_catalogues([args.loader] if args.loader else None).items():
+            note(f"remote catalogue of {loader}: {outcome}")
+    ids = list_ids(loader=args.loader, search=args.search)
+    if args.loader and not ids and args.loader not in loader_names():
+        raise UnknownLoader(
+            f"no loader named {args.loader!r} is installed (installed: "
+            f"{', '.join(loader_names())}).{did_you_mean(args.loader, loader_names())}"
+        )
+    entries = all_entries([args.loader] if args.loader else None)
+    built = cached_ids()
+    records = []
+    for dataset_id in ids:
+        entry = entries[dataset_id][0]
+        sizes = [r.get("size", r.get("bytes")) for r in entry.get("resources") or []]
+        record: dict[str, Any] = {
+            "id": dataset_id,
+            "cached": "",
+            "download_bytes": sum(sizes) if sizes and all(isinstance(x, int) for x in sizes) else None,
+            "download": "?" if sizes else "local",  # shown when download_bytes is None
+            "episodes": None,
+            "steps": None,
+            "description": str(entry.get("description", "")).strip(),
+        }
+        if entry.get("status"):  # e.g. a source removed upstream: say so before anything else
+            record["description"] = f"[{entry['status']}] {record['description']}"
+        if dataset_id in built:
+            record["cached"] = "other"  # only builds with overridden params, unless the catalogue's is there
+            try:
+                manifest = read_manifest(catalogue_build(dataset_id)[2])
+            except HubError:
+                manifest = None
+            if manifest is not None:
+                counts = manifest.get("counts", {})
+                record.update(cached="yes", episodes=counts.get("episodes"), steps=counts.get("transitions"))
+        records.append(record)
+    if args.json:
+        out(json.dumps(records, indent=1))
+        return 0
+    if not records:
+        out(
+            "no dataset matches"
+            + (f" --search {args.search!r}" if args.search else "")
+            + (f" --loader {args.loader!r}" if args.loader else "")
+        )
+        return 0
+
+    def count(value: Any) -> str:
+        return f"{value:,}" if isinstance(value, int) else "-"
+
+    rows = [
+        (
+            r["id"],
+            r["cached"] or "-",
+            human_bytes(r["download_bytes"]) if r["download_bytes"] is not None else r["download"],
+            count(r["episodes"]),
+            count(r["steps"]),
+            r["description"],
+        )
+        for r in records
+    ]
+    out(table(("id", "cached", "download", "episodes", "steps", "description"), rows, truncate_last=True))
+    cached = sum(1 for r in records if r["cached"] == "yes")
+    out(
+        f"\n{len(rows)} dataset(s), {cached} cached with the catalogue's params (cached 'other' = only builds "
+        "with --param overrides; episodes and steps are known once built; download '?' = size not in the catalogue, 'local' = generated here)"
+    )
+    return 0
+
+
+def _card(info: Any) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "loader": info.loader,
+        "params": info.params,
+        "description": info.description,
+        "metadata": info.metadata,
+        "source": info.source,
+        "resources": info.resources,
+        "cached": info.cached,
+        "build_path": str(info.build_path) if info.build_path else None,
+        "raw_bytes": info.raw_bytes,
+        "built_bytes": info.built_bytes,
+        "sample_keys": info.sample_keys,
+        "spaces": info.spaces,
+        "manifest": info.manifest,
+    }
+
+
+def _fmt_stats(stats: dict[str, Any]) -> str:
+    if not stats:
+        return "-"
+    return (
+        f"mean {stats.get('mean', float('nan')):.4g} ± {stats.get('std', float('nan')):.3g}  "
+        f"[min {stats.get('min', float('nan')):.4g}, max {stats.get('max', float('nan')):.4g}]"
+    )
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from datasets_hub.files import human_bytes
+    from datasets_hub.hub import info as hub_info
+    from datasets_hub.maintenance import catalogue_build
+
+    catalogue_build(args.id, params_of(args))  # checks the params with the loader (hub.info does not, yet)
+    card = hub_info(args.id, **params_of(args))
+    if args.plot:
+        _plot(card, Path(args.plot))
+    if args.json:
+        out(json.dumps(_card(card), indent=1, sort_keys=True, default=str))
+        return 0
+    meta = card.metadata
+    lines = [card.id, ""]
+
+    def row(label: str, value: Any) -> None:
+        lines.append(f"  {label:<15} {value}")
+
+    row("description", card.description or "-")
+    row(
+        "loader",
+        card.loader
+        + (
+            f" (format_version {card.manifest['loader_format_version']})"
+            if "loader_format_version" in card.manifest
+            else ""
+        ),
+    )
+    row("params", json.dumps(card.params, sort_keys=True))
+    row("license", meta.get("license", "-"))
+    row("citation", meta.get("citation", "-"))
+    row("catalogue", card.source)
+    extra = {k: v for k, v in meta.items() if k not in ("license", "citation", "description")}
+    for key, value in sorted(extra.items()):
+        row(key, value)
+    if card.resources:
+        lines.append("  resources")
+        for res in card.resources:
+            lines.append(f"    - {res.get('name')}  {' | '.join(res.get('urls', []))}")
+            lines.append(
+                f"      sha256 {res.get('sha256') or '(recorded at first download)'}  "
+                f"size {human_bytes(res['size']) if res.get('size') is not None else '?'}"
+            )
+    else:
+        row("resources", "none (generated locally)")
+    row("cached", f"yes  {card.build_path}" if card.cached else f"no (run `{PROG} download {card.id}`)")
+    row("raw bytes", human_bytes(card.raw_bytes))
+    if not card.cached:
+        out(lines)
+        return 0
+    row("built bytes", human_bytes(card.built_bytes))
+    counts = card.counts
+    row("transitions", f"{counts.get('transitions', '?'):,}" if isinstance(counts.get("transitions"), int) else "?")
+    row(
+        "episodes",
+        f"{counts.get('episodes', '?')} (terminated {counts.get('episodes_terminated', '?')}, "
+        f"truncated {counts.get('episodes_truncated', '?')}, "
+        f"unflagged end {counts.get('episodes_unflagged_end', '?')})",
+    )
+    row("episode return", _fmt_stats(card.stats.get("episode_return", {})))
+    row("episode length", _fmt_stats(card.stats.get("episode_length", {})))
+    lines.append("  sample (one transition; a batch of B adds a leading B)")
+    sample_rows = [(name, spec["dtype"], tuple(spec["shape"])) for name, spec in card.sample_keys.items()]
+    lines += ["    " + line for line in table(("key", "dtype", "shape"), sample_rows)]
+    for name, space in card.spaces.items():
+        if name.endswith("_space"):
+            lines.append(f"  {name.replace('_', ' '):<15} {_space_text(space)}")
+    if card.notes:
+        lines.append("  notes")
+        lines += [f"    {k}: {json.dumps(v, default=str)}" for k, v in sorted(card.notes.items())]
+    m = card.manifest
+    lines.append("  provenance")
+    lines.append(
+        f"    created {m.get('created', '?')} by datasets_hub {m.get('hub_version', '?')} "
+        f"in {m.get('build_seconds', '?')} s; fingerprint {m.get('fingerprint', '?')}"
+    )
+    for src in m.get("sources") or []:
+        lines.append(
+            f"    source {src.get('name')}  {src.get('url')}  sha256 {src.get('sha256')}  "
+            f"{human_bytes(src['bytes']) if src.get('bytes') is not None else '?'}"
+        )
+    if args.plot:
+        lines.append(f"\n  histograms written to {args.plot}")
+    out(lines)
+    return 0
+
+
+def _space_text(space: Any) -> str:
+    """A gymnasium space as recorded upstream (JSON), shortened for one line."""
+    if isinstance(space, dict) and "type" in space:
+        shape = space.get("shape")
+        dtype = space.get("dtype")
+        extra = f" n={space['n']}" if "n" in space else ""
+        if space.get("subspaces"):
+            inner = space["subspaces"]
+            names = ", ".join(inner) if isinstance(inner, dict) else f"{len(inner)} subspaces"
+            return f"{space['type']}({names})"
+        return f"{space['type']}{tuple(shape) if shape is not None else ''} {dtype or ''}{extra}".strip()
+    text = json.dumps(space, default=str)
+    return text if len(text) <= 100 else text[:99] + "…"
+
+
+def _plot(card: Any, target: Path) -> None:
+    from datasets_hub.errors import CacheError, MissingDependency
+
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise MissingDependency(
+            "--plot needs matplotlib, which is not installed. Fix: pip install 'datasets-hub[plot]'"
+        ) from exc
+    if not card.cached:
+        raise CacheError(f"{card.id!r} is not built yet, so there is nothing to plot; run `{PROG} download {card.id}`")
+    from datasets_hub.dataset_storage import DatasetStorage
+
+    storage = DatasetStorage(card.build_path)
+    returns = storage.episode_returns.numpy()
+    lengths = storage.episode_index().length.numpy()
+    fig = Figure(figsize=(10, 4))
+    FigureCanvasAgg(fig)
+    for ax, values, label in zip(
+        fig.subplots(1, 2), (returns, lengths), ("episode return", "episode length"), strict=True
+    ):
+        ax.hist(values, bins=min(50, max(5, len(values) // 2)))
+        ax.set_xlabel(label)
+        ax.set_ylabel("episodes")
+        ax.set_title(f"{label} ({len(values)} episodes)")
+    fig.suptitle(card.id)
+    fig.tight_layout()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target)
