@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.nested_keys import Key, parse_key, put
+from datasets_hub.buffers.nested_keys import Key, nest, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
 from datasets_hub.errors import CacheError
@@ -23,10 +23,10 @@ from datasets_hub.errors import CacheError
 _ROOT_FLAGS = ("done", "terminated", "truncated")
 
 
-def reopen_build(path: str, fingerprint: str | None) -> DatasetStorage:
+def reopen_build(path: str, fingerprint: str | None, in_memory: bool = False) -> DatasetStorage:
     """Open the build at ``path`` again (how a pickled :class:`DatasetStorage` comes back), refusing a
     build whose fingerprint is no longer ``fingerprint``: it was rebuilt or replaced in between."""
-    storage = DatasetStorage(path)
+    storage = DatasetStorage(path, in_memory=in_memory)
     found = storage.manifest.get("fingerprint")
     if fingerprint is not None and found != fingerprint:
         raise CacheError(
@@ -46,9 +46,11 @@ class DatasetStorage(ReadOnlyStorage):
 
     read_only_what = "dataset build"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, in_memory: bool = False) -> None:
         self.path = Path(path)
-        build = open_build(self.path)  # the one reader of the format (checks the files against the manifest)
+        self.in_memory = bool(in_memory)
+        # the one reader of the format (checks the files against the manifest; copies them into RAM)
+        build = open_build(self.path, in_memory=self.in_memory)
         self.manifest = build.manifest
         self._obs: list[tuple[Key, np.ndarray, bool]] = [
             (key, column.numpy(), key in build.shared_next) for key, column in build.obs.items()
@@ -71,11 +73,12 @@ class DatasetStorage(ReadOnlyStorage):
         self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
         super().__init__(self._len)
 
-    def __reduce__(self) -> tuple[Any, tuple[str, str | None]]:
+    def __reduce__(self) -> tuple[Any, tuple[str, str | None, bool]]:
         # Pickled by reference (path + fingerprint), never by value: a buffer over a 10 GB build
         # reaches DataLoader workers, Ray actors and preprocess workers as a few hundred bytes,
         # and each process maps the files itself (the build must be on a filesystem it sees).
-        return reopen_build, (str(self.path), self.manifest.get("fingerprint"))
+        # An in-memory storage is copied into RAM again by each receiving process (its own check).
+        return reopen_build, (str(self.path), self.manifest.get("fingerprint"), self.in_memory)
 
     def __len__(self) -> int:
         return self._len
@@ -211,9 +214,20 @@ class DatasetStorage(ReadOnlyStorage):
     def get(self, index: Any) -> TensorDict:
         if isinstance(index, (int, np.integer)):
             return self.get(torch.tensor([int(index)]))[0]
+        rows, shape = self._rows(index)
+        out = self._gather_rows(rows, None)
+        return out.reshape(shape) if len(shape) != 1 else out
+
+    def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> TensorDict:
+        """``get`` of a 1-D index with ``extras`` (``index``, sampler info) built into the same TensorDict."""
+        if type(index) is not torch.Tensor or index.ndim != 1 or index.dtype != torch.int64:
+            return super().gather(index, extras)
+        rows, _ = self._rows(index)
+        return self._gather_rows(rows, extras)
+
+    def _gather_rows(self, rows: np.ndarray, extras: dict[Any, torch.Tensor] | None) -> TensorDict:
         # numpy does the index arithmetic and the gathers: single-threaded and cheaper per call
         # than torch here (torch's parallel kernels cost milliseconds when the other cores are busy)
-        rows, shape = self._rows(index)
         b = rows.size
         episode = np.searchsorted(self._start_np, rows, side="right") - 1
         root: dict[str, Any] = {}
@@ -238,8 +252,9 @@ class DatasetStorage(ReadOnlyStorage):
         for i, flag in enumerate(_ROOT_FLAGS):
             root[flag] = flags[i]
         root["next"] = nxt
-        out = _tensordict(root, torch.Size([b]))
-        return out.reshape(shape) if len(shape) != 1 else out
+        if extras:
+            nest(extras.keys(), extras.values(), root)
+        return _tensordict(root, torch.Size([b]))
 
     def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
         key = (key,) if isinstance(key, str) else tuple(key)
@@ -286,7 +301,8 @@ class DatasetStorage(ReadOnlyStorage):
             )
 
     def __repr__(self) -> str:
-        return f"DatasetStorage({self.manifest.get('id')!r}, transitions={self._len}, path={str(self.path)!r})"
+        where = ", in_memory=True" if self.in_memory else ""
+        return f"DatasetStorage({self.manifest.get('id')!r}, transitions={self._len}, path={str(self.path)!r}{where})"
 
 
 def _tensordict(tree: dict[str, Any], batch_size: torch.Size) -> TensorDict:

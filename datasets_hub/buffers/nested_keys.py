@@ -42,12 +42,11 @@ def nest(
     """The nested dict holding ``values`` at ``keys`` (merged into ``into`` when given)."""
     tree = {} if into is None else into
     # inlined put(): this builds every sampled batch, and a call per key costs as much as a small gather
-    for key, value in zip(keys, values, strict=True):
-        if type(key) is str:
-            tree[key] = value
+    for name, value in zip(keys, values, strict=True):
+        if type(name) is str:
+            tree[name] = value
             continue
-        if type(key) is not tuple:
-            key = tuple(key)
+        key = name if type(name) is tuple else tuple(name)
         node = tree
         for part in key[:-1]:
             node = node.setdefault(part, {})

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase, is_tensorclass
+from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.samplers.base import Sampler
@@ -540,6 +541,50 @@ class ReplayBuffer:
         data, info, _ = self._draw(batch_size)
         return (data, info) if return_info else data
 
+    def sample_many(self, k: int, batch_size: int | None = None) -> Any:
+        """``k`` batches in one call, stacked: a ``[k, batch_size]`` TensorDict (or tensor).
+
+        The values are exactly those of ``k`` successive ``sample(batch_size)`` calls (the sampler draws
+        the same indices from the same generator), but the storage gathers all ``k * batch_size`` items
+        at once, so the per-call work is paid once. Buffers with transforms, a ``collate_fn``,
+        ``prefetch`` or a multi-dimensional storage (and data that is not a tensor or TensorDict) stack
+        ``k`` ``sample()`` calls. Batches must have equal sizes: an epoch sampler's short last batch
+        is refused (use ``drop_last=True``).
+        """
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"sample_many needs a number of batches k >= 1, got {k!r}")
+        batch_size = self._batch_size if batch_size is None else batch_size
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(
+                f"sample_many needs a positive batch_size (here or in the constructor), got {batch_size!r}"
+            )
+        plain = (
+            not self._prefetch
+            and not self._pin_memory
+            and self._collate_fn is None
+            and not self._transform.transforms
+            and getattr(self._storage, "ndim", 1) == 1
+        )
+        if not plain:
+            return _stack([self.sample(batch_size) for _ in range(k)])
+        with self._lock:
+            draws = [self._sampler.sample(self._storage, batch_size) for _ in range(k)]
+            if any(index.shape[0] != batch_size for index, _ in draws):
+                raise ValueError(
+                    "sample_many: the sampler returned a batch shorter than batch_size (the end of an epoch); "
+                    "stack sample() calls yourself, or use drop_last=True"
+                )
+            index = torch.cat([i for i, _ in draws])
+            info: dict[str, Any] = {"index": index}
+            for key in draws[0][1]:
+                per_batch = [d[1][key] for d in draws]
+                batched = all(isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == batch_size for v in per_batch)
+                info[key] = torch.cat(per_batch) if batched else per_batch
+            data = self._gather(index, info)
+        if isinstance(data, (torch.Tensor, TensorDictBase)):
+            return data.reshape(k, batch_size, *data.shape[1:])
+        return _stack([data[i * batch_size : (i + 1) * batch_size] for i in range(k)])
+
     def __iter__(self) -> Iterator[Any]:
         if self._batch_size is None:
             raise RuntimeError(
@@ -707,6 +752,13 @@ class ReplayBuffer:
             f"{type(self).__name__}(storage={self._storage!r}, sampler={type(self._sampler).__name__}(), "
             f"writer={self._writer!r}, batch_size={self._batch_size}, transform={self._transform!r})"
         )
+
+
+def _stack(batches: list[Any]) -> Any:
+    """``k`` batches of equal size stacked along a new first dim (``sample_many``)."""
+    if isinstance(batches[0], (torch.Tensor, TensorDictBase)):
+        return torch.stack(batches)
+    return _pytree.tree_map(lambda *xs: torch.stack(xs), *batches)
 
 
 def _reduce(priority: torch.Tensor, reduction: str) -> torch.Tensor:
