@@ -32,8 +32,8 @@ _EXPORTS: dict[str, str] = {
     # replay buffers
     "ReplayBuffer": "buffers.replay_buffers",
     "TensorDictReplayBuffer": "buffers.replay_buffers",
-    "PrioritizedReplayBuffer": "buffers.prioritized_buffers",
-    "TensorDictPrioritizedReplayBuffer": "buffers.prioritized_buffers",
+    "PrioritizedReplayBuffer": "buffers.replay_buffers",
+    "TensorDictPrioritizedReplayBuffer": "buffers.replay_buffers",
     "ReplayBufferEnsemble": "buffers.ensemble",
     "StorageEnsemble": "buffers.ensemble_parts",
     "SamplerEnsemble": "buffers.ensemble_parts",

@@ -31,9 +31,9 @@ from datasets_hub.build_format import (
     FORMAT_VERSION,
     MANIFEST,
     STORAGE_FORMAT_VERSION,
-    LeanTEDWriter,
     write_manifest_checksum,
 )
+from datasets_hub.build_writer import LeanTEDWriter
 from datasets_hub.cache import (
     INCOMPLETE_SUFFIX,
     dataset_dir,

@@ -26,7 +26,7 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDictBase
 
-from datasets_hub.build_format import LeanTEDWriter, equal_rows
+from datasets_hub.build_writer import LeanTEDWriter, equal_rows
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from datasets_hub.ted_contract import check_chunk, observation_keys
 

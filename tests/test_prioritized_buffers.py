@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
-from datasets_hub.buffers.prioritized_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
+from datasets_hub.buffers.replay_buffers import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
 from datasets_hub.buffers.storages import ListStorage
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 

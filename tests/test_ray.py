@@ -12,8 +12,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.buffers.prioritized_buffers import TensorDictPrioritizedReplayBuffer
-from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.replay_buffers import TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.build import build

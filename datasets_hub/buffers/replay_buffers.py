@@ -1,40 +1,37 @@
 """Replay buffers: a storage, a sampler and a writer behind TorchRL's API (docs/guide/buffers.md).
 
 ``ReplayBuffer`` works with any data its storage holds; ``TensorDictReplayBuffer`` adds ``"index"``
-(and the sampler's per-item info such as ``"_weight"``) to every sample. The prioritized variants
-live in :mod:`datasets_hub.buffers.prioritized_buffers`.
+(and the sampler's per-item info such as ``"_weight"``) to every sample; ``PrioritizedReplayBuffer``
+and ``TensorDictPrioritizedReplayBuffer`` build their own ``PrioritizedSampler``.
 
-Threading: one lock guards writes and draws. With ``prefetch=N`` a thread pool keeps N batches in
-flight; draws take numbered tickets and run in ticket order, so a seeded ``generator`` gives the
-same batches with or without prefetching.
+A buffer is assembled from parts, one concern each: :class:`~datasets_hub.buffers.buffer_draws.OrderedDraws`
+(the lock, prefetching, draws in ticket order), :class:`~datasets_hub.buffers.buffer_rows.RowAccess`
+(``rb[i]``, ``rb[i] = x``, ``read_all_in_order``/``write_all``),
+:class:`~datasets_hub.buffers.buffer_state.BufferState` (``state_dict``, ``dumps``/``loads``) and, for
+TensorDict buffers, :class:`~datasets_hub.buffers.tensordict_priorities.TensorDictPriorities`.
 """
 
 from __future__ import annotations
 
-import collections
 import copy
-import json
-import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase, is_tensorclass
-from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
-from datasets_hub.buffers.samplers.base import Sampler
-from datasets_hub.buffers.samplers.prioritized import as_index, check_reduction, reduce_trailing
+from datasets_hub.buffers.buffer_draws import OrderedDraws
+from datasets_hub.buffers.buffer_rows import RowAccess
+from datasets_hub.buffers.buffer_state import BufferState
+from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction
 from datasets_hub.buffers.samplers.random import RandomSampler
-from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
+from datasets_hub.buffers.storages import ListStorage, Storage, attach_extras
+from datasets_hub.buffers.tensordict_priorities import TensorDictPriorities
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
-from datasets_hub.errors import ReadOnlyError
-from datasets_hub.files import write_json_atomic
 
-_FORMAT = "datasets_hub.replay_buffer"
 _COMPONENTS = ("_storage", "_sampler", "_writer", "_collate_fn", "_transform", "_dim_extend")
 
 
@@ -56,7 +53,7 @@ def _collate_list(items: list[Any]) -> Any:
         return items  # arbitrary objects: the list itself is the batch
 
 
-class ReplayBuffer:
+class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
     """A composable replay buffer (TorchRL's ``ReplayBuffer``).
 
     Defaults: ``ListStorage(1000)``, ``RandomSampler()``, ``RoundRobinWriter()`` (an
@@ -187,14 +184,6 @@ class ReplayBuffer:
     def dim_extend(self) -> int:
         """The data dim ``extend`` writes along (TorchRL's ``dim_extend``; default ``storage.ndim - 1``)."""
         return self._dim_extend
-
-    def _init_threading(self) -> None:
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self._next_ticket = 0  # next draw number to hand out
-        self._turn = 0  # draw number allowed to use the sampler now
-        self._queue: collections.deque = collections.deque()
-        self._executor: ThreadPoolExecutor | None = None
 
     # -- components ------------------------------------------------------------------------------
     @property
@@ -336,69 +325,6 @@ class ReplayBuffer:
             return torch.stack(mdim.unravel(items, self._storage.shape), -1)
         return index
 
-    def _items_of_rows(self, rows: Any) -> Any:
-        """Samplers number items; the writer of a multi-dimensional storage returns whole rows."""
-        if getattr(self._storage, "ndim", 1) == 1:
-            return rows
-        return mdim.rows_to_items(torch.as_tensor(rows), self._storage.shape[1:].numel())
-
-    def _refuse_if_read_only(self) -> None:
-        if isinstance(self._writer, ImmutableDatasetWriter) or getattr(self._storage, "read_only", False):
-            raise ReadOnlyError("buffer (a read-only dataset: ImmutableDatasetWriter)")
-
-    def __setitem__(self, index: Any, data: Any) -> None:
-        """Overwrite items in place (``rb[:] = data`` on an empty buffer fills it like ``extend``)."""
-        self._refuse_if_read_only()
-        data = self._inv(data)
-        if getattr(self._storage, "ndim", 1) > 1 and not (len(self) == 0 and index == slice(None)):
-            with self._lock:  # as TorchRL: index the data in the layout extend() takes
-                full = index if isinstance(index, tuple) else (slice(None),) * self._dim_extend + (index,)
-                self._storage.set(full, mdim.transpose_data(data, self._dim_extend))
-            return
-        with self._lock:
-            if len(self) == 0 and isinstance(index, slice) and index == slice(None):
-                if self._dim_extend:
-                    data = mdim.transpose_data(data, self._dim_extend)
-                self._sampler.extend(self._items_of_rows(self._writer.extend(data)))
-                return
-            index = self._check_index(index)
-            if isinstance(index, slice):
-                want, got = len(range(index.start, index.stop, index.step)), self._storage.num_items(data)
-                if want != got:
-                    raise ValueError(f"rb[{index.start}:{index.stop}] = data needs {want} items, got {got}")
-            self._storage.set(index, data)
-
-    def write_all(self, data: Any, end: int | None = None) -> torch.Tensor:
-        """Overwrite the items ``read_all_in_order(end)`` returns, in that order (raw, no transforms).
-
-        On an empty buffer this writes ``data[:end]`` like ``extend``. Length and write cursor are
-        unchanged otherwise; returns the positions written.
-        """
-        self._refuse_if_read_only()
-        if getattr(self._storage, "ndim", 1) > 1:
-            raise NotImplementedError(
-                "write_all on a multi-dimensional storage is not supported: overwrite rows with rb[idx] = data "
-                "(indexed in the layout extend() takes)"
-            )
-        with self._lock:
-            if len(self) == 0:
-                if end is not None:
-                    data = _slice_items(data, 0, end)
-                index = self._writer.extend(data)
-                self._sampler.extend(index)
-                return index
-            order = self._writer.indices_in_order()
-            if end is not None:
-                order = order[:end]
-            n = self._storage.num_items(data)
-            if n != order.numel():
-                raise ValueError(
-                    f"write_all got {n} items but the buffer's in-order range holds {order.numel()}: "
-                    "pass exactly what read_all_in_order(end) returned, transformed item by item"
-                )
-            self._storage.set(order, data)
-            return order
-
     def empty(self) -> None:
         """Remove every item and reset the write cursor, ``write_count`` and the sampler."""
         self._refuse_if_read_only()
@@ -407,63 +333,6 @@ class ReplayBuffer:
             self._writer.empty()
             self._storage.empty()
             self._sampler.empty()
-
-    # -- reads -----------------------------------------------------------------------------------
-    def _check_index(self, index: Any) -> Any:
-        n = len(self)
-        index = _as_index(index, n)
-        if isinstance(index, torch.Tensor) and index.numel():
-            if int(index.min()) < -n or int(index.max()) >= n:
-                raise IndexError(f"index out of range for a buffer holding {n} items")
-            if int(index.min()) < 0:
-                index = torch.where(index < 0, index + n, index)
-        return index
-
-    def __getitem__(self, index: Any) -> Any:
-        """``rb[i]`` one item, ``rb[a:b]``/``rb[tensor]`` a batch, ``rb["key"]`` one column of ``rb[:]``."""
-        if isinstance(index, str) or (isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)):
-            return self[:][index]
-        if getattr(self._storage, "ndim", 1) > 1:
-            return self._fwd(self._get_md(index))
-        with self._lock:
-            index = self._check_index(index)
-            data = self._storage.get(index)
-        if not isinstance(index, int) and self._collate_fn is not None:
-            data = self._collate_fn(data)
-        return self._fwd(data)
-
-    def _get_md(self, index: Any) -> Any:
-        """``rb[idx]`` on a multi-dimensional storage, as TorchRL: the storage read as the data was
-        given to ``extend`` (dim ``dim_extend`` back in place), then indexed along its first dim."""
-        if isinstance(index, tuple):
-            return self[:][index]
-        if isinstance(index, list):
-            index = torch.as_tensor(index)
-        full = (slice(None),) * self._dim_extend + (index,)
-        with self._lock:
-            data = self._storage.get(full)
-        return mdim.transpose_data(data, self._dim_extend) if data.ndim > self._dim_extend else data
-
-    def read_all_in_order(self, end: int | None = None) -> Any:
-        """Every item oldest first (the first ``end`` of them), raw from storage (no transforms).
-
-        When the items are contiguous in storage this is one slice read (zero-copy for tensor storages).
-        """
-        with self._lock:
-            order = self._writer.indices_in_order()
-            if end is not None:
-                order = order[:end]
-            n = order.numel()
-            if n and int(order[-1]) - int(order[0]) == n - 1:
-                first = int(order[0])
-                data = self._storage.get(slice(first, first + n))
-            else:
-                data = self._storage.get(order)
-        if self._dim_extend:
-            data = mdim.transpose_data(data, self._dim_extend)
-        if self._collate_fn is not None:
-            data = self._collate_fn(data)
-        return data
 
     def _gather(self, index: torch.Tensor, info: dict[str, Any], items: torch.Tensor | None = None) -> Any:
         """Read the sampled ``index``; ``items`` are the sampler's flat positions on a multi-dim storage."""
@@ -484,50 +353,6 @@ class ReplayBuffer:
             data = data.pin_memory()
         return data, info, ran_out
 
-    def _job(self, batch_size: int, ticket: int) -> tuple[Any, dict[str, Any], bool]:
-        with self._cond:
-            while self._turn != ticket:
-                self._cond.wait()
-            try:
-                data, info, ran_out = self._sample_now(batch_size)
-            finally:
-                self._turn += 1
-                self._cond.notify_all()
-        return self._fwd(data), info, ran_out
-
-    def _ticket(self) -> int:
-        with self._lock:
-            t = self._next_ticket
-            self._next_ticket += 1
-            return t
-
-    def _draw(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
-        if self._compilable and torch.compiler.is_compiling():
-            data, info, ran_out = self._sample_now(batch_size)  # no lock: dynamo cannot trace one
-            return self._fwd(data), info, ran_out
-        if not self._prefetch:
-            with self._lock:
-                data, info, ran_out = self._sample_now(batch_size)
-            return self._fwd(data), info, ran_out
-        if batch_size != self._batch_size or not self._queue:
-            result = self._job(batch_size, self._ticket())
-        else:
-            result = self._queue.popleft().result()
-        if batch_size == self._batch_size:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self._prefetch, thread_name_prefix="datasets_hub_prefetch")
-            while len(self._queue) < self._prefetch:
-                self._queue.append(self._executor.submit(self._job, batch_size, self._ticket()))
-        return result
-
-    def _drain(self) -> None:
-        """Wait for in-flight prefetches and drop them (after empty/load, they would be stale)."""
-        while self._queue:
-            try:
-                self._queue.popleft().result()
-            except Exception:  # noqa: BLE001 - a failed stale batch is dropped with the others
-                pass
-
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """A batch of ``batch_size`` items (default: the constructor's), and its info if ``return_info``."""
         if batch_size is None:
@@ -540,50 +365,6 @@ class ReplayBuffer:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")  # 0 gave an empty batch
         data, info, _ = self._draw(batch_size)
         return (data, info) if return_info else data
-
-    def sample_many(self, k: int, batch_size: int | None = None) -> Any:
-        """``k`` batches in one call, stacked: a ``[k, batch_size]`` TensorDict (or tensor).
-
-        The values are exactly those of ``k`` successive ``sample(batch_size)`` calls (the sampler draws
-        the same indices from the same generator), but the storage gathers all ``k * batch_size`` items
-        at once, so the per-call work is paid once. Buffers with transforms, a ``collate_fn``,
-        ``prefetch`` or a multi-dimensional storage (and data that is not a tensor or TensorDict) stack
-        ``k`` ``sample()`` calls. Batches must have equal sizes: an epoch sampler's short last batch
-        is refused (use ``drop_last=True``).
-        """
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"sample_many needs a number of batches k >= 1, got {k!r}")
-        batch_size = self._batch_size if batch_size is None else batch_size
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ValueError(
-                f"sample_many needs a positive batch_size (here or in the constructor), got {batch_size!r}"
-            )
-        plain = (
-            not self._prefetch
-            and not self._pin_memory
-            and self._collate_fn is None
-            and not self._transform.transforms
-            and getattr(self._storage, "ndim", 1) == 1
-        )
-        if not plain:
-            return _stack([self.sample(batch_size) for _ in range(k)])
-        with self._lock:
-            draws = [self._sampler.sample(self._storage, batch_size) for _ in range(k)]
-            if any(index.shape[0] != batch_size for index, _ in draws):
-                raise ValueError(
-                    "sample_many: the sampler returned a batch shorter than batch_size (the end of an epoch); "
-                    "stack sample() calls yourself, or use drop_last=True"
-                )
-            index = torch.cat([i for i, _ in draws])
-            info: dict[str, Any] = {"index": index}
-            for key in draws[0][1]:
-                per_batch = [d[1][key] for d in draws]
-                batched = all(isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == batch_size for v in per_batch)
-                info[key] = torch.cat(per_batch) if batched else per_batch
-            data = self._gather(index, info)
-        if isinstance(data, (torch.Tensor, TensorDictBase)):
-            return data.reshape(k, batch_size, *data.shape[1:])
-        return _stack([data[i * batch_size : (i + 1) * batch_size] for i in range(k)])
 
     def __iter__(self) -> Iterator[Any]:
         if self._batch_size is None:
@@ -633,85 +414,6 @@ class ReplayBuffer:
         with self._lock:
             self._sampler.update_priority(index, torch.as_tensor(priority))
 
-    # -- state -----------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "_storage": self._storage.state_dict(),
-                "_sampler": self._sampler.state_dict(),
-                "_writer": self._writer.state_dict(),
-                "_batch_size": self._batch_size,
-            }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._drain()
-        with self._lock:
-            self._storage.load_state_dict(state_dict["_storage"])
-            self._sampler.load_state_dict(state_dict["_sampler"])
-            self._writer.load_state_dict(state_dict["_writer"])
-
-    def dumps(self, path: str | Path) -> None:
-        """Save storage, sampler, writer (and generator) state under the directory ``path``.
-
-        Tensor storages are written as a tensordict memmap tree, metadata as JSON, sampler state with
-        ``torch.save`` (loaded back with ``weights_only=True``). Read-only dataset storages are not
-        copied: only the sampler and writer state are saved. With ``prefetch``, the saved sampler
-        state is the one after the batches already in flight.
-        """
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            if not getattr(self._storage, "read_only", False):  # read-only builds are not copied
-                self._storage.dumps(path / "storage")  # with the storage's checkpointer
-            torch.save(self._sampler.state_dict(), path / "sampler.pt")
-            gen = self._sampler.generator
-            if gen is not None:
-                torch.save({"state": gen.get_state()}, path / "generator.pt")
-            write_json_atomic(path / "writer.json", self._writer.state_dict())
-            write_json_atomic(
-                path / "buffer.json",
-                {
-                    "format": _FORMAT,
-                    "version": 1,
-                    "storage": type(self._storage).__name__,
-                    "sampler": type(self._sampler).__name__,
-                    "writer": type(self._writer).__name__,
-                    "batch_size": self._batch_size,
-                    "len": len(self),
-                    "write_count": self.write_count,
-                },
-            )
-
-    def loads(self, path: str | Path) -> None:
-        """Restore what :meth:`dumps` saved into this buffer (built with the same component kinds)."""
-        path = Path(path)
-        meta_path = path / "buffer.json"
-        if not meta_path.exists():
-            raise FileNotFoundError(
-                f"{path} holds no dumped replay buffer (no buffer.json): pass a path written by dumps()"
-            )
-        meta = json.loads(meta_path.read_text())
-        if meta.get("format") != _FORMAT:
-            raise ValueError(f"{meta_path} is not a datasets_hub replay-buffer dump")
-        for part, obj in (("sampler", self._sampler), ("writer", self._writer)):
-            if meta[part] != type(obj).__name__:
-                raise ValueError(
-                    f"{path} was dumped with a {meta[part]} but this buffer has a {type(obj).__name__}: "
-                    f"build the buffer with a {meta[part]} to load it"
-                )
-        self._drain()
-        with self._lock:
-            if (path / "storage").exists() and not getattr(self._storage, "read_only", False):
-                self._storage.loads(path / "storage")
-            self._sampler.load_state_dict(torch.load(path / "sampler.pt", weights_only=True))
-            gen = self._sampler.generator
-            if gen is not None and (path / "generator.pt").exists():
-                gen.set_state(torch.load(path / "generator.pt", weights_only=True)["state"])
-            self._writer.load_state_dict(json.loads((path / "writer.json").read_text()))
-
-    dump = dumps  # TorchRL's aliases
-    load = loads
-
     # -- interop (datasets_hub/torch_data.py, torchrl_interop.py) --------------------------------
     def to_torchrl(self, **kwargs: Any) -> Any:
         """A TorchRL ``TensorDictReplayBuffer`` over this buffer's build, no copy (see ``torchrl_interop.to_torchrl``)."""
@@ -731,22 +433,6 @@ class ReplayBuffer:
 
         return SampledBatches(self, batch_size, **kwargs)
 
-    # -- pickling (torch.multiprocessing children) -----------------------------------------------
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for k in ("_lock", "_cond", "_queue", "_executor", "_next_ticket", "_turn"):
-            state.pop(k)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._init_threading()
-
-    def __del__(self) -> None:
-        executor = getattr(self, "_executor", None)
-        if executor is not None:
-            executor.shutdown(wait=False)
-
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(storage={self._storage!r}, sampler={type(self._sampler).__name__}(), "
@@ -754,19 +440,7 @@ class ReplayBuffer:
         )
 
 
-def _stack(batches: list[Any]) -> Any:
-    """``k`` batches of equal size stacked along a new first dim (``sample_many``)."""
-    if isinstance(batches[0], (torch.Tensor, TensorDictBase)):
-        return torch.stack(batches)
-    return _pytree.tree_map(lambda *xs: torch.stack(xs), *batches)
-
-
-def _reduce(priority: torch.Tensor, reduction: str) -> torch.Tensor:
-    """One priority per item: reduce every dim after the first."""
-    return priority if priority.ndim <= 1 else reduce_trailing(priority.reshape(priority.shape[0], -1), reduction)
-
-
-class TensorDictReplayBuffer(ReplayBuffer):
+class TensorDictReplayBuffer(TensorDictPriorities, ReplayBuffer):
     """A ``ReplayBuffer`` of TensorDicts whose samples carry ``"index"`` and the sampler's info.
 
     Every tensor in the sampler's info whose first dim equals the batch (``"_weight"``,
@@ -783,10 +457,6 @@ class TensorDictReplayBuffer(ReplayBuffer):
         self._priority_key = priority_key
         self._reduction = reduction
         super().__init__(**kwargs)
-
-    @property
-    def priority_key(self) -> str | tuple[str, ...]:
-        return self._priority_key
 
     def _gather(self, index: torch.Tensor, info: dict[str, Any], items: torch.Tensor | None = None) -> Any:
         if isinstance(index, tuple):  # a multi-dimensional storage: (t, e, ...) of each item
@@ -807,9 +477,6 @@ class TensorDictReplayBuffer(ReplayBuffer):
             if drop:
                 data = data.exclude(*drop)
         return data
-
-    def _has_priorities(self) -> bool:
-        return type(self._sampler).update_priority is not Sampler.update_priority
 
     def add(self, data: Any) -> int:
         raw = data
@@ -833,54 +500,56 @@ class TensorDictReplayBuffer(ReplayBuffer):
                     pass  # a read-only or exotic TensorDict: the index is still returned
         return index
 
-    def _check_priorities(self, data: Any) -> None:
-        """Refuse NaN, infinite or negative priorities in ``data`` before anything is written."""
-        if not isinstance(data, TensorDictBase) or not self._has_priorities():
-            return
-        priority = data.get(self._priority_key, None)
-        if priority is None:
-            return
-        priority = torch.as_tensor(priority).detach()
-        if priority.is_floating_point() and (not torch.isfinite(priority).all() or (priority < 0).any()):
-            raise ValueError(
-                f"{self._priority_key!r} holds NaN, inf or a negative value: priorities must be finite and >= 0 "
-                "(pass absolute TD errors, e.g. td_error.abs()); nothing was written"
-            )
 
-    def _priorities_from(self, data: Any, index: torch.Tensor, single: bool = False) -> None:
-        if not isinstance(data, TensorDictBase) or not self._has_priorities():
-            return
-        priority = data.get(self._priority_key, None)
-        if priority is None:
-            return
-        priority = priority.reshape(1, *priority.shape) if single else priority
-        if getattr(self._storage, "ndim", 1) > 1:
-            raise NotImplementedError(
-                f"priorities in the data ({self._priority_key!r}) on a multi-dimensional storage are not supported: "
-                "extend without them, then call update_priority(index, priority) with the returned index"
-            )
-        priority = _reduce(priority, self._reduction)[-index.numel() :]
-        if self._writer.may_drop_items:  # items a TensorDictMaxValueWriter declined have no row
-            kept = index >= 0
-            index, priority = index[kept], priority[kept]
-        self.update_priority(index, priority)
+def _prioritized_sampler(
+    storage: Storage, alpha: float, beta: float, eps: float, reduction: str, dtype: torch.dtype
+) -> Sampler:
+    return PrioritizedSampler(storage.max_size, alpha, beta, eps=eps, dtype=dtype, reduction=reduction)
 
-    def update_tensordict_priority(self, data: TensorDictBase) -> None:
-        """Update priorities from a sample: reads ``"index"`` and ``priority_key``, one value per item
-        (extra dims reduced with ``reduction``)."""
-        if not isinstance(data, TensorDictBase):
-            raise TypeError(f"update_tensordict_priority needs a TensorDict, got {type(data).__name__}")
-        index = data.get("index", None)
-        if index is None:
-            raise KeyError(
-                "the TensorDict has no 'index' entry: pass a sample from this buffer (samples carry 'index')"
-            )
-        priority = data.get(self._priority_key, None)
-        if priority is None:
-            raise KeyError(
-                f"the TensorDict has no {self._priority_key!r} entry (this buffer's priority_key): "
-                "write the new priorities there, e.g. td.set('td_error', loss.detach())"
-            )
-        if index.ndim > 1 and getattr(self._storage, "ndim", 1) == 1:
-            index = index.reshape(index.shape[0], -1)[:, 0]
-        self.update_priority(index, _reduce(priority.detach(), self._reduction))
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """``ReplayBuffer`` with a ``PrioritizedSampler(alpha, beta, eps)``; samples' info carry ``"_weight"``."""
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        storage: Storage | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "sampler" in kwargs:
+            raise TypeError("PrioritizedReplayBuffer builds its own PrioritizedSampler: do not pass sampler=")
+        storage = ListStorage(1000) if storage is None else storage
+        super().__init__(
+            storage=storage, sampler=_prioritized_sampler(storage, alpha, beta, eps, "max", dtype), **kwargs
+        )
+
+
+class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
+    """``TensorDictReplayBuffer`` with a ``PrioritizedSampler``; priorities come from ``priority_key``."""
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        priority_key: str | tuple[str, ...] = "td_error",
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        storage: Storage | None = None,
+        reduction: str = "max",
+        **kwargs: Any,
+    ) -> None:
+        if "sampler" in kwargs:
+            raise TypeError("TensorDictPrioritizedReplayBuffer builds its own PrioritizedSampler: do not pass sampler=")
+        storage = ListStorage(1000) if storage is None else storage
+        super().__init__(
+            storage=storage,
+            sampler=_prioritized_sampler(storage, alpha, beta, eps, reduction, dtype),
+            priority_key=priority_key,
+            reduction=reduction,
+            **kwargs,
+        )

@@ -107,6 +107,7 @@ UPSTREAM_READERS = sorted(
             "hf_source.py",
             "build.py",
             "build_format.py",
+            "build_writer.py",
             "catalogue.py",
             "hub.py",
             "cache.py",
