@@ -19,6 +19,7 @@ from datasets_hub.buffers.nested_keys import Key, nest, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
 from datasets_hub.errors import CacheError
+from datasets_hub.packed_steps import PackedSteps
 
 _ROOT_FLAGS = ("done", "terminated", "truncated")
 
@@ -71,6 +72,10 @@ class DatasetStorage(ReadOnlyStorage):
         self._ordinal: tuple[np.ndarray, np.ndarray] | bool | None = False  # id -> ordinal, built on first use
         self._history = build.history
         self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
+        # in RAM, the small per-step leaves are packed into one record per row: one gather per batch
+        self._packed = PackedSteps.from_columns(self._steps_np, self._start_np, self._len) if self.in_memory else None
+        packed = set(self._packed.keys) if self._packed is not None else set()
+        self._unpacked_np = [(key, column) for key, column in self._steps_np if key not in packed]
         super().__init__(self._len)
 
     def __reduce__(self) -> tuple[Any, tuple[str, str | None, bool]]:
@@ -220,7 +225,12 @@ class DatasetStorage(ReadOnlyStorage):
 
     def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> TensorDict:
         """``get`` of a 1-D index with ``extras`` (``index``, sampler info) built into the same TensorDict."""
-        if type(index) is not torch.Tensor or index.ndim != 1 or index.dtype != torch.int64:
+        if (
+            type(index) is not torch.Tensor
+            or index.ndim != 1
+            or index.dtype != torch.int64
+            or type(self).get is not DatasetStorage.get  # a subclass that reads through get() keeps doing so
+        ):
             return super().gather(index, extras)
         rows, _ = self._rows(index)
         return self._gather_rows(rows, extras)
@@ -229,9 +239,17 @@ class DatasetStorage(ReadOnlyStorage):
         # numpy does the index arithmetic and the gathers: single-threaded and cheaper per call
         # than torch here (torch's parallel kernels cost milliseconds when the other cores are busy)
         b = rows.size
-        episode = np.searchsorted(self._start_np, rows, side="right") - 1
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
+        if self._packed is not None:
+            episode, packed = self._packed.gather(rows)  # one read for every small per-step leaf
+            for key, value in packed:
+                if key[0] == "next":
+                    put(nxt, key[1:], value)
+                else:
+                    put(root, key, value)
+        else:
+            episode = np.searchsorted(self._start_np, rows, side="right") - 1
         if self._obs:
             obs_rows = rows + episode
             both = np.concatenate([obs_rows, obs_rows + 1])
@@ -240,7 +258,7 @@ class DatasetStorage(ReadOnlyStorage):
                 put(root, key, gathered[:b])
                 if shared_next:
                     put(nxt, key, gathered[b:])
-        for key, column in self._steps_np:
+        for key, column in self._unpacked_np:
             if key[0] == "next":
                 put(nxt, key[1:], torch.from_numpy(column.take(rows, axis=0)))
             else:
