@@ -27,7 +27,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml constraints.txt
 	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) -e '.[test]'
+	$(PIP_INSTALL) -e '.[test,remote]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -93,6 +93,7 @@ bench: bench-install
 	$(BENCH_PY) benchmarks/goals.py
 	$(BENCH_PY) benchmarks/ogbench_build.py
 	$(BENCH_PY) benchmarks/replay_features.py
+	$(BENCH_PY) benchmarks/device.py
 
 # LeRobot's own reader (lerobot 0.4.4, which pins torch<2.11) in a venv of its own: installed with
 # --no-deps next to our CPU torch, plus what its dataset module imports; torchcodec decodes with the

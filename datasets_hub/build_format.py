@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +176,9 @@ class OpenedBuild:
     - ``episodes``: ``start``, ``length``, ``id``, ``return``, E rows each;
     - ``history``: frames kept before episodes' first transitions, by name after ``history/``
       (each obs key of ``manifest["layout"]["history"]``, plus ``episode`` and ``time`` per row); empty
-      for most builds.
+      for most builds;
+    - ``leaves``: every leaf by its schema name (``"<group>/<key>"``), in the manifest's order (what a
+      consumer that copies a build leaf by leaf, such as ``publish.export``, walks).
     """
 
     path: Path
@@ -187,6 +189,7 @@ class OpenedBuild:
     steps: dict[Key, torch.Tensor]
     episodes: dict[str, torch.Tensor]
     history: dict[str, torch.Tensor]
+    leaves: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str | None:
@@ -256,4 +259,5 @@ def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild
         steps=steps,
         episodes=episodes,
         history=history,
+        leaves=columns,
     )

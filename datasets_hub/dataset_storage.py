@@ -18,6 +18,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, nest, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
+from datasets_hub.cache import mark_used
 from datasets_hub.errors import CacheError
 from datasets_hub.packed_steps import PackedSteps
 
@@ -77,6 +78,7 @@ class DatasetStorage(ReadOnlyStorage):
         packed = set(self._packed.keys) if self._packed is not None else set()
         self._unpacked_np = [(key, column) for key, column in self._steps_np if key not in packed]
         super().__init__(self._len)
+        mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
 
     def __reduce__(self) -> tuple[Any, tuple[str, str | None, bool]]:
         # Pickled by reference (path + fingerprint), never by value: a buffer over a 10 GB build
@@ -308,6 +310,12 @@ class DatasetStorage(ReadOnlyStorage):
         if value is None:
             raise KeyError(key)
         return value
+
+    def device_copy(self, device: Any) -> Any:
+        """This build in ``device``'s memory (a ``DeviceStorage``, lean layout; see :mod:`datasets_hub.device_build`)."""
+        from datasets_hub.device_build import build_on_device
+
+        return build_on_device(self.path, device)
 
     def state_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "fingerprint": self.manifest.get("fingerprint")}

@@ -160,7 +160,7 @@ def _open_storage(
     *,
     download: bool,
     resident: str,
-    max_bytes: int | None,
+    remote: dict[str, Any],
     params: dict[str, Any],
     in_memory: bool = False,
 ) -> Any:
@@ -178,10 +178,10 @@ def _open_storage(
             )
         from datasets_hub.remote import open_remote
 
-        return open_remote(dataset_id, resident=resident, max_bytes=max_bytes)
-    if resident != "full" or max_bytes is not None:
+        return open_remote(dataset_id, resident=resident, **remote)
+    if resident != "full" or any(v is not None for k, v in remote.items() if k != "pool_refresh_s"):
         raise InvalidParameter(
-            "resident= and max_bytes= apply to published builds loaded by URL "
+            "resident=, max_bytes= and pool_episodes= apply to published builds loaded by URL "
             "(hf://, https://, s3://, file://), not to catalogue ids"
         )
     from datasets_hub.dataset_storage import DatasetStorage
@@ -204,6 +204,9 @@ def load(
     preprocess_by: str | None = None,
     resident: str = "full",
     max_bytes: int | None = None,
+    pool_episodes: int | None = None,
+    pool_refresh_s: float | None = 1.0,
+    device: str | torch.device | None = None,
     in_memory: bool = False,
     **params: Any,
 ):
@@ -219,7 +222,16 @@ def load(
     ``dataset_id`` may also be the URL of a published build (``hf://datasets/<org>/<repo>[@rev]``,
     ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote`): ``resident="full"``
     fetches all of it in the background, ``resident="lazy"`` only what batches touch (``max_bytes``
-    bounds it); sampling is uniform over the whole dataset either way.
+    bounds it); sampling is uniform over the whole dataset either way. ``resident="pool"`` keeps
+    ``pool_episodes`` whole episodes resident, samples only from them and replaces one every
+    ``pool_refresh_s`` seconds: biased within a window of time, see :mod:`datasets_hub.remote_pool`
+    (its default sampler draws uniform rows of the pool; samplers that draw rows over the whole
+    dataset are refused). Pool draws are seeded from ``generator`` when it is given.
+
+    ``device="cuda"`` (or ``"cuda:1"``, ``"cpu"``) copies the build into that device's memory and
+    samples there with the device twin of ``sampler`` (see :mod:`datasets_hub.buffers.device`):
+    ``sample()`` never synchronises with the host. ``generator`` must then be on that device. A copy
+    that does not fit, or a sampler without a device twin, is refused with the reason.
 
     ``in_memory=True`` copies the local build into anonymous memory (transparent huge pages where
     the OS offers them) instead of sampling from its memory-mapped files: the same values under the
@@ -236,12 +248,33 @@ def load(
     from datasets_hub.load_args import check_params_are_not_load_keywords, check_sampler
 
     check_sampler(sampler, batch_size)
+    if device is not None:  # before any download or build: no CUDA is an error now, not after an hour
+        from datasets_hub.buffers.device.memory import as_device
+
+        device = as_device(device)
     if params and not (isinstance(dataset_id, str) and "://" in dataset_id):
         check_params_are_not_load_keywords(dataset_id, params, resolve(dataset_id).params)
+    remote = {"max_bytes": max_bytes, "pool_episodes": pool_episodes, "pool_refresh_s": pool_refresh_s}
+    if resident == "pool":
+        from datasets_hub.remote_pool import PoolSampler, check_pool_sampler
+
+        if device is not None:
+            raise InvalidParameter(
+                "device= copies the whole build into device memory, but resident='pool' keeps only "
+                "pool_episodes episodes: load the URL with resident='full' (or 'lazy') to use device="
+            )
+        check_pool_sampler(sampler)
+        sampler = sampler if sampler is not None else PoolSampler()
+        remote["pool_seed"] = generator.initial_seed() if generator is not None else None
     if not isinstance(in_memory, bool):
         raise InvalidParameter(f"in_memory must be True or False, got {in_memory!r}")
+    if in_memory and device is not None:
+        raise InvalidParameter(
+            "in_memory=True and device= both copy the build: device= already holds it in that device's memory; "
+            "pass one of them"
+        )
     storage = _open_storage(
-        dataset_id, download=download, resident=resident, max_bytes=max_bytes, params=params, in_memory=in_memory
+        dataset_id, download=download, resident=resident, remote=remote, params=params, in_memory=in_memory
     )
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers.random import RandomSampler
@@ -260,6 +293,10 @@ def load(
         from datasets_hub.preprocess import preprocess_chain
 
         rb = preprocess_chain(rb, steps, transform=transform, by=preprocess_by)
+    if device is not None:
+        from datasets_hub.buffers.device import to_device
+
+        return to_device(rb, device, generator=generator, transform=transform)
     return rb
 
 

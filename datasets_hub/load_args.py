@@ -27,6 +27,7 @@ LOAD_KEYWORDS = (
     "preprocess_by",
     "resident",
     "max_bytes",
+    "device",
     "in_memory",
 )
 # sampler settings people pass to load() directly, and what to write instead

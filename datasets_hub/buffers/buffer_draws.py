@@ -139,6 +139,7 @@ class OrderedDraws:
         state = self.__dict__.copy()
         for k in ("_lock", "_cond", "_queue", "_executor", "_next_ticket", "_turn"):
             state.pop(k)
+        state.pop("_episodes_cache", None)  # derived (ReplayBuffer.episodes); recomputed on first use
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -18,7 +18,8 @@ from tensordict import TensorDict
 
 from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, reserve_files
 from datasets_hub.buffers.nested_keys import nest
-from datasets_hub.buffers.tensor_storages import TensorStorage, _decode_meta, _leaves_of
+from datasets_hub.buffers.tensor_leaves import decode_meta, leaves_of
+from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.files import write_json_atomic
 
 
@@ -92,18 +93,18 @@ class LazyMemmapStorage(TensorStorage):
             shutil.rmtree(data_dir, ignore_errors=True)
             raise
         self._mm_td = td  # keeps the mappings alive
-        return _leaves_of(td, keys)
+        return leaves_of(td, keys)
 
     def _alloc_new_leaves(self, keys: list, shapes: list) -> list[torch.Tensor]:
         """New files beside the existing ones (keys a ``write_all`` adds), named as the first allocation
         names them, with the tensordict metadata rewritten to list every leaf; their blocks are reserved
         at once, as for the first allocation."""
-        old = _leaves_of(self._mm_td, self._keys)  # already at their place: memmap_like leaves them as they are
+        old = leaves_of(self._mm_td, self._keys)  # already at their place: memmap_like leaves them as they are
         fresh = [torch.empty((), dtype=dtype).expand(self.max_size, *shape) for shape, dtype in shapes]
         template = TensorDict(nest(self._keys + list(keys), old + fresh), batch_size=[self.max_size, *self._row_batch])
         self._mm_td = template.memmap_like(prefix=self._data_dir, existsok=True)
         reserve_files([self._mm_td.get(key).filename for key in keys], f"LazyMemmapStorage(max_size={self.max_size})")
-        return _leaves_of(self._mm_td, list(keys))
+        return leaves_of(self._mm_td, list(keys))
 
     def _attach(self, kind, keys, leaves, meta, row_batch) -> None:
         super()._attach(kind, keys, leaves, meta, row_batch)
@@ -125,8 +126,8 @@ class LazyMemmapStorage(TensorStorage):
             self,
             info["kind"],
             keys,
-            _leaves_of(td, keys),
-            _decode_meta(info["kind"], info["meta"]),
+            leaves_of(td, keys),
+            decode_meta(info["kind"], info["meta"]),
             tuple(info["row_batch"]),
         )
 

@@ -2,7 +2,8 @@
 
 ``TensorStorage`` wraps given tensors; ``LazyTensorStorage`` allocates RAM from the first write;
 ``LazyMemmapStorage`` (in ``memmap_storage.py``) allocates memory-mapped files. Data kinds: plain tensors, TensorDicts,
-tensorclasses and PyTrees (nested dicts/tuples/lists of tensors).
+tensorclasses and PyTrees (nested dicts/tuples/lists of tensors), flattened to leaves by
+:mod:`~datasets_hub.buffers.tensor_leaves`; saving and restoring: :mod:`~datasets_hub.buffers.tensor_storage_state`.
 """
 
 from __future__ import annotations
@@ -17,125 +18,14 @@ from torch.utils import _pytree
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.nested_keys import nest
 from datasets_hub.buffers.shared_counters import SharedCounters
-from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index
-
-_NUMPY_DTYPES = {
-    torch.float16,
-    torch.float32,
-    torch.float64,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.bool,
-    torch.complex64,
-    torch.complex128,
-}
-
-
-def _numpy_views(leaves: list[torch.Tensor]) -> list[np.ndarray | None]:
-    """numpy views of the leaves' memory (None where numpy has no such dtype)."""
-    return [t.numpy() if t.dtype in _NUMPY_DTYPES and t.is_contiguous() else None for t in leaves]
-
-
-def gather_rows(leaf: torch.Tensor, view: np.ndarray | None, index: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
-    """``leaf[index]`` in one read: through numpy's take when there is a view (less per-call
-    overhead than ``index_select``, and no torch thread pool), else ``index_select``."""
-    if view is not None:
-        return torch.from_numpy(view.take(rows, axis=0))
-    return torch.index_select(leaf, 0, index)
-
+from datasets_hub.buffers.storages import Storage, _as_index
+from datasets_hub.buffers.tensor_leaves import flatten, gather_rows, key_str, numpy_views, split_env
+from datasets_hub.buffers.tensor_storage_state import TensorStorageState
 
 # ---------------------------------------------------------------------------------------------
 # Tensor storages: every leaf is one preallocated tensor [max_size, *row_shape].
 # Data kinds: "tensor", "td" (TensorDict), "tensorclass", "pytree" (nested dicts/tuples/lists).
 # ---------------------------------------------------------------------------------------------
-
-
-def _leaves_of(td: TensorDictBase, keys: list[tuple[str, ...]]) -> list[torch.Tensor]:
-    return [td.get(k if len(k) > 1 else k[0]) for k in keys]
-
-
-def _decode_meta(kind: str, meta: Any) -> Any:
-    """The treespec or tensorclass recorded by ``_meta_json`` (the class is imported by name)."""
-    if kind == "pytree":
-        return _pytree.treespec_loads(meta)
-    if kind == "tensorclass":
-        import importlib
-
-        module, _, qualname = meta.partition(":")
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-        return obj
-    return None
-
-
-def _key_str(key: tuple[str, ...]) -> str:
-    return repr(key[0]) if len(key) == 1 else repr(key)
-
-
-def _flatten(data: Any, batched: bool) -> tuple[str, list[tuple[str, ...]], list[torch.Tensor], Any, tuple]:
-    """Split data into ``(kind, keys, leaves, meta, row_batch)``; ``meta`` is the class or treespec."""
-    if isinstance(data, torch.Tensor):
-        return "tensor", [("_data",)], [data], None, ()
-    if (
-        batched
-        and isinstance(data, list)
-        and data
-        and all(isinstance(x, (torch.Tensor, TensorDictBase)) or is_tensorclass(x) for x in data)
-    ):
-        return _flatten(torch.stack(data), batched)  # a list of TensorDicts/tensors is a batch of items
-    if is_tensorclass(data):
-        kind, meta, td = "tensorclass", type(data), data._tensordict
-    elif isinstance(data, TensorDictBase):
-        kind, meta, td = "td", None, data
-    else:
-        return _flatten_pytree(data, batched)
-    if batched and td.batch_dims == 0:
-        raise ValueError(
-            "extend() needs data with a leading batch dimension, got a TensorDict with batch_size=[]: "
-            "use add() for a single item, or give the TensorDict a batch_size"
-        )
-    keys, leaves = [], []
-    for key, value in td.items(include_nested=True, leaves_only=True):
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(
-                f"entry {key!r} is a {type(value).__name__}, not a tensor: tensor storages hold tensors "
-                "only; use ListStorage for arbitrary Python objects"
-            )
-        keys.append(key if isinstance(key, tuple) else (key,))
-        leaves.append(value)
-    row_batch = tuple(td.batch_size[1:] if batched else td.batch_size)
-    return kind, keys, leaves, meta, row_batch
-
-
-def _flatten_pytree(data: Any, batched: bool) -> tuple:
-    if batched and isinstance(data, list):  # a list at the root is several items: stack them
-        if not data:
-            raise ValueError("cannot extend with an empty list")
-        flats = [_flatten_pytree(item, False) for item in data]
-        spec = flats[0][3]
-        for i, f in enumerate(flats[1:], 1):
-            if f[3] != spec or f[1] != flats[0][1]:
-                raise ValueError(f"item {i} of the list has a different structure than item 0: {f[1]} vs {flats[0][1]}")
-        leaves = [torch.stack([f[2][j] for f in flats]) for j in range(len(flats[0][1]))]
-        return "pytree", flats[0][1], leaves, spec, ()
-    with_path, spec = _pytree.tree_flatten_with_path(data)
-    keys, leaves = [], []
-    for path, leaf in with_path:
-        key = tuple(str(getattr(p, "key", getattr(p, "idx", p))) for p in path) or ("_data",)
-        if not isinstance(leaf, (torch.Tensor, int, float, bool, np.ndarray, np.generic)):
-            raise TypeError(
-                f"entry {key!r} is a {type(leaf).__name__}: tensor storages hold tensors (nested dicts and "
-                "tuples of tensors, numbers or arrays); use ListStorage for arbitrary Python objects"
-            )
-        keys.append(key)
-        leaves.append(leaf if isinstance(leaf, torch.Tensor) else torch.as_tensor(leaf))
-    if len(set(keys)) != len(keys):
-        raise ValueError("two entries of this data map to the same key once converted to strings")
-    return "pytree", keys, leaves, spec, ()
 
 
 def _check_device(device: Any) -> None:
@@ -146,35 +36,7 @@ def _check_device(device: Any) -> None:
     )
 
 
-def _split_env(
-    leaves: list[torch.Tensor], row_batch: tuple, ndim: int, batched: bool
-) -> tuple[tuple[int, ...], list[torch.Tensor], tuple]:
-    """Split the trailing storage dims (``ndim - 1`` after the leading one) off the leaves.
-
-    Returns ``(env_shape, leaves flattened to [items, *row], row_batch without those dims)``.
-    """
-    lead = 1 if batched else 0
-    k = ndim - 1
-    if row_batch or not leaves:
-        if len(row_batch) < k:
-            raise ValueError(
-                f"a storage with ndim={ndim} needs data with at least {k + lead} batch dims, got "
-                f"batch_size={[*([leaves[0].shape[0]] if batched and leaves else []), *row_batch]}: "
-                "give the data its environment dims (e.g. [T, n_envs]) or use ndim=1"
-            )
-        env = tuple(row_batch[:k])
-    else:
-        shapes = {tuple(t.shape[lead : lead + k]) for t in leaves}
-        env = next(iter(shapes))
-        if len(shapes) != 1 or len(env) < k:
-            raise ValueError(
-                f"a storage with ndim={ndim} needs every leaf to share its first {k + lead} dims, got {shapes}"
-            )
-    flat = [t.reshape(-1, *t.shape[lead + k :]) for t in leaves]
-    return env, flat, tuple(row_batch[k:])
-
-
-class TensorStorage(SharedCounters, Storage):
+class TensorStorage(TensorStorageState, SharedCounters, Storage):
     """Preallocated tensor storage over a tensor, TensorDict, tensorclass or PyTree of tensors.
 
     ``TensorStorage(storage, max_size=None)`` wraps existing data whose leading dim is the capacity;
@@ -215,13 +77,13 @@ class TensorStorage(SharedCounters, Storage):
         self._row_batch: tuple = ()
         self._shared = False
         if storage is not None:
-            kind, keys, leaves, meta, row_batch = _flatten(storage, batched=True)
+            kind, keys, leaves, meta, row_batch = flatten(storage, batched=True)
             if not leaves:  # a TensorDict without entries: only its batch size
                 n = int(storage.batch_size[0])
             else:
                 n = leaves[0].shape[0] if leaves[0].ndim else 0
             if ndim > 1:
-                env, leaves, row_batch = _split_env(leaves, row_batch, ndim, batched=True)
+                env, leaves, row_batch = split_env(leaves, row_batch, ndim, batched=True)
                 self._env = env
                 n *= mdim.prod(env)
             if max_size is not None and int(max_size) != n:
@@ -259,8 +121,8 @@ class TensorStorage(SharedCounters, Storage):
             return self.max_size // self._per_row
         if data is None:
             raise RuntimeError("the capacity along dim 0 of a multi-dimensional storage is known from its first write")
-        _, _, leaves, _, row_batch = _flatten(data, batched)
-        env, _, _ = _split_env(leaves, row_batch, self.ndim, batched)
+        _, _, leaves, _, row_batch = flatten(data, batched)
+        env, _, _ = split_env(leaves, row_batch, self.ndim, batched)
         return mdim.rows_capacity(self.max_size, env)
 
     # -- counters (a numpy view of a tensor, so ``share()`` can put them in shared memory) -------
@@ -287,7 +149,7 @@ class TensorStorage(SharedCounters, Storage):
         self._plain = [t.as_subclass(torch.Tensor) if type(t) is not torch.Tensor else t for t in leaves]
         # numpy views of the same memory (None where numpy has no dtype): np.take gathers with less
         # per-call overhead than index_select and never spins up torch's thread pool
-        self._np = _numpy_views(self._plain)
+        self._np = numpy_views(self._plain)
         self._td = None
         self._build_template()
 
@@ -317,9 +179,9 @@ class TensorStorage(SharedCounters, Storage):
             if missing or extra:
                 raise ValueError(
                     "data does not match the storage schema (set by the first write): "
-                    + (f"missing {', '.join(map(_key_str, missing))}" if missing else "")
+                    + (f"missing {', '.join(map(key_str, missing))}" if missing else "")
                     + ("; " if missing and extra else "")
-                    + (f"unexpected {', '.join(map(_key_str, extra))}" if extra else "")
+                    + (f"unexpected {', '.join(map(key_str, extra))}" if extra else "")
                     + ". Write the same keys every time (Select/Exclude transforms can align them)"
                 )
             ordered = [incoming[k] for k in self._keys]
@@ -327,7 +189,7 @@ class TensorStorage(SharedCounters, Storage):
             got = tuple(value.shape[1:] if batched else value.shape)
             if got != shape or value.dtype != dtype:
                 raise ValueError(
-                    f"entry {_key_str(key)} has per-item shape {got} and dtype {value.dtype}, but the storage "
+                    f"entry {key_str(key)} has per-item shape {got} and dtype {value.dtype}, but the storage "
                     f"was allocated for shape {shape} and dtype {dtype} from the first write: convert the "
                     "data (e.g. .to(dtype)) or use a new buffer"
                 )
@@ -466,13 +328,13 @@ class TensorStorage(SharedCounters, Storage):
     def set(self, cursor: Any, data: Any) -> None:
         """Write ``data`` at ``cursor`` (with ``ndim > 1``: rows along dim 0, or a tuple over several dims)."""
         batched = not isinstance(cursor, (int, np.integer))
-        kind, keys, leaves, meta, row_batch = _flatten(data, batched)
+        kind, keys, leaves, meta, row_batch = flatten(data, batched)
         if not self.initialized:
             self._maybe_attach_shared()
         if self.ndim > 1:
             if isinstance(cursor, tuple):
                 return self._set_md(cursor, kind, keys, leaves, row_batch)
-            env, leaves, row_batch = _split_env(leaves, row_batch, self.ndim, batched)
+            env, leaves, row_batch = split_env(leaves, row_batch, self.ndim, batched)
             if not self.initialized:
                 self._env = env
                 self.max_size = mdim.rows_capacity(self.max_size, env) * mdim.prod(env)
@@ -530,7 +392,7 @@ class TensorStorage(SharedCounters, Storage):
             return
         if any(k not in set(keys) for k in self._keys):
             return  # keys are missing as well: a schema mismatch, reported by _check
-        names = ", ".join(_key_str(k) for k, _ in new)
+        names = ", ".join(key_str(k) for k, _ in new)
         if not self._covers_every_item(cursor):
             raise ValueError(
                 f"data does not match the storage schema (set by the first write): unexpected {names}. A new key "
@@ -585,124 +447,7 @@ class TensorStorage(SharedCounters, Storage):
         self._shared = True
         for t in self._plain:
             t.share_memory_()
-        self._np = _numpy_views(self._plain)  # share_memory_ moved in-memory leaves: refresh the views
-
-    def _as_td(self, stop: int | None = None) -> TensorDict:
-        stop = len(self) if stop is None else stop
-        if self.ndim > 1:  # [rows, *env] as written
-            rows = stop // self._per_row
-            src = nest(
-                self._keys,
-                [
-                    t[:stop].view(rows, *self._env, *shape)
-                    for t, (shape, _) in zip(self._plain, self._schema, strict=True)
-                ],
-            )
-            return TensorDict(src, batch_size=[rows, *self._env, *self._row_batch])
-        src = nest(self._keys, [t[:stop] for t in self._plain])
-        return TensorDict(src, batch_size=[stop, *self._row_batch])
-
-    def _meta_json(self) -> dict[str, Any]:
-        meta = None
-        if self._kind == "pytree":
-            meta = _pytree.treespec_dumps(self._meta)
-        elif self._kind == "tensorclass":
-            meta = f"{self._meta.__module__}:{self._meta.__qualname__}"
-        return {
-            "format": _FORMAT,
-            "version": 1,
-            "class": type(self).__name__,
-            "kind": self._kind,
-            "keys": [list(k) for k in self._keys],
-            "row_batch": list(self._row_batch),
-            "meta": meta,
-            "len": len(self),
-            "max_size": self.max_size,
-            "ndim": self.ndim,
-            "env": list(self._env),
-            "write_version": self.write_version,
-        }
-
-    def _restore(self, info: dict[str, Any], td: TensorDictBase) -> None:
-        """Allocate from a saved schema and copy ``td`` (the first ``len`` rows) in."""
-        if info["len"] > self.max_size and int(info.get("ndim", 1)) == 1:
-            raise ValueError(f"the saved storage holds {info['len']} items; this one only {self.max_size}")
-        kind = info["kind"]
-        if kind is None:
-            self.empty()
-            return
-        keys = [tuple(k) for k in info["keys"]]
-        leaves = _leaves_of(td, keys)
-        meta = self._class_for(kind, info)
-        ndim, env = int(info.get("ndim", 1)), tuple(info.get("env", ()))
-        if ndim != self.ndim:
-            raise ValueError(f"the saved storage has ndim={ndim}, this one ndim={self.ndim}: build it with ndim={ndim}")
-        if ndim > 1:
-            if self.initialized and env != self._env:
-                raise ValueError(f"the saved storage holds rows of shape {list(env)}, this one {list(self._env)}")
-            leaves = [t.reshape(-1, *t.shape[ndim:]) for t in leaves]
-            if not self.initialized:
-                self._env = env
-                self.max_size = mdim.rows_capacity(self.max_size, env) * mdim.prod(env)
-                if info["len"] > self.max_size:
-                    raise ValueError(f"the saved storage holds {info['len']} items; this one only {self.max_size}")
-        if not self.initialized:
-            shapes = [(tuple(t.shape[1:]), t.dtype) for t in leaves]
-            self._attach(
-                kind, keys, self._alloc_leaves(keys, shapes, tuple(info["row_batch"])), meta, tuple(info["row_batch"])
-            )
-        else:
-            leaves = self._check(kind, keys, leaves, tuple(info["row_batch"]), True)
-        n = int(info["len"])
-        for t, v in zip(self._plain, leaves, strict=True):
-            t[:n] = v[:n]
-        self._counts[0] = n
-        self._counts[1] = max(self.write_version + 1, int(info.get("write_version", 0)))
-
-    def _class_for(self, kind: str, info: dict[str, Any]) -> Any:
-        """The treespec or tensorclass of a saved state: the class object itself when the state was
-        made in this process (a tensorclass defined inside a function has no importable name),
-        else imported by name."""
-        if info.get("class_obj") is not None:
-            return info["class_obj"]
-        try:
-            return _decode_meta(kind, info["meta"])
-        except (ImportError, AttributeError) as exc:
-            if (
-                kind == "tensorclass"
-                and self._kind == kind
-                and self._meta is not None
-                and f"{self._meta.__module__}:{self._meta.__qualname__}" == info["meta"]
-            ):
-                return self._meta  # this storage already holds that (local) class
-            raise ValueError(
-                f"cannot import the tensorclass {info['meta']!r} the storage was saved with ({exc}); define it "
-                "at module level, or load into a storage that already holds data of that class"
-            ) from exc
-
-    def state_dict(self) -> dict[str, Any]:
-        info = self._meta_json()
-        if self._kind == "tensorclass":
-            info["class_obj"] = self._meta  # in-memory state: keeps classes defined inside functions
-        return {"info": info, "data": self._as_td().to_dict() if self.initialized else {}}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        info = state_dict["info"]
-        td = None
-        if info["kind"]:
-            ndim, env = int(info.get("ndim", 1)), list(info.get("env", ()))
-            rows = info["len"] // mdim.prod(env) if ndim > 1 else info["len"]
-            td = TensorDict(state_dict["data"], batch_size=[rows, *env])
-        self._restore(info, td)
-
-    def checkpoint_state(self, with_data: bool = True) -> tuple[dict[str, Any], TensorDictBase | None]:
-        """``(schema as JSON-able dict, the valid items as a TensorDict or None)`` for checkpointers."""
-        td = self._as_td() if with_data and self.initialized else None
-        return self._meta_json(), td
-
-    def restore_checkpoint(self, info: dict[str, Any], td: TensorDictBase | None) -> None:
-        """Allocate from a saved schema (if needed) and copy a checkpointer's TensorDict in."""
-        self._restore(info, td)
+        self._np = numpy_views(self._plain)  # share_memory_ moved in-memory leaves: refresh the views
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(len={len(self)}, max_size={self.max_size}, kind={self._kind})"

@@ -362,6 +362,20 @@ class PrioritizedSliceSampler(SliceSampler):
     def beta(self) -> float:
         return self._prio.beta
 
+    def settings(self) -> dict[str, Any]:
+        """The priority settings this sampler was built with (``max_capacity`` .. ``max_priority_within_buffer``),
+        as keyword arguments: what a copy of it (e.g. its device twin) is built from."""
+        prio = self._prio
+        return {
+            "max_capacity": prio.max_capacity,
+            "alpha": prio.alpha,
+            "beta": prio.beta,
+            "eps": prio.eps,
+            "dtype": prio.dtype,
+            "reduction": prio.reduction,
+            "max_priority_within_buffer": prio.max_priority_within_buffer,
+        }
+
     def _on_new_episodes(self, storage: Storage) -> None:
         self._trees = None
 

@@ -1,0 +1,170 @@
+"""Device sampling benchmark: slices from a build held in device memory, sampled with no host sync (issue 18).
+
+    .venv/bin/python benchmarks/device.py                      # CUDA rows (10^8 rows) when a GPU is present, CPU rows always
+    .venv/bin/python benchmarks/device.py --rows 20000000       # a smaller device build
+    .venv/bin/python benchmarks/device.py --cpu-rows 1000000    # the size of the CPU rows
+
+The build is made synthetically in device memory in the lean layout of a hub build (observations
+stored once per episode with T+1 rows, per-step action/reward/flags, episodes of 1000 steps,
+halfcheetah sizes: 17-float observations, 6-float actions), so the 10^8-row case needs no 10 GB
+file on disk; it is the same ``DeviceStorage`` that ``load(..., device=...)`` makes from a build.
+Each case times ``calls`` back-to-back ``rb.sample()`` calls and reports samples (transitions) per
+second, with the device synchronised once at the end, and the host time per call (what a training
+loop waits for). On CUDA a second pass runs under ``torch.cuda.set_sync_debug_mode("error")``; on
+every device one call runs under :func:`datasets_hub.buffers.device.no_host_sync`. Without CUDA the
+device rows are skipped with the reason, printed and in the JSON. Results: ``benchmarks/results/device.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from _report import command, environment, write_report
+
+from datasets_hub import TensorDictReplayBuffer
+from datasets_hub.buffers.device import DeviceSliceSampler, DeviceStorage, no_host_sync
+from datasets_hub.buffers.device.memory import check_fits
+from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.writers import ImmutableDatasetWriter
+
+EPISODE_LEN = 1000
+OBS, ACT = 17, 6
+CASES = [("slices 8x32 b256", 8, 256), ("slices 128x32 b4096", 128, 4096)]
+
+
+def synthetic_build(rows: int, device: torch.device) -> DeviceStorage:
+    """A lean-TED build of ``rows`` transitions made directly in ``device`` memory."""
+    episodes = max(1, rows // EPISODE_LEN)
+    rows = episodes * EPISODE_LEN
+    frame_rows = rows + episodes
+    needed = frame_rows * OBS * 4 + rows * (ACT * 4 + 4 + 2) + episodes * 24
+    check_fits(needed, device, f"a synthetic build of {rows:,} rows")
+    gen = torch.Generator(device=device).manual_seed(0)
+    obs = torch.empty(frame_rows, OBS, device=device)
+    step = 1 << 24
+    for lo in range(0, frame_rows, step):  # in pieces: randn's temporaries stay small
+        obs[lo : lo + step].normal_(generator=gen)
+    action = torch.empty(rows, ACT, device=device).uniform_(-1, 1, generator=gen)
+    reward = torch.empty(rows, 1, device=device).normal_(generator=gen)
+    last = (torch.arange(rows, device=device) % EPISODE_LEN == EPISODE_LEN - 1).unsqueeze(1)
+    index = EpisodeIndex.from_lengths([EPISODE_LEN] * episodes)
+    return DeviceStorage(
+        device,
+        rows,
+        {
+            ("action",): action,
+            ("next", "reward"): reward,
+            ("next", "terminated"): torch.zeros(rows, 1, dtype=torch.bool, device=device),
+            ("next", "truncated"): last,
+        },
+        frames={("observation",): obs},
+        next_frames=frozenset({("observation",)}),
+        episodes=index,
+        episode_ids=torch.arange(episodes),
+        derive_ted=True,
+    )
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_case(storage: DeviceStorage, num_slices: int, batch: int, calls: int, repeats: int) -> dict[str, Any]:
+    device = storage.device
+    sampler = DeviceSliceSampler(num_slices=num_slices)
+    rb = TensorDictReplayBuffer(
+        storage=storage,
+        sampler=sampler,
+        writer=ImmutableDatasetWriter(),
+        batch_size=batch,
+        generator=torch.Generator(device=device).manual_seed(1),
+    )
+    sampler.prepare(storage, batch)
+    for _ in range(10):
+        rb.sample()
+    _sync(device)
+    with no_host_sync():
+        rb.sample()
+    cuda_checked = None
+    if device.type == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(10):
+                rb.sample()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        _sync(device)
+        cuda_checked = True
+    rates, host_us = [], []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            rb.sample()
+        t1 = time.perf_counter()
+        _sync(device)
+        t2 = time.perf_counter()
+        rates.append(calls * batch / (t2 - t0))
+        host_us.append((t1 - t0) / calls * 1e6)
+    return {
+        "samples_per_s": statistics.median(rates),
+        "us_per_batch": batch / statistics.median(rates) * 1e6,
+        "host_us_per_call": statistics.median(host_us),
+        "no_host_sync_checked": True,
+        "cuda_sync_debug_mode_error_passed": cuda_checked,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=10**8, help="rows of the CUDA build")
+    parser.add_argument("--cpu-rows", type=int, default=10**6, help="rows of the CPU build")
+    parser.add_argument("--calls", type=int, default=200, help="sample() calls per timing")
+    parser.add_argument("--repeats", type=int, default=5, help="timings per case (median reported)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1, as benchmarks/sampling.py)")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "device.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    report: dict[str, Any] = {"command": command(), "environment": environment(), "devices": {}}
+    targets: list[tuple[str, int]] = [("cpu", args.cpu_rows)]
+    if torch.cuda.is_available():
+        targets.insert(0, ("cuda", args.rows))
+        report["environment"]["gpu"] = torch.cuda.get_device_name(0)
+    else:
+        reason = f"no CUDA device (torch {torch.__version__}, torch.cuda.is_available() is False)"
+        print(f"device rows skipped: {reason}")
+        report["devices"]["cuda"] = {"skipped": reason}
+    print(f"{'device':<6} {'rows':>12} {'case':<22} {'samples/s':>14} {'us/batch':>10} {'host us/call':>13}")
+    for name, rows in targets:
+        device = torch.device(name, 0) if name == "cuda" else torch.device(name)
+        t0 = time.perf_counter()
+        storage = synthetic_build(rows, device)
+        _sync(device)
+        entry: dict[str, Any] = {"rows": len(storage), "build_s": time.perf_counter() - t0, "cases": {}}
+        for case, num_slices, batch in CASES:
+            result = run_case(storage, num_slices, batch, args.calls, args.repeats)
+            entry["cases"][case] = result
+            print(
+                f"{name:<6} {len(storage):>12,} {case:<22} {result['samples_per_s']:>14,.0f} "
+                f"{result['us_per_batch']:>10.1f} {result['host_us_per_call']:>13.1f}"
+            )
+        report["devices"][name] = entry
+        del storage
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    write_report(report, args.out)
+
+
+if __name__ == "__main__":
+    main()
