@@ -156,10 +156,21 @@ def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
 
 
 def _open_storage(
-    dataset_id: str, *, download: bool, resident: str, remote: dict[str, Any], params: dict[str, Any]
+    dataset_id: str,
+    *,
+    download: bool,
+    resident: str,
+    remote: dict[str, Any],
+    params: dict[str, Any],
+    in_memory: bool = False,
 ) -> Any:
     """The read-only storage ``load`` wraps: a local build of a catalogue id, or a published build by URL."""
     if isinstance(dataset_id, str) and "://" in dataset_id:  # a published build's URL, never a catalogue id
+        if in_memory:
+            raise InvalidParameter(
+                "in_memory=True applies to builds loaded by id; a published build loaded by URL is read through "
+                "its local chunk cache (resident='full' fetches all of it)"
+            )
         if params:
             raise InvalidParameter(
                 f"a published build is loaded as it was built; loader params {sorted(params)} cannot change it "
@@ -175,7 +186,9 @@ def _open_storage(
         )
     from datasets_hub.dataset_storage import DatasetStorage
 
-    return DatasetStorage(_ensure_build(dataset_id, force=False, allow_download=download, params=params))
+    return DatasetStorage(
+        _ensure_build(dataset_id, force=False, allow_download=download, params=params), in_memory=in_memory
+    )
 
 
 def load(
@@ -194,6 +207,7 @@ def load(
     pool_episodes: int | None = None,
     pool_refresh_s: float | None = 1.0,
     device: str | torch.device | None = None,
+    in_memory: bool = False,
     **params: Any,
 ):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
@@ -218,6 +232,11 @@ def load(
     samples there with the device twin of ``sampler`` (see :mod:`datasets_hub.buffers.device`):
     ``sample()`` never synchronises with the host. ``generator`` must then be on that device. A copy
     that does not fit, or a sampler without a device twin, is refused with the reason.
+
+    ``in_memory=True`` copies the local build into anonymous memory (transparent huge pages where
+    the OS offers them) instead of sampling from its memory-mapped files: the same values under the
+    same seed, fewer cycles per batch. It refuses with ``InvalidParameter`` naming the size needed
+    and the memory available when the copy would not fit (see ``docs/guide/sampling.md``).
     """
     steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
     if not all(callable(fn) for fn in steps):
@@ -247,7 +266,16 @@ def load(
         check_pool_sampler(sampler)
         sampler = sampler if sampler is not None else PoolSampler()
         remote["pool_seed"] = generator.initial_seed() if generator is not None else None
-    storage = _open_storage(dataset_id, download=download, resident=resident, remote=remote, params=params)
+    if not isinstance(in_memory, bool):
+        raise InvalidParameter(f"in_memory must be True or False, got {in_memory!r}")
+    if in_memory and device is not None:
+        raise InvalidParameter(
+            "in_memory=True and device= both copy the build: device= already holds it in that device's memory; "
+            "pass one of them"
+        )
+    storage = _open_storage(
+        dataset_id, download=download, resident=resident, remote=remote, params=params, in_memory=in_memory
+    )
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers.random import RandomSampler
     from datasets_hub.buffers.writers import ImmutableDatasetWriter
