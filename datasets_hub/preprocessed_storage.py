@@ -22,7 +22,7 @@ from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.build_checks import check_preprocessed
 from datasets_hub.build_format import open_leaf
 from datasets_hub.cache import read_manifest
-from datasets_hub.errors import CacheError
+from datasets_hub.errors import CacheError, ReadOnlyError
 
 FORMAT = "datasets_hub.preprocessed"
 
@@ -43,8 +43,6 @@ class PreprocessedStorage(ReadOnlyStorage, TensorStorage):
     """
 
     read_only_what = "preprocessing result"
-    dumps = None  # a read-only result is not copied by ReplayBuffer.dumps: reload it by fingerprint
-    loads = None
 
     def __init__(self, path: str | Path, *, _cleanup: Path | None = None) -> None:
         self.path = Path(path)
@@ -62,6 +60,18 @@ class PreprocessedStorage(ReadOnlyStorage, TensorStorage):
             self._index = EpisodeIndex(saved["start"], saved["length"])
         # an uncached result lives in a temporary directory, removed with the storage that made it
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(_cleanup), True) if _cleanup else None
+
+    def dumps(self, path: str | Path) -> None:
+        """Refused: a result is never copied (``ReplayBuffer.dumps`` leaves read-only storages out); it
+        stays in the cache under its fingerprint, where ``preprocess`` with the same fn finds it again."""
+        raise CacheError(
+            f"a preprocessing result is not dumped: it stays in the cache at {self.path}, where preprocess() "
+            "with the same fn and parent finds it again (rb.dumps(path) saves the sampler and writer state without it)"
+        )
+
+    def loads(self, path: str | Path) -> None:
+        """Refused: a preprocessing result is read-only (:class:`~datasets_hub.errors.ReadOnlyError`)."""
+        raise ReadOnlyError(self.read_only_what)
 
     @property
     def fingerprint(self) -> str | None:
