@@ -507,8 +507,8 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, list
         for variant in _variants():
             if variant.parent.name in old_builds:
                 continue
-            manifest = _variant_manifest(variant)
-            created = _created(variant, manifest) if manifest else variant.stat().st_mtime
+            variant_manifest = _variant_manifest(variant)
+            created = _created(variant, variant_manifest) if variant_manifest else variant.stat().st_mtime
             if created < cutoff:
                 yield variant, f"preprocessed result older than {older_than_days:g} days", [_build_lock(variant)]
 

@@ -46,9 +46,10 @@ class PreprocessedStorage(ReadOnlyStorage, TensorStorage):
 
     def __init__(self, path: str | Path, *, _cleanup: Path | None = None) -> None:
         self.path = Path(path)
-        self.manifest = read_manifest(self.path)
-        if self.manifest is None or self.manifest.get("format") != FORMAT:
+        manifest = read_manifest(self.path)
+        if manifest is None or manifest.get("format") != FORMAT:
             raise CacheError(f"{self.path} holds no complete preprocessing result (no manifest.json); preprocess again")
+        self.manifest: dict[str, Any] = manifest
         check_preprocessed(self.path, self.manifest)  # paths inside the result, sizes: before any mmap
         leaves = _open_schema(self.path, self.manifest, "c")
         n = int(self.manifest["counts"]["transitions"])
