@@ -35,7 +35,7 @@ class Writer:
     @property
     def storage(self) -> Storage:
         """The storage this writer writes to; ``RuntimeError`` before ``register_storage``."""
-        storage = self.storage
+        storage = self._storage
         if storage is None:
             raise RuntimeError(
                 f"{type(self).__name__} has no storage yet: a replay buffer registers its storage with its "
