@@ -27,7 +27,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml constraints.txt
 	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) -e '.[test]'
+	$(PIP_INSTALL) -e '.[test,remote]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)

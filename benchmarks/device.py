@@ -132,8 +132,10 @@ def main() -> None:
     parser.add_argument("--cpu-rows", type=int, default=10**6, help="rows of the CPU build")
     parser.add_argument("--calls", type=int, default=200, help="sample() calls per timing")
     parser.add_argument("--repeats", type=int, default=5, help="timings per case (median reported)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1, as benchmarks/sampling.py)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "device.json"))
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     report: dict[str, Any] = {"command": command(), "environment": environment(), "devices": {}}
     targets: list[tuple[str, int]] = [("cpu", args.cpu_rows)]
     if torch.cuda.is_available():

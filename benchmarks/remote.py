@@ -4,9 +4,17 @@ A loopback HTTP server (Range support) throttled to ``--mbps`` MB/s with ``--lat
 serves a build published with ``datasets_hub.export``; a fresh process loads it by URL, lazily resident,
 and samples 8x32 slices. Two builds: a D4RL-shaped one (``--transitions``, 17-float observations, built
 from a generated D4RL HDF5 file by the d4rl loader) and the Atari image build of ``benchmarks/images.py``
-(``--frames`` 84x84 frames through the atari loader). Prints a table and writes JSON.
+(``--frames`` 84x84 frames through the atari loader; 1,000,000 is one full DQN Replay checkpoint).
 
-    .venv-bench/bin/python benchmarks/remote.py [--transitions 10000000] [--frames 100000]
+Per build: the lazy row (first batch and the bytes the server sent before it, in a fresh process; batch
+time after ``--warmup`` lazy batches and once every chunk is resident, against the local build; published
+size against the local build) and the pool row (``resident="pool"`` with ``--pool-episodes`` K and
+``pool_refresh_s=0``, i.e. refreshing as fast as the link allows: first batch, bytes before it, batch time
+while refreshing, refreshes per second). Prints a table and writes JSON. Needs about 3x the local build's
+size in free disk for the largest case (local build, published folder, a full copy); each case's files
+are deleted before the next one.
+
+    .venv/bin/python benchmarks/remote.py [--transitions 10000000] [--frames 1000000] [--pool-episodes 16]
 """
 
 from __future__ import annotations
@@ -109,29 +117,56 @@ def tree_bytes(path: Path) -> int:
 
 
 CHILD = """
-import json, sys, time
+import json, statistics, sys, time
 t0 = time.perf_counter()
 import torch, datasets_hub as dh
 from datasets_hub import SliceSampler
 t_import = time.perf_counter()
-rb = dh.load(sys.argv[1], resident="lazy", batch_size=256, sampler=SliceSampler(slice_len=32),
-             generator=torch.Generator().manual_seed(0))
+mode, pool, calls = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+extra = {"pool_episodes": pool, "pool_refresh_s": 0.0} if mode == "pool" else {}
+rb = dh.load(sys.argv[1], resident=mode, batch_size=256, sampler=SliceSampler(slice_len=32),
+             generator=torch.Generator().manual_seed(0), **extra)
 t_open = time.perf_counter()
 rb.sample()
 t_first = time.perf_counter()
-print(json.dumps({"imports": t_import - t0, "open": t_open - t_import, "first_batch": t_first - t_import}), flush=True)
+out = {"imports": t_import - t0, "open": t_open - t_import, "first_batch": t_first - t_import}
+print(json.dumps(out), flush=True)  # the parent reads the bytes sent so far, then lets the child go on
+sys.stdin.readline()
+if mode == "pool":  # steady state: batches drawn while the pool refreshes as fast as the link allows
+    times, refreshes = [], rb.storage.pool_status()["refreshes"]
+    start = time.perf_counter()
+    for _ in range(calls):
+        t = time.perf_counter()
+        rb.sample()
+        times.append(time.perf_counter() - t)
+    status = rb.storage.pool_status()
+    out = {"pool_us": statistics.median(times) * 1e6,
+           "refreshes_per_s": (status["refreshes"] - refreshes) / (time.perf_counter() - start),
+           "reads_outside_pool": status["reads_outside_pool"], "pool_error": status["error"]}
+    rb.storage.close()
+print(json.dumps(out), flush=True)
 """
 
 
-def first_batch(url: str, cache: Path, throttle: Throttle) -> dict[str, Any]:
+def first_batch(
+    url: str, cache: Path, throttle: Throttle, mode: str = "lazy", pool: int = 0, calls: int = 0
+) -> dict[str, Any]:
+    """A fresh process loads ``url`` and draws one batch; the bytes the server sent until then are counted.
+    In pool mode the child then times ``calls`` batches while its pool refreshes."""
     env = dict(os.environ, DATASETS_HUB_CACHE=str(cache))
     env.pop("DATASETS_HUB_OFFLINE", None)
     before = throttle.sent
-    proc = subprocess.run([sys.executable, "-c", CHILD, url], env=env, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-3000:])
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["bytes_before_first_batch"] = throttle.sent - before
+    args = [sys.executable, "-c", CHILD, url, mode, str(pool), str(calls)]
+    proc = subprocess.Popen(args, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    line = proc.stdout.readline()
+    sent = throttle.sent - before
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    rest = proc.stdout.read()
+    if proc.wait() != 0 or not line:
+        raise RuntimeError(f"the {mode} child failed (exit {proc.returncode}); see its stderr above")
+    out = {**json.loads(line), **json.loads(rest.strip().splitlines()[-1]), "bytes_before_first_batch": sent}
     return out
 
 
@@ -162,10 +197,20 @@ def steady_state(url: str, local_id_rb: Any, cache: Path, warmup: int, calls: in
     for _ in range(warmup):
         rb.sample()
     after_warmup = per_batch_us(rb, calls)
-    rb[:]  # every chunk resident: what remains is the residency check on each batch
+    # every chunk resident (a full copy filled in the background beside it, sharing the local copy, without
+    # holding the whole build in memory): what remains is the residency check on each batch
+    t0 = time.perf_counter()
+    full = dh.load(url, resident="full")
+    full.storage.wait_complete()
+    fill_s = time.perf_counter() - t0
     resident = per_batch_us(rb, calls)
     local = per_batch_us(local_id_rb, calls)
-    return {"lazy_after_warmup_us": after_warmup, "lazy_all_resident_us": resident, "local_us": local}
+    return {
+        "lazy_after_warmup_us": after_warmup,
+        "lazy_all_resident_us": resident,
+        "local_us": local,
+        "full_fill_seconds": fill_s,
+    }
 
 
 def d4rl_build(work: Path, transitions: int) -> tuple[Any, Path]:
@@ -226,8 +271,11 @@ def run_case(name: str, rb: Any, build: Path, work: Path, args: argparse.Namespa
     with serve(published, throttle) as url:
         first = first_batch(url, work / f"cache-first-{name}", throttle)
         steady = steady_state(url, local_rb, work / f"cache-steady-{name}", args.warmup, args.calls)
+        shutil.rmtree(work / f"cache-steady-{name}")  # a full copy: give the disk back before the pool
+        pool = first_batch(url, work / f"cache-pool-{name}", throttle, "pool", args.pool_episodes, args.calls)
     local_bytes, published_bytes = tree_bytes(build), tree_bytes(published)
-    shutil.rmtree(published)
+    for folder in (published, work / f"cache-first-{name}", work / f"cache-pool-{name}"):
+        shutil.rmtree(folder)
     return {
         "case": name,
         "transitions": len(rb),
@@ -241,6 +289,18 @@ def run_case(name: str, rb: Any, build: Path, work: Path, args: argparse.Namespa
         **steady,
         "lazy_over_local_after_warmup": steady["lazy_after_warmup_us"] / steady["local_us"],
         "lazy_over_local_resident": steady["lazy_all_resident_us"] / steady["local_us"],
+        "pool": {
+            "pool_episodes": args.pool_episodes,
+            "first_batch": pool["first_batch"],
+            "open": pool["open"],
+            "bytes_before_first_batch": pool["bytes_before_first_batch"],
+            "fraction_before_first_batch": pool["bytes_before_first_batch"] / local_bytes,
+            "pool_us": pool["pool_us"],
+            "pool_over_local": pool["pool_us"] / steady["local_us"],
+            "refreshes_per_s": pool["refreshes_per_s"],
+            "reads_outside_pool": pool["reads_outside_pool"],
+            "error": pool["pool_error"],
+        },
     }
 
 
@@ -254,10 +314,16 @@ def table(rows: list[dict[str, Any]]) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r['case']} | {r['transitions']:,} | {r['first_batch']:.2f} (target < 5) | {r['open']:.2f} | "
+            f"| {r['case']} lazy | {r['transitions']:,} | {r['first_batch']:.2f} (target < 5) | {r['open']:.2f} | "
             f"{r['bytes_before_first_batch'] / 1e6:.2f} MB | {100 * r['fraction_before_first_batch']:.2f}% (< 1%) | "
             f"{r['lazy_over_local_after_warmup']:.2f}x ({r['lazy_after_warmup_us']:.0f} vs {r['local_us']:.0f} us) | "
             f"{r['lazy_over_local_resident']:.2f}x (<= 2x) | {r['published_over_local']:.2f}x |"
+        )
+        p = r["pool"]
+        lines.append(
+            f"| {r['case']} pool of {p['pool_episodes']} | {r['transitions']:,} | {p['first_batch']:.2f} | {p['open']:.2f} | "
+            f"{p['bytes_before_first_batch'] / 1e6:.2f} MB | {100 * p['fraction_before_first_batch']:.2f}% | "
+            f"{p['pool_over_local']:.2f}x ({p['pool_us']:.0f} us, {p['refreshes_per_s']:.1f} refreshes/s) | - | - |"
         )
     return "\n".join(lines)
 
@@ -270,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=20.0, help="server latency per request")
     parser.add_argument("--warmup", type=int, default=200, help="lazy batches before timing")
     parser.add_argument("--calls", type=int, default=300, help="timed batches per figure (median)")
+    parser.add_argument("--pool-episodes", type=int, default=16, help="K of the pool-mode row")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     rows = []
@@ -278,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.transitions:
             rb, build = d4rl_build(work, args.transitions)
             rows.append(run_case("d4rl-shaped", rb, build, work, args))
+            del rb
+            shutil.rmtree(work / "local-cache")  # the next case needs the disk
+            print(table(rows), flush=True)
         if args.frames:
             rb, build = atari_build(work, args.frames)
             rows.append(run_case("atari 84x84", rb, build, work, args))

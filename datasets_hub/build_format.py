@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from datasets_hub.build_checks import check_build
 from datasets_hub.build_checks import leaf_path as checked_leaf_path
 from datasets_hub.errors import CacheError
 from datasets_hub.files import sha256_file, write_text_atomic
+from datasets_hub.ram import anonymous_copy, check_fits
 
 # -- layout constants ---------------------------------------------------------------------------
 FORMAT = "datasets_hub.ted"  #: the manifest's "format"
@@ -175,7 +176,9 @@ class OpenedBuild:
     - ``episodes``: ``start``, ``length``, ``id``, ``return``, E rows each;
     - ``history``: frames kept before episodes' first transitions, by name after ``history/``
       (each obs key of ``manifest["layout"]["history"]``, plus ``episode`` and ``time`` per row); empty
-      for most builds.
+      for most builds;
+    - ``leaves``: every leaf by its schema name (``"<group>/<key>"``), in the manifest's order (what a
+      consumer that copies a build leaf by leaf, such as ``publish.export``, walks).
     """
 
     path: Path
@@ -186,6 +189,7 @@ class OpenedBuild:
     steps: dict[Key, torch.Tensor]
     episodes: dict[str, torch.Tensor]
     history: dict[str, torch.Tensor]
+    leaves: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str | None:
@@ -210,16 +214,23 @@ def read_build_manifest(build_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-def open_build(build_dir: str | Path) -> OpenedBuild:
+def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild:
     """Open the build at ``build_dir`` read-only: the one reader of the format.
 
-    Raises :class:`CacheError` naming the fix when the build is incomplete, damaged or not one
-    this version can read.
+    ``in_memory=True`` copies every leaf into anonymous memory (transparent huge pages where the OS
+    offers them, :mod:`datasets_hub.ram`) instead of mapping the files: the same values, no page
+    faults or file-backed pages on the sampling path. It refuses with
+    :class:`~datasets_hub.errors.InvalidParameter` naming the size and the memory available when the
+    copy would not fit. Raises :class:`CacheError` naming the fix when the build is incomplete,
+    damaged or not one this version can read.
     """
     build_dir = Path(build_dir)
     manifest = read_build_manifest(build_dir)
     # cheap open-time checks (manifest hash, format, schema, paths, sizes, episode index): build_checks.py
     checked = check_build(build_dir, manifest)
+    if in_memory:
+        sizes = [leaf_nbytes({"dtype": d, "shape": list(s), "rows": r}) or 0 for d, s, r in checked.values()]
+        check_fits(sum(sizes), f"the build {manifest.get('id', build_dir)!r} ({build_dir})")
     try:
         layout = manifest["layout"]
         transitions = int(manifest["counts"]["transitions"])
@@ -227,6 +238,8 @@ def open_build(build_dir: str | Path) -> OpenedBuild:
             name: open_leaf(checked_leaf_path(build_dir, name, build_dir), dtype, shape, rows)
             for name, (dtype, shape, rows) in checked.items()
         }
+        if in_memory:  # the file mappings are dropped with this dict once every leaf is copied
+            columns = {name: anonymous_copy(column) for name, column in columns.items()}
         per_step_next = {parse_key(k) for k in layout["next_stored_per_step"]}
         obs = {parse_key(k): columns[f"{OBS}/{k}"] for k in layout["obs"]}
         steps = {parse_key(name)[1:]: col for name, col in columns.items() if name.startswith(STEPS + "/")}
@@ -246,4 +259,5 @@ def open_build(build_dir: str | Path) -> OpenedBuild:
         steps=steps,
         episodes=episodes,
         history=history,
+        leaves=columns,
     )

@@ -199,6 +199,45 @@ def iter_builds(*, warn: bool = True) -> Iterator[tuple[Path, dict[str, Any]]]:
             warnings.warn(f"skipping a broken build: {problem}", stacklevel=2)
 
 
+#: An empty file inside a build (or preprocessed variant) whose mtime is its last use: ``open`` touches
+#: it at most once per :data:`LAST_USED_RESOLUTION_S` seconds (one ``stat`` otherwise).
+LAST_USED = ".last-used"
+LAST_USED_RESOLUTION_S = 600.0
+
+
+def mark_used(directory: Path, *, resolution_s: float = LAST_USED_RESOLUTION_S) -> None:
+    """Record "used now" on the build or variant at ``directory`` (its :data:`LAST_USED` marker).
+
+    Cheap and never failing: when the marker was touched less than ``resolution_s`` seconds ago
+    nothing is written; a read-only cache, a full disk or a symlink planted as the marker leave it
+    as it is (the last use is then older than the truth, never an error for the reader).
+    """
+    import time
+
+    path = Path(directory) / LAST_USED
+    now = time.time()
+    with contextlib.suppress(OSError):
+        if now - os.stat(path, follow_symlinks=False).st_mtime < resolution_s:
+            return
+    with contextlib.suppress(OSError):
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0), 0o644
+        )
+        try:
+            os.utime(fd, (now, now))
+        finally:
+            os.close(fd)
+
+
+def last_used(directory: Path) -> float | None:
+    """When the build or variant at ``directory`` was last opened (epoch seconds, to within
+    :data:`LAST_USED_RESOLUTION_S`), or ``None`` when no open was recorded."""
+    try:
+        return os.stat(Path(directory) / LAST_USED, follow_symlinks=False).st_mtime
+    except OSError:
+        return None
+
+
 def dir_size(path: Path) -> int:
     """Bytes used by the regular files under ``path``."""
     total = 0

@@ -15,18 +15,20 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.nested_keys import Key, parse_key, put
+from datasets_hub.buffers.nested_keys import Key, nest, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
+from datasets_hub.cache import mark_used
 from datasets_hub.errors import CacheError
+from datasets_hub.packed_steps import PackedSteps
 
 _ROOT_FLAGS = ("done", "terminated", "truncated")
 
 
-def reopen_build(path: str, fingerprint: str | None) -> DatasetStorage:
+def reopen_build(path: str, fingerprint: str | None, in_memory: bool = False) -> DatasetStorage:
     """Open the build at ``path`` again (how a pickled :class:`DatasetStorage` comes back), refusing a
     build whose fingerprint is no longer ``fingerprint``: it was rebuilt or replaced in between."""
-    storage = DatasetStorage(path)
+    storage = DatasetStorage(path, in_memory=in_memory)
     found = storage.manifest.get("fingerprint")
     if fingerprint is not None and found != fingerprint:
         raise CacheError(
@@ -46,9 +48,11 @@ class DatasetStorage(ReadOnlyStorage):
 
     read_only_what = "dataset build"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, in_memory: bool = False) -> None:
         self.path = Path(path)
-        build = open_build(self.path)  # the one reader of the format (checks the files against the manifest)
+        self.in_memory = bool(in_memory)
+        # the one reader of the format (checks the files against the manifest; copies them into RAM)
+        build = open_build(self.path, in_memory=self.in_memory)
         self.manifest = build.manifest
         self._obs: list[tuple[Key, np.ndarray, bool]] = [
             (key, column.numpy(), key in build.shared_next) for key, column in build.obs.items()
@@ -69,13 +73,19 @@ class DatasetStorage(ReadOnlyStorage):
         self._ordinal: tuple[np.ndarray, np.ndarray] | bool | None = False  # id -> ordinal, built on first use
         self._history = build.history
         self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
+        # in RAM, the small per-step leaves are packed into one record per row: one gather per batch
+        self._packed = PackedSteps.from_columns(self._steps_np, self._start_np, self._len) if self.in_memory else None
+        packed = set(self._packed.keys) if self._packed is not None else set()
+        self._unpacked_np = [(key, column) for key, column in self._steps_np if key not in packed]
         super().__init__(self._len)
+        mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
 
-    def __reduce__(self) -> tuple[Any, tuple[str, str | None]]:
+    def __reduce__(self) -> tuple[Any, tuple[str, str | None, bool]]:
         # Pickled by reference (path + fingerprint), never by value: a buffer over a 10 GB build
         # reaches DataLoader workers, Ray actors and preprocess workers as a few hundred bytes,
         # and each process maps the files itself (the build must be on a filesystem it sees).
-        return reopen_build, (str(self.path), self.manifest.get("fingerprint"))
+        # An in-memory storage is copied into RAM again by each receiving process (its own check).
+        return reopen_build, (str(self.path), self.manifest.get("fingerprint"), self.in_memory)
 
     def __len__(self) -> int:
         return self._len
@@ -213,13 +223,37 @@ class DatasetStorage(ReadOnlyStorage):
     def get(self, index: Any) -> TensorDict:
         if isinstance(index, (int, np.integer)):
             return self.get(torch.tensor([int(index)]))[0]
+        rows, shape = self._rows(index)
+        out = self._gather_rows(rows, None)
+        return out.reshape(shape) if len(shape) != 1 else out
+
+    def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> TensorDict:
+        """``get`` of a 1-D index with ``extras`` (``index``, sampler info) built into the same TensorDict."""
+        if (
+            type(index) is not torch.Tensor
+            or index.ndim != 1
+            or index.dtype != torch.int64
+            or type(self).get is not DatasetStorage.get  # a subclass that reads through get() keeps doing so
+        ):
+            return super().gather(index, extras)
+        rows, _ = self._rows(index)
+        return self._gather_rows(rows, extras)
+
+    def _gather_rows(self, rows: np.ndarray, extras: dict[Any, torch.Tensor] | None) -> TensorDict:
         # numpy does the index arithmetic and the gathers: single-threaded and cheaper per call
         # than torch here (torch's parallel kernels cost milliseconds when the other cores are busy)
-        rows, shape = self._rows(index)
         b = rows.size
-        episode = np.searchsorted(self._start_np, rows, side="right") - 1
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
+        if self._packed is not None:
+            episode, packed = self._packed.gather(rows)  # one read for every small per-step leaf
+            for key, value in packed:
+                if key[0] == "next":
+                    put(nxt, key[1:], value)
+                else:
+                    put(root, key, value)
+        else:
+            episode = np.searchsorted(self._start_np, rows, side="right") - 1
         if self._obs:
             obs_rows = rows + episode
             both = np.concatenate([obs_rows, obs_rows + 1])
@@ -228,7 +262,7 @@ class DatasetStorage(ReadOnlyStorage):
                 put(root, key, gathered[:b])
                 if shared_next:
                     put(nxt, key, gathered[b:])
-        for key, column in self._steps_np:
+        for key, column in self._unpacked_np:
             if key[0] == "next":
                 put(nxt, key[1:], torch.from_numpy(column.take(rows, axis=0)))
             else:
@@ -240,8 +274,9 @@ class DatasetStorage(ReadOnlyStorage):
         for i, flag in enumerate(_ROOT_FLAGS):
             root[flag] = flags[i]
         root["next"] = nxt
-        out = _tensordict(root, torch.Size([b]))
-        return out.reshape(shape) if len(shape) != 1 else out
+        if extras:
+            nest(extras.keys(), extras.values(), root)
+        return _tensordict(root, torch.Size([b]))
 
     def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
         key = (key,) if isinstance(key, str) else tuple(key)
@@ -294,7 +329,8 @@ class DatasetStorage(ReadOnlyStorage):
             )
 
     def __repr__(self) -> str:
-        return f"DatasetStorage({self.manifest.get('id')!r}, transitions={self._len}, path={str(self.path)!r})"
+        where = ", in_memory=True" if self.in_memory else ""
+        return f"DatasetStorage({self.manifest.get('id')!r}, transitions={self._len}, path={str(self.path)!r}{where})"
 
 
 def _tensordict(tree: dict[str, Any], batch_size: torch.Size) -> TensorDict:

@@ -41,7 +41,7 @@ MAX_REDIRECTS = 10  # http(s) redirects followed per request
 if TYPE_CHECKING:
     from datasets_hub.loader import Resource
 
-__all__ = ["Progress", "http_download"]
+__all__ = ["MAX_REDIRECTS", "Progress", "http_download", "name_resolution_failed"]
 
 
 # ---------------------------------------------------------------------------------------- progress
@@ -343,7 +343,7 @@ def http_download(
                 requests.exceptions.ContentDecodingError,
             ) as exc:
                 last = redact_text(str(exc) or type(exc).__name__)
-                if _name_resolution_failed(exc):  # no DNS (no network): retrying cannot help, say so at once
+                if name_resolution_failed(exc):  # no DNS (no network): retrying cannot help, say so at once
                     raise DownloadError(
                         f"{resource.name}: cannot resolve the host {urlsplit(url).hostname or shown!r} of {shown}: no "
                         "network or no DNS here. Working offline? Set DATASETS_HUB_OFFLINE=1 to use only the cache (a "
@@ -371,7 +371,7 @@ def http_download(
                 raise DownloadError(f"{resource.name}: cannot download {shown}: {redact_text(str(exc))}") from None
 
 
-def _name_resolution_failed(exc: BaseException) -> bool:
+def name_resolution_failed(exc: BaseException) -> bool:
     """Whether ``exc`` (a requests error) comes from a failed DNS lookup (``socket.gaierror``)."""
     import socket
 

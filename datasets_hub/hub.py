@@ -156,10 +156,21 @@ def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
 
 
 def _open_storage(
-    dataset_id: str, *, download: bool, resident: str, max_bytes: int | None, params: dict[str, Any]
+    dataset_id: str,
+    *,
+    download: bool,
+    resident: str,
+    remote: dict[str, Any],
+    params: dict[str, Any],
+    in_memory: bool = False,
 ) -> Any:
     """The read-only storage ``load`` wraps: a local build of a catalogue id, or a published build by URL."""
     if isinstance(dataset_id, str) and "://" in dataset_id:  # a published build's URL, never a catalogue id
+        if in_memory:
+            raise InvalidParameter(
+                "in_memory=True applies to builds loaded by id; a published build loaded by URL is read through "
+                "its local chunk cache (resident='full' fetches all of it)"
+            )
         if params:
             raise InvalidParameter(
                 f"a published build is loaded as it was built; loader params {sorted(params)} cannot change it "
@@ -167,15 +178,17 @@ def _open_storage(
             )
         from datasets_hub.remote import open_remote
 
-        return open_remote(dataset_id, resident=resident, max_bytes=max_bytes)
-    if resident != "full" or max_bytes is not None:
+        return open_remote(dataset_id, resident=resident, **remote)
+    if resident != "full" or any(v is not None for k, v in remote.items() if k != "pool_refresh_s"):
         raise InvalidParameter(
-            "resident= and max_bytes= apply to published builds loaded by URL "
+            "resident=, max_bytes= and pool_episodes= apply to published builds loaded by URL "
             "(hf://, https://, s3://, file://), not to catalogue ids"
         )
     from datasets_hub.dataset_storage import DatasetStorage
 
-    return DatasetStorage(_ensure_build(dataset_id, force=False, allow_download=download, params=params))
+    return DatasetStorage(
+        _ensure_build(dataset_id, force=False, allow_download=download, params=params), in_memory=in_memory
+    )
 
 
 def load(
@@ -191,7 +204,10 @@ def load(
     preprocess_by: str | None = None,
     resident: str = "full",
     max_bytes: int | None = None,
+    pool_episodes: int | None = None,
+    pool_refresh_s: float | None = 1.0,
     device: str | torch.device | None = None,
+    in_memory: bool = False,
     **params: Any,
 ):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
@@ -206,12 +222,21 @@ def load(
     ``dataset_id`` may also be the URL of a published build (``hf://datasets/<org>/<repo>[@rev]``,
     ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote`): ``resident="full"``
     fetches all of it in the background, ``resident="lazy"`` only what batches touch (``max_bytes``
-    bounds it); sampling is uniform over the whole dataset either way.
+    bounds it); sampling is uniform over the whole dataset either way. ``resident="pool"`` keeps
+    ``pool_episodes`` whole episodes resident, samples only from them and replaces one every
+    ``pool_refresh_s`` seconds: biased within a window of time, see :mod:`datasets_hub.remote_pool`
+    (its default sampler draws uniform rows of the pool; samplers that draw rows over the whole
+    dataset are refused). Pool draws are seeded from ``generator`` when it is given.
 
     ``device="cuda"`` (or ``"cuda:1"``, ``"cpu"``) copies the build into that device's memory and
     samples there with the device twin of ``sampler`` (see :mod:`datasets_hub.buffers.device`):
     ``sample()`` never synchronises with the host. ``generator`` must then be on that device. A copy
     that does not fit, or a sampler without a device twin, is refused with the reason.
+
+    ``in_memory=True`` copies the local build into anonymous memory (transparent huge pages where
+    the OS offers them) instead of sampling from its memory-mapped files: the same values under the
+    same seed, fewer cycles per batch. It refuses with ``InvalidParameter`` naming the size needed
+    and the memory available when the copy would not fit (see ``docs/guide/sampling.md``).
     """
     steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
     if not all(callable(fn) for fn in steps):
@@ -229,7 +254,28 @@ def load(
         device = as_device(device)
     if params and not (isinstance(dataset_id, str) and "://" in dataset_id):
         check_params_are_not_load_keywords(dataset_id, params, resolve(dataset_id).params)
-    storage = _open_storage(dataset_id, download=download, resident=resident, max_bytes=max_bytes, params=params)
+    remote = {"max_bytes": max_bytes, "pool_episodes": pool_episodes, "pool_refresh_s": pool_refresh_s}
+    if resident == "pool":
+        from datasets_hub.remote_pool import PoolSampler, check_pool_sampler
+
+        if device is not None:
+            raise InvalidParameter(
+                "device= copies the whole build into device memory, but resident='pool' keeps only "
+                "pool_episodes episodes: load the URL with resident='full' (or 'lazy') to use device="
+            )
+        check_pool_sampler(sampler)
+        sampler = sampler if sampler is not None else PoolSampler()
+        remote["pool_seed"] = generator.initial_seed() if generator is not None else None
+    if not isinstance(in_memory, bool):
+        raise InvalidParameter(f"in_memory must be True or False, got {in_memory!r}")
+    if in_memory and device is not None:
+        raise InvalidParameter(
+            "in_memory=True and device= both copy the build: device= already holds it in that device's memory; "
+            "pass one of them"
+        )
+    storage = _open_storage(
+        dataset_id, download=download, resident=resident, remote=remote, params=params, in_memory=in_memory
+    )
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers.random import RandomSampler
     from datasets_hub.buffers.writers import ImmutableDatasetWriter

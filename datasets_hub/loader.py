@@ -125,6 +125,7 @@ class Loader:
     requires: tuple[str, ...] = ()  # import names the loader needs at build time
     install_hint: str = ""  # the exact pip line that provides ``requires``
     format_version: int = 1  # bump when conversion output changes: old builds are not reused
+    downloads: bool = True  # False: the data is generated here (no download; `list` shows "local")
 
     def catalogue(self) -> dict[str, dict[str, Any]]:
         """Extra ids under this loader's prefix: ``{"<name>/<x>": {"params": …, "resources": […]}}``."""

@@ -1,15 +1,18 @@
-"""Cache maintenance: remove, list, measure and prune what the hub keeps on disk (docs/design/on-disk.md).
+"""Cache maintenance: remove and prune what the hub keeps on disk (docs/design/on-disk.md).
 
-These are the functions behind ``datasets-hub rm|cache`` (``verify`` lives in
-:mod:`datasets_hub.cache_verify`); they return plain data and never print, so scripts can call them
-too. Contracts:
+These are the functions behind ``datasets-hub rm|cache rm|cache prune`` (``verify`` lives in
+:mod:`datasets_hub.cache_verify`, the listing in :mod:`datasets_hub.cache_listing`); they return
+plain data and never print, so scripts can call them too. Contracts:
 
 - :func:`remove` deletes builds atomically (renamed aside first, so no reader sees half a build)
   and refuses to touch a build another process is building right now.
+- :func:`find_builds` resolves what ``cache rm`` names (an id, a build fingerprint, a preprocessed
+  variant) and refuses an ambiguous name, listing the candidates; :func:`remove_build` removes one.
 - :func:`prune` removes leftovers of killed processes (``*.incomplete`` builds and preprocessing
   results, ``.partial`` and ``.corrupt`` downloads, ``*.deleting-<pid>`` directories), preprocessed
-  results whose build is gone, and, with ``older_than_days``, old builds (with their preprocessed
-  results) and old preprocessed results. It takes each item's lock without waiting and skips
+  results whose build is gone, stale builds (an old on-disk format or loader ``format_version``),
+  and, with ``older_than_days``, old builds (with their preprocessed results) and old
+  preprocessed results. It takes each item's lock without waiting and skips
   whatever is busy.
 
 Light on purpose: stdlib, numpy and :mod:`datasets_hub.cache` at import; the loader machinery is
@@ -19,6 +22,7 @@ imported only by the functions that need a catalogue entry.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -34,7 +38,6 @@ from datasets_hub.cache import (
     MANIFEST,
     PREPROCESSED,
     RAW,
-    SECTIONS,
     cache_root,
     dataset_dir,
     datasets_dir,
@@ -47,10 +50,9 @@ from datasets_hub.cache import (
     preprocessed_root,
     raw_file_path,
     raw_root,
-    read_manifest,
     remove_tree,
 )
-from datasets_hub.downloader import SIDE_SUFFIXES
+from datasets_hub.cache_listing import stale_builds, variant_dirs, variant_manifest
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -205,6 +207,150 @@ def remove(
     return removed
 
 
+def _check_name(name: Any) -> str:
+    if (
+        not isinstance(name, str)
+        or not name
+        or name.startswith("/")
+        or any(part in ("", ".", "..") for part in name.split("/"))
+        or "\\" in name
+        or "\x00" in name
+    ):
+        raise InvalidParameter(
+            f"{name!r} names nothing in the cache: give a dataset id, a build fingerprint or a preprocessed "
+            "variant <build-fp>/<transform-fp>, as `datasets-hub cache ls` shows them"
+        )
+    return name
+
+
+def _describe(build: Path) -> str:
+    """``<fingerprint> (<params that differ from the catalogue's>; built <date>)``, for the candidates
+    of an ambiguous name."""
+    from datasets_hub.cache_listing import catalogue_params, changed_params
+
+    manifest, problem = manifest_or_problem(build)
+    if manifest is None:
+        return f"{build.name} (broken: {str(problem)[:60]})"
+    params = manifest.get("params")
+    params = params if isinstance(params, dict) else {}
+    changed = changed_params(params, catalogue_params(build.parent.relative_to(datasets_dir()).as_posix()) or {})
+    text = " ".join(f"{k}={json.dumps(v)}" for k, v in changed.items())
+    return f"{build.name} ({text or 'the catalogue params'}; built {manifest.get('created', '?')})"
+
+
+def _builds_by_params(dataset_id: str, builds: list[Path], params: dict[str, Any]) -> list[Path]:
+    """The builds of ``dataset_id`` made with ``params`` over the catalogue's (the ones ``load(id,
+    **params)`` would have made); for an id the catalogue does not know any more, the builds whose
+    params include ``params``."""
+    from datasets_hub.catalogue import resolve
+    from datasets_hub.errors import UnknownDataset
+
+    try:
+        want: dict[str, Any] | None = dict(resolve(dataset_id, **params).params)
+    except UnknownDataset:
+        want = None
+    out = []
+    for build in builds:
+        manifest, _problem = manifest_or_problem(build)
+        have = (manifest or {}).get("params")
+        if not isinstance(have, dict):
+            continue
+        if have == want if want is not None else all(have.get(k, object()) == v for k, v in params.items()):
+            out.append(build)
+    return out
+
+
+def find_builds(name: str, *, params: dict[str, Any] | None = None, all_builds: bool = False) -> list[Path]:
+    """What ``datasets-hub cache rm NAME`` removes: build directories, or preprocessed variant directories.
+
+    ``name`` is a dataset id (its one build; with ``params``, the build those params over the
+    catalogue's make; with ``all_builds``, every build of the id), a build fingerprint (or a
+    unique prefix of at least 4 characters), or a preprocessed variant ``<build-fp>/<transform-fp>``
+    (or a unique ``<transform-fp>``). A name that matches several builds and no option that picks
+    among them raises :class:`InvalidParameter` listing the candidates; one that matches nothing
+    raises it with "did you mean".
+    """
+    name = _check_name(name)
+    from datasets_hub.cache_listing import variant_dirs as variants_now
+
+    variants = {v.parent.name + "/" + v.name: v for v in variants_now()}
+    builds = {b.name: b for b, _m in iter_builds(warn=False)}
+    as_variant = [p for full, p in variants.items() if full == name or ("/" not in name and p.name == name)]
+    as_build = [b for fp, b in builds.items() if "/" not in name and len(name) >= 4 and fp.startswith(name)]
+    if (as_variant or as_build) and (params or all_builds):
+        raise InvalidParameter(
+            f"{name!r} is a fingerprint, which names one build or variant: --param and --all-builds pick "
+            "among the builds of a dataset id (e.g. `datasets-hub cache rm d4rl/hopper-medium-v2 --all-builds`)"
+        )
+    if as_variant or as_build:
+        matches = as_build + as_variant
+    elif "/" in name and name.split("/", 1)[0] not in builds:
+        from datasets_hub.catalogue import validate_id
+
+        validate_id(name)
+        of_id = builds_of(name)
+        matches = of_id if all_builds or not params else _builds_by_params(name, of_id, params)
+        if not matches:
+            known = sorted({str(b.parent.relative_to(datasets_dir())) for b in builds.values()})
+            if of_id:
+                raise CacheError(
+                    f"no build of {name} has these params; its builds: {'; '.join(map(_describe, of_id))}. "
+                    "Give the fingerprint, or --all-builds"
+                )
+            raise CacheError(
+                f"no build of {name!r} in the cache {cache_root()}.{did_you_mean(name, known)} "
+                "`datasets-hub cache ls` lists the builds"
+            )
+        if len(matches) > 1 and not all_builds:
+            raise InvalidParameter(
+                f"{name} has {len(matches)} builds{' with these params' if params else ''}: "
+                f"{'; '.join(map(_describe, matches))}. Pick one with --param KEY=VALUE or by fingerprint, or "
+                "remove them all with --all-builds"
+            )
+        return matches
+    else:
+        known = list(variants) + [full.split("/")[1] for full in variants] + list(builds)
+        raise InvalidParameter(
+            f"nothing in the cache is named {name!r}.{did_you_mean(name, known)} Give a dataset id, a build "
+            "fingerprint or <build-fp>/<transform-fp>, as `datasets-hub cache ls` shows them"
+        )
+    if len(matches) > 1:
+        listed = [_describe(m) if m in as_build else f"{m.parent.name}/{m.name} (preprocessed)" for m in matches]
+        raise InvalidParameter(f"{name!r} names {len(matches)} things: {'; '.join(listed)}. Give more of the name")
+    return matches
+
+
+def is_variant(path: Path) -> bool:
+    """Whether ``path`` (from :func:`find_builds`) is a preprocessed variant rather than a build."""
+    return preprocessed_root() in Path(path).parents
+
+
+def remove_build(path: Path) -> list[Path]:
+    """Delete a build (with its preprocessed variants) or one preprocessed variant, as :func:`find_builds`
+    names them, under the locks their writers hold; returns what went. One being built or computed
+    right now is refused with a :class:`CacheError`, never deleted under its writer."""
+    path = Path(path)
+    if is_variant(path):
+        with _try_lock(path.with_name(path.name + ".lock")) as free:
+            if not free:
+                raise CacheError(f"{path} is being computed by another process right now; try again when it finishes")
+            remove_tree(path)
+        _remove_empty_parents(path.parent, preprocessed_root())
+        return [path]
+    gone = [path, *variant_paths(path)]
+    _remove_build(path)
+    _remove_empty_parents(path.parent, datasets_dir())
+    return gone
+
+
+def variant_paths(build: Path) -> list[Path]:
+    """The preprocessed variants of ``build`` (what goes with it)."""
+    pre = preprocessed_dir(Path(build).name)
+    if not pre.is_dir():
+        return []
+    return sorted(p for p in pre.iterdir() if p.is_dir() and DELETING_MARK not in p.name)
+
+
 def remove_preprocessed(name: str) -> Path:
     """Delete one preprocessed variant, named as ``cache ls`` shows it (``<build-fp>/<transform-fp>``,
     or the ``<transform-fp>`` alone when it is unique). Returns the removed directory.
@@ -212,38 +358,13 @@ def remove_preprocessed(name: str) -> Path:
     The variant is renamed aside and deleted (no reader sees half of it); one being computed right
     now (its lock held) is refused, as builds are.
     """
-    if (
-        not isinstance(name, str)
-        or not name
-        or any(part in ("", ".", "..") for part in name.split("/"))
-        or name.count("/") > 1
-        or "\\" in name
-        or "\x00" in name
-    ):
+    (path,) = find_builds(name)
+    if not is_variant(path):
         raise InvalidParameter(
-            f"{name!r} is not a preprocessed variant name: use <build-fp>/<transform-fp> "
-            f"as `datasets-hub cache ls` shows it"
+            f"{name!r} is a build, not a preprocessed variant; remove it with `datasets-hub cache rm`"
         )
-    variants = {v.parent.name + "/" + v.name: v for v in _variants()}
-    matches = [path for full, path in variants.items() if full == name or ("/" not in name and path.name == name)]
-    if not matches:
-        known = list(variants) + [full.split("/")[1] for full in variants]
-        raise InvalidParameter(
-            f"no preprocessed variant {name!r} in {cache_root() / 'preprocessed'}."
-            f"{did_you_mean(name, known)} `datasets-hub cache ls` lists them"
-        )
-    if len(matches) > 1:
-        raise InvalidParameter(
-            f"{name!r} names {len(matches)} variants (one per build): give <build-fp>/<transform-fp>, "
-            f"one of {', '.join(sorted(m.parent.name + '/' + m.name for m in matches))}"
-        )
-    variant = matches[0]
-    with _try_lock(variant.with_name(variant.name + ".lock")) as free:
-        if not free:
-            raise CacheError(f"{variant} is being computed by another process right now; try again when it finishes")
-        remove_tree(variant)
-    _remove_empty_parents(variant.parent, preprocessed_root())
-    return variant
+    remove_build(path)
+    return path
 
 
 def _remove_empty_parents(path: Path, stop: Path) -> None:
@@ -254,135 +375,6 @@ def _remove_empty_parents(path: Path, stop: Path) -> None:
         except OSError:
             return  # not empty (e.g. lock files, which must stay: see _remove_build)
         path = path.parent
-
-
-# ------------------------------------------------------------------------------------------ listing
-@dataclass
-class BuildEntry:
-    id: str
-    fingerprint: str
-    path: Path
-    transitions: int
-    episodes: int
-    bytes: int
-    created: str
-
-
-@dataclass
-class PreprocessedEntry:
-    """One preprocessed variant: ``<cache>/preprocessed/<build_fp>/<fingerprint>``."""
-
-    build_fp: str
-    fingerprint: str
-    path: Path
-    id: str  # the dataset it derives from ("?" when unknown)
-    transform: str  # the transform's name; a chain shows every step ("a -> b")
-    transitions: int
-    bytes: int
-    created: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.build_fp}/{self.fingerprint}"
-
-
-@dataclass
-class CacheListing:
-    root: Path
-    builds: list[BuildEntry]
-    raw: dict[str, list[tuple[str, int]]]  # loader -> [(relative name, bytes)]
-    preprocessed: list[PreprocessedEntry]
-
-
-def _raw_files() -> dict[str, list[tuple[str, int]]]:
-    root = raw_root()
-    out: dict[str, list[tuple[str, int]]] = {}
-    if not root.is_dir():
-        return out
-    for loader_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        files = []
-        for path in sorted(loader_dir.rglob("*")):
-            if path.is_file() and not path.name.endswith(SIDE_SUFFIXES) and ".tmp" not in path.name:
-                files.append((str(path.relative_to(loader_dir)), path.stat().st_size))
-        if files:
-            out[loader_dir.name] = files
-    return out
-
-
-def _variants() -> Iterator[Path]:
-    """Every published-looking variant directory under ``<cache>/preprocessed/<build-fp>/``."""
-    root = preprocessed_root()
-    if not root.is_dir():
-        return
-    for parent in sorted(p for p in root.iterdir() if p.is_dir() and DELETING_MARK not in p.name):
-        for variant in sorted(p for p in parent.iterdir() if p.is_dir()):
-            if not variant.name.endswith(INCOMPLETE_SUFFIX) and DELETING_MARK not in variant.name:
-                yield variant
-
-
-def _variant_manifest(variant: Path) -> dict[str, Any] | None:
-    try:
-        return read_manifest(variant)
-    except CacheError:
-        return None  # unreadable: listed (and prunable) like a variant without a manifest
-
-
-def _preprocessed() -> list[PreprocessedEntry]:
-    out = []
-    for variant in _variants():
-        manifest = _variant_manifest(variant) or {}
-        chain = manifest.get("chain") or []
-        transform = " -> ".join(chain) if chain else "(no manifest: incomplete or foreign)"
-        out.append(
-            PreprocessedEntry(
-                build_fp=variant.parent.name,
-                fingerprint=variant.name,
-                path=variant,
-                id=str(manifest.get("id") or "?"),
-                transform=transform,
-                transitions=int((manifest.get("counts") or {}).get("transitions", 0)),
-                bytes=dir_size(variant),
-                created=str(manifest.get("created", "")),
-            )
-        )
-    return out
-
-
-def list_cache() -> CacheListing:
-    """Every published build, raw file (per loader) and preprocessed variant in the cache."""
-    builds = []
-    for path, manifest in iter_builds():
-        counts = manifest.get("counts") or {}
-        builds.append(
-            BuildEntry(
-                id=str(manifest.get("id", path.parent.name)),
-                fingerprint=path.name,
-                path=path,
-                transitions=int(counts.get("transitions", 0)),
-                episodes=int(counts.get("episodes", 0)),
-                bytes=dir_size(path),
-                created=str(manifest.get("created", "")),
-            )
-        )
-    return CacheListing(root=cache_root(), builds=builds, raw=_raw_files(), preprocessed=_preprocessed())
-
-
-def usage() -> dict[str, int]:
-    """Bytes per cache section: ``raw``, ``datasets``, ``preprocessed``, ``other`` and ``total``."""
-    root = cache_root()
-    out = {name: dir_size(root / name) if (root / name).is_dir() else 0 for name in SECTIONS}
-    total = dir_size(root) if root.is_dir() else 0
-    out["other"] = total - sum(out.values())
-    out["total"] = total
-    return out
-
-
-def cached_ids() -> dict[str, list[dict[str, Any]]]:
-    """Ids with at least one build in the cache -> their manifests' params (cheap: reads manifests only)."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for _path, manifest in iter_builds():
-        out.setdefault(str(manifest.get("id")), []).append(manifest.get("params") or {})
-    return out
 
 
 # ------------------------------------------------------------------------------------------ prune
@@ -445,7 +437,7 @@ def _variant_items(parent: Path, reason: str) -> Iterator[tuple[Path, str, list[
         yield variant, reason, [parent / (final + ".lock")]
 
 
-def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, list[Path]]]:
+def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tuple[Path, str, list[Path]]]:
     """(path, reason, locks to hold while deleting) for everything prunable."""
     root = cache_root()
     orphans = _orphaned_preprocessed()
@@ -493,28 +485,38 @@ def _candidates(older_than_days: float | None) -> Iterator[tuple[Path, str, list
                     )
                 elif DELETING_MARK in name:
                     yield path, "interrupted deletion", []
-    if older_than_days is not None:
-        cutoff = time.time() - older_than_days * 86400
-        old_builds = set()
+    doomed: dict[Path, tuple[Any, str]] = {}
+    if not keep_stale:
+        for build, manifest, why in stale_builds():
+            doomed[build] = (manifest.get("id"), f"stale build ({manifest.get('id')}): {why}")
+    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
+    if cutoff is not None:
         for build, manifest in iter_builds(warn=False):
-            if _created(build, manifest) < cutoff:
-                old_builds.add(build.name)
-                locks = [_build_lock(build), *_variant_locks(build.name)]
-                pre = root / PREPROCESSED / build.name
-                if pre.is_dir():  # derived from that build; each variant under its own lock
-                    yield from _variant_items(pre, f"preprocessed results of that build ({manifest.get('id')})")
-                yield build, f"build older than {older_than_days:g} days ({manifest.get('id')})", locks
-        for variant in _variants():
-            if variant.parent.name in old_builds:
+            if build not in doomed and _created(build, manifest) < cutoff:
+                doomed[build] = (
+                    manifest.get("id"),
+                    f"build older than {older_than_days:g} days ({manifest.get('id')})",
+                )
+    for build, (dataset_id, reason) in sorted(doomed.items()):
+        pre = root / PREPROCESSED / build.name
+        if pre.is_dir():  # derived from that build; each variant under its own lock
+            yield from _variant_items(pre, f"preprocessed results of that build ({dataset_id})")
+        yield build, reason, [_build_lock(build), *_variant_locks(build.name)]
+    if cutoff is not None:
+        doomed_fps = {build.name for build in doomed}
+        for variant in variant_dirs():
+            if variant.parent.name in doomed_fps:
                 continue
-            variant_manifest = _variant_manifest(variant)
-            created = _created(variant, variant_manifest) if variant_manifest else variant.stat().st_mtime
+            found = variant_manifest(variant)
+            created = _created(variant, found) if found else variant.stat().st_mtime
             if created < cutoff:
                 yield variant, f"preprocessed result older than {older_than_days:g} days", [_build_lock(variant)]
 
 
-def prune(*, older_than_days: float | None = None, dry_run: bool = False) -> list[PruneItem]:
-    """Remove leftovers of killed processes, broken builds and, with ``older_than_days``, builds older than that.
+def prune(*, older_than_days: float | None = None, keep_stale: bool = False, dry_run: bool = False) -> list[PruneItem]:
+    """Remove leftovers of killed processes, broken builds, stale builds (an old on-disk format or loader
+    ``format_version``: no ``load`` picks them again; kept with ``keep_stale``) and, with
+    ``older_than_days``, builds older than that, each with its preprocessed variants.
 
     Every removal holds the lock the item's writer holds (a build, a preprocessing result, a
     download); whatever another process holds is skipped, never waited for, and returned with
@@ -524,7 +526,7 @@ def prune(*, older_than_days: float | None = None, dry_run: bool = False) -> lis
         raise ValueError(f"--older-than must be a number of days >= 0, got {older_than_days}")
     items: list[PruneItem] = []
     touched: set[Path] = set()
-    for path, reason, locks in list(_candidates(older_than_days)):
+    for path, reason, locks in list(_candidates(older_than_days, keep_stale)):
         if not os.path.lexists(path):
             continue
         item = PruneItem(path, reason, _size(path))

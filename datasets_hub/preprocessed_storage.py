@@ -21,7 +21,7 @@ from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.build_checks import check_preprocessed
 from datasets_hub.build_format import open_leaf
-from datasets_hub.cache import read_manifest
+from datasets_hub.cache import mark_used, read_manifest
 from datasets_hub.errors import CacheError, ReadOnlyError
 
 FORMAT = "datasets_hub.preprocessed"
@@ -59,6 +59,8 @@ class PreprocessedStorage(ReadOnlyStorage, TensorStorage):
         if index_file.exists():
             saved = torch.load(index_file, weights_only=True)
             self._index = EpisodeIndex(saved["start"], saved["length"])
+        if _cleanup is None:
+            mark_used(self.path)  # `cache ls` shows the last use
         # an uncached result lives in a temporary directory, removed with the storage that made it
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(_cleanup), True) if _cleanup else None
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from datasets_hub import __version__
+from datasets_hub.build_format import MANIFEST, open_build
 from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
 from datasets_hub.files import sha256_file
 from datasets_hub.published_format import (
@@ -47,6 +48,13 @@ from datasets_hub.published_format import (
 def _resolve_build(source: Any, params: dict[str, Any]) -> Path:
     """A build directory from a dataset id, a build path, or a buffer over a build."""
     storage = getattr(source, "storage", None)
+    from datasets_hub.remote_storage import ResidentStorage
+
+    if isinstance(storage, ResidentStorage):  # its sparse files read as zeros where chunks are missing
+        raise InvalidParameter(
+            f"{storage.url} is only partly resident here: export the build it was published from, or load it "
+            "with resident='full', call rb.storage.wait_complete(), and load it again (a complete copy)"
+        )
     if storage is not None and getattr(storage, "path", None) is not None:
         return Path(storage.path)
     if isinstance(source, Path) or (isinstance(source, str) and os.path.isdir(source)):
@@ -81,13 +89,14 @@ def export(
     zarr = require_zarr()
     from zarr.codecs import ZstdCodec
 
-    build = _resolve_build(source, params)
-    manifest_path = build / "manifest.json"
-    try:
-        manifest_bytes = manifest_path.read_bytes()
-        manifest = json.loads(manifest_bytes)
-    except (OSError, ValueError) as exc:
-        raise CacheError(f"{build} holds no readable build manifest ({exc}); load the dataset again") from exc
+    build = open_build(_resolve_build(source, params))  # the one reader: checks the build before a byte is copied
+    manifest = build.manifest
+    try:  # published byte for byte, so that its hash (and manifest.sha256) still match
+        manifest_bytes = (build.path / MANIFEST).read_bytes()
+    except OSError as exc:
+        raise CacheError(f"{build.path} holds no readable build manifest ({exc}); load the dataset again") from exc
+    if json.loads(manifest_bytes) != manifest:
+        raise CacheError(f"the manifest of {build.path} changed while it was being exported; export it again")
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise InvalidParameter(f"{out} exists and is not empty; choose another folder or pass overwrite=True")
@@ -97,10 +106,10 @@ def export(
 
     group = zarr.open_group(str(staging / ZARR_DIR), mode="w", zarr_format=3)
     arrays: dict[str, dict[str, Any]] = {}
-    for name, spec in manifest["schema"].items():
+    for name, leaf in build.leaves.items():
+        spec = manifest["schema"][name]
         dtype = numpy_dtype(spec["dtype"])
-        shape = tuple(int(s) for s in spec["shape"])
-        rows = int(spec["rows"])
+        rows, shape = int(leaf.shape[0]), tuple(int(d) for d in leaf.shape[1:])
         row_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         chunk_rows = chunk_rows_for(row_bytes, chunk_bytes)
         array = group.create_array(
@@ -112,11 +121,10 @@ def export(
             fill_value=0,
             config={"write_empty_chunks": True},
         )
-        if rows:
-            column = np.memmap(build / "data" / (name + ".memmap"), dtype=dtype, mode="r", shape=(rows, *shape))
-            for start in range(0, rows, chunk_rows):
-                array[start : start + chunk_rows] = column[start : start + chunk_rows]
-            del column
+        column = leaf.numpy()  # a read-only memory map of the leaf: chunks are read one at a time
+        for start in range(0, rows, chunk_rows):
+            array[start : start + chunk_rows] = column[start : start + chunk_rows]
+        del column
         arrays[name] = {
             "rows": rows,
             "shape": list(shape),
@@ -146,10 +154,7 @@ def export(
     (staging / PUBLISHED).write_text(json.dumps(published, indent=1, sort_keys=True))
     from datasets_hub.dataset_card import render_card
 
-    returns = None
-    if "episodes/return" in manifest["schema"]:
-        spec = manifest["schema"]["episodes/return"]
-        returns = np.fromfile(build / "data" / "episodes/return.memmap", dtype=numpy_dtype(spec["dtype"])).tolist()
+    returns = build.episodes["return"].tolist()
     (staging / "README.md").write_text(render_card(manifest, published, episode_returns=returns))
     if out.exists():
         shutil.rmtree(out)

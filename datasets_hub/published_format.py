@@ -5,6 +5,7 @@ dtypes it can hold. Both sides import it; neither imports the other.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -62,3 +63,22 @@ def require_zarr() -> Any:
 def chunk_rows_for(row_bytes: int, chunk_bytes: int) -> int:
     """Rows per chunk so that one uncompressed chunk holds about ``chunk_bytes``."""
     return max(1, chunk_bytes // max(1, row_bytes))
+
+
+def parse_published(data: bytes, shown: str) -> dict[str, Any]:
+    """The publishing record ``published.json`` (``data``) of the folder ``shown``, after checking that it
+    is one, in a version this datasets_hub reads; :class:`CacheError` naming the fix otherwise."""
+    try:
+        published = json.loads(data)
+    except ValueError as exc:
+        raise CacheError(
+            f"{shown}/{PUBLISHED} is not JSON ({exc}): is this a folder written by `datasets-hub export`?"
+        ) from exc
+    if not isinstance(published, dict) or published.get("format") != PUBLISHED_FORMAT:
+        raise CacheError(f"{shown}/{PUBLISHED} is not a datasets_hub publishing record; export the build again")
+    if published.get("version") != PUBLISHED_VERSION:
+        raise CacheError(
+            f"{shown} was published in format version {published.get('version')}, this datasets_hub reads "
+            f"{PUBLISHED_VERSION}: upgrade datasets_hub (pip install -U datasets-hub) or export the build again"
+        )
+    return published

@@ -55,6 +55,7 @@ class GymLoader(Loader):
     requires = ("gymnasium",)
     install_hint = "pip install 'gymnasium>=1.0'"
     format_version = 1
+    downloads = False  # rolled out here: nothing to download
 
     def check_params(self, spec: DatasetSpec) -> None:
         params = spec.params

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 # Fixtures shared by several test files live in tests/fixtures/ (test files never import each other).
-pytest_plugins = ["fixtures.roboset"]
+pytest_plugins = ["fixtures.roboset", "fixtures.cli"]
 
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", ""}
 

@@ -8,32 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from datasets_hub import catalogue
 from datasets_hub.build_format import write_manifest_checksum
-from datasets_hub.cli import main
 
-CARTPOLE = "gym/cartpole-random-v0"
-SMALL = ["--param", "steps=300"]
+from fixtures.cli import CARTPOLE, SMALL, build_small, one_line
 
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
     monkeypatch.setenv("DATASETS_HUB_OFFLINE", "1")  # belt and braces: no test may open a connection
-
-
-@pytest.fixture
-def run(capsys):
-    """``run(*argv) -> (exit code, stdout, stderr)``."""
-
-    def _run(*argv: str) -> tuple[int, str, str]:
-        code = main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return _run
 
 
 @pytest.fixture
@@ -48,38 +33,6 @@ def tiny_gym_id():
     )
     yield dataset_id
     catalogue.unregister_dataset(dataset_id)
-
-
-def write_tiny_d4rl(path: Path, n: int = 40) -> Path:
-    """A D4RL-layout HDF5 file (observations/actions/rewards/terminals/timeouts), distinct values per row."""
-    import h5py
-
-    t = np.arange(n)
-    with h5py.File(path, "w") as f:
-        f["observations"] = (t[:, None] + 0.01 * np.arange(3)[None]).astype(np.float32)
-        f["actions"] = (-t[:, None] - 0.1 * np.arange(2)[None]).astype(np.float32)
-        f["rewards"] = t.astype(np.float32)
-        f["terminals"] = (t % 10) == 9
-        f["timeouts"] = np.zeros(n, dtype=bool)
-    return path
-
-
-@pytest.fixture
-def d4rl_id(tmp_path):
-    """A registered d4rl id with a ``file://`` resource: a loader with a real raw file."""
-    source = write_tiny_d4rl(tmp_path / "tiny-source.hdf5")
-    dataset_id = "d4rl/cli-tiny-v0"
-    catalogue.register_dataset(dataset_id, loader="d4rl", resources=[{"url": source.as_uri(), "name": "cli/tiny.hdf5"}])
-    yield dataset_id
-    catalogue.unregister_dataset(dataset_id)
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("datasets-hub: error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def flip_byte(path: Path, offset: int = 0) -> None:
@@ -201,14 +154,8 @@ def test_download_several_ids_and_force(run):
 
 
 # ------------------------------------------------------------------------------------------ verify
-def _build(run) -> Path:
-    code, out, _ = run("download", CARTPOLE, *SMALL)
-    assert code == 0
-    return Path(out.strip().split(": ", 1)[1])
-
-
 def test_verify_passes_then_fails_on_a_flipped_byte(run):
-    build = _build(run)
+    build = build_small(run)
     code, out, _ = run("verify", CARTPOLE, *SMALL)
     assert code == 0 and "all 10 checked files match" in out
     action = build / "data" / "steps" / "action.memmap"
@@ -222,7 +169,7 @@ def test_verify_passes_then_fails_on_a_flipped_byte(run):
 
 
 def test_verify_lists_every_mismatch(run):
-    build = _build(run)
+    build = build_small(run)
     flip_byte(build / "data" / "obs" / "observation.memmap", 5)
     (build / "data" / "steps" / "next" / "reward.memmap").write_bytes(b"short")
     code, out, _ = run("verify", CARTPOLE, *SMALL)
@@ -233,7 +180,7 @@ def test_verify_lists_every_mismatch(run):
 
 
 def test_verify_detects_an_edited_manifest_without_checksum_file(run):
-    build = _build(run)
+    build = build_small(run)
     (build / "manifest.sha256").unlink()  # as in a build published before manifest checksums existed
     manifest = json.loads((build / "manifest.json").read_text())
     manifest["stats"]["episode_return"]["mean"] += 1.0
@@ -244,7 +191,7 @@ def test_verify_detects_an_edited_manifest_without_checksum_file(run):
 
 
 def test_verify_detects_an_edited_count_and_params(run):
-    build = _build(run)
+    build = build_small(run)
     path = build / "manifest.json"
     original = path.read_text()
     manifest = json.loads(original)
@@ -260,7 +207,7 @@ def test_verify_detects_an_edited_count_and_params(run):
 
 
 def test_verify_uses_manifest_checksum_when_present(run):
-    build = _build(run)
+    build = build_small(run)
     write_manifest_checksum(build)  # what the builder records (see build_format.MANIFEST_SHA256)
     code, out, _ = run("verify", CARTPOLE, *SMALL, "-v")
     assert code == 0 and "matches manifest.sha256" in out and "no manifest.sha256" not in out
@@ -291,7 +238,7 @@ def test_verify_without_anything_cached_fails_in_one_line(run):
 
 # ------------------------------------------------------------------------------------------ rm
 def test_rm_one_build_then_all_builds(run, isolated_cache):
-    small = _build(run)
+    small = build_small(run)
     code, out, _ = run("download", CARTPOLE, "--param", "steps=150")
     other = Path(out.strip().split(": ", 1)[1])
     code, out, _ = run("rm", CARTPOLE, *SMALL)
@@ -322,7 +269,7 @@ def test_rm_keeps_raw_files_unless_asked(run, d4rl_id, isolated_cache):
 def test_rm_refuses_a_build_in_progress(run):
     from filelock import FileLock
 
-    build = _build(run)
+    build = build_small(run)
     lock = FileLock(str(build.with_name(build.name + ".lock")))
     with lock:
         code, _out, err = run("rm", CARTPOLE, *SMALL)
@@ -331,62 +278,6 @@ def test_rm_refuses_a_build_in_progress(run):
 
 
 # ------------------------------------------------------------------------------------------ cache
-def test_cache_ls_and_du(run, d4rl_id, isolated_cache):
-    build = _build(run)
-    assert run("download", d4rl_id)[0] == 0
-    pre = isolated_cache / "preprocessed" / build.name / "abcdef0123456789"
-    pre.mkdir(parents=True)
-    (pre / "x.memmap").write_bytes(b"\0" * 1000)
-    code, out, _ = run("cache", "ls")
-    assert code == 0
-    build_lines = [line for line in out.splitlines() if CARTPOLE in line]
-    assert len(build_lines) == 1 and build.name in build_lines[0] and "300" in build_lines[0]
-    assert "d4rl/cli-tiny-v0" in out and "  d4rl/" in out and "cli/tiny.hdf5" in out
-    assert ".sha256" not in out  # sidecars are not raw files
-    assert f"{build.name}/abcdef0123456789" in out
-    code, out, _ = run("cache", "du")
-    assert code == 0
-    sizes = {line.split()[0]: int(line.split()[-1].replace(",", "")) for line in out.splitlines()[2:]}
-    from datasets_hub.cache import dir_size
-
-    assert sizes["datasets"] == dir_size(isolated_cache / "datasets")
-    assert sizes["preprocessed"] == 1000
-    assert sizes["raw"] >= (next((isolated_cache / "raw" / "d4rl").glob("*/cli/tiny.hdf5"))).stat().st_size
-    assert sizes["total"] == sizes["raw"] + sizes["datasets"] + sizes["preprocessed"] + sizes["other"]
-
-
-def test_cache_prune_removes_leftovers_and_skips_busy_builds(run, isolated_cache):
-    from filelock import FileLock
-
-    build = _build(run)
-    parent = build.parent
-    stale = parent / "0000000000000000.incomplete"
-    (stale / "data").mkdir(parents=True)
-    (stale / "data" / "x.memmap").write_bytes(b"\1" * 100)
-    busy = parent / "1111111111111111.incomplete"
-    busy.mkdir()
-    raw = isolated_cache / "raw" / "d4rl"
-    raw.mkdir(parents=True)
-    partial = raw / "big.hdf5.partial"
-    partial.write_bytes(b"\2" * 50)
-    corrupt = raw / "bad.hdf5.corrupt"
-    corrupt.write_bytes(b"\3" * 20)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    deleting = parent / f"2222222222222222.deleting-{int(dead.stdout)}"
-    deleting.mkdir()
-    with FileLock(str(parent / "1111111111111111.lock")):
-        code, out, _ = run("cache", "prune", "--dry-run")
-        assert code == 0 and "would remove 4 item(s)" in out and "skipped" in out
-        assert stale.exists() and partial.exists() and corrupt.exists() and deleting.exists()
-        code, out, _ = run("cache", "prune")
-    assert code == 0 and "removed 4 item(s)" in out
-    assert f"skipped      {busy}" in out
-    assert not stale.exists() and not partial.exists() and not corrupt.exists() and not deleting.exists()
-    assert busy.exists() and (build / "manifest.json").is_file()  # in-progress and complete builds kept
-    code, out, _ = run("cache", "prune", "--older-than", "30")
-    assert code == 0 and (build / "manifest.json").is_file()  # made seconds ago
-    code, out, _ = run("cache", "prune", "--older-than", "0")
-    assert code == 0 and not build.exists() and "build older than 0 days" in out
 
 
 # ------------------------------------------------------------------------------------------ sample
@@ -459,40 +350,6 @@ def test_installed_console_script(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ cache rm
-def _double_observation(td):
-    td.set("observation", td["observation"] * 2)
-    return td
-
-
-def _negate_reward(td):
-    td.set(("next", "reward"), -td["next", "reward"])
-    return td
-
-
-def test_cache_rm_removes_one_preprocessed_variant(run):
-    import datasets_hub as dh
-
-    rb = dh.load(CARTPOLE, steps=300)
-    doubled = rb.preprocess(_double_observation, num_workers=0)
-    negated = rb.preprocess(_negate_reward, num_workers=0)
-    code, out, _ = run("cache", "ls")
-    assert code == 0 and "test_cli._double_" in out and "test_cli._negate_" in out  # the transform names
-    build_fp, doubled_fp = doubled.storage.path.parent.name, doubled.storage.path.name
-    negated_fp = negated.storage.path.name
-
-    code, _out, err = run("cache", "rm", doubled_fp[:-1] + "x")  # a typo: nothing removed, a suggestion
-    assert code == 2 and "Did you mean" in err and doubled.storage.path.is_dir()
-    code, _out, err = run("cache", "rm", "../" + doubled_fp)
-    assert code == 2 and "not a preprocessed variant name" in err
-
-    code, out, _ = run("cache", "rm", f"{build_fp}/{doubled_fp}")
-    assert code == 0 and "removed" in out and not doubled.storage.path.exists()
-    assert (negated[:]["next", "reward"] == -rb[:]["next", "reward"]).all()  # the other variant is untouched
-    code, out, _ = run("cache", "rm", negated_fp)  # the transform fingerprint alone, when unique
-    assert code == 0 and not negated.storage.path.exists()
-    code, out, _ = run("cache", "ls")
-    assert "preprocessed variants" not in out
-    assert rb.storage.path.is_dir()  # the build itself stays
 
 
 def test_rm_dry_run_and_cache_ls_json(run):

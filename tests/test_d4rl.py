@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from datasets_hub import catalogue
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Resource
 from datasets_hub.loaders.d4rl import D4RLLoader
@@ -212,8 +213,15 @@ def test_catalogue_lists_every_gym_mujoco_and_adroit_dataset():
     ):
         assert f"d4rl/{prefix}" in entries
     assert entries["d4rl/hopper-medium-v2"]["resources"] == [
-        {"url": "http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"}
+        {
+            "url": "http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5",
+            "size": 152756557,  # TensorFlow Datasets' checksums.tsv for this URL
+        }
     ]
+    sized = [e for e in entries.values() if "size" in e["resources"][0]]
+    assert len(sized) == 97 and all(
+        isinstance(e["resources"][0]["size"], int) and e["resources"][0]["size"] > 1_000_000 for e in sized
+    )
     assert entries["d4rl/walker2d-medium-replay-v0"]["resources"][0]["url"].endswith("gym_mujoco/walker_mixed.hdf5")
 
 
@@ -255,18 +263,27 @@ def test_check_loader_contract(tmp_path):
 
 
 @pytest.mark.parametrize("next_obs", [True, False])
-def test_load_from_local_mirror_row_by_row(tmp_path, monkeypatch, next_obs):
+def test_load_from_local_mirror_row_by_row(tmp_path, monkeypatch, request, next_obs):
     import datasets_hub
 
     from fixtures.http_server import serve_files
 
     path = write_d4rl(tmp_path / "x.hdf5", next_obs=next_obs)
     upstream = "datasets/offline_rl/gym_mujoco_v2/hopper_medium-v2.hdf5"  # the catalogue's path
+    # the fixture is not the real file, whose exact size the catalogue holds: the same URL under another id
+    dataset_id = "d4rl/mirror-hopper-medium-v2"
+    datasets_hub.register_dataset(
+        dataset_id,
+        resources=[{"url": "http://rail.eecs.berkeley.edu/" + upstream}],
+        ref_min_score=-20.272305,
+        ref_max_score=3234.3,
+    )
+    request.addfinalizer(lambda: catalogue.unregister_dataset(dataset_id))
     with serve_files({upstream: path.read_bytes()}) as server:
         monkeypatch.setenv("DATASETS_HUB_ENDPOINT_D4RL", server.base_url)
-        rb = datasets_hub.load("d4rl/hopper-medium-v2", batch_size=8)
+        rb = datasets_hub.load(dataset_id, batch_size=8)
         assert server.count(upstream) == 1
-        rb2 = datasets_hub.load("d4rl/hopper-medium-v2")  # cached: no second request
+        rb2 = datasets_hub.load(dataset_id)  # cached: no second request
         assert server.count(upstream) == 1 and len(rb2) == len(rb)
     data = rb[:]
     check_rows([data], expected_rows(EPISODES, next_obs=next_obs), len(rb))
@@ -279,7 +296,7 @@ def test_load_from_local_mirror_row_by_row(tmp_path, monkeypatch, next_obs):
     row = batch["observation"][:, 0].round().long()
     assert torch.equal(batch["episode"], data["episode"][row])
     assert torch.equal(batch["next", "reward"], data["next", "reward"][row])
-    card = datasets_hub.info("d4rl/hopper-medium-v2")
+    card = datasets_hub.info(dataset_id)
     assert card.cached and card.metadata["ref_max_score"] == 3234.3
     notes = card.notes
     assert notes["episodes"] == len(EPISODES)

@@ -93,3 +93,23 @@ def test_load_on_cuda_without_a_gpu_fails_before_building(isolated_cache):
     with pytest.raises(InvalidParameter, match="no usable CUDA device"):
         dh.load(ID, device="cuda", **SMALL)
     assert not list(isolated_cache.rglob("manifest.json"))
+
+
+def test_a_device_copy_is_never_pickled_and_forks_share_it():
+    import pickle
+
+    rb = to_device(
+        TensorDictReplayBuffer(storage=host_build(), sampler=SliceSampler(slice_len=8), batch_size=16), "cpu"
+    )
+    rb.sample()
+    with pytest.raises(InvalidParameter, match="not pickled or deep-copied"):
+        pickle.dumps(rb.storage)
+    worker = rb.fork(gen(5))  # the sampler is copied, the data is not
+    assert worker.storage is rb.storage and worker.sample().batch_size == (16,)
+
+
+def test_buffers_derived_on_the_host_refuse_device_samplers():
+    rb = to_device(TensorDictReplayBuffer(storage=host_build(), batch_size=16), "cpu")
+    subset = rb.episodes.filter(lambda stats: stats["length"] > 10)
+    with pytest.raises(InvalidParameter, match="samples a DeviceStorage, not EpisodeSubsetStorage: use"):
+        subset.sample()

@@ -123,3 +123,33 @@ def test_views_are_read_only():
     view = build_rb().episodes.filter(lambda s: s["terminated"])
     with pytest.raises((RuntimeError, ValueError)):
         view.extend(view[:2])
+
+
+def test_the_episode_table_is_computed_once_per_buffer_state(monkeypatch):
+    from datasets_hub.buffers import episodes as episodes_module
+
+    calls = []
+    real = episodes_module.episode_index_of
+
+    def counting(storage, n):
+        calls.append(n)
+        return real(storage, n)
+
+    monkeypatch.setattr(episodes_module, "episode_index_of", counting)
+    rb = memory_rb()
+    first = rb.episodes
+    assert rb.episodes is first and len(rb.episodes) == len(LENGTHS) and len(calls) == 1  # reused, not recomputed
+    rb.extend(fake_episodes([4, 2], first_episode=len(LENGTHS)))  # an online buffer grows
+    second = rb.episodes
+    assert second is not first and len(calls) == 2
+    assert len(second) == len(LENGTHS) + 2 and second.lengths[-2:].tolist() == [4, 2]
+    assert rb.episodes is second and len(calls) == 2
+    rb.empty()
+    assert len(rb.episodes) == 0 and len(calls) == 3  # emptied: recomputed
+    built = build_rb()
+    table = built.episodes
+    assert built.episodes is table  # a read-only build never changes: computed once
+    import pickle
+
+    clone = pickle.loads(pickle.dumps(memory_rb()))  # the cached table is not pickled along
+    assert len(clone.episodes) == len(LENGTHS)

@@ -59,9 +59,7 @@ PRIVATE_ACCESS_ALLOWED: dict[tuple[str, str], str] = {
 MAX_LINES = 600
 
 #: modules still over the cap; their owners split them and remove them from this list
-LONG_MODULES_ALLOWED: dict[str, str] = {
-    "datasets_hub.remote": "split by its owner (issue 17, remote builds); remove this entry when done",
-}
+LONG_MODULES_ALLOWED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""datasets_hub.maintenance and cache_verify: verify, remove, list, measure and prune the cache (function level)."""
+"""datasets_hub.maintenance and cache_verify: verify, remove and prune the cache (function level; listing: test_cache_listing)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from datasets_hub import cache_verify as cv
 from datasets_hub import maintenance as mt
 from datasets_hub.build import build
 from datasets_hub.build_format import write_manifest_checksum
-from datasets_hub.cache import dir_size
 from datasets_hub.errors import CacheError
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader
@@ -126,23 +125,6 @@ def test_remove_all_builds_of_an_id_and_their_preprocessed_results(isolated_cach
     assert all(p.name.endswith(".lock") for p in left.iterdir())  # locks stay (unlinking one is a race)
     assert (keep / "manifest.json").is_file()
     assert mt.remove("fake/maint", all_builds=True) == []
-
-
-def test_listing_usage_and_cached_ids(isolated_cache):
-    a = fake_build()
-    raw = isolated_cache / "raw" / "d4rl" / "sub"
-    raw.mkdir(parents=True)
-    (raw / "f.hdf5").write_bytes(b"x" * 300)
-    for side in (".sha256", ".lock", ".partial", ".corrupt"):
-        (raw / ("f.hdf5" + side)).write_bytes(b"y")
-    listing = mt.list_cache()
-    assert [(b.id, b.fingerprint, b.transitions, b.episodes) for b in listing.builds] == [("fake/maint", a.name, 12, 3)]
-    assert listing.builds[0].bytes == dir_size(a)
-    assert listing.raw == {"d4rl": [("sub/f.hdf5", 300)]}
-    sizes = mt.usage()
-    assert sizes["raw"] == 304 and sizes["datasets"] >= listing.builds[0].bytes and sizes["preprocessed"] == 0
-    assert sizes["total"] == sum(v for k, v in sizes.items() if k != "total")
-    assert mt.cached_ids() == {"fake/maint": [{"lengths": [5, 3, 4]}]}
 
 
 def test_prune_respects_locks_and_live_deleters(isolated_cache):

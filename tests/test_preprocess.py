@@ -314,7 +314,8 @@ def test_a_kill_midway_leaves_nothing_visible_and_workers_exit(tmp_path, isolate
     while time.time() < deadline and any(_alive(p) for p in workers):
         time.sleep(0.2)
     assert not any(_alive(p) for p in workers)
-    from datasets_hub.maintenance import list_cache, prune
+    from datasets_hub.cache_listing import list_cache
+    from datasets_hub.maintenance import prune
 
     assert list_cache().preprocessed == []
     removed = prune()
@@ -363,19 +364,22 @@ def _alive(pid: int) -> bool:
 
 
 def test_cache_ls_rm_and_prune_cover_preprocessed_variants(isolated_cache, capsys):
+    from datasets_hub import cache_listing as cl
     from datasets_hub import maintenance as mt
     from datasets_hub.cli import main
 
     rb = fake_rb()
     out = rb.preprocess(obs_feature, num_workers=0)
-    [entry] = mt.list_cache().preprocessed
+    [entry] = cl.list_cache().preprocessed
     assert entry.transform == "fixtures.preprocess.obs_feature" and entry.id == "fake/pre"
     assert entry.fingerprint == out.storage.fingerprint and entry.transitions == N
     assert entry.bytes == mt.dir_size(out.storage.path) > 0
     assert main(["cache", "ls"]) == 0
     text = capsys.readouterr().out
     line = next(line for line in text.splitlines() if out.storage.fingerprint in line)
-    assert "obs_feature" in line and "fake/pre" in line and human_bytes(entry.bytes) in line
+    assert "obs_feature" in line and human_bytes(entry.bytes) in line and line.startswith("      preprocessed")
+    build_line = text.splitlines()[text.splitlines().index(line) - 1]  # a variant is listed under its build
+    assert build_line.startswith("  fake/pre ") and rb.storage.path.name in build_line
     # prune --older-than removes old variants (and never a fresh one)
     assert mt.prune(older_than_days=1) == []
     old = time.time() - 3 * 86400
@@ -390,7 +394,7 @@ def test_cache_ls_rm_and_prune_cover_preprocessed_variants(isolated_cache, capsy
     again = rb.preprocess(obs_feature, num_workers=0)
     assert again.storage.path.exists()
     mt._remove_build(rb.storage.path)
-    assert not again.storage.path.exists() and mt.list_cache().preprocessed == []
+    assert not again.storage.path.exists() and cl.list_cache().preprocessed == []
 
 
 def test_orphaned_variants_are_pruned(isolated_cache):

@@ -18,34 +18,23 @@ import datasets_hub as dh
 from datasets_hub import SliceSampler
 from datasets_hub.errors import DownloadError, InvalidParameter
 from datasets_hub.publish import PUBLISHED, export
-from datasets_hub.remote import ResidentStorage
+from datasets_hub.remote_storage import ResidentStorage
+
+from fixtures.remote import ID, PARAMS, local_build, publish
+from fixtures.remote import same as _same
+from fixtures.remote import serve_folder as _serve
 
 pytest.importorskip("zarr")  # an optional extra (datasets-hub[remote]); make test installs it
-
-ID = "gym/cartpole-random-v0"
-PARAMS = {"steps": 3000, "seed": 7}
-CHUNK = 4096  # small chunks: a batch touches only some of them
 
 
 @pytest.fixture
 def local_rb():
-    return dh.load(ID, **PARAMS)
+    return local_build()
 
 
 @pytest.fixture
 def published(local_rb, tmp_path) -> Path:
-    return export(local_rb, tmp_path / "published", chunk_bytes=CHUNK)
-
-
-def _serve(server, folder: Path, prefix: str = "pub") -> str:
-    for path in folder.rglob("*"):
-        if path.is_file():
-            server.add(f"{prefix}/{path.relative_to(folder).as_posix()}", path.read_bytes())
-    return f"{server.base_url}/{prefix}"
-
-
-def _same(a, b) -> bool:
-    return bool((a == b).all())
+    return publish(local_rb, tmp_path / "published")
 
 
 def test_full_residency_gives_bit_identical_samples_under_the_same_seed(local_rb, published):
@@ -296,3 +285,70 @@ def test_frame_stacks_over_a_lazy_copy_equal_the_local_build(local_rb, tmp_path)
     assert _same(got["observation"], want["observation"])
     assert _same(got["next", "observation"], want["next", "observation"])
     assert want["observation"].shape[1] == 4
+
+
+def _worker_batches(rb, batches: int, context: str = "fork") -> list:
+    loader = rb.as_iterable_dataset(num_batches=batches, seed=5).dataloader(
+        num_workers=2, multiprocessing_context=context
+    )
+    return list(loader)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_remote_build_pickles_by_reference_and_workers_share_the_local_copy(published, local_rb, context):
+    """DataLoader workers reopen the parent's local copy (spawned workers unpickle the storage, forked ones
+    inherit it): what is resident is never fetched again, and what a worker fetches becomes resident for
+    every process sharing the copy."""
+    import pickle
+
+    from fixtures.http_server import serve_files
+
+    keys = ["observation", "action", "episode", "step", ("next", "reward"), ("next", "observation")]
+    with serve_files() as server:
+        url = _serve(server, published)
+        rb = dh.load(url, resident="lazy", batch_size=64, sampler=SliceSampler(slice_len=8))
+        state = pickle.dumps(rb.storage)
+        assert len(state) < 2000  # a reference (URL, local copy, mode), never data
+        before = rb.storage.fill_status()["resident_bytes"]
+        requests = server.total_requests()
+        batches = _worker_batches(rb, 4, context)  # the workers fetch the chunks they need themselves
+        assert len(batches) == 4
+        for batch in batches:
+            assert _same(batch.select(*keys), local_rb[batch["index"]].select(*keys))
+        assert server.count("pub/published.json") == 1  # workers open the local copy, not the URL
+        assert server.total_requests() > requests
+        assert rb.storage.fill_status()["resident_bytes"] > before  # the parent sees the workers' chunks
+
+        rb[:]  # every chunk resident now: workers need no network at all
+        requests = server.total_requests()
+        for batch in _worker_batches(rb, 4, context):
+            assert _same(batch.select(*keys), local_rb[batch["index"]].select(*keys))
+        assert server.total_requests() == requests
+
+
+def test_a_pickled_copy_that_is_gone_or_replaced_is_refused(published):
+    import pickle
+    import shutil
+
+    from datasets_hub.errors import CacheError
+
+    rb = dh.load(f"file://{published}", resident="lazy")
+    state = pickle.dumps(rb.storage)
+    again = pickle.loads(state)
+    assert isinstance(again, ResidentStorage) and again.path == rb.storage.path
+    shutil.rmtree(rb.storage.path)
+    with pytest.raises(CacheError, match="load the URL again"):
+        pickle.loads(state)
+
+
+def test_a_full_copy_pickled_before_completion_reopens_as_a_plain_build_after(published, local_rb):
+    import pickle
+
+    from datasets_hub.dataset_storage import DatasetStorage
+
+    rb = dh.load(f"file://{published}")
+    state = pickle.dumps(rb.storage)
+    rb.storage.wait_complete(60)
+    again = pickle.loads(state)
+    assert type(again) is DatasetStorage
+    assert _same(again[:], local_rb[:])

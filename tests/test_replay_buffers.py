@@ -599,3 +599,66 @@ def test_writer_keywords():
         w.share()
     with pytest.raises(NotImplementedError, match="track_generations"):
         RoundRobinWriter(track_generations=True)
+
+
+def _episodes_td(n: int = 200) -> TensorDict:
+    rows = torch.arange(n)
+    last = ((rows % 20) == 19).unsqueeze(-1)
+    return TensorDict(
+        {"obs": rows.float().unsqueeze(-1), "episode": rows // 20, "next": {"done": last, "truncated": last}},
+        batch_size=[n],
+    )
+
+
+@pytest.mark.parametrize("sampler", ["random", "slice", "without_replacement"])
+def test_sample_many_equals_k_successive_samples_under_the_same_seed(sampler):
+    from datasets_hub.buffers.samplers import SamplerWithoutReplacement, SliceSampler
+
+    def buffer(transform=None):
+        make = {
+            "random": RandomSampler,
+            "slice": lambda: SliceSampler(slice_len=4),
+            "without_replacement": lambda: SamplerWithoutReplacement(drop_last=True),
+        }[sampler]
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(200),
+            sampler=make(),
+            batch_size=16,
+            transform=transform,
+            generator=torch.Generator().manual_seed(7),
+        )
+        rb.extend(_episodes_td())
+        return rb
+
+    expected = torch.stack(_k_samples(buffer(), 5))
+    many = buffer().sample_many(5)
+    assert many.batch_size == (5, 16)
+    for key in expected.keys(True, True):
+        assert torch.equal(many.get(key), expected.get(key)), key
+    # with a transform the batches are stacked sample() calls: the same values, transformed
+    shifted = buffer(transform=lambda td: td.set("obs", td["obs"] + 1000)).sample_many(5)
+    assert torch.equal(shifted["obs"], expected["obs"] + 1000)
+
+
+def _k_samples(rb, k):
+    return [rb.sample() for _ in range(k)]
+
+
+def test_sample_many_refuses_a_short_batch_and_a_bad_k():
+    from datasets_hub.buffers.samplers import SamplerWithoutReplacement
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(200), sampler=SamplerWithoutReplacement(), batch_size=64)
+    rb.extend(_episodes_td())
+    with pytest.raises(ValueError, match="shorter than batch_size"):
+        rb.sample_many(4)  # 200 rows: the fourth batch of the epoch holds 8
+    with pytest.raises(ValueError, match="k >= 1"):
+        rb.sample_many(0)
+
+
+def test_sample_many_of_plain_tensors_is_k_by_batch():
+    rb = ReplayBuffer(storage=LazyTensorStorage(50), batch_size=8, generator=torch.Generator().manual_seed(1))
+    rb.extend(torch.arange(50))
+    many = rb.sample_many(3)
+    rb2 = ReplayBuffer(storage=LazyTensorStorage(50), batch_size=8, generator=torch.Generator().manual_seed(1))
+    rb2.extend(torch.arange(50))
+    assert many.shape == (3, 8) and torch.equal(many, torch.stack([rb2.sample() for _ in range(3)]))

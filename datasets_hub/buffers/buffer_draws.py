@@ -5,6 +5,7 @@ guards writes and draws. With ``prefetch=N`` a thread pool keeps N batches in fl
 numbered tickets and run in ticket order, so a seeded ``generator`` gives the same batches with or
 without prefetching. Batches in flight are dropped (``_drain``) when the contents change under them
 (``empty``, ``load_state_dict``, ``loads``); pickling leaves the threads behind and makes new ones.
+``sample_many(k)`` draws ``k`` batches under one lock hold and gathers them in one storage read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import torch
+from tensordict import TensorDictBase
+from torch.utils import _pytree
 
 
 class OrderedDraws:
@@ -23,11 +26,18 @@ class OrderedDraws:
     _prefetch: int
     _batch_size: int | None
     _compilable: bool
+    _pin_memory: bool
+    _collate_fn: Any
+    _transform: Any
+    _sampler: Any
+    _storage: Any
 
     if TYPE_CHECKING:
 
         def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]: ...
         def _fwd(self, data: Any) -> Any: ...
+        def _gather(self, index: torch.Tensor, info: dict[str, Any], items: torch.Tensor | None = None) -> Any: ...
+        def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any: ...
 
     def _init_threading(self) -> None:
         self._lock = threading.RLock()
@@ -73,6 +83,50 @@ class OrderedDraws:
                 self._queue.append(self._executor.submit(self._job, batch_size, self._ticket()))
         return result
 
+    def sample_many(self, k: int, batch_size: int | None = None) -> Any:
+        """``k`` batches in one call, stacked: a ``[k, batch_size]`` TensorDict (or tensor).
+
+        The values are exactly those of ``k`` successive ``sample(batch_size)`` calls (the sampler draws
+        the same indices from the same generator), but the storage gathers all ``k * batch_size`` items
+        at once, so the per-call work is paid once. Buffers with transforms, a ``collate_fn``,
+        ``prefetch`` or a multi-dimensional storage (and data that is not a tensor or TensorDict) stack
+        ``k`` ``sample()`` calls. Batches must have equal sizes: an epoch sampler's short last batch
+        is refused (use ``drop_last=True``).
+        """
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"sample_many needs a number of batches k >= 1, got {k!r}")
+        batch_size = self._batch_size if batch_size is None else batch_size
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(
+                f"sample_many needs a positive batch_size (here or in the constructor), got {batch_size!r}"
+            )
+        plain = (
+            not self._prefetch
+            and not self._pin_memory
+            and self._collate_fn is None
+            and not self._transform.transforms
+            and getattr(self._storage, "ndim", 1) == 1
+        )
+        if not plain:
+            return _stack([self.sample(batch_size) for _ in range(k)])
+        with self._lock:
+            draws = [self._sampler.sample(self._storage, batch_size) for _ in range(k)]
+            if any(index.shape[0] != batch_size for index, _ in draws):
+                raise ValueError(
+                    "sample_many: the sampler returned a batch shorter than batch_size (the end of an epoch); "
+                    "stack sample() calls yourself, or use drop_last=True"
+                )
+            index = torch.cat([i for i, _ in draws])
+            info: dict[str, Any] = {"index": index}
+            for key in draws[0][1]:
+                per_batch = [d[1][key] for d in draws]
+                batched = all(isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == batch_size for v in per_batch)
+                info[key] = torch.cat(per_batch) if batched else per_batch
+            data = self._gather(index, info)
+        if isinstance(data, (torch.Tensor, TensorDictBase)):
+            return data.reshape(k, batch_size, *data.shape[1:])
+        return _stack([data[i * batch_size : (i + 1) * batch_size] for i in range(k)])
+
     def _drain(self) -> None:
         """Wait for in-flight prefetches and drop them (after empty/load, they would be stale)."""
         while self._queue:
@@ -85,6 +139,7 @@ class OrderedDraws:
         state = self.__dict__.copy()
         for k in ("_lock", "_cond", "_queue", "_executor", "_next_ticket", "_turn"):
             state.pop(k)
+        state.pop("_episodes_cache", None)  # derived (ReplayBuffer.episodes); recomputed on first use
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -95,3 +150,10 @@ class OrderedDraws:
         executor = getattr(self, "_executor", None)
         if executor is not None:
             executor.shutdown(wait=False)
+
+
+def _stack(batches: list[Any]) -> Any:
+    """``k`` batches of equal size stacked along a new first dim (``sample_many``)."""
+    if isinstance(batches[0], (torch.Tensor, TensorDictBase)):
+        return torch.stack(batches)
+    return _pytree.tree_map(lambda *xs: torch.stack(xs), *batches)

@@ -41,6 +41,14 @@ def nest(
 ) -> dict[str, Any]:
     """The nested dict holding ``values`` at ``keys`` (merged into ``into`` when given)."""
     tree = {} if into is None else into
-    for key, value in zip(keys, values, strict=True):
-        put(tree, key, value)
+    # inlined put(): this builds every sampled batch, and a call per key costs as much as a small gather
+    for name, value in zip(keys, values, strict=True):
+        if type(name) is str:
+            tree[name] = value
+            continue
+        key = name if type(name) is tuple else tuple(name)
+        node = tree
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = value
     return tree

@@ -205,10 +205,19 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
     @property
     def episodes(self) -> Any:
         """The buffer's episodes: iterate, filter (a view, no copy), split by episode
-        (:class:`~datasets_hub.buffers.episodes.Episodes`; computed on access: keep it in a variable)."""
+        (:class:`~datasets_hub.buffers.episodes.Episodes`). Computed once per state of the storage
+        and reused (the same object) until a write (``add``, ``extend``, ``empty``) changes it."""
         from datasets_hub.buffers.episodes import Episodes
 
-        return Episodes(self)
+        storage = self.storage
+        version = getattr(storage, "write_version", None)
+        key = (id(storage), version, len(self))
+        cached = getattr(self, "_episodes_cache", None)
+        if version is not None and cached is not None and cached[0] == key:
+            return cached[1]
+        table = Episodes(self)
+        self._episodes_cache = (key, table)
+        return table
 
     @property
     def batch_size(self) -> int | None:

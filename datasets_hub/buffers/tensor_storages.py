@@ -207,7 +207,7 @@ class TensorStorage(TensorStorageState, SharedCounters, Storage):
 
     def _gather(self, index: torch.Tensor, extra: dict | None = None) -> Any:
         """Flat items ``index`` (any shape), one read per leaf."""
-        flat = index.reshape(-1)
+        flat = index if index.ndim == 1 else index.reshape(-1)  # a torch call costs ~1 us here
         if self._compilable:  # torch ops only: nothing torch.compile cannot trace
             out = [torch.index_select(t, 0, flat) for t in self._plain]
         else:

@@ -6,30 +6,56 @@ import argparse
 import json
 from typing import Any
 
-from datasets_hub.cli.common import out, table
+from datasets_hub.cli.common import PROG, add_param, out, params_of, table
 
 
 def register(sub: Any) -> None:
     """Add these commands to the ``datasets-hub`` sub-command parsers ``sub``."""
     p = sub.add_parser("cache", help="inspect and clean the cache")
     cache_sub = p.add_subparsers(dest="cache_command", metavar="ls|du|rm|prune", required=True)
-    c = cache_sub.add_parser("ls", help="every build, raw file and preprocessed variant")
+    c = cache_sub.add_parser(
+        "ls", help="every build (params, size, built, last use, stale?, preprocessed variants) and raw file"
+    )
     c.add_argument("--json", action="store_true", help="print the listing as JSON")
     c.set_defaults(func=cmd_cache_ls)
     c = cache_sub.add_parser("du", help="bytes per cache section")
     c.set_defaults(func=cmd_cache_du)
-    c = cache_sub.add_parser("rm", help="remove preprocessed variants (<build-fp>/<transform-fp>, as ls shows)")
-    c.add_argument("variants", nargs="+", metavar="VARIANT")
+    c = cache_sub.add_parser(
+        "rm",
+        help="remove builds (by id or fingerprint, with their preprocessed variants) or preprocessed variants",
+        description="NAME is a dataset id, a build fingerprint (or a unique prefix), or a preprocessed variant "
+        "<build-fp>/<transform-fp>, as `datasets-hub cache ls` shows them. An id with several builds is refused "
+        "(the candidates are listed) unless --param or --all-builds picks.",
+    )
+    c.add_argument("names", nargs="+", metavar="NAME")
+    add_param(c)
+    c.add_argument(
+        "--all-builds",
+        "--all-variants",
+        action="store_true",
+        help="every build of the id, whatever its params",
+    )
+    c.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     c.set_defaults(func=cmd_cache_rm)
-    c = cache_sub.add_parser("prune", help="remove leftovers of killed processes (and old builds)")
+    c = cache_sub.add_parser("prune", help="remove leftovers of killed processes, stale builds (and old builds)")
     c.add_argument("--older-than", type=float, metavar="DAYS", help="also remove builds older than DAYS days")
+    c.add_argument("--keep-stale", action="store_true", help="keep builds of an old format or loader format_version")
     c.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     c.set_defaults(func=cmd_cache_prune)
 
 
+def _when(iso: str | None) -> str:
+    """``2026-11-24T16:05:00Z`` -> ``2026-11-24 16:05`` (UTC); ``-`` when unknown."""
+    return iso[:16].replace("T", " ") if iso else "-"
+
+
+def _params_text(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={json.dumps(v)}" for k, v in params.items()) or "-"
+
+
 def cmd_cache_ls(args: argparse.Namespace) -> int:
+    from datasets_hub.cache_listing import list_cache
     from datasets_hub.files import human_bytes
-    from datasets_hub.maintenance import list_cache
 
     listing = list_cache()
     if getattr(args, "json", False):
@@ -38,10 +64,42 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
         out(json.dumps(asdict(listing), indent=1, default=str))
         return 0
     out(f"cache: {listing.root}")
-    out("\nbuilds")
+    stale = sum(1 for b in listing.builds if b.stale)
+    out(
+        f"\nbuilds ({len(listing.builds)}, {human_bytes(sum(b.bytes for b in listing.builds))}"
+        + (f"; {stale} stale: `{PROG} cache prune` removes them" if stale else "")
+        + ")"
+    )
+    variants = {v.name: v for v in listing.preprocessed}
     if listing.builds:
-        rows = [(b.id, b.fingerprint, f"{b.transitions:,}", human_bytes(b.bytes), b.created) for b in listing.builds]
-        out(["  " + line for line in table(("id", "fingerprint", "transitions", "bytes", "created"), rows)])
+        rows = [
+            (
+                b.id,
+                b.fingerprint,
+                f"{b.transitions:,}",
+                _params_text(b.changed_params) + ("" if b.in_catalogue else " (id not in the catalogue)"),
+                human_bytes(b.bytes),
+                _when(b.created),
+                _when(b.last_used),
+                f"stale: {b.stale}" if b.stale else "current",
+            )
+            for b in listing.builds
+        ]
+        headers = ("id", "fingerprint", "transitions", "params", "size", "built", "last use", "status")
+        lines = table(headers, rows, truncate_last=True)
+        out("  " + lines[0])
+        for build, line in zip(listing.builds, lines[1:], strict=True):
+            out("  " + line)
+            for name in build.variants:
+                v = variants[name]
+                out(
+                    f"      preprocessed {name}  {v.transform}  {v.transitions:,} rows  {human_bytes(v.bytes)}  "
+                    f"last use {_when(v.last_used)}"
+                )
+        out(
+            "  (params: those that differ from the catalogue's; last use: when a buffer last opened it, to "
+            "within 10 minutes, '-' when never recorded)"
+        )
     else:
         out("  (none)")
     out("\nraw files")
@@ -51,14 +109,18 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
             out([f"    {name}  {human_bytes(size)}" for name, size in files])
     else:
         out("  (none)")
-    if listing.preprocessed:
-        out("\npreprocessed variants")
-        rows = [(p.id, p.name, f"{p.transitions:,}", human_bytes(p.bytes), p.transform) for p in listing.preprocessed]
+    built = {b.fingerprint for b in listing.builds}
+    orphans = [p for p in listing.preprocessed if p.build_fp not in built]
+    if orphans:
+        out(f"\npreprocessed variants whose build is gone (`{PROG} cache prune` removes them)")
+        orphan_rows = [(p.id, p.name, f"{p.transitions:,}", human_bytes(p.bytes), p.transform) for p in orphans]
         out(
             [
                 "  " + line
                 for line in table(
-                    ("id", "build-fp/transform-fp", "transitions", "bytes", "transform"), rows, truncate_last=True
+                    ("id", "build-fp/transform-fp", "transitions", "bytes", "transform"),
+                    orphan_rows,
+                    truncate_last=True,
                 )
             ]
         )
@@ -67,8 +129,8 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 def cmd_cache_du(args: argparse.Namespace) -> int:
     from datasets_hub.cache import cache_root
+    from datasets_hub.cache_listing import usage
     from datasets_hub.files import human_bytes
-    from datasets_hub.maintenance import usage
 
     sizes = usage()
     rows = [
@@ -81,9 +143,25 @@ def cmd_cache_du(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_rm(args: argparse.Namespace) -> int:
-    from datasets_hub.maintenance import remove_preprocessed
+    from datasets_hub.cache import dir_size
+    from datasets_hub.files import human_bytes
+    from datasets_hub.maintenance import find_builds, is_variant, remove_build, variant_paths
 
-    out([f"removed {remove_preprocessed(name)}" for name in args.variants])
+    # resolve every name first: an ambiguous or unknown one removes nothing at all
+    targets = [p for name in args.names for p in find_builds(name, params=params_of(args), all_builds=args.all_builds)]
+    verb = "would remove" if args.dry_run else "removed"
+    total = 0
+    for path in dict.fromkeys(targets):
+        what = "preprocessed variant" if is_variant(path) else "build"
+        size = dir_size(path)
+        extra = [] if is_variant(path) else variant_paths(path)
+        if not args.dry_run:
+            remove_build(path)
+        total += size + sum(dir_size(v) for v in extra)
+        out(f"{verb} {what} {path} ({human_bytes(size)})")
+        if extra:
+            out([f"{verb} preprocessed variant {v} (with its build)" for v in extra])
+    out(f"{verb} {human_bytes(total)}")
     return 0
 
 
@@ -91,7 +169,7 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
     from datasets_hub.files import human_bytes
     from datasets_hub.maintenance import prune
 
-    items = prune(older_than_days=args.older_than, dry_run=args.dry_run)
+    items = prune(older_than_days=args.older_than, keep_stale=args.keep_stale, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     done = [i for i in items if i.skipped is None]
     for item in items:

@@ -34,9 +34,11 @@ def register(sub: Any) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from datasets_hub.cache import read_manifest
+    from datasets_hub.cache_listing import cached_ids
     from datasets_hub.catalogue import all_entries, list_ids, refresh_remote_catalogues
+    from datasets_hub.download_sizes import cached_sizes, listed_size
     from datasets_hub.files import human_bytes
-    from datasets_hub.maintenance import cached_ids, catalogue_build
+    from datasets_hub.maintenance import catalogue_build
     from datasets_hub.plugins import loader_names
 
     if args.refresh:
@@ -50,15 +52,17 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
     entries = all_entries([args.loader] if args.loader else None)
     built = cached_ids()
+    known_sizes = cached_sizes()
     records = []
     for dataset_id in ids:
         entry = entries[dataset_id][0]
-        sizes = [r.get("size", r.get("bytes")) for r in entry.get("resources") or []]
+        resources = entry.get("resources") or []
         record: dict[str, Any] = {
             "id": dataset_id,
             "cached": "",
-            "download_bytes": sum(sizes) if sizes and all(isinstance(x, int) for x in sizes) else None,
-            "download": "?" if sizes else "local",  # shown when download_bytes is None
+            "download_bytes": listed_size(dataset_id, resources, known_sizes),
+            # shown when download_bytes is None
+            "download": "local" if not resources and _generates_locally(dataset_id) else "?",
             "episodes": None,
             "steps": None,
             "description": str(entry.get("description", "")).strip(),
@@ -104,9 +108,20 @@ def cmd_list(args: argparse.Namespace) -> int:
     cached = sum(1 for r in records if r["cached"] == "yes")
     out(
         f"\n{len(rows)} dataset(s), {cached} cached with the catalogue's params (cached 'other' = only builds "
-        "with --param overrides; episodes and steps are known once built; download '?' = size not in the catalogue, 'local' = generated here)"
+        "with --param overrides; episodes and steps are known once built; download '?' = not in the catalogue: "
+        f"`{PROG} info ID` asks the server; 'local' = generated here)"
     )
     return 0
+
+
+def _generates_locally(dataset_id: str) -> bool:
+    """Whether the id's loader makes its data here (``Loader.downloads`` False) rather than downloading it."""
+    from datasets_hub.plugins import get_loader
+
+    try:
+        return not get_loader(dataset_id.split("/", 1)[0]).downloads
+    except HubError:
+        return False
 
 
 def _card(info: Any) -> dict[str, Any]:
@@ -138,16 +153,29 @@ def _fmt_stats(stats: dict[str, Any]) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from datasets_hub.download_sizes import resource_sizes
+    from datasets_hub.download_sizes import total as download_total
     from datasets_hub.files import human_bytes
     from datasets_hub.hub import info as hub_info
     from datasets_hub.maintenance import catalogue_build
 
     catalogue_build(args.id, params_of(args))  # checks the params with the loader (hub.info does not, yet)
     card = hub_info(args.id, **params_of(args))
+    # before a download: the catalogue's sizes, else the server's (HEAD, cached); never an error offline
+    sizes = resource_sizes(
+        card.resources,
+        card.loader,
+        ask_server=not card.cached,
+        dataset_id=None if params_of(args) else card.id,
+    )
     if args.plot:
         _plot(card, Path(args.plot))
     if args.json:
-        out(json.dumps(_card(card), indent=1, sort_keys=True, default=str))
+        record = _card(card)
+        record["download"] = {"bytes": download_total(sizes), "resources": [asdict(a) for a in sizes]}
+        out(json.dumps(record, indent=1, sort_keys=True, default=str))
         return 0
     meta = card.metadata
     lines = [card.id, ""]
@@ -173,15 +201,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     for key, value in sorted(extra.items()):
         row(key, value)
     if card.resources:
+        row("download", _size_text(download_total(sizes), sizes))
         lines.append("  resources")
-        for res in card.resources:
+        for res, size in zip(card.resources, sizes, strict=True):
             lines.append(f"    - {res.get('name')}  {' | '.join(res.get('urls', []))}")
             lines.append(
-                f"      sha256 {res.get('sha256') or '(recorded at first download)'}  "
-                f"size {human_bytes(res['size']) if res.get('size') is not None else '?'}"
+                f"      sha256 {res.get('sha256') or '(recorded at first download)'}  size {_size_text(size.bytes, [size])}"
             )
     else:
-        row("resources", "none (generated locally)")
+        row("download", "none (generated locally)")
     row("cached", f"yes  {card.build_path}" if card.cached else f"no (run `{PROG} download {card.id}`)")
     row("raw bytes", human_bytes(card.raw_bytes))
     if not card.cached:
@@ -222,6 +250,18 @@ def cmd_info(args: argparse.Namespace) -> int:
         lines.append(f"\n  histograms written to {args.plot}")
     out(lines)
     return 0
+
+
+def _size_text(n: int | None, answers: list[Any]) -> str:
+    """``226.7 MiB (catalogue)``, ``1.2 GiB (server, 2026-11-24)``, or why the size is unknown."""
+    from datasets_hub.files import human_bytes
+
+    if n is None:
+        unknown = [a.source for a in answers if a.bytes is None]
+        return unknown[0] if len(set(unknown)) == 1 else "unknown (" + "; ".join(sorted(set(unknown))) + ")"
+    sources = sorted({a.source for a in answers})
+    dates = sorted({a.checked[:10] for a in answers if a.checked})
+    return f"{human_bytes(n)} ({', '.join(sources)}{', asked ' + dates[-1] if dates else ''})"
 
 
 def _space_text(space: Any) -> str:

@@ -89,7 +89,9 @@ def dumps_by_reference(obj: Any) -> bytes:
     # mypy cannot subclass a class chosen at run time (cloudpickle's pickler when installed, else pickle's)
     class _ByReference(base):  # type: ignore[misc, valid-type]
         def persistent_id(self, item: Any) -> Any:
-            if isinstance(item, DatasetStorage):
+            # exactly a DatasetStorage: a subclass (a partially resident remote copy) has state of its
+            # own and pickles itself by reference (its __reduce__); a plain reopen would serve its holes
+            if type(item) is DatasetStorage:
                 return (_TAG, str(item.path), item.manifest.get("fingerprint"))
             return None
 

@@ -13,6 +13,7 @@ import warnings
 import pytest
 
 import datasets_hub as dh
+from datasets_hub import cache_listing as cl
 from datasets_hub import maintenance as mt
 from datasets_hub.cache_verify import verify
 from datasets_hub.cli import main
@@ -67,7 +68,7 @@ def test_an_id_named_data_is_listed_and_its_preprocessing_survives_prune(catalog
     catalogue({"gym/data": CARTPOLE})
     rb = dh.load("gym/data")
     pre = rb.preprocess(double_observation, num_workers=0)
-    assert "gym/data" in {b.id for b in mt.list_cache().builds}
+    assert "gym/data" in {b.id for b in cl.list_cache().builds}
     mt.prune()
     assert pre.storage.path.is_dir() and len(dh.load("gym/data", preprocess=double_observation)) == len(rb)
 
@@ -131,8 +132,8 @@ def test_an_unreadable_manifest_is_a_broken_build_that_can_be_cleared(catalogue,
         dh.load("gym/broken")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert [b.id for b in mt.list_cache().builds] == ["gym/fine"]
-        assert "gym/fine" in mt.cached_ids()
+        assert [b.id for b in cl.list_cache().builds] == ["gym/fine"]
+        assert "gym/fine" in cl.cached_ids()
     assert any("broken build" in str(w.message) for w in caught)
     assert main(["list"]) == 0 and main(["cache", "ls"]) == 0
     if content == b"":

@@ -112,6 +112,7 @@ UPSTREAM_READERS = sorted(
             "hub.py",
             "cache.py",
             "cache_verify.py",
+            "cache_listing.py",
             "dataset_storage.py",
             "plugins.py",
             "loader.py",

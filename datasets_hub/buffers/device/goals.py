@@ -12,6 +12,7 @@ A ``success_fn`` runs on device tensors: it must not synchronise itself.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -90,7 +91,7 @@ class DeviceGoalSampler(DeviceSampler):
         self.success_fn, self.success_on, self.negative_reward = success_fn, success_on, bool(negative_reward)
         self.sampler = sampler
         self._generator: torch.Generator | None = None
-        self._storage: DeviceStorage | None = None
+        self._storage: Any = None  # a weak reference: a copied sampler (fork) must not copy the data
         self._episodes: _Episodes | None = None
 
     @property
@@ -120,7 +121,7 @@ class DeviceGoalSampler(DeviceSampler):
 
     def _bind(self, storage: Storage) -> tuple[DeviceStorage, _Episodes]:
         st = self._check(storage)
-        if st is not self._storage or self._episodes is None:
+        if self._storage is None or self._storage() is not st or self._episodes is None:
             episodes = _Episodes(st)
             frames = st.device_frame_keys()
             for key in self.goal_keys:
@@ -130,7 +131,7 @@ class DeviceGoalSampler(DeviceSampler):
                         "copy: device goal sampling reads goals from a hub build's per-episode frames "
                         "(load(..., device=...)); pass goal_keys naming them, or sample goals on the host"
                     )
-            self._storage, self._episodes = st, episodes
+            self._storage, self._episodes = weakref.ref(st), episodes
         assert self._episodes is not None
         return st, self._episodes
 

@@ -12,6 +12,7 @@ size would depend on the draw, which the host would have to read back); it is re
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -119,10 +120,9 @@ class DeviceSliceSampler(DeviceSampler):
         self.strict_length, self.cache_values = bool(strict_length), bool(cache_values)
         self.truncated_key = truncated_key
         self.done_key = _replace_last(truncated_key, "done") if truncated_key is not None else None
-        self._storage: DeviceStorage | None = None
+        self._storage: Any = None  # a weak reference: a copied sampler (fork) must not copy the data
         self._layouts: dict[int, DeviceSliceLayout] = {}
         self._masks: dict[tuple[int, int], torch.Tensor] = {}
-        self._done: torch.Tensor | None = None
 
     def check_batch_size(self, batch_size: int) -> None:
         """Raise ``ValueError`` if ``batch_size`` cannot be cut into whole slices."""
@@ -144,13 +144,13 @@ class DeviceSliceSampler(DeviceSampler):
 
     def _bind(self, storage: Storage) -> DeviceStorage:
         st = self._check(storage)
-        if st is not self._storage:
+        if self._storage is None or self._storage() is not st:
             if st.device_episode_index() is None:
                 raise InvalidParameter(
                     "the device copy has no episode index, so slices cannot respect episode ends: move a "
                     "storage with episodes (a hub build, or a buffer whose sampler finds them) to the device"
                 )
-            self._storage, self._layouts, self._masks, self._done = st, {}, {}, None
+            self._storage, self._layouts, self._masks = weakref.ref(st), {}, {}
             self._on_new_storage(st)
         return st
 
@@ -177,15 +177,8 @@ class DeviceSliceSampler(DeviceSampler):
         self._stored_done(st)
 
     def _stored_done(self, storage: DeviceStorage) -> torch.Tensor | None:
-        if self._done is None and self.done_key is not None:
-            try:
-                done = storage.read_key(self.done_key)
-            except KeyError:
-                done = None
-            if done is not None and (done.ndim > 2 or (done.ndim == 2 and done.shape[1] != 1)):
-                done = None  # not one flag per row: done = truncated then, as on the host
-            self._done = done.reshape(-1).to(torch.bool) if done is not None else torch.zeros(0, dtype=torch.bool)
-        return self._done if self._done is not None and self._done.numel() else None
+        # one flag per row, or None (done = truncated then, as on the host); the storage keeps it
+        return storage.flag_column(self.done_key) if self.done_key is not None else None
 
     def _end_mask(self, storage: DeviceStorage, num_slices: int, slice_len: int) -> torch.Tensor:
         mask = self._masks.get((num_slices, slice_len))
@@ -213,7 +206,7 @@ class DeviceSliceSampler(DeviceSampler):
         return index, self._info(st, index, num_slices, slice_len)
 
     def empty(self) -> None:
-        self._storage, self._layouts, self._masks, self._done = None, {}, {}, None
+        self._storage, self._layouts, self._masks = None, {}, {}
 
     def __repr__(self) -> str:
         size = f"num_slices={self.num_slices}" if self.num_slices is not None else f"slice_len={self.slice_len}"

@@ -132,6 +132,7 @@ class DeviceStorage(ReadOnlyStorage):
         self._ids = _copy_to(episode_ids.to(torch.int64), dev, copy) if episode_ids is not None else None
         self._derive = bool(derive_ted)
         self._done: torch.Tensor | None = None
+        self._flags: dict[Key, torch.Tensor | None] = {}
         super().__init__(n)
 
     # -- construction from another storage --------------------------------------------------------
@@ -257,6 +258,26 @@ class DeviceStorage(ReadOnlyStorage):
         if self._derive and key == ("episode",) and self._episodes_dev is not None and self._ids is not None:
             return torch.repeat_interleave(self._ids, self._episodes_dev.length, output_size=self._n)
         return self.get(slice(None)).get(key)
+
+    def flag_column(self, key: str | tuple[str, ...]) -> torch.Tensor | None:
+        """``key`` as one bool per row (``[N]`` on the device) when it is stored or derived with at most one
+        value per row, else None; kept after the first call."""
+        key = _key(key)
+        if key not in self._flags:
+            column = None
+            if key in self._columns or (self._derive and key == ("next", "done")):
+                value = self.read_key(key)
+                if value.ndim == 1 or (value.ndim == 2 and value.shape[1] == 1):
+                    column = value.reshape(-1).to(torch.bool)
+            self._flags[key] = column
+        return self._flags[key]
+
+    def __reduce__(self) -> Any:
+        raise InvalidParameter(
+            "a DeviceStorage is not pickled or deep-copied (it would copy the whole dataset, and CUDA memory does "
+            "not travel to DataLoader workers or Ray actors): sample it in this process, or send the host buffer "
+            "and move it to the device there"
+        )
 
     def gather_key(self, key: str | tuple[str, ...], rows: torch.Tensor, *, episodes: Any = None) -> torch.Tensor:
         """One leaf at ``rows`` (an int64 device tensor), reading no other leaf where it can."""

@@ -1,0 +1,357 @@
+"""Which chunks of a local copy are resident: fetching, verifying and writing them, and evicting them.
+
+A local copy of a published build (see :mod:`datasets_hub.remote`) has the build's sparse leaf files
+and, per leaf, a residency map with one byte per chunk. :class:`Chunks` makes chunks resident: it
+fetches the missing ones (concurrently, through :class:`~datasets_hub.remote_files.RemoteFolder`),
+checks each against the sha256 in ``published.json``, decodes it with zarr, writes its rows, and only
+then sets its byte. Under a byte budget (``max_bytes``) it evicts least recently used chunks first
+(their disk space is given back by punching holes), never a chunk that is pinned (a pool's episodes)
+or that the read in progress needs. Processes share a copy: changing residency holds an exclusive
+``flock`` on the copy's ``residency.lock``, reads that an eviction could race hold a shared one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datasets_hub.build_format import EPISODES, HISTORY, leaf_path
+from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
+from datasets_hub.files import write_bytes_atomic
+from datasets_hub.published_format import PUBLISHED, numpy_dtype, require_zarr
+from datasets_hub.remote_files import RemoteFolder
+
+FETCH_TRIES = 3
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def map_path(copy: Path, name: str) -> Path:
+    """The residency map of leaf ``name`` in the local copy at ``copy`` (one byte per chunk)."""
+    leaf_path(copy, name)  # refuses a name that would leave the copy
+    return copy / "resident" / (name + ".map")
+
+
+def row_bytes_of(spec: dict[str, Any]) -> int:
+    """Bytes of one row of a published array (``published.json``'s ``arrays`` entry)."""
+    return int(np.prod(spec["shape"], dtype=np.int64)) * numpy_dtype(spec["dtype"]).itemsize
+
+
+def always_resident(name: str) -> bool:
+    """Leaves fetched whole when a copy is opened and never evicted: the episode index (samplers need all
+    of it) and history frames (a few per episode at most)."""
+    return name.startswith((EPISODES + "/", HISTORY + "/"))
+
+
+class Chunks:
+    """Residency of the chunks of one local copy: which are in, fetching and writing the missing ones,
+    and least-recently-used eviction under a byte budget."""
+
+    def __init__(
+        self, path: Path, folder: RemoteFolder, published: dict[str, Any], max_bytes: int | None = None
+    ) -> None:
+        self.path = path
+        self.folder = folder
+        self.arrays: dict[str, dict[str, Any]] = published["arrays"]
+        self.files: dict[str, dict[str, Any]] = published["files"]
+        self.max_bytes = max_bytes
+        self.maps: dict[str, np.memmap] = {}
+        self.row_bytes: dict[str, int] = {}
+        self._decoders: dict[str, tuple[Any, dict[str, Any]]] = {}
+        self._prototype: Any = None
+        self._lru: OrderedDict[tuple[str, int], int] = OrderedDict()
+        self._pid = -1
+        self._lock_fd = -1
+        self._thread_lock = threading.RLock()
+        self._after_fork()
+        self.fetched_bytes = 0
+        # chunks a pool holds (count of its episodes that need each): eviction never takes them
+        self.pins: dict[str, np.ndarray] = {
+            name: np.zeros(int(s["chunks"]), np.int32) for name, s in self.arrays.items()
+        }
+        for name, spec in self.arrays.items():
+            self.maps[name] = np.memmap(
+                map_path(path, name), dtype=np.uint8, mode="r+", shape=(max(1, int(spec["chunks"])),)
+            )
+            self.row_bytes[name] = row_bytes_of(spec)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
+
+    def _after_fork(self) -> None:
+        """A forked child (a DataLoader worker) gets its own lock file description (``flock`` locks belong to
+        the description, which a fork shares) and fresh thread locks (another thread may have held them)."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._thread_lock = threading.RLock()
+        self._lock_fd = os.open(self.path / "residency.lock", os.O_RDWR | os.O_CREAT, 0o644)
+
+    @contextlib.contextmanager
+    def locked(self, exclusive: bool) -> Iterator[None]:
+        """The cross-process residency lock: exclusive to change residency, shared to read rows safely."""
+        self._after_fork()
+        with self._thread_lock:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def chunk_file(self, name: str, chunk: int) -> str:
+        array, _ = self._decoder(name)
+        key = array.metadata.encode_chunk_key((int(chunk),) + (0,) * (len(self.arrays[name]["shape"])))
+        return f"data.zarr/{name}/{key}"
+
+    def _decoder(self, name: str) -> tuple[Any, dict[str, Any]]:
+        """A zarr array over an in-memory store holding only this leaf's metadata, and that store's dict:
+        a verified chunk is put into the dict to be decoded by zarr itself, then taken out again."""
+        found = self._decoders.get(name)
+        if found is not None:
+            return found
+        zarr = require_zarr()
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.storage import MemoryStore
+
+        meta_path = f"data.zarr/{name}/zarr.json"
+        meta = self._local_metadata(name)
+        if meta is None:
+            self.keep_metadata(meta_path, self.folder.read(meta_path))
+            meta = self._local_metadata(name)
+        meta = self._verified(meta_path, meta or b"")
+        self._prototype = default_buffer_prototype()
+        contents: dict[str, Any] = {"zarr.json": self._prototype.buffer.from_bytes(meta)}
+        array = zarr.open_array(MemoryStore(contents), mode="r")
+        self._decoders[name] = (array, contents)
+        return array, contents
+
+    def _metadata_path(self, name: str) -> Path:
+        return self.path / "zarr-meta" / (name.replace("/", "__") + ".json")
+
+    def _local_metadata(self, name: str) -> bytes | None:
+        try:
+            return self._metadata_path(name).read_bytes()
+        except OSError:
+            return None
+
+    def keep_metadata(self, relpath: str, data: bytes) -> None:
+        """Verify one leaf's ``zarr.json`` (``data.zarr/<leaf>/zarr.json``) and keep it in the local copy."""
+        name = relpath[len("data.zarr/") : -len("/zarr.json")]
+        self._verified(relpath, data)
+        target = self._metadata_path(name)
+        target.parent.mkdir(exist_ok=True)
+        write_bytes_atomic(target, data)
+
+    def _verified(self, relpath: str, data: bytes) -> bytes:
+        expected = self.files.get(relpath)
+        if expected is None:
+            raise CacheError(f"{self.folder.shown}: {relpath} is not listed in {PUBLISHED}; export the build again")
+        if sha256_bytes(data) != expected["sha256"]:
+            raise _Corrupt(relpath)
+        return data
+
+    def missing(self, name: str, chunks: np.ndarray) -> np.ndarray:
+        """The chunks among ``chunks`` (repeats allowed) that are not resident, without repeats."""
+        absent = chunks[self.maps[name][chunks] == 0]
+        return np.unique(absent) if len(absent) else absent
+
+    def chunks_of_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """The chunk of each row (repeats kept: checking residency is cheaper than deduplicating)."""
+        return rows // int(self.arrays[name]["chunk_rows"])
+
+    def ensure(self, needed: dict[str, np.ndarray]) -> None:
+        """Make every chunk in ``needed`` (leaf -> chunk numbers) resident; fetch what is missing. Under a
+        byte budget, chunks are evicted least recently used first, never one that ``needed`` names."""
+        needed = {name: np.asarray(chunks, dtype=np.int64) for name, chunks in needed.items()}
+        if self.max_bytes is not None:  # the LRU order wants each chunk once
+            needed = {name: np.unique(chunks) for name, chunks in needed.items()}
+            self._after_fork()
+            with self._thread_lock:  # a pool's refresh thread touches the order too
+                for name, chunks in needed.items():
+                    for chunk in chunks.tolist():
+                        self._touch(name, chunk)
+        todo = {name: self.missing(name, chunks) for name, chunks in needed.items()}
+        if not any(len(c) for c in todo.values()):
+            return
+        with self.locked(exclusive=True):
+            todo = {name: self.missing(name, c) for name, c in todo.items() if len(c)}  # another process may have
+            wanted = [(name, int(c)) for name, cs in todo.items() for c in cs.tolist()]
+            if not wanted:
+                return
+            if self.max_bytes is not None:
+                keep = {(name, int(c)) for name, cs in needed.items() for c in cs.tolist()}
+                batch_bytes = sum(self.chunk_bytes(n, c) for n, c in keep if not always_resident(n))
+                if batch_bytes > self.max_bytes:
+                    raise InvalidParameter(
+                        f"one read needs {batch_bytes:,} bytes of chunks but max_bytes={self.max_bytes:,}: raise "
+                        "max_bytes (a few batches' worth at least) or sample smaller batches"
+                    )
+                self._make_room(sum(self.chunk_bytes(n, c) for n, c in wanted), keep=keep)
+            self._fetch(wanted)
+
+    def pin(self, spans: dict[str, tuple[int, int]], delta: int) -> None:
+        """Add ``delta`` (+1 or -1) to the pin count of chunks ``first..last`` of each leaf in ``spans``:
+        a chunk with a positive count is never evicted."""
+        self._after_fork()
+        with self._thread_lock:
+            for name, (first, last) in spans.items():
+                self.pins[name][first : last + 1] += delta
+
+    def chunk_bytes(self, name: str, chunk: int) -> int:
+        spec = self.arrays[name]
+        rows = min(int(spec["chunk_rows"]), int(spec["rows"]) - chunk * int(spec["chunk_rows"]))
+        return max(0, rows) * self.row_bytes[name]
+
+    def _touch(self, name: str, chunk: int) -> None:
+        self._lru[(name, chunk)] = self.chunk_bytes(name, chunk)
+        self._lru.move_to_end((name, chunk))
+
+    def resident_bytes(self) -> int:
+        total = 0
+        for name, residency in self.maps.items():
+            chunks = int(self.arrays[name]["chunks"])
+            full = int(self.arrays[name]["chunk_rows"]) * self.row_bytes[name]
+            count = int(np.count_nonzero(residency[:chunks]))
+            total += count * full
+            if chunks and residency[chunks - 1]:  # the last chunk may be short
+                total -= full - self.chunk_bytes(name, chunks - 1)
+        return total
+
+    def _make_room(self, incoming: int, keep: set[tuple[str, int]]) -> None:
+        if self.max_bytes is None:
+            return
+        over = self.resident_bytes() + incoming - self.max_bytes
+        for key in list(self._lru):
+            if over <= 0:
+                break
+            name, chunk = key
+            if key in keep or always_resident(name) or not self.maps[name][chunk] or self.pins[name][chunk]:
+                continue
+            self.maps[name][chunk] = 0  # first unclaim, then drop the bytes
+            self.maps[name].flush()
+            _punch_hole(
+                leaf_path(self.path, name),
+                chunk * int(self.arrays[name]["chunk_rows"]) * self.row_bytes[name],
+                self.chunk_bytes(name, chunk),
+            )
+            self._lru.pop(key, None)
+            over -= self.chunk_bytes(name, chunk)
+        # chunks resident from other processes (not in this LRU) are evicted too, oldest chunk number first
+        if over > 0:
+            for name, residency in self.maps.items():
+                if always_resident(name):
+                    continue
+                for chunk in np.flatnonzero(residency).tolist():
+                    if over <= 0:
+                        return
+                    if (name, chunk) in keep or self.pins[name][chunk]:
+                        continue
+                    residency[chunk] = 0
+                    _punch_hole(
+                        leaf_path(self.path, name),
+                        chunk * int(self.arrays[name]["chunk_rows"]) * self.row_bytes[name],
+                        self.chunk_bytes(name, chunk),
+                    )
+                    over -= self.chunk_bytes(name, chunk)
+
+    def _fetch(self, wanted: list[tuple[str, int]]) -> None:
+        pending = {self.chunk_file(name, chunk): (name, chunk) for name, chunk in wanted}
+        errors: dict[str, BaseException] = {}
+        for _ in range(FETCH_TRIES):
+            if not pending:
+                break
+            got = self.folder.read_many(list(pending))
+            for relpath, data in got.items():
+                if relpath not in pending:
+                    continue
+                if isinstance(data, BaseException):
+                    errors[relpath] = data
+                    continue
+                try:
+                    self._verified(relpath, data)
+                except _Corrupt as exc:
+                    errors[relpath] = exc
+                    continue
+                name, chunk = pending.pop(relpath)
+                self._write(name, chunk, relpath, data)
+                errors.pop(relpath, None)
+        if pending:
+            relpath, error = next((p, errors.get(p)) for p in pending)
+            raise DownloadError(
+                f"{len(pending)} chunk(s) of {self.folder.shown} could not be fetched intact after {FETCH_TRIES} "
+                f"tries (first: {relpath}: {error}); nothing unverified was served. Check the server, or retry"
+            )
+
+    def _write(self, name: str, chunk: int, relpath: str, data: bytes) -> None:
+        """Decode one verified chunk into the leaf's file, then mark it resident (that order)."""
+        array, contents = self._decoder(name)
+        key = relpath[len(f"data.zarr/{name}/") :]
+        contents[key] = self._prototype.buffer.from_bytes(data)
+        spec = self.arrays[name]
+        rows = int(spec["chunk_rows"])
+        start = chunk * rows
+        try:
+            values = np.ascontiguousarray(array[start : min(start + rows, int(spec["rows"]))])
+        finally:
+            contents.pop(key, None)
+        fd = os.open(leaf_path(self.path, name), os.O_WRONLY | os.O_NOFOLLOW)
+        try:  # a plain write, not a store through a mapping: a full disk is an error here, never a SIGBUS
+            os.pwrite(fd, values.tobytes(), start * self.row_bytes[name])
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise CacheError(
+                    f"the disk holding {self.path} is full while writing a chunk of {self.folder.shown}; free "
+                    "space, load with resident='lazy' and a smaller max_bytes, or point DATASETS_HUB_CACHE elsewhere"
+                ) from exc
+            raise
+        finally:
+            os.close(fd)
+        self.maps[name][chunk] = 1
+        self.fetched_bytes += len(data)
+
+    def all_resident(self) -> bool:
+        return all(
+            bool(m[: max(1, int(self.arrays[n]["chunks"]))].all()) or int(self.arrays[n]["chunks"]) == 0
+            for n, m in self.maps.items()
+        )
+
+
+class _Corrupt(Exception):
+    def __init__(self, relpath: str) -> None:
+        super().__init__(f"{relpath}: sha256 differs from the published record (corrupt or modified chunk)")
+
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_libc: Any = None
+
+
+def _punch_hole(path: Path, offset: int, length: int) -> None:
+    """Give an evicted chunk's disk space back (the file keeps its size; the range reads as zeros)."""
+    global _libc
+    if length <= 0:
+        return
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        if _libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+            os.pwrite(fd, bytes(length), offset)  # no hole punching on this filesystem: zero the range
+    finally:
+        os.close(fd)
