@@ -312,7 +312,8 @@ def find_builds(name: str, *, params: dict[str, Any] | None = None, all_builds: 
         known = list(variants) + [full.split("/")[1] for full in variants] + list(builds)
         raise InvalidParameter(
             f"nothing in the cache is named {name!r}.{did_you_mean(name, known)} Give a dataset id, a build "
-            "fingerprint or <build-fp>/<transform-fp>, as `datasets-hub cache ls` shows them"
+            "fingerprint (a prefix of at least 4 characters will do) or <build-fp>/<transform-fp>, as "
+            "`datasets-hub cache ls` shows them"
         )
     if len(matches) > 1:
         listed = [_describe(m) if m in as_build else f"{m.parent.name}/{m.name} (preprocessed)" for m in matches]

@@ -210,6 +210,7 @@ class _Converter:
 
     # -- the pass ---------------------------------------------------------------------------
     def run(self) -> Iterator[TensorDictBase]:
+        self.ctx.expect(self.n)  # every row of the file is read once: the progress bar's total
         block = max(1, self.ctx.chunk_rows)
         flag_keys = (("terminal",), ("timeout",))
         data_keys = [k for k in self.sources if k not in flag_keys]
