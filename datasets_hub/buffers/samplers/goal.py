@@ -238,7 +238,7 @@ class GoalSampler(AnchorSampler):
                 torch.rand((2, b), dtype=torch.float64, generator=self.generator).numpy(),
                 self.generator,
             )
-            if random is None:
+            if random is None or other_episode is None:
                 goal_episode, in_episode = episode, np.ones(b, dtype=bool)
                 after = time >= length  # the final state: after the episode's last row
                 parts.append((start + time - after, after, episode))
@@ -297,11 +297,14 @@ class GoalSampler(AnchorSampler):
         return out
 
     def _success(self, state: dict, goals: dict, b: int) -> torch.Tensor:
+        fn = self.success_fn
+        if fn is None:  # sample() calls this only with a success_fn
+            raise RuntimeError("GoalSampler._success needs a success_fn")
         if len(self.goal_keys) == 1:
             key = self.goal_keys[0]
-            result = self.success_fn(state[key], goals[key])
+            result = fn(state[key], goals[key])
         else:
-            result = self.success_fn({_flat(k): v for k, v in state.items()}, {_flat(k): v for k, v in goals.items()})
+            result = fn({_flat(k): v for k, v in state.items()}, {_flat(k): v for k, v in goals.items()})
         success = torch.as_tensor(result)
         if success.shape not in ((b,), (b, 1)):
             raise ValueError(
