@@ -131,9 +131,9 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
     build = Path(build)
     where = build / "manifest.json"
     _check_hash(build, where)
-    if manifest.get("format") != "datasets_hub.ted" or manifest.get("version") != 1:
+    if manifest.get("format") != "datasets_hub.ted" or manifest.get("version") not in (1, 2):
         raise _fail(where, f"format {manifest.get('format')!r} version {manifest.get('version')!r} is not a "
-                           "datasets_hub.ted version 1 build")  # fmt: skip
+                           "datasets_hub.ted version 1 or 2 build")  # fmt: skip
     schema, layout, counts = manifest.get("schema"), manifest.get("layout"), manifest.get("counts")
     for field, value in (("schema", schema), ("layout", layout), ("counts", counts)):
         if not isinstance(value, dict):
