@@ -224,6 +224,7 @@ def d4rl_build(work: Path, transitions: int) -> tuple[Any, Path]:
 
     rb = dh.load("d4rl/remote-bench-v0", batch_size=256)
     src.unlink()
+    shutil.rmtree(work / "local-cache" / "raw", ignore_errors=True)  # the build is all that is measured
     return rb, Path(rb.storage.path)
 
 
@@ -237,6 +238,7 @@ def atari_build(work: Path, frames: int) -> tuple[Any, Path]:
         env["DATASETS_HUB_ENDPOINT_ATARI"] = url
         built = images.build_with_hub(env)
     shutil.rmtree(data_root)
+    shutil.rmtree(work / "local-cache" / "raw", ignore_errors=True)  # the build is all that is measured
     os.environ["DATASETS_HUB_CACHE"] = str(work / "local-cache")
     from datasets_hub import SliceSampler
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
@@ -267,6 +269,7 @@ def run_case(name: str, rb: Any, build: Path, work: Path, args: argparse.Namespa
     t0 = time.perf_counter()
     export(build, published)
     export_s = time.perf_counter() - t0
+    print(f"{name}: exported in {export_s:.0f} s", flush=True)
     throttle = Throttle(args.mbps, args.latency_ms / 1000)
     with serve(published, throttle) as url:
         first = first_batch(url, work / f"cache-first-{name}", throttle)
@@ -338,22 +341,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=300, help="timed batches per figure (median)")
     parser.add_argument("--pool-episodes", type=int, default=16, help="K of the pool-mode row")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument(
+        "--keep-free-gb", type=float, default=25.0, help="lower --frames so that this much disk stays free"
+    )
+    parser.add_argument(
+        "--finish-by",
+        default=None,
+        help="HH:MM (UTC): lower --frames so that the Atari case should end by then (about 1.3 ms per frame "
+        "plus 2 minutes, measured on 2 busy cores)",
+    )
     args = parser.parse_args(argv)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+
+    def report() -> None:
+        print(table(rows), flush=True)
+        settings = {**vars(args), "elapsed_seconds": time.perf_counter() - started}
+        write_report({"environment": environment(), "command": command(), "settings": settings, "rows": rows}, args.out)
+
     with tempfile.TemporaryDirectory(prefix="datasets_hub_remote_bench_") as scratch:
         work = Path(scratch)
         if args.transitions:
             rb, build = d4rl_build(work, args.transitions)
+            print(f"[{time.perf_counter() - started:.0f} s] d4rl-shaped build of {len(rb):,} transitions", flush=True)
             rows.append(run_case("d4rl-shaped", rb, build, work, args))
             del rb
             shutil.rmtree(work / "local-cache")  # the next case needs the disk
-            print(table(rows), flush=True)
+            report()
         if args.frames:
-            rb, build = atari_build(work, args.frames)
+            frames = fit_time(fit_frames(work, args.frames, args.keep_free_gb), args.finish_by)
+            args.frames_run = frames
+            rb, build = atari_build(work, frames)
+            print(f"[{time.perf_counter() - started:.0f} s] atari build of {len(rb):,} transitions", flush=True)
             rows.append(run_case("atari 84x84", rb, build, work, args))
-    print(table(rows))
-    write_report({"environment": environment(), "command": command(), "settings": vars(args), "rows": rows}, args.out)
+            report()
     return 0
+
+
+def fit_time(frames: int, finish_by: str | None) -> int:
+    """``frames``, or fewer when the Atari case would not end by ``finish_by`` (HH:MM UTC)."""
+    if not finish_by:
+        return frames
+    hour, minute = (int(part) for part in finish_by.split(":"))
+    now = time.gmtime()
+    left = (hour * 60 + minute) * 60 - (now.tm_hour * 3600 + now.tm_min * 60 + now.tm_sec)
+    fits = int(max(0, left - 120) / 1.3e-3)
+    if fits < frames:
+        print(f"only {fits:,} frames fit before {finish_by} UTC: running that many", flush=True)
+    return min(frames, fits)
+
+
+def fit_frames(work: Path, frames: int, keep_free_gb: float) -> int:
+    """``frames``, or fewer when the disk cannot hold the Atari case (upstream logs, the local build, the
+    published folder and a full copy: about 2.3 x 84 x 84 bytes per frame at the peak) with
+    ``keep_free_gb`` left free."""
+    free = shutil.disk_usage(work).free - keep_free_gb * 1e9
+    fits = int(max(0.0, free) / (2.3 * 84 * 84))
+    if fits < frames:
+        print(f"only {fits:,} frames fit on the disk with {keep_free_gb} GB left free: running that many", flush=True)
+    return min(frames, fits)
 
 
 if __name__ == "__main__":

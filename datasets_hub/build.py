@@ -17,7 +17,6 @@ through the per-file sha256 the manifest records.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,6 +47,7 @@ from datasets_hub.cache import (
 from datasets_hub.errors import CacheError, CorruptFile, HubError, LoaderError
 from datasets_hub.files import write_json_atomic
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
+from datasets_hub.progress import RowProgress
 from datasets_hub.redact import redact_value
 from datasets_hub.ted_contract import check_chunk
 
@@ -79,10 +79,10 @@ def build_path(spec: DatasetSpec, loader: Loader) -> Path:
     return dataset_dir(spec.id) / build_fingerprint(spec, loader)
 
 
-def _progress_bar(total: int | None, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="rows", unit_scale=True, disable=not sys.stderr.isatty(), leave=False)
+def catalogue_rows(spec: DatasetSpec) -> int | None:
+    """The transitions the catalogue entry says the build will hold (its optional ``transitions``), or None."""
+    rows = spec.metadata.get("transitions")
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0 else None
 
 
 def build(
@@ -205,11 +205,21 @@ def _convert(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with _progress_bar(None, f"building {spec.id}") as bar:
-            ctx = LoaderContext(chunk_rows=chunk_rows, progress=bar.update)
+        # the total: the catalogue's count, replaced by the loader's own (ctx.expect) when it knows one
+        with RowProgress(f"building {spec.id}", catalogue_rows(spec)) as bar:
+            reported = False  # a loader that reports its reads drives the bar; otherwise the rows written do
+
+            def read(n: int) -> None:
+                nonlocal reported
+                reported = True
+                bar.update(n)
+
+            ctx = LoaderContext(chunk_rows=chunk_rows, progress=read, expect=bar.set_total)
             for chunk in _chunks_of(loader, spec, files, ctx):
                 check_chunk(chunk, loader.name, spec.id)  # the sample-level contract, naming loader and key
                 writer.write(chunk)  # TED violations and write errors (a full disk) propagate as they are
+                if not reported:
+                    bar.update(int(chunk.batch_size[0]) if chunk.batch_dims else 0)
         summary = writer.finish()
     except BaseException:
         writer.abort()  # stop the IO thread before the caller removes the directory

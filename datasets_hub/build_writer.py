@@ -168,7 +168,7 @@ class LeanTEDWriter:
         self.episode_returns: list[torch.Tensor] = []
         self.flag_counts = {"terminated": 0, "truncated": 0, "unflagged_end": 0}
         self._seen_ids: set[int] = set()
-        self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] | None = None
+        self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] = {}  # from the first chunk
         self.history_rows = 0
 
     # -- schema -------------------------------------------------------------------------------
@@ -207,7 +207,6 @@ class LeanTEDWriter:
                 )
 
     def _check_schema(self, chunk: TensorDictBase) -> None:
-        assert self._schema is not None
         keys = {as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
         if keys != set(self._schema):
             missing = sorted(map(key_to_str, set(self._schema) - keys))
@@ -237,7 +236,7 @@ class LeanTEDWriter:
         history = None
         if HISTORY_KEY[0] in chunk.keys():
             chunk, history = _split_history(chunk)
-        if self._schema is None:
+        if not self._schema:  # the first chunk: classify its keys
             self._classify(chunk)
         else:
             self._check_schema(chunk)

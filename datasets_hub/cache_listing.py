@@ -232,7 +232,8 @@ def list_cache() -> CacheListing:
         dataset_id = str(manifest.get("id", path.parent.name))
         if dataset_id not in defaults:
             defaults[dataset_id] = catalogue_params(dataset_id)
-        params = manifest.get("params") if isinstance(manifest.get("params"), dict) else {}
+        params = manifest.get("params")
+        params = params if isinstance(params, dict) else {}
         counts = manifest.get("counts") or {}
         builds.append(
             BuildEntry(

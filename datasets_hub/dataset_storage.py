@@ -139,16 +139,18 @@ class DatasetStorage(ReadOnlyStorage):
 
     def _episode_ordinal(self, episode: torch.Tensor) -> torch.Tensor:
         """Episode ids -> positions in the episode index (ids are the positions for every built-in loader)."""
-        if self._ordinal is False:
+        ordinal = self._ordinal
+        if ordinal is False:
             ids = np.asarray(self._episode_id_np)
             if np.array_equal(ids, np.arange(ids.size)):
-                self._ordinal = None
+                ordinal = None
             else:
                 order = np.argsort(ids, kind="stable")
-                self._ordinal = (ids[order], order)
-        if self._ordinal is None:
+                ordinal = (ids[order], order)
+            self._ordinal = ordinal
+        if not isinstance(ordinal, tuple):  # None: ids are the positions
             return episode
-        sorted_ids, order = self._ordinal  # type: ignore[misc]
+        sorted_ids, order = ordinal
         if not order.size:
             raise IndexError("this build holds no episode")
         pos = np.minimum(np.searchsorted(sorted_ids, episode.numpy()), order.size - 1)

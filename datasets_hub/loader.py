@@ -99,16 +99,28 @@ class LoaderContext:
 
     ``chunk_rows`` is the number of transitions a chunk should hold at most (whole episodes may
     exceed it); ``note(key, value)`` records a fact for the dataset card (e.g. rows whose next
-    observation upstream does not know); ``progress(n)`` reports n more source rows read.
+    observation upstream does not know); ``progress(n)`` reports n more source rows read, and
+    ``expect(total)`` how many it will read in all, when the loader knows it before reading (the
+    build's progress bar then shows a total, a rate and the time left).
     """
 
     def __init__(
-        self, chunk_rows: int = 65536, progress: Callable[[int], None] | None = None, raw_dir: Path | None = None
+        self,
+        chunk_rows: int = 65536,
+        progress: Callable[[int], None] | None = None,
+        raw_dir: Path | None = None,
+        expect: Callable[[int | None], None] | None = None,
     ) -> None:
         self.chunk_rows = int(chunk_rows)
         self.notes: dict[str, Any] = {}
         self.raw_dir = raw_dir
         self._progress = progress
+        self._expect = expect
+
+    def expect(self, total: int | None) -> None:
+        """The number of source rows ``progress`` will report in all (``None``: unknown)."""
+        if self._expect is not None:
+            self._expect(total)
 
     def note(self, key: str, value: Any) -> None:
         self.notes[key] = value

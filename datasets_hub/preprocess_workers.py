@@ -256,13 +256,13 @@ def _check_output(result: Any, rows: int, schema: dict[str, Any]) -> str:
 def map_chunks(
     fn: Callable, source: Source, target: Path, manifest: dict[str, Any], n: int, run: dict[str, Any]
 ) -> None:
-    from datasets_hub.build import _progress_bar
+    from datasets_hub.progress import RowProgress
 
     workers, chunks = run["num_workers"], run["chunks"]
     fn_name = manifest["transform"]["name"]
     threads = max(1, (os.cpu_count() or 1) // max(workers, 1)) if workers else 0
     job = Job(uuid.uuid4().hex, source, None, fn_name, str(target), manifest, threads)
-    with _progress_bar(n, f"preprocessing {fn_name.rsplit('.', 1)[-1]}") as bar:
+    with RowProgress(f"preprocessing {fn_name.rsplit('.', 1)[-1]}", n) as bar:
         try:
             if run["backend"] == "ray":
                 _map_ray(fn, job, chunks, bar)

@@ -34,6 +34,7 @@ from datasets_hub.published_format import PUBLISHED, numpy_dtype, require_zarr
 from datasets_hub.remote_files import RemoteFolder
 
 FETCH_TRIES = 3
+_GROUP_BYTES = 64 << 20  # decoded bytes fetched before they are written: bounds the memory a large read takes
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -77,6 +78,7 @@ class Chunks:
         self._pid = -1
         self._lock_fd = -1
         self._thread_lock = threading.RLock()
+        self._decode_lock = threading.Lock()
         self._after_fork()
         self.fetched_bytes = 0
         # chunks a pool holds (count of its episodes that need each): eviction never takes them
@@ -100,6 +102,7 @@ class Chunks:
             return
         self._pid = os.getpid()
         self._thread_lock = threading.RLock()
+        self._decode_lock = threading.Lock()
         self._lock_fd = os.open(self.path / "residency.lock", os.O_RDWR | os.O_CREAT, 0o644)
 
     @contextlib.contextmanager
@@ -186,23 +189,30 @@ class Chunks:
                     for chunk in chunks.tolist():
                         self._touch(name, chunk)
         todo = {name: self.missing(name, chunks) for name, chunks in needed.items()}
-        if not any(len(c) for c in todo.values()):
+        wanted = [(name, int(c)) for name, cs in todo.items() for c in cs.tolist()]
+        if not wanted:
             return
-        with self.locked(exclusive=True):
-            todo = {name: self.missing(name, c) for name, c in todo.items() if len(c)}  # another process may have
-            wanted = [(name, int(c)) for name, cs in todo.items() for c in cs.tolist()]
-            if not wanted:
-                return
-            if self.max_bytes is not None:
-                keep = {(name, int(c)) for name, cs in needed.items() for c in cs.tolist()}
-                batch_bytes = sum(self.chunk_bytes(n, c) for n, c in keep if not always_resident(n))
-                if batch_bytes > self.max_bytes:
-                    raise InvalidParameter(
-                        f"one read needs {batch_bytes:,} bytes of chunks but max_bytes={self.max_bytes:,}: raise "
-                        "max_bytes (a few batches' worth at least) or sample smaller batches"
-                    )
-                self._make_room(sum(self.chunk_bytes(n, c) for n, c in wanted), keep=keep)
-            self._fetch(wanted)
+        keep: set[tuple[str, int]] = set()
+        if self.max_bytes is not None:
+            keep = {(name, int(c)) for name, cs in needed.items() for c in cs.tolist()}
+            batch_bytes = sum(self.chunk_bytes(n, c) for n, c in keep if not always_resident(n))
+            if batch_bytes > self.max_bytes:
+                raise InvalidParameter(
+                    f"one read needs {batch_bytes:,} bytes of chunks but max_bytes={self.max_bytes:,}: raise "
+                    "max_bytes (a few batches' worth at least) or sample smaller batches"
+                )
+        # in groups of bounded size (memory), each fetched, verified and decoded with no lock held (reads of
+        # resident rows, a pool's sampling, go on meanwhile), then written under the exclusive lock
+        group: list[tuple[str, int]] = []
+        size = 0
+        for item in wanted:
+            group.append(item)
+            size += self.chunk_bytes(*item)
+            if size >= _GROUP_BYTES:
+                self._fetch(group, keep)
+                group, size = [], 0
+        if group:
+            self._fetch(group, keep)
 
     def pin(self, spans: dict[str, tuple[int, int]], delta: int) -> None:
         """Add ``delta`` (+1 or -1) to the pin count of chunks ``first..last`` of each leaf in ``spans``:
@@ -269,8 +279,11 @@ class Chunks:
                     )
                     over -= self.chunk_bytes(name, chunk)
 
-    def _fetch(self, wanted: list[tuple[str, int]]) -> None:
+    def _fetch(self, wanted: list[tuple[str, int]], keep: set[tuple[str, int]]) -> None:
+        """Fetch, verify and decode ``wanted`` (3 tries each), then write what came, under the lock; a chunk
+        that could not be had intact raises :class:`DownloadError` after the others are written."""
         pending = {self.chunk_file(name, chunk): (name, chunk) for name, chunk in wanted}
+        decoded: dict[tuple[str, int], tuple[np.ndarray, int]] = {}
         errors: dict[str, BaseException] = {}
         for _ in range(FETCH_TRIES):
             if not pending:
@@ -288,8 +301,16 @@ class Chunks:
                     errors[relpath] = exc
                     continue
                 name, chunk = pending.pop(relpath)
-                self._write(name, chunk, relpath, data)
+                decoded[(name, chunk)] = (self._decode(name, chunk, relpath, data), len(data))
                 errors.pop(relpath, None)
+        with self.locked(exclusive=True):
+            fresh = [key for key in decoded if not self.maps[key[0]][key[1]]]  # another process may have
+            if self.max_bytes is not None and fresh:
+                self._make_room(sum(self.chunk_bytes(n, c) for n, c in fresh), keep=keep | set(fresh))
+            for name, chunk in fresh:
+                values, nbytes = decoded[(name, chunk)]
+                self._write(name, chunk, values)
+                self.fetched_bytes += nbytes
         if pending:
             relpath, error = next((p, errors.get(p)) for p in pending)
             raise DownloadError(
@@ -297,18 +318,23 @@ class Chunks:
                 f"tries (first: {relpath}: {error}); nothing unverified was served. Check the server, or retry"
             )
 
-    def _write(self, name: str, chunk: int, relpath: str, data: bytes) -> None:
-        """Decode one verified chunk into the leaf's file, then mark it resident (that order)."""
-        array, contents = self._decoder(name)
-        key = relpath[len(f"data.zarr/{name}/") :]
-        contents[key] = self._prototype.buffer.from_bytes(data)
-        spec = self.arrays[name]
-        rows = int(spec["chunk_rows"])
-        start = chunk * rows
-        try:
-            values = np.ascontiguousarray(array[start : min(start + rows, int(spec["rows"]))])
-        finally:
-            contents.pop(key, None)
+    def _decode(self, name: str, chunk: int, relpath: str, data: bytes) -> np.ndarray:
+        """The rows of one verified chunk, decoded by zarr itself."""
+        self._after_fork()
+        with self._decode_lock:  # one in-memory store per leaf, shared by the threads of this process
+            array, contents = self._decoder(name)
+            key = relpath[len(f"data.zarr/{name}/") :]
+            contents[key] = self._prototype.buffer.from_bytes(data)
+            spec = self.arrays[name]
+            start = chunk * int(spec["chunk_rows"])
+            try:
+                return np.ascontiguousarray(array[start : min(start + int(spec["chunk_rows"]), int(spec["rows"]))])
+            finally:
+                contents.pop(key, None)
+
+    def _write(self, name: str, chunk: int, values: np.ndarray) -> None:
+        """Write one decoded chunk into the leaf's file, then mark it resident (that order)."""
+        start = chunk * int(self.arrays[name]["chunk_rows"])
         fd = os.open(leaf_path(self.path, name), os.O_WRONLY | os.O_NOFOLLOW)
         try:  # a plain write, not a store through a mapping: a full disk is an error here, never a SIGBUS
             os.pwrite(fd, values.tobytes(), start * self.row_bytes[name])
@@ -322,7 +348,6 @@ class Chunks:
         finally:
             os.close(fd)
         self.maps[name][chunk] = 1
-        self.fetched_bytes += len(data)
 
     def all_resident(self) -> bool:
         return all(

@@ -97,6 +97,7 @@ class GymLoader(Loader):
         episode_id = 0
         obs, _ = env.reset(seed=seed)
         current = _new_episode()
+        ctx.expect(steps)  # one row per step: the progress bar's total
         for t in range(steps):
             action = policy(obs)
             next_obs, reward, terminated, truncated, _ = env.step(action)

@@ -113,3 +113,14 @@ def test_buffers_derived_on_the_host_refuse_device_samplers():
     subset = rb.episodes.filter(lambda stats: stats["length"] > 10)
     with pytest.raises(InvalidParameter, match="samples a DeviceStorage, not EpisodeSubsetStorage: use"):
         subset.sample()
+
+
+def test_load_with_preprocessing_moves_the_preprocessed_rows():
+    from fixtures.preprocess import obs_feature
+
+    kwargs = {"batch_size": 32, "preprocess": obs_feature, **SMALL}
+    host = dh.load(ID, generator=gen(2), **kwargs)
+    dev = dh.load(ID, device="cpu", generator=gen(2), **kwargs)
+    assert isinstance(dev.storage, DeviceStorage) and len(dev) == len(host)
+    a, b = host.sample(), dev.sample()
+    assert torch.equal(a["index"], b["index"]) and torch.equal(a["feature"], b["feature"])

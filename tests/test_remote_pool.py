@@ -262,3 +262,41 @@ def test_a_dropped_pool_stops_refreshing(published):
     thread.join(10)
     assert not thread.is_alive()
     assert not list(folder.glob("*.members"))
+
+
+def test_sampling_goes_on_while_a_refresh_waits_for_a_slow_link(published, local_rb):
+    """A refresh fetches with no lock held: batches of the resident pool never wait for it (also under a
+    byte budget, whose reads hold the shared lock)."""
+    import threading
+
+    from fixtures.http_server import serve_files
+
+    files = json.loads((published / PUBLISHED).read_text())["files"]
+    with serve_files() as server:
+        url = serve_folder(server, published)
+        rb = _pool(url, k=4, batch_size=32, sampler=SliceSampler(slice_len=4), max_bytes=10**9)
+        storage = rb.storage
+        for relpath in files:  # every chunk not resident yet trickles in over seconds
+            if "/c/" in relpath and not relpath.startswith("data.zarr/episodes/"):
+                name, number = relpath[len("data.zarr/") :].rsplit("/c/", 1)
+                if not storage.chunks.maps[name][int(number.split("/")[0])]:
+                    server.fault(f"pub/{relpath}", trickle=0.3, trickle_chunk=64)
+        for _ in range(10):
+            index = storage.episode_index()
+            refresh = threading.Thread(target=storage.refresh_pool)
+            refresh.start()
+            slowest, deadline = 0.0, time.monotonic() + 1.5
+            while refresh.is_alive() and time.monotonic() < deadline:
+                t0 = time.perf_counter()
+                batch = rb.sample()
+                slowest = max(slowest, time.perf_counter() - t0)
+                assert storage.episode_index() is index or not refresh.is_alive()  # not before it is whole
+                assert same(batch.select(*KEYS), local_rb[batch["index"]].select(*KEYS))
+            stalled = refresh.is_alive()
+            refresh.join()
+            if stalled:
+                assert slowest < 0.9, slowest
+                assert storage.episode_index() is not index
+                break
+        else:
+            pytest.fail("no refresh needed a chunk that was not resident")

@@ -97,7 +97,7 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
                     f"last use {_when(v.last_used)}"
                 )
         out(
-            "  (params: those that differ from the catalogue's; last use: when a buffer last opened it, to "
+            "  (params: those that differ from the catalogue's; last use: when it was last opened by load, sample or info, to "
             "within 10 minutes, '-' when never recorded)"
         )
     else:

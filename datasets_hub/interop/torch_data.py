@@ -86,6 +86,7 @@ def dumps_by_reference(obj: Any) -> bytes:
     """
     base = _pickler_class()
 
+    # mypy cannot subclass a class chosen at run time (cloudpickle's pickler when installed, else pickle's)
     class _ByReference(base):  # type: ignore[misc, valid-type]
         def persistent_id(self, item: Any) -> Any:
             # exactly a DatasetStorage: a subclass (a partially resident remote copy) has state of its
@@ -120,6 +121,8 @@ class _LazyBuffer:
 
     def get(self) -> Any:
         if self._buffer is None:
+            if self._blob is None:
+                raise RuntimeError("_LazyBuffer holds neither a buffer nor its pickled form")
             self._buffer = loads_by_reference(self._blob)
             self._blob = None
         return self._buffer
