@@ -88,6 +88,7 @@ bench-install: $(BENCH_STAMP)
 # Each script prints a table and writes JSON under benchmarks/results/.
 bench: bench-install
 	$(BENCH_PY) benchmarks/sampling.py
+	$(BENCH_PY) benchmarks/throughput.py
 	$(BENCH_PY) benchmarks/build.py
 	$(BENCH_PY) benchmarks/images.py
 	$(BENCH_PY) benchmarks/goals.py
