@@ -94,9 +94,10 @@ class _Versions:
     """The versions this installation writes, and each installed loader's ``format_version`` (asked once)."""
 
     def __init__(self) -> None:
-        from datasets_hub.build_format import FORMAT, FORMAT_VERSION, STORAGE_FORMAT_VERSION
+        from datasets_hub.build_format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, STORAGE_FORMAT_VERSION
 
         self.format, self.version, self.storage = FORMAT, FORMAT_VERSION, STORAGE_FORMAT_VERSION
+        self.readable = READABLE_VERSIONS  # older versions this one still reads (and `load` reuses)
         self._loaders: dict[str, int | None] = {}
 
     def loader_format(self, name: str) -> int | None:
@@ -111,7 +112,7 @@ class _Versions:
 
     def stale_reason(self, manifest: dict[str, Any]) -> str | None:
         """Why the build of ``manifest`` is stale, or ``None``."""
-        if manifest.get("format") != self.format or manifest.get("version") != self.version:
+        if manifest.get("format") != self.format or manifest.get("version") not in self.readable:
             return (
                 f"on-disk format {manifest.get('format')!r} version {manifest.get('version')!r}; this "
                 f"datasets_hub reads and writes {self.format!r} version {self.version}"
