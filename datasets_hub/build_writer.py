@@ -10,7 +10,11 @@ arrive, and each leaf is appended to its own file, so memory use is bounded by o
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
+import mmap
+import sys
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,9 +26,10 @@ import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str
+from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 from datasets_hub.build_format import EPISODES, HISTORY, LEAF_SUFFIX, OBS, STEPS
 from datasets_hub.errors import TEDError
+from datasets_hub.packed_steps import RECORD_NAME, RecordLayout
 
 # -- the chunk keys the writer reads ------
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
@@ -51,6 +56,56 @@ def _next_follows(now: torch.Tensor, nxt: torch.Tensor, episodes: EpisodeIndex) 
     inner[episodes.end - 1] = False
     rows = torch.nonzero(inner).reshape(-1)
     return equal_rows(nxt[rows], now[rows + 1])
+
+
+_RELEASE_MIN = 8 * 2**20  # smaller buffers are not worth a look at the process's mappings
+_WRITE_SLICE = 32 * 2**20
+_MADV_PAGEOUT = 21  # Linux >= 5.4: reclaim the range (file pages stay in the file; nothing is lost)
+
+
+def _mapped_file(address: int, nbytes: int) -> bool:
+    """Whether ``[address, address + nbytes)`` lies in one shared mapping of a file (a loader's
+    memory-mapped scratch frames): then its pages are the file's and may be dropped at will."""
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                parts = line.split(maxsplit=5)
+                low, high = (int(x, 16) for x in parts[0].split("-"))
+                if low <= address < high:
+                    return address + nbytes <= high and parts[1][3] == "s" and len(parts) == 6 and parts[5][0] == "/"
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
+def _release(buffer: memoryview | np.ndarray) -> None:
+    """Drop the pages of a file-backed buffer from this process (the build's peak RSS stays one slice
+    of the frames a loader hands over memory-mapped, not a whole episode of them); anything else is
+    left alone. Best effort: nothing happens where the kernel lacks ``MADV_PAGEOUT``."""
+    array = np.asarray(buffer)
+    if array.nbytes < _RELEASE_MIN or not _mapped_file(array.ctypes.data, array.nbytes):
+        return
+    _advise(array.ctypes.data, array.nbytes)
+
+
+def _advise(address: int, nbytes: int) -> None:
+    page = mmap.PAGESIZE
+    start = -(-address // page) * page  # whole pages inside the range only
+    end = (address + nbytes) // page * page
+    if end > start and _LIBC is not None:
+        _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_PAGEOUT)
+
+
+def _libc() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _libc() if sys.platform.startswith("linux") else None
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -114,10 +169,18 @@ class _LeafFile:
     def append(self, values: torch.Tensor) -> None:
         """Queue ``values`` for writing; the caller must not modify them afterwards."""
         buffer = _to_numpy(values).data.cast("B")
+        mapped = buffer.nbytes >= _RELEASE_MIN and _mapped_file(np.asarray(buffer).ctypes.data, buffer.nbytes)
 
         def write() -> None:
-            self.sha256.update(buffer)
-            self._fh.write(buffer)
+            if not mapped:
+                self.sha256.update(buffer)
+                self._fh.write(buffer)
+                return
+            for start in range(0, buffer.nbytes, _WRITE_SLICE):  # memory-mapped frames: slice by slice,
+                part = buffer[start : start + _WRITE_SLICE]  # each slice's pages dropped once written
+                self.sha256.update(part)
+                self._fh.write(part)
+                _advise(np.asarray(part).ctypes.data, part.nbytes)
 
         self._io.submit(write, buffer.nbytes)
         self.rows += values.shape[0]
@@ -134,6 +197,14 @@ class _LeafFile:
         numel = self.rows * int(np.prod(self.row_shape, dtype=np.int64))
         flat = torch.from_file(str(self.path), shared=False, size=numel, dtype=self.dtype)
         return flat.view(self.rows, *self.row_shape)
+
+    def mapped(self, dtype: np.dtype) -> np.ndarray:
+        """What was written so far, mapped read-only (no copy in memory), as ``dtype``."""
+        self._io.drain()
+        self._fh.flush()
+        if not self.rows:
+            return np.zeros((0, *self.row_shape), dtype=dtype)
+        return np.memmap(self.path, dtype=dtype, mode="r", shape=(self.rows, *self.row_shape))
 
 
 class LeanTEDWriter:
@@ -261,6 +332,9 @@ class LeanTEDWriter:
             now, nxt = chunk.get(key), chunk.get(("next", *key))
             if key not in self.split_next and not _next_follows(now, nxt, local):
                 self._split(key)
+            if now.device.type == "cpu" and now.is_contiguous() and nxt.is_contiguous():
+                _release(_to_numpy(now))  # the comparison read every frame: drop memory-mapped ones
+                _release(_to_numpy(nxt))
             if local.num_episodes == 1:
                 # one episode (e.g. a long one of camera frames, possibly memory-mapped): append the rows
                 # as views, without a T+1-row copy in memory
@@ -343,6 +417,7 @@ class LeanTEDWriter:
                 self.data_dir / EPISODES / (name + LEAF_SUFFIX), values.dtype, (), self._io
             )
             self.files[(EPISODES, (name,))].append(values)
+        packed = self._write_packed(starts.numpy())
         self.close()
         tree: dict[str, Any] = {}
         for (group, key), handle in self.files.items():
@@ -353,7 +428,37 @@ class LeanTEDWriter:
                 str(handle.path), dtype=handle.dtype, shape=torch.Size([handle.rows, *handle.row_shape])
             )
         TensorDict(tree, batch_size=[]).memmap_(prefix=str(self.data_dir), existsok=True, robust_key=False)
-        return self._summary(lengths, returns)
+        summary = self._summary(lengths, returns)
+        if packed is not None:
+            summary["layout"]["packed"] = packed.to_json()
+        return summary
+
+    def _write_packed(self, starts: np.ndarray, block: int = 1 << 20) -> RecordLayout | None:
+        """Write the packed per-step records (``packed_steps.py``), block by block from the step files."""
+        columns = {}
+        for (group, key), handle in self.files.items():
+            if group != STEPS:
+                continue
+            try:
+                columns[key] = (handle, torch.empty(0, dtype=handle.dtype).numpy().dtype)
+            except TypeError:  # no numpy twin (bfloat16): the leaf keeps its own gather
+                continue
+        layout = RecordLayout.plan(
+            [(key, dtype, handle.row_shape) for key, (handle, dtype) in columns.items()], len(starts)
+        )
+        if layout is None:
+            return None
+        mapped = {f.key: columns[f.key][0].mapped(columns[f.key][1]) for f in layout.fields}
+        record = self.files[(STEPS, parse_key(RECORD_NAME)[1:])] = _LeafFile(
+            self.data_dir.joinpath(*parse_key(RECORD_NAME)).with_suffix(LEAF_SUFFIX),
+            torch.uint8,
+            (layout.width,),
+            self._io,
+        )
+        for a in range(0, self.num_transitions, block):
+            b = min(self.num_transitions, a + block)
+            record.append(torch.from_numpy(layout.pack({k: v[a:b] for k, v in mapped.items()}, starts, a)))
+        return layout
 
     def close(self) -> None:
         """Finish every queued write and close the files (also after a failed build)."""

@@ -97,9 +97,10 @@ class _Versions:
     """The versions this installation writes, and each installed loader's ``format_version`` (asked once)."""
 
     def __init__(self) -> None:
-        from datasets_hub.build_format import FORMAT, FORMAT_VERSION, STORAGE_FORMAT_VERSION
+        from datasets_hub.build_format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, STORAGE_FORMAT_VERSION
 
         self.format, self.version, self.storage = FORMAT, FORMAT_VERSION, STORAGE_FORMAT_VERSION
+        self.readable = READABLE_VERSIONS  # older versions this one still reads (and `load` reuses)
         self._loaders: dict[str, int | None] = {}
 
     def loader_format(self, name: str) -> int | None:
@@ -118,8 +119,10 @@ class _Versions:
         a cache shared between versions must not lose the newer one's builds); ``(None, None)`` when current."""
         if manifest.get("format") != self.format:  # in the hub's own folder: nothing any version reads
             return f"on-disk format {manifest.get('format')!r}, not {self.format!r}: no datasets_hub reads it", None
-        checks = [
-            ("on-disk format version", manifest.get("version"), self.version, f"{self.format!r} version {self.version}"),
+        version = manifest.get("version")
+        checks = [  # a version this one still reads (and `load` reuses) counts as current
+            ("on-disk format version", self.version if version in self.readable else version, self.version,
+             f"{self.format!r} version {self.version}"),
             ("storage format", manifest.get("storage_format_version"), self.storage, f"storage format {self.storage}"),
         ]  # fmt: skip
         loader = str(manifest.get("loader") or str(manifest.get("id", "")).split("/", 1)[0])
