@@ -145,9 +145,9 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
     build = Path(build)
     where = build / "manifest.json"
     _check_hash(build, where)
-    if manifest.get("format") != "datasets_hub.ted" or manifest.get("version") != 1:
+    if manifest.get("format") != "datasets_hub.ted" or manifest.get("version") not in (1, 2):
         raise _fail(where, f"format {manifest.get('format')!r} version {manifest.get('version')!r} is not a "
-                           "datasets_hub.ted version 1 build")  # fmt: skip
+                           "datasets_hub.ted version 1 or 2 build")  # fmt: skip
     schema, layout, counts = (_object_field(manifest, field, where) for field in ("schema", "layout", "counts"))
     n, e = _count(counts, "transitions", where), _count(counts, "episodes", where)
     want = {"steps": n, "episodes": e, "obs": n + e, "history": None}  # history: frames before episodes, any count

@@ -22,10 +22,11 @@ import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str
+from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 from datasets_hub.build_format import EPISODES, HISTORY, LEAF_SUFFIX, OBS, STEPS
 from datasets_hub.errors import TEDError
 from datasets_hub.memory_advice import mapped_file, page_out
+from datasets_hub.packed_steps import RECORD_NAME, RecordLayout
 
 # -- the chunk keys the writer reads ------
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
@@ -156,6 +157,14 @@ class _LeafFile:
         numel = self.rows * int(np.prod(self.row_shape, dtype=np.int64))
         flat = torch.from_file(str(self.path), shared=False, size=numel, dtype=self.dtype)
         return flat.view(self.rows, *self.row_shape)
+
+    def mapped(self, dtype: np.dtype) -> np.ndarray:
+        """What was written so far, mapped read-only (no copy in memory), as ``dtype``."""
+        self._io.drain()
+        self._fh.flush()
+        if not self.rows:
+            return np.zeros((0, *self.row_shape), dtype=dtype)
+        return np.memmap(self.path, dtype=dtype, mode="r", shape=(self.rows, *self.row_shape))
 
 
 class LeanTEDWriter:
@@ -368,6 +377,7 @@ class LeanTEDWriter:
                 self.data_dir / EPISODES / (name + LEAF_SUFFIX), values.dtype, (), self._io
             )
             self.files[(EPISODES, (name,))].append(values)
+        packed = self._write_packed(starts.numpy())
         self.close()
         tree: dict[str, Any] = {}
         for (group, key), handle in self.files.items():
@@ -378,7 +388,37 @@ class LeanTEDWriter:
                 str(handle.path), dtype=handle.dtype, shape=torch.Size([handle.rows, *handle.row_shape])
             )
         TensorDict(tree, batch_size=[]).memmap_(prefix=str(self.data_dir), existsok=True, robust_key=False)
-        return self._summary(lengths, returns)
+        summary = self._summary(lengths, returns)
+        if packed is not None:
+            summary["layout"]["packed"] = packed.to_json()
+        return summary
+
+    def _write_packed(self, starts: np.ndarray, block: int = 1 << 20) -> RecordLayout | None:
+        """Write the packed per-step records (``packed_steps.py``), block by block from the step files."""
+        columns = {}
+        for (group, key), handle in self.files.items():
+            if group != STEPS:
+                continue
+            try:
+                columns[key] = (handle, torch.empty(0, dtype=handle.dtype).numpy().dtype)
+            except TypeError:  # no numpy twin (bfloat16): the leaf keeps its own gather
+                continue
+        layout = RecordLayout.plan(
+            [(key, dtype, handle.row_shape) for key, (handle, dtype) in columns.items()], len(starts)
+        )
+        if layout is None:
+            return None
+        mapped = {f.key: columns[f.key][0].mapped(columns[f.key][1]) for f in layout.fields}
+        record = self.files[(STEPS, parse_key(RECORD_NAME)[1:])] = _LeafFile(
+            self.data_dir.joinpath(*parse_key(RECORD_NAME)).with_suffix(LEAF_SUFFIX),
+            torch.uint8,
+            (layout.width,),
+            self._io,
+        )
+        for a in range(0, self.num_transitions, block):
+            b = min(self.num_transitions, a + block)
+            record.append(torch.from_numpy(layout.pack({k: v[a:b] for k, v in mapped.items()}, starts, a)))
+        return layout
 
     def close(self) -> None:
         """Finish every queued write and close the files (also after a failed build)."""

@@ -74,8 +74,11 @@ class DatasetStorage(ReadOnlyStorage):
         self._ordinal: tuple[np.ndarray, np.ndarray] | bool | None = False  # id -> ordinal, built on first use
         self._history = build.history
         self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
-        # in RAM, the small per-step leaves are packed into one record per row: one gather per batch
-        self._packed = PackedSteps.from_columns(self._steps_np, self._start_np, self._len) if self.in_memory else None
+        # the small per-step leaves packed into one record per row (one gather per batch): written by the
+        # build (format 2), or packed now for an older build copied into RAM
+        self._packed = build.packed
+        if self._packed is None and self.in_memory:
+            self._packed = PackedSteps.from_columns(self._steps_np, self._start_np, self._len)
         packed = set(self._packed.keys) if self._packed is not None else set()
         self._unpacked_np = [(key, column) for key, column in self._steps_np if key not in packed]
         super().__init__(self._len)

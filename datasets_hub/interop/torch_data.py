@@ -86,8 +86,7 @@ def dumps_by_reference(obj: Any) -> bytes:
     """
     base = _pickler_class()
 
-    # mypy cannot subclass a class chosen at run time (cloudpickle's pickler when installed, else pickle's)
-    class _ByReference(base):  # type: ignore[misc, valid-type]
+    class _ByReference(base):  # type: ignore[misc, valid-type]  # base is chosen at run time (cloudpickle or pickle)
         def persistent_id(self, item: Any) -> Any:
             # exactly a DatasetStorage: a subclass (a partially resident remote copy) has state of its
             # own and pickles itself by reference (its __reduce__); a plain reopen would serve its holes
