@@ -14,6 +14,7 @@ these once, when first imported; passing them explicitly makes a change after th
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,10 +183,19 @@ def _root_cause(exc: BaseException) -> str | None:
     return None
 
 
+@functools.cache
 def _silent_tqdm():
+    """One tqdm subclass that never draws, for huggingface_hub's ``tqdm_class``.
+
+    Made once per process: tqdm starts a monitor thread per class (and never stops it for disabled
+    bars), so a fresh class per download leaked one thread per file. ``monitor_interval = 0`` means
+    this class starts none.
+    """
     from tqdm.auto import tqdm
 
-    class _Silent(tqdm):  # huggingface_hub wants a tqdm subclass; this one never draws
+    class _Silent(tqdm):
+        monitor_interval = 0
+
         def __init__(self, *args, **kwargs):
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)

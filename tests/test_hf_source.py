@@ -179,3 +179,22 @@ def test_hf_endpoint_set_before_import_in_a_fresh_process(raw, tmp_path):
         assert server.count(server.hf_path(REPO, PATH)) == 1
     assert (raw / "FK1.h5").read_bytes() == DATA
     assert (tmp_path / "hf-home" / "hub").is_dir()  # HF_HOME honoured for the Hugging Face cache
+
+
+def test_quiet_downloads_start_no_thread_per_file(hub, raw):
+    """huggingface_hub gets one silent tqdm class: a class per download leaked one tqdm monitor thread
+    per file, and a long test run or a many-file build ended with hundreds of threads."""
+    import threading
+
+    from datasets_hub.hf_source import download_hf
+
+    def monitors() -> int:
+        return sum(t.name == "tqdm_monitor" and t.is_alive() for t in threading.enumerate())
+
+    for i in range(6):
+        hub.add_hf_file(REPO, f"many/file{i}.bin", payload(100 + i, seed=10 + i))
+    before = monitors()
+    for i in range(6):
+        got = download_hf(f"hf://datasets/{REPO}/many/file{i}.bin", resource_name=f"file{i}", progress=False)
+        assert got.read_bytes() == payload(100 + i, seed=10 + i)
+    assert monitors() == before
