@@ -10,11 +10,7 @@ arrive, and each leaf is appended to its own file, so memory use is bounded by o
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import hashlib
-import mmap
-import sys
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +25,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 from datasets_hub.build_format import EPISODES, HISTORY, LEAF_SUFFIX, OBS, STEPS
 from datasets_hub.errors import TEDError
+from datasets_hub.memory_advice import mapped_file, page_out
 from datasets_hub.packed_steps import RECORD_NAME, RecordLayout
 
 # -- the chunk keys the writer reads ------
@@ -60,22 +57,6 @@ def _next_follows(now: torch.Tensor, nxt: torch.Tensor, episodes: EpisodeIndex) 
 
 _RELEASE_MIN = 8 * 2**20  # smaller buffers are not worth a look at the process's mappings
 _WRITE_SLICE = 32 * 2**20
-_MADV_PAGEOUT = 21  # Linux >= 5.4: reclaim the range (file pages stay in the file; nothing is lost)
-
-
-def _mapped_file(address: int, nbytes: int) -> bool:
-    """Whether ``[address, address + nbytes)`` lies in one shared mapping of a file (a loader's
-    memory-mapped scratch frames): then its pages are the file's and may be dropped at will."""
-    try:
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                parts = line.split(maxsplit=5)
-                low, high = (int(x, 16) for x in parts[0].split("-"))
-                if low <= address < high:
-                    return address + nbytes <= high and parts[1][3] == "s" and len(parts) == 6 and parts[5][0] == "/"
-    except (OSError, ValueError, IndexError):
-        return False
-    return False
 
 
 def _release(buffer: memoryview | np.ndarray) -> None:
@@ -83,29 +64,8 @@ def _release(buffer: memoryview | np.ndarray) -> None:
     of the frames a loader hands over memory-mapped, not a whole episode of them); anything else is
     left alone. Best effort: nothing happens where the kernel lacks ``MADV_PAGEOUT``."""
     array = np.asarray(buffer)
-    if array.nbytes < _RELEASE_MIN or not _mapped_file(array.ctypes.data, array.nbytes):
-        return
-    _advise(array.ctypes.data, array.nbytes)
-
-
-def _advise(address: int, nbytes: int) -> None:
-    page = mmap.PAGESIZE
-    start = -(-address // page) * page  # whole pages inside the range only
-    end = (address + nbytes) // page * page
-    if end > start and _LIBC is not None:
-        _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_PAGEOUT)
-
-
-def _libc() -> Any:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
-_LIBC = _libc() if sys.platform.startswith("linux") else None
+    if array.nbytes >= _RELEASE_MIN and mapped_file(array.ctypes.data, array.nbytes):
+        page_out(array.ctypes.data, array.nbytes)
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -169,7 +129,7 @@ class _LeafFile:
     def append(self, values: torch.Tensor) -> None:
         """Queue ``values`` for writing; the caller must not modify them afterwards."""
         buffer = _to_numpy(values).data.cast("B")
-        mapped = buffer.nbytes >= _RELEASE_MIN and _mapped_file(np.asarray(buffer).ctypes.data, buffer.nbytes)
+        mapped = buffer.nbytes >= _RELEASE_MIN and mapped_file(np.asarray(buffer).ctypes.data, buffer.nbytes)
 
         def write() -> None:
             if not mapped:
@@ -180,7 +140,7 @@ class _LeafFile:
                 part = buffer[start : start + _WRITE_SLICE]  # each slice's pages dropped once written
                 self.sha256.update(part)
                 self._fh.write(part)
-                _advise(np.asarray(part).ctypes.data, part.nbytes)
+                page_out(np.asarray(part).ctypes.data, part.nbytes)
 
         self._io.submit(write, buffer.nbytes)
         self.rows += values.shape[0]

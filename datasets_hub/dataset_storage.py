@@ -20,6 +20,7 @@ from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
 from datasets_hub.cache import mark_used
 from datasets_hub.errors import CacheError
+from datasets_hub.memory_advice import will_need
 from datasets_hub.packed_steps import PackedSteps
 
 _ROOT_FLAGS = ("done", "terminated", "truncated")
@@ -265,6 +266,8 @@ class DatasetStorage(ReadOnlyStorage):
             for key, column, shared_next in self._obs:
                 at_t = key not in replaced
                 at_next = shared_next and ("next", *key) not in replaced
+                if at_t or at_next:
+                    will_need(column, both if at_t and at_next else both[:b] if at_t else both[b:])
                 if at_t and at_next:
                     gathered = torch.from_numpy(column.take(both, axis=0))  # one read serves t and t+1
                     put(root, key, gathered[:b])
@@ -320,7 +323,9 @@ class DatasetStorage(ReadOnlyStorage):
             if stored == obs_key and (shared_next or not is_next):
                 if episodes is None:
                     episodes = np.searchsorted(self._start_np, rows_np, side="right") - 1
-                return torch.from_numpy(column.take(rows_np + episodes + int(is_next), axis=0))
+                frames = rows_np + episodes + int(is_next)
+                will_need(column, frames)  # large rows (camera frames): the kernel reads each run ahead
+                return torch.from_numpy(column.take(frames, axis=0))
         value = self.get(torch.from_numpy(rows_np)).get(key, None)
         if value is None:
             raise KeyError(key)
@@ -348,6 +353,7 @@ class DatasetStorage(ReadOnlyStorage):
                 frame = rows + episodes
                 if after is not None:
                     frame = frame + after
+                will_need(column, frame)
                 return torch.from_numpy(column.take(frame, axis=0))
         return super().gather_states(key, rows, after, episodes=episodes)
 
