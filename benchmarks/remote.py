@@ -361,8 +361,10 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="datasets_hub_remote_bench_") as scratch:
         work = Path(scratch)
-        if args.transitions:
-            rb, build = d4rl_build(work, args.transitions)
+        if args.transitions:  # the D4RL source file, its raw copy and the build: about 750 bytes per transition
+            transitions = fit_disk(work, args.transitions, 750, args.keep_free_gb, "transitions")
+            args.transitions_run = transitions
+            rb, build = d4rl_build(work, transitions)
             print(f"[{time.perf_counter() - started:.0f} s] d4rl-shaped build of {len(rb):,} transitions", flush=True)
             rows.append(run_case("d4rl-shaped", rb, build, work, args))
             del rb
@@ -395,11 +397,16 @@ def fit_frames(work: Path, frames: int, keep_free_gb: float) -> int:
     """``frames``, or fewer when the disk cannot hold the Atari case (upstream logs, the local build, the
     published folder and a full copy: about 2.3 x 84 x 84 bytes per frame at the peak) with
     ``keep_free_gb`` left free."""
+    return fit_disk(work, frames, 2.3 * 84 * 84, keep_free_gb, "frames")
+
+
+def fit_disk(work: Path, count: int, peak_bytes_each: float, keep_free_gb: float, what: str) -> int:
+    """``count``, or fewer when ``count * peak_bytes_each`` would leave less than ``keep_free_gb`` free (said)."""
     free = shutil.disk_usage(work).free - keep_free_gb * 1e9
-    fits = int(max(0.0, free) / (2.3 * 84 * 84))
-    if fits < frames:
-        print(f"only {fits:,} frames fit on the disk with {keep_free_gb} GB left free: running that many", flush=True)
-    return min(frames, fits)
+    fits = int(max(0.0, free) / peak_bytes_each)
+    if fits < count:
+        print(f"only {fits:,} {what} fit on the disk with {keep_free_gb} GB left free: running that many", flush=True)
+    return min(count, fits)
 
 
 if __name__ == "__main__":
