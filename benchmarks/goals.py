@@ -237,6 +237,14 @@ def main() -> None:
             )
             for n in (3, 10)
         }
+        nstep_slices = {
+            n: dh.TensorDictReplayBuffer(
+                storage=rtg,
+                generator=torch.Generator().manual_seed(2),
+                sampler=dh.NStepReturnSampler(0.99, n, sampler=dh.SliceSampler(slice_len=32)),
+            )
+            for n in (3, 10)
+        }
         plain_rtg = dh.TensorDictReplayBuffer(storage=rtg, generator=torch.Generator().manual_seed(3))
         slices_rtg = dh.TensorDictReplayBuffer(
             storage=rtg, generator=torch.Generator().manual_seed(3), sampler=dh.SliceSampler(slice_len=32)
@@ -250,6 +258,8 @@ def main() -> None:
             "slices 32x32, +rtg column: datasets_hub": lambda: slices_rtg.sample(b),
             "n-step n=3: datasets_hub": lambda: nstep[3].sample(b),
             "n-step n=10: datasets_hub": lambda: nstep[10].sample(b),
+            "n-step n=3 over slices 32x32: datasets_hub": lambda: nstep_slices[3].sample(b),
+            "n-step n=10 over slices 32x32: datasets_hub": lambda: nstep_slices[10].sample(b),
         }
         results = timed(cases, args.repeats)
         data = rtg.get(torch.arange(min(len(rtg), 200 * b)))
@@ -272,12 +282,19 @@ def main() -> None:
                 f"write of {b} transitions {rl[n]['write_1024_us']:.0f} us"
             )
     print(f"\nGoalSampler vs OGBench GCDataset rules: {speedup:.2f}x samples/s (target >= 3x)")
+    ratios = {}
     for n in (3, 10):
         ratio = med[f"n-step n={n}: datasets_hub"] / med["uniform, +rtg column: datasets_hub"]
-        ratio_s = med[f"n-step n={n}: datasets_hub"] / med["slices 32x32, +rtg column: datasets_hub"]
+        ratio_s = med[f"n-step n={n} over slices 32x32: datasets_hub"] / med["slices 32x32, +rtg column: datasets_hub"]
+        ratio_x = med[f"n-step n={n}: datasets_hub"] / med["slices 32x32, +rtg column: datasets_hub"]
+        ratios[n] = {
+            "uniform_anchors_vs_uniform": ratio,
+            "slice_anchors_vs_slices": ratio_s,
+            "uniform_vs_slices": ratio_x,
+        }
         print(
-            f"n-step n={n} on the same storage / uniform: {ratio:.2f}x time; / slices 32x32: {ratio_s:.2f}x time "
-            "(target <= 1.5x)"
+            f"n-step n={n} time / plain sampling of the same storage: uniform anchors vs uniform {ratio:.2f}x; "
+            f"slice anchors vs slices 32x32 {ratio_s:.2f}x; uniform anchors vs slices {ratio_x:.2f}x (target <= 1.5x)"
         )
     try:
         import torchrl
@@ -295,6 +312,7 @@ def main() -> None:
             "cases": results,
             "torchrl_multistep": rl,
             "goal_speedup_vs_ogbench_rules": speedup,
+            "n_step_time_ratios": ratios,
             "reference": "OGBench GCDataset.sample rules re-implemented in numpy (its class needs jax/flax)",
         },
         args.out,

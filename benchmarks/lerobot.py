@@ -10,7 +10,9 @@ LeRobot encodes them, libsvtav1/yuv420p/g=2/crf=30/preset=12):
 For each: the build (time, bytes against the MP4 source, peak RSS of the build process and of its decoding
 workers), then frames per second for batches of 32 windows of 8 consecutive frames per camera, through a
 ``torch.utils.data.DataLoader`` with 0, 2 and 4 workers: ours (``delta_timestamps_sampler`` ->
-``WindowSampler`` over the build, ``SampledBatches``) and LeRobot's (``LeRobotDataset(delta_timestamps=...)``,
+``WindowSampler`` over the build, ``SampledBatches(...).dataloader(num_workers=k)``: on a build the k
+workers are sampling threads of the training process, see ``datasets_hub/interop/threaded_batches.py``;
+the "ours, processes" column times k DataLoader worker processes instead) and LeRobot's (``LeRobotDataset(delta_timestamps=...)``,
 ``DataLoader(batch_size=32, shuffle=True)``, its default torchcodec decoder), in the same run. Frames/s counts
 camera frames delivered: 32 x 8 x cameras per batch.
 
@@ -209,7 +211,7 @@ def _context(workers: int) -> dict:
     return {"multiprocessing_context": "spawn"} if workers else {}
 
 
-def ours_rate(path: str, shape: str, workers: int, seconds: float) -> float:
+def ours_rate(path: str, shape: str, workers: int, seconds: float, mode: str = "auto") -> float:
     import torch
 
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
@@ -225,7 +227,9 @@ def ours_rate(path: str, shape: str, workers: int, seconds: float) -> float:
         sampler=delta_timestamps_sampler(delta, fps=cfg["fps"]),
         generator=torch.Generator().manual_seed(0),
     )
-    loader = SampledBatches(rb, BATCH, seed=0).dataloader(num_workers=workers, **_context(workers))
+    # "auto": a build's workers are threads (no batch crosses processes); "processes": DataLoader workers
+    extra = _context(workers) if mode == "processes" else {}
+    loader = SampledBatches(rb, BATCH, seed=0).dataloader(num_workers=workers, workers=mode, **extra)
     return _rate(loader, BATCH * WINDOW * len(cfg["cameras"]), seconds)
 
 
@@ -273,6 +277,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="timed sampling per configuration")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per configuration (median)")
     parser.add_argument("--build-workers", type=int, default=2, help="decoding processes of the build")
+    parser.add_argument(
+        "--process-workers",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time ours with DataLoader worker processes (workers='processes')",
+    )
     parser.add_argument("--data", type=Path, default=HERE / "results" / "lerobot-data")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "lerobot.json")
     args = parser.parse_args()
@@ -302,6 +312,11 @@ def main() -> None:
                 ours = statistics.median(
                     ours_rate(built["path"], shape, workers, args.seconds) for _ in range(args.repeats)
                 )
+                ours_processes = None
+                if workers and args.process_workers:
+                    ours_processes = statistics.median(
+                        ours_rate(built["path"], shape, workers, args.seconds, "processes") for _ in range(args.repeats)
+                    )
                 error = None
                 try:
                     theirs_runs = [lerobot_rate(root, shape, workers, args.seconds) for _ in range(args.repeats)]
@@ -310,23 +325,30 @@ def main() -> None:
                 theirs = None if None in theirs_runs else statistics.median(theirs_runs)
                 result["sampling"][workers] = {
                     "ours_frames_per_s": ours,
+                    "ours_process_workers_frames_per_s": ours_processes,
                     "lerobot_frames_per_s": theirs,
                     "ratio": ours / theirs if theirs else None,
                     "lerobot_error": error,
                 }
-                rows.append((shape, workers, ours, theirs))
+                rows.append((shape, workers, ours, theirs, ours_processes))
                 print(
-                    f"{shape} workers={workers}: ours {ours:,.0f} frames/s, LeRobot "
+                    f"{shape} workers={workers}: ours {ours:,.0f} frames/s"
+                    f"{'' if ours_processes is None else f' (process workers {ours_processes:,.0f})'}, LeRobot "
                     f"{'-' if theirs is None else f'{theirs:,.0f}'} frames/s",
                     flush=True,
                 )
             report["shapes"][shape] = result
         finally:
             shutil.rmtree(cache, ignore_errors=True)
-    print(f"\n{'shape':8} {'workers':>7} {'ours frames/s':>14} {'LeRobot frames/s':>17} {'ratio':>7}")
-    for shape, workers, ours, theirs in rows:
+    print(
+        f"\n{'shape':8} {'workers':>7} {'ours frames/s':>14} {'ours, processes':>16} {'LeRobot frames/s':>17} "
+        f"{'ratio':>7}"
+    )
+    for shape, workers, ours, theirs, procs in rows:
         ratio = f"{ours / theirs:.1f}x" if theirs else "-"
-        print(f"{shape:8} {workers:>7} {ours:>14,.0f} {'-' if theirs is None else f'{theirs:,.0f}':>17} {ratio:>7}")
+        procs_s = "-" if procs is None else f"{procs:,.0f}"
+        theirs_s = "-" if theirs is None else f"{theirs:,.0f}"
+        print(f"{shape:8} {workers:>7} {ours:>14,.0f} {procs_s:>16} {theirs_s:>17} {ratio:>7}")
     print(
         f"\n{'shape':8} {'build s':>8} {'built MB':>9} {'MP4 MB':>8} {'bytes x':>8} {'peak RSS MB':>12} "
         f"{'anon MB':>8} {'tree RSS MB':>12}"

@@ -235,7 +235,7 @@ def torchrl_runner(rb: Any, work: Path, args: argparse.Namespace) -> Callable[[i
         shutil.rmtree(dest, ignore_errors=True)
         return elapsed
 
-    once.data, once.version = data, torchrl.__version__  # type: ignore[attr-defined]
+    once.data, once.version = data, torchrl.__version__  # type: ignore[attr-defined]  # a cache on the function
     return once
 
 

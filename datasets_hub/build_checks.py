@@ -126,22 +126,30 @@ def _check_hash(build: Path, where: Path) -> None:
         raise _fail(where, f"its sha256 {digest[:16]}… does not match manifest.sha256: the manifest was edited")
 
 
+def _object_field(manifest: dict[str, Any], field: str, where: Path) -> dict[str, Any]:
+    value = manifest.get(field)
+    if not isinstance(value, dict):
+        raise _fail(where, f"{field!r} is missing or not an object")
+    return value
+
+
+def _count(counts: dict[str, Any], label: str, where: Path) -> int:
+    value = counts.get(label)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _fail(where, f"counts.{label} is {value!r}, not a non-negative int")
+    return value
+
+
 def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...], int]]:
     """Check the build at ``build`` (module docstring); return ``{column: (dtype, shape, rows)}``."""
     build = Path(build)
     where = build / "manifest.json"
     _check_hash(build, where)
-    if manifest.get("format") != "datasets_hub.ted" or manifest.get("version") != 1:
+    if manifest.get("format") != "datasets_hub.ted" or manifest.get("version") not in (1, 2):
         raise _fail(where, f"format {manifest.get('format')!r} version {manifest.get('version')!r} is not a "
-                           "datasets_hub.ted version 1 build")  # fmt: skip
-    schema, layout, counts = manifest.get("schema"), manifest.get("layout"), manifest.get("counts")
-    for field, value in (("schema", schema), ("layout", layout), ("counts", counts)):
-        if not isinstance(value, dict):
-            raise _fail(where, f"{field!r} is missing or not an object")
-    n, e = counts.get("transitions"), counts.get("episodes")
-    for label, value in (("transitions", n), ("episodes", e)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise _fail(where, f"counts.{label} is {value!r}, not a non-negative int")
+                           "datasets_hub.ted version 1 or 2 build")  # fmt: skip
+    schema, layout, counts = (_object_field(manifest, field, where) for field in ("schema", "layout", "counts"))
+    n, e = _count(counts, "transitions", where), _count(counts, "episodes", where)
     want = {"steps": n, "episodes": e, "obs": n + e, "history": None}  # history: frames before episodes, any count
     history_rows = set()
     columns = {}

@@ -47,11 +47,15 @@ from datasets_hub.build_checks import check_build
 from datasets_hub.build_checks import leaf_path as checked_leaf_path
 from datasets_hub.errors import CacheError
 from datasets_hub.files import sha256_file, write_text_atomic
+from datasets_hub.packed_steps import RECORD_NAME, PackedSteps, RecordLayout
 from datasets_hub.ram import anonymous_copy, check_fits
 
 # -- layout constants ---------------------------------------------------------------------------
 FORMAT = "datasets_hub.ted"  #: the manifest's "format"
-FORMAT_VERSION = 1  #: the manifest's "version"
+#: the manifest's "version": 2 adds the packed per-step records (``steps/_packed``, ``layout["packed"]``,
+#: see :mod:`datasets_hub.packed_steps`); version 1 builds (without them) are still read
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 #: enters every build fingerprint: bump it when the layout changes, and old builds are never reused
 STORAGE_FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -178,7 +182,9 @@ class OpenedBuild:
       (each obs key of ``manifest["layout"]["history"]``, plus ``episode`` and ``time`` per row); empty
       for most builds;
     - ``leaves``: every leaf by its schema name (``"<group>/<key>"``), in the manifest's order (what a
-      consumer that copies a build leaf by leaf, such as ``publish.export``, walks).
+      consumer that copies a build leaf by leaf, such as ``publish.export``, walks);
+    - ``packed``: the packed per-step records of a format-2 build (``None`` for version 1), whose
+      leaves are also in ``steps``; the record column itself is in ``leaves`` only.
     """
 
     path: Path
@@ -190,6 +196,7 @@ class OpenedBuild:
     episodes: dict[str, torch.Tensor]
     history: dict[str, torch.Tensor]
     leaves: dict[str, torch.Tensor] = field(default_factory=dict)
+    packed: PackedSteps | None = None
 
     @property
     def fingerprint(self) -> str | None:
@@ -242,7 +249,23 @@ def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild
             columns = {name: anonymous_copy(column) for name, column in columns.items()}
         per_step_next = {parse_key(k) for k in layout["next_stored_per_step"]}
         obs = {parse_key(k): columns[f"{OBS}/{k}"] for k in layout["obs"]}
-        steps = {parse_key(name)[1:]: col for name, col in columns.items() if name.startswith(STEPS + "/")}
+        steps = {
+            parse_key(name)[1:]: col
+            for name, col in columns.items()
+            if name.startswith(STEPS + "/") and name != RECORD_NAME
+        }
+        packed = None
+        if "packed" in layout:  # format version 2: the small per-step leaves packed in one record per row
+            meta = {parse_key(n)[1:]: (d, tuple(sh)) for n, (d, sh, _) in checked.items() if n.startswith(STEPS + "/")}
+            record_layout = RecordLayout.from_json(layout["packed"], meta, build_dir / MANIFEST)
+            record = columns.get(RECORD_NAME)
+            if record is None or tuple(record.shape[1:]) != (record_layout.width,) or record.dtype != torch.uint8:
+                raise CacheError(
+                    f"{build_dir / MANIFEST}: layout.packed describes {record_layout.width}-byte records but the "
+                    f"column {RECORD_NAME!r} does not hold them: the build is damaged; run `datasets-hub rm` and "
+                    "load again"
+                )
+            packed = PackedSteps(record.numpy(), record_layout)
         episodes = {name: columns[f"{EPISODES}/{name}"] for name in EPISODE_COLUMNS}
         history = {name[len(HISTORY) + 1 :]: col for name, col in columns.items() if name.startswith(HISTORY + "/")}
     except (KeyError, TypeError, ValueError) as exc:
@@ -260,4 +283,5 @@ def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild
         episodes=episodes,
         history=history,
         leaves=columns,
+        packed=packed,
     )

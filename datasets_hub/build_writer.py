@@ -22,9 +22,11 @@ import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str
+from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 from datasets_hub.build_format import EPISODES, HISTORY, LEAF_SUFFIX, OBS, STEPS
 from datasets_hub.errors import TEDError
+from datasets_hub.memory_advice import mapped_file, page_out
+from datasets_hub.packed_steps import RECORD_NAME, RecordLayout
 
 # -- the chunk keys the writer reads ------
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
@@ -51,6 +53,19 @@ def _next_follows(now: torch.Tensor, nxt: torch.Tensor, episodes: EpisodeIndex) 
     inner[episodes.end - 1] = False
     rows = torch.nonzero(inner).reshape(-1)
     return equal_rows(nxt[rows], now[rows + 1])
+
+
+_RELEASE_MIN = 8 * 2**20  # smaller buffers are not worth a look at the process's mappings
+_WRITE_SLICE = 32 * 2**20
+
+
+def _release(buffer: memoryview | np.ndarray) -> None:
+    """Drop the pages of a file-backed buffer from this process (the build's peak RSS stays one slice
+    of the frames a loader hands over memory-mapped, not a whole episode of them); anything else is
+    left alone. Best effort: nothing happens where the kernel lacks ``MADV_PAGEOUT``."""
+    array = np.asarray(buffer)
+    if array.nbytes >= _RELEASE_MIN and mapped_file(array.ctypes.data, array.nbytes):
+        page_out(array.ctypes.data, array.nbytes)
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -114,10 +129,18 @@ class _LeafFile:
     def append(self, values: torch.Tensor) -> None:
         """Queue ``values`` for writing; the caller must not modify them afterwards."""
         buffer = _to_numpy(values).data.cast("B")
+        mapped = buffer.nbytes >= _RELEASE_MIN and mapped_file(np.asarray(buffer).ctypes.data, buffer.nbytes)
 
         def write() -> None:
-            self.sha256.update(buffer)
-            self._fh.write(buffer)
+            if not mapped:
+                self.sha256.update(buffer)
+                self._fh.write(buffer)
+                return
+            for start in range(0, buffer.nbytes, _WRITE_SLICE):  # memory-mapped frames: slice by slice,
+                part = buffer[start : start + _WRITE_SLICE]  # each slice's pages dropped once written
+                self.sha256.update(part)
+                self._fh.write(part)
+                page_out(np.asarray(part).ctypes.data, part.nbytes)
 
         self._io.submit(write, buffer.nbytes)
         self.rows += values.shape[0]
@@ -134,6 +157,14 @@ class _LeafFile:
         numel = self.rows * int(np.prod(self.row_shape, dtype=np.int64))
         flat = torch.from_file(str(self.path), shared=False, size=numel, dtype=self.dtype)
         return flat.view(self.rows, *self.row_shape)
+
+    def mapped(self, dtype: np.dtype) -> np.ndarray:
+        """What was written so far, mapped read-only (no copy in memory), as ``dtype``."""
+        self._io.drain()
+        self._fh.flush()
+        if not self.rows:
+            return np.zeros((0, *self.row_shape), dtype=dtype)
+        return np.memmap(self.path, dtype=dtype, mode="r", shape=(self.rows, *self.row_shape))
 
 
 class LeanTEDWriter:
@@ -159,7 +190,7 @@ class LeanTEDWriter:
         self.episode_returns: list[torch.Tensor] = []
         self.flag_counts = {"terminated": 0, "truncated": 0, "unflagged_end": 0}
         self._seen_ids: set[int] = set()
-        self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] | None = None
+        self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] = {}  # from the first chunk
         self.history_rows = 0
 
     # -- schema -------------------------------------------------------------------------------
@@ -198,7 +229,6 @@ class LeanTEDWriter:
                 )
 
     def _check_schema(self, chunk: TensorDictBase) -> None:
-        assert self._schema is not None
         keys = {as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
         if keys != set(self._schema):
             missing = sorted(map(key_to_str, set(self._schema) - keys))
@@ -228,7 +258,7 @@ class LeanTEDWriter:
         history = None
         if HISTORY_KEY[0] in chunk.keys():
             chunk, history = _split_history(chunk)
-        if self._schema is None:
+        if not self._schema:  # the first chunk: classify its keys
             self._classify(chunk)
         else:
             self._check_schema(chunk)
@@ -262,6 +292,9 @@ class LeanTEDWriter:
             now, nxt = chunk.get(key), chunk.get(("next", *key))
             if key not in self.split_next and not _next_follows(now, nxt, local):
                 self._split(key)
+            if now.device.type == "cpu" and now.is_contiguous() and nxt.is_contiguous():
+                _release(_to_numpy(now))  # the comparison read every frame: drop memory-mapped ones
+                _release(_to_numpy(nxt))
             if local.num_episodes == 1:
                 # one episode (e.g. a long one of camera frames, possibly memory-mapped): append the rows
                 # as views, without a T+1-row copy in memory
@@ -344,6 +377,7 @@ class LeanTEDWriter:
                 self.data_dir / EPISODES / (name + LEAF_SUFFIX), values.dtype, (), self._io
             )
             self.files[(EPISODES, (name,))].append(values)
+        packed = self._write_packed(starts.numpy())
         self.close()
         tree: dict[str, Any] = {}
         for (group, key), handle in self.files.items():
@@ -354,7 +388,37 @@ class LeanTEDWriter:
                 str(handle.path), dtype=handle.dtype, shape=torch.Size([handle.rows, *handle.row_shape])
             )
         TensorDict(tree, batch_size=[]).memmap_(prefix=str(self.data_dir), existsok=True, robust_key=False)
-        return self._summary(lengths, returns)
+        summary = self._summary(lengths, returns)
+        if packed is not None:
+            summary["layout"]["packed"] = packed.to_json()
+        return summary
+
+    def _write_packed(self, starts: np.ndarray, block: int = 1 << 20) -> RecordLayout | None:
+        """Write the packed per-step records (``packed_steps.py``), block by block from the step files."""
+        columns = {}
+        for (group, key), handle in self.files.items():
+            if group != STEPS:
+                continue
+            try:
+                columns[key] = (handle, torch.empty(0, dtype=handle.dtype).numpy().dtype)
+            except TypeError:  # no numpy twin (bfloat16): the leaf keeps its own gather
+                continue
+        layout = RecordLayout.plan(
+            [(key, dtype, handle.row_shape) for key, (handle, dtype) in columns.items()], len(starts)
+        )
+        if layout is None:
+            return None
+        mapped = {f.key: columns[f.key][0].mapped(columns[f.key][1]) for f in layout.fields}
+        record = self.files[(STEPS, parse_key(RECORD_NAME)[1:])] = _LeafFile(
+            self.data_dir.joinpath(*parse_key(RECORD_NAME)).with_suffix(LEAF_SUFFIX),
+            torch.uint8,
+            (layout.width,),
+            self._io,
+        )
+        for a in range(0, self.num_transitions, block):
+            b = min(self.num_transitions, a + block)
+            record.append(torch.from_numpy(layout.pack({k: v[a:b] for k, v in mapped.items()}, starts, a)))
+        return layout
 
     def close(self) -> None:
         """Finish every queued write and close the files (also after a failed build)."""

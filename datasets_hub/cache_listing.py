@@ -3,9 +3,10 @@
 Plain data, never printed here. For each build: its id, the params that differ from the
 catalogue's (what ``--param`` overrode), size on disk, build date, last use (the
 :data:`~datasets_hub.cache.LAST_USED` marker that opening a build touches), its preprocessed
-variants, and whether it is *stale*: made in an on-disk format or by a loader conversion
-(``format_version``) that this installation no longer produces, so no ``load`` can pick it again
-(the build fingerprint covers both versions) and ``cache prune`` removes it.
+variants, and whether it is *stale*: made in an older on-disk format or by an older loader
+conversion (``format_version``) than this installation produces, so no ``load`` can pick it again
+(the build fingerprint covers both versions) and ``cache prune`` removes it. A build made by a
+*newer* installation (a cache shared between versions) is flagged as such and never pruned.
 
 Light on purpose: the stdlib and :mod:`datasets_hub.cache` at import; the catalogue and the
 loader plugins are imported only when there are builds to describe.
@@ -64,7 +65,8 @@ class BuildEntry:
     """One published build. ``changed_params``: the params that differ from the catalogue entry's
     (all of them when the id is not in the catalogue any more, with ``in_catalogue`` False);
     ``stale``: why no ``load`` can pick the build again (``None``: it is current, or it cannot be
-    told because its loader is not installed); ``variants``: its preprocessed variants' names."""
+    told because its loader is not installed); ``newer``: why it was made by a newer installation
+    (never stale, never pruned); ``variants``: its preprocessed variants' names."""
 
     id: str
     fingerprint: str
@@ -78,6 +80,7 @@ class BuildEntry:
     in_catalogue: bool = True
     last_used: str | None = None
     stale: str | None = None
+    newer: str | None = None
     variants: list[str] = field(default_factory=list)
 
 
@@ -94,9 +97,10 @@ class _Versions:
     """The versions this installation writes, and each installed loader's ``format_version`` (asked once)."""
 
     def __init__(self) -> None:
-        from datasets_hub.build_format import FORMAT, FORMAT_VERSION, STORAGE_FORMAT_VERSION
+        from datasets_hub.build_format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, STORAGE_FORMAT_VERSION
 
         self.format, self.version, self.storage = FORMAT, FORMAT_VERSION, STORAGE_FORMAT_VERSION
+        self.readable = READABLE_VERSIONS  # older versions this one still reads (and `load` reuses)
         self._loaders: dict[str, int | None] = {}
 
     def loader_format(self, name: str) -> int | None:
@@ -109,25 +113,42 @@ class _Versions:
                 self._loaders[name] = None  # not installed or broken: staleness cannot be told
         return self._loaders[name]
 
-    def stale_reason(self, manifest: dict[str, Any]) -> str | None:
-        """Why the build of ``manifest`` is stale, or ``None``."""
-        if manifest.get("format") != self.format or manifest.get("version") != self.version:
-            return (
-                f"on-disk format {manifest.get('format')!r} version {manifest.get('version')!r}; this "
-                f"datasets_hub reads and writes {self.format!r} version {self.version}"
-            )
-        storage = manifest.get("storage_format_version")
-        if storage != self.storage:
-            return f"storage format {storage!r}; this datasets_hub writes storage format {self.storage}"
+    def status(self, manifest: dict[str, Any]) -> tuple[str | None, str | None]:
+        """``(stale, newer)``: why the build of ``manifest`` is stale (made by an older format or loader
+        conversion: no ``load`` picks it again), or why it was made by a newer installation (kept:
+        a cache shared between versions must not lose the newer one's builds); ``(None, None)`` when current."""
+        if manifest.get("format") != self.format:  # in the hub's own folder: nothing any version reads
+            return f"on-disk format {manifest.get('format')!r}, not {self.format!r}: no datasets_hub reads it", None
+        version = manifest.get("version")
+        checks = [  # a version this one still reads (and `load` reuses) counts as current
+            ("on-disk format version", self.version if version in self.readable else version, self.version,
+             f"{self.format!r} version {self.version}"),
+            ("storage format", manifest.get("storage_format_version"), self.storage, f"storage format {self.storage}"),
+        ]  # fmt: skip
         loader = str(manifest.get("loader") or str(manifest.get("id", "")).split("/", 1)[0])
         current = self.loader_format(loader)
-        made = manifest.get("loader_format_version")
-        if current is not None and made != current:
+        if current is not None:
+            checks.append(
+                (f"the {loader!r} loader's format_version", manifest.get("loader_format_version"), current,
+                 f"format_version {current}")
+            )  # fmt: skip
+        for what, made, now, writes in checks:
+            if made == now:
+                continue
+            if isinstance(made, int) and not isinstance(made, bool) and made > now:
+                return (
+                    None,
+                    f"made with {what} {made}, newer than this installation's {now} (update datasets_hub or the loader plugin to use it)",
+                )
             return (
-                f"converted by the {loader!r} loader's format_version {made!r}; the installed loader "
-                f"converts with format_version {current}, so `load` builds anew"
+                f"made with {what} {made!r}; this installation writes {writes}, so `load` builds anew",
+                None,
             )
-        return None
+        return None, None
+
+    def stale_reason(self, manifest: dict[str, Any]) -> str | None:
+        """Why the build of ``manifest`` is stale, or ``None`` (current, or made by a newer installation)."""
+        return self.status(manifest)[0]
 
 
 def stale_builds() -> list[tuple[Path, dict[str, Any], str]]:
@@ -231,8 +252,10 @@ def list_cache() -> CacheListing:
         dataset_id = str(manifest.get("id", path.parent.name))
         if dataset_id not in defaults:
             defaults[dataset_id] = catalogue_params(dataset_id)
-        params = manifest.get("params") if isinstance(manifest.get("params"), dict) else {}
+        params = manifest.get("params")
+        params = params if isinstance(params, dict) else {}
         counts = manifest.get("counts") or {}
+        status = versions.status(manifest)
         builds.append(
             BuildEntry(
                 id=dataset_id,
@@ -246,7 +269,8 @@ def list_cache() -> CacheListing:
                 changed_params=changed_params(params, defaults[dataset_id] or {}),
                 in_catalogue=defaults[dataset_id] is not None,
                 last_used=_iso(last_used(path)),
-                stale=versions.stale_reason(manifest),
+                stale=status[0],
+                newer=status[1],
                 variants=by_build.get(path.name, []),
             )
         )

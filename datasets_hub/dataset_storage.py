@@ -15,11 +15,12 @@ import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.nested_keys import Key, nest, parse_key, put
+from datasets_hub.buffers.nested_keys import Key, as_key, nest, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
 from datasets_hub.cache import mark_used
 from datasets_hub.errors import CacheError
+from datasets_hub.memory_advice import will_need
 from datasets_hub.packed_steps import PackedSteps
 
 _ROOT_FLAGS = ("done", "terminated", "truncated")
@@ -73,8 +74,11 @@ class DatasetStorage(ReadOnlyStorage):
         self._ordinal: tuple[np.ndarray, np.ndarray] | bool | None = False  # id -> ordinal, built on first use
         self._history = build.history
         self._history_index: tuple[torch.Tensor, torch.Tensor] | None = None
-        # in RAM, the small per-step leaves are packed into one record per row: one gather per batch
-        self._packed = PackedSteps.from_columns(self._steps_np, self._start_np, self._len) if self.in_memory else None
+        # the small per-step leaves packed into one record per row (one gather per batch): written by the
+        # build (format 2), or packed now for an older build copied into RAM
+        self._packed = build.packed
+        if self._packed is None and self.in_memory:
+            self._packed = PackedSteps.from_columns(self._steps_np, self._start_np, self._len)
         packed = set(self._packed.keys) if self._packed is not None else set()
         self._unpacked_np = [(key, column) for key, column in self._steps_np if key not in packed]
         super().__init__(self._len)
@@ -136,16 +140,18 @@ class DatasetStorage(ReadOnlyStorage):
 
     def _episode_ordinal(self, episode: torch.Tensor) -> torch.Tensor:
         """Episode ids -> positions in the episode index (ids are the positions for every built-in loader)."""
-        if self._ordinal is False:
+        ordinal = self._ordinal
+        if ordinal is False:
             ids = np.asarray(self._episode_id_np)
             if np.array_equal(ids, np.arange(ids.size)):
-                self._ordinal = None
+                ordinal = None
             else:
                 order = np.argsort(ids, kind="stable")
-                self._ordinal = (ids[order], order)
-        if self._ordinal is None:
+                ordinal = (ids[order], order)
+            self._ordinal = ordinal
+        if not isinstance(ordinal, tuple):  # None: ids are the positions
             return episode
-        sorted_ids, order = self._ordinal  # type: ignore[misc]
+        sorted_ids, order = ordinal
         if not order.size:
             raise IndexError("this build holds no episode")
         pos = np.minimum(np.searchsorted(sorted_ids, episode.numpy()), order.size - 1)
@@ -252,14 +258,26 @@ class DatasetStorage(ReadOnlyStorage):
                     put(root, key, value)
         else:
             episode = np.searchsorted(self._start_np, rows, side="right") - 1
+        # a key the extras replace (a sampler's window of it, say) is not read: frames can be large
+        replaced = {as_key(k) for k in extras} if extras else set()
         if self._obs:
             obs_rows = rows + episode
             both = np.concatenate([obs_rows, obs_rows + 1])
             for key, column, shared_next in self._obs:
-                gathered = torch.from_numpy(column.take(both, axis=0))  # one read serves t and t+1
-                put(root, key, gathered[:b])
-                if shared_next:
+                at_t = key not in replaced
+                at_next = shared_next and ("next", *key) not in replaced
+                if at_t or at_next:
+                    will_need(column, both if at_t and at_next else both[:b] if at_t else both[b:])
+                if at_t and at_next:
+                    gathered = torch.from_numpy(column.take(both, axis=0))  # one read serves t and t+1
+                    put(root, key, gathered[:b])
                     put(nxt, key, gathered[b:])
+                elif at_t or at_next:
+                    put(
+                        root if at_t else nxt,
+                        key,
+                        torch.from_numpy(column.take(both[:b] if at_t else both[b:], axis=0)),
+                    )
         for key, column in self._unpacked_np:
             if key[0] == "next":
                 put(nxt, key[1:], torch.from_numpy(column.take(rows, axis=0)))
@@ -305,11 +323,39 @@ class DatasetStorage(ReadOnlyStorage):
             if stored == obs_key and (shared_next or not is_next):
                 if episodes is None:
                     episodes = np.searchsorted(self._start_np, rows_np, side="right") - 1
-                return torch.from_numpy(column.take(rows_np + episodes + int(is_next), axis=0))
+                frames = rows_np + episodes + int(is_next)
+                will_need(column, frames)  # large rows (camera frames): the kernel reads each run ahead
+                return torch.from_numpy(column.take(frames, axis=0))
         value = self.get(torch.from_numpy(rows_np)).get(key, None)
         if value is None:
             raise KeyError(key)
         return value
+
+    def gather_states(
+        self,
+        key: tuple[str, ...],
+        rows: np.ndarray,
+        after: np.ndarray | None = None,
+        *,
+        episodes: np.ndarray | None = None,
+    ) -> torch.Tensor:
+        """One read of the per-episode ``T+1`` rows: the state at row ``r`` of episode ``e`` is frame
+        row ``r + e``, the state after it ``r + e + 1`` (the episode's final state after its last row).
+        A subclass that overrides ``gather_key`` (to see every read) gets the generic path through it."""
+        if type(self).gather_key is not DatasetStorage.gather_key:
+            return super().gather_states(key, rows, after, episodes=episodes)
+        for stored, column, shared_next in self._obs:
+            if stored == key and shared_next:
+                if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._len):
+                    raise IndexError(f"index out of range for a dataset of {self._len} transitions")
+                if episodes is None:
+                    episodes = np.searchsorted(self._start_np, rows, side="right") - 1
+                frame = rows + episodes
+                if after is not None:
+                    frame = frame + after
+                will_need(column, frame)
+                return torch.from_numpy(column.take(frame, axis=0))
+        return super().gather_states(key, rows, after, episodes=episodes)
 
     def device_copy(self, device: Any) -> Any:
         """This build in ``device``'s memory (a ``DeviceStorage``, lean layout; see :mod:`datasets_hub.device_build`)."""

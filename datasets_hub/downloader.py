@@ -274,6 +274,7 @@ def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[boo
         return False, (f"{path}: {size} bytes, the catalogue says {resource.size}; delete it and download again.")
     digest = hash_file(path).hexdigest()
     meta = read_sidecar(path)
+    reference: str | None
     if resource is not None and resource.sha256:
         reference, origin = resource.sha256.lower(), "catalogue"
     else:

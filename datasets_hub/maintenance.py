@@ -231,7 +231,8 @@ def _describe(build: Path) -> str:
     manifest, problem = manifest_or_problem(build)
     if manifest is None:
         return f"{build.name} (broken: {str(problem)[:60]})"
-    params = manifest.get("params") if isinstance(manifest.get("params"), dict) else {}
+    params = manifest.get("params")
+    params = params if isinstance(params, dict) else {}
     changed = changed_params(params, catalogue_params(build.parent.relative_to(datasets_dir()).as_posix()) or {})
     text = " ".join(f"{k}={json.dumps(v)}" for k, v in changed.items())
     return f"{build.name} ({text or 'the catalogue params'}; built {manifest.get('created', '?')})"
@@ -507,8 +508,8 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
         for variant in variant_dirs():
             if variant.parent.name in doomed_fps:
                 continue
-            manifest = variant_manifest(variant)
-            created = _created(variant, manifest) if manifest else variant.stat().st_mtime
+            found = variant_manifest(variant)
+            created = _created(variant, found) if found else variant.stat().st_mtime
             if created < cutoff:
                 yield variant, f"preprocessed result older than {older_than_days:g} days", [_build_lock(variant)]
 

@@ -1,29 +1,35 @@
 """Per-step leaves packed into one record per transition, so that a batch reads them with one gather.
 
 A build stores each per-step leaf (``action``, ``next/reward``, the flags, small ``info/...``) in
-its own file, so a batch of B rows costs one random read per leaf and per row. :class:`PackedSteps`
-lays the small fixed-size leaves side by side in one ``[N, width]`` byte array, plus each row's
-episode ordinal (its position in the episode index, which otherwise costs a binary search per row):
-one ``take`` fetches all of them, and each leaf is cut from the gathered block as a contiguous copy.
+its own file, so a batch of B rows costs one random read per leaf and per row. A packed record lays
+the small fixed-size leaves side by side in one ``[N, width]`` byte array, plus each row's episode
+ordinal (its position in the episode index, which otherwise costs a binary search per row): one
+``take`` fetches all of them, and each leaf is cut from the gathered block as a contiguous copy.
 
-It is built when a build is copied into RAM (``in_memory=True``): packing costs one pass over the
-per-step leaves, which the copy pays anyway. Values are bit-identical to the per-leaf gathers.
+Builds of format version 2 carry the records on disk (``steps/_packed``, described by
+``layout["packed"]``: :class:`RecordLayout`); for older builds opened with ``in_memory=True`` the
+records are packed at open time. Values are bit-identical to the per-leaf gathers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-from datasets_hub.buffers.nested_keys import Key
+from datasets_hub.buffers.nested_keys import Key, key_to_str, parse_key
+from datasets_hub.errors import CacheError
 from datasets_hub.ram import check_fits
 
 #: leaves wider than this (bytes per row) keep their own gather: packing them would make every
 #: record long and a gather of the small leaves read bytes it does not need
 MAX_FIELD_BYTES = 256
+#: the schema name of the records in a build (a per-step leaf that is no data key)
+RECORD_NAME = "steps/_packed"
 
 
 @dataclass(frozen=True)
@@ -35,67 +41,137 @@ class PackedField:
     nbytes: int
 
 
+@dataclass(frozen=True)
+class RecordLayout:
+    """Where each packed leaf and the episode ordinal lie in a record of ``width`` bytes."""
+
+    fields: tuple[PackedField, ...]
+    width: int
+    ordinal_offset: int
+    ordinal_dtype: np.dtype
+
+    @classmethod
+    def plan(cls, columns: Sequence[tuple[Key, np.dtype, tuple[int, ...]]], num_episodes: int) -> RecordLayout | None:
+        """The layout for the small ones of ``columns`` (key, numpy dtype, per-row shape); ``None`` when
+        none is small enough. Widest items first, so that every field starts at a multiple of its item size."""
+        chosen = [(k, np.dtype(d), tuple(s)) for k, d, s in columns]
+        chosen = [c for c in chosen if 0 < c[1].itemsize * int(np.prod(c[2], dtype=np.int64)) <= MAX_FIELD_BYTES]
+        if not chosen:
+            return None
+        chosen.sort(key=lambda c: -c[1].itemsize)
+        fields, offset = [], 0
+        for key, dtype, shape in chosen:
+            offset += -offset % dtype.itemsize
+            nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+            fields.append(PackedField(key, dtype, shape, offset, nbytes))
+            offset += nbytes
+        ordinal_dtype = np.dtype(np.int32 if num_episodes < 2**31 else np.int64)
+        offset += -offset % ordinal_dtype.itemsize
+        width = offset + ordinal_dtype.itemsize
+        return cls(tuple(fields), width + (-width % 8), offset, ordinal_dtype)
+
+    def pack(self, columns: Mapping[Key, np.ndarray], starts: np.ndarray, first_row: int) -> np.ndarray:
+        """Records of the rows ``first_row .. first_row + len`` given each field's values at those rows."""
+        n = len(next(iter(columns.values())))
+        records = np.zeros((n, self.width), dtype=np.uint8)
+        for f in self.fields:
+            values = np.ascontiguousarray(columns[f.key], dtype=f.dtype)
+            records[:, f.offset : f.offset + f.nbytes] = values.view(np.uint8).reshape(n, f.nbytes)
+        ordinal = np.searchsorted(starts, np.arange(first_row, first_row + n), side="right") - 1
+        size = self.ordinal_dtype.itemsize
+        records[:, self.ordinal_offset : self.ordinal_offset + size] = (
+            ordinal.astype(self.ordinal_dtype).view(np.uint8).reshape(n, size)
+        )
+        return records
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": RECORD_NAME,
+            "width": self.width,
+            "ordinal": {"offset": self.ordinal_offset, "dtype": self.ordinal_dtype.name},
+            "fields": [
+                {"key": key_to_str(f.key), "dtype": f.dtype.name, "shape": list(f.shape), "offset": f.offset}
+                for f in self.fields
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, spec: Any, steps: Mapping[Key, tuple[str, tuple[int, ...]]], where: Any) -> RecordLayout:
+        """The layout a manifest describes, checked against the build's per-step columns (``key ->
+        (dtype name, shape)``): every field names a column with its dtype and shape and lies inside the
+        record, without overlapping another. Anything else is a :class:`CacheError`."""
+        try:
+            width = int(spec["width"])
+            ordinal = (int(spec["ordinal"]["offset"]), np.dtype(spec["ordinal"]["dtype"]))
+            fields = []
+            for entry in spec["fields"]:
+                key, dtype, shape = parse_key(entry["key"]), np.dtype(entry["dtype"]), tuple(entry["shape"])
+                nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+                fields.append(PackedField(key, dtype, shape, int(entry["offset"]), nbytes))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _damaged(where, f"layout.packed is malformed ({exc!r})") from exc
+        spans = sorted([(f.offset, f.offset + f.nbytes, key_to_str(f.key)) for f in fields] + [
+            (ordinal[0], ordinal[0] + ordinal[1].itemsize, "the episode ordinal")
+        ])  # fmt: skip
+        for f in fields:
+            if steps.get(f.key) != (f.dtype.name, f.shape):
+                raise _damaged(where, f"layout.packed names {key_to_str(f.key)!r} as {f.dtype.name} {list(f.shape)}, "
+                                      f"which is not a per-step column of the build")  # fmt: skip
+        if ordinal[1] not in (np.dtype(np.int32), np.dtype(np.int64)) or spans[0][0] < 0 or spans[-1][1] > width:
+            raise _damaged(where, f"layout.packed places a field outside its {width}-byte record")
+        for (_, end, name), (start, _, other) in itertools.pairwise(spans):
+            if start < end:
+                raise _damaged(where, f"layout.packed overlaps {name!r} and {other!r}")
+        return cls(tuple(fields), width, ordinal[0], ordinal[1])
+
+
+def _damaged(where: Any, problem: str) -> CacheError:
+    return CacheError(
+        f"{where}: {problem}. The build is damaged or was tampered with: `datasets-hub rm <id>` and load again"
+    )
+
+
 class PackedSteps:
-    """``[N, width]`` uint8 records holding ``fields`` and each row's episode ordinal.
+    """``[N, width]`` uint8 records (see :class:`RecordLayout`).
 
     ``gather(rows)`` returns ``(ordinal, [(key, tensor), ...])``: the episode ordinals of ``rows``
     (int64) and every packed leaf at ``rows``, contiguous, with its stored dtype and shape.
     """
 
-    def __init__(self, records: np.ndarray, fields: Sequence[PackedField], ordinal_offset: int, ordinal_dtype) -> None:
+    def __init__(self, records: np.ndarray, layout: RecordLayout) -> None:
         self.records = records
-        self.fields = list(fields)
-        self._ordinal = (ordinal_offset, np.dtype(ordinal_dtype))
+        self.layout = layout
 
     @property
     def keys(self) -> list[Key]:
-        return [f.key for f in self.fields]
+        return [f.key for f in self.layout.fields]
 
     @classmethod
     def from_columns(
         cls, columns: Sequence[tuple[Key, np.ndarray]], starts: np.ndarray, rows: int
     ) -> PackedSteps | None:
-        """Pack the small leaves of ``columns`` (``[rows, ...]`` arrays) with the episode ordinal each row
-        has given the episode ``starts``; ``None`` when nothing is small enough to pack."""
-        chosen = [(k, c) for k, c in columns if 0 < c.dtype.itemsize * int(np.prod(c.shape[1:])) <= MAX_FIELD_BYTES]
-        if not chosen:
+        """Pack the small leaves of ``columns`` (``[rows, ...]`` arrays) in memory (an older build opened
+        with ``in_memory=True``); ``None`` when nothing is small enough to pack."""
+        layout = RecordLayout.plan([(k, c.dtype, c.shape[1:]) for k, c in columns], len(starts))
+        if layout is None:
             return None
-        ordinal_dtype = np.dtype(np.int32 if len(starts) < 2**31 else np.int64)
-        # widest items first, so that every field starts at a multiple of its item size
-        chosen.sort(key=lambda kc: -kc[1].dtype.itemsize)
-        fields, offset = [], 0
-        for key, column in chosen:
-            nbytes = column.dtype.itemsize * int(np.prod(column.shape[1:]))
-            if offset % column.dtype.itemsize:
-                offset += column.dtype.itemsize - offset % column.dtype.itemsize
-            fields.append(PackedField(key, column.dtype, tuple(column.shape[1:]), offset, nbytes))
-            offset += nbytes
-        offset += -offset % ordinal_dtype.itemsize
-        ordinal_offset = offset
-        width = offset + ordinal_dtype.itemsize
-        width += -width % 8
-        check_fits(rows * width, f"packing the per-step leaves ({width} bytes per transition)")
-        records = np.zeros((rows, width), dtype=np.uint8)
-        for field, (_, column) in zip(fields, chosen, strict=True):
-            records[:, field.offset : field.offset + field.nbytes] = (
-                np.ascontiguousarray(column).view(np.uint8).reshape(rows, field.nbytes)
-            )
-        step = 1 << 22  # ordinals in blocks: no [rows] int64 temporary for a 100M-row build
+        check_fits(rows * layout.width, f"packing the per-step leaves ({layout.width} bytes per transition)")
+        records = np.empty((rows, layout.width), dtype=np.uint8)
+        by_key = dict(columns)
+        step = 1 << 20  # in blocks: no [rows] int64 temporaries for a 100M-row build
         for a in range(0, rows, step):
             b = min(rows, a + step)
-            ordinal = np.searchsorted(starts, np.arange(a, b), side="right") - 1
-            records[a:b, ordinal_offset : ordinal_offset + ordinal_dtype.itemsize] = (
-                ordinal.astype(ordinal_dtype).view(np.uint8).reshape(b - a, ordinal_dtype.itemsize)
-            )
-        return cls(records, fields, ordinal_offset, ordinal_dtype)
+            records[a:b] = layout.pack({f.key: by_key[f.key][a:b] for f in layout.fields}, starts, a)
+        return cls(records, layout)
 
     def gather(self, rows: np.ndarray) -> tuple[np.ndarray, list[tuple[Key, torch.Tensor]]]:
         block = self.records.take(rows, axis=0)  # the one random read
         b = rows.shape[0]
-        at, dtype = self._ordinal
-        ordinal = block[:, at : at + dtype.itemsize].view(dtype).reshape(b).astype(np.int64)
+        layout = self.layout
+        at, size = layout.ordinal_offset, layout.ordinal_dtype.itemsize
+        ordinal = block[:, at : at + size].view(layout.ordinal_dtype).reshape(b).astype(np.int64)
         out = []
-        for f in self.fields:
+        for f in layout.fields:
             part = np.ascontiguousarray(block[:, f.offset : f.offset + f.nbytes]).view(f.dtype)
             out.append((f.key, torch.from_numpy(part.reshape(b, *f.shape))))
         return ordinal, out

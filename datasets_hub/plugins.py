@@ -84,9 +84,8 @@ def _import_failure(name: str, ep: EntryPoint, exc: ImportError) -> str:
             f"{missing!r}, which is missing ({exc}). Fix: install the package that provides {missing!r} "
             f"(often `pip install {missing.split('.')[0]}`)"
         )
-    hint = (
-        f"pip install '{ep.dist.name}'" if getattr(ep, "dist", None) is not None else "reinstall the plugin's package"
-    )
+    dist = getattr(ep, "dist", None)
+    hint = f"pip install '{dist.name}'" if dist is not None else "reinstall the plugin's package"
     return f"the loader {name!r} ({ep.value}) cannot be imported: {exc}. Fix: {hint}"
 
 

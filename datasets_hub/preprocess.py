@@ -180,7 +180,7 @@ def preprocess(
         "chunks": chunks,
         "probe_chunks": probe_chunks,
     }
-    if fp is None:
+    if fp is None or source is None:  # (a fingerprint comes with a build or a result: both have a source)
         path = _compute_uncached(rb, fn, source, info, run)
         storage = PreprocessedStorage(path, _cleanup=path.parent)
     else:

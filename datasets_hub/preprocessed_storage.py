@@ -22,7 +22,7 @@ from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.build_checks import check_preprocessed
 from datasets_hub.build_format import open_leaf
 from datasets_hub.cache import mark_used, read_manifest
-from datasets_hub.errors import CacheError
+from datasets_hub.errors import CacheError, ReadOnlyError
 
 FORMAT = "datasets_hub.preprocessed"
 
@@ -43,14 +43,13 @@ class PreprocessedStorage(ReadOnlyStorage, TensorStorage):
     """
 
     read_only_what = "preprocessing result"
-    dumps = None  # a read-only result is not copied by ReplayBuffer.dumps: reload it by fingerprint
-    loads = None
 
     def __init__(self, path: str | Path, *, _cleanup: Path | None = None) -> None:
         self.path = Path(path)
-        self.manifest = read_manifest(self.path)
-        if self.manifest is None or self.manifest.get("format") != FORMAT:
+        manifest = read_manifest(self.path)
+        if manifest is None or manifest.get("format") != FORMAT:
             raise CacheError(f"{self.path} holds no complete preprocessing result (no manifest.json); preprocess again")
+        self.manifest: dict[str, Any] = manifest
         check_preprocessed(self.path, self.manifest)  # paths inside the result, sizes: before any mmap
         leaves = _open_schema(self.path, self.manifest, "c")
         n = int(self.manifest["counts"]["transitions"])
@@ -64,6 +63,18 @@ class PreprocessedStorage(ReadOnlyStorage, TensorStorage):
             mark_used(self.path)  # `cache ls` shows the last use
         # an uncached result lives in a temporary directory, removed with the storage that made it
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(_cleanup), True) if _cleanup else None
+
+    def dumps(self, path: str | Path) -> None:
+        """Refused: a result is never copied (``ReplayBuffer.dumps`` leaves read-only storages out); it
+        stays in the cache under its fingerprint, where ``preprocess`` with the same fn finds it again."""
+        raise CacheError(
+            f"a preprocessing result is not dumped: it stays in the cache at {self.path}, where preprocess() "
+            "with the same fn and parent finds it again (rb.dumps(path) saves the sampler and writer state without it)"
+        )
+
+    def loads(self, path: str | Path) -> None:
+        """Refused: a preprocessing result is read-only (:class:`~datasets_hub.errors.ReadOnlyError`)."""
+        raise ReadOnlyError(self.read_only_what)
 
     @property
     def fingerprint(self) -> str | None:

@@ -224,7 +224,7 @@ class _Converter:
             for key in data_keys:
                 ds = self.sources[key]
                 buf = np.empty((kept + stop - start, *ds.shape[1:]), dtype=_native(np.dtype(ds.dtype)))
-                if kept:
+                if carry is not None and kept:
                     buf[:kept] = carry[key]
                 ds.read_direct(buf, np.s_[start:stop], np.s_[kept:])
                 rows[key] = buf
@@ -235,7 +235,7 @@ class _Converter:
                 if self.has_timeouts
                 else np.zeros(stop - start, dtype=bool)
             )
-            cut = self._cut_max_steps(terminated) if self.max_steps else np.zeros_like(terminated)
+            cut = self._cut_max_steps(terminated, self.max_steps) if self.max_steps else np.zeros_like(terminated)
             self._count_ends(terminated, timeout, cut)
             new_flags = {
                 ("terminated",): terminated,
@@ -243,7 +243,7 @@ class _Converter:
                 ("end",): terminated | timeout | cut,
             }
             for key, value in new_flags.items():
-                rows[key] = value if not kept else np.concatenate([carry[key], value])
+                rows[key] = value if carry is None or not kept else np.concatenate([carry[key], value])
             ends = np.flatnonzero(rows[("end",)])
             if ends.size == 0:
                 carry = rows
@@ -260,13 +260,13 @@ class _Converter:
             yield from self._emit(carry)
         self._write_notes()
 
-    def _cut_max_steps(self, terminated: np.ndarray) -> np.ndarray:
+    def _cut_max_steps(self, terminated: np.ndarray, max_steps: int) -> np.ndarray:
         """Where ``max_episode_steps`` ends an episode in this block (files without timeouts)."""
         cut = np.zeros_like(terminated)
         terms = np.flatnonzero(terminated)
         pos, length = 0, len(terminated)
         while pos < length:
-            limit = pos + self.max_steps - self.steps_in_episode - 1  # last row allowed
+            limit = pos + max_steps - self.steps_in_episode - 1  # last row allowed
             i = np.searchsorted(terms, pos)
             if i < len(terms) and terms[i] <= limit:
                 pos, self.steps_in_episode = int(terms[i]) + 1, 0

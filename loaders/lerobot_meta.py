@@ -187,7 +187,7 @@ def _chunk(index: int, info: dict[str, Any]) -> int:
 
 
 def _episodes_v21(info: dict[str, Any], path: Path, where: str) -> list[Episode]:
-    video_path = info.get("video_path")
+    video_path = str(info.get("video_path") or "")  # needed (checked below) only with video features
     video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
     if video_keys and not video_path:
         raise LoaderError(f"{where}: info.json declares video features {video_keys} but no video_path")
@@ -219,7 +219,7 @@ def _episodes_v3(info: dict[str, Any], paths: list[Path], where: str) -> list[Ep
             f"{where}: no meta/episodes/chunk-*/file-*.parquet file; the v3.0 episode metadata is missing"
         )
     video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
-    video_path = info.get("video_path")
+    video_path = str(info.get("video_path") or "")  # needed (checked below) only with video features
     if video_keys and not video_path:
         raise LoaderError(f"{where}: info.json declares video features {video_keys} but no video_path")
     needed = [

@@ -97,6 +97,8 @@ def decode(task: DecodeTask) -> tuple[str, str, str | None] | None:
                 return "corrupt", f"{task.where}: {task.label} has no video stream", task.video
             stream = container.streams.video[0]
             base = stream.time_base
+            if base is None:
+                return "corrupt", f"{task.where}: {task.label} has a video stream without a time base", task.video
             if task.from_timestamp > 0:
                 container.seek(int(task.from_timestamp / base), stream=stream, backward=True, any_frame=False)
             last = float(sorted_q[-1]) + tol if n else -1.0

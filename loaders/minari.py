@@ -153,6 +153,10 @@ class MinariLoader(Loader):
         info_layout: dict[str, str] = {}
         pending: list[dict[tuple[str, ...], np.ndarray]] = []
         rows = 0
+        try:
+            ctx.expect(int(dataset.total_steps))  # Minari's own count over the episodes read: the bar's total
+        except (AttributeError, KeyError, TypeError, ValueError):
+            ctx.expect(None)  # an older store without the count: the bar says the total is unknown
         for episode in _read_episodes(storage, [int(i) for i in dataset.episode_indices], minari_id):
             try:
                 cols = episode_columns(episode, dataset.observation_space, dataset.action_space, dropped, info_layout)

@@ -159,7 +159,7 @@ class RLUAtariLoader(Loader):
                 f"{spec.id}: {game!r} is not one of RL Unplugged's 46 Atari games; use an id "
                 f"'rlu_atari/<Game>/<run>' such as 'rlu_atari/Pong/1'.{did_you_mean(str(game), GAMES)}"
             )
-        if isinstance(run, bool) or str(run) not in {str(r) for r in RUNS}:
+        if run is None or isinstance(run, bool) or str(run) not in {str(r) for r in RUNS}:
             raise InvalidParameter(f"{spec.id}: run must be 1..5 (five DQN runs per game), got {run!r}")
         return game, int(run)
 

@@ -68,7 +68,7 @@ def test_observations_are_stored_once_per_episode():
 def test_manifest_records_statistics_provenance_and_file_hashes():
     path = _build(_chunks(), seed=3)
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["format"] == "datasets_hub.ted" and manifest["version"] == 1
+    assert manifest["format"] == "datasets_hub.ted" and manifest["version"] == 2
     assert manifest["params"] == {"seed": 3}
     returns = [sum(range(5)), sum(range(5, 8)), sum(range(8, 12)), 12, sum(range(13, 19))]
     assert manifest["stats"]["episode_return"]["max"] == max(returns)

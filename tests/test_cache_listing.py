@@ -142,9 +142,15 @@ def test_stale_builds_name_the_version_that_changed(isolated_cache, monkeypatch)
     edit_manifest(old_format, version=0)
     reasons = {b.path: b.stale for b in cl.list_cache().builds}
     assert reasons[current] is None
-    assert "storage format 0" in reasons[old_storage]
-    assert "version 0" in reasons[old_format]
+    assert "made with storage format 0; this installation writes storage format 1" in reasons[old_storage]
+    assert "on-disk format version 0" in reasons[old_format]
     assert {p for p, _m, _why in cl.stale_builds()} == {old_storage, old_format}
+    newer = Path(dh.download(CARTPOLE, steps=303))
+    edit_manifest(newer, storage_format_version=99)  # a newer installation shares this cache
+    (entry,) = [b for b in cl.list_cache().builds if b.path == newer]
+    assert entry.stale is None and "storage format 99, newer than this installation's" in entry.newer
+    assert newer not in {p for p, _m, _why in cl.stale_builds()}
+    assert newer not in {i.path for i in mt.prune(dry_run=True)}  # never pruned
     # the gym loader converts differently now: every gym build is stale, and says why
     monkeypatch.setattr(type(get_loader("gym")), "format_version", get_loader("gym").format_version + 1)
     reasons = {b.path: b.stale for b in cl.list_cache().builds}

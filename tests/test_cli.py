@@ -157,7 +157,7 @@ def test_download_several_ids_and_force(run):
 def test_verify_passes_then_fails_on_a_flipped_byte(run):
     build = build_small(run)
     code, out, _ = run("verify", CARTPOLE, *SMALL)
-    assert code == 0 and "all 10 checked files match" in out
+    assert code == 0 and "all 11 checked files match" in out
     action = build / "data" / "steps" / "action.memmap"
     flip_byte(action, 17)
     code, out, _ = run("verify", CARTPOLE, *SMALL)

@@ -130,7 +130,10 @@ def test_cache_ls_shows_params_size_dates_last_use_variants_and_stale(run, isola
     rows = {line.split()[1]: line for line in out.splitlines() if line.startswith(f"  {CARTPOLE}")}
     used, stale = rows[rb.storage.path.name], rows[other.name]
     assert " steps=300 " in used and " steps=301 " in stale and "env=" not in used  # only what differs
-    assert used.rstrip().endswith("current") and "stale: converted by the 'gym' loader's format_version 0" in stale
+    assert (
+        used.rstrip().endswith("current")
+        and "stale: made with the 'gym' loader's format_version 0; this installation writes" in stale
+    )
     created = json.loads((rb.storage.path / "manifest.json").read_text())["created"]
     assert created[:16].replace("T", " ") in used
     assert used.split("  ")[-2].strip() != "-" and " -  " in stale  # last use: recorded vs never

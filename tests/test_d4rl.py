@@ -19,7 +19,7 @@ import torch
 
 from datasets_hub import catalogue
 from datasets_hub.errors import InvalidParameter, LoaderError
-from datasets_hub.loader import DatasetSpec, Resource
+from datasets_hub.loader import DatasetSpec, LoaderContext, Resource
 from datasets_hub.loaders.d4rl import D4RLLoader
 
 from fixtures.d4rl import ACT_DIM, EPISODES, QPOS_DIM, check_rows, convert, expected_rows, write_d4rl
@@ -317,3 +317,17 @@ def test_big_endian_and_float64_sources_convert_to_native(tmp_path):
     td = torch.cat(chunks)
     assert td["observation"].dtype == torch.float32 and td["next", "reward"].dtype == torch.float64
     check_rows([td.apply(lambda x: x.float() if x.dtype == torch.float64 else x)], expected_rows(EPISODES), len(td))
+
+
+def test_the_loader_tells_the_build_how_many_rows_it_will_read(tmp_path):
+    path = write_d4rl(tmp_path / "x.hdf5")
+    expected, read = [], []
+    spec = DatasetSpec(
+        id="d4rl/test-v0", loader="d4rl", resources=[Resource(name=path.name, urls=("file://" + str(path),))]
+    )
+    ctx = LoaderContext(chunk_rows=7, progress=read.append, expect=expected.append)
+    chunks = list(D4RLLoader().episodes(spec, {path.name: path}, ctx))
+    with h5py.File(path, "r") as f:
+        rows = int(f["rewards"].shape[0])
+    assert expected == [rows] and sum(read) == rows  # the total comes first, then every row once
+    assert sum(int(c.batch_size[0]) for c in chunks) <= rows

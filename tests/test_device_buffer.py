@@ -124,3 +124,11 @@ def test_load_with_preprocessing_moves_the_preprocessed_rows():
     assert isinstance(dev.storage, DeviceStorage) and len(dev) == len(host)
     a, b = host.sample(), dev.sample()
     assert torch.equal(a["index"], b["index"]) and torch.equal(a["feature"], b["feature"])
+
+
+def test_prefetching_keeps_the_device_batches_in_order():
+    kwargs = {"batch_size": 64, "sampler": SliceSampler(slice_len=8), "device": "cpu", **SMALL}
+    ahead = dh.load(ID, prefetch=3, generator=gen(0), **kwargs)
+    plain = dh.load(ID, generator=gen(0), **kwargs)
+    for _ in range(6):
+        assert torch.equal(ahead.sample()["index"], plain.sample()["index"])

@@ -41,7 +41,7 @@ def test_a_failed_write_keeps_the_old_file_and_removes_the_temporary(tmp_path):
     target = tmp_path / "m.json"
     target.write_text('{"kept": true}')
     with pytest.raises(TypeError):
-        write_text_atomic(target, 42)  # type: ignore[arg-type]
+        write_text_atomic(target, 42)  # type: ignore[arg-type]  # the wrong type is what is tested
     assert json.loads(target.read_text()) == {"kept": True}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
 

@@ -110,7 +110,7 @@ class _Imports(ast.NodeVisitor):
             self.edges.append(Edge(self.module, target, node.lineno, ".".join(self.stack)))
 
     def _scoped(self, node: ast.AST) -> None:
-        self.stack.append(node.name)  # type: ignore[attr-defined]
+        self.stack.append(node.name)  # type: ignore[attr-defined]  # only function and class nodes come here
         self.generic_visit(node)
         self.stack.pop()
 

@@ -385,6 +385,14 @@ def test_card_has_minari_metadata(minari_store):
     json.dumps(ctx.notes)  # the card is JSON
 
 
+def test_the_loader_tells_the_build_how_many_steps_it_will_read(minari_store):
+    expected, read = [], []
+    ctx = LoaderContext(chunk_rows=64, progress=read.append, expect=expected.append)
+    spec = DatasetSpec(id=f"minari/{_tid('cartpole', 'arrow')}", loader="minari")
+    chunks = list(MinariLoader().episodes(spec, {}, ctx))
+    assert expected == [300] and sum(read) == 300 == sum(int(c.batch_size[0]) for c in chunks)
+
+
 # -- ids, params, offline, catalogue ----------------------------------------------------------------
 def test_offline_missing_dataset_is_a_clear_error(minari_store, monkeypatch):
     monkeypatch.setenv("DATASETS_HUB_OFFLINE", "1")

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
+import datasets_hub as dh
 from datasets_hub import ram
-from datasets_hub.errors import InvalidParameter
-from datasets_hub.packed_steps import MAX_FIELD_BYTES, PackedSteps
+from datasets_hub.build_format import FORMAT_VERSION, MANIFEST, open_build, write_manifest_checksum
+from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.errors import CacheError, InvalidParameter
+from datasets_hub.packed_steps import MAX_FIELD_BYTES, RECORD_NAME, PackedSteps
 
 
 def _columns(n: int) -> list:
@@ -50,3 +57,75 @@ def test_records_that_do_not_fit_are_refused(monkeypatch):
     monkeypatch.setattr(ram, "available_memory", lambda: (ram.MIN_MARGIN, None))
     with pytest.raises(InvalidParameter, match="packing the per-step leaves"):
         PackedSteps.from_columns(_columns(100), np.array([0]), 100)
+
+
+# -- on disk: format version 2 writes the records, version 1 builds still open ---------------------
+ID = "gym/cartpole-random-v0"
+SMALL = {"steps": 600, "seed": 1}
+
+
+def _as_version_1(build: Path, to: Path) -> Path:
+    """The build as the writer before format version 2 left it: no records, no layout.packed, version 1."""
+    shutil.copytree(build, to)
+    manifest = json.loads((to / MANIFEST).read_text())
+    (to / "data" / (RECORD_NAME + ".memmap")).unlink()
+    del manifest["schema"][RECORD_NAME], manifest["layout"]["packed"]
+    manifest["version"] = 1
+    (to / MANIFEST).write_text(json.dumps(manifest))
+    write_manifest_checksum(to)
+    return to
+
+
+def _samples(storage, sampler, seed=5, n=4):
+    rb = dh.TensorDictReplayBuffer(
+        storage=storage, sampler=sampler, batch_size=32, generator=torch.Generator().manual_seed(seed)
+    )
+    return [rb.sample() for _ in range(n)]
+
+
+def _same(a, b):
+    for x, y in zip(a, b, strict=True):
+        assert set(x.keys(True, True)) == set(y.keys(True, True))
+        for key in x.keys(True, True):
+            assert torch.equal(x.get(key), y.get(key)), key
+
+
+def test_a_build_writes_the_records_and_old_builds_give_the_same_samples(tmp_path):
+    path = Path(dh.load(ID, **SMALL).storage.path)
+    manifest = json.loads((path / MANIFEST).read_text())
+    assert manifest["version"] == FORMAT_VERSION == 2 and manifest["layout"]["packed"]["name"] == RECORD_NAME
+    opened = open_build(path)
+    assert opened.packed is not None and ("_packed",) not in opened.steps
+    assert {("action",), ("next", "reward"), ("next", "terminated")} <= set(opened.packed.keys)
+    old = _as_version_1(path, tmp_path / "v1")
+    assert open_build(old).packed is None
+    for sampler in (dh.RandomSampler, lambda: dh.SliceSampler(slice_len=8)):
+        new = _samples(DatasetStorage(path), sampler())
+        _same(new, _samples(DatasetStorage(old), sampler()))  # per-leaf gathers
+        _same(new, _samples(DatasetStorage(old, in_memory=True), sampler()))  # packed at open time
+        _same(new, _samples(DatasetStorage(path, in_memory=True), sampler()))  # the build's records, in RAM
+    rows = torch.arange(600)
+    _same([DatasetStorage(path).get(rows)], [DatasetStorage(old).get(rows)])
+    assert "_packed" not in DatasetStorage(path).get(rows[:3]).keys()
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda p: p["fields"][0].update(offset=p["width"]), "outside"),
+        (lambda p: p["fields"][1].update(offset=p["fields"][0]["offset"]), "overlaps"),
+        (lambda p: p["fields"][0].update(dtype="float64"), "not a per-step column"),
+        (lambda p: p.update(width=p["width"] + 8), "does not hold them"),
+        (lambda p: p.pop("ordinal"), "malformed"),
+    ],
+)
+def test_a_damaged_record_layout_is_refused(tmp_path, mutate, message):
+    path = Path(dh.load(ID, **SMALL).storage.path)
+    bad = tmp_path / "bad"
+    shutil.copytree(path, bad)
+    manifest = json.loads((bad / MANIFEST).read_text())
+    mutate(manifest["layout"]["packed"])
+    (bad / MANIFEST).write_text(json.dumps(manifest))
+    write_manifest_checksum(bad)
+    with pytest.raises(CacheError, match=message):
+        open_build(bad)

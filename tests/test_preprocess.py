@@ -21,7 +21,7 @@ from tensordict import TensorDict
 
 import datasets_hub as dh
 from datasets_hub import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
-from datasets_hub.errors import InvalidParameter, MissingDependency, PreprocessError
+from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency, PreprocessError, ReadOnlyError
 from datasets_hub.files import human_bytes
 from datasets_hub.fingerprint import UncachedPreprocessWarning
 from datasets_hub.preprocess_chunks import probe_calls
@@ -417,6 +417,16 @@ def test_storage_pickles_by_path():
     clone = pickle.loads(pickle.dumps(out.storage))
     assert clone.path == out.storage.path and len(clone) == N
     torch.testing.assert_close(clone.get(torch.arange(5))["feature"], out.storage.get(torch.arange(5))["feature"])
+
+
+def test_a_result_refuses_dumps_and_loads_with_an_explanation(tmp_path):
+    out = fake_rb().preprocess(obs_feature, num_workers=0)
+    with pytest.raises(CacheError, match="not dumped: it stays in the cache"):
+        out.storage.dumps(tmp_path / "copy")
+    with pytest.raises(ReadOnlyError, match="preprocessing result is read-only"):
+        out.storage.loads(tmp_path / "copy")
+    out.dumps(tmp_path / "buffer")  # the buffer's dump leaves the result out and keeps the rest
+    assert (tmp_path / "buffer" / "sampler.pt").exists() and not (tmp_path / "buffer" / "storage").exists()
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -54,12 +54,11 @@ class LazyMemmapStorage(TensorStorage):
         super().__init__(None, max_size, ndim=ndim, device=device, compilable=compilable)
         self._existsok = existsok
         temp = scratch_dir is None
-        if temp:
-            scratch_dir = tempfile.mkdtemp(prefix="datasets_hub_memmap_")
+        directory = tempfile.mkdtemp(prefix="datasets_hub_memmap_") if scratch_dir is None else scratch_dir
         self.auto_cleanup = temp if auto_cleanup is None else bool(auto_cleanup)
         # auto_cleanup: the creating process removes the files when the storage is collected or at exit
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(scratch_dir), True) if self.auto_cleanup else None
-        self.scratch_dir = Path(scratch_dir)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(directory), True) if self.auto_cleanup else None
+        self.scratch_dir = Path(directory)
         if shared_init:  # the first process to write allocates the files, the others adopt them
             self.share()
 

@@ -46,6 +46,10 @@ class Storage:
       ``len(rows)``), reading no other leaf where the storage can (samplers that need a few keys at
       extra rows, e.g. sequence windows and goals, use it); ``KeyError`` if absent. ``episodes``, when
       given, holds each row's episode ordinal in ``episode_index()`` (a hint a storage may use).
+    - ``gather_states(key, rows, after)``: the states of an observation-like ``key`` at ``rows`` (a
+      numpy int64 array), the state right after the row (``("next", key)``) where the bool array
+      ``after`` is True: an episode's final state is the one after its last row. One read where the
+      storage keeps observations once per episode (hub builds), two ``gather_key`` reads elsewhere.
     """
 
     max_size: int
@@ -161,6 +165,27 @@ class Storage:
             raise KeyError(key)
         return value
 
+    def gather_states(
+        self,
+        key: tuple[str, ...],
+        rows: np.ndarray,
+        after: np.ndarray | None = None,
+        *,
+        episodes: np.ndarray | None = None,
+    ) -> torch.Tensor:
+        """``key`` at ``rows``, and ``("next", *key)`` at the rows where ``after`` is True (see the class
+        docstring); ``episodes`` is the same hint as for :meth:`gather_key`."""
+        if after is not None and after.all():  # every state is a next value: one read
+            return self.gather_key(("next", *key), torch.from_numpy(rows), episodes=episodes)
+        value = self.gather_key(_flat_key(key), torch.from_numpy(rows), episodes=episodes)
+        if after is not None and after.any():
+            where = np.flatnonzero(after)
+            hint = episodes[where] if episodes is not None else None
+            last = self.gather_key(("next", *key), torch.from_numpy(rows[where]), episodes=hint)
+            value = value.clone()  # a view into the storage must not be written
+            value[torch.from_numpy(where)] = last
+        return value
+
     def empty(self) -> None:
         raise NotImplementedError
 
@@ -172,6 +197,10 @@ class Storage:
 
     def _bump_version(self) -> None:
         self.write_version += 1
+
+
+def _flat_key(key: tuple[str, ...]) -> Any:
+    return key[0] if len(key) == 1 else key
 
 
 def attach_extras(data: Any, extras: dict[Any, torch.Tensor] | None) -> Any:

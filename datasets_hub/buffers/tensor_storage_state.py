@@ -86,14 +86,20 @@ class TensorStorageState:
             "write_version": self.write_version,
         }
 
-    def _restore(self, info: dict[str, Any], td: TensorDictBase) -> None:
-        """Allocate from a saved schema and copy ``td`` (the first ``len`` rows) in."""
+    def _restore(self, info: dict[str, Any], td: TensorDictBase | None) -> None:
+        """Allocate from a saved schema and copy ``td`` (the first ``len`` rows) in; ``td`` is
+        ``None`` only for a storage saved before its first write."""
         if info["len"] > self.max_size and int(info.get("ndim", 1)) == 1:
             raise ValueError(f"the saved storage holds {info['len']} items; this one only {self.max_size}")
         kind = info["kind"]
         if kind is None:
             self.empty()
             return
+        if td is None:
+            raise ValueError(
+                f"the saved state describes {kind!r} data but holds none: it was saved without its data "
+                "(checkpoint_state(with_data=False)); restore a checkpoint saved with its data"
+            )
         keys = [tuple(k) for k in info["keys"]]
         leaves = leaves_of(td, keys)
         meta = self._class_for(kind, info)

@@ -61,8 +61,6 @@ class TensorStorage(TensorStorageState, SharedCounters, Storage):
         _check_device(device)
         if not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1:
             raise ValueError(f"ndim must be an int >= 1 (dims counted in the capacity), got {ndim!r}")
-        if storage is None and max_size is None:
-            raise ValueError("TensorStorage needs data to wrap (or use LazyTensorStorage(max_size))")
         self.ndim = ndim
         self._compilable = bool(compilable)
         self._env: tuple[int, ...] = ()  # dims 1..ndim-1, known from the first write
@@ -89,6 +87,8 @@ class TensorStorage(TensorStorageState, SharedCounters, Storage):
             if max_size is not None and int(max_size) != n:
                 raise ValueError(f"max_size={max_size} but the data holds {n} items along its first {ndim} dim(s)")
             max_size = n
+        elif max_size is None:
+            raise ValueError("TensorStorage needs data to wrap (or use LazyTensorStorage(max_size))")
         super().__init__(max_size)
         if storage is not None:
             self._attach(kind, keys, leaves, meta, row_batch)

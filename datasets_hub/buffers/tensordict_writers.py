@@ -107,7 +107,7 @@ class TensorDictMaxValueWriter(Writer):
         return int(self.extend(data.unsqueeze(0))[0])
 
     def extend(self, data: Any) -> torch.Tensor:
-        storage = self._storage
+        storage = self.storage
         if not isinstance(data, TensorDictBase) or data.batch_dims == 0:
             raise TypeError("TensorDictMaxValueWriter.extend needs a TensorDict with a leading batch dim")
         k = int(data.batch_size[0])
@@ -140,7 +140,8 @@ class TensorDictMaxValueWriter(Writer):
     def get_insert_index(self, data: Any) -> int | None:
         """The row ``add(data)`` would write to, or ``None`` if it would be dropped (TorchRL's method)."""
         rank = float(self._ranks(data.unsqueeze(0) if data.batch_dims == 0 else data, 1)[0])
-        n, cap = len(self._storage), self._storage.max_size
+        storage = self.storage
+        n, cap = len(storage), storage.max_size
         if n < cap:
             return n
         low, row = torch.min(self._values[:n], 0)

@@ -32,6 +32,17 @@ class Writer:
     def register_storage(self, storage: Storage) -> None:
         self._storage = storage
 
+    @property
+    def storage(self) -> Storage:
+        """The storage this writer writes to; ``RuntimeError`` before ``register_storage``."""
+        storage = self._storage
+        if storage is None:
+            raise RuntimeError(
+                f"{type(self).__name__} has no storage yet: a replay buffer registers its storage with its "
+                "writer (or call writer.register_storage(storage) before writing)"
+            )
+        return storage
+
     def add(self, data: Any) -> int:
         raise NotImplementedError
 
@@ -43,7 +54,7 @@ class Writer:
         return 0
 
     def indices_in_order(self) -> torch.Tensor:
-        return torch.arange(len(self._storage))
+        return torch.arange(len(self.storage))
 
     def empty(self) -> None:
         return None
@@ -87,7 +98,7 @@ class RoundRobinWriter(SharedCounters, Writer):
         return int(self._counts[1])
 
     def add(self, data: Any) -> int:
-        storage = self._storage
+        storage = self.storage
         index = int(self._counts[0])
         cap = storage.max_size_along_dim0(data, batched=False)
         storage.set(index, self._prepare(data, index))
@@ -96,7 +107,7 @@ class RoundRobinWriter(SharedCounters, Writer):
         return index
 
     def extend(self, data: Any) -> torch.Tensor:
-        storage = self._storage
+        storage = self.storage
         n = storage.num_items(data)
         cap = storage.max_size_along_dim0(data)
         skipped = 0
@@ -118,8 +129,9 @@ class RoundRobinWriter(SharedCounters, Writer):
         return data
 
     def indices_in_order(self) -> torch.Tensor:
-        n = self._storage.len_along_dim0()
-        if n < self._storage.max_size_along_dim0() or self.write_count <= n:
+        storage = self.storage
+        n = storage.len_along_dim0()
+        if n < storage.max_size_along_dim0() or self.write_count <= n:
             return torch.arange(n)
         return (torch.arange(n) + self.cursor) % n
 

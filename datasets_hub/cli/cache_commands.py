@@ -81,7 +81,7 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
                 human_bytes(b.bytes),
                 _when(b.created),
                 _when(b.last_used),
-                f"stale: {b.stale}" if b.stale else "current",
+                f"stale: {b.stale}" if b.stale else (f"newer: {b.newer}" if b.newer else "current"),
             )
             for b in listing.builds
         ]

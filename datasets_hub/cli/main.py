@@ -22,7 +22,7 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from datasets_hub import __version__
 from datasets_hub.cli import cache_commands, catalogue_commands, dataset_commands, publish_commands
@@ -40,7 +40,7 @@ def _is_usage_error(exc: BaseException) -> bool:
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage block) and did-you-mean for unknown commands."""
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if match:
             choices = re.findall(r"'([^']*)'", match.group(2))

@@ -86,7 +86,7 @@ def dumps_by_reference(obj: Any) -> bytes:
     """
     base = _pickler_class()
 
-    class _ByReference(base):  # type: ignore[misc, valid-type]
+    class _ByReference(base):  # type: ignore[misc, valid-type]  # base is chosen at run time (cloudpickle or pickle)
         def persistent_id(self, item: Any) -> Any:
             # exactly a DatasetStorage: a subclass (a partially resident remote copy) has state of its
             # own and pickles itself by reference (its __reduce__); a plain reopen would serve its holes
@@ -120,6 +120,8 @@ class _LazyBuffer:
 
     def get(self) -> Any:
         if self._buffer is None:
+            if self._blob is None:
+                raise RuntimeError("_LazyBuffer holds neither a buffer nor its pickled form")
             self._buffer = loads_by_reference(self._blob)
             self._blob = None
         return self._buffer
@@ -431,11 +433,26 @@ class SampledBatches(IterableDataset):
             base = int(torch.randint(0, 2**62, (), dtype=torch.int64))
         return stream_seed(base, self.rank, self.epoch), worker, workers
 
+    def base_seed(self, generator: torch.Generator | None = None) -> int:
+        """The base of a set of worker streams (``seed=``, else a draw from ``generator`` or torch's
+        global generator, as a DataLoader draws its base seed)."""
+        if self.seed is not None:
+            return self.seed
+        return int(torch.randint(0, 2**62, (), dtype=torch.int64, generator=generator))
+
+    def stream(self, base: int, worker: int, workers: int) -> Iterator[Any]:
+        """The batches of worker ``worker`` of ``workers`` sampling from base seed ``base`` (what a
+        DataLoader worker with that id yields; :class:`ThreadedBatches` runs these in threads)."""
+        start = stream_seed(self.seed, worker) if self.seed is not None else base + worker
+        return self._batches(stream_seed(start, self.rank, self.epoch), worker, workers)
+
     def _private_buffer(self, seed: int) -> Any:
         return _private_copy(self.buffer, seed)
 
     def __iter__(self) -> Iterator[Any]:
-        seed, worker, workers = self._stream()
+        return self._batches(*self._stream())
+
+    def _batches(self, seed: int, worker: int, workers: int) -> Iterator[Any]:
         buffer = self._private_buffer(seed)
         if self.num_batches is None:
             count = None
@@ -454,11 +471,42 @@ class SampledBatches(IterableDataset):
             raise TypeError("this SampledBatches is endless (num_batches=None); it has no len()")
         return self.num_batches
 
-    def dataloader(self, **kwargs: Any) -> torch.utils.data.DataLoader:
-        """``DataLoader(self, batch_size=None, collate_fn=tensordict_collate, **kwargs)``."""
+    def dataloader(self, num_workers: int = 0, *, workers: str = "auto", **kwargs: Any) -> Any:
+        """An iterable of batches with ``num_workers`` parallel samplers.
+
+        ``workers="processes"``: ``DataLoader(self, batch_size=None, collate_fn=tensordict_collate,
+        num_workers=num_workers, **kwargs)``. ``workers="threads"``: :class:`ThreadedBatches`, the
+        samplers run in threads of this process and no batch crosses processes (``kwargs``:
+        ``prefetch_factor``, ``pin_memory``, ``generator`` for the base seed, as a DataLoader's; other
+        DataLoader options are refused). ``"auto"`` (default) takes threads for a read-only
+        storage (a hub build, a preprocessing result: every sample is a gather that releases the
+        GIL) unless a process-only option is passed (``multiprocessing_context``, ...), processes
+        otherwise. With ``num_workers=0`` both sample in the calling thread."""
+        if workers not in ("auto", "threads", "processes"):
+            raise InvalidParameter(f"workers must be 'auto', 'threads' or 'processes', got {workers!r}")
+        storage = getattr(self.buffer, "storage", None)
+        allowed = {"prefetch_factor", "pin_memory", "generator"}
+        extra = sorted(set(kwargs) - allowed)
+        if workers == "auto":  # process-only options (multiprocessing_context, ...) ask for processes
+            workers = "threads" if getattr(storage, "read_only", False) and not extra else "processes"
+        if workers == "threads" and num_workers > 0:
+            from datasets_hub.interop.threaded_batches import ThreadedBatches
+
+            if extra:
+                raise InvalidParameter(
+                    f"thread workers take only {sorted(allowed)} (got {extra}); pass workers='processes' "
+                    "for a torch DataLoader with those options"
+                )
+            return ThreadedBatches(
+                self,
+                num_workers,
+                prefetch_factor=kwargs.get("prefetch_factor") or 2,
+                pin_memory=kwargs.get("pin_memory", False),
+                generator=kwargs.get("generator"),
+            )
         kwargs.setdefault("collate_fn", tensordict_collate)
         kwargs.setdefault("batch_size", None)
-        return torch.utils.data.DataLoader(self, **kwargs)
+        return torch.utils.data.DataLoader(self, num_workers=num_workers, **kwargs)
 
 
 def _private_copy(buffer: Any, seed: int) -> Any:

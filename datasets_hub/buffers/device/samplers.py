@@ -159,6 +159,8 @@ class DevicePrioritizedSampler(DeviceSampler):
     (``torch._assert_async``; on CUDA the error surfaces at the next synchronising call).
     """
 
+    device: torch.device  # the trees' device, fixed by the constructor
+
     def __init__(
         self,
         max_capacity: int,

@@ -133,6 +133,7 @@ class DeviceStorage(ReadOnlyStorage):
         self._derive = bool(derive_ted)
         self._done: torch.Tensor | None = None
         self._flags: dict[Key, torch.Tensor | None] = {}
+        self._zero_one = torch.arange(2, device=dev).unsqueeze(1)
         super().__init__(n)
 
     # -- construction from another storage --------------------------------------------------------
@@ -224,7 +225,7 @@ class DeviceStorage(ReadOnlyStorage):
         if self._frames:
             assert episode is not None
             frame_rows = rows + episode
-            both = torch.cat([frame_rows, frame_rows + 1])  # one read serves t and t+1
+            both = (frame_rows.unsqueeze(0) + self._zero_one).reshape(-1)  # rows of t, then t+1: one read
             for key, column in self._frames.items():
                 gathered = torch.index_select(column, 0, both)
                 _put(root, key, gathered[:b])

@@ -107,40 +107,48 @@ class GoalMix:
     def draw(
         self,
         eps: EpisodeRows,
-        rows: np.ndarray,
         episode: np.ndarray,
         step: np.ndarray,
+        length: np.ndarray,
+        u: np.ndarray,
         generator: torch.Generator | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(goal_episode, goal_time, kind)`` for anchors at ``step`` of ``episode``."""
-        b = rows.size
-        length = eps.length[episode]
-        u = torch.rand((2, b), dtype=torch.float64, generator=generator).numpy()
-        kind = np.where(u[0] < self.p_current, CURRENT, np.where(u[0] < self.p_current + self.p_future, FUTURE, RANDOM))
-        left = length - step  # >= 1: the final state is time L
-        if self.future == "geometric":
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """``(goal_time, kind, random, other_episode)`` for anchors at ``step`` of ``episode`` (of
+        ``length`` transitions), from the uniforms ``u`` (``[2, B]``: kind, offset); ``random`` marks
+        the rows whose goal is the random state ``other_episode`` / ``goal_time`` (``None``: no row)."""
+        b = step.size
+        if self.p_future == 1.0:
+            kind = np.ones(b, dtype=np.int64)
+        else:
+            kind = (u[0] >= self.p_current).astype(np.int64)  # 0 current, 1 future, 2 random
+            kind += u[0] >= self.p_current + self.p_future
+        if self.p_future == 0.0:
+            time = step.copy()
+        elif self.future == "geometric":
+            left = length - step  # >= 1: the final state is time L
             if self.gamma == 0.0:
-                d = np.ones(b, dtype=np.int64)
-            else:  # inverse CDF: P(floor(log(1-U) / log(gamma)) >= k) = gamma^k
-                with np.errstate(divide="ignore"):
-                    d = 1 + np.floor(np.log1p(-u[1]) / math.log(self.gamma))
-                d = np.minimum(d, left).astype(np.int64)
-            time = step + d
+                time = step + 1
+            else:  # inverse CDF: P(floor(log(1-U) / log(gamma)) >= k) = gamma^k; U < 1, so it is finite
+                d = np.floor(np.log1p(-u[1]) / math.log(self.gamma)).astype(np.int64)
+                time = step + np.minimum(d + 1, left)
         elif self.future == "uniform":
-            time = step + 1 + np.minimum(np.floor(u[1] * left).astype(np.int64), left - 1)
+            left = length - step
+            time = step + 1 + np.minimum((u[1] * left).astype(np.int64), left - 1)
         elif self.future == "final":
             time = length.copy()
         else:  # episode: any state 0..L
-            time = np.minimum(np.floor(u[1] * (length + 1)).astype(np.int64), length)
-        time = np.where(kind == CURRENT, step, time)
-        goal_episode = episode.copy()
+            time = np.minimum((u[1] * (length + 1)).astype(np.int64), length)
+        if self.p_current > 0.0 and self.p_future > 0.0:
+            np.copyto(time, step, where=kind == CURRENT)
+        if self.p_random == 0.0:
+            return time, kind, None, None
         random = kind == RANDOM
-        if random.any():
-            other = eps.draw(b, generator)  # drawn for every row: the stream does not depend on the kinds
-            other_episode = eps.locate(other)
-            goal_episode = np.where(random, other_episode, goal_episode)
-            time = np.where(random, other - eps.start[other_episode], time)
-        return goal_episode, time.astype(np.int64), kind
+        if not random.any():
+            return time, kind, None, None
+        other = eps.draw(b, generator)  # drawn for every row: the stream does not depend on the kinds
+        other_episode = eps.locate(other)
+        np.copyto(time, other - eps.start[other_episode], where=random)
+        return time, kind, random, other_episode
 
 
 class GoalSampler(AnchorSampler):
@@ -210,87 +218,99 @@ class GoalSampler(AnchorSampler):
             raise ValueError(f"HER strategy must be one of {sorted(laws)}, got {strategy!r}")
         return cls(**{**laws[strategy], **kwargs})
 
-    # -- gathers ------------------------------------------------------------------------------------
-    def _states(self, storage: Storage, episode: np.ndarray, time: np.ndarray) -> dict[NestedKey, torch.Tensor]:
-        """The states at ``time`` of ``episode`` for each goal key: rows ``start + time``, and the
-        final state (``time == L``) from ``("next", key)`` of the last row."""
+    # -- sampling ------------------------------------------------------------------------------------
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
+        index, rows, episode, info = self.anchors(storage, batch_size)
         eps = self.episodes
-        length = eps.length[episode]
-        final = time >= length
-        rows = eps.start[episode] + np.minimum(time, length - 1)
+        b = rows.size
+        start, length = eps.start[episode], eps.length[episode]
+        step = rows - start
+        mixes = [("goal", self.value)] + ([("actor_goal", self.actor)] if self.actor is not None else [])
+        # every state the batch needs, as (row, after, episode): one read per goal key serves them all
+        parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+        distances = []
+        for name, mix in mixes:
+            time, kind, random, other_episode = mix.draw(
+                eps,
+                episode,
+                step,
+                length,
+                torch.rand((2, b), dtype=torch.float64, generator=self.generator).numpy(),
+                self.generator,
+            )
+            if random is None or other_episode is None:
+                goal_episode, in_episode = episode, np.ones(b, dtype=bool)
+                after = time >= length  # the final state: after the episode's last row
+                parts.append((start + time - after, after, episode))
+            else:
+                goal_episode = np.where(random, other_episode, episode)
+                in_episode = goal_episode == episode
+                after = (time >= length) & ~random  # a random goal is a row's own state
+                parts.append((eps.start[goal_episode] + time - after, after, goal_episode))
+            distance = np.where(in_episode, time - step, -1) if random is not None else time - step
+            distances.append(distance)
+            info[(name, "distance")] = torch.from_numpy(distance)
+            info[(name, "in_episode")] = torch.from_numpy(in_episode)
+            info[(name, "kind")] = torch.from_numpy(kind)
+        if self.subgoal_steps is not None:
+            ahead = np.minimum(self.subgoal_steps, length - step)
+            after = step + ahead >= length
+            parts.append((rows + ahead - after, after, episode))
+            info[("subgoal", "distance")] = torch.from_numpy(ahead)
+        if self.success_fn is not None:  # the row's own state (or its next one), read with the goals
+            parts.append((rows, np.full(b, self.success_on == "next"), episode))
+        states = self._states(storage, parts)
+        names = [name for name, _ in mixes] + (["subgoal"] if self.subgoal_steps is not None else [])
+        for key, value in states.items():
+            for j, name in enumerate(names):
+                info[(name, *key)] = value[j * b : (j + 1) * b]
+        if self.success_fn is None:
+            hit = distances[0] == 0
+        else:
+            own = {key: value[len(names) * b :] for key, value in states.items()}
+            goals = {key: value[:b] for key, value in states.items()}
+            hit = self._success(own, goals, b).numpy()
+        reward = hit.astype(np.float32)
+        if self.negative_reward:
+            reward -= 1.0
+        info[("goal", "success")] = torch.from_numpy(hit.reshape(b, 1))
+        info[("goal", "reward")] = torch.from_numpy(reward.reshape(b, 1))
+        return index, info
+
+    def _states(
+        self, storage: Storage, parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]
+    ) -> dict[tuple[str, ...], torch.Tensor]:
+        """The goal keys' states at every requested (row, after) of ``parts``, concatenated in order."""
+        rows = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+        afters = [p[1] if p[1] is not None else np.zeros(p[0].size, dtype=bool) for p in parts]
+        after = np.concatenate(afters) if len(afters) > 1 else afters[0]
+        hint = self.episodes.hint(np.concatenate([p[2] for p in parts]) if len(parts) > 1 else parts[0][2])
         out = {}
         for key in self.goal_keys:
             try:
-                value = storage.gather_key(_flat(key), torch.from_numpy(rows), **eps.hint(episode))
-                if final.any():
-                    where = np.flatnonzero(final)
-                    last = storage.gather_key(("next", *key), torch.from_numpy(rows[where]), **eps.hint(episode[where]))
-                    value = value.clone() if not value.is_contiguous() else value
-                    value[torch.from_numpy(where)] = last
+                out[key] = storage.gather_states(key, rows, after, **hint)
             except KeyError:
                 raise KeyError(
                     f"goal key {'/'.join(key)!r} (and its ('next', ...) value for final states) must be stored: "
                     "pass goal_keys=[...] naming the observation keys goals are made of"
                 ) from None
-            out[key] = value
         return out
 
-    def _goal(
-        self,
-        storage: Storage,
-        name: str,
-        mix: GoalMix,
-        rows: np.ndarray,
-        episode: np.ndarray,
-        step: np.ndarray,
-        info: dict[NestedKey, Any],
-    ) -> tuple[np.ndarray, dict]:
-        goal_episode, time, kind = mix.draw(self.episodes, rows, episode, step, self.generator)
-        in_episode = goal_episode == episode
-        distance = np.where(in_episode, time - step, -1)
-        states = self._states(storage, goal_episode, time)
-        for key, value in states.items():
-            info[(name, *key)] = value
-        info[(name, "distance")] = torch.from_numpy(distance.astype(np.int64))
-        info[(name, "in_episode")] = torch.from_numpy(in_episode)
-        info[(name, "kind")] = torch.from_numpy(kind.astype(np.int64))
-        return distance, states
-
-    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
-        index, rows, episode, info = self.anchors(storage, batch_size)
-        eps = self.episodes
-        step = rows - eps.start[episode]
-        distance, goals = self._goal(storage, "goal", self.value, rows, episode, step, info)
-        if self.success_fn is None:
-            success = torch.from_numpy(distance == 0)
+    def _success(self, state: dict, goals: dict, b: int) -> torch.Tensor:
+        fn = self.success_fn
+        if fn is None:  # sample() calls this only with a success_fn
+            raise RuntimeError("GoalSampler._success needs a success_fn")
+        if len(self.goal_keys) == 1:
+            key = self.goal_keys[0]
+            result = fn(state[key], goals[key])
         else:
-            prefix = ("next",) if self.success_on == "next" else ()
-            hint = eps.hint(episode)
-            state = {k: storage.gather_key(_flat((*prefix, *k)), index, **hint) for k in self.goal_keys}
-            if len(self.goal_keys) == 1:
-                key = self.goal_keys[0]
-                result = self.success_fn(state[key], goals[key])
-            else:
-                result = self.success_fn(
-                    {_flat(k): v for k, v in state.items()}, {_flat(k): v for k, v in goals.items()}
-                )
-            success = torch.as_tensor(result)
-            if success.shape not in ((batch_size,), (batch_size, 1)):
-                raise ValueError(
-                    f"success_fn returned shape {tuple(success.shape)}; it must return one flag per row ({batch_size},)"
-                )
-            success = success.reshape(-1).to(torch.bool)
-        success = success.reshape(-1, 1)
-        info[("goal", "success")] = success
-        info[("goal", "reward")] = success.to(torch.float32) - (1.0 if self.negative_reward else 0.0)
-        if self.actor is not None:
-            self._goal(storage, "actor_goal", self.actor, rows, episode, step, info)
-        if self.subgoal_steps is not None:
-            time = np.minimum(step + self.subgoal_steps, eps.length[episode])
-            for key, value in self._states(storage, episode, time).items():
-                info[("subgoal", *key)] = value
-            info[("subgoal", "distance")] = torch.from_numpy(time - step)
-        return index, info
+            result = fn({_flat(k): v for k, v in state.items()}, {_flat(k): v for k, v in goals.items()})
+        success = torch.as_tensor(result)
+        if success.shape not in ((b,), (b, 1)):
+            raise ValueError(
+                f"success_fn returned shape {tuple(success.shape)}; it must return one flag per row ({b},)"
+            )
+        return success.reshape(-1).to(torch.bool)
 
     def __repr__(self) -> str:
         actor = f", actor=({self.actor})" if self.actor is not None else ""

@@ -128,15 +128,16 @@ class NStepReturnSampler(AnchorSampler):
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
         index, rows, episode, info = self.anchors(storage, batch_size)
         eps = self.episodes
-        end = eps.end[episode]
+        b = rows.size
+        left = eps.end[episode] - rows  # >= 1
         low, high = self.n_range
         if low == high:
-            n = np.full(rows.size, low, dtype=np.int64)
+            steps = np.minimum(left, low)
         else:
-            n = torch.randint(low, high + 1, (rows.size,), generator=self.generator).numpy()
-        steps = np.minimum(n, end - rows)
+            steps = np.minimum(left, torch.randint(low, high + 1, (b,), generator=self.generator).numpy())
+        inside = steps < left  # t + m is still in the episode: R_{t+m} is stored there
         later = rows + steps
-        inside = later < end
+        # one read of the column serves R_t and R_{t+m} (R_t again where t + m is the end: unused)
         both = np.concatenate([rows, np.where(inside, later, rows)])
         stored = self._read(
             storage,
@@ -145,27 +146,27 @@ class NStepReturnSampler(AnchorSampler):
             "store a reward-to-go column first, e.g. rb = rb.preprocess(ReturnToGo(gamma)) or "
             "load(id, preprocess=ReturnToGo(gamma)), or pass rtg_key=<its key>",
         )
-        column = stored.reshape(2, rows.size).to(torch.float64).numpy()
+        column = stored.numpy().reshape(2, b)
+        if column.dtype != np.float64:
+            column = column.astype(np.float64)
         r_now = column[0]
-        # numpy on a batch: fewer dispatches than torch; gamma^m from a table of powers
-        powers = self._powers(int(steps.max()) if steps.size else 1)
-        discount = powers[steps]
-        value = r_now - np.where(inside, discount * column[1], 0.0)
+        discount = self._powers(high)[steps]  # gamma^m from a table of powers
+        value = r_now - discount * np.where(inside, column[1], 0.0)
         mask = inside | ~self._ends_terminated(storage)[episode]
-        boot = later - 1
-        for key in self.obs_keys:
-            info[("n_step", *key)] = self._read(
-                storage,
-                ("next", *key),
-                boot,
-                "pass obs_keys=[...] naming the observation keys to bootstrap from",
-                **eps.hint(episode),
-            )
-        info[("n_step", "return")] = torch.from_numpy(value.reshape(-1, 1))
+        hint = eps.hint(episode)
+        for key in self.obs_keys:  # s_{t+m}: the state after row t + m - 1
+            try:
+                info[("n_step", *key)] = storage.gather_states(key, later - 1, np.ones(b, dtype=bool), **hint)
+            except KeyError:
+                raise KeyError(
+                    f"{'/'.join(('next', *key))!r} is not in the stored data: pass obs_keys=[...] naming the "
+                    "observation keys to bootstrap from"
+                ) from None
+        info[("n_step", "return")] = torch.from_numpy(value.reshape(b, 1))
         info[("n_step", "steps")] = torch.from_numpy(steps)
-        info[("n_step", "discount")] = torch.from_numpy(discount.reshape(-1, 1))
-        info[("n_step", "mask")] = torch.from_numpy(mask.reshape(-1, 1))
-        info[("n_step", "mc_return")] = torch.from_numpy(r_now.reshape(-1, 1).copy())
+        info[("n_step", "discount")] = torch.from_numpy(discount.reshape(b, 1))
+        info[("n_step", "mask")] = torch.from_numpy(mask.reshape(b, 1))
+        info[("n_step", "mc_return")] = torch.from_numpy(r_now.reshape(b, 1))  # this batch's own memory
         return index, info
 
     def __repr__(self) -> str:

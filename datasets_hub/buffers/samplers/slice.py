@@ -114,19 +114,25 @@ class SliceSampler(Sampler):
         self._shape(batch_size)
 
     def _shape(self, batch_size: int) -> tuple[int, int]:
-        if self.num_slices is not None:
-            if batch_size % self.num_slices:
+        num_slices, slice_len = self.num_slices, self.slice_len
+        if num_slices is not None:
+            if batch_size % num_slices:
                 raise ValueError(
-                    f"batch_size={batch_size} is not divisible by num_slices={self.num_slices}: use a "
-                    f"multiple of {self.num_slices} (e.g. {max(1, batch_size // self.num_slices) * self.num_slices})"
+                    f"batch_size={batch_size} is not divisible by num_slices={num_slices}: use a "
+                    f"multiple of {num_slices} (e.g. {max(1, batch_size // num_slices) * num_slices})"
                 )
-            return self.num_slices, batch_size // self.num_slices
-        if batch_size % self.slice_len:
+            return num_slices, batch_size // num_slices
+        if slice_len is None:
             raise ValueError(
-                f"batch_size={batch_size} is not divisible by slice_len={self.slice_len}: use a "
-                f"multiple of {self.slice_len} (e.g. {max(1, batch_size // self.slice_len) * self.slice_len})"
+                f"{type(self).__name__} has neither num_slices nor slice_len (both were set to None after "
+                "construction): set one of them"
             )
-        return batch_size // self.slice_len, self.slice_len
+        if batch_size % slice_len:
+            raise ValueError(
+                f"batch_size={batch_size} is not divisible by slice_len={slice_len}: use a "
+                f"multiple of {slice_len} (e.g. {max(1, batch_size // slice_len) * slice_len})"
+            )
+        return batch_size // slice_len, slice_len
 
     # -- episodes ----------------------------------------------------------------------------------
     def _read(self, storage: Storage, key: NestedKey) -> torch.Tensor:
@@ -222,16 +228,24 @@ class SliceSampler(Sampler):
         else:
             key = ("derived", id(storage), storage.write_version, len(storage), self._write_end)
         ref = self._storage_ref
-        if key != self._cache_key or ref is None or ref() is not storage or (index is None and not self.cache_values):
+        episodes = self._episodes
+        if (
+            episodes is None
+            or key != self._cache_key
+            or ref is None
+            or ref() is not storage
+            or (index is None and not self.cache_values)
+        ):
             if index is None:
                 index = self._derive(storage)
             else:
                 self._perm = None
-            self._episodes, self._layouts, self._cache_key = index, {}, key
+            episodes = index
+            self._episodes, self._layouts, self._cache_key = episodes, {}, key
             self._storage_ref = weakref.ref(storage) if _weakrefable(storage) else (lambda s=storage: s)
             self._done = self._done_key_seen = None
             self._on_new_episodes(storage)
-        return self._episodes
+        return episodes
 
     def _on_new_episodes(self, storage: Storage) -> None:
         """Hook for subclasses: the episode structure changed."""
@@ -263,7 +277,7 @@ class SliceSampler(Sampler):
     def _stored_done(self, storage: Storage) -> torch.Tensor | None:
         if self._done_key_seen != self._cache_key:
             try:
-                done = storage.read_key(self.done_key)
+                done = storage.read_key(self.done_key) if self.done_key is not None else None
             except (KeyError, NotImplementedError):
                 done = None
             if done is not None and (
@@ -447,7 +461,8 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._epoch_sig: tuple | None = None
         self._ran_out = False
 
-    def _new_epoch(self, storage: Storage, slice_len: int) -> None:
+    def _new_epoch(self, storage: Storage, slice_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cut the episodes into this epoch's slices: their start rows and lengths, in serving order."""
         episodes = self.episodes(storage)
         start, length = episodes.start, episodes.length
         k = length // slice_len
@@ -466,6 +481,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
             perm = torch.randperm(total, generator=self.generator)
             rows, lens = rows[perm], lens[perm]
         self._rows, self._lens = rows, lens
+        return rows, lens
 
     def _signature(self, storage: Storage, slice_len: int) -> tuple:
         return (storage.write_version, len(storage), self._write_end, slice_len)
@@ -475,16 +491,17 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
         sig = self._signature(storage, slice_len)
-        if self._rows is None or self._rows.numel() == 0 or sig != self._epoch_sig:
-            self._new_epoch(storage, slice_len)
+        todo, todo_lens = self._rows, self._lens
+        if todo is None or todo_lens is None or todo.numel() == 0 or sig != self._epoch_sig:
+            todo, todo_lens = self._new_epoch(storage, slice_len)
             self._epoch_sig = sig
-        if self.drop_last and self._rows.numel() < num_slices:
+        if self.drop_last and todo.numel() < num_slices:
             raise ValueError(
-                f"drop_last=True and an epoch holds only {self._rows.numel()} slices of {slice_len} rows, "
+                f"drop_last=True and an epoch holds only {todo.numel()} slices of {slice_len} rows, "
                 f"fewer than num_slices={num_slices}: lower the batch size or use drop_last=False"
             )
-        rows, self._rows = self._rows[:num_slices], self._rows[num_slices:]
-        lens, self._lens = self._lens[:num_slices], self._lens[num_slices:]
+        rows, self._rows = todo[:num_slices], todo[num_slices:]
+        lens, self._lens = todo_lens[:num_slices], todo_lens[num_slices:]
         left = self._rows.numel()
         self._ran_out = left == 0 or (self.drop_last and left < num_slices)
         if self._ran_out:
