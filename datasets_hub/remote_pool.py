@@ -31,7 +31,8 @@ Guarantees:
 - ``pool_episodes`` larger than the dataset's episode count is refused.
 
 Samplers must draw through the episode index: ``SliceSampler`` and its variants, ``WindowSampler``,
-``GoalSampler``, ``NStepReturnSampler``, ``FullStackSampler``, or :class:`PoolSampler` (uniform rows of
+``GoalSampler``, ``NStepReturnSampler`` (``FullStackSampler`` only on builds without history
+frames: Atari's have them), or :class:`PoolSampler` (uniform rows of
 the pool, the default). Samplers that draw row numbers over ``len(storage)`` (``RandomSampler``,
 ``SamplerWithoutReplacement``, ``PrioritizedSampler``) would read outside the pool and are refused.
 
