@@ -149,7 +149,14 @@ def open_leaf(
     except TypeError:  # no numpy twin: map an int of the same width and view it
         np_dtype = np.dtype(f"i{itemsize}")
     memmap_mode: Any = mode  # numpy's stubs want a Literal
-    tensor = torch.from_numpy(np.memmap(path, dtype=np_dtype, mode=memmap_mode, shape=(int(rows), *shape)))
+    try:
+        mapped = np.memmap(path, dtype=np_dtype, mode=memmap_mode, shape=(int(rows), *shape))
+    except FileNotFoundError as exc:  # present at the stat above: removed (renamed aside by `rm`) since
+        raise CacheError(
+            f"build file {path} disappeared while the build was opened: it was removed or replaced meanwhile; "
+            "load the dataset again"
+        ) from exc
+    tensor = torch.from_numpy(mapped)
     return tensor if tensor.dtype == dtype else tensor.view(dtype)
 
 

@@ -198,3 +198,24 @@ def test_misplaced_history_rows_are_rejected(flags, message):
     chunk = fake_episodes([5, 3], first_episode=0, first_row=0)
     with pytest.raises(TEDError, match=message):
         _build([_with_history(chunk, flags)])
+
+
+def test_a_leaf_removed_between_its_checks_and_its_mapping_is_a_cache_error(tmp_path, monkeypatch):
+    """`rm` renames a build aside while another process opens it: a file that passed the size check and
+    is gone when it is mapped is a CacheError saying to load again, never a bare FileNotFoundError."""
+    import numpy as np
+
+    from datasets_hub import build_format
+    from datasets_hub.errors import CacheError
+
+    leaf = tmp_path / "leaf.memmap"
+    np.arange(6, dtype=np.float32).tofile(leaf)
+    assert build_format.open_leaf(leaf, "float32", (2,), 3).tolist() == [[0, 1], [2, 3], [4, 5]]
+
+    def removed_meanwhile(path, *args, **kwargs):
+        path.unlink()
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+
+    monkeypatch.setattr(build_format.np, "memmap", removed_meanwhile)
+    with pytest.raises(CacheError, match="disappeared while the build was opened"):
+        build_format.open_leaf(leaf, "float32", (2,), 3)
