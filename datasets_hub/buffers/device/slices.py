@@ -22,6 +22,7 @@ from datasets_hub.buffers.device.samplers import DevicePrioritizedSampler, Devic
 from datasets_hub.buffers.device.storage import DeviceStorage
 from datasets_hub.buffers.device.trees import DeviceSegmentTree, device_min_tree, device_sum_tree
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.samplers.slice_layout import check_slice_shape
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.errors import InvalidParameter
 
@@ -107,14 +108,7 @@ class DeviceSliceSampler(DeviceSampler):
         cache_values: bool = True,
         truncated_key: NestedKey | None = ("next", "truncated"),
     ) -> None:
-        if (num_slices is None) == (slice_len is None):
-            raise ValueError(
-                "pass exactly one of num_slices (slices per batch) or slice_len (rows per slice), "
-                f"got num_slices={num_slices}, slice_len={slice_len}"
-            )
-        for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_slice_shape(num_slices, slice_len)
         self.num_slices, self.slice_len = num_slices, slice_len
         self.traj_key, self.end_key = traj_key, end_key
         self.strict_length, self.cache_values = bool(strict_length), bool(cache_values)

@@ -11,6 +11,19 @@ import torch
 from datasets_hub.buffers.episode_index import EpisodeIndex
 
 
+def check_slice_shape(num_slices: int | None, slice_len: int | None) -> None:
+    """Refuse a slice sampler's shape unless exactly one of ``num_slices`` (slices per batch) and
+    ``slice_len`` (rows per slice) is given, as a positive int (host and device slice samplers)."""
+    if (num_slices is None) == (slice_len is None):
+        raise ValueError(
+            "pass exactly one of num_slices (slices per batch) or slice_len (rows per slice), "
+            f"got num_slices={num_slices}, slice_len={slice_len}"
+        )
+    for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
 class SliceLayout:
     """Episodes of one storage version and, for one slice length, where the valid slice starts are.
 
