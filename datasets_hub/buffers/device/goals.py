@@ -20,6 +20,7 @@ import torch
 
 from datasets_hub.buffers.device.samplers import DeviceSampler
 from datasets_hub.buffers.device.storage import DeviceStorage
+from datasets_hub.buffers.samplers.base import WrapsSampler
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.errors import InvalidParameter
 
@@ -71,8 +72,10 @@ class _Episodes:
         return torch.searchsorted(self.start, rows, right=True) - 1
 
 
-class DeviceGoalSampler(DeviceSampler):
+class DeviceGoalSampler(DeviceSampler, WrapsSampler):
     """Goal-conditioned sampling on the device, with the host ``GoalSampler``'s settings and rules."""
+
+    sampler: DeviceSampler | None
 
     def __init__(
         self,
@@ -93,25 +96,6 @@ class DeviceGoalSampler(DeviceSampler):
         self._generator: torch.Generator | None = None
         self._storage: Any = None  # a weak reference: a copied sampler (fork) must not copy the data
         self._episodes: _Episodes | None = None
-
-    @property
-    def generator(self) -> torch.Generator | None:
-        return self._generator
-
-    @generator.setter
-    def generator(self, value: torch.Generator | None) -> None:
-        self._generator = value
-        if self.sampler is not None:
-            self.sampler.generator = value
-
-    @property
-    def ran_out(self) -> bool:
-        return self.sampler.ran_out if self.sampler is not None else False
-
-    @ran_out.setter
-    def ran_out(self, value: bool) -> None:
-        if self.sampler is not None:
-            self.sampler.ran_out = value
 
     def update_priority(self, index: Any, priority: Any) -> None:
         if self.sampler is None:

@@ -74,3 +74,32 @@ def as_index(index: Any) -> torch.Tensor:
     if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
         raise TypeError(f"row indices must be integers, got a {index.dtype} tensor; pass the 'index' a sample returned")
     return index.to(torch.int64)
+
+
+class WrapsSampler(Sampler):
+    """Base of samplers that may wrap an inner ``sampler`` for their anchor rows (``None``: they draw
+    their own): the buffer's ``generator`` reaches the inner sampler too, so one seed fixes every draw,
+    and ``ran_out`` is the inner sampler's (never, without one). Subclasses set ``self.sampler`` and
+    ``self._generator`` in ``__init__``."""
+
+    sampler: Sampler | None
+    _generator: torch.Generator | None
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        return self._generator
+
+    @generator.setter
+    def generator(self, value: torch.Generator | None) -> None:
+        self._generator = value
+        if self.sampler is not None:
+            self.sampler.generator = value
+
+    @property
+    def ran_out(self) -> bool:
+        return self.sampler.ran_out if self.sampler is not None else False
+
+    @ran_out.setter
+    def ran_out(self, value: bool) -> None:
+        if self.sampler is not None:
+            self.sampler.ran_out = value

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.samplers.base import Sampler
+from datasets_hub.buffers.samplers.base import Sampler, WrapsSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.storages import Storage
 
@@ -122,7 +122,7 @@ class EpisodeRows:
         return u - (self.cum[e] - self.length[e]) + self.start[e]
 
 
-class AnchorSampler(Sampler):
+class AnchorSampler(WrapsSampler):
     """Base of samplers that draw anchor rows and add what they need around them to the sample's info.
 
     Anchors come from ``sampler`` when given (its index and info are kept, so these samplers compose:
@@ -140,25 +140,6 @@ class AnchorSampler(Sampler):
         self.sampler = sampler
         self.episodes = EpisodeRows(traj_key=traj_key, end_key=end_key)
         self._generator: torch.Generator | None = None
-
-    @property
-    def generator(self) -> torch.Generator | None:
-        return self._generator
-
-    @generator.setter
-    def generator(self, value: torch.Generator | None) -> None:
-        self._generator = value
-        if self.sampler is not None:
-            self.sampler.generator = value
-
-    @property
-    def ran_out(self) -> bool:
-        return self.sampler.ran_out if self.sampler is not None else False
-
-    @ran_out.setter
-    def ran_out(self, value: bool) -> None:
-        if self.sampler is not None:
-            self.sampler.ran_out = value
 
     def add(self, index: int) -> None:
         self.episodes.add(index)
