@@ -32,7 +32,7 @@ from tensordict import TensorDictBase
 from datasets_hub.buffers.device.goals import DeviceGoalSampler
 from datasets_hub.buffers.device.samplers import DeviceRandomSampler
 from datasets_hub.buffers.device.slices import DeviceSliceSampler
-from datasets_hub.buffers.device.storage import device_tensordict
+from datasets_hub.buffers.device.storage import DeviceStorage, device_tensordict
 from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
 from datasets_hub.errors import InvalidParameter
 
@@ -85,6 +85,8 @@ def _leaves(
     data_key_of: dict[int, Any] = {}
     if isinstance(data, TensorDictBase):
         for key, value in data.items(include_nested=True, leaves_only=True):
+            if not isinstance(value, torch.Tensor):
+                raise InvalidParameter(f"cuda_graphs=True needs tensor leaves; {key!r} is a {type(value).__name__}")
             data_key_of[id(value)] = key
             out.append(("data", key, value))
     elif isinstance(data, torch.Tensor):
@@ -187,6 +189,14 @@ class SampleGraphs:
         return data, info, False
 
 
+def _storage_device(storage: Any) -> torch.device:
+    if not isinstance(storage, DeviceStorage):
+        raise InvalidParameter(
+            f"cuda_graphs=True samples a DeviceStorage (use to_device), not {type(storage).__name__}"
+        )
+    return storage.device
+
+
 class GraphedReplayBuffer(ReplayBuffer):
     """A device ``ReplayBuffer`` whose draws are replayed CUDA graphs (see :mod:`.graphs`)."""
 
@@ -195,7 +205,7 @@ class GraphedReplayBuffer(ReplayBuffer):
         reason = graphable(self.sampler)
         if reason is not None:
             raise InvalidParameter(reason)
-        self._graphs = SampleGraphs(self.storage.device)
+        self._graphs = SampleGraphs(_storage_device(self.storage))
 
     def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
         return self._graphs.sample(self, batch_size, super()._sample_now)
@@ -209,7 +219,7 @@ class GraphedTensorDictReplayBuffer(TensorDictReplayBuffer):
         reason = graphable(self.sampler)
         if reason is not None:
             raise InvalidParameter(reason)
-        self._graphs = SampleGraphs(self.storage.device)
+        self._graphs = SampleGraphs(_storage_device(self.storage))
 
     def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
         return self._graphs.sample(self, batch_size, super()._sample_now)
