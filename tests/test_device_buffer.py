@@ -152,3 +152,21 @@ def test_cuda_graphs_are_refused_off_cuda_and_for_stateful_samplers():
 def test_load_refuses_cuda_graphs_without_a_device(isolated_cache):
     with pytest.raises(InvalidParameter, match="pass device='cuda' with it"):
         dh.load(ID, cuda_graphs=True, **SMALL)
+
+
+@pytest.mark.parametrize("kind", [ReplayBuffer, TensorDictReplayBuffer])
+def test_sample_goes_through_the_hook_the_graphed_buffers_override(kind, monkeypatch):
+    """GraphedReplayBuffer/GraphedTensorDictReplayBuffer replay graphs in ``_sample_now``: every draw
+    (sample, iteration, prefetch) must reach it, or graphs would silently stop being used."""
+    calls = []
+    real = kind._sample_now
+
+    def counting(self, batch_size):
+        calls.append(batch_size)
+        return real(self, batch_size)
+
+    monkeypatch.setattr(kind, "_sample_now", counting)
+    rb = kind(storage=host_build(), sampler=SliceSampler(slice_len=8), batch_size=16)
+    rb.sample()
+    next(iter(rb))
+    assert calls == [16, 16]

@@ -28,6 +28,7 @@ from datasets_hub import (
     TensorDictReplayBuffer,
 )
 from datasets_hub.buffers.device import DeviceStorage, device_sampler, to_device
+from datasets_hub.buffers.device.samplers import reduce_repeated
 from datasets_hub.buffers.device.trees import device_max_tree, device_min_tree, device_sum_tree
 from datasets_hub.buffers.samplers.goal import GoalSampler
 from datasets_hub.buffers.samplers.prioritized import max_tree, min_tree, reduce_priorities, sum_tree
@@ -148,7 +149,8 @@ def test_cuda_trees_equal_the_host_trees_bit_for_bit(device_tree, host_tree):
             values = torch.rand(37, dtype=torch.float64, generator=g)
             uniq, vals = reduce_priorities(index, values, "max")
             h.set_(uniq, vals)
-            d.set_(uniq.to(CUDA), vals.to(CUDA))
+            # repeated indices carry equal values: CUDA's unordered duplicate writes must agree
+            d.set_(index.to(CUDA), reduce_repeated(index, values, "max").to(CUDA))
             assert torch.equal(d.tree.cpu(), h.tree)
     s_d, s_h = device_sum_tree(1000, CUDA), sum_tree(1000)
     leaves = torch.rand(1000, dtype=torch.float64, generator=g) * (torch.rand(1000, generator=g) > 0.3)

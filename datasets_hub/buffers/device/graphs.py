@@ -197,29 +197,26 @@ def _storage_device(storage: Any) -> torch.device:
     return storage.device
 
 
-class GraphedReplayBuffer(ReplayBuffer):
+class GraphedDraws:
+    """Mixin for a device replay buffer: its ``_sample_now`` (every draw: ``sample``, iteration,
+    prefetch) replays recorded CUDA graphs. Put it before the buffer class in the bases."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        buffer: Any = self
+        reason = graphable(buffer.sampler)
+        if reason is not None:
+            raise InvalidParameter(reason)
+        self._graphs = SampleGraphs(_storage_device(buffer.storage))
+
+    def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
+        eager = super()._sample_now  # type: ignore[misc]  # the buffer class's own draw, next in the MRO
+        return self._graphs.sample(self, batch_size, eager)
+
+
+class GraphedReplayBuffer(GraphedDraws, ReplayBuffer):
     """A device ``ReplayBuffer`` whose draws are replayed CUDA graphs (see :mod:`.graphs`)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        reason = graphable(self.sampler)
-        if reason is not None:
-            raise InvalidParameter(reason)
-        self._graphs = SampleGraphs(_storage_device(self.storage))
 
-    def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
-        return self._graphs.sample(self, batch_size, super()._sample_now)
-
-
-class GraphedTensorDictReplayBuffer(TensorDictReplayBuffer):
+class GraphedTensorDictReplayBuffer(GraphedDraws, TensorDictReplayBuffer):
     """A device ``TensorDictReplayBuffer`` whose draws are replayed CUDA graphs (see :mod:`.graphs`)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        reason = graphable(self.sampler)
-        if reason is not None:
-            raise InvalidParameter(reason)
-        self._graphs = SampleGraphs(_storage_device(self.storage))
-
-    def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
-        return self._graphs.sample(self, batch_size, super()._sample_now)
