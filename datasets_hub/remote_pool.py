@@ -52,7 +52,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.samplers import AnchorSampler, Sampler
@@ -293,12 +292,9 @@ class PoolStorage(ResidentStorage):
         return self._shown_members.tolist()
 
     # -- reads ------------------------------------------------------------------------------------
-    def get(self, index: Any) -> TensorDict:
-        if not isinstance(index, (int, np.integer)):
-            rows, _ = self._rows(index)
-            episode = np.searchsorted(self._start_np, rows, side="right") - 1
-            self.reads_outside_pool += int(np.count_nonzero(~self._in_pool[episode]))
-        return super().get(index)
+    def _reading(self, rows: np.ndarray) -> None:
+        episode = np.searchsorted(self._start_np, rows, side="right") - 1
+        self.reads_outside_pool += int(np.count_nonzero(~self._in_pool[episode]))
 
     def gather_key(self, key: str | tuple[str, ...], rows: Any, **kw: Any) -> Any:
         kw.pop("episodes", None)  # a sampler's episode ordinals are the pool's, not the build's: not a hint here
