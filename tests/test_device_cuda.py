@@ -28,9 +28,11 @@ from datasets_hub import (
     TensorDictReplayBuffer,
 )
 from datasets_hub.buffers.device import DeviceStorage, device_sampler, to_device
+from datasets_hub.buffers.device.samplers import reduce_repeated
 from datasets_hub.buffers.device.trees import device_max_tree, device_min_tree, device_sum_tree
 from datasets_hub.buffers.samplers.goal import GoalSampler
 from datasets_hub.buffers.samplers.prioritized import max_tree, min_tree, reduce_priorities, sum_tree
+from datasets_hub.errors import InvalidParameter
 
 from fixtures.device import LENGTHS, N, chi_square_ok, gen, host_build
 
@@ -147,7 +149,8 @@ def test_cuda_trees_equal_the_host_trees_bit_for_bit(device_tree, host_tree):
             values = torch.rand(37, dtype=torch.float64, generator=g)
             uniq, vals = reduce_priorities(index, values, "max")
             h.set_(uniq, vals)
-            d.set_(uniq.to(CUDA), vals.to(CUDA))
+            # repeated indices carry equal values: CUDA's unordered duplicate writes must agree
+            d.set_(index.to(CUDA), reduce_repeated(index, values, "max").to(CUDA))
             assert torch.equal(d.tree.cpu(), h.tree)
     s_d, s_h = device_sum_tree(1000, CUDA), sum_tree(1000)
     leaves = torch.rand(1000, dtype=torch.float64, generator=g) * (torch.rand(1000, generator=g) > 0.3)
@@ -209,6 +212,77 @@ def test_load_on_cuda_gives_batches_of_the_build(isolated_cache):
         "gym/cartpole-random-v0", device="cuda", steps=600, seed=1, batch_size=64, sampler=SliceSampler(slice_len=8)
     )
     assert isinstance(rb.storage, DeviceStorage)
+    host = dh.load("gym/cartpole-random-v0", steps=600, seed=1).storage
+    for _ in range(3):
+        assert_rows_of(host, sample(rb), slice_len=8)
+
+
+GRAPHABLE = {
+    "uniform": RandomSampler,
+    "slices": lambda: SliceSampler(slice_len=8),
+    "goals over slices": lambda: GoalSampler(
+        p_current=0.2, p_future=0.5, p_random=0.3, sampler=SliceSampler(slice_len=8)
+    ),
+    "goals": lambda: GoalSampler(p_future=0.7, p_random=0.3, future="uniform"),
+}
+
+
+@pytest.mark.parametrize("kind", [TensorDictReplayBuffer, dh.ReplayBuffer])
+@pytest.mark.parametrize("name", sorted(GRAPHABLE))
+def test_cuda_graphs_give_the_eager_batches(name, kind):
+    host = kind(storage=host_build(), sampler=GRAPHABLE[name](), batch_size=64)
+    eager = to_device(host, "cuda", generator=gen(5, "cuda"))
+    graphed = to_device(host, "cuda", generator=gen(5, "cuda"), cuda_graphs=True)
+    kept = []
+    for _ in range(4):
+        a, a_info = eager.sample(return_info=True)
+        with cuda_never_syncs():
+            b, b_info = graphed.sample(return_info=True)
+        assert b.device.type == "cuda"
+        for key in a.keys(True, True):
+            assert torch.equal(a[key], b[key]), key
+        assert set(a_info) == set(b_info)
+        for key, value in a_info.items():
+            assert torch.equal(value, b_info[key]) if isinstance(value, torch.Tensor) else value == b_info[key], key
+        kept.append((a.clone(), b))
+    for a, b in kept:  # each batch is memory of its own: later replays did not overwrite it
+        for key in a.keys(True, True):
+            assert torch.equal(a[key], b[key]), key
+
+
+def test_cuda_graphs_follow_a_new_generator_and_batch_size():
+    host = TensorDictReplayBuffer(storage=host_build(), sampler=SliceSampler(slice_len=8), batch_size=64)
+    eager = to_device(host, "cuda", generator=gen(5, "cuda"))
+    graphed = to_device(host, "cuda", generator=gen(5, "cuda"), cuda_graphs=True)
+    for rb in (eager, graphed):
+        rb.sample()
+        rb.set_rng(gen(9, "cuda"))
+    for batch_size in (64, 128, 64):
+        a, b = eager.sample(batch_size), graphed.sample(batch_size)
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["observation"], b["observation"])
+
+
+def test_cuda_graphs_run_the_transform_on_each_batch():
+    host = TensorDictReplayBuffer(storage=host_build(), sampler=RandomSampler(), batch_size=32)
+
+    def double(td):
+        return td.set("twice", td["observation"] * 2)
+
+    rb = to_device(host, "cuda", generator=gen(1, "cuda"), transform=double, cuda_graphs=True)
+    for _ in range(3):
+        batch = rb.sample()
+        assert torch.equal(batch["twice"], batch["observation"] * 2)
+
+
+def test_cuda_graphs_refuse_stateful_samplers():
+    host = TensorDictReplayBuffer(storage=host_build(), sampler=SamplerWithoutReplacement(), batch_size=32)
+    with pytest.raises(InvalidParameter, match="host-side state between draws"):
+        to_device(host, "cuda", cuda_graphs=True)
+
+
+def test_load_with_cuda_graphs(isolated_cache):
+    kwargs = {"steps": 600, "seed": 1, "batch_size": 64, "sampler": SliceSampler(slice_len=8)}
+    rb = dh.load("gym/cartpole-random-v0", device="cuda", cuda_graphs=True, **kwargs)
     host = dh.load("gym/cartpole-random-v0", steps=600, seed=1).storage
     for _ in range(3):
         assert_rows_of(host, sample(rb), slice_len=8)
