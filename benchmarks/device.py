@@ -33,6 +33,7 @@ from _report import command, environment, write_report
 
 from datasets_hub import TensorDictReplayBuffer
 from datasets_hub.buffers.device import DeviceSliceSampler, DeviceStorage, no_host_sync
+from datasets_hub.buffers.device.graphs import GraphedTensorDictReplayBuffer
 from datasets_hub.buffers.device.memory import check_fits
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.writers import ImmutableDatasetWriter
@@ -80,10 +81,12 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_case(storage: DeviceStorage, num_slices: int, batch: int, calls: int, repeats: int) -> dict[str, Any]:
+def run_case(
+    storage: DeviceStorage, num_slices: int, batch: int, calls: int, repeats: int, graphs: bool = False
+) -> dict[str, Any]:
     device = storage.device
     sampler = DeviceSliceSampler(num_slices=num_slices)
-    rb = TensorDictReplayBuffer(
+    rb = (GraphedTensorDictReplayBuffer if graphs else TensorDictReplayBuffer)(
         storage=storage,
         sampler=sampler,
         writer=ImmutableDatasetWriter(),
@@ -94,8 +97,9 @@ def run_case(storage: DeviceStorage, num_slices: int, batch: int, calls: int, re
     for _ in range(10):
         rb.sample()
     _sync(device)
-    with no_host_sync():
-        rb.sample()
+    if not graphs:  # the op-level checker sees a replay as no ops; CUDA's own check below covers it
+        with no_host_sync():
+            rb.sample()
     cuda_checked = None
     if device.type == "cuda":
         torch.cuda.set_sync_debug_mode("error")
@@ -121,7 +125,8 @@ def run_case(storage: DeviceStorage, num_slices: int, batch: int, calls: int, re
         "samples_per_s": statistics.median(rates),
         "us_per_batch": batch / statistics.median(rates) * 1e6,
         "host_us_per_call": statistics.median(host_us),
-        "no_host_sync_checked": True,
+        "no_host_sync_checked": not graphs,
+        "cuda_graphs": graphs,
         "cuda_sync_debug_mode_error_passed": cuda_checked,
     }
 
@@ -145,7 +150,7 @@ def main() -> None:
         reason = f"no CUDA device (torch {torch.__version__}, torch.cuda.is_available() is False)"
         print(f"device rows skipped: {reason}")
         report["devices"]["cuda"] = {"skipped": reason}
-    print(f"{'device':<6} {'rows':>12} {'case':<22} {'samples/s':>14} {'us/batch':>10} {'host us/call':>13}")
+    print(f"{'device':<6} {'rows':>12} {'case':<34} {'samples/s':>14} {'us/batch':>10} {'host us/call':>13}")
     for name, rows in targets:
         device = torch.device(name, 0) if name == "cuda" else torch.device(name)
         t0 = time.perf_counter()
@@ -153,12 +158,14 @@ def main() -> None:
         _sync(device)
         entry: dict[str, Any] = {"rows": len(storage), "build_s": time.perf_counter() - t0, "cases": {}}
         for case, num_slices, batch in CASES:
-            result = run_case(storage, num_slices, batch, args.calls, args.repeats)
-            entry["cases"][case] = result
-            print(
-                f"{name:<6} {len(storage):>12,} {case:<22} {result['samples_per_s']:>14,.0f} "
-                f"{result['us_per_batch']:>10.1f} {result['host_us_per_call']:>13.1f}"
-            )
+            for graphs in (False, True) if device.type == "cuda" else (False,):
+                result = run_case(storage, num_slices, batch, args.calls, args.repeats, graphs=graphs)
+                label = case + (", cuda_graphs" if graphs else "")
+                entry["cases"][label] = result
+                print(
+                    f"{name:<6} {len(storage):>12,} {label:<34} {result['samples_per_s']:>14,.0f} "
+                    f"{result['us_per_batch']:>10.1f} {result['host_us_per_call']:>13.1f}"
+                )
         report["devices"][name] = entry
         del storage
         if device.type == "cuda":

@@ -28,6 +28,7 @@ LOAD_KEYWORDS = (
     "resident",
     "max_bytes",
     "device",
+    "cuda_graphs",
     "in_memory",
 )
 # sampler settings people pass to load() directly, and what to write instead

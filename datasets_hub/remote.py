@@ -86,9 +86,10 @@ def open_remote(
     _prepare(path, folder, published, published_bytes)
     if (path / COMPLETE).exists():
         return DatasetStorage(path)
-    if resident == "pool" and pool_episodes is not None:  # _check_modes refused a pool without a size
-        from datasets_hub.remote_pool import PoolStorage
+    from datasets_hub.remote_pool import PoolStorage, remove_orphan_pools
 
+    remove_orphan_pools(path)  # membership files of pools whose owner was killed
+    if resident == "pool" and pool_episodes is not None:  # _check_modes refused a pool without a size
         return PoolStorage(
             path,
             folder,

@@ -7,7 +7,16 @@ checks each against the sha256 in ``published.json``, decodes it with zarr, writ
 then sets its byte. Under a byte budget (``max_bytes``) it evicts least recently used chunks first
 (their disk space is given back by punching holes), never a chunk that is pinned (a pool's episodes)
 or that the read in progress needs. Processes share a copy: changing residency holds an exclusive
-``flock`` on the copy's ``residency.lock``, reads that an eviction could race hold a shared one.
+``flock`` on the copy's ``residency.lock``.
+
+Reads take no lock and make no system call once their chunks are resident (:meth:`Chunks.read`): the
+residency maps are shared mappings, checked with one vectorised lookup per leaf (none at all for a leaf
+this process saw wholly resident), and evictions are ordered against reads by a sequence counter in the
+copy (``resident/evictions.seq``, a seqlock): an evicting process makes it odd before it unclaims a chunk
+and even again after the hole is punched; a read that saw an odd value, or a different value after its
+gather, reads again. A chunk is only ever claimed after its bytes are written, so a chunk written by
+another process is found in the shared map, and one that is half written is never claimed. A process
+killed during an eviction leaves the counter odd; the next exclusive lock repairs it.
 """
 
 from __future__ import annotations
@@ -20,10 +29,9 @@ import fcntl
 import hashlib
 import os
 import threading
-from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -35,6 +43,11 @@ from datasets_hub.remote_files import RemoteFolder
 
 FETCH_TRIES = 3
 _GROUP_BYTES = 64 << 20  # decoded bytes fetched before they are written: bounds the memory a large read takes
+_OPTIMISTIC_READS = 4  # lock-free tries of a read that evictions keep racing, before it takes the shared lock
+_FULL_CHECK_EVERY = 64  # reads of a leaf between two checks of whether all its chunks are resident
+SEQUENCE = "evictions.seq"  #: under ``resident/``: the eviction sequence counter (int64, even when no eviction runs)
+
+T = TypeVar("T")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -74,7 +87,6 @@ class Chunks:
         self.row_bytes: dict[str, int] = {}
         self._decoders: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._prototype: Any = None
-        self._lru: OrderedDict[tuple[str, int], int] = OrderedDict()
         self._pid = -1
         self._lock_fd = -1
         self._thread_lock = threading.RLock()
@@ -85,11 +97,24 @@ class Chunks:
         self.pins: dict[str, np.ndarray] = {
             name: np.zeros(int(s["chunks"]), np.int32) for name, s in self.arrays.items()
         }
+        self.chunk_rows: dict[str, int] = {}
+        # plain views of the shared maps (indexing an np.memmap costs a subclass wrap per call)
+        self._views: dict[str, np.ndarray] = {}
+        # least recently used order under a budget: the tick of each chunk's last use in this process (0: never)
+        self._used: dict[str, np.ndarray] = {}
+        self._tick = 0
         for name, spec in self.arrays.items():
             self.maps[name] = np.memmap(
                 map_path(path, name), dtype=np.uint8, mode="r+", shape=(max(1, int(spec["chunks"])),)
             )
+            self._views[name] = self.maps[name].view(np.ndarray)
+            self._used[name] = np.zeros(max(1, int(spec["chunks"])), np.int64)
             self.row_bytes[name] = row_bytes_of(spec)
+            self.chunk_rows[name] = int(spec["chunk_rows"])
+        self._sequence = _open_sequence(path / "resident" / SEQUENCE)
+        # leaves seen wholly resident, valid while the eviction sequence keeps the value it is stored with
+        self._full: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._reads_since_check: dict[str, int] = dict.fromkeys(self.arrays, 0)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -107,14 +132,79 @@ class Chunks:
 
     @contextlib.contextmanager
     def locked(self, exclusive: bool) -> Iterator[None]:
-        """The cross-process residency lock: exclusive to change residency, shared to read rows safely."""
+        """The cross-process residency lock: exclusive to change residency, shared to read rows with no
+        eviction possible meanwhile. Taking it exclusively repairs an eviction sequence left odd by a process
+        killed while it evicted (the lock is free again, so no eviction is running)."""
         self._after_fork()
         with self._thread_lock:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             try:
+                if exclusive and int(self._sequence[0]) & 1:
+                    self._sequence[0] += 1
                 yield
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    # -- reads ------------------------------------------------------------------------------------
+    def read(self, names: Iterable[str], needed: Callable[[], dict[str, np.ndarray]], gather: Callable[[], T]) -> T:
+        """``gather()`` with every chunk it reads resident: the fast path of every read of a local copy.
+
+        ``names`` are the leaves ``gather`` reads; ``needed()`` gives their chunk numbers (per leaf, repeats
+        allowed) and is called only when some leaf of ``names`` is not known to be wholly resident. Once the
+        chunks are resident this takes no lock and makes no system call: one vectorised lookup per leaf in
+        the shared maps (none for a wholly resident leaf), and two loads of the eviction sequence around the
+        gather, which is redone if an eviction ran meanwhile (see the module docstring). Missing chunks are
+        fetched first (:meth:`ensure`)."""
+        names = tuple(names)
+        chunks: dict[str, np.ndarray] | None = None
+        for _ in range(_OPTIMISTIC_READS):
+            sequence = int(self._sequence[0])
+            if sequence & 1:  # an eviction is running, or was killed: wait for it (or repair it), then retry
+                with self.locked(exclusive=True):
+                    pass
+                continue
+            seen, full = self._full
+            if seen != sequence or not full.issuperset(names):
+                if chunks is None:
+                    chunks = {name: np.asarray(c, dtype=np.int64) for name, c in needed().items()}
+                if self.max_bytes is not None:
+                    self._touch(chunks)
+                if not self._resident(chunks, sequence):
+                    self.ensure(chunks)
+                    continue
+            out = gather()
+            if int(self._sequence[0]) == sequence:  # no eviction started since the check: every byte was there
+                return out
+        # evictions keep racing this read: read under the shared lock, which no eviction can hold with us
+        if chunks is None:
+            chunks = {name: np.asarray(c, dtype=np.int64) for name, c in needed().items()}
+        while True:
+            self.ensure(chunks)
+            with self.locked(exclusive=False):
+                if self._resident(chunks, int(self._sequence[0])):
+                    return gather()
+
+    def _resident(self, chunks: dict[str, np.ndarray], sequence: int) -> bool:
+        """Whether every chunk in ``chunks`` is resident (read after the eviction ``sequence`` was read); leaves
+        found wholly resident are remembered for that sequence value."""
+        seen, full = self._full
+        if seen != sequence:
+            full = frozenset()
+        grown = full
+        for name, numbers in chunks.items():
+            if name in full:
+                continue
+            view = self._views[name]
+            if numbers.size and not view.take(numbers).all():
+                return False
+            self._reads_since_check[name] += 1
+            if self._reads_since_check[name] >= _FULL_CHECK_EVERY:
+                self._reads_since_check[name] = 0
+                if view[: int(self.arrays[name]["chunks"])].all():
+                    grown = grown | {name}
+        if grown is not full or seen != sequence:
+            self._full = (sequence, grown)
+        return True
 
     def chunk_file(self, name: str, chunk: int) -> str:
         array, _ = self._decoder(name)
@@ -170,32 +260,27 @@ class Chunks:
 
     def missing(self, name: str, chunks: np.ndarray) -> np.ndarray:
         """The chunks among ``chunks`` (repeats allowed) that are not resident, without repeats."""
-        absent = chunks[self.maps[name][chunks] == 0]
+        absent = chunks[self._views[name].take(chunks) == 0]
         return np.unique(absent) if len(absent) else absent
 
     def chunks_of_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """The chunk of each row (repeats kept: checking residency is cheaper than deduplicating)."""
-        return rows // int(self.arrays[name]["chunk_rows"])
+        return rows // self.chunk_rows[name]
 
     def ensure(self, needed: dict[str, np.ndarray]) -> None:
         """Make every chunk in ``needed`` (leaf -> chunk numbers) resident; fetch what is missing. Under a
         byte budget, chunks are evicted least recently used first, never one that ``needed`` names."""
         needed = {name: np.asarray(chunks, dtype=np.int64) for name, chunks in needed.items()}
-        if self.max_bytes is not None:  # the LRU order wants each chunk once
-            needed = {name: np.unique(chunks) for name, chunks in needed.items()}
-            self._after_fork()
-            with self._thread_lock:  # a pool's refresh thread touches the order too
-                for name, chunks in needed.items():
-                    for chunk in chunks.tolist():
-                        self._touch(name, chunk)
+        if self.max_bytes is not None:
+            self._touch(needed)
         todo = {name: self.missing(name, chunks) for name, chunks in needed.items()}
         wanted = [(name, int(c)) for name, cs in todo.items() for c in cs.tolist()]
         if not wanted:
             return
-        keep: set[tuple[str, int]] = set()
+        keep: dict[str, np.ndarray] = {}
         if self.max_bytes is not None:
-            keep = {(name, int(c)) for name, cs in needed.items() for c in cs.tolist()}
-            batch_bytes = sum(self.chunk_bytes(n, c) for n, c in keep if not always_resident(n))
+            keep = {name: np.unique(chunks) for name, chunks in needed.items()}
+            batch_bytes = sum(int(self._bytes_of(n, cs).sum()) for n, cs in keep.items() if not always_resident(n))
             if batch_bytes > self.max_bytes:
                 raise InvalidParameter(
                     f"one read needs {batch_bytes:,} bytes of chunks but max_bytes={self.max_bytes:,}: raise "
@@ -227,9 +312,18 @@ class Chunks:
         rows = min(int(spec["chunk_rows"]), int(spec["rows"]) - chunk * int(spec["chunk_rows"]))
         return max(0, rows) * self.row_bytes[name]
 
-    def _touch(self, name: str, chunk: int) -> None:
-        self._lru[(name, chunk)] = self.chunk_bytes(name, chunk)
-        self._lru.move_to_end((name, chunk))
+    def _bytes_of(self, name: str, chunks: np.ndarray) -> np.ndarray:
+        """``chunk_bytes`` of each chunk number in ``chunks`` (the last chunk of a leaf may be short)."""
+        per = self.chunk_rows[name]
+        rows = np.clip(int(self.arrays[name]["rows"]) - chunks * per, 0, per)
+        return rows * self.row_bytes[name]
+
+    def _touch(self, needed: dict[str, np.ndarray]) -> None:
+        """Mark ``needed``'s chunks as just used (one vectorised store per leaf; threads race it harmlessly:
+        the order is a heuristic, never a guarantee)."""
+        self._tick += 1
+        for name, chunks in needed.items():
+            self._used[name][chunks] = self._tick
 
     def resident_bytes(self) -> int:
         total = 0
@@ -242,44 +336,52 @@ class Chunks:
                 total -= full - self.chunk_bytes(name, chunks - 1)
         return total
 
-    def _make_room(self, incoming: int, keep: set[tuple[str, int]]) -> None:
+    def _make_room(self, incoming: int, keep: dict[str, np.ndarray]) -> None:
+        """Evict (under the exclusive lock) until ``incoming`` more bytes fit in ``max_bytes``: the chunks this
+        process used least recently first, then those only other processes used, never a chunk in ``keep``,
+        a pinned one or an always resident leaf. The eviction sequence is odd while chunks are unclaimed
+        and their bytes dropped (see the module docstring)."""
         if self.max_bytes is None:
             return
         over = self.resident_bytes() + incoming - self.max_bytes
-        for key in list(self._lru):
-            if over <= 0:
-                break
-            name, chunk = key
-            if key in keep or always_resident(name) or not self.maps[name][chunk] or self.pins[name][chunk]:
+        if over <= 0:
+            return
+        leaves, numbers, orders = [], [], []
+        never = np.iinfo(np.int64).max
+        for name, view in self._views.items():
+            if always_resident(name):
                 continue
-            self.maps[name][chunk] = 0  # first unclaim, then drop the bytes
-            self.maps[name].flush()
-            _punch_hole(
-                leaf_path(self.path, name),
-                chunk * int(self.arrays[name]["chunk_rows"]) * self.row_bytes[name],
-                self.chunk_bytes(name, chunk),
-            )
-            self._lru.pop(key, None)
-            over -= self.chunk_bytes(name, chunk)
-        # chunks resident from other processes (not in this LRU) are evicted too, oldest chunk number first
-        if over > 0:
-            for name, residency in self.maps.items():
-                if always_resident(name):
+            resident = np.flatnonzero(view[: int(self.arrays[name]["chunks"])])
+            spared = self.pins[name][resident] > 0
+            if name in keep and keep[name].size:
+                spared |= np.isin(resident, keep[name])
+            resident = resident[~spared]
+            if resident.size:
+                used = self._used[name][resident]
+                leaves.append(name)
+                numbers.append(resident)
+                orders.append(np.where(used > 0, used, never))
+        if not leaves:
+            return
+        which = np.concatenate([np.full(n.size, i) for i, n in enumerate(numbers)])
+        chunk = np.concatenate(numbers)
+        order = np.lexsort((chunk, np.concatenate(orders)))  # least recently used first, then by chunk number
+        sizes = np.concatenate([self._bytes_of(name, n) for name, n in zip(leaves, numbers, strict=True)])[order]
+        take = order[: int(np.searchsorted(np.cumsum(sizes), over)) + 1]
+        self._sequence[0] += 1  # odd: readers that started before this re-read, those that start now wait
+        try:
+            for i, name in enumerate(leaves):
+                evicted = chunk[take[which[take] == i]]
+                if not evicted.size:
                     continue
-                for chunk in np.flatnonzero(residency).tolist():
-                    if over <= 0:
-                        return
-                    if (name, chunk) in keep or self.pins[name][chunk]:
-                        continue
-                    residency[chunk] = 0
-                    _punch_hole(
-                        leaf_path(self.path, name),
-                        chunk * int(self.arrays[name]["chunk_rows"]) * self.row_bytes[name],
-                        self.chunk_bytes(name, chunk),
-                    )
-                    over -= self.chunk_bytes(name, chunk)
+                self._views[name][evicted] = 0  # first unclaim, then drop the bytes
+                self.maps[name].flush()
+                for number, size in zip(evicted.tolist(), self._bytes_of(name, evicted).tolist(), strict=True):
+                    _punch_hole(leaf_path(self.path, name), number * self.chunk_rows[name] * self.row_bytes[name], size)
+        finally:
+            self._sequence[0] += 1
 
-    def _fetch(self, wanted: list[tuple[str, int]], keep: set[tuple[str, int]]) -> None:
+    def _fetch(self, wanted: list[tuple[str, int]], keep: dict[str, np.ndarray]) -> None:
         """Fetch, verify and decode ``wanted`` (3 tries each), then write what came, under the lock; a chunk
         that could not be had intact raises :class:`DownloadError` after the others are written."""
         pending = {self.chunk_file(name, chunk): (name, chunk) for name, chunk in wanted}
@@ -304,9 +406,12 @@ class Chunks:
                 decoded[(name, chunk)] = (self._decode(name, chunk, relpath, data), len(data))
                 errors.pop(relpath, None)
         with self.locked(exclusive=True):
-            fresh = [key for key in decoded if not self.maps[key[0]][key[1]]]  # another process may have
+            fresh = [key for key in decoded if not self._views[key[0]][key[1]]]  # another process may have
             if self.max_bytes is not None and fresh:
-                self._make_room(sum(self.chunk_bytes(n, c) for n, c in fresh), keep=keep | set(fresh))
+                spare = dict(keep)
+                for name, chunk in fresh:
+                    spare[name] = np.append(spare.get(name, np.zeros(0, np.int64)), chunk)
+                self._make_room(sum(self.chunk_bytes(n, c) for n, c in fresh), keep=spare)
             for name, chunk in fresh:
                 values, nbytes = decoded[(name, chunk)]
                 self._write(name, chunk, values)
@@ -347,13 +452,24 @@ class Chunks:
             raise
         finally:
             os.close(fd)
-        self.maps[name][chunk] = 1
+        self._views[name][chunk] = 1  # a shared mapping: every process sees it, after the bytes
 
     def all_resident(self) -> bool:
         return all(
             bool(m[: max(1, int(self.arrays[n]["chunks"]))].all()) or int(self.arrays[n]["chunks"]) == 0
             for n, m in self.maps.items()
         )
+
+
+def _open_sequence(path: Path) -> np.ndarray:
+    """The eviction sequence counter of a local copy (created at zero in a copy made before it existed)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        if os.fstat(fd).st_size < 8:
+            os.ftruncate(fd, 8)  # growing only: two processes doing this at once lose nothing
+        return np.memmap(path, dtype=np.int64, mode="r+", shape=(1,)).view(np.ndarray)
+    finally:
+        os.close(fd)
 
 
 class _Corrupt(Exception):

@@ -31,28 +31,31 @@ Guarantees:
 - ``pool_episodes`` larger than the dataset's episode count is refused.
 
 Samplers must draw through the episode index: ``SliceSampler`` and its variants, ``WindowSampler``,
-``GoalSampler``, ``NStepReturnSampler`` (``FullStackSampler`` only on builds without history
-frames: Atari's have them), or :class:`PoolSampler` (uniform rows of
+``GoalSampler``, ``NStepReturnSampler``, ``FullStackSampler`` (the pool's index carries its episodes'
+history frame counts; history frames are always resident), or :class:`PoolSampler` (uniform rows of
 the pool, the default). Samplers that draw row numbers over ``len(storage)`` (``RandomSampler``,
 ``SamplerWithoutReplacement``, ``PrioritizedSampler``) would read outside the pool and are refused.
 
 A pickled pool (a DataLoader worker) follows its owner's pool: it reads the membership the owner
-publishes in the local copy (``pools/<token>.members``) and never refreshes or evicts itself.
+publishes in the local copy (``pools/<token>.members``) and never refreshes or evicts itself. The owner
+holds a lock on that file while it lives; the membership files of owners killed before they could remove
+them are swept by the next process that opens the copy (:func:`remove_orphan_pools`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import threading
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.samplers import AnchorSampler, Sampler
@@ -174,7 +177,12 @@ class PoolStorage(ResidentStorage):
         self._members = [int(e) for e in initial]
         self.draws[initial] += 1
         members_path.parent.mkdir(exist_ok=True)
-        self._members_file = np.memmap(members_path, dtype=np.int64, mode="w+", shape=(_HEADER + pool_episodes,))
+        with _pools_lock(members_path.parent):  # a sweep never sees the file before its owner holds it
+            self._members_file = np.memmap(members_path, dtype=np.int64, mode="w+", shape=(_HEADER + pool_episodes,))
+            # held (shared) for the owner's life, by its forked workers too: while any holds it, no sweep removes
+            # the file; when the last one dies (kill -9 included) the kernel lets go and a later sweep may
+            self._owner_fd = os.open(members_path, os.O_RDONLY | os.O_NOFOLLOW)
+            fcntl.flock(self._owner_fd, fcntl.LOCK_SH)
         self._publish()
         if pool_refresh_s is not None and pool_episodes < total:
             # the thread holds the storage weakly: a pool nobody uses any more stops refreshing
@@ -191,6 +199,7 @@ class PoolStorage(ResidentStorage):
             self._stop.set()
             if self.owner:
                 (self.path / POOL_DIR / f"{self.token}.members").unlink()
+                os.close(self._owner_fd)
 
     @property
     def owner(self) -> bool:
@@ -268,7 +277,9 @@ class PoolStorage(ResidentStorage):
             in_pool[retired] = True
         self._shown_members = members
         rows = torch.from_numpy(members)
-        self._pool_index = EpisodeIndex(self._start[rows].clone(), self._length[rows].clone())
+        # history frames are always resident: FullStackSampler counts them for the pool's episodes too
+        history = self.history_index()[1][rows].clone() if self.history_keys() else None
+        self._pool_index = EpisodeIndex(self._start[rows].clone(), self._length[rows].clone(), history)
         self._in_pool = in_pool
         self._version = version
 
@@ -293,12 +304,9 @@ class PoolStorage(ResidentStorage):
         return self._shown_members.tolist()
 
     # -- reads ------------------------------------------------------------------------------------
-    def get(self, index: Any) -> TensorDict:
-        if not isinstance(index, (int, np.integer)):
-            rows, _ = self._rows(index)
-            episode = np.searchsorted(self._start_np, rows, side="right") - 1
-            self.reads_outside_pool += int(np.count_nonzero(~self._in_pool[episode]))
-        return super().get(index)
+    def _reading(self, rows: np.ndarray) -> None:
+        episode = np.searchsorted(self._start_np, rows, side="right") - 1
+        self.reads_outside_pool += int(np.count_nonzero(~self._in_pool[episode]))
 
     def gather_key(self, key: str | tuple[str, ...], rows: Any, **kw: Any) -> Any:
         kw.pop("episodes", None)  # a sampler's episode ordinals are the pool's, not the build's: not a hint here
@@ -380,7 +388,48 @@ class PoolStorage(ResidentStorage):
             self._thread.join()
         with contextlib.suppress(OSError):
             (self.path / POOL_DIR / f"{self.token}.members").unlink()
+        with contextlib.suppress(OSError, AttributeError):
+            os.close(self._owner_fd)
+            del self._owner_fd  # closed once (close() then __del__)
         super().close()
+
+
+@contextlib.contextmanager
+def _pools_lock(folder: Path) -> Iterator[None]:
+    """Exclusive lock over a copy's ``pools/`` folder: creating a membership file, sweeping orphans."""
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def remove_orphan_pools(path: Path) -> int:
+    """Remove the membership files of pools whose owner is gone (killed with -9, say: ``close()`` never ran)
+    from the local copy at ``path``; return how many. A file is an orphan when no process holds its lock (its
+    owner and the owner's forked workers hold it while they live); the pool of a live process is never
+    touched, and a follower already reading an orphan keeps its mapping."""
+    folder = path / POOL_DIR
+    if not folder.is_dir():
+        return 0
+    removed = 0
+    with _pools_lock(folder):
+        for members in folder.glob("*.members"):
+            try:
+                fd = os.open(members, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live owner holds it
+            else:
+                members.unlink(missing_ok=True)
+                removed += 1
+            finally:
+                os.close(fd)
+    return removed
 
 
 def _refresh_loop(pool: weakref.ref[PoolStorage], stop: threading.Event, period: float) -> None:

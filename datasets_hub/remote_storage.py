@@ -16,8 +16,9 @@ complete in between reopens as a plain build.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -32,6 +33,8 @@ from datasets_hub.remote_chunks import Chunks, sha256_bytes
 from datasets_hub.remote_files import RemoteFolder, redact_url
 
 COMPLETE = "complete"  #: marker file of a local copy whose every chunk is in and verified
+
+T = TypeVar("T")
 
 
 class ResidentStorage(DatasetStorage):
@@ -62,6 +65,8 @@ class ResidentStorage(DatasetStorage):
         names = list(self.manifest["schema"])  # read by open_build, checked against the files
         self._obs_leaves = [name for name in names if name.startswith(OBS + "/")]
         self._step_leaves = [name for name in names if name.startswith(STEPS + "/")]
+        self._obs_set, self._step_set = frozenset(self._obs_leaves), frozenset(self._step_leaves)
+        self._batch_leaves = self._leaves_of_batches()
         self._filler: threading.Thread | None = None
         self._fill_error: BaseException | None = None
         self._stop = threading.Event()
@@ -94,28 +99,53 @@ class ResidentStorage(DatasetStorage):
         return cls(path, folder, published, fill=False, max_bytes=state["max_bytes"], resident=state["resident"])
 
     # -- reads: chunks first ----------------------------------------------------------------------
-    def _needed(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """The chunks (per leaf, repeats kept) a read of these transition rows needs."""
-        episode = np.searchsorted(self._start_np, rows, side="right") - 1
-        obs_rows = np.concatenate([rows + episode, rows + episode + 1]) if self._obs_leaves else rows
-        needed = {name: self.chunks.chunks_of_rows(name, obs_rows) for name in self._obs_leaves}
-        needed.update({name: self.chunks.chunks_of_rows(name, rows) for name in self._step_leaves})
+    def _leaves_of_batches(self) -> tuple[str, ...]:
+        """The leaves a batch (``get``/``gather``) reads: observation leaves, and the packed per-step record
+        with the per-step leaves it does not hold (every per-step leaf on a build without the record)."""
+        if self._packed is None:
+            return tuple(self._obs_leaves + self._step_leaves)
+        packed = {"/".join(key) for key in self._packed.keys}
+        steps = [name for name in self._step_leaves if name[len(STEPS) + 1 :] not in packed]
+        return tuple(self._obs_leaves + steps)
+
+    def _needed(self, rows: np.ndarray, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """The chunks (per leaf of ``names``, repeats kept) a read of these transition rows needs."""
+        needed = {}
+        obs_rows = None
+        for name in names:
+            if name in self._obs_set:
+                if obs_rows is None:
+                    episode = np.searchsorted(self._start_np, rows, side="right") - 1
+                    obs_rows = np.concatenate([rows + episode, rows + episode + 1])
+                needed[name] = self.chunks.chunks_of_rows(name, obs_rows)
+            else:
+                needed[name] = self.chunks.chunks_of_rows(name, rows)
         return needed
+
+    def _read(self, rows: np.ndarray, gather: Callable[[], T], names: tuple[str, ...] | None = None) -> T:
+        """``gather()`` once the chunks of ``names`` (default: a batch's leaves) at ``rows`` are resident."""
+        if isinstance(self._fill_error, CacheError):  # the published data is inconsistent: never serve it
+            raise self._fill_error
+        names = self._batch_leaves if names is None else names
+        return self.chunks.read(names, lambda: self._needed(rows, names), gather)
+
+    def _reading(self, rows: np.ndarray) -> None:
+        """Called with the rows of every batch read (``get``/``gather``); the pool counts reads outside it."""
 
     def get(self, index: Any) -> TensorDict:
         if isinstance(index, (int, np.integer)):
             return self.get(np.asarray([int(index)]))[0]
-        if isinstance(self._fill_error, CacheError):  # the published data is inconsistent: never serve it
-            raise self._fill_error
         rows, _ = self._rows(index)
-        self.chunks.ensure(self._needed(rows))
-        if self.chunks.max_bytes is None:
-            return super().get(index)
-        with self.chunks.locked(exclusive=False):  # no eviction can drop these rows while we gather
-            missing = any(len(self.chunks.missing(n, c)) for n, c in self._needed(rows).items())
-            if not missing:
-                return super().get(index)
-        return self.get(index)  # evicted by another process in between: fetch again
+        self._reading(rows)
+        read = super().get
+        return self._read(rows, lambda: read(index))
+
+    def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> TensorDict:
+        if type(index) is not torch.Tensor or index.ndim != 1 or index.dtype != torch.int64:
+            return super().gather(index, extras)  # the generic path, through get
+        rows, _ = self._rows(index)
+        self._reading(rows)
+        return self._read(rows, lambda: self._gather_rows(rows, extras))
 
     def read_key(self, key: str | tuple[str, ...]) -> Any:
         wanted = "/".join((key,) if isinstance(key, str) else key)
@@ -129,9 +159,15 @@ class ResidentStorage(DatasetStorage):
         return super().read_key(key)
 
     def gather_key(self, key: str | tuple[str, ...], rows: Any, **kw: Any) -> Any:
+        read = super().gather_key
+        path = "/".join((key,) if isinstance(key, str) else key)
+        leaf = f"{STEPS}/{path}"
+        if leaf not in self._step_set:
+            leaf = f"{OBS}/{path[len('next/') :] if path.startswith('next/') else path}"
+            if leaf not in self._obs_set:  # a derived key (episode, step, flags): read through get, which fetches
+                return read(key, rows, **kw)
         rows_np, _ = self._rows(rows)
-        self.chunks.ensure(self._needed(rows_np))
-        return super().gather_key(key, rows, **kw)
+        return self._read(rows_np, lambda: read(key, rows, **kw), (leaf,))
 
     def episode_frames(self, keys: list[Any], episode: Any, times: Any) -> Any:
         """Frames of whole episodes (what FrameStack reads): every chunk of those episodes' frame rows is
@@ -139,16 +175,17 @@ class ResidentStorage(DatasetStorage):
         ordinal = self._episode_ordinal(torch.as_tensor(episode).reshape(-1).to(torch.int64)).numpy()
         starts = self._start_np[ordinal] + ordinal
         lengths = self._length.numpy()[ordinal]
-        rows = np.concatenate([np.arange(a, a + n + 1) for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)])
         wanted = {"/".join(k) if not isinstance(k, str) else k for k in keys}
-        self.chunks.ensure(
-            {
-                name: self.chunks.chunks_of_rows(name, rows)
-                for name in self._obs_leaves
-                if name[len(OBS) + 1 :] in wanted
-            }
-        )
-        return super().episode_frames(keys, episode, times)
+        names = tuple(name for name in self._obs_leaves if name[len(OBS) + 1 :] in wanted)
+
+        def needed() -> dict[str, np.ndarray]:
+            rows = np.concatenate(
+                [np.arange(a, a + n + 1) for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
+            )
+            return {name: self.chunks.chunks_of_rows(name, rows) for name in names}
+
+        read = super().episode_frames
+        return self.chunks.read(names, needed, lambda: read(keys, episode, times))
 
     # -- background fill (resident="full") ---------------------------------------------------------
     def _fill(self) -> None:

@@ -46,7 +46,10 @@ Parameters: ``dataset`` (upstream name; default: the id's name), ``split`` (``"t
 fingerprint like every parameter), ``mirror`` (a base URL, ``hf://datasets/<org>/<repo>`` or
 ``file://`` directory holding the same file layout as upstream, tried before the upstream host),
 ``url`` (one file's URL, replacing everything else). ``DATASETS_HUB_ENDPOINT_OGBENCH`` points the
-upstream URLs at a mirror host (the upstream host was down for weeks in 2026).
+upstream URLs at a mirror host (the upstream host was down for weeks in 2026). After upstream, every
+single-file dataset falls back to the Hugging Face copy :data:`HF_MIRROR` (same file names). Catalogue
+entries pin ``sha256``/``size`` of a file where a public record gives the exact bytes
+(docs/datasets/ogbench.md lists them and their sources); other sizes are ``approx_size`` notes, never checked.
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ from .npz_stream import NpzFile
 from .ogbench_tasks import SINGLETASK, check_task, default_task, relabel
 
 BASE_URL = "https://rail.eecs.berkeley.edu/datasets/ogbench"
+# The copy the OGBench maintainers pointed to during the 2026 outage (seohongpark/ogbench#49): upstream's
+# file names at the repository root. Tried after upstream; it holds no 100M set.
+HF_MIRROR = "hf://datasets/zhouzypaul/ogbench_datasets"
 NUM_SHARDS = 100
 PARAMS = ("dataset", "mirror", "shards", "split", "task", "url")
 STATE_KEYS = ("qpos", "qvel", "button_states")
@@ -194,16 +200,31 @@ class OGBenchLoader(Loader):
                 )
 
     def resources(self, spec: DatasetSpec) -> list[Resource]:
+        """Per file: the ``mirror`` copy (when given), upstream, then the Hugging Face mirror
+        :data:`HF_MIRROR` (single files only). ``sha256``/``size`` come from the catalogue entry's
+        ``resources`` of the same file name (the same bytes on every mirror); ``url=`` pins nothing."""
         self.check_params(spec)
         if spec.params.get("url") is not None:
             return [Resource.from_dict({"urls": [spec.params["url"]]})]
         name = self._name(spec)
         shards = spec.params.get("shards")
         mirror = spec.params.get("mirror")
+        known = {r.name: r for r in spec.resources}  # catalogue entries may pin sha256/size
         out = []
         for path in _files(name, spec.params.get("split", "train"), sorted(shards) if shards else None):
             urls = [f"{mirror.rstrip('/')}/{path}"] if mirror else []
-            out.append(Resource(name=path, urls=(*urls, f"{BASE_URL}/{path}")))
+            urls.append(f"{BASE_URL}/{path}")
+            if name not in HUNDRED_M:  # the 100M sets are not on the Hugging Face mirror
+                urls.append(f"{HF_MIRROR}/{path}")
+            pin = known.get(path)
+            out.append(
+                Resource(
+                    name=path,
+                    urls=tuple(urls),
+                    sha256=pin.sha256 if pin else None,
+                    size=pin.size if pin else None,
+                )
+            )
         return out
 
     # -- conversion ------------------------------------------------------------------------------------

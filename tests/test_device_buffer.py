@@ -132,3 +132,41 @@ def test_prefetching_keeps_the_device_batches_in_order():
     plain = dh.load(ID, generator=gen(0), **kwargs)
     for _ in range(6):
         assert torch.equal(ahead.sample()["index"], plain.sample()["index"])
+
+
+def test_cuda_graphs_are_refused_off_cuda_and_for_stateful_samplers():
+    from datasets_hub import SamplerWithoutReplacement
+    from datasets_hub.buffers.device.graphs import graphable
+
+    host = TensorDictReplayBuffer(storage=host_build(), sampler=SliceSampler(slice_len=8), batch_size=64)
+    with pytest.raises(InvalidParameter, match="needs device='cuda'"):
+        to_device(host, "cpu", cuda_graphs=True)
+    with pytest.raises(InvalidParameter, match="cuda_graphs must be True or False"):
+        to_device(host, "cpu", cuda_graphs="yes")
+    assert graphable(device_sampler(SliceSampler(slice_len=8), torch.device("cpu"))) is None
+    for sampler in (SamplerWithoutReplacement(), PrioritizedSliceSampler(N, 0.6, 0.4, slice_len=8)):
+        reason = graphable(device_sampler(sampler, torch.device("cpu")))
+        assert reason is not None and "host-side state between draws" in reason
+
+
+def test_load_refuses_cuda_graphs_without_a_device(isolated_cache):
+    with pytest.raises(InvalidParameter, match="pass device='cuda' with it"):
+        dh.load(ID, cuda_graphs=True, **SMALL)
+
+
+@pytest.mark.parametrize("kind", [ReplayBuffer, TensorDictReplayBuffer])
+def test_sample_goes_through_the_hook_the_graphed_buffers_override(kind, monkeypatch):
+    """GraphedReplayBuffer/GraphedTensorDictReplayBuffer replay graphs in ``_sample_now``: every draw
+    (sample, iteration, prefetch) must reach it, or graphs would silently stop being used."""
+    calls = []
+    real = kind._sample_now
+
+    def counting(self, batch_size):
+        calls.append(batch_size)
+        return real(self, batch_size)
+
+    monkeypatch.setattr(kind, "_sample_now", counting)
+    rb = kind(storage=host_build(), sampler=SliceSampler(slice_len=8), batch_size=16)
+    rb.sample()
+    next(iter(rb))
+    assert calls == [16, 16]

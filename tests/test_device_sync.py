@@ -90,6 +90,20 @@ def test_buffer_sampling_on_the_device_never_syncs(name):
     assert 0 < batch.batch_size[0] <= 64 and batch.device == torch.device("cpu")
 
 
+@pytest.mark.parametrize("name", ["prioritized", "prioritized slices"])
+def test_the_first_sample_after_new_rows_never_syncs(name):
+    """Without ``prepare``, the first ``sample()`` builds the sampler's device tables (slice-start
+    trees, say), and so does the first one after ``extend``: that work must not sync either."""
+    host = TensorDictReplayBuffer(storage=host_build(), sampler=SAMPLERS[name](), batch_size=64)
+    rb = to_device(host, "cpu", generator=gen(1))
+    rb.sampler.extend(torch.arange(N))
+    with no_host_sync():
+        rb.sample()
+    rb.sampler.extend(torch.arange(5))
+    with no_host_sync():
+        rb.sample()
+
+
 def test_the_checker_fails_on_the_host_slice_sampler():
     rb = TensorDictReplayBuffer(storage=host_build(), sampler=SliceSampler(slice_len=8), batch_size=64)
     rb.sample()

@@ -9,9 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
+from datasets_hub.errors import ChecksumMismatch, CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.ogbench import BASE_URL, HUNDRED_M, NUM_SHARDS, OGBenchLoader, dataset_names
+from datasets_hub.loaders.ogbench import (
+    BASE_URL,
+    HF_MIRROR,
+    HUNDRED_M,
+    NUM_SHARDS,
+    OGBenchLoader,
+    dataset_names,
+)
 
 from fixtures.ogbench_files import expected_transitions, write_ogbench
 
@@ -78,8 +85,10 @@ def test_val_split_param_and_val_ids_name_the_val_file():
             params={"dataset": "antmaze-large-navigate-v0", "split": "val"},
         )
     )
-    assert [r.urls for r in train] == [(f"{BASE_URL}/antmaze-large-navigate-v0.npz",)]
-    assert [r.urls for r in val] == [r.urls for r in val_id] == [(f"{BASE_URL}/antmaze-large-navigate-v0-val.npz",)]
+    file = "antmaze-large-navigate-v0.npz"
+    assert [r.urls for r in train] == [(f"{BASE_URL}/{file}", f"{HF_MIRROR}/{file}")]
+    file = "antmaze-large-navigate-v0-val.npz"
+    assert [r.urls for r in val] == [r.urls for r in val_id] == [(f"{BASE_URL}/{file}", f"{HF_MIRROR}/{file}")]
 
 
 def test_hundred_million_sets_stream_shard_by_shard(tmp_path):
@@ -152,6 +161,43 @@ def test_catalogue_lists_every_dataset_of_ogbench_1_2():
     assert len(ids) == 85 * 2 + len(HUNDRED_M)
 
 
+def test_catalogue_pins_are_upstream_files_and_approximate_sizes_are_notes():
+    """A pinned entry names exactly the file its id reads, at upstream's URL, with a positive byte
+    count (and a sha256 where one is pinned); the loader carries the pin on every URL it tries (the
+    mirrors hold the same bytes). ``approx_size`` is text ("about X"), never a resource size."""
+    import re
+
+    from datasets_hub.catalogue import all_entries, resolve
+
+    loader, pinned, approx = OGBenchLoader(), 0, 0
+    for dataset_id, (entry, _) in all_entries(["ogbench"]).items():
+        if not dataset_id.startswith("ogbench/"):
+            continue
+        resources = entry.get("resources") or []
+        if entry.get("approx_size") is not None:
+            approx += 1
+            assert re.fullmatch(r"about \d+(\.\d+)? [MG]B", entry["approx_size"]) and not resources, dataset_id
+        if not resources:
+            continue
+        pinned += 1
+        (res,) = loader.resources(resolve(dataset_id))
+        (pin,) = resources
+        assert pin["name"] == res.name and pin["url"] == f"{BASE_URL}/{res.name}", dataset_id
+        assert isinstance(pin["size"], int) and pin["size"] > 0 and res.size == pin["size"]
+        assert res.sha256 == pin.get("sha256") and (res.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", res.sha256))
+        assert res.urls == (f"{BASE_URL}/{res.name}", f"{HF_MIRROR}/{res.name}")
+    assert pinned == 12 and approx == 8
+    spec = resolve("ogbench/cube-double-play-v0", mirror="https://copy.example.org/og")
+    (res,) = loader.resources(spec)
+    assert res.urls[0] == "https://copy.example.org/og/cube-double-play-v0.npz" and res.size == 297435656
+    (res,) = loader.resources(resolve("ogbench/cube-double-play-v0", url="https://x.example.org/mine.npz"))
+    assert res.sha256 is None and res.size is None  # a file of the user's own: nothing pinned
+    (res,) = loader.resources(resolve("ogbench/cube-double-play-v0", split="val"))
+    assert res.name == "cube-double-play-v0-val.npz" and res.size is None  # pins go by file name only
+    hundred = loader.resources(resolve("ogbench/scene-play-100m-v0", shards=[0]))
+    assert hundred[0].urls == (f"{BASE_URL}/scene-play-100m-v0/scene-play-v0-000.npz",)  # not on the HF copy
+
+
 def test_check_loader_contract(tmp_path):
     from datasets_hub.testing import check_loader
 
@@ -194,6 +240,56 @@ def test_hugging_face_mirror(tmp_path, monkeypatch):
         point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
         rb = dh.load("ogbench/scene-play-v0-val", mirror="hf://datasets/mirror-org/ogbench")
         check(rb[:], expected_transitions([arrays]))
+
+
+def test_upstream_down_falls_back_to_the_hugging_face_copy(tmp_path, monkeypatch):
+    """Upstream answers 404 (its host rewritten to 127.0.0.1): the catalogue id is fetched from the
+    Hugging Face copy (zhouzypaul/ogbench_datasets, upstream's names at its root), with no param."""
+    import datasets_hub as dh
+
+    from fixtures.http_server import point_huggingface_hub_at, serve_files
+
+    arrays = write_ogbench(tmp_path / "f.npz", [5, 3])
+    with serve_files() as server:
+        server.add_hf_file(
+            HF_MIRROR.split("datasets/", 1)[1], "antmaze-large-navigate-v0-val.npz", (tmp_path / "f.npz").read_bytes()
+        )
+        point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
+        monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OGBENCH", server.base_url)
+        rb = dh.load("ogbench/antmaze-large-navigate-v0-val")
+        assert server.count("datasets/ogbench/antmaze-large-navigate-v0-val.npz") >= 1  # upstream was tried first
+    check(rb[:], expected_transitions([arrays]))
+    assert dh.info("ogbench/antmaze-large-navigate-v0-val").metadata["approx_size"] == "about 24 MB"
+
+
+def test_pinned_checksum_is_checked_on_every_mirror(tmp_path, monkeypatch):
+    """A pin (sha256 + size) is checked whichever copy serves the file: the right bytes load through
+    the Hugging Face fallback, other bytes are refused on both copies."""
+    import datasets_hub as dh
+    from datasets_hub import catalogue
+    from datasets_hub.files import sha256_file
+
+    from fixtures.http_server import point_huggingface_hub_at, serve_files
+
+    arrays = write_ogbench(tmp_path / "good.npz", [4, 4])
+    good = (tmp_path / "good.npz").read_bytes()
+    pin = {"name": "scene-play-v0.npz", "url": f"{BASE_URL}/scene-play-v0.npz", "size": len(good)}
+    catalogue.register_dataset("ogbench/pinned-copy", params={"dataset": "scene-play-v0"},
+                               resources=[dict(pin, sha256=sha256_file(tmp_path / "good.npz"))])  # fmt: skip
+    catalogue.register_dataset("ogbench/pinned-other", params={"dataset": "scene-play-v0"},
+                               resources=[dict(pin, sha256="0" * 64)])  # fmt: skip
+    try:
+        with serve_files() as server:
+            server.add_hf_file(HF_MIRROR.split("datasets/", 1)[1], "scene-play-v0.npz", good)
+            point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
+            monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OGBENCH", server.base_url)
+            check(dh.load("ogbench/pinned-copy")[:], expected_transitions([arrays]))
+            server.add("datasets/ogbench/scene-play-v0.npz", good, corrupt=True)  # upstream back, but damaged
+            with pytest.raises(ChecksumMismatch, match="every mirror failed"):
+                dh.download("ogbench/pinned-other")
+    finally:
+        catalogue.unregister_dataset("ogbench/pinned-copy")
+        catalogue.unregister_dataset("ogbench/pinned-other")
 
 
 def test_shards_param_is_part_of_the_fingerprint(tmp_path, monkeypatch):

@@ -156,19 +156,19 @@ def test_corrupt_chunk_is_never_served_then_refetched(published, local_rb):
     with serve_files() as server:
         url = _serve(server, published)
         rb = dh.load(url, resident="lazy")
+        leaf = "steps/_packed"  # the per-step record: what a batch reads (reward is packed into it)
+        assert leaf in rb.storage.chunks.arrays
         chunk = next(
-            p
-            for p in json.loads((published / PUBLISHED).read_text())["files"]
-            if p.startswith("data.zarr/steps/next/reward/c/")
+            p for p in json.loads((published / PUBLISHED).read_text())["files"] if p.startswith(f"data.zarr/{leaf}/c/")
         )
         server.fault(f"pub/{chunk}", corrupt=True)
-        rows_per_chunk = json.loads((published / PUBLISHED).read_text())["arrays"]["steps/next/reward"]["chunk_rows"]
+        rows_per_chunk = json.loads((published / PUBLISHED).read_text())["arrays"][leaf]["chunk_rows"]
         number = int(chunk.rsplit("/c/", 1)[1].split("/")[0])
         rows = torch.arange(number * rows_per_chunk, number * rows_per_chunk + 4)
         with pytest.raises(DownloadError, match="could not be fetched intact"):
             rb[rows]
         assert server.count(f"pub/{chunk}") == 3  # three tries, none accepted
-        assert not rb.storage.chunks.maps["steps/next/reward"][number]
+        assert not rb.storage.chunks.maps[leaf][number]
         server.fault(f"pub/{chunk}", corrupt=False)
         assert _same(rb[rows], local_rb[rows])
 

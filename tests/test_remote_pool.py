@@ -300,3 +300,79 @@ def test_sampling_goes_on_while_a_refresh_waits_for_a_slow_link(published, local
                 break
         else:
             pytest.fail("no refresh needed a chunk that was not resident")
+
+
+def test_full_stack_sampler_in_a_pool_counts_history_frames(tmp_path):
+    """An Atari build keeps history frames (real frames before an episode's first transition): in a pool,
+    FullStackSampler draws only the pool's rows whose whole stack is real, history frames counted, and
+    FrameStack builds the same stacks as on the local build."""
+    from datasets_hub import FrameStack
+    from datasets_hub.buffers.samplers.frame_stack import FullStackSampler
+
+    from fixtures.atari import ENDS, LENGTHS, DopamineBuffer, play, save_checkpoint
+
+    buf = DopamineBuffer()
+    play(buf, LENGTHS, ENDS)
+    buf.log_final()
+    folder = tmp_path / "dqn" / "Pong" / "1" / "replay_logs"
+    for k, log in enumerate(buf.logs):
+        save_checkpoint(folder, k, log)
+    local = dh.load("atari/Pong/1", checkpoints=list(range(len(buf.logs))), base_url=(tmp_path / "dqn").as_uri())
+    history = local.storage.history_index()[1]
+    assert local.storage.history_keys() and int(history.sum()) > 0  # the case at stake
+    published = publish(local, tmp_path / "published", chunk_bytes=2048)
+    with_history = int(torch.nonzero(history).reshape(-1)[0])
+    pool = _pool(f"file://{published}", k=4, sampler=FullStackSampler(4), batch_size=64)
+    storage = pool.storage
+    while with_history not in storage.members():  # an episode with history frames in the pool
+        storage.refresh_pool(1)
+    index = storage.episode_index()
+    assert index.history is not None and index.history.tolist() == history[storage.members()].tolist()
+    stack = FrameStack(4)
+    rows_seen = []
+    for _ in range(20):
+        batch, info = pool.sample(return_info=True)
+        rows = torch.as_tensor(info["index"]).reshape(-1)
+        rows_seen.append(rows)
+        got = stack.bind(pool)(batch)
+        want = stack.bind(local)(local[rows])
+        assert same(got["observation"], want["observation"])
+        assert (got["observation"].reshape(rows.numel(), 4, -1) != 0).any(-1).all()  # never a padded frame
+    steps = local[torch.cat(rows_seen)]["step"]
+    assert (steps < 3).any()  # rows whose stack reaches into the history frames are drawn
+
+
+_POOL_CHILD = """
+import sys, datasets_hub as dh
+rb = dh.load(sys.argv[1], resident="pool", pool_episodes=3, pool_refresh_s=None)
+print(rb.storage.token, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_membership_files_of_killed_owners_are_swept_by_the_next_open(published):
+    import signal
+    import subprocess
+    import sys
+
+    from datasets_hub.remote_pool import POOL_DIR
+
+    url = f"file://{published}"
+    live = _pool(url, k=3)  # a pool of this (live) process: never swept
+    child = subprocess.Popen(
+        [sys.executable, "-c", _POOL_CHILD, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    token = child.stdout.readline().strip()
+    pools = live.storage.path / POOL_DIR
+    assert (pools / f"{token}.members").exists()
+    dh.load(url, resident="lazy")  # the child is alive: its pool stays
+    assert (pools / f"{token}.members").exists()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert (pools / f"{token}.members").exists()  # close() never ran: an orphan
+    dh.load(url, resident="lazy")
+    assert not (pools / f"{token}.members").exists()
+    assert (pools / f"{live.storage.token}.members").exists()
+    live.sample(8)  # the live pool goes on
+    live.storage.close()
+    assert not (pools / f"{live.storage.token}.members").exists()

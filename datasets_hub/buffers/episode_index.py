@@ -22,6 +22,10 @@ class EpisodeIndex:
 
     start: torch.Tensor
     length: torch.Tensor
+    #: optional: how many history frames (frames before an episode's first transition, for frame stacking)
+    #: each episode has, for an index over some episodes of a build (a remote pool's); ``None``: the storage's
+    #: ``history_index()`` (in build order) says, if it keeps any
+    history: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.start.dtype != torch.int64 or self.length.dtype != torch.int64:
@@ -30,6 +34,11 @@ class EpisodeIndex:
             raise ValueError(
                 f"EpisodeIndex start {tuple(self.start.shape)} and length {tuple(self.length.shape)} "
                 "must be 1-D tensors of the same size"
+            )
+        if self.history is not None and self.history.shape != self.start.shape:
+            raise ValueError(
+                f"EpisodeIndex history {tuple(self.history.shape)} must have one count per episode "
+                f"{tuple(self.start.shape)}"
             )
 
     @property

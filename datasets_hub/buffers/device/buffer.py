@@ -57,13 +57,22 @@ def to_device(
     *,
     generator: torch.Generator | None = None,
     transform: Any = None,
+    cuda_graphs: bool = False,
 ) -> ReplayBuffer:
     """A read-only buffer of the same kind (``TensorDictReplayBuffer`` or ``ReplayBuffer``) whose data
     (a :class:`DeviceStorage`) and sampler (its device twin) live on ``device``; ``sample()`` then
     never synchronises with the host. ``generator`` must be on ``device`` (default: one seeded
     from the buffer's). ``transform`` runs on samples (the buffer's own transforms are not carried:
-    some are bound to its storage). Batch size and prefetch are kept."""
+    some are bound to its storage). Batch size and prefetch are kept.
+
+    ``cuda_graphs=True`` (CUDA only) records each batch size's draw in a CUDA graph and replays it:
+    the same batches, a fraction of the host time per call; see :mod:`.graphs` for the samplers it
+    supports and its contract."""
     dev = as_device(device)
+    if not isinstance(cuda_graphs, bool):
+        raise InvalidParameter(f"cuda_graphs must be True or False, got {cuda_graphs!r}")
+    if cuda_graphs and dev.type != "cuda":
+        raise InvalidParameter(f"cuda_graphs=True records CUDA graphs: it needs device='cuda', not {str(dev)!r}")
     if type(rb) not in (ReplayBuffer, TensorDictReplayBuffer):
         raise InvalidParameter(
             f"to_device takes a ReplayBuffer or TensorDictReplayBuffer, not {type(rb).__name__}: build a "
@@ -76,7 +85,15 @@ def to_device(
     kwargs: dict[str, Any] = {}
     if isinstance(rb, TensorDictReplayBuffer):
         kwargs["priority_key"] = rb.priority_key
-    out = type(rb)(
+    cls: type[ReplayBuffer] = type(rb)
+    if cuda_graphs:
+        from datasets_hub.buffers.device.graphs import GraphedReplayBuffer, GraphedTensorDictReplayBuffer, graphable
+
+        reason = graphable(sampler)
+        if reason is not None:
+            raise InvalidParameter(reason)
+        cls = GraphedTensorDictReplayBuffer if isinstance(rb, TensorDictReplayBuffer) else GraphedReplayBuffer
+    out = cls(
         storage=storage,
         sampler=sampler,
         writer=ImmutableDatasetWriter(),

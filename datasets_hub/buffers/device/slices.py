@@ -72,7 +72,8 @@ class DeviceSliceLayout:
         mask = torch.zeros(size, dtype=torch.bool, device=device)
         if self.total:
             offsets = torch.repeat_interleave(self.base, self.count, output_size=self.total)
-            mask[torch.arange(self.total, device=device) + offsets] = True
+            # index_fill_ takes the value as a kernel argument; `mask[rows] = True` would copy a host scalar
+            mask.index_fill_(0, torch.arange(self.total, device=device) + offsets, True)
         return mask
 
     def expand(self, rows: torch.Tensor) -> torch.Tensor:

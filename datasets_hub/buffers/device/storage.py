@@ -242,7 +242,7 @@ class DeviceStorage(ReadOnlyStorage):
             flags = torch.zeros((len(_ROOT_FLAGS), b, 1), dtype=torch.bool, device=self.device)
             for i, flag in enumerate(_ROOT_FLAGS):
                 root[flag] = flags[i]
-        out = _tensordict(root, torch.Size([b]), self.device)
+        out = device_tensordict(root, torch.Size([b]), self.device)
         if single:
             return out[0]
         return out.reshape(shape) if len(shape) != 1 else out
@@ -324,10 +324,10 @@ class DeviceStorage(ReadOnlyStorage):
         return f"DeviceStorage(device={self.device}, transitions={self._n}, episodes={eps}, bytes={self.nbytes:,})"
 
 
-def _tensordict(tree: dict[str, Any], batch_size: torch.Size, device: torch.device) -> TensorDict:
+def device_tensordict(tree: dict[str, Any], batch_size: torch.Size, device: torch.device) -> TensorDict:
     """Nested dict of device tensors of leading size ``batch_size`` -> TensorDict, without the checks
     the constructor would repeat on every sample (shapes and device are right by construction)."""
     source: dict[Any, Any] = {
-        k: _tensordict(v, batch_size, device) if isinstance(v, dict) else v for k, v in tree.items()
+        k: device_tensordict(v, batch_size, device) if isinstance(v, dict) else v for k, v in tree.items()
     }
     return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)

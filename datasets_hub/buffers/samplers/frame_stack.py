@@ -37,8 +37,11 @@ class FullStackSampler(Sampler):
                 "datasets_hub.load); this storage has none"
             )
         if self._cache is None or self._cache[0] is not index:
-            # history frames kept before an episode's first transition count towards a full stack
-            history = storage.history_index()[1] if getattr(storage, "history_keys", list)() else 0
+            # history frames kept before an episode's first transition count towards a full stack (an index
+            # over some episodes of a build, a remote pool's, carries its own counts)
+            history: Any = index.history
+            if history is None:
+                history = storage.history_index()[1] if getattr(storage, "history_keys", list)() else 0
             skip = (self.n - 1 - torch.as_tensor(history)).clamp_min(0)
             count = (index.length - skip).clamp_min(0)
             first = index.start + skip
