@@ -16,8 +16,11 @@ One D4RL-shaped dataset (``--n`` transitions, 17-float observations, 6-float act
   The faster of the two in each case is the anchor of the ratios ("TorchRL best").
 
 Per case (uniform b256, slices 8x32 b256, slices 128x32 b4096, an ensemble of 2 buffers b256) the
-calls of every variant are interleaved (a, b, c, a, b, c, ...) so that load from other processes hits
-all alike; the garbage collector is paused; medians of ``--repeats`` calls (b4096: a quarter).
+calls of every variant are interleaved (one call of each per round) so that load from other processes
+hits all alike, in a new (seeded) order every round: the call that follows a call of another variant
+finds the caches cold, and a fixed order would always charge that to the same variant (it made the
+first of our storages look ~20us slower than the second). The garbage collector is paused; medians of
+``--repeats`` calls (b4096: a quarter).
 
 The floor is measured in the same run with the same index patterns (indices drawn by our sampler):
 ``floor, 12 takes`` is one ``numpy.take`` per leaf of a TED batch (the 12 leaves our build returns)
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -138,7 +142,8 @@ def fill(rb: Any, make: Callable[[int, int], TensorDict], n: int) -> None:
 
 
 def time_calls(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int) -> dict[str, dict[str, float]]:
-    """Median (and p10/p90) seconds per call of each function, calls interleaved, GC paused."""
+    """Median (and p10/p90) seconds per call of each function, calls interleaved in a new order every
+    round, GC paused."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -146,9 +151,15 @@ def time_calls(fns: dict[str, Callable[[], Any]], repeats: int, warmup: int) -> 
     gc_was = gc.isenabled()
     gc.disable()  # a collection in the middle of one call is noise, not sampling cost
     times: dict[str, list[float]] = {name: [] for name in fns}
+    order = list(fns.items())
+    shuffle = random.Random(0).shuffle
     try:
         for _ in range(repeats):
-            for name, fn in fns.items():
+            # a new order every round: the call right after another library's (which evicts the caches
+            # the Python-level code and the allocator live in) costs ~20us more, so a fixed order would
+            # always charge that to the same variant
+            shuffle(order)
+            for name, fn in order:
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)

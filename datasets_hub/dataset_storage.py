@@ -8,7 +8,7 @@ Observation-like keys are stored once per episode with T+1 rows; ``observation[t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -20,10 +20,11 @@ from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
 from datasets_hub.cache import mark_used
 from datasets_hub.errors import CacheError
-from datasets_hub.memory_advice import will_need
+from datasets_hub.memory_advice import LARGE_ROW, will_need
 from datasets_hub.packed_steps import PackedSteps
 
-_ROOT_FLAGS = ("done", "terminated", "truncated")
+_TERMINATED, _TRUNCATED = ("next", "terminated"), ("next", "truncated")
+_AT_T_AND_NEXT = np.array([[0], [1]], dtype=np.int64)
 
 
 def reopen_build(path: str, fingerprint: str | None, in_memory: bool = False) -> DatasetStorage:
@@ -81,6 +82,11 @@ class DatasetStorage(ReadOnlyStorage):
             self._packed = PackedSteps.from_columns(self._steps_np, self._start_np, self._len)
         packed = set(self._packed.keys) if self._packed is not None else set()
         self._unpacked_np = [(key, column) for key, column in self._steps_np if key not in packed]
+        # episode ids are their ordinals (every built-in loader): a sample's ids need no lookup
+        ids = self._episode_id_np
+        self._ids_are_ordinals = ids.dtype == np.int64 and bool(np.array_equal(ids, np.arange(ids.size)))
+        self._plans: dict[tuple, _Plan] = {}
+        self._plain_get = type(self).get is DatasetStorage.get
         super().__init__(self._len)
         mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
 
@@ -205,6 +211,11 @@ class DatasetStorage(ReadOnlyStorage):
 
     def _rows(self, index: Any) -> tuple[np.ndarray, tuple[int, ...]]:
         """``index`` as a flat int64 array of valid rows, plus the shape to give the result."""
+        if type(index) is torch.Tensor and index.dtype == torch.int64:
+            rows = index.numpy()
+            # one reduction checks both ends: a negative row is a huge unsigned one
+            if rows.ndim == 1 and (not rows.size or rows.view(np.uint64).max() < self._len):
+                return rows, rows.shape
         if isinstance(index, slice):
             rows = np.arange(self._len)[index]
             return rows, rows.shape
@@ -237,7 +248,7 @@ class DatasetStorage(ReadOnlyStorage):
             type(index) is not torch.Tensor
             or index.ndim != 1
             or index.dtype != torch.int64
-            or type(self).get is not DatasetStorage.get  # a subclass that reads through get() keeps doing so
+            or not self._plain_get  # a subclass that reads through get() keeps doing so
         ):
             return super().gather(index, extras)
         rows, _ = self._rows(index)
@@ -245,54 +256,98 @@ class DatasetStorage(ReadOnlyStorage):
 
     def _gather_rows(self, rows: np.ndarray, extras: dict[Any, torch.Tensor] | None) -> TensorDict:
         # numpy does the index arithmetic and the gathers: single-threaded and cheaper per call
-        # than torch here (torch's parallel kernels cost milliseconds when the other cores are busy)
+        # than torch here (torch's parallel kernels cost milliseconds when the other cores are busy).
+        # The plan (worked out once per set of extras keys) is the fixed sequence of reads and cuts.
+        plan = self._plans.get(tuple(extras) if extras else ())
+        if plan is None:
+            plan = self._plan_for(extras)
         b = rows.size
+        from_numpy = torch.from_numpy
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
-        if self._packed is not None:
-            episode, packed = self._packed.gather(rows)  # one read for every small per-step leaf
-            for key, value in packed:
-                if key[0] == "next":
-                    put(nxt, key[1:], value)
+        trees = (root, nxt)
+        flags: dict[Key, np.ndarray] = {}
+        packed = self._packed
+        if packed is not None:
+            block = packed.take(rows)  # one read for every small per-step leaf
+            episode = packed.ordinal(block)
+            for c, where, tail, tree, name, keep in plan.cuts:
+                if where is None:
+                    value = packed.cut(block, c)
+                else:  # inlined PackedSteps.cut: this runs for every leaf of every sample
+                    value = block.view(c.dtype)[where]
+                    value = (value if tail is None else value.reshape(b, *tail)).copy()
+                if type(name) is str:
+                    trees[tree][name] = from_numpy(value)
                 else:
-                    put(root, key, value)
+                    put(trees[tree], name, from_numpy(value))
+                if keep:
+                    flags[c.key] = value
         else:
             episode = np.searchsorted(self._start_np, rows, side="right") - 1
-        # a key the extras replace (a sampler's window of it, say) is not read: frames can be large
-        replaced = {as_key(k) for k in extras} if extras else set()
-        if self._obs:
-            obs_rows = rows + episode
-            both = np.concatenate([obs_rows, obs_rows + 1])
-            for key, column, shared_next in self._obs:
-                at_t = key not in replaced
-                at_next = shared_next and ("next", *key) not in replaced
-                if at_t or at_next:
-                    will_need(column, both if at_t and at_next else both[:b] if at_t else both[b:])
+        if plan.obs:
+            both = rows + episode + _AT_T_AND_NEXT  # [2, B]: frame rows at t, at t+1
+            for column, at_t, at_next, advise in plan.obs:
                 if at_t and at_next:
-                    gathered = torch.from_numpy(column.take(both, axis=0))  # one read serves t and t+1
-                    put(root, key, gathered[:b])
-                    put(nxt, key, gathered[b:])
-                elif at_t or at_next:
-                    put(
-                        root if at_t else nxt,
-                        key,
-                        torch.from_numpy(column.take(both[:b] if at_t else both[b:], axis=0)),
-                    )
-        for key, column in self._unpacked_np:
-            if key[0] == "next":
-                put(nxt, key[1:], torch.from_numpy(column.take(rows, axis=0)))
-            else:
-                put(root, key, torch.from_numpy(column.take(rows, axis=0)))
-        nxt["done"] = torch.logical_or(nxt["terminated"], nxt["truncated"])
-        root["episode"] = torch.from_numpy(self._episode_id_np.take(episode))
-        root["step"] = torch.from_numpy(rows - self._start_np.take(episode))
-        flags = torch.zeros((len(_ROOT_FLAGS), b, 1), dtype=torch.bool)  # one allocation, three disjoint views
-        for i, flag in enumerate(_ROOT_FLAGS):
-            root[flag] = flags[i]
+                    if advise:
+                        will_need(column, both)
+                    gathered = column.take(both, axis=0)  # one read serves t and t+1
+                    _set(root, at_t, from_numpy(gathered[0]))
+                    _set(nxt, at_next, from_numpy(gathered[1]))
+                else:
+                    half = both[0] if at_t else both[1]
+                    if advise:
+                        will_need(column, half)
+                    _set(root if at_t else nxt, at_t or at_next, from_numpy(column.take(half, axis=0)))
+        for key, column, tree, name, keep in plan.unpacked:
+            value = column.take(rows, axis=0)
+            _set(trees[tree], name, from_numpy(value))
+            if keep:
+                flags[key] = value
+        if plan.done:  # stored terminated | truncated (never a sampler's replacement of either)
+            nxt["done"] = from_numpy(np.logical_or(flags[_TERMINATED], flags[_TRUNCATED]))
+        root["episode"] = from_numpy(episode if self._ids_are_ordinals else self._episode_id_np.take(episode))
+        root["step"] = from_numpy(rows - self._start_np.take(episode))
+        zeros = np.zeros((3, b, 1), dtype=np.bool_)  # the root flags: one allocation, three disjoint views
+        root["done"] = from_numpy(zeros[0])
+        root["terminated"] = from_numpy(zeros[1])
+        root["truncated"] = from_numpy(zeros[2])
         root["next"] = nxt
         if extras:
             nest(extras.keys(), extras.values(), root)
-        return _tensordict(root, torch.Size([b]))
+        return _NEW_TD(root, batch_size=torch.Size((b,)))
+
+    def _plan_for(self, extras: dict[Any, torch.Tensor] | None) -> _Plan:
+        """What a gather reads and where each value goes, for samples carrying ``extras``: a key the
+        extras replace (a sampler's window of it, its ``next/truncated``) is not read, frames can be large."""
+        replaced = {as_key(k) for k in extras} if extras else set()
+        need_done = ("next", "done") not in replaced
+        flag_keys = {_TERMINATED, _TRUNCATED} if need_done else set()
+        cuts = []
+        for c in self._packed.cuts if self._packed is not None else ():
+            if c.key in replaced and c.key not in flag_keys:
+                continue
+            where = (slice(None), slice(c.lo, c.hi)) if c.aligned else None
+            tail = c.shape if c.reshape else None
+            cuts.append((c, where, tail, *_place(c.key), c.key in flag_keys))
+        obs = []
+        for key, column, shared_next in self._obs:
+            name = key[0] if len(key) == 1 else key
+            at_t = name if key not in replaced else None
+            at_next = name if shared_next and ("next", *key) not in replaced else None
+            if at_t or at_next:
+                advise = column.ndim > 0 and column.strides[0] >= LARGE_ROW
+                obs.append((column, at_t, at_next, advise))
+        unpacked = [
+            (key, column, *_place(key), key in flag_keys)
+            for key, column in self._unpacked_np
+            if key not in replaced or key in flag_keys
+        ]
+        plan = _Plan(tuple(cuts), tuple(obs), tuple(unpacked), need_done)
+        if len(self._plans) >= 64:  # samplers give a few sets of extras keys; anything else is not kept
+            self._plans.clear()
+        self._plans[tuple(extras) if extras else ()] = plan
+        return plan
 
     def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
         key = (key,) if isinstance(key, str) else tuple(key)
@@ -377,13 +432,30 @@ class DatasetStorage(ReadOnlyStorage):
         return f"DatasetStorage({self.manifest.get('id')!r}, transitions={self._len}, path={str(self.path)!r}{where})"
 
 
-def _tensordict(tree: dict[str, Any], batch_size: torch.Size) -> TensorDict:
-    """Nested dict of tensors of leading size ``batch_size`` -> TensorDict, skipping the checks
-    the constructor would repeat on every sample (the shapes are right by construction)."""
-    tree = {k: _tensordict(v, batch_size) if isinstance(v, dict) else v for k, v in tree.items()}
-    if _NEW_UNSAFE is not None:
-        return _NEW_UNSAFE(tree, batch_size=batch_size)
-    return TensorDict(tree, batch_size=batch_size)
+class _Plan(NamedTuple):
+    """A gather's fixed sequence (see ``DatasetStorage._plan_for``)."""
+
+    # (FieldCut, block index or None, per-row shape to reshape to or None, tree, name, keep the array
+    # for next/done): tree 0 is the root, 1 is "next"; name a string or a nested key to put()
+    cuts: tuple
+    obs: tuple  # (column, key at t or None, key at t+1 or None, madvise the rows)
+    unpacked: tuple  # (key, column, tree, name, keep the array for next/done)
+    done: bool  # derive next/done
 
 
-_NEW_UNSAFE = getattr(TensorDict, "_new_unsafe", None)
+def _set(tree: dict[str, Any], name: str | Key, value: Any) -> None:
+    if type(name) is str:
+        tree[name] = value
+    else:
+        put(tree, name, value)
+
+
+def _place(key: Key) -> tuple[int, str | Key]:
+    """Where a stored leaf goes: (0 root | 1 "next", its name there: a string, or a nested key to ``put``)."""
+    tree, rest = (1, key[1:]) if key[0] == "next" and len(key) > 1 else (0, key)
+    return tree, rest[0] if len(rest) == 1 else rest
+
+
+#: nested dict of tensors of leading size ``batch_size`` -> TensorDict, skipping the checks the
+#: constructor would repeat on every sample (the shapes are right by construction)
+_NEW_TD = getattr(TensorDict, "_new_unsafe", TensorDict)

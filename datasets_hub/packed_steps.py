@@ -131,16 +131,46 @@ def _damaged(where: Any, problem: str) -> CacheError:
     )
 
 
+@dataclass(frozen=True)
+class FieldCut:
+    """How a field is cut from a gathered ``[B, width]`` block: ``block.view(dtype)[:, lo:hi]`` (the
+    record seen as items of the field's dtype; ``aligned``), else the bytes ``lo:hi`` copied then
+    viewed. ``shape`` is the per-row shape; ``reshape`` says whether ``[B, hi - lo]`` needs one."""
+
+    key: Key
+    dtype: np.dtype
+    lo: int
+    hi: int
+    shape: tuple[int, ...]
+    aligned: bool
+    reshape: bool
+
+
+def _cut_of(f: PackedField, width: int) -> FieldCut:
+    size = f.dtype.itemsize
+    if size and width % size == 0 and f.offset % size == 0 and f.nbytes % size == 0:
+        lo, hi = f.offset // size, (f.offset + f.nbytes) // size
+        return FieldCut(f.key, f.dtype, lo, hi, f.shape, True, f.shape != (hi - lo,))
+    return FieldCut(f.key, f.dtype, f.offset, f.offset + f.nbytes, f.shape, False, True)
+
+
 class PackedSteps:
     """``[N, width]`` uint8 records (see :class:`RecordLayout`).
 
     ``gather(rows)`` returns ``(ordinal, [(key, tensor), ...])``: the episode ordinals of ``rows``
-    (int64) and every packed leaf at ``rows``, contiguous, with its stored dtype and shape.
+    (int64) and every packed leaf at ``rows``, contiguous, with its stored dtype and shape. The
+    sampling path calls the steps itself: :meth:`take` (the one random read), then :meth:`ordinal`
+    and :meth:`cut` on the block (copies of a few hundred bytes each).
     """
 
     def __init__(self, records: np.ndarray, layout: RecordLayout) -> None:
         self.records = records
         self.layout = layout
+        self.cuts = tuple(_cut_of(f, layout.width) for f in layout.fields)
+        size = layout.ordinal_dtype.itemsize
+        at = layout.ordinal_offset
+        # the ordinal as one column of the record seen as ordinal-sized items (always so for our writer)
+        self._ordinal_column = at // size if layout.width % size == 0 and at % size == 0 else None
 
     @property
     def keys(self) -> list[Key]:
@@ -164,14 +194,27 @@ class PackedSteps:
             records[a:b] = layout.pack({f.key: by_key[f.key][a:b] for f in layout.fields}, starts, a)
         return cls(records, layout)
 
-    def gather(self, rows: np.ndarray) -> tuple[np.ndarray, list[tuple[Key, torch.Tensor]]]:
-        block = self.records.take(rows, axis=0)  # the one random read
-        b = rows.shape[0]
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The records at ``rows`` (1-D int64, valid): a ``[len(rows), width]`` block, one random read."""
+        return self.records.take(rows, axis=0)
+
+    def ordinal(self, block: np.ndarray) -> np.ndarray:
+        """The episode ordinals (int64 ``[B]``) of the rows of ``block``."""
         layout = self.layout
+        column = self._ordinal_column
+        if column is not None:
+            return block.view(layout.ordinal_dtype)[:, column].astype(np.int64)
         at, size = layout.ordinal_offset, layout.ordinal_dtype.itemsize
-        ordinal = block[:, at : at + size].view(layout.ordinal_dtype).reshape(b).astype(np.int64)
-        out = []
-        for f in layout.fields:
-            part = np.ascontiguousarray(block[:, f.offset : f.offset + f.nbytes]).view(f.dtype)
-            out.append((f.key, torch.from_numpy(part.reshape(b, *f.shape))))
-        return ordinal, out
+        return np.ascontiguousarray(block[:, at : at + size]).view(layout.ordinal_dtype).reshape(-1).astype(np.int64)
+
+    @staticmethod
+    def cut(block: np.ndarray, c: FieldCut) -> np.ndarray:
+        """Field ``c`` of every row of ``block``: a contiguous ``[B, *shape]`` array of its dtype."""
+        if c.aligned:
+            part = block.view(c.dtype)[:, c.lo : c.hi]
+            return (part.reshape(block.shape[0], *c.shape) if c.reshape else part).copy()
+        return np.ascontiguousarray(block[:, c.lo : c.hi]).view(c.dtype).reshape(block.shape[0], *c.shape)
+
+    def gather(self, rows: np.ndarray) -> tuple[np.ndarray, list[tuple[Key, torch.Tensor]]]:
+        block = self.take(rows)
+        return self.ordinal(block), [(c.key, torch.from_numpy(self.cut(block, c))) for c in self.cuts]

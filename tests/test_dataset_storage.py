@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from datasets_hub.buffers.storages import Storage, attach_extras
-from datasets_hub.testing import FakeLoader, fake_episodes
+from datasets_hub.testing import FakeLoader, fake_episodes, naive_ted
 
 LENGTHS = [5, 1, 8, 3]
 
@@ -76,3 +76,101 @@ def test_gather_with_extras_equals_get_then_set(storage):
         assert set(got.keys(True, True)) == set(want.keys(True, True))
         for key in want.keys(True, True):
             assert torch.equal(got[key], want[key]), key
+
+
+# -- the sampling path: a fixed plan of reads and cuts, checked against the naive TED copy ----------
+def _build_with_info(tmp_path, ids_from=0):
+    """A build with nested per-step leaves (packed and, too wide to pack, unpacked), episode ids that
+    are (``ids_from=0``) or are not their ordinals, and every kind of episode end."""
+    from datasets_hub.build import build
+    from datasets_hub.loader import DatasetSpec
+    from datasets_hub.packed_steps import MAX_FIELD_BYTES
+
+    chunk = fake_episodes(LENGTHS, first_episode=ids_from, ends=["terminated", "truncated", "none", "truncated"])
+    n = chunk.batch_size[0]
+    chunk["info", "count"] = torch.arange(n, dtype=torch.int64)
+    chunk["info", "wide"] = torch.arange(n * (MAX_FIELD_BYTES // 8 + 1), dtype=torch.float64).reshape(n, -1)
+    chunk["next", "info", "cost"] = torch.arange(n, dtype=torch.float32)[:, None] / 7
+
+    class ChunkLoader(FakeLoader):
+        def episodes(self, spec, files, ctx):
+            yield chunk.clone()
+
+    spec = DatasetSpec(id=f"fake/plan{ids_from}", loader="fake", params={})
+    return build(spec, ChunkLoader(), {}, []), naive_ted(chunk)
+
+
+def _without_records(build, to):
+    """The build as format version 1 left it: every per-step leaf in its own file, no packed records."""
+    import json
+    import shutil
+
+    from datasets_hub.build_format import MANIFEST, write_manifest_checksum
+    from datasets_hub.packed_steps import RECORD_NAME
+
+    shutil.copytree(build, to)
+    manifest = json.loads((to / MANIFEST).read_text())
+    (to / "data" / (RECORD_NAME + ".memmap")).unlink()
+    del manifest["schema"][RECORD_NAME], manifest["layout"]["packed"]
+    manifest["version"] = 1
+    (to / MANIFEST).write_text(json.dumps(manifest))
+    write_manifest_checksum(to)
+    return to
+
+
+@pytest.mark.parametrize("ids_from", [0, 3])
+@pytest.mark.parametrize("records", [True, False])
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_every_sampled_leaf_is_the_naive_ted_value_and_contiguous(tmp_path, ids_from, records, in_memory):
+    from datasets_hub.dataset_storage import DatasetStorage
+
+    path, expected = _build_with_info(tmp_path, ids_from)
+    if not records:
+        path = _without_records(path, tmp_path / "v1")
+    storage = DatasetStorage(path, in_memory=in_memory)
+    n = len(storage)
+    rng = np.random.default_rng(1)
+    replaced = {
+        ("next", "truncated"): torch.ones(7, 1, dtype=torch.bool),
+        ("next", "done"): torch.ones(7, 1, dtype=torch.bool),
+    }
+    for extras in (
+        {},
+        {"index": None},
+        replaced,
+        {("info", "count"): torch.full((7,), -1)},
+        {("next", "info", "cost"): torch.zeros(7, 1)},
+    ):
+        for _ in range(3):  # the plan for these extras is made once, then reused
+            index = torch.from_numpy(rng.integers(0, n, 7))
+            given = {k: (index.clone() if v is None else v) for k, v in extras.items()}
+            got = storage.gather(index, given)
+            want = attach_extras(expected[index], given)
+            assert set(got.keys(True, True)) == set(want.keys(True, True))
+            for key in want.keys(True, True):
+                assert got.get(key).is_contiguous(), key
+                assert got.get(key).dtype == want.get(key).dtype, key
+                assert torch.equal(got.get(key), want.get(key)), key
+    # a batch is fresh memory: writing into one sample never shows in another
+    first = storage.gather(torch.tensor([0, 1]))
+    first["next", "done"].fill_(True)
+    first["done"].fill_(True)
+    assert not storage.gather(torch.tensor([0, 1]))["done"].any()
+    assert torch.equal(storage.gather(torch.tensor([0, 1]))["next", "done"], expected["next", "done"][:2])
+
+
+def test_rows_outside_the_dataset_are_refused_and_negative_rows_count_from_the_end(storage):
+    n = len(storage)
+    everything = storage.get(torch.arange(n))
+    for bad in ([n], [0, n + 5], [-n - 1], [3, -(2**62)]):
+        for index in (torch.tensor(bad), np.array(bad), bad):
+            with pytest.raises(IndexError, match="out of range"):
+                storage.get(index)
+        with pytest.raises(IndexError, match="out of range"):
+            storage.gather(torch.tensor(bad), {"index": torch.tensor(bad)})
+    got = storage.gather(torch.tensor([-1, 0, -n]))
+    assert torch.equal(got["observation"], everything["observation"][[n - 1, 0, 0]])
+    assert torch.equal(
+        storage.get(torch.tensor([[1, 2], [-1, 3]]))["step"], everything["step"][torch.tensor([[1, 2], [n - 1, 3]])]
+    )
+    assert storage.get(torch.tensor([], dtype=torch.int64)).batch_size == torch.Size([0])

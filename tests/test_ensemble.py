@@ -13,11 +13,12 @@ from datasets_hub import Compose, Select
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.buffers.samplers import SamplerWithoutReplacement
+from datasets_hub.buffers.samplers import RandomSampler, SamplerWithoutReplacement
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.buffers.transforms import Rename
 
+from fixtures.device import host_build
 from fixtures.openx import DATASET, write_release
 from fixtures.roboset import CAM
 from fixtures.roboset import ID as ROBOSET_ID
@@ -248,3 +249,60 @@ def test_batch_mixing_gives_every_batch_its_share():
         Ensemble(*buffers, mix="batch", num_buffer_sampled=1)
     with pytest.raises(ValueError, match="mix must be"):
         Ensemble(*buffers, mix="rows")
+
+
+# -- buffers over one read-only build: one storage read per batch, the values of their own samples ---------
+def _twins(storage, samplers, seeds):
+    return [
+        TensorDictReplayBuffer(storage=storage, sampler=make(), generator=torch.Generator().manual_seed(seed))
+        for make, seed in zip(samplers, seeds, strict=True)
+    ]
+
+
+def _slices():
+    return SliceSampler(slice_len=4)
+
+
+@pytest.mark.parametrize(
+    "samplers, joint",
+    [
+        ((RandomSampler, RandomSampler), True),
+        ((_slices, _slices), True),  # the slice flags of both draws go into the one read
+        ((RandomSampler, _slices), False),  # infos differ: each buffer reads its own rows
+    ],
+)
+@pytest.mark.parametrize("choice", [{"sample_from_all": True}, {"p": [0.3, 0.7], "num_buffer_sampled": 3}])
+def test_buffers_sharing_a_build_give_the_rows_of_their_own_samples(samplers, joint, choice):
+    storage = host_build()
+    reads = []
+    gather = storage.gather
+
+    def counted(index, extras=None):
+        reads.append(index.numel())
+        return gather(index, extras)
+
+    storage.gather = counted  # type: ignore[method-assign]  # count the storage reads of each batch
+    ens = ReplayBufferEnsemble(*_twins(storage, samplers, (1, 2)), generator=torch.Generator().manual_seed(3), **choice)
+    ref = _twins(host_build(), samplers, (1, 2))  # the same buffers alone, same seeds
+    k = 2 if "sample_from_all" in choice else 3
+    for _ in range(20):
+        reads.clear()
+        out, info = ens.sample(8 * k, return_info=True)
+        ids = out["index", "buffer_ids"][:, 0].tolist()
+        assert out.shape == (k, 8) and torch.equal(info["index"], out["index", "index"])
+        expected, seen = [], {}
+        for b in sorted(set(ids)):
+            seen[b] = ref[b].sample(8 * ids.count(b))
+        for b in ids:
+            j = sum(1 for x in expected if x[0] == b)
+            expected.append((b, seen[b][j * 8 : (j + 1) * 8]))
+        for pos, (_, rows) in enumerate(expected):
+            got, want = out[pos].exclude("index"), rows.exclude("index")
+            assert set(got.keys(True, True)) == set(want.keys(True, True))
+            for key in want.keys(True, True):
+                assert torch.equal(got[key], want[key]), key
+            assert torch.equal(out["index", "index"][pos], rows["index"])
+        if joint or len(set(ids)) == 1:
+            assert reads == [8 * k]  # one read of every row, whichever buffers drew them
+        else:
+            assert len(reads) == 2

@@ -662,3 +662,29 @@ def test_sample_many_of_plain_tensors_is_k_by_batch():
     rb2 = ReplayBuffer(storage=LazyTensorStorage(50), batch_size=8, generator=torch.Generator().manual_seed(1))
     rb2.extend(torch.arange(50))
     assert many.shape == (3, 8) and torch.equal(many, torch.stack([rb2.sample() for _ in range(3)]))
+
+
+def test_draw_index_then_gather_drawn_is_sample():
+    from datasets_hub.buffers.samplers import SliceSampler
+
+    def buffer(**kw):
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(200),
+            sampler=SliceSampler(slice_len=4),
+            generator=torch.Generator().manual_seed(3),
+            **kw,
+        )
+        rb.extend(_episodes_td())
+        return rb
+
+    a, b = buffer(), buffer()
+    for _ in range(3):
+        drawn = a.draw_index(16)
+        assert drawn is not None
+        index, info = drawn
+        got, want = a.gather_drawn(index, info), b.sample(16)
+        assert torch.equal(index, want["index"])
+        for key in ("obs", ("next", "truncated"), ("next", "done")):
+            assert torch.equal(got[key], want[key]), key
+    # a batch that is more than a gather (a transform here) draws nothing: the caller samples
+    assert buffer(transform=lambda td: td).draw_index(16) is None

@@ -100,14 +100,7 @@ class OrderedDraws:
             raise ValueError(
                 f"sample_many needs a positive batch_size (here or in the constructor), got {batch_size!r}"
             )
-        plain = (
-            not self._prefetch
-            and not self._pin_memory
-            and self._collate_fn is None
-            and not self._transform.transforms
-            and getattr(self._storage, "ndim", 1) == 1
-        )
-        if not plain:
+        if not self._plain_gathers():
             return _stack([self.sample(batch_size) for _ in range(k)])
         with self._lock:
             draws = [self._sampler.sample(self._storage, batch_size) for _ in range(k)]
@@ -126,6 +119,33 @@ class OrderedDraws:
         if isinstance(data, (torch.Tensor, TensorDictBase)):
             return data.reshape(k, batch_size, *data.shape[1:])
         return _stack([data[i * batch_size : (i + 1) * batch_size] for i in range(k)])
+
+    def _plain_gathers(self) -> bool:
+        """True when a batch is exactly the storage's gather of the sampled index: no prefetch, pinning,
+        ``collate_fn``, transform or multi-dimensional storage in between."""
+        return (
+            not self._prefetch
+            and not self._pin_memory
+            and self._collate_fn is None
+            and not self._transform.transforms
+            and getattr(self._storage, "ndim", 1) == 1
+        )
+
+    def draw_index(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]] | None:
+        """The sampler's ``(index, info)`` for one batch of ``batch_size``, drawn under the buffer's lock
+        exactly as ``sample`` draws it, without reading the storage; ``None`` (nothing drawn) when a
+        batch is more than a plain gather (see ``sample_many``). With :meth:`gather_drawn`, a caller
+        that reads several buffers over one storage (``ReplayBufferEnsemble``) reads it once."""
+        if not self._plain_gathers():
+            return None
+        with self._lock:
+            return self._sampler.sample(self._storage, batch_size)
+
+    def gather_drawn(self, index: torch.Tensor, info: dict[str, Any]) -> Any:
+        """What ``sample`` returns for a drawn 1-D ``index`` and its ``info`` (:meth:`draw_index`;
+        the index of several draws of buffers sharing this storage may be concatenated)."""
+        with self._lock:
+            return self._gather(index, info)
 
     def _drain(self) -> None:
         """Wait for in-flight prefetches and drop them (after empty/load, they would be stale)."""

@@ -7,10 +7,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_non_tensor
 
 from datasets_hub.buffers.ensemble_parts import SamplerEnsemble, StorageEnsemble, WriterEnsemble
-from datasets_hub.buffers.nested_keys import key_to_str, put
+from datasets_hub.buffers.nested_keys import key_to_str
 
 
 def _buffers_from_parts(buffers: tuple, storages: Any, samplers: Any, writers: Any) -> tuple:
@@ -133,6 +133,7 @@ class ReplayBufferEnsemble:
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         self.transform = transform
         self.generator = generator
+        self._view_shapes: dict[tuple[int, int], dict] = {}  # (k, sub) -> {leaf shape: [k, sub, ...] shape}
 
     def fork(self, generator: torch.Generator, members: Sequence[Any]) -> ReplayBufferEnsemble:
         """A shallow copy over ``members`` (forks of ``self[i]``, same order) choosing buffers with
@@ -222,24 +223,14 @@ class ReplayBufferEnsemble:
         sub = batch_size // k
         buffer_ids = self._choose()
         ids = buffer_ids.tolist()
-        parts: list[Any] = [None] * k  # (buffer id, sample of that buffer, start row in it)
-        locals_: list[Any] = [None] * k
-        for b in sorted(set(ids)):
-            positions = [i for i, x in enumerate(ids) if x == b]
-            # one call per distinct buffer: the same buffer picked twice is sampled once, then split
-            data, info = self._buffers[b].sample(sub * len(positions), return_info=True)
-            local = torch.as_tensor(info["index"])
-            got = local.shape[0] if local.ndim else 0
-            if got != sub * len(positions):
-                raise RuntimeError(
-                    f"buffer {b} returned {got} items for a request of {sub * len(positions)}: ensembles need "
-                    "samplers that return full batches (e.g. SliceSampler(strict_length=True))"
-                )
-            for j, pos in enumerate(positions):
-                parts[pos] = (b, data, j * sub)
-                locals_[pos] = local[j * sub : (j + 1) * sub]
-        index = torch.stack(locals_)
-        out = self._stack(parts, sub, index, buffer_ids)
+        counts: dict[int, int] = {}
+        for b in ids:
+            counts[b] = counts.get(b, 0) + 1
+        # one draw per distinct buffer, in buffer order: the same buffer picked twice draws once, then splits
+        drawn = self._draw(sorted(counts), counts, sub)
+        data, local = self._read(ids, drawn, sub)
+        index = local.view(k, sub)
+        out = self._stack(data, k, sub, index, buffer_ids)
         if self.transform is not None:
             out = self.transform(out)
         if return_info:
@@ -291,35 +282,139 @@ class ReplayBufferEnsemble:
             return out, {"buffer_ids": buffer_ids, "index": index}
         return out
 
-    def _stack(self, parts: list[tuple[int, Any, int]], sub: int, index: torch.Tensor, buffer_ids: torch.Tensor) -> Any:
+    def _draw(self, distinct: list[int], counts: dict[int, int], sub: int) -> dict[int, list[Any]]:
+        """``{buffer: [data or None, index, info]}``: each buffer's draw of ``sub * counts[b]`` items.
+
+        Buffers over one read-only storage only draw here (``data`` None) when every one of them can
+        (:meth:`ReplayBuffer.draw_index`): :meth:`_read` then reads all their rows in one gather,
+        the same rows and values as their own ``sample`` calls (nothing can change in between)."""
+        buffers = self._buffers
+        first = buffers[distinct[0]]
+        storage = first.storage
+        joint = (
+            len(distinct) > 1
+            and getattr(storage, "read_only", False)
+            and all(buffers[b].storage is storage and type(buffers[b]) is type(first) for b in distinct[1:])
+        )
+        drawn: dict[int, list[Any]] = {}
+        for b in distinct:
+            rb, want = buffers[b], sub * counts[b]
+            draw = rb.draw_index(want) if joint else None
+            if draw is None:
+                data, info = rb.sample(want, return_info=True)
+                local = torch.as_tensor(info["index"])
+            else:
+                data, (local, info) = None, draw
+            got = local.shape[0] if local.ndim else 0
+            if got != want:
+                raise RuntimeError(
+                    f"buffer {b} returned {got} items for a request of {want}: ensembles need "
+                    "samplers that return full batches (e.g. SliceSampler(strict_length=True))"
+                )
+            drawn[b] = [data, local, info]
+        return drawn
+
+    def _read(
+        self, ids: list[int], drawn: dict[int, list[Any]], sub: int
+    ) -> tuple[list[tuple[int, Any, int]], torch.Tensor]:
+        """``(parts, index)``: for each position of the batch ``(buffer, data, first row in data)``,
+        and the flat local index of every row, position after position."""
+        pieces: list[tuple[int, int]] = []  # (buffer, first row in its draw) per position
+        seen: dict[int, int] = {}
+        for b in ids:
+            j = seen.get(b, 0)
+            seen[b] = j + 1
+            pieces.append((b, j * sub))
+        if len(drawn) == 1:  # one buffer drew every row, in position order
+            local = drawn[ids[0]][1]
+        elif ids == list(drawn):  # each buffer once, in buffer order: each draw whole
+            local = torch.cat([entry[1] for entry in drawn.values()])
+        else:
+            local = torch.cat([drawn[b][1][lo : lo + sub] for b, lo in pieces])
+        if all(entry[0] is not None for entry in drawn.values()):
+            return [(b, drawn[b][0], lo) for b, lo in pieces], local
+        joint = self._joint_info(drawn, pieces, sub)
+        if joint is None:  # the draws' infos differ: each buffer reads its own rows
+            for b, entry in drawn.items():
+                if entry[0] is None:
+                    entry[0] = self._buffers[b].gather_drawn(entry[1], entry[2])
+            return [(b, drawn[b][0], lo) for b, lo in pieces], local
+        data = self._buffers[ids[0]].gather_drawn(local, joint)
+        return [(b, data, pos * sub) for pos, (b, _) in enumerate(pieces)], local
+
+    @staticmethod
+    def _joint_info(drawn: dict[int, list[Any]], pieces: list[tuple[int, int]], sub: int) -> dict[str, Any] | None:
+        """The draws' per-item info (slice flags, weights), position after position; None when the
+        buffers' samplers report different keys."""
+        infos = {b: entry[2] for b, entry in drawn.items()}
+        keys = None
+        for b, info in infos.items():
+            mine = {
+                k
+                for k, v in info.items()
+                if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == drawn[b][1].shape[0]
+            }
+            if keys is None:
+                keys = mine
+            elif mine != keys:
+                return None
+        return {key: torch.cat([infos[b][key][lo : lo + sub] for b, lo in pieces]) for key in keys or ()}
+
+    def _stack(
+        self, parts: list[tuple[int, Any, int]], k: int, sub: int, index: torch.Tensor, buffer_ids: torch.Tensor
+    ) -> Any:
         first = parts[0][1]
+        whole = all(data is first and lo == pos * sub for pos, (_, data, lo) in enumerate(parts))
         if not isinstance(first, TensorDictBase):
+            if whole and isinstance(first, torch.Tensor) and first.shape[0] == k * sub:
+                return first.reshape(k, sub, *first.shape[1:])
             pieces = [data[lo : lo + sub] for _, data, lo in parts]
             if all(isinstance(p, torch.Tensor) for p in pieces):
                 return torch.stack(pieces)
             return pieces
-        # stack leaf by leaf (cheaper than stacking TensorDicts); one leaf dict per distinct buffer
-        leaves: dict[int, dict] = {}
+        tree: dict[str, Any]
+        if whole and first.batch_size[0] == k * sub:  # one read gave every row in order: a view per leaf
+            shapes = self._view_shapes.get((k, sub))
+            if shapes is None:
+                shapes = self._view_shapes[(k, sub)] = {}
+            tree = _unflatten(first, k, sub, shapes)
+            tree.pop("index", None)
+        else:
+            tree = self._stack_leaves(parts, sub)
+        batch = torch.Size([k, sub, *first.batch_size[1:]])
+        if len(batch) == 2:
+            tree["index"] = {"index": index.clone(), "buffer_ids": buffer_ids.view(k, 1).expand(k, sub).clone()}
+        else:
+            extra = [1] * (len(batch) - 2)
+            tree["index"] = {
+                "index": index.reshape(*index.shape, *extra).expand(batch).clone(),
+                "buffer_ids": buffer_ids.reshape(-1, 1, *extra).expand(batch).clone(),
+            }
+        # the shapes are right by construction: no per-leaf validation (it cost as much as the stacking)
+        return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=batch)
+
+    def _stack_leaves(self, parts: list[tuple[int, Any, int]], sub: int) -> dict[str, Any]:
+        """Stack the parts' rows leaf by leaf (cheaper than stacking TensorDicts) into a nested dict."""
+        trees: dict[int, dict] = {}  # one plain tree per distinct sample
         for b, data, _ in parts:
-            if b not in leaves:
+            if id(data) not in trees:
                 if not isinstance(data, TensorDictBase):
                     raise TypeError(
                         f"buffer {b} returned a {type(data).__name__} where buffer {parts[0][0]} returned a TensorDict"
                     )
-                leaves[b] = {k: v for k, v in data.items(include_nested=True, leaves_only=True) if k != "index"}
-        self._check_compatible([(b, leaves[b]) for b in dict.fromkeys(p[0] for p in parts)])
-        tree: dict[str, Any] = {}
-        for key in leaves[parts[0][0]]:
-            value = torch.stack([leaves[b][key][lo : lo + sub] for b, _, lo in parts])
-            put(tree, key, value)
-        batch = torch.Size([len(parts), sub, *first.batch_size[1:]])
-        extra = [1] * (len(batch) - 2)
-        tree["index"] = {
-            "index": index.reshape(*index.shape, *extra).expand(batch).clone(),
-            "buffer_ids": buffer_ids.reshape(-1, 1, *extra).expand(batch).clone(),
-        }
-        # the shapes are right by construction: no per-leaf validation (it cost as much as the stacking)
-        return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=batch)
+                tree = _plain_tree(data)
+                tree.pop("index", None)
+                trees[id(data)] = tree
+        whole = all(lo == 0 and data.batch_size[0] == sub for _, data, lo in parts)
+        rows = [(trees[id(data)], None if whole else slice(lo, lo + sub)) for _, data, lo in parts]
+        out = _stack_trees(rows)
+        if out is None:  # keys, shapes or dtypes differ: say which, and how to align them
+            samples = {b: data for b, data, _ in parts}
+            self._check_compatible(
+                [(b, dict(d.items(include_nested=True, leaves_only=True))) for b, d in samples.items()]
+            )
+            raise ValueError("cannot stack the buffers' samples: their leaves differ")  # pragma: no cover
+        return out
 
     @staticmethod
     def _check_compatible(leaves: list[tuple[int, dict]]) -> None:
@@ -350,3 +445,63 @@ class ReplayBufferEnsemble:
             f"ReplayBufferEnsemble({len(self._buffers)} buffers, p={p}, sample_from_all={self.sample_from_all}, "
             f"num_buffer_sampled={self.num_buffer_sampled})"
         )
+
+
+def _unflatten(data: TensorDictBase, k: int, sub: int, shapes: dict) -> dict[str, Any]:
+    """The leaves of ``data`` (batch ``[k * sub, ...]``) as a nested dict of ``[k, sub, ...]`` views;
+    ``shapes`` caches each leaf shape's target (spelling a shape out costs more than the view)."""
+    tree: dict[str, Any] = {}
+    for key, value in data.items():
+        if type(value) is torch.Tensor and value.is_contiguous():
+            shape = shapes.get(value.shape)
+            if shape is None:
+                shape = shapes[value.shape] = (k, sub, *value.shape[1:])
+            tree[key] = value.view(*shape)
+        elif isinstance(value, TensorDictBase):
+            tree[key] = _unflatten(value, k, sub, shapes)
+        else:
+            tree[key] = value.unflatten(0, (k, sub))
+    return tree
+
+
+def _plain_tree(data: TensorDictBase) -> dict[str, Any]:
+    """A TensorDict's tensor leaves as a nested dict, as ``items(include_nested=True, leaves_only=True)``
+    sees them: non-tensor data and sub-TensorDicts without tensors are left out. (Walking each
+    sample once beats one lookup per leaf and sample.)"""
+    tree: dict[str, Any] = {}
+    for key, value in data.items():
+        if type(value) is torch.Tensor:
+            tree[key] = value
+        elif is_non_tensor(value):
+            continue
+        elif isinstance(value, TensorDictBase):
+            inner = _plain_tree(value)
+            if inner:
+                tree[key] = inner
+        else:
+            tree[key] = value  # a tensor subclass (or a tensorclass: torch.stack stacks those too)
+    return tree
+
+
+def _stack_trees(rows: list[tuple[dict, slice | None]]) -> dict[str, Any] | None:
+    """``torch.stack`` of each leaf over the trees (each cut to its slice); None when their keys,
+    per-item shapes or dtypes differ."""
+    first = rows[0][0]
+    for tree, _ in rows[1:]:
+        if tree.keys() != first.keys():
+            return None
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        if type(value) is dict:
+            inner = _stack_trees([(tree[key], cut) for tree, cut in rows])
+            if inner is None:
+                return None
+            out[key] = inner
+            continue
+        pieces = [tree[key] if cut is None else tree[key][cut] for tree, cut in rows]
+        dtype, shape = value.dtype, value.shape[1:]
+        for piece in pieces:
+            if type(piece) is dict or piece.dtype != dtype or piece.shape[1:] != shape:
+                return None
+        out[key] = torch.stack(pieces)
+    return out
