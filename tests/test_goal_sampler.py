@@ -66,44 +66,48 @@ def built(sampler, lengths=LENGTHS):
     return TensorDictReplayBuffer(storage=DatasetStorage(path), sampler=sampler, generator=gen(5)), chunk
 
 
-def state_at(chunk, episode, time):
+def state_at(chunk, episode, time, lengths=LENGTHS):
     """Plain lookup: the observation at ``time`` of ``episode`` (time L is the final next observation)."""
-    first = int(STARTS[episode])
-    if time < LENGTHS[episode]:
+    first = int(np.cumsum([0, *lengths])[episode])
+    if time < lengths[episode]:
         return chunk["observation"][first + time]
-    return chunk["next", "observation"][first + LENGTHS[episode] - 1]
+    return chunk["next", "observation"][first + lengths[episode] - 1]
 
 
-def episode_of(row):
-    return int(np.searchsorted(STARTS, row, side="right") - 1)
+def episode_of(row, lengths=LENGTHS):
+    return int(np.searchsorted(np.cumsum([0, *lengths[:-1]]), row, side="right") - 1)
 
 
+# varied lengths, and episodes of one length laid end to end (located as row // length)
+@pytest.mark.parametrize("lengths", [LENGTHS, [7] * 6], ids=["varied", "equal"])
 @pytest.mark.parametrize("make", [online, built])
-def test_goals_are_the_states_they_claim(make):
+def test_goals_are_the_states_they_claim(make, lengths):
     s = GoalSampler(
         0.2, 0.5, 0.3, future="geometric", gamma=0.9, actor={"p_future": 1.0, "future": "uniform"}, subgoal_steps=4
     )
-    rb, chunk = make(s)
+    rb, chunk = make(s, lengths=lengths)
+    starts = np.cumsum([0, *lengths[:-1]])
     for _ in range(4):
         batch = rb.sample(256)
         for i, row in enumerate(batch["index"].tolist()):
-            e, t = episode_of(row), row - int(STARTS[episode_of(row)])
+            e = episode_of(row, lengths)
+            t = row - int(starts[e])
             for name in ("goal", "actor_goal"):
                 kind = int(batch[name, "kind"][i])
                 d = int(batch[name, "distance"][i])
                 if kind != RANDOM:
                     assert batch[name, "in_episode"][i]
-                    assert 0 <= t + d <= LENGTHS[e], "a goal left its episode"
+                    assert 0 <= t + d <= lengths[e], "a goal left its episode"
                     assert (d == 0) == (kind == CURRENT)
-                    assert torch.equal(batch[name, "observation"][i], state_at(chunk, e, t + d))
+                    assert torch.equal(batch[name, "observation"][i], state_at(chunk, e, t + d, lengths))
                 elif batch[name, "in_episode"][i]:
-                    assert torch.equal(batch[name, "observation"][i], state_at(chunk, e, t + d))
+                    assert torch.equal(batch[name, "observation"][i], state_at(chunk, e, t + d, lengths))
                 else:  # a random state: some row's observation (never a final state)
                     assert d == -1
                     assert (chunk["observation"] == batch[name, "observation"][i]).all(-1).any()
-            sub = min(t + 4, LENGTHS[e])
+            sub = min(t + 4, lengths[e])
             assert int(batch["subgoal", "distance"][i]) == sub - t
-            assert torch.equal(batch["subgoal", "observation"][i], state_at(chunk, e, sub))
+            assert torch.equal(batch["subgoal", "observation"][i], state_at(chunk, e, sub, lengths))
         success = batch["goal", "distance"] == 0
         assert torch.equal(batch["goal", "success"].reshape(-1), success)
         assert torch.equal(batch["goal", "reward"].reshape(-1), success.float())

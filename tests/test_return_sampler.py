@@ -57,10 +57,12 @@ def plain_n_step(chunk, row, n, gamma):
     return g, m, gamma**m, mask, boot
 
 
+# varied lengths, and episodes of one length laid end to end (located as row // length)
+@pytest.mark.parametrize("lengths", [LENGTHS, [4] * 5], ids=["varied", "equal"])
 @pytest.mark.parametrize("gamma", [0.9, 1.0])
 @pytest.mark.parametrize("n", [1, 3, 10])
-def test_n_step_matches_a_plain_loop(gamma, n):
-    rb, chunk = buffer(gamma, NStepReturnSampler(gamma, n))
+def test_n_step_matches_a_plain_loop(gamma, n, lengths):
+    rb, chunk = buffer(gamma, NStepReturnSampler(gamma, n), lengths=lengths)
     batch = rb.sample(300)
     for i, row in enumerate(batch["index"].tolist()):
         g, m, disc, mask, boot = plain_n_step(chunk, row, n, gamma)

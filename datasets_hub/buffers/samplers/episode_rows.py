@@ -80,6 +80,9 @@ class EpisodeRows:
             self._hops = int(per_block.max())
             self._next_start = np.append(self.start, np.iinfo(np.int64).max)  # start of episode e + 1, at e + 1
             self._last = last
+            # episodes of one length laid end to end (OGBench's fixed-length trajectories): row // length
+            same = self.dense and bool((self.length == self.length[0]).all())
+            self._period = int(self.length[0]) if same else 0
         # the ordinals are those of storage.episode_index(): storages may use them as a lookup hint
         self.storage_ordinals = storage.episode_index() is index
         return index
@@ -88,18 +91,21 @@ class EpisodeRows:
         """``gather_key`` keywords telling the storage the rows' episode ordinals, when they are its own."""
         return {"episodes": episode} if self.storage_ordinals else {}
 
-    def locate(self, rows: np.ndarray) -> np.ndarray:
-        """Episode ordinal of each row; a row outside every episode is an error naming it."""
-        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._last):
+    def locate(self, rows: np.ndarray, *, drawn: bool = False) -> np.ndarray:
+        """Episode ordinal of each row; a row outside every episode is an error naming it.
+        ``drawn=True``: the rows come from :meth:`draw` (inside an episode by construction): no check."""
+        if not drawn and rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._last):
             self._outside(rows[(rows < 0) | (rows >= self._last)])
-        e = self._block[rows >> _BLOCK_SHIFT]
+        if self._period:
+            return rows // self._period
+        e = self._block.take(rows >> _BLOCK_SHIFT)
         for _ in range(self._hops):
-            step = self._next_start[e + 1] <= rows
+            step = self._next_start.take(e + 1) <= rows
             if not step.any():
                 break
             e = e + step
-        if not self.dense:
-            bad = (e < 0) | (rows >= self.end[np.maximum(e, 0)])
+        if not self.dense and not drawn:
+            bad = (e < 0) | (rows >= self.end.take(np.maximum(e, 0)))
             if bad.any():
                 self._outside(rows[bad])
         return e
@@ -188,4 +194,4 @@ class AnchorSampler(WrapsSampler):
             index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
             rows = index.numpy()
             info = dict(info)
-        return index, rows, self.episodes.locate(rows), info
+        return index, rows, self.episodes.locate(rows, drawn=self.sampler is None), info

@@ -99,6 +99,8 @@ class GoalMix:
             )
         self.p_current, self.p_future, self.p_random = probs
         self.future, self.gamma = future, float(gamma)
+        self._thresholds = np.array([self.p_current, self.p_current + self.p_future])
+        self._log_gamma = math.log(self.gamma) if self.future == "geometric" and self.gamma > 0.0 else 0.0
 
     def __repr__(self) -> str:
         law = f"geometric(gamma={self.gamma})" if self.future == "geometric" else self.future
@@ -107,48 +109,50 @@ class GoalMix:
     def draw(
         self,
         eps: EpisodeRows,
+        rows: np.ndarray,
         episode: np.ndarray,
-        step: np.ndarray,
-        length: np.ndarray,
+        left: np.ndarray,
         u: np.ndarray,
         generator: torch.Generator | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """``(goal_time, kind, random, other_episode)`` for anchors at ``step`` of ``episode`` (of
-        ``length`` transitions), from the uniforms ``u`` (``[2, B]``: kind, offset); ``random`` marks
-        the rows whose goal is the random state ``other_episode`` / ``goal_time`` (``None``: no row)."""
-        b = step.size
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+        """``(offset, kind, random, other, other_episode)`` for anchor ``rows`` of ``episode`` with
+        ``left`` steps to their episode's final state, from the uniforms ``u`` (``[2, B]``: kind,
+        offset). ``offset`` is the goal time minus the anchor's for in-episode goals; ``random`` marks
+        the rows whose goal is instead the state of row ``other`` (of ``other_episode``); the three
+        are ``None`` when no row has a random goal."""
+        b = rows.size
         if self.p_future == 1.0:
             kind = np.ones(b, dtype=np.int64)
-        else:
-            kind = (u[0] >= self.p_current).astype(np.int64)  # 0 current, 1 future, 2 random
-            kind += u[0] >= self.p_current + self.p_future
+        else:  # 0 current, 1 future, 2 random: how many thresholds u[0] reaches
+            kind = np.searchsorted(self._thresholds, u[0], side="right")
         if self.p_future == 0.0:
-            time = step.copy()
+            offset = np.zeros(b, dtype=np.int64)
         elif self.future == "geometric":
-            left = length - step  # >= 1: the final state is time L
             if self.gamma == 0.0:
-                time = step + 1
+                offset = np.ones(b, dtype=np.int64)
             else:  # inverse CDF: P(floor(log(1-U) / log(gamma)) >= k) = gamma^k; U < 1, so it is finite
-                d = np.floor(np.log1p(-u[1]) / math.log(self.gamma)).astype(np.int64)
-                time = step + np.minimum(d + 1, left)
+                offset = (np.log1p(-u[1]) / self._log_gamma).astype(np.int64)  # >= 0: truncation is floor
+                offset += 1
+                np.minimum(offset, left, out=offset)
         elif self.future == "uniform":
-            left = length - step
-            time = step + 1 + np.minimum((u[1] * left).astype(np.int64), left - 1)
+            offset = (u[1] * left).astype(np.int64)
+            offset += 1
+            np.minimum(offset, left, out=offset)
         elif self.future == "final":
-            time = length.copy()
+            offset = left.copy()
         else:  # episode: any state 0..L
-            time = np.minimum((u[1] * (length + 1)).astype(np.int64), length)
+            length = eps.length.take(episode)
+            offset = np.minimum((u[1] * (length + 1)).astype(np.int64), length)
+            offset -= rows - eps.start.take(episode)
         if self.p_current > 0.0 and self.p_future > 0.0:
-            np.copyto(time, step, where=kind == CURRENT)
+            offset *= kind != CURRENT
         if self.p_random == 0.0:
-            return time, kind, None, None
+            return offset, kind, None, None, None
         random = kind == RANDOM
         if not random.any():
-            return time, kind, None, None
+            return offset, kind, None, None, None
         other = eps.draw(b, generator)  # drawn for every row: the stream does not depend on the kinds
-        other_episode = eps.locate(other)
-        np.copyto(time, other - eps.start[other_episode], where=random)
-        return time, kind, random, other_episode
+        return offset, kind, random, other, eps.locate(other, drawn=True)
 
 
 class GoalSampler(AnchorSampler):
@@ -223,38 +227,34 @@ class GoalSampler(AnchorSampler):
         index, rows, episode, info = self.anchors(storage, batch_size)
         eps = self.episodes
         b = rows.size
-        start, length = eps.start[episode], eps.length[episode]
-        step = rows - start
+        left = eps.end.take(episode) - rows  # >= 1: steps to the episode's final state
         mixes = [("goal", self.value)] + ([("actor_goal", self.actor)] if self.actor is not None else [])
-        # every state the batch needs, as (row, after, episode): one read per goal key serves them all
-        parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+        # every state the batch needs, as (row, after, episode): one read per goal key serves them all;
+        # the final state (offset == left) is ("next", key) of the episode's last row
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         distances = []
         for name, mix in mixes:
-            time, kind, random, other_episode = mix.draw(
-                eps,
-                episode,
-                step,
-                length,
-                torch.rand((2, b), dtype=torch.float64, generator=self.generator).numpy(),
-                self.generator,
-            )
-            if random is None or other_episode is None:
-                goal_episode, in_episode = episode, np.ones(b, dtype=bool)
-                after = time >= length  # the final state: after the episode's last row
-                parts.append((start + time - after, after, episode))
-            else:
+            u = torch.rand((2, b), dtype=torch.float64, generator=self.generator).numpy()
+            offset, kind, random, other, other_episode = mix.draw(eps, rows, episode, left, u, self.generator)
+            after = offset == left
+            goal_rows = rows + offset
+            goal_rows -= after
+            if random is None or other is None or other_episode is None:
+                goal_episode, in_episode, distance = episode, np.ones(b, dtype=bool), offset
+            else:  # a random goal is the state of its own row: never a final state
+                after &= ~random
+                np.copyto(goal_rows, other, where=random)
                 goal_episode = np.where(random, other_episode, episode)
                 in_episode = goal_episode == episode
-                after = (time >= length) & ~random  # a random goal is a row's own state
-                parts.append((eps.start[goal_episode] + time - after, after, goal_episode))
-            distance = np.where(in_episode, time - step, -1) if random is not None else time - step
+                distance = np.where(random, np.where(in_episode, other - rows, -1), offset)
+            parts.append((goal_rows, after, goal_episode))
             distances.append(distance)
             info[(name, "distance")] = torch.from_numpy(distance)
             info[(name, "in_episode")] = torch.from_numpy(in_episode)
             info[(name, "kind")] = torch.from_numpy(kind)
         if self.subgoal_steps is not None:
-            ahead = np.minimum(self.subgoal_steps, length - step)
-            after = step + ahead >= length
+            ahead = np.minimum(self.subgoal_steps, left)
+            after = ahead == left
             parts.append((rows + ahead - after, after, episode))
             info[("subgoal", "distance")] = torch.from_numpy(ahead)
         if self.success_fn is not None:  # the row's own state (or its next one), read with the goals
@@ -278,13 +278,14 @@ class GoalSampler(AnchorSampler):
         return index, info
 
     def _states(
-        self, storage: Storage, parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]
+        self, storage: Storage, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     ) -> dict[tuple[str, ...], torch.Tensor]:
         """The goal keys' states at every requested (row, after) of ``parts``, concatenated in order."""
-        rows = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-        afters = [p[1] if p[1] is not None else np.zeros(p[0].size, dtype=bool) for p in parts]
-        after = np.concatenate(afters) if len(afters) > 1 else afters[0]
-        hint = self.episodes.hint(np.concatenate([p[2] for p in parts]) if len(parts) > 1 else parts[0][2])
+        if len(parts) == 1:
+            rows, after, episodes = parts[0]
+        else:
+            rows, after, episodes = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        hint = self.episodes.hint(episodes)
         out = {}
         for key in self.goal_keys:
             try:

@@ -101,8 +101,9 @@ class NStepReturnSampler(AnchorSampler):
             self._pow = np.power(self.gamma, np.arange(max(m + 1, 64), dtype=np.float64))
         return self._pow
 
-    def _ends_terminated(self, storage: Storage) -> np.ndarray:
-        """Per episode: whether its last row is a true end (read once per episode layout, O(episodes))."""
+    def _bootstraps(self, storage: Storage) -> np.ndarray:
+        """Per episode: whether its end is bootstrapped (its last row is not a true end); read once
+        per episode layout, O(episodes)."""
         eps = self.episodes
         if self._term is None or self._term[0] != eps.version:
             flags = self._read(
@@ -112,7 +113,7 @@ class NStepReturnSampler(AnchorSampler):
                 "pass terminated_key=<the key of true-end flags>",
                 **eps.hint(np.arange(eps.end.size)),
             )
-            self._term = (eps.version, flags.reshape(-1).to(torch.bool).numpy())
+            self._term = (eps.version, ~flags.reshape(-1).to(torch.bool).numpy())
         return self._term[1]
 
     def empty(self) -> None:
@@ -129,16 +130,19 @@ class NStepReturnSampler(AnchorSampler):
         index, rows, episode, info = self.anchors(storage, batch_size)
         eps = self.episodes
         b = rows.size
-        left = eps.end[episode] - rows  # >= 1
+        end = eps.end.take(episode)
         low, high = self.n_range
         if low == high:
-            steps = np.minimum(left, low)
+            later = rows + low
         else:
-            steps = np.minimum(left, torch.randint(low, high + 1, (b,), generator=self.generator).numpy())
-        inside = steps < left  # t + m is still in the episode: R_{t+m} is stored there
-        later = rows + steps
-        # one read of the column serves R_t and R_{t+m} (R_t again where t + m is the end: unused)
-        both = np.concatenate([rows, np.where(inside, later, rows)])
+            later = rows + torch.randint(low, high + 1, (b,), generator=self.generator).numpy()
+        np.minimum(later, end, out=later)  # t + m, m = min(n, L - t) steps: never past the episode end
+        inside = later < end  # t + m is still in the episode: R_{t+m} is stored there
+        steps = later - rows
+        # one read of the column serves R_t and R_{t+m} (the episode's last row where t + m is the end:
+        # read, unused)
+        both = np.concatenate([rows, later])
+        both[b:] -= ~inside
         stored = self._read(
             storage,
             self.rtg_key,
@@ -150,13 +154,15 @@ class NStepReturnSampler(AnchorSampler):
         if column.dtype != np.float64:
             column = column.astype(np.float64)
         r_now = column[0]
-        discount = self._powers(high)[steps]  # gamma^m from a table of powers
+        discount = self._powers(high).take(steps)  # gamma^m from a table of powers
         value = r_now - discount * np.where(inside, column[1], 0.0)
-        mask = inside | ~self._ends_terminated(storage)[episode]
+        mask = self._bootstraps(storage).take(episode)
+        mask |= inside
         hint = eps.hint(episode)
-        for key in self.obs_keys:  # s_{t+m}: the state after row t + m - 1
+        last = torch.from_numpy(later - 1)  # s_{t+m} is the state after row t + m - 1: ("next", key) there
+        for key in self.obs_keys:
             try:
-                info[("n_step", *key)] = storage.gather_states(key, later - 1, np.ones(b, dtype=bool), **hint)
+                info[("n_step", *key)] = storage.gather_key(_flat(("next", *key)), last, **hint)
             except KeyError:
                 raise KeyError(
                     f"{'/'.join(('next', *key))!r} is not in the stored data: pass obs_keys=[...] naming the "
