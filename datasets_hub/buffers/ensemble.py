@@ -474,9 +474,8 @@ def _unflatten(data: TensorDictBase, k: int, sub: int, shapes: dict, batch: torc
                 shape = shapes[value.shape] = (k, sub, *value.shape[1:])
             tree[key] = value.view(*shape)
         elif isinstance(value, TensorDictBase):
-            tree[key] = TensorDict._new_unsafe(
-                source=_unflatten(value, k, sub, shapes, batch), batch_size=batch, nested=False
-            )
+            inner = cast(Any, _unflatten(value, k, sub, shapes, batch))  # tensordict's stubs: tensor values only
+            tree[key] = TensorDict._new_unsafe(source=inner, batch_size=batch, nested=False)
         else:
             tree[key] = value.unflatten(0, (k, sub))
     return tree
