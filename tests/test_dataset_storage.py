@@ -174,3 +174,22 @@ def test_rows_outside_the_dataset_are_refused_and_negative_rows_count_from_the_e
         storage.get(torch.tensor([[1, 2], [-1, 3]]))["step"], everything["step"][torch.tensor([[1, 2], [n - 1, 3]])]
     )
     assert storage.get(torch.tensor([], dtype=torch.int64)).batch_size == torch.Size([0])
+
+
+def test_huge_pages_are_asked_for_the_files_a_batch_reads_when_they_fit_in_memory(tmp_path, monkeypatch):
+    from datasets_hub import dataset_storage as ds
+
+    path, _ = _build_with_info(tmp_path)
+    advised = []
+    monkeypatch.setattr(ds, "huge_pages", lambda column: advised.append(column.nbytes))
+    monkeypatch.setattr(ds, "available_memory", lambda: (64 << 30, 128 << 30))
+    storage = ds.DatasetStorage(path)
+    # the frames, the packed records and the one per-step leaf too wide to pack
+    assert len(advised) == 3 and sum(advised) == storage.manifest["schema"]["obs/observation"]["rows"] * 3 * 4 + (
+        len(storage) * (storage.manifest["layout"]["packed"]["width"] + 33 * 8)
+    )
+    advised.clear()
+    monkeypatch.setattr(ds, "available_memory", lambda: (1 << 30, 128 << 30))  # less than the margin
+    ds.DatasetStorage(path)
+    ds.DatasetStorage(path, in_memory=True)  # anonymous memory: advised when copied (ram.py)
+    assert advised == []
