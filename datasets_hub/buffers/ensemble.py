@@ -134,6 +134,7 @@ class ReplayBufferEnsemble:
         self.transform = transform
         self.generator = generator
         self._view_shapes: dict[tuple[int, int], dict] = {}  # (k, sub) -> {leaf shape: [k, sub, ...] shape}
+        self._id_blocks: dict[tuple, torch.Tensor] = {}  # (buffer ids, sub) -> [k, sub] ids
 
     def fork(self, generator: torch.Generator, members: Sequence[Any]) -> ReplayBufferEnsemble:
         """A shallow copy over ``members`` (forks of ``self[i]``, same order) choosing buffers with
@@ -373,17 +374,21 @@ class ReplayBufferEnsemble:
                 return torch.stack(pieces)
             return pieces
         tree: dict[str, Any]
+        batch = torch.Size([k, sub, *first.batch_size[1:]])
         if whole and first.batch_size[0] == k * sub:  # one read gave every row in order: a view per leaf
             shapes = self._view_shapes.get((k, sub))
             if shapes is None:
                 shapes = self._view_shapes[(k, sub)] = {}
-            tree = _unflatten(first, k, sub, shapes)
+            tree = _unflatten(first, k, sub, shapes, batch)
             tree.pop("index", None)
         else:
             tree = self._stack_leaves(parts, sub)
-        batch = torch.Size([k, sub, *first.batch_size[1:]])
         if len(batch) == 2:
-            tree["index"] = {"index": index.clone(), "buffer_ids": buffer_ids.view(k, 1).expand(k, sub).clone()}
+            tree["index"] = TensorDict._new_unsafe(
+                source={"index": index.clone(), "buffer_ids": self._ids_block(buffer_ids, sub)},
+                batch_size=batch,
+                nested=False,
+            )
         else:
             extra = [1] * (len(batch) - 2)
             tree["index"] = {
@@ -392,6 +397,16 @@ class ReplayBufferEnsemble:
             }
         # the shapes are right by construction: no per-leaf validation (it cost as much as the stacking)
         return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=batch)
+
+    def _ids_block(self, buffer_ids: torch.Tensor, sub: int) -> torch.Tensor:
+        """``[k, sub]``: row ``i`` filled with ``buffer_ids[i]`` (a copy of a cached block: one op)."""
+        key = (tuple(buffer_ids.tolist()), sub)
+        block = self._id_blocks.get(key)
+        if block is None:
+            block = buffer_ids.view(-1, 1).expand(-1, sub).contiguous()
+            if len(self._id_blocks) < 64:  # a few choices repeat (all buffers, two of two, ...)
+                self._id_blocks[key] = block
+        return block.clone()
 
     def _stack_leaves(self, parts: list[tuple[int, Any, int]], sub: int) -> dict[str, Any]:
         """Stack the parts' rows leaf by leaf (cheaper than stacking TensorDicts) into a nested dict."""
@@ -447,9 +462,10 @@ class ReplayBufferEnsemble:
         )
 
 
-def _unflatten(data: TensorDictBase, k: int, sub: int, shapes: dict) -> dict[str, Any]:
-    """The leaves of ``data`` (batch ``[k * sub, ...]``) as a nested dict of ``[k, sub, ...]`` views;
-    ``shapes`` caches each leaf shape's target (spelling a shape out costs more than the view)."""
+def _unflatten(data: TensorDictBase, k: int, sub: int, shapes: dict, batch: torch.Size) -> dict[str, Any]:
+    """The leaves of ``data`` (batch ``[k * sub, ...]``) as ``[k, sub, ...]`` views: a dict of them and
+    of sub-TensorDicts of ``batch``. ``shapes`` caches each leaf shape's target (spelling a shape out
+    costs more than the view)."""
     tree: dict[str, Any] = {}
     for key, value in data.items():
         if type(value) is torch.Tensor and value.is_contiguous():
@@ -458,7 +474,8 @@ def _unflatten(data: TensorDictBase, k: int, sub: int, shapes: dict) -> dict[str
                 shape = shapes[value.shape] = (k, sub, *value.shape[1:])
             tree[key] = value.view(*shape)
         elif isinstance(value, TensorDictBase):
-            tree[key] = _unflatten(value, k, sub, shapes)
+            inner = cast(Any, _unflatten(value, k, sub, shapes, batch))  # tensordict's stubs: tensor values only
+            tree[key] = TensorDict._new_unsafe(source=inner, batch_size=batch, nested=False)
         else:
             tree[key] = value.unflatten(0, (k, sub))
     return tree

@@ -83,6 +83,7 @@ class SliceSampler(Sampler):
         self._layouts: dict[int, SliceLayout] = {}
         self._done: torch.Tensor | None = None
         self._done_np: Any = None
+        self._done_at_ends = False  # stored done flags set only on episodes' last rows (see _stored_done)
         self._done_key_seen: tuple | None = None
         self._masks: dict[tuple[int, int], torch.Tensor] = {}
         self._storage_ref: Any = None  # the storage the cache describes (ids can be reused)
@@ -280,6 +281,7 @@ class SliceSampler(Sampler):
             if done is not None and self._perm is not None:
                 done = done[self._perm]  # positions are column-major on a multi-dimensional storage
             self._done = done
+            self._done_at_ends = _only_at_ends(done, self._episodes)
             self._done_np = None
             if done is not None and type(done) is torch.Tensor and done.device.type == "cpu":
                 try:
@@ -309,7 +311,9 @@ class SliceSampler(Sampler):
             truncated = torch.zeros(index.numel(), 1, dtype=torch.bool)
             truncated[torch.cumsum(lengths, 0) - 1] = True
         stored = self._stored_done(storage)
-        if stored is not None:
+        if stored is not None and self._done_at_ends:
+            done = truncated.clone()  # a slice lies in one episode: stored flags can only be on its last row
+        elif stored is not None:
             # index_select, not stored[index]: advanced indexing is ~100x slower on a memmap leaf
             done = torch.index_select(stored, 0, index)
             if lengths is None and done.dtype == torch.bool and done.ndim == 2:
@@ -338,19 +342,20 @@ class SliceSampler(Sampler):
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """The hot path when every slice is full: one torch draw, then a few numpy ops on the batch."""
         u = torch.randint(layout.total, (num_slices,), generator=self.generator).numpy()
-        rows = u + layout.base_np[np.searchsorted(layout.bounds_np, u, side="right")]
-        index_np = (rows[:, None] + _arange(slice_len).numpy()).reshape(-1)
-        index = torch.from_numpy(index_np)
+        rows = u + layout.base_np[layout.bounds_np.searchsorted(u, side="right")]
+        # into a fresh array: numpy's broadcast add allocating its own output costs about twice as much
+        index_np = np.add(rows[:, None], _arange_np(slice_len), out=np.empty((num_slices, slice_len), np.int64))
+        index = torch.from_numpy(index_np.reshape(-1))
         if self.truncated_key is None:
             return index, {}
         mask = self._slice_end_mask(num_slices, slice_len)
         truncated = mask.clone()
         stored = self._stored_done(storage)
         stored_np = self._done_np
-        if stored is None:
-            done = mask.clone()
+        if stored is None or self._done_at_ends:
+            done = mask.clone()  # a slice lies in one episode: stored flags can only be on its last row
         elif stored_np is not None:
-            d = stored_np[index_np]
+            d = stored_np.reshape(-1).take(index_np.reshape(-1))
             d = d.astype(np.bool_, copy=False).reshape(-1, 1)
             d.reshape(num_slices, slice_len)[:, -1] = True  # = stored | truncated, in place
             done = torch.from_numpy(d)
@@ -401,6 +406,33 @@ def _arange(n: int) -> torch.Tensor:
     if t is None:
         t = _ARANGES[n] = torch.arange(n)
     return t
+
+
+_ARANGES_NP: dict[int, np.ndarray] = {}
+
+
+def _arange_np(n: int) -> np.ndarray:
+    """A cached int64 ``numpy.arange(n)`` (read-only use)."""
+    a = _ARANGES_NP.get(n)
+    if a is None:
+        a = _ARANGES_NP[n] = np.arange(n, dtype=np.int64)
+    return a
+
+
+def _only_at_ends(done: torch.Tensor | None, episodes: EpisodeIndex | None) -> bool:
+    """True when every set flag of ``done`` (one per position) is on an episode's last row.
+
+    Then no slice (it lies inside one episode) holds a set flag except on its last row, which its
+    ``truncated`` mark sets anyway: the ``done`` of a sample equals its ``truncated`` mask without
+    reading the stored flags. Checked once per episode structure (``O(rows)``)."""
+    if done is None or episodes is None or done.ndim == 0:
+        return False
+    flags = done.reshape(done.shape[0], -1).to(torch.bool).any(1)
+    at_end = torch.zeros(flags.shape[0], dtype=torch.bool)
+    last = episodes.end - 1
+    last = last[(last >= 0) & (last < flags.shape[0]) & (episodes.length > 0)]
+    at_end[last] = True
+    return not bool((flags & ~at_end).any())
 
 
 def _weakrefable(obj: Any) -> bool:
