@@ -2,7 +2,7 @@
 
 Run (TorchRL lives in its own venv, see the README; without it the TorchRL rows show ``-``):
 
-    .venv-bench/bin/python benchmarks/goals.py              # ~3 min, ~200 MB of temp files
+    .venv-bench/bin/python benchmarks/goals.py              # ~30 s, ~500 MB of temp files
     .venv/bin/python benchmarks/goals.py --transitions 200000 --repeats 100   # quick look
 
 1. Goal sampling on a 1,000,000-transition build shaped like OGBench's antmaze-large-navigate

@@ -22,8 +22,9 @@ episode index, and a batch waits for the chunks it needs. Trust and crash rules:
 checked against the sha256 in ``published.json`` before it is written, a chunk's residency byte is set
 only after its rows are written, so a process killed at any point leaves a map that claims only complete
 chunks; a corrupt chunk is fetched again (3 tries) and never served. Processes on one machine share the
-local copy: chunk writes and evictions hold an exclusive lock, gathers that could race an eviction hold
-a shared one. A buffer over a remote build pickles to DataLoader workers by reference (URL and local
+local copy: chunk writes and evictions hold an exclusive lock; reads of resident chunks take none (an
+eviction counter in the copy makes a read that raced an eviction read again; see
+:mod:`datasets_hub.remote_chunks`). A buffer over a remote build pickles to DataLoader workers by reference (URL and local
 copy), and the workers share the copy.
 """
 

@@ -148,15 +148,18 @@ class ResidentStorage(DatasetStorage):
         return self._read(rows, lambda: self._gather_rows(rows, extras))
 
     def read_key(self, key: str | tuple[str, ...]) -> Any:
+        """One leaf over every row, as a copy: the build's own ``read_key`` maps the file, and a later eviction
+        (by any process sharing the copy) would turn a mapped view's rows into zeros. Every chunk of the
+        leaves it reads (``next/done``: the two flags it is derived from) is made resident first."""
         wanted = "/".join((key,) if isinstance(key, str) else key)
-        self.chunks.ensure(
-            {
-                name: np.arange(int(self.chunks.arrays[name]["chunks"]))
-                for name in self._step_leaves + self._obs_leaves
-                if name.split("/", 1)[1] == wanted
-            }
-        )
-        return super().read_key(key)
+        sources = {"next/done": ("next/terminated", "next/truncated")}.get(wanted, (wanted,))
+        names = tuple(name for name in self._step_leaves + self._obs_leaves if name.split("/", 1)[1] in sources)
+        read = super().read_key
+
+        def every_chunk() -> dict[str, np.ndarray]:
+            return {name: np.arange(int(self.chunks.arrays[name]["chunks"])) for name in names}
+
+        return self.chunks.read(names, every_chunk, lambda: _copied(read(key)))
 
     def gather_key(self, key: str | tuple[str, ...], rows: Any, **kw: Any) -> Any:
         read = super().gather_key
@@ -244,6 +247,10 @@ class ResidentStorage(DatasetStorage):
         if self._filler is not None:
             self._filler.join()
         self.chunks.close()
+
+
+def _copied(value: Any) -> Any:
+    return value.clone() if isinstance(value, (torch.Tensor, TensorDict)) else value
 
 
 def reopen_copy(cls: type[ResidentStorage], state: dict[str, Any]) -> DatasetStorage:

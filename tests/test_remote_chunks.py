@@ -145,3 +145,19 @@ def test_least_recently_used_chunks_go_first(published, local_rb):
         rb[torch.arange(far, far + 4)]
         far -= per_chunk
     assert chunks.maps[name][0] and not chunks.maps[name][1]
+
+
+def test_whole_columns_of_a_lazy_copy_are_fetched_and_copied(published, local_rb):
+    """read_key (episode views, done flags) fetches every chunk it reads, derived next/done included, and
+    returns a copy that a later eviction by another process cannot turn into zeros."""
+    url = f"file://{published}"
+    rb = dh.load(url, resident="lazy")
+    done = rb.storage.read_key(("next", "done"))
+    assert _same(done, local_rb.storage.read_key(("next", "done")))
+    reward = rb.storage.read_key(("next", "reward"))
+    assert _same(reward, local_rb.storage.read_key(("next", "reward")))
+    rb[:]  # the whole copy resident: far over the budget below
+    evictor = dh.load(url, resident="lazy", max_bytes=40_000)
+    evictor.storage.gather_key("action", torch.arange(0, 10))  # a fetch: evicts most of the copy
+    assert not rb.storage.chunks.maps["steps/next/reward"].all()
+    assert _same(reward, local_rb.storage.read_key(("next", "reward")))
