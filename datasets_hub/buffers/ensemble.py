@@ -288,13 +288,14 @@ class ReplayBufferEnsemble:
 
         Buffers over one read-only storage only draw here (``data`` None) when every one of them can
         (:meth:`ReplayBuffer.draw_index`): :meth:`_read` then reads all their rows in one gather,
-        the same rows and values as their own ``sample`` calls (nothing can change in between)."""
+        the same rows and values as their own ``sample`` calls (nothing can change in between); so
+        does one buffer alone over a storage that ``gathers_batches`` (its ``[k, sub]`` batch at once)."""
         buffers = self._buffers
         first = buffers[distinct[0]]
         storage = first.storage
         joint = (
-            len(distinct) > 1
-            and getattr(storage, "read_only", False)
+            getattr(storage, "read_only", False)
+            and (len(distinct) > 1 or getattr(storage, "gathers_batches", False))
             and all(buffers[b].storage is storage and type(buffers[b]) is type(first) for b in distinct[1:])
         )
         drawn: dict[int, list[Any]] = {}
@@ -319,7 +320,8 @@ class ReplayBufferEnsemble:
         self, ids: list[int], drawn: dict[int, list[Any]], sub: int
     ) -> tuple[list[tuple[int, Any, int]], torch.Tensor]:
         """``(parts, index)``: for each position of the batch ``(buffer, data, first row in data)``,
-        and the flat local index of every row, position after position."""
+        and the flat local index of every row, position after position. A joint read of a storage
+        that ``gathers_batches`` is one part ``(buffer, [k, sub] data, -1)``."""
         pieces: list[tuple[int, int]] = []  # (buffer, first row in its draw) per position
         seen: dict[int, int] = {}
         for b in ids:
@@ -340,7 +342,14 @@ class ReplayBufferEnsemble:
                 if entry[0] is None:
                     entry[0] = self._buffers[b].gather_drawn(entry[1], entry[2])
             return [(b, drawn[b][0], lo) for b, lo in pieces], local
-        data = self._buffers[ids[0]].gather_drawn(local, joint)
+        reader = self._buffers[ids[0]]
+        if getattr(
+            reader.storage, "gathers_batches", False
+        ):  # read as [k, sub] at once: no reshape of every leaf after
+            k = len(ids)
+            shaped = {key: v.view(k, sub, *v.shape[1:]) for key, v in joint.items()}
+            return [(ids[0], reader.gather_drawn(local.view(k, sub), shaped), -1)], local
+        data = reader.gather_drawn(local, joint)
         return [(b, data, pos * sub) for pos, (b, _) in enumerate(pieces)], local
 
     @staticmethod
@@ -367,6 +376,8 @@ class ReplayBufferEnsemble:
         first = parts[0][1]
         whole = all(data is first and lo == pos * sub for pos, (_, data, lo) in enumerate(parts))
         if not isinstance(first, TensorDictBase):
+            if parts[0][2] == -1:
+                return first
             if whole and isinstance(first, torch.Tensor) and first.shape[0] == k * sub:
                 return first.reshape(k, sub, *first.shape[1:])
             pieces = [data[lo : lo + sub] for _, data, lo in parts]
@@ -375,7 +386,10 @@ class ReplayBufferEnsemble:
             return pieces
         tree: dict[str, Any]
         batch = torch.Size([k, sub, *first.batch_size[1:]])
-        if whole and first.batch_size[0] == k * sub:  # one read gave every row in order: a view per leaf
+        if parts[0][2] == -1:  # one read gave the [k, sub] batch itself (Storage.gathers_batches)
+            batch = first.batch_size
+            tree = {key: value for key, value in first.items() if key != "index"}
+        elif whole and first.batch_size[0] == k * sub:  # one read gave every row in order: a view per leaf
             shapes = self._view_shapes.get((k, sub))
             if shapes is None:
                 shapes = self._view_shapes[(k, sub)] = {}
