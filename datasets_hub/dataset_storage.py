@@ -504,7 +504,9 @@ def _shaped_from_numpy(lead: tuple[int, ...]) -> Any:
     """``torch.from_numpy`` of arrays of ``prod(lead)`` rows, given the leading dims ``lead`` (a numpy
     reshape costs a fraction of a torch view)."""
 
+    to_torch = torch.from_numpy
+
     def from_numpy(array: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(array.reshape(*lead, *array.shape[1:]))
+        return to_torch(array.reshape(lead + array.shape[1:]))
 
     return from_numpy

@@ -231,7 +231,7 @@ class ReplayBufferEnsemble:
         drawn = self._draw(sorted(counts), counts, sub)
         data, local = self._read(ids, drawn, sub)
         index = local.view(k, sub)
-        out = self._stack(data, k, sub, index, buffer_ids)
+        out = self._stack(data, k, sub, index, buffer_ids, ids)
         if self.transform is not None:
             out = self.transform(out)
         if return_info:
@@ -343,9 +343,8 @@ class ReplayBufferEnsemble:
                     entry[0] = self._buffers[b].gather_drawn(entry[1], entry[2])
             return [(b, drawn[b][0], lo) for b, lo in pieces], local
         reader = self._buffers[ids[0]]
-        if getattr(
-            reader.storage, "gathers_batches", False
-        ):  # read as [k, sub] at once: no reshape of every leaf after
+        # read as [k, sub] at once where the storage can: no reshape of every leaf after
+        if getattr(reader.storage, "gathers_batches", False):
             k = len(ids)
             shaped = {key: v.view(k, sub, *v.shape[1:]) for key, v in joint.items()}
             return [(ids[0], reader.gather_drawn(local.view(k, sub), shaped), -1)], local
@@ -371,7 +370,13 @@ class ReplayBufferEnsemble:
         return {key: torch.cat([infos[b][key][lo : lo + sub] for b, lo in pieces]) for key in keys or ()}
 
     def _stack(
-        self, parts: list[tuple[int, Any, int]], k: int, sub: int, index: torch.Tensor, buffer_ids: torch.Tensor
+        self,
+        parts: list[tuple[int, Any, int]],
+        k: int,
+        sub: int,
+        index: torch.Tensor,
+        buffer_ids: torch.Tensor,
+        ids: list[int],
     ) -> Any:
         first = parts[0][1]
         whole = all(data is first and lo == pos * sub for pos, (_, data, lo) in enumerate(parts))
@@ -386,6 +391,7 @@ class ReplayBufferEnsemble:
             return pieces
         tree: dict[str, Any]
         batch = torch.Size([k, sub, *first.batch_size[1:]])
+        nested = False  # the tree holds TensorDicts below its root, not dicts
         if parts[0][2] == -1:  # one read gave the [k, sub] batch itself (Storage.gathers_batches)
             batch = first.batch_size
             tree = {key: value for key, value in first.items() if key != "index"}
@@ -396,25 +402,25 @@ class ReplayBufferEnsemble:
             tree = _unflatten(first, k, sub, shapes, batch)
             tree.pop("index", None)
         else:
-            tree = self._stack_leaves(parts, sub)
+            tree, nested = self._stack_leaves(parts, sub), True
         if len(batch) == 2:
             tree["index"] = TensorDict._new_unsafe(
-                source={"index": index.clone(), "buffer_ids": self._ids_block(buffer_ids, sub)},
+                source={"index": index.clone(), "buffer_ids": self._ids_block(buffer_ids, ids, sub)},
                 batch_size=batch,
                 nested=False,
             )
         else:
-            extra = [1] * (len(batch) - 2)
+            extra, nested = [1] * (len(batch) - 2), True
             tree["index"] = {
                 "index": index.reshape(*index.shape, *extra).expand(batch).clone(),
                 "buffer_ids": buffer_ids.reshape(-1, 1, *extra).expand(batch).clone(),
             }
         # the shapes are right by construction: no per-leaf validation (it cost as much as the stacking)
-        return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=batch)
+        return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=batch, nested=nested)
 
-    def _ids_block(self, buffer_ids: torch.Tensor, sub: int) -> torch.Tensor:
+    def _ids_block(self, buffer_ids: torch.Tensor, ids: list[int], sub: int) -> torch.Tensor:
         """``[k, sub]``: row ``i`` filled with ``buffer_ids[i]`` (a copy of a cached block: one op)."""
-        key = (tuple(buffer_ids.tolist()), sub)
+        key = (tuple(ids), sub)
         block = self._id_blocks.get(key)
         if block is None:
             block = buffer_ids.view(-1, 1).expand(-1, sub).contiguous()
