@@ -50,6 +50,7 @@ class DatasetStorage(ReadOnlyStorage):
     """
 
     read_only_what = "dataset build"
+    gathers_batches = True
 
     def __init__(self, path: str | Path, *, in_memory: bool = False) -> None:
         self.path = Path(path)
@@ -255,22 +256,30 @@ class DatasetStorage(ReadOnlyStorage):
         if isinstance(index, (int, np.integer)):
             return self.get(torch.tensor([int(index)]))[0]
         rows, shape = self._rows(index)
+        if len(shape) == 2:  # [k, m] items (an ensemble's batch): shaped leaf by leaf, no TensorDict reshape
+            return self._gather_rows(rows, None, shape)
         out = self._gather_rows(rows, None)
         return out.reshape(shape) if len(shape) != 1 else out
 
     def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> TensorDict:
-        """``get`` of a 1-D index with ``extras`` (``index``, sampler info) built into the same TensorDict."""
+        """``get`` of a 1-D index with ``extras`` (``index``, sampler info) built into the same TensorDict;
+        a 2-D ``[k, m]`` index gives ``[k, m]`` items, its extras shaped ``[k, m, ...]`` (``gathers_batches``)."""
         if (
             type(index) is not torch.Tensor
-            or index.ndim != 1
+            or index.ndim not in (1, 2)
             or index.dtype != torch.int64
             or not self._plain_get  # a subclass that reads through get() keeps doing so
         ):
             return super().gather(index, extras)
+        if index.ndim == 2:
+            rows, _ = self._rows(index.reshape(-1))
+            return self._gather_rows(rows, extras, (index.shape[0], index.shape[1]))
         rows, _ = self._rows(index)
         return self._gather_rows(rows, extras)
 
-    def _gather_rows(self, rows: np.ndarray, extras: dict[Any, torch.Tensor] | None) -> TensorDict:
+    def _gather_rows(
+        self, rows: np.ndarray, extras: dict[Any, torch.Tensor] | None, lead: tuple[int, ...] | None = None
+    ) -> TensorDict:
         # numpy does the index arithmetic and the gathers: single-threaded and cheaper per call
         # than torch here (torch's parallel kernels cost milliseconds when the other cores are busy).
         # The plan (worked out once per set of extras keys) is the fixed sequence of reads and cuts.
@@ -278,7 +287,7 @@ class DatasetStorage(ReadOnlyStorage):
         if plan is None:
             plan = self._plan_for(extras)
         b = rows.size
-        from_numpy = torch.from_numpy
+        from_numpy = torch.from_numpy if lead is None else _shaped_from_numpy(lead)
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         trees = (root, nxt)
@@ -331,7 +340,7 @@ class DatasetStorage(ReadOnlyStorage):
         root["next"] = nxt
         if extras:
             nest(extras.keys(), extras.values(), root)
-        size = torch.Size((b,))
+        size = torch.Size((b,) if lead is None else lead)
         if plan.flat:  # no dict below root but "next": both made without looking for more
             root["next"] = _NEW_TD(nxt, batch_size=size, nested=False)
             return _NEW_TD(root, batch_size=size, nested=False)
@@ -489,3 +498,15 @@ def _checked_td(source: dict[str, Any], batch_size: torch.Size, nested: bool = T
 #: constructor would repeat on every sample (the shapes are right by construction); ``nested=False``:
 #: no value is a dict
 _NEW_TD = getattr(TensorDict, "_new_unsafe", _checked_td)
+
+
+def _shaped_from_numpy(lead: tuple[int, ...]) -> Any:
+    """``torch.from_numpy`` of arrays of ``prod(lead)`` rows, given the leading dims ``lead`` (a numpy
+    reshape costs a fraction of a torch view)."""
+
+    to_torch = torch.from_numpy
+
+    def from_numpy(array: np.ndarray) -> torch.Tensor:
+        return to_torch(array.reshape(lead + array.shape[1:]))
+
+    return from_numpy

@@ -141,11 +141,12 @@ class ResidentStorage(DatasetStorage):
         return self._read(rows, lambda: read(index))
 
     def gather(self, index: torch.Tensor, extras: dict[Any, torch.Tensor] | None = None) -> TensorDict:
-        if type(index) is not torch.Tensor or index.ndim != 1 or index.dtype != torch.int64:
+        if type(index) is not torch.Tensor or index.ndim not in (1, 2) or index.dtype != torch.int64:
             return super().gather(index, extras)  # the generic path, through get
-        rows, _ = self._rows(index)
+        lead = None if index.ndim == 1 else (index.shape[0], index.shape[1])  # an ensemble's [k, m] batch
+        rows, _ = self._rows(index.reshape(-1))
         self._reading(rows)
-        return self._read(rows, lambda: self._gather_rows(rows, extras))
+        return self._read(rows, lambda: self._gather_rows(rows, extras, lead))
 
     def read_key(self, key: str | tuple[str, ...]) -> Any:
         """One leaf over every row, as a copy: the build's own ``read_key`` maps the file, and a later eviction

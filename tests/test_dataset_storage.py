@@ -78,6 +78,18 @@ def test_gather_with_extras_equals_get_then_set(storage):
             assert torch.equal(got[key], want[key]), key
 
 
+def test_a_2d_index_gives_items_shaped_like_it(storage):
+    """``gathers_batches``: a ``[k, m]`` index reads ``[k, m]`` items at once, values of the flat read."""
+    assert storage.gathers_batches
+    index = torch.tensor([[0, 4, 5], [13, 2, 2]])
+    flat = storage.gather(index.reshape(-1), {"flag": torch.arange(6)})
+    for got in (storage.gather(index, {"flag": torch.arange(6).view(2, 3)}), storage.get(index)):
+        assert got.batch_size == (2, 3) and got["next"].batch_size == (2, 3)
+        for key in got.keys(True, True):
+            assert got[key].shape[:2] == (2, 3), key
+            assert torch.equal(got[key].reshape(6, *got[key].shape[2:]), flat[key]), key
+
+
 # -- the sampling path: a fixed plan of reads and cuts, checked against the naive TED copy ----------
 def _build_with_info(tmp_path, ids_from=0):
     """A build with nested per-step leaves (packed and, too wide to pack, unpacked), episode ids that

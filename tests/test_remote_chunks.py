@@ -161,3 +161,23 @@ def test_whole_columns_of_a_lazy_copy_are_fetched_and_copied(published, local_rb
     evictor.storage.gather_key("action", torch.arange(0, 10))  # a fetch: evicts most of the copy
     assert not rb.storage.chunks.maps["steps/next/reward"].all()
     assert _same(reward, local_rb.storage.read_key(("next", "reward")))
+
+
+def test_an_ensemble_over_lazy_copies_reads_its_batch_at_once_and_equals_the_local_rows(published, local_rb):
+    """A storage over a build gathers an ensemble's [k, m] batch in one read (gathers_batches): over a lazy
+    copy that read fetches its chunks first, and every sampled row equals the local build's."""
+    from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
+
+    url = f"file://{published}"
+    members = [
+        dh.load(url, resident="lazy", sampler=dh.SliceSampler(slice_len=8), generator=torch.Generator().manual_seed(s))
+        for s in (1, 2)
+    ]
+    assert members[0].storage.gathers_batches  # the case at stake: one [k, m] read
+    remote = ReplayBufferEnsemble(*members, batch_size=64)
+    keys = ["observation", "action", "episode", "step", ("next", "reward"), ("next", "observation")]
+    for _ in range(5):
+        got = remote.sample()
+        assert got.shape == (2, 32)
+        rows = got["index", "index"].reshape(-1)
+        assert _same(got.reshape(-1).select(*keys), local_rb[rows].select(*keys))

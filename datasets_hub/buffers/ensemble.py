@@ -231,7 +231,7 @@ class ReplayBufferEnsemble:
         drawn = self._draw(sorted(counts), counts, sub)
         data, local = self._read(ids, drawn, sub)
         index = local.view(k, sub)
-        out = self._stack(data, k, sub, index, buffer_ids)
+        out = self._stack(data, k, sub, index, buffer_ids, ids)
         if self.transform is not None:
             out = self.transform(out)
         if return_info:
@@ -288,13 +288,14 @@ class ReplayBufferEnsemble:
 
         Buffers over one read-only storage only draw here (``data`` None) when every one of them can
         (:meth:`ReplayBuffer.draw_index`): :meth:`_read` then reads all their rows in one gather,
-        the same rows and values as their own ``sample`` calls (nothing can change in between)."""
+        the same rows and values as their own ``sample`` calls (nothing can change in between); so
+        does one buffer alone over a storage that ``gathers_batches`` (its ``[k, sub]`` batch at once)."""
         buffers = self._buffers
         first = buffers[distinct[0]]
         storage = first.storage
         joint = (
-            len(distinct) > 1
-            and getattr(storage, "read_only", False)
+            getattr(storage, "read_only", False)
+            and (len(distinct) > 1 or getattr(storage, "gathers_batches", False))
             and all(buffers[b].storage is storage and type(buffers[b]) is type(first) for b in distinct[1:])
         )
         drawn: dict[int, list[Any]] = {}
@@ -319,7 +320,8 @@ class ReplayBufferEnsemble:
         self, ids: list[int], drawn: dict[int, list[Any]], sub: int
     ) -> tuple[list[tuple[int, Any, int]], torch.Tensor]:
         """``(parts, index)``: for each position of the batch ``(buffer, data, first row in data)``,
-        and the flat local index of every row, position after position."""
+        and the flat local index of every row, position after position. A joint read of a storage
+        that ``gathers_batches`` is one part ``(buffer, [k, sub] data, -1)``."""
         pieces: list[tuple[int, int]] = []  # (buffer, first row in its draw) per position
         seen: dict[int, int] = {}
         for b in ids:
@@ -340,7 +342,13 @@ class ReplayBufferEnsemble:
                 if entry[0] is None:
                     entry[0] = self._buffers[b].gather_drawn(entry[1], entry[2])
             return [(b, drawn[b][0], lo) for b, lo in pieces], local
-        data = self._buffers[ids[0]].gather_drawn(local, joint)
+        reader = self._buffers[ids[0]]
+        # read as [k, sub] at once where the storage can: no reshape of every leaf after
+        if getattr(reader.storage, "gathers_batches", False):
+            k = len(ids)
+            shaped = {key: v.view(k, sub, *v.shape[1:]) for key, v in joint.items()}
+            return [(ids[0], reader.gather_drawn(local.view(k, sub), shaped), -1)], local
+        data = reader.gather_drawn(local, joint)
         return [(b, data, pos * sub) for pos, (b, _) in enumerate(pieces)], local
 
     @staticmethod
@@ -362,11 +370,19 @@ class ReplayBufferEnsemble:
         return {key: torch.cat([infos[b][key][lo : lo + sub] for b, lo in pieces]) for key in keys or ()}
 
     def _stack(
-        self, parts: list[tuple[int, Any, int]], k: int, sub: int, index: torch.Tensor, buffer_ids: torch.Tensor
+        self,
+        parts: list[tuple[int, Any, int]],
+        k: int,
+        sub: int,
+        index: torch.Tensor,
+        buffer_ids: torch.Tensor,
+        ids: list[int],
     ) -> Any:
         first = parts[0][1]
         whole = all(data is first and lo == pos * sub for pos, (_, data, lo) in enumerate(parts))
         if not isinstance(first, TensorDictBase):
+            if parts[0][2] == -1:
+                return first
             if whole and isinstance(first, torch.Tensor) and first.shape[0] == k * sub:
                 return first.reshape(k, sub, *first.shape[1:])
             pieces = [data[lo : lo + sub] for _, data, lo in parts]
@@ -375,32 +391,36 @@ class ReplayBufferEnsemble:
             return pieces
         tree: dict[str, Any]
         batch = torch.Size([k, sub, *first.batch_size[1:]])
-        if whole and first.batch_size[0] == k * sub:  # one read gave every row in order: a view per leaf
+        nested = False  # the tree holds TensorDicts below its root, not dicts
+        if parts[0][2] == -1:  # one read gave the [k, sub] batch itself (Storage.gathers_batches)
+            batch = first.batch_size
+            tree = {key: value for key, value in first.items() if key != "index"}
+        elif whole and first.batch_size[0] == k * sub:  # one read gave every row in order: a view per leaf
             shapes = self._view_shapes.get((k, sub))
             if shapes is None:
                 shapes = self._view_shapes[(k, sub)] = {}
             tree = _unflatten(first, k, sub, shapes, batch)
             tree.pop("index", None)
         else:
-            tree = self._stack_leaves(parts, sub)
+            tree, nested = self._stack_leaves(parts, sub), True
         if len(batch) == 2:
             tree["index"] = TensorDict._new_unsafe(
-                source={"index": index.clone(), "buffer_ids": self._ids_block(buffer_ids, sub)},
+                source={"index": index.clone(), "buffer_ids": self._ids_block(buffer_ids, ids, sub)},
                 batch_size=batch,
                 nested=False,
             )
         else:
-            extra = [1] * (len(batch) - 2)
+            extra, nested = [1] * (len(batch) - 2), True
             tree["index"] = {
                 "index": index.reshape(*index.shape, *extra).expand(batch).clone(),
                 "buffer_ids": buffer_ids.reshape(-1, 1, *extra).expand(batch).clone(),
             }
         # the shapes are right by construction: no per-leaf validation (it cost as much as the stacking)
-        return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=batch)
+        return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=batch, nested=nested)
 
-    def _ids_block(self, buffer_ids: torch.Tensor, sub: int) -> torch.Tensor:
+    def _ids_block(self, buffer_ids: torch.Tensor, ids: list[int], sub: int) -> torch.Tensor:
         """``[k, sub]``: row ``i`` filled with ``buffer_ids[i]`` (a copy of a cached block: one op)."""
-        key = (tuple(buffer_ids.tolist()), sub)
+        key = (tuple(ids), sub)
         block = self._id_blocks.get(key)
         if block is None:
             block = buffer_ids.view(-1, 1).expand(-1, sub).contiguous()

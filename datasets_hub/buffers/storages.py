@@ -42,6 +42,9 @@ class Storage:
       observation-like keys once per episode (a hub build) serves values by (episode id, time)
       without a row index; others return ``None`` from ``frame_keys()`` and callers gather rows
       through ``get`` (:class:`~datasets_hub.buffers.frame_stack.FrameStack` does both).
+    - ``gathers_batches``: True where ``gather`` also takes a 2-D ``[k, m]`` int64 index and returns
+      ``[k, m]`` items (extras shaped ``[k, m, ...]``) as cheaply as a flat one (an ensemble's
+      ``[k, n // k]`` batch read at once); elsewhere callers gather flat and reshape.
     - ``gather_key(key, rows)`` returns one leaf at the 1-D int64 ``rows`` (leading dim
       ``len(rows)``), reading no other leaf where the storage can (samplers that need a few keys at
       extra rows, e.g. sequence windows and goals, use it); ``KeyError`` if absent. ``episodes``, when
@@ -54,6 +57,7 @@ class Storage:
 
     max_size: int
     read_only: bool = False
+    gathers_batches: bool = False
 
     def __init__(self, max_size: int) -> None:
         self.max_size = int(max_size)
