@@ -59,7 +59,11 @@ def test_reads_stay_right_while_another_process_evicts_and_is_killed_mid_way(tmp
                 assert bool((got == want).all()), f"trial {trial}, batch {batches}: a row differs from the build"
                 batches += 1
                 assert evictor.poll() is None, "the evictor died on its own"
-                assert time.monotonic() < until + 60, "the evictor evicted too little to test anything"
+                # a loaded 2-core machine can starve the evictor's exclusive lock for a while (no wrong
+                # row meanwhile, which is what this test checks); give it time before calling it broken
+                assert time.monotonic() < until + 240, (
+                    f"the evictor evicted too little to test anything ({int(sequence[0]) - start} counter steps)"
+                )
         finally:
             evictor.send_signal(signal.SIGKILL)  # at any moment, an eviction in progress included
             evictor.wait()
