@@ -11,6 +11,8 @@ import torch
 from datasets_hub.buffers.storages import Storage, attach_extras
 from datasets_hub.testing import FakeLoader, fake_episodes, naive_ted
 
+from fixtures.builds import as_format_version_1
+
 LENGTHS = [5, 1, 8, 3]
 
 
@@ -112,24 +114,6 @@ def _build_with_info(tmp_path, ids_from=0):
     return build(spec, ChunkLoader(), {}, []), naive_ted(chunk)
 
 
-def _without_records(build, to):
-    """The build as format version 1 left it: every per-step leaf in its own file, no packed records."""
-    import json
-    import shutil
-
-    from datasets_hub.build_format import MANIFEST, write_manifest_checksum
-    from datasets_hub.packed_steps import RECORD_NAME
-
-    shutil.copytree(build, to)
-    manifest = json.loads((to / MANIFEST).read_text())
-    (to / "data" / (RECORD_NAME + ".memmap")).unlink()
-    del manifest["schema"][RECORD_NAME], manifest["layout"]["packed"]
-    manifest["version"] = 1
-    (to / MANIFEST).write_text(json.dumps(manifest))
-    write_manifest_checksum(to)
-    return to
-
-
 @pytest.mark.parametrize("ids_from", [0, 3])
 @pytest.mark.parametrize("records", [True, False])
 @pytest.mark.parametrize("in_memory", [False, True])
@@ -138,7 +122,7 @@ def test_every_sampled_leaf_is_the_naive_ted_value_and_contiguous(tmp_path, ids_
 
     path, expected = _build_with_info(tmp_path, ids_from)
     if not records:
-        path = _without_records(path, tmp_path / "v1")
+        path = as_format_version_1(path, tmp_path / "v1")
     storage = DatasetStorage(path, in_memory=in_memory)
     n = len(storage)
     rng = np.random.default_rng(1)

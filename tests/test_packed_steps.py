@@ -17,6 +17,8 @@ from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.packed_steps import MAX_FIELD_BYTES, RECORD_NAME, PackedSteps
 
+from fixtures.builds import as_format_version_1, assert_same_batches
+
 
 def _columns(n: int) -> list:
     rng = np.random.default_rng(0)
@@ -64,30 +66,11 @@ ID = "gym/cartpole-random-v0"
 SMALL = {"steps": 600, "seed": 1}
 
 
-def _as_version_1(build: Path, to: Path) -> Path:
-    """The build as the writer before format version 2 left it: no records, no layout.packed, version 1."""
-    shutil.copytree(build, to)
-    manifest = json.loads((to / MANIFEST).read_text())
-    (to / "data" / (RECORD_NAME + ".memmap")).unlink()
-    del manifest["schema"][RECORD_NAME], manifest["layout"]["packed"]
-    manifest["version"] = 1
-    (to / MANIFEST).write_text(json.dumps(manifest))
-    write_manifest_checksum(to)
-    return to
-
-
 def _samples(storage, sampler, seed=5, n=4):
     rb = dh.TensorDictReplayBuffer(
         storage=storage, sampler=sampler, batch_size=32, generator=torch.Generator().manual_seed(seed)
     )
     return [rb.sample() for _ in range(n)]
-
-
-def _same(a, b):
-    for x, y in zip(a, b, strict=True):
-        assert set(x.keys(True, True)) == set(y.keys(True, True))
-        for key in x.keys(True, True):
-            assert torch.equal(x.get(key), y.get(key)), key
 
 
 def test_a_build_writes_the_records_and_old_builds_give_the_same_samples(tmp_path):
@@ -97,15 +80,17 @@ def test_a_build_writes_the_records_and_old_builds_give_the_same_samples(tmp_pat
     opened = open_build(path)
     assert opened.packed is not None and ("_packed",) not in opened.steps
     assert {("action",), ("next", "reward"), ("next", "terminated")} <= set(opened.packed.keys)
-    old = _as_version_1(path, tmp_path / "v1")
+    old = as_format_version_1(path, tmp_path / "v1")
     assert open_build(old).packed is None
     for sampler in (dh.RandomSampler, lambda: dh.SliceSampler(slice_len=8)):
         new = _samples(DatasetStorage(path), sampler())
-        _same(new, _samples(DatasetStorage(old), sampler()))  # per-leaf gathers
-        _same(new, _samples(DatasetStorage(old, in_memory=True), sampler()))  # packed at open time
-        _same(new, _samples(DatasetStorage(path, in_memory=True), sampler()))  # the build's records, in RAM
+        assert_same_batches(new, _samples(DatasetStorage(old), sampler()))  # per-leaf gathers
+        assert_same_batches(new, _samples(DatasetStorage(old, in_memory=True), sampler()))  # packed at open time
+        assert_same_batches(
+            new, _samples(DatasetStorage(path, in_memory=True), sampler())
+        )  # the build's records, in RAM
     rows = torch.arange(600)
-    _same([DatasetStorage(path).get(rows)], [DatasetStorage(old).get(rows)])
+    assert_same_batches([DatasetStorage(path).get(rows)], [DatasetStorage(old).get(rows)])
     assert "_packed" not in DatasetStorage(path).get(rows[:3]).keys()
 
 

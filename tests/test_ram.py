@@ -13,19 +13,14 @@ from datasets_hub.build_format import open_build
 from datasets_hub.dataset_storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 
+from fixtures.builds import assert_same_batches
+
 ID = "gym/cartpole-random-v0"
 SMALL = {"steps": 600, "seed": 1}
 
 
 def _batches(rb, n=4):
     return [rb.sample() for _ in range(n)]
-
-
-def _assert_same_batches(a, b):
-    for x, y in zip(a, b, strict=True):
-        assert set(x.keys(True, True)) == set(y.keys(True, True))
-        for key in x.keys(True, True):
-            assert torch.equal(x.get(key), y.get(key)), key
 
 
 @pytest.mark.parametrize(
@@ -45,8 +40,8 @@ def test_in_memory_samples_equal_the_memmap_path_under_the_same_seed(sampler):
 
     memmap_rb, memmap = batches(False)
     ram_rb, in_ram = batches(True)
-    _assert_same_batches(memmap, in_ram)
-    _assert_same_batches([memmap_rb[:]], [ram_rb[:]])
+    assert_same_batches(memmap, in_ram)
+    assert_same_batches([memmap_rb[:]], [ram_rb[:]])
     assert ram_rb.storage.in_memory and not memmap_rb.storage.in_memory
 
 
@@ -103,7 +98,7 @@ def test_an_in_memory_storage_pickles_by_reference_and_reopens_in_memory():
     again = pickle.loads(pickle.dumps(storage))
     assert again.in_memory and len(pickle.dumps(storage)) < 1000
     index = torch.arange(0, 600, 7)
-    _assert_same_batches([storage.get(index)], [again.get(index)])
+    assert_same_batches([storage.get(index)], [again.get(index)])
 
 
 def test_in_memory_must_be_a_bool_and_applies_to_local_builds():
@@ -127,4 +122,4 @@ def test_sample_many_over_a_build_equals_successive_samples(in_memory):
 
     many = buffer().sample_many(3)
     assert many.batch_size == (3, 32)
-    _assert_same_batches(list(many.unbind(0)), _batches(buffer(), 3))
+    assert_same_batches(list(many.unbind(0)), _batches(buffer(), 3))
