@@ -89,7 +89,6 @@ class DatasetStorage(ReadOnlyStorage):
         self._ids_are_ordinals = ids.dtype == np.int64 and bool(np.array_equal(ids, np.arange(ids.size)))
         self._plans: dict[tuple, _Plan] = {}
         self._plain_get = type(self).get is DatasetStorage.get
-        self._plain_gather = self._plain_get and type(self).gather is DatasetStorage.gather
         if not self.in_memory:
             self._advise_huge_pages()
         super().__init__(self._len)
@@ -279,8 +278,11 @@ class DatasetStorage(ReadOnlyStorage):
         return self._gather_rows(rows, extras)
 
     def gather_valid(self, index: torch.Tensor, rows: np.ndarray, extras: dict[Any, torch.Tensor]) -> TensorDict:
-        if not self._plain_gather:  # a subclass's gather (e.g. a remote build's chunk fetches) sees every read
-            return self.gather(index, extras)
+        gather = self.gather
+        if not self._plain_get or getattr(gather, "__func__", None) is not DatasetStorage.gather:
+            return gather(index, extras)  # another gather (a remote build's chunk fetches, say) sees every read
+        if index.ndim == 2:  # an ensemble's [k, m] batch (gathers_batches), rows flat
+            return self._gather_rows(rows, extras, (index.shape[0], index.shape[1]))
         return self._gather_rows(rows, extras)  # valid rows, per-item extras: nothing left to check
 
     def _gather_rows(
