@@ -302,8 +302,11 @@ class DatasetStorage(ReadOnlyStorage):
         flags: dict[Key, np.ndarray] = {}
         packed = self._packed
         if packed is not None:
-            block = packed.take(rows)  # one read for every small per-step leaf
-            episode = packed.ordinal(block)
+            block = plan.records.take(rows, axis=0)  # one read for every small per-step leaf
+            if plan.ordinal is None:
+                episode = packed.ordinal(block)
+            else:  # inlined PackedSteps.ordinal
+                episode = block.view(plan.ordinal[0])[:, plan.ordinal[1]].astype(np.int64)
             for c, where, tail, tree, name, keep in plan.cuts:
                 if where is None:
                     value = packed.cut(block, c)
@@ -325,8 +328,12 @@ class DatasetStorage(ReadOnlyStorage):
                     if advise:
                         will_need(column, both)
                     gathered = column.take(both, axis=0)  # one read serves t and t+1
-                    _set(root, at_t, from_numpy(gathered[0]))
-                    _set(nxt, at_next, from_numpy(gathered[1]))
+                    if type(at_t) is str and type(at_next) is str:  # inlined _set
+                        root[at_t] = from_numpy(gathered[0])
+                        nxt[at_next] = from_numpy(gathered[1])
+                    else:
+                        _set(root, at_t, from_numpy(gathered[0]))
+                        _set(nxt, at_next, from_numpy(gathered[1]))
                 else:
                     half = both[0] if at_t else both[1]
                     if advise:
@@ -347,7 +354,12 @@ class DatasetStorage(ReadOnlyStorage):
         root["truncated"] = from_numpy(zeros[2])
         root["next"] = nxt
         if extras:
-            nest(extras.keys(), extras.values(), root)
+            places = plan.extras
+            if places is None:
+                nest(extras.keys(), extras.values(), root)
+            else:  # each in the root or in "next", where the plan says
+                for (tree, name), extra in zip(places, extras.values(), strict=True):
+                    trees[tree][name] = extra
         size = torch.Size((b,) if lead is None else lead)
         if plan.flat:  # no dict below root but "next": both made without looking for more
             root["next"] = _NEW_TD(nxt, batch_size=size, nested=False)
@@ -384,7 +396,12 @@ class DatasetStorage(ReadOnlyStorage):
         names += [name for _, at_t, at_next, _ in obs for name in (at_t, at_next) if name is not None]
         names += [k if isinstance(k, str) else k[1:] if len(k) == 2 and k[0] == "next" else k for k in replaced]
         flat = all(isinstance(name, str) or len(name) == 1 for name in names)
-        plan = _Plan(tuple(cuts), tuple(obs), tuple(unpacked), need_done, flat)
+        places = [_place(as_key(k)) for k in extras] if extras else []
+        extra_places = tuple(places) if all(type(name) is str for _, name in places) else None
+        packed = self._packed
+        records = packed.records if packed is not None else None
+        ordinal = packed.ordinal_column if packed is not None else None
+        plan = _Plan(tuple(cuts), tuple(obs), tuple(unpacked), need_done, flat, extra_places, records, ordinal)
         if len(self._plans) >= 64:  # samplers give a few sets of extras keys; anything else is not kept
             self._plans.clear()
         self._plans[tuple(extras) if extras else ()] = plan
@@ -483,6 +500,9 @@ class _Plan(NamedTuple):
     unpacked: tuple  # (key, column, tree, name, keep the array for next/done)
     done: bool  # derive next/done
     flat: bool  # every leaf lies in the root or in "next" (no deeper dict to convert)
+    extras: tuple | None  # (tree, name) of each extras key, in order; None: some lies deeper (nest them)
+    records: Any  # the packed records (PackedSteps.records), None without them
+    ordinal: tuple | None  # (dtype, column) of the episode ordinal in a block (PackedSteps.ordinal_column)
 
 
 def _set(tree: dict[str, Any], name: str | Key, value: Any) -> None:

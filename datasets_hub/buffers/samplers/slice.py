@@ -217,6 +217,12 @@ class SliceSampler(Sampler):
     def episodes(self, storage: Storage) -> EpisodeIndex:
         """The episodes slices are drawn from (cached; see the module docstring)."""
         index = storage.episode_index()
+        if index is not None and index is self._episodes and self._cache_key is not None:
+            # the build-time index of last time (the cache holds it: its identity cannot be reused), if
+            # the storage is the same one too
+            ref = self._storage_ref
+            if ref is not None and ref() is storage:
+                return index
         key: tuple
         if index is not None:
             key = ("index", id(storage), id(index))
