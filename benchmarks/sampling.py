@@ -27,6 +27,14 @@ The floor is measured in the same run with the same index patterns (indices draw
 from anonymous memory; ``floor, packed`` one ``take`` over a packed copy of those leaves (one
 ~186-byte record per row). The scaling section (``--big``) times slices over a narrow storage of
 ``--n`` and ``--big`` rows. Prints a table and writes ``benchmarks/results/sampling.json``.
+
+The "Python floor" (``python_floor``, see ``sampling_floor.py``) is a hand-written sampler per case with
+no checks at all, over the same data laid out as a build lays it out (packed records, observations once
+per episode) in anonymous memory, built from the benchmark's own arrays. Before timing, it must return
+exactly what our buffer returns for the same seeds (keys, dtypes, shapes, values; the run stops if not).
+``TorchRL best / Python floor`` is the highest ratio any CPython sampler with our output contract
+reaches on this machine: where it is below a target, the target is out of reach of per-call work, and
+``build / Python floor`` says how much per-call overhead is left to cut.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _report import command, environment, write_report
+from sampling_floor import PythonFloor, check_same
 
 import datasets_hub as dh
 from datasets_hub.dataset_storage import DatasetStorage
@@ -227,9 +236,9 @@ def floor_fns(arrays: list[np.ndarray], packed: np.ndarray, pool: list[np.ndarra
 
 
 # -- buffers -----------------------------------------------------------------------------------
-def ours(storage: Any, sampler: Any, batch_size: int) -> Any:
+def ours(storage: Any, sampler: Any, batch_size: int, seed: int = 0) -> Any:
     return dh.TensorDictReplayBuffer(
-        storage=storage, sampler=sampler, batch_size=batch_size, generator=torch.Generator().manual_seed(0)
+        storage=storage, sampler=sampler, batch_size=batch_size, generator=torch.Generator().manual_seed(seed)
     )
 
 
@@ -267,6 +276,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             fill(theirs(storages["torchrl_ram"], RLRandomSampler(), 1), d4rl_chunk, n)
             print(f"filled TorchRL's storages in {time.perf_counter() - t0:.1f}s", flush=True)
         arrays, packed = floor_arrays(n)
+        python_floor = PythonFloor(d4rl_chunk, n, EPISODE_LEN, CHUNK)
+        build = storages["build"]
         ours_names = ("build", "build_in_ram", "online")
         rl_names = ("torchrl_memmap", "torchrl_ram") if have_rl else ()
 
@@ -291,6 +302,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 row["ratio_vs_torchrl_memmap"] = us["torchrl_memmap"] / us["build"]
                 row["met"] = None if target is None else max(row["ratio"], row["ratio_in_ram"]) >= target
             row["in_memory_speedup"] = us["build"] / us["build_in_ram"]
+            if best_rl and "python_floor" in us:
+                row["torchrl_over_python_floor"] = us[best_rl] / us["python_floor"]  # the best reachable ratio
+                row["reachable"] = None if target is None else row["torchrl_over_python_floor"] >= target
+            if "python_floor" in us:
+                row["build_over_python_floor"] = us["build"] / us["python_floor"]
             if "floor_12_takes" in us:
                 row["over_floor_12_takes"] = us["build"] / us["floor_12_takes"]
                 row["over_floor_packed"] = us["build"] / us["floor_packed"]
@@ -303,6 +319,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
 
+        def with_floor(name: str, fns: dict[str, Callable], mine: Callable[[int], Callable], hand: Callable) -> None:
+            """Add the Python floor's sampler to ``fns``, once it returned what ours returns for the same seeds."""
+            ours_fn, floor_fn = mine(1), hand(1)
+            for _ in range(3):
+                check_same(name, ours_fn(), floor_fn())
+            fns["python_floor"] = hand(0)
+
         r = args.repeats
         cases = [
             ("uniform, batch 256", 256, 6.0, dh.RandomSampler, RLRandomSampler, r),
@@ -311,6 +334,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ]
         for name, batch, target, make, make_rl, repeats in cases:
             fns = {k: ours(storages[k], make(), batch).sample for k in ours_names}
+            slices = batch // 32 if "slices" in name else 0
+
+            def hand(seed: int, slices: int = slices, batch: int = batch) -> Callable:
+                gen = torch.Generator().manual_seed(seed)
+                return python_floor.slices(gen, slices, 32) if slices else python_floor.uniform(gen, batch)
+
+            def mine(seed: int, make: Callable = make, batch: int = batch) -> Callable:
+                return ours(build, make(), batch, seed).sample
+
+            with_floor(name, fns, mine, hand)
             for k in rl_names:
                 sampler = (
                     make_rl()
@@ -324,11 +357,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             case(name, batch, target, fns, repeats)
 
         # an ensemble of two buffers over the same data, batch 256 (128 from each)
-        def ensemble(storage: Any) -> Callable:
-            members = [ours(storage, dh.RandomSampler(), 128) for _ in range(2)]
-            return dh.ReplayBufferEnsemble(*members, batch_size=256, generator=torch.Generator().manual_seed(0)).sample
+        def ensemble(storage: Any, seed: int = 0) -> Callable:
+            members = [ours(storage, dh.RandomSampler(), 128, seed + 1 + i) for i in range(2)]
+            generator = torch.Generator().manual_seed(seed)
+            return dh.ReplayBufferEnsemble(*members, batch_size=256, generator=generator).sample
+
+        def ensemble_floor(seed: int) -> Callable:
+            members = [torch.Generator().manual_seed(seed + 1 + i) for i in range(2)]
+            return python_floor.ensemble(torch.Generator().manual_seed(seed), members, 256)
 
         fns = {k: ensemble(storages[k]) for k in ours_names}
+        with_floor("ensemble", fns, lambda seed: ensemble(build, seed), ensemble_floor)
         for k in rl_names:
             members = [theirs(storages[k], RLRandomSampler(), 128) for _ in range(2)]
             fns[k] = RLReplayBufferEnsemble(*members, batch_size=256).sample
@@ -383,10 +422,11 @@ def table(report: dict[str, Any]) -> str:
         "Per batch, median us (interleaved calls, same run). Ratios: TorchRL best / ours (samples/s ours over theirs).",
         "",
         (
-            "| case | build | build in RAM | online | TorchRL memmap | TorchRL RAM | floor 12 takes | floor packed "
-            "| ratio | ratio (RAM) | target | in_memory speedup | build / floor |"
+            "| case | build | build in RAM | online | TorchRL memmap | TorchRL RAM | Python floor | floor 12 takes "
+            "| floor packed | ratio | ratio (RAM) | target | TorchRL / Python floor | build / Python floor "
+            "| in_memory speedup | build / floor 12 takes |"
         ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for row in report["results"]:
         ratio = f"{row['ratio']:.1f}x" if "ratio" in row else "-"
@@ -395,11 +435,15 @@ def table(report: dict[str, Any]) -> str:
         if target and row.get("met") is not None:
             target += " met" if row["met"] else " MISSED"
         floor = f"{row['over_floor_12_takes']:.1f}x" if "over_floor_12_takes" in row else "-"
+        reach = f"{row['torchrl_over_python_floor']:.1f}x" if "torchrl_over_python_floor" in row else "-"
+        if reach != "-" and row.get("reachable") is False:
+            reach += " (target out of reach)"
+        over = f"{row['build_over_python_floor']:.2f}x" if "build_over_python_floor" in row else "-"
         lines.append(
             f"| {row['case']} | {us(row, 'build')} | {us(row, 'build_in_ram')} | {us(row, 'online')} | "
-            f"{us(row, 'torchrl_memmap')} | {us(row, 'torchrl_ram')} | {us(row, 'floor_12_takes')} | "
-            f"{us(row, 'floor_packed')} | {ratio} | {ratio_ram} | {target} | {row['in_memory_speedup']:.2f}x | "
-            f"{floor} |"
+            f"{us(row, 'torchrl_memmap')} | {us(row, 'torchrl_ram')} | {us(row, 'python_floor')} | "
+            f"{us(row, 'floor_12_takes')} | {us(row, 'floor_packed')} | {ratio} | {ratio_ram} | {target} | "
+            f"{reach} | {over} | {row['in_memory_speedup']:.2f}x | {floor} |"
         )
     sc = report["scaling"]
     if "ratio_big_over_small" in sc:

@@ -89,6 +89,7 @@ class DatasetStorage(ReadOnlyStorage):
         self._ids_are_ordinals = ids.dtype == np.int64 and bool(np.array_equal(ids, np.arange(ids.size)))
         self._plans: dict[tuple, _Plan] = {}
         self._plain_get = type(self).get is DatasetStorage.get
+        self._plain_gather = self._plain_get and type(self).gather is DatasetStorage.gather
         if not self.in_memory:
             self._advise_huge_pages()
         super().__init__(self._len)
@@ -276,6 +277,11 @@ class DatasetStorage(ReadOnlyStorage):
             return self._gather_rows(rows, extras, (index.shape[0], index.shape[1]))
         rows, _ = self._rows(index)
         return self._gather_rows(rows, extras)
+
+    def gather_valid(self, index: torch.Tensor, rows: np.ndarray, extras: dict[Any, torch.Tensor]) -> TensorDict:
+        if not self._plain_gather:  # a subclass's gather (e.g. a remote build's chunk fetches) sees every read
+            return self.gather(index, extras)
+        return self._gather_rows(rows, extras)  # valid rows, per-item extras: nothing left to check
 
     def _gather_rows(
         self, rows: np.ndarray, extras: dict[Any, torch.Tensor] | None, lead: tuple[int, ...] | None = None

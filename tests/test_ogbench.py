@@ -161,15 +161,26 @@ def test_catalogue_lists_every_dataset_of_ogbench_1_2():
     assert len(ids) == 85 * 2 + len(HUNDRED_M)
 
 
+def _documented_pins() -> dict[str, tuple[int, str | None]]:
+    """The table of docs/datasets/ogbench.md ("Sizes and checksums"): file -> (bytes, sha256 or None)."""
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "datasets" / "ogbench.md"
+    row = re.compile(r"^\| `([a-z0-9x-]+\.npz)` \| ([\d,]+) \| (?:`([0-9a-f]{64})`|[^|`]*) \|")
+    return {m[1]: (int(m[2].replace(",", "")), m[3]) for m in map(row.match, page.read_text().splitlines()) if m}
+
+
 def test_catalogue_pins_are_upstream_files_and_approximate_sizes_are_notes():
     """A pinned entry names exactly the file its id reads, at upstream's URL, with a positive byte
     count (and a sha256 where one is pinned); the loader carries the pin on every URL it tries (the
-    mirrors hold the same bytes). ``approx_size`` is text ("about X"), never a resource size."""
+    mirrors hold the same bytes). Every pin is in the docs' table with the same figures, and the docs
+    pin nothing the catalogue lacks. ``approx_size`` is text ("about X"), never a resource size."""
     import re
 
     from datasets_hub.catalogue import all_entries, resolve
 
-    loader, pinned, approx = OGBenchLoader(), 0, 0
+    loader, pins, approx = OGBenchLoader(), {}, 0
     for dataset_id, (entry, _) in all_entries(["ogbench"]).items():
         if not dataset_id.startswith("ogbench/"):
             continue
@@ -179,21 +190,26 @@ def test_catalogue_pins_are_upstream_files_and_approximate_sizes_are_notes():
             assert re.fullmatch(r"about \d+(\.\d+)? [MG]B", entry["approx_size"]) and not resources, dataset_id
         if not resources:
             continue
-        pinned += 1
         (res,) = loader.resources(resolve(dataset_id))
         (pin,) = resources
         assert pin["name"] == res.name and pin["url"] == f"{BASE_URL}/{res.name}", dataset_id
         assert isinstance(pin["size"], int) and pin["size"] > 0 and res.size == pin["size"]
         assert res.sha256 == pin.get("sha256") and (res.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", res.sha256))
         assert res.urls == (f"{BASE_URL}/{res.name}", f"{HF_MIRROR}/{res.name}")
-    assert pinned == 12 and approx == 8
+        assert res.name not in pins, res.name  # one id per file
+        pins[res.name] = (res.size, res.sha256)
+    assert pins == _documented_pins()
+    assert len(pins) == 63 and sum(sha is not None for _, sha in pins.values()) == 23 and approx == 1
+    for name, (size, _) in pins.items():  # a validation split is a tenth of its training file, give or take
+        if name.endswith("-val.npz") and name.replace("-val.npz", ".npz") in pins:
+            assert 0.09 < size / pins[name.replace("-val.npz", ".npz")][0] < 0.11, name
     spec = resolve("ogbench/cube-double-play-v0", mirror="https://copy.example.org/og")
     (res,) = loader.resources(spec)
     assert res.urls[0] == "https://copy.example.org/og/cube-double-play-v0.npz" and res.size == 297435656
     (res,) = loader.resources(resolve("ogbench/cube-double-play-v0", url="https://x.example.org/mine.npz"))
     assert res.sha256 is None and res.size is None  # a file of the user's own: nothing pinned
-    (res,) = loader.resources(resolve("ogbench/cube-double-play-v0", split="val"))
-    assert res.name == "cube-double-play-v0-val.npz" and res.size is None  # pins go by file name only
+    (res,) = loader.resources(resolve("ogbench/cube-triple-play-v0", split="val"))
+    assert res.name == "cube-triple-play-v0-val.npz" and res.size is None  # pins go by file name only
     hundred = loader.resources(resolve("ogbench/scene-play-100m-v0", shards=[0]))
     assert hundred[0].urls == (f"{BASE_URL}/scene-play-100m-v0/scene-play-v0-000.npz",)  # not on the HF copy
 
@@ -214,17 +230,17 @@ def test_load_through_endpoint_mirror_and_sample(tmp_path, monkeypatch):
 
     arrays = write_ogbench(tmp_path / "f.npz", [8, 5, 11])
     want = expected_transitions([arrays])
-    upstream_path = "datasets/ogbench/antmaze-medium-navigate-v0.npz"  # BASE_URL's path + the file
+    upstream_path = "datasets/ogbench/antmaze-teleport-navigate-v0.npz"  # BASE_URL's path + the file
     with serve_files({upstream_path: (tmp_path / "f.npz").read_bytes()}) as server:
         monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OGBENCH", server.base_url)
-        rb = dh.load("ogbench/antmaze-medium-navigate-v0", batch_size=16)
+        rb = dh.load("ogbench/antmaze-teleport-navigate-v0", batch_size=16)
         assert server.count(upstream_path) == 1
     data = rb[:]
     check(data, want)
-    card = dh.info("ogbench/antmaze-medium-navigate-v0")
+    card = dh.info("ogbench/antmaze-teleport-navigate-v0")
     assert card.cached and card.notes["episodes"] == 3
     sampler = dh.GoalSampler(0.2, 0.5, 0.3, future="geometric", gamma=0.9)
-    rb = dh.load("ogbench/antmaze-medium-navigate-v0", batch_size=64, sampler=sampler)
+    rb = dh.load("ogbench/antmaze-teleport-navigate-v0", batch_size=64, sampler=sampler)
     batch = rb.sample()
     assert batch["goal", "observation"].shape == (64, 5)
 
@@ -236,9 +252,9 @@ def test_hugging_face_mirror(tmp_path, monkeypatch):
 
     arrays = write_ogbench(tmp_path / "f.npz", [4, 6])
     with serve_files() as server:
-        server.add_hf_file("mirror-org/ogbench", "scene-play-v0-val.npz", (tmp_path / "f.npz").read_bytes())
+        server.add_hf_file("mirror-org/ogbench", "scene-noisy-v0-val.npz", (tmp_path / "f.npz").read_bytes())
         point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
-        rb = dh.load("ogbench/scene-play-v0-val", mirror="hf://datasets/mirror-org/ogbench")
+        rb = dh.load("ogbench/scene-noisy-v0-val", mirror="hf://datasets/mirror-org/ogbench")
         check(rb[:], expected_transitions([arrays]))
 
 
@@ -252,14 +268,14 @@ def test_upstream_down_falls_back_to_the_hugging_face_copy(tmp_path, monkeypatch
     arrays = write_ogbench(tmp_path / "f.npz", [5, 3])
     with serve_files() as server:
         server.add_hf_file(
-            HF_MIRROR.split("datasets/", 1)[1], "antmaze-large-navigate-v0-val.npz", (tmp_path / "f.npz").read_bytes()
+            HF_MIRROR.split("datasets/", 1)[1], "cube-triple-play-v0-val.npz", (tmp_path / "f.npz").read_bytes()
         )
         point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
         monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OGBENCH", server.base_url)
-        rb = dh.load("ogbench/antmaze-large-navigate-v0-val")
-        assert server.count("datasets/ogbench/antmaze-large-navigate-v0-val.npz") >= 1  # upstream was tried first
+        rb = dh.load("ogbench/cube-triple-play-v0-val")
+        assert server.count("datasets/ogbench/cube-triple-play-v0-val.npz") >= 1  # upstream was tried first
     check(rb[:], expected_transitions([arrays]))
-    assert dh.info("ogbench/antmaze-large-navigate-v0-val").metadata["approx_size"] == "about 24 MB"
+    assert dh.info("ogbench/cube-triple-play-v0-val").metadata["approx_size"] == "about 101 MB"
 
 
 def test_pinned_checksum_is_checked_on_every_mirror(tmp_path, monkeypatch):
@@ -404,12 +420,12 @@ def test_task_is_part_of_the_fingerprint(tmp_path, monkeypatch):
     from fixtures.http_server import serve_files
     from fixtures.ogbench_files import write_task_file
 
-    write_task_file(tmp_path / "f.npz", "scene-play-v0", [6, 9])
-    with serve_files({"datasets/ogbench/scene-play-v0.npz": (tmp_path / "f.npz").read_bytes()}) as server:
+    write_task_file(tmp_path / "f.npz", "scene-noisy-v0", [6, 9])
+    with serve_files({"datasets/ogbench/scene-noisy-v0.npz": (tmp_path / "f.npz").read_bytes()}) as server:
         monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OGBENCH", server.base_url)
-        plain = dh.load("ogbench/scene-play-v0")
-        two = dh.load("ogbench/scene-play-singletask-task2-v0")
-        four = dh.load("ogbench/scene-play-v0", task=4)
+        plain = dh.load("ogbench/scene-noisy-v0")
+        two = dh.load("ogbench/scene-noisy-singletask-task2-v0")
+        four = dh.load("ogbench/scene-noisy-v0", task=4)
     assert len({plain.storage.path, two.storage.path, four.storage.path}) == 3
     assert torch.isnan(plain[:]["next", "reward"]).all()
     assert not torch.equal(two[:]["next", "reward"], four[:]["next", "reward"])

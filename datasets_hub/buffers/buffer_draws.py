@@ -15,6 +15,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torch.utils import _pytree
@@ -36,7 +37,13 @@ class OrderedDraws:
 
         def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]: ...
         def _fwd(self, data: Any) -> Any: ...
-        def _gather(self, index: torch.Tensor, info: dict[str, Any], items: torch.Tensor | None = None) -> Any: ...
+        def _gather(
+            self,
+            index: torch.Tensor,
+            info: dict[str, Any],
+            items: torch.Tensor | None = None,
+            rows: np.ndarray | None = None,
+        ) -> Any: ...
         def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any: ...
 
     def _init_threading(self) -> None:

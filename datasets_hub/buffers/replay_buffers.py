@@ -17,6 +17,7 @@ import copy
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensorclass
 
@@ -343,21 +344,29 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
             self._storage.empty()
             self._sampler.empty()
 
-    def _gather(self, index: torch.Tensor, info: dict[str, Any], items: torch.Tensor | None = None) -> Any:
-        """Read the sampled ``index``; ``items`` are the sampler's flat positions on a multi-dim storage."""
+    def _gather(
+        self,
+        index: torch.Tensor,
+        info: dict[str, Any],
+        items: torch.Tensor | None = None,
+        rows: np.ndarray | None = None,
+    ) -> Any:
+        """Read the sampled ``index``; ``items`` are the sampler's flat positions on a multi-dim storage;
+        ``rows``, when not None, the sampler's promise of ``Sampler.sample_rows`` (valid rows, per-item info)."""
         data = self._storage.get(index) if items is None else self._storage.get_items(items)
         return self._collate_fn(data) if self._collate_fn is not None else data
 
     def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
         """Draw and gather one batch; callers hold the lock."""
-        drawn, info = self._sampler.sample(self._storage, batch_size)
+        sampler, storage = self._sampler, self._storage
+        drawn, info, rows = sampler.sample_rows(storage, batch_size)
         index: Any = drawn
-        ran_out = self._sampler.ran_out
+        ran_out = sampler.ran_out
         items = None
-        if getattr(self._storage, "ndim", 1) > 1:  # items -> (t, e, ...) as TorchRL reports them
-            items, index = index, mdim.unravel(index, self._storage.shape)
+        if getattr(storage, "ndim", 1) > 1:  # items -> (t, e, ...) as TorchRL reports them
+            items, index, rows = index, mdim.unravel(index, storage.shape), None
         info = {**info, "index": index}
-        data = self._gather(index, info, items)
+        data = self._gather(index, info, items, rows)
         if self._pin_memory:
             data = data.pin_memory()
         return data, info, ran_out
@@ -467,7 +476,15 @@ class TensorDictReplayBuffer(TensorDictPriorities, ReplayBuffer):
         self._reduction = reduction
         super().__init__(**kwargs)
 
-    def _gather(self, index: torch.Tensor, info: dict[str, Any], items: torch.Tensor | None = None) -> Any:
+    def _gather(
+        self,
+        index: torch.Tensor,
+        info: dict[str, Any],
+        items: torch.Tensor | None = None,
+        rows: np.ndarray | None = None,
+    ) -> Any:
+        if rows is not None and self._collate_fn is None:  # the sampler vouched: every info entry is per item
+            return self._storage.gather_valid(index, rows, info)
         if isinstance(index, tuple):  # a multi-dimensional storage: (t, e, ...) of each item
             n = index[0].shape[0]
             info = {**info, "index": torch.stack(index, -1)}

@@ -30,6 +30,14 @@ class Sampler:
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         raise NotImplementedError
 
+    def sample_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None]:
+        """``sample(storage, batch_size)`` and, where the sampler can promise it, ``index`` as a 1-D numpy
+        int64 array (same values) whose every value lies in ``[0, len(storage))``, with an ``info`` that
+        holds only tensors of one row per item; ``None`` (the default) promises nothing. With the promise
+        a buffer lets the storage skip its own conversion and range check (``Storage.gather_valid``)."""
+        index, info = self.sample(storage, batch_size)
+        return index, info, None
+
     def add(self, index: int) -> None:
         return None
 

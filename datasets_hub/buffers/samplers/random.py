@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from datasets_hub.buffers.samplers.base import Sampler
@@ -19,6 +20,12 @@ class RandomSampler(Sampler):
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
         index = torch.randint(n, (batch_size,), generator=self.generator)
         return index, {}
+
+    def sample_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None]:
+        index, info = self.sample(storage, batch_size)
+        if type(self).sample is not RandomSampler.sample:  # a subclass draws its own way: no promise
+            return index, info, None
+        return index, info, index.numpy()  # randint(len(storage)): every row is valid, info is empty
 
 
 class SamplerWithoutReplacement(Sampler):

@@ -86,6 +86,7 @@ class SliceSampler(Sampler):
         self._done_at_ends = False  # stored done flags set only on episodes' last rows (see _stored_done)
         self._done_key_seen: tuple | None = None
         self._masks: dict[tuple[int, int], torch.Tensor] = {}
+        self._end_flags: dict[tuple[int, int], np.ndarray] = {}
         self._storage_ref: Any = None  # the storage the cache describes (ids can be reused)
         self._perm: torch.Tensor | None = None  # position -> item (multi-dimensional storages)
 
@@ -339,29 +340,41 @@ class SliceSampler(Sampler):
 
     def _sample_full(
         self, storage: Storage, layout: SliceLayout, num_slices: int, slice_len: int
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """The hot path when every slice is full: one torch draw, then a few numpy ops on the batch."""
+    ) -> tuple[torch.Tensor, dict[str, Any], np.ndarray]:
+        """The hot path when every slice is full: one torch draw, then a few numpy ops on the batch.
+        Also returns the index as numpy rows: valid rows of ``storage`` by construction (``sample_rows``)."""
         u = torch.randint(layout.total, (num_slices,), generator=self.generator).numpy()
         rows = u + layout.base_np[layout.bounds_np.searchsorted(u, side="right")]
         # into a fresh array: numpy's broadcast add allocating its own output costs about twice as much
         index_np = np.add(rows[:, None], _arange_np(slice_len), out=np.empty((num_slices, slice_len), np.int64))
-        index = torch.from_numpy(index_np.reshape(-1))
+        index_np = index_np.reshape(-1)
+        index = torch.from_numpy(index_np)
         if self.truncated_key is None:
-            return index, {}
-        mask = self._slice_end_mask(num_slices, slice_len)
-        truncated = mask.clone()
+            return index, {}, index_np
         stored = self._stored_done(storage)
         stored_np = self._done_np
+        # truncated and done from one copy of the cached end flags (numpy: a torch clone costs twice as much)
+        flags = self._slice_end_flags(num_slices, slice_len).copy()
+        truncated = torch.from_numpy(flags[0])
         if stored is None or self._done_at_ends:
-            done = mask.clone()  # a slice lies in one episode: stored flags can only be on its last row
+            done = torch.from_numpy(flags[1])  # a slice lies in one episode: stored flags only on its last row
         elif stored_np is not None:
-            d = stored_np.reshape(-1).take(index_np.reshape(-1))
+            d = stored_np.reshape(-1).take(index_np)
             d = d.astype(np.bool_, copy=False).reshape(-1, 1)
             d.reshape(num_slices, slice_len)[:, -1] = True  # = stored | truncated, in place
             done = torch.from_numpy(d)
         else:
             done = torch.index_select(stored, 0, index).reshape(-1, 1).to(torch.bool) | truncated
-        return index, {self.truncated_key: truncated, self.done_key: done}
+        return index, {self.truncated_key: truncated, self.done_key: done}, index_np
+
+    def _slice_end_flags(self, num_slices: int, slice_len: int) -> np.ndarray:
+        """``[2, num_slices * slice_len, 1]`` bool, True on the last row of each slice (cached: copy it)."""
+        flags = self._end_flags.get((num_slices, slice_len))
+        if flags is None:
+            flags = np.zeros((2, num_slices, slice_len), dtype=np.bool_)
+            flags[:, :, -1] = True
+            flags = self._end_flags[(num_slices, slice_len)] = flags.reshape(2, -1, 1)
+        return flags
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """``(index, info)``: items of ``num_slices`` slices (on a multi-dimensional storage, each slice
@@ -372,7 +385,26 @@ class SliceSampler(Sampler):
             index = perm[index]
         return index, info
 
+    def sample_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None]:
+        cls = type(self)
+        if (
+            cls.sample is not SliceSampler.sample
+            or cls._sample_positions is not SliceSampler._sample_positions
+            or cls._sample_full is not SliceSampler._sample_full
+        ):  # a subclass draws its own way: no promise
+            return (*self.sample(storage, batch_size), None)
+        index, info, rows = self._positions(storage, batch_size)
+        perm = self._perm
+        if perm is not None:
+            return perm[index], info, None
+        return index, info, rows
+
     def _sample_positions(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        index, info, _ = self._positions(storage, batch_size)
+        return index, info
+
+    def _positions(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None]:
+        """``_sample_positions`` with the numpy rows of the full-slice path (``None`` elsewhere)."""
         num_slices, slice_len = self._shape(batch_size)
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
@@ -383,7 +415,7 @@ class SliceSampler(Sampler):
         lengths = layout.slice_lengths(rows)
         index = self._expand(rows, slice_len, lengths)
         info = self._info(storage, index, num_slices, slice_len, lengths)
-        return index, info
+        return index, info, None
 
     def state_dict(self) -> dict[str, Any]:
         return {"write_end": self._write_end}
