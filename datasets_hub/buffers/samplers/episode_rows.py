@@ -127,6 +127,18 @@ class EpisodeRows:
         e = np.searchsorted(self.cum, u, side="right")
         return u - (self.cum[e] - self.length[e]) + self.start[e]
 
+    def rows_at(self, u: np.ndarray) -> np.ndarray:
+        """The rows that uniforms ``u`` (float64 in ``[0, 1)``) pick among the rows inside an episode:
+        row ``floor(u * total)`` of them (a bias of at most ``total / 2**53`` per row)."""
+        if self.total == 0:
+            raise RuntimeError("the buffer holds no episode to sample from: add data first")
+        x = u * self.total  # < total: u <= 1 - 2**-53 and total < 2**53 (float64 rounding cannot reach it)
+        drawn = x.astype(np.int64)
+        if self.dense:
+            return drawn
+        e = np.searchsorted(self.cum, drawn, side="right")
+        return drawn - (self.cum[e] - self.length[e]) + self.start[e]
+
 
 class AnchorSampler(WrapsSampler):
     """Base of samplers that draw anchor rows and add what they need around them to the sample's info.
@@ -195,3 +207,23 @@ class AnchorSampler(WrapsSampler):
             rows = index.numpy()
             info = dict(info)
         return index, rows, self.episodes.locate(rows, drawn=self.sampler is None), info
+
+    def anchors_and_uniforms(
+        self, storage: Storage, batch_size: int, uniforms: int
+    ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict, np.ndarray]:
+        """:meth:`anchors` plus ``uniforms`` rows of ``[B]`` float64 uniforms in ``[0, 1)``, all from one
+        draw of the generator (after the inner sampler's): without an inner sampler its first row picks
+        the anchors (:meth:`EpisodeRows.rows_at`)."""
+        if len(storage) == 0:
+            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+        eps = self.episodes
+        eps.refresh(storage)
+        if self.sampler is None:
+            u = torch.rand((uniforms + 1, batch_size), dtype=torch.float64, generator=self._generator).numpy()
+            rows = eps.rows_at(u[0])
+            return torch.from_numpy(rows), rows, eps.locate(rows, drawn=True), {}, u[1:]
+        index, info = self.sampler.sample(storage, batch_size)
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+        rows = index.numpy()
+        u = torch.rand((uniforms, rows.size), dtype=torch.float64, generator=self._generator).numpy()
+        return index, rows, eps.locate(rows), dict(info), u

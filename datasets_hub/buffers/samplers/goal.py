@@ -38,7 +38,8 @@ What a sample gains (``TensorDictReplayBuffer`` writes the sampler's info into i
 - With ``subgoal_steps=k``: ``("subgoal", *key)``, the state at ``min(t + k, L)``, and
   ``("subgoal", "distance")``.
 
-All draws use the buffer's generator (the same seed gives the same goals).
+All draws use the buffer's generator (the same seed gives the same goals): one ``torch.rand`` call
+per batch (after an inner sampler's draws) gives every uniform the batch needs.
 """
 
 from __future__ import annotations
@@ -99,8 +100,16 @@ class GoalMix:
             )
         self.p_current, self.p_future, self.p_random = probs
         self.future, self.gamma = future, float(gamma)
-        self._thresholds = np.array([self.p_current, self.p_current + self.p_future])
         self._log_gamma = math.log(self.gamma) if self.future == "geometric" and self.gamma > 0.0 else 0.0
+        # the uniforms a draw uses, one row of [B] each, only where the law needs them: the kind (when
+        # more than one kind has mass), the future offset, the random goal's row
+        self.draws_kind = sum(p > 0.0 for p in probs) > 1
+        self.draws_offset = self.p_future > 0.0 and (
+            self.future in ("uniform", "episode") or (self.future == "geometric" and self.gamma > 0.0)
+        )
+        self.draws_random = self.p_random > 0.0
+        self.uniforms = int(self.draws_kind) + int(self.draws_offset) + int(self.draws_random)
+        self._random_from = self.p_current + self.p_future  # a kind uniform at or above it: a random goal
 
     def __repr__(self) -> str:
         law = f"geometric(gamma={self.gamma})" if self.future == "geometric" else self.future
@@ -113,46 +122,84 @@ class GoalMix:
         episode: np.ndarray,
         left: np.ndarray,
         u: np.ndarray,
-        generator: torch.Generator | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-        """``(offset, kind, random, other, other_episode)`` for anchor ``rows`` of ``episode`` with
-        ``left`` steps to their episode's final state, from the uniforms ``u`` (``[2, B]``: kind,
-        offset). ``offset`` is the goal time minus the anchor's for in-episode goals; ``random`` marks
-        the rows whose goal is instead the state of row ``other`` (of ``other_episode``); the three
-        are ``None`` when no row has a random goal."""
+        goal_rows: np.ndarray,
+        after: np.ndarray,
+        goal_episode: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Goals for anchor ``rows`` of ``episode`` with ``left`` steps to their episode's final state,
+        from the ``self.uniforms`` rows of uniforms ``u`` (``[k, B]`` float64 in ``[0, 1)``: kind,
+        offset, random row). Writes where each goal state is read (``goal_rows``, ``after``: the state
+        after the row, ``goal_episode``) and returns ``(distance, in_episode, kind)``."""
         b = rows.size
-        if self.p_future == 1.0:
-            kind = np.ones(b, dtype=np.int64)
-        else:  # 0 current, 1 future, 2 random: how many thresholds u[0] reaches
-            kind = np.searchsorted(self._thresholds, u[0], side="right")
+        i = 0
+        # row masks; None: the kind has every row (future) or none (random)
+        future: np.ndarray | None = None
+        random: np.ndarray | None = None
+        if self.draws_kind:  # 0 current, 1 future, 2 random: how many of the thresholds u reaches
+            uk = u[0]
+            i = 1
+            if self.p_current == 0.0:  # future or random (both have mass)
+                random = uk >= self._random_from
+                kind = random.astype(np.int64)
+                kind += 1
+                future = ~random
+            else:
+                future = uk >= self.p_current  # not current, for now
+                kind = future.astype(np.int64)
+                if self.p_random > 0.0:
+                    random = uk >= self._random_from
+                    kind += random
+                    np.greater(future, random, out=future)  # not current and not random
+        else:
+            only = CURRENT if self.p_current > 0.0 else FUTURE if self.p_future > 0.0 else RANDOM
+            kind = np.full(b, only, dtype=np.int64)
+            if only == RANDOM:
+                random = np.ones(b, dtype=bool)
         if self.p_future == 0.0:
             offset = np.zeros(b, dtype=np.int64)
         elif self.future == "geometric":
             if self.gamma == 0.0:
                 offset = np.ones(b, dtype=np.int64)
             else:  # inverse CDF: P(floor(log(1-U) / log(gamma)) >= k) = gamma^k; U < 1, so it is finite
-                offset = (np.log1p(-u[1]) / self._log_gamma).astype(np.int64)  # >= 0: truncation is floor
+                x = 1.0 - u[i]  # exact: U is a multiple of 2**-53
+                np.log(x, out=x)
+                x /= self._log_gamma
+                offset = x.astype(np.int64)  # >= 0: truncation is floor
                 offset += 1
                 np.minimum(offset, left, out=offset)
         elif self.future == "uniform":
-            offset = (u[1] * left).astype(np.int64)
+            x = u[i] * left
+            offset = x.astype(np.int64)
             offset += 1
             np.minimum(offset, left, out=offset)
         elif self.future == "final":
             offset = left.copy()
         else:  # episode: any state 0..L
             length = eps.length.take(episode)
-            offset = np.minimum((u[1] * (length + 1)).astype(np.int64), length)
-            offset -= rows - eps.start.take(episode)
-        if self.p_current > 0.0 and self.p_future > 0.0:
-            offset *= kind != CURRENT
-        if self.p_random == 0.0:
-            return offset, kind, None, None, None
-        random = kind == RANDOM
-        if not random.any():
-            return offset, kind, None, None, None
-        other = eps.draw(b, generator)  # drawn for every row: the stream does not depend on the kinds
-        return offset, kind, random, other, eps.locate(other, drawn=True)
+            x = u[i] * (length + 1)
+            offset = x.astype(np.int64)
+            np.minimum(offset, length, out=offset)
+            offset -= rows
+            offset += eps.start.take(episode)
+        if self.draws_offset:
+            i += 1
+        if future is not None and self.p_future > 0.0:
+            offset *= future  # 0 for current goals, and for random ones (never "after" their row)
+        # the goal's time as a row (time L of an episode: its end, the state after its last row)
+        np.add(rows, offset, out=goal_rows)
+        np.equal(offset, left, out=after)
+        if random is None:
+            goal_episode[...] = episode
+            distance, in_episode = offset, np.ones(b, dtype=bool)
+        else:  # a random goal is the state of its own row
+            other = eps.rows_at(u[i])
+            np.copyto(goal_rows, other, where=random)
+            goal_episode[...] = episode
+            np.copyto(goal_episode, eps.locate(other, drawn=True), where=random)
+            in_episode = goal_episode == episode
+            distance = np.where(in_episode, goal_rows - rows, -1)
+        goal_rows -= after  # time L is read as ("next", key) of the episode's last row
+        return distance, in_episode, kind
 
 
 class GoalSampler(AnchorSampler):
@@ -224,42 +271,46 @@ class GoalSampler(AnchorSampler):
 
     # -- sampling ------------------------------------------------------------------------------------
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
-        index, rows, episode, info = self.anchors(storage, batch_size)
+        mixes = [("goal", self.value)] + ([("actor_goal", self.actor)] if self.actor is not None else [])
+        # every uniform of the call in one draw: [anchors when drawn here], then each mix's rows
+        uniforms = sum(m.uniforms for _, m in mixes)
+        index, rows, episode, info, u = self.anchors_and_uniforms(storage, batch_size, uniforms)
         eps = self.episodes
         b = rows.size
-        left = eps.end.take(episode) - rows  # >= 1: steps to the episode's final state
-        mixes = [("goal", self.value)] + ([("actor_goal", self.actor)] if self.actor is not None else [])
-        # every state the batch needs, as (row, after, episode): one read per goal key serves them all;
-        # the final state (offset == left) is ("next", key) of the episode's last row
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        left = eps.end.take(episode)
+        left -= rows  # >= 1: steps to the episode's final state
+        # every state the batch needs, as (row, after, episode) rows of one [parts, B] block: one read per
+        # goal key serves them all; the final state (after) is ("next", key) of the episode's last row
+        parts = len(mixes) + (self.subgoal_steps is not None) + (self.success_fn is not None)
+        goal_rows = np.empty((parts, b), dtype=np.int64)
+        after = np.empty((parts, b), dtype=bool)
+        goal_episode = np.empty((parts, b), dtype=np.int64)
         distances = []
-        for name, mix in mixes:
-            u = torch.rand((2, b), dtype=torch.float64, generator=self.generator).numpy()
-            offset, kind, random, other, other_episode = mix.draw(eps, rows, episode, left, u, self.generator)
-            after = offset == left
-            goal_rows = rows + offset
-            goal_rows -= after
-            if random is None or other is None or other_episode is None:
-                goal_episode, in_episode, distance = episode, np.ones(b, dtype=bool), offset
-            else:  # a random goal is the state of its own row: never a final state
-                after &= ~random
-                np.copyto(goal_rows, other, where=random)
-                goal_episode = np.where(random, other_episode, episode)
-                in_episode = goal_episode == episode
-                distance = np.where(random, np.where(in_episode, other - rows, -1), offset)
-            parts.append((goal_rows, after, goal_episode))
+        first = 0
+        for j, (name, mix) in enumerate(mixes):
+            uses = u[first : first + mix.uniforms]
+            first += mix.uniforms
+            distance, in_episode, kind = mix.draw(
+                eps, rows, episode, left, uses, goal_rows[j], after[j], goal_episode[j]
+            )
             distances.append(distance)
             info[(name, "distance")] = torch.from_numpy(distance)
             info[(name, "in_episode")] = torch.from_numpy(in_episode)
             info[(name, "kind")] = torch.from_numpy(kind)
+        j = len(mixes)
         if self.subgoal_steps is not None:
             ahead = np.minimum(self.subgoal_steps, left)
-            after = ahead == left
-            parts.append((rows + ahead - after, after, episode))
+            np.equal(ahead, left, out=after[j])
+            np.add(rows, ahead, out=goal_rows[j])
+            goal_rows[j] -= after[j]
+            goal_episode[j] = episode
             info[("subgoal", "distance")] = torch.from_numpy(ahead)
+            j += 1
         if self.success_fn is not None:  # the row's own state (or its next one), read with the goals
-            parts.append((rows, np.full(b, self.success_on == "next"), episode))
-        states = self._states(storage, parts)
+            goal_rows[j] = rows
+            after[j] = self.success_on == "next"
+            goal_episode[j] = episode
+        states = self._states(storage, goal_rows.reshape(-1), after.reshape(-1), goal_episode.reshape(-1))
         names = [name for name, _ in mixes] + (["subgoal"] if self.subgoal_steps is not None else [])
         for key, value in states.items():
             for j, name in enumerate(names):
@@ -278,13 +329,9 @@ class GoalSampler(AnchorSampler):
         return index, info
 
     def _states(
-        self, storage: Storage, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+        self, storage: Storage, rows: np.ndarray, after: np.ndarray, episodes: np.ndarray
     ) -> dict[tuple[str, ...], torch.Tensor]:
-        """The goal keys' states at every requested (row, after) of ``parts``, concatenated in order."""
-        if len(parts) == 1:
-            rows, after, episodes = parts[0]
-        else:
-            rows, after, episodes = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        """The goal keys' states at every (row, after) (see ``Storage.gather_states``)."""
         hint = self.episodes.hint(episodes)
         out = {}
         for key in self.goal_keys:
