@@ -294,8 +294,11 @@ class DatasetStorage(ReadOnlyStorage):
         plan = self._plans.get(tuple(extras) if extras else ())
         if plan is None:
             plan = self._plan_for(extras)
-        b = rows.size
-        from_numpy = torch.from_numpy if lead is None else _shaped_from_numpy(lead)
+        # a [k, m] batch (lead): the rows are shaped first, so that every take and cut comes out shaped
+        shape = (rows.size,) if lead is None else lead
+        if lead is not None:
+            rows = rows.reshape(lead)
+        from_numpy = torch.from_numpy
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         trees = (root, nxt)
@@ -304,15 +307,15 @@ class DatasetStorage(ReadOnlyStorage):
         if packed is not None:
             block = plan.records.take(rows, axis=0)  # one read for every small per-step leaf
             if plan.ordinal is None:
-                episode = packed.ordinal(block)
+                episode = packed.ordinal(block.reshape(-1, block.shape[-1])).reshape(shape)
             else:  # inlined PackedSteps.ordinal
-                episode = block.view(plan.ordinal[0])[:, plan.ordinal[1]].astype(np.int64)
+                episode = block.view(plan.ordinal[0])[..., plan.ordinal[1]].astype(np.int64)
             for c, where, tail, tree, name, keep in plan.cuts:
                 if where is None:
-                    value = packed.cut(block, c)
+                    value = packed.cut(block.reshape(-1, block.shape[-1]), c).reshape(*shape, *c.shape)
                 else:  # inlined PackedSteps.cut: this runs for every leaf of every sample
                     value = block.view(c.dtype)[where]
-                    value = (value if tail is None else value.reshape(b, *tail)).copy()
+                    value = (value if tail is None else value.reshape(*shape, *tail)).copy()
                 if type(name) is str:
                     trees[tree][name] = from_numpy(value)
                 else:
@@ -322,7 +325,9 @@ class DatasetStorage(ReadOnlyStorage):
         else:
             episode = np.searchsorted(self._start_np, rows, side="right") - 1
         if plan.obs:
-            both = rows + episode + _AT_T_AND_NEXT  # [2, B]: frame rows at t, at t+1
+            # [2, *shape]: frame rows at t, at t+1
+            at = _AT_T_AND_NEXT if lead is None else _AT_T_AND_NEXT.reshape((2,) + (1,) * len(lead))
+            both = rows + episode + at
             for column, at_t, at_next, advise in plan.obs:
                 if at_t and at_next:
                     if advise:
@@ -348,7 +353,7 @@ class DatasetStorage(ReadOnlyStorage):
             nxt["done"] = from_numpy(np.logical_or(flags[_TERMINATED], flags[_TRUNCATED]))
         root["episode"] = from_numpy(episode if self._ids_are_ordinals else self._episode_id_np.take(episode))
         root["step"] = from_numpy(rows - self._start_np.take(episode))
-        zeros = np.zeros((3, b, 1), dtype=np.bool_)  # the root flags: one allocation, three disjoint views
+        zeros = np.zeros((3, *shape, 1), dtype=np.bool_)  # the root flags: one allocation, three disjoint views
         root["done"] = from_numpy(zeros[0])
         root["terminated"] = from_numpy(zeros[1])
         root["truncated"] = from_numpy(zeros[2])
@@ -360,7 +365,7 @@ class DatasetStorage(ReadOnlyStorage):
             else:  # each in the root or in "next", where the plan says
                 for (tree, name), extra in zip(places, extras.values(), strict=True):
                     trees[tree][name] = extra
-        size = torch.Size((b,) if lead is None else lead)
+        size = torch.Size(shape)
         if plan.flat:  # no dict below root but "next": both made without looking for more
             root["next"] = _NEW_TD(nxt, batch_size=size, nested=False)
             return _NEW_TD(root, batch_size=size, nested=False)
@@ -376,7 +381,7 @@ class DatasetStorage(ReadOnlyStorage):
         for c in self._packed.cuts if self._packed is not None else ():
             if c.key in replaced and c.key not in flag_keys:
                 continue
-            where = (slice(None), slice(c.lo, c.hi)) if c.aligned else None
+            where = (Ellipsis, slice(c.lo, c.hi)) if c.aligned else None  # [B, ...] or [k, m, ...] blocks
             tail = c.shape if c.reshape else None
             cuts.append((c, where, tail, *_place(c.key), c.key in flag_keys))
         obs = []
@@ -528,15 +533,3 @@ def _checked_td(source: dict[str, Any], batch_size: torch.Size, nested: bool = T
 #: constructor would repeat on every sample (the shapes are right by construction); ``nested=False``:
 #: no value is a dict
 _NEW_TD = getattr(TensorDict, "_new_unsafe", _checked_td)
-
-
-def _shaped_from_numpy(lead: tuple[int, ...]) -> Any:
-    """``torch.from_numpy`` of arrays of ``prod(lead)`` rows, given the leading dims ``lead`` (a numpy
-    reshape costs a fraction of a torch view)."""
-
-    to_torch = torch.from_numpy
-
-    def from_numpy(array: np.ndarray) -> torch.Tensor:
-        return to_torch(array.reshape(lead + array.shape[1:]))
-
-    return from_numpy
