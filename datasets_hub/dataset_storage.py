@@ -89,7 +89,6 @@ class DatasetStorage(ReadOnlyStorage):
         self._ids_are_ordinals = ids.dtype == np.int64 and bool(np.array_equal(ids, np.arange(ids.size)))
         self._plans: dict[tuple, _Plan] = {}
         self._plain_get = type(self).get is DatasetStorage.get
-        self._plain_gather = self._plain_get and type(self).gather is DatasetStorage.gather
         if not self.in_memory:
             self._advise_huge_pages()
         super().__init__(self._len)
@@ -279,8 +278,11 @@ class DatasetStorage(ReadOnlyStorage):
         return self._gather_rows(rows, extras)
 
     def gather_valid(self, index: torch.Tensor, rows: np.ndarray, extras: dict[Any, torch.Tensor]) -> TensorDict:
-        if not self._plain_gather:  # a subclass's gather (e.g. a remote build's chunk fetches) sees every read
-            return self.gather(index, extras)
+        gather = self.gather
+        if not self._plain_get or getattr(gather, "__func__", None) is not DatasetStorage.gather:
+            return gather(index, extras)  # another gather (a remote build's chunk fetches, say) sees every read
+        if index.ndim == 2:  # an ensemble's [k, m] batch (gathers_batches), rows flat
+            return self._gather_rows(rows, extras, (index.shape[0], index.shape[1]))
         return self._gather_rows(rows, extras)  # valid rows, per-item extras: nothing left to check
 
     def _gather_rows(
@@ -292,22 +294,28 @@ class DatasetStorage(ReadOnlyStorage):
         plan = self._plans.get(tuple(extras) if extras else ())
         if plan is None:
             plan = self._plan_for(extras)
-        b = rows.size
-        from_numpy = torch.from_numpy if lead is None else _shaped_from_numpy(lead)
+        # a [k, m] batch (lead): the rows are shaped first, so that every take and cut comes out shaped
+        shape = (rows.size,) if lead is None else lead
+        if lead is not None:
+            rows = rows.reshape(lead)
+        from_numpy = torch.from_numpy
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         trees = (root, nxt)
         flags: dict[Key, np.ndarray] = {}
         packed = self._packed
         if packed is not None:
-            block = packed.take(rows)  # one read for every small per-step leaf
-            episode = packed.ordinal(block)
+            block = plan.records.take(rows, axis=0)  # one read for every small per-step leaf
+            if plan.ordinal is None:
+                episode = packed.ordinal(block.reshape(-1, block.shape[-1])).reshape(shape)
+            else:  # inlined PackedSteps.ordinal
+                episode = block.view(plan.ordinal[0])[..., plan.ordinal[1]].astype(np.int64)
             for c, where, tail, tree, name, keep in plan.cuts:
                 if where is None:
-                    value = packed.cut(block, c)
+                    value = packed.cut(block.reshape(-1, block.shape[-1]), c).reshape(*shape, *c.shape)
                 else:  # inlined PackedSteps.cut: this runs for every leaf of every sample
                     value = block.view(c.dtype)[where]
-                    value = (value if tail is None else value.reshape(b, *tail)).copy()
+                    value = (value if tail is None else value.reshape(*shape, *tail)).copy()
                 if type(name) is str:
                     trees[tree][name] = from_numpy(value)
                 else:
@@ -317,14 +325,20 @@ class DatasetStorage(ReadOnlyStorage):
         else:
             episode = np.searchsorted(self._start_np, rows, side="right") - 1
         if plan.obs:
-            both = rows + episode + _AT_T_AND_NEXT  # [2, B]: frame rows at t, at t+1
+            # [2, *shape]: frame rows at t, at t+1
+            at = _AT_T_AND_NEXT if lead is None else _AT_T_AND_NEXT.reshape((2,) + (1,) * len(lead))
+            both = rows + episode + at
             for column, at_t, at_next, advise in plan.obs:
                 if at_t and at_next:
                     if advise:
                         will_need(column, both)
                     gathered = column.take(both, axis=0)  # one read serves t and t+1
-                    _set(root, at_t, from_numpy(gathered[0]))
-                    _set(nxt, at_next, from_numpy(gathered[1]))
+                    if type(at_t) is str and type(at_next) is str:  # inlined _set
+                        root[at_t] = from_numpy(gathered[0])
+                        nxt[at_next] = from_numpy(gathered[1])
+                    else:
+                        _set(root, at_t, from_numpy(gathered[0]))
+                        _set(nxt, at_next, from_numpy(gathered[1]))
                 else:
                     half = both[0] if at_t else both[1]
                     if advise:
@@ -339,14 +353,19 @@ class DatasetStorage(ReadOnlyStorage):
             nxt["done"] = from_numpy(np.logical_or(flags[_TERMINATED], flags[_TRUNCATED]))
         root["episode"] = from_numpy(episode if self._ids_are_ordinals else self._episode_id_np.take(episode))
         root["step"] = from_numpy(rows - self._start_np.take(episode))
-        zeros = np.zeros((3, b, 1), dtype=np.bool_)  # the root flags: one allocation, three disjoint views
+        zeros = np.zeros((3, *shape, 1), dtype=np.bool_)  # the root flags: one allocation, three disjoint views
         root["done"] = from_numpy(zeros[0])
         root["terminated"] = from_numpy(zeros[1])
         root["truncated"] = from_numpy(zeros[2])
         root["next"] = nxt
         if extras:
-            nest(extras.keys(), extras.values(), root)
-        size = torch.Size((b,) if lead is None else lead)
+            places = plan.extras
+            if places is None:
+                nest(extras.keys(), extras.values(), root)
+            else:  # each in the root or in "next", where the plan says
+                for (tree, name), extra in zip(places, extras.values(), strict=True):
+                    trees[tree][name] = extra
+        size = torch.Size(shape)
         if plan.flat:  # no dict below root but "next": both made without looking for more
             root["next"] = _NEW_TD(nxt, batch_size=size, nested=False)
             return _NEW_TD(root, batch_size=size, nested=False)
@@ -362,7 +381,7 @@ class DatasetStorage(ReadOnlyStorage):
         for c in self._packed.cuts if self._packed is not None else ():
             if c.key in replaced and c.key not in flag_keys:
                 continue
-            where = (slice(None), slice(c.lo, c.hi)) if c.aligned else None
+            where = (Ellipsis, slice(c.lo, c.hi)) if c.aligned else None  # [B, ...] or [k, m, ...] blocks
             tail = c.shape if c.reshape else None
             cuts.append((c, where, tail, *_place(c.key), c.key in flag_keys))
         obs = []
@@ -382,7 +401,12 @@ class DatasetStorage(ReadOnlyStorage):
         names += [name for _, at_t, at_next, _ in obs for name in (at_t, at_next) if name is not None]
         names += [k if isinstance(k, str) else k[1:] if len(k) == 2 and k[0] == "next" else k for k in replaced]
         flat = all(isinstance(name, str) or len(name) == 1 for name in names)
-        plan = _Plan(tuple(cuts), tuple(obs), tuple(unpacked), need_done, flat)
+        places = [_place(as_key(k)) for k in extras] if extras else []
+        extra_places = tuple(places) if all(type(name) is str for _, name in places) else None
+        packed = self._packed
+        records = packed.records if packed is not None else None
+        ordinal = packed.ordinal_column if packed is not None else None
+        plan = _Plan(tuple(cuts), tuple(obs), tuple(unpacked), need_done, flat, extra_places, records, ordinal)
         if len(self._plans) >= 64:  # samplers give a few sets of extras keys; anything else is not kept
             self._plans.clear()
         self._plans[tuple(extras) if extras else ()] = plan
@@ -483,6 +507,9 @@ class _Plan(NamedTuple):
     unpacked: tuple  # (key, column, tree, name, keep the array for next/done)
     done: bool  # derive next/done
     flat: bool  # every leaf lies in the root or in "next" (no deeper dict to convert)
+    extras: tuple | None  # (tree, name) of each extras key, in order; None: some lies deeper (nest them)
+    records: Any  # the packed records (PackedSteps.records), None without them
+    ordinal: tuple | None  # (dtype, column) of the episode ordinal in a block (PackedSteps.ordinal_column)
 
 
 def _set(tree: dict[str, Any], name: str | Key, value: Any) -> None:
@@ -506,15 +533,3 @@ def _checked_td(source: dict[str, Any], batch_size: torch.Size, nested: bool = T
 #: constructor would repeat on every sample (the shapes are right by construction); ``nested=False``:
 #: no value is a dict
 _NEW_TD = getattr(TensorDict, "_new_unsafe", _checked_td)
-
-
-def _shaped_from_numpy(lead: tuple[int, ...]) -> Any:
-    """``torch.from_numpy`` of arrays of ``prod(lead)`` rows, given the leading dims ``lead`` (a numpy
-    reshape costs a fraction of a torch view)."""
-
-    to_torch = torch.from_numpy
-
-    def from_numpy(array: np.ndarray) -> torch.Tensor:
-        return to_torch(array.reshape(lead + array.shape[1:]))
-
-    return from_numpy

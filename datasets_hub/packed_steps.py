@@ -173,6 +173,14 @@ class PackedSteps:
         self._ordinal_column = at // size if layout.width % size == 0 and at % size == 0 else None
 
     @property
+    def ordinal_column(self) -> tuple[np.dtype, int] | None:
+        """``(dtype, column)``: the episode ordinals of a block are ``block.view(dtype)[:, column]``
+        (widened to int64); ``None`` when the ordinal is not aligned in the record (then :meth:`ordinal`)."""
+        if self._ordinal_column is None:
+            return None
+        return self.layout.ordinal_dtype, self._ordinal_column
+
+    @property
     def keys(self) -> list[Key]:
         return [f.key for f in self.layout.fields]
 

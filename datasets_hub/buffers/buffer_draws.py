@@ -148,11 +148,22 @@ class OrderedDraws:
         with self._lock:
             return self._sampler.sample(self._storage, batch_size)
 
-    def gather_drawn(self, index: torch.Tensor, info: dict[str, Any]) -> Any:
-        """What ``sample`` returns for a drawn 1-D ``index`` and its ``info`` (:meth:`draw_index`;
-        the index of several draws of buffers sharing this storage may be concatenated)."""
+    def draw_rows(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None] | None:
+        """:meth:`draw_index` with the sampler's promise (``Sampler.sample_rows``): ``(index, info, rows)``,
+        ``rows`` the index as numpy rows, all valid, and every ``info`` entry a per-item tensor (``None``:
+        no promise); ``None`` (nothing drawn) where :meth:`draw_index` gives ``None``."""
+        if not self._plain_gathers():
+            return None
         with self._lock:
-            return self._gather(index, info)
+            return self._sampler.sample_rows(self._storage, batch_size)
+
+    def gather_drawn(self, index: torch.Tensor, info: dict[str, Any], rows: np.ndarray | None = None) -> Any:
+        """What ``sample`` returns for a drawn 1-D ``index`` and its ``info`` (:meth:`draw_index`;
+        the index of several draws of buffers sharing this storage may be concatenated). ``rows``: the
+        index as numpy rows when every draw came with the promise of :meth:`draw_rows` (then ``info``
+        must hold only per-item tensors), for a storage that can skip its checks (``Storage.gather_valid``)."""
+        with self._lock:
+            return self._gather(index, info, None, rows)
 
     def _drain(self) -> None:
         """Wait for in-flight prefetches and drop them (after empty/load, they would be stale)."""

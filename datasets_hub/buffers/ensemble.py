@@ -6,6 +6,7 @@ import copy
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase, is_non_tensor
 
@@ -134,7 +135,7 @@ class ReplayBufferEnsemble:
         self.transform = transform
         self.generator = generator
         self._view_shapes: dict[tuple[int, int], dict] = {}  # (k, sub) -> {leaf shape: [k, sub, ...] shape}
-        self._id_blocks: dict[tuple, torch.Tensor] = {}  # (buffer ids, sub) -> [k, sub] ids
+        self._id_blocks: dict[tuple, np.ndarray] = {}  # (buffer ids, sub) -> [k, sub] ids
 
     def fork(self, generator: torch.Generator, members: Sequence[Any]) -> ReplayBufferEnsemble:
         """A shallow copy over ``members`` (forks of ``self[i]``, same order) choosing buffers with
@@ -229,7 +230,7 @@ class ReplayBufferEnsemble:
             counts[b] = counts.get(b, 0) + 1
         # one draw per distinct buffer, in buffer order: the same buffer picked twice draws once, then splits
         drawn = self._draw(sorted(counts), counts, sub)
-        data, local = self._read(ids, drawn, sub)
+        data, local = self._read(ids, drawn, sub, buffer_ids)
         index = local.view(k, sub)
         out = self._stack(data, k, sub, index, buffer_ids, ids)
         if self.transform is not None:
@@ -301,35 +302,44 @@ class ReplayBufferEnsemble:
         drawn: dict[int, list[Any]] = {}
         for b in distinct:
             rb, want = buffers[b], sub * counts[b]
-            draw = rb.draw_index(want) if joint else None
+            draw = rb.draw_rows(want) if joint else None
+            rows = None
             if draw is None:
                 data, info = rb.sample(want, return_info=True)
                 local = torch.as_tensor(info["index"])
             else:
-                data, (local, info) = None, draw
-            got = local.shape[0] if local.ndim else 0
+                data, (local, info, rows) = None, draw
+            got = len(rows) if rows is not None else local.shape[0] if local.ndim else 0
             if got != want:
                 raise RuntimeError(
                     f"buffer {b} returned {got} items for a request of {want}: ensembles need "
                     "samplers that return full batches (e.g. SliceSampler(strict_length=True))"
                 )
-            drawn[b] = [data, local, info]
+            drawn[b] = [data, local, info, rows]
         return drawn
 
     def _read(
-        self, ids: list[int], drawn: dict[int, list[Any]], sub: int
+        self, ids: list[int], drawn: dict[int, list[Any]], sub: int, buffer_ids: torch.Tensor
     ) -> tuple[list[tuple[int, Any, int]], torch.Tensor]:
         """``(parts, index)``: for each position of the batch ``(buffer, data, first row in data)``,
         and the flat local index of every row, position after position. A joint read of a storage
-        that ``gathers_batches`` is one part ``(buffer, [k, sub] data, -1)``."""
+        that ``gathers_batches`` is one part ``(buffer, [k, sub] data, -1)``, or ``-2`` when the data
+        is the whole result already (the ``("index", ...)`` keys gathered in with it)."""
         pieces: list[tuple[int, int]] = []  # (buffer, first row in its draw) per position
         seen: dict[int, int] = {}
         for b in ids:
             j = seen.get(b, 0)
             seen[b] = j + 1
             pieces.append((b, j * sub))
+        rows = None  # the numpy rows of every position, when every draw came with them (draw_rows)
         if len(drawn) == 1:  # one buffer drew every row, in position order
-            local = drawn[ids[0]][1]
+            local, rows = drawn[ids[0]][1], drawn[ids[0]][3]
+        elif all(entry[3] is not None for entry in drawn.values()):  # joined in numpy: cheaper than torch.cat
+            if ids == list(drawn):
+                rows = np.concatenate([entry[3] for entry in drawn.values()])
+            else:
+                rows = np.concatenate([drawn[b][3][lo : lo + sub] for b, lo in pieces])
+            local = torch.from_numpy(rows)
         elif ids == list(drawn):  # each buffer once, in buffer order: each draw whole
             local = torch.cat([entry[1] for entry in drawn.values()])
         else:
@@ -346,7 +356,14 @@ class ReplayBufferEnsemble:
         # read as [k, sub] at once where the storage can: no reshape of every leaf after
         if getattr(reader.storage, "gathers_batches", False):
             k = len(ids)
-            shaped = {key: v.view(k, sub, *v.shape[1:]) for key, v in joint.items()}
+            shaped: dict[Any, Any] = {key: v.view(k, sub, *v.shape[1:]) for key, v in joint.items()}
+            if rows is not None:
+                # every draw came with valid rows and per-item info (draw_rows): the storage skips its
+                # checks and builds the result itself, ("index", ...) keys included
+                # copies made in numpy (cheaper than torch clones): the batch shares no memory with the draws
+                shaped[("index", "index")] = torch.from_numpy(rows.reshape(k, sub).copy())
+                shaped[("index", "buffer_ids")] = self._ids_block(ids, sub)
+                return [(ids[0], reader.gather_drawn(local.view(k, sub), shaped, rows), -2)], local
             return [(ids[0], reader.gather_drawn(local.view(k, sub), shaped), -1)], local
         data = reader.gather_drawn(local, joint)
         return [(b, data, pos * sub) for pos, (b, _) in enumerate(pieces)], local
@@ -379,6 +396,8 @@ class ReplayBufferEnsemble:
         ids: list[int],
     ) -> Any:
         first = parts[0][1]
+        if parts[0][2] == -2:  # the storage built the whole result (see _read)
+            return first
         whole = all(data is first and lo == pos * sub for pos, (_, data, lo) in enumerate(parts))
         if not isinstance(first, TensorDictBase):
             if parts[0][2] == -1:
@@ -405,7 +424,7 @@ class ReplayBufferEnsemble:
             tree, nested = self._stack_leaves(parts, sub), True
         if len(batch) == 2:
             tree["index"] = TensorDict._new_unsafe(
-                source={"index": index.clone(), "buffer_ids": self._ids_block(buffer_ids, ids, sub)},
+                source={"index": index.clone(), "buffer_ids": self._ids_block(ids, sub)},
                 batch_size=batch,
                 nested=False,
             )
@@ -418,15 +437,16 @@ class ReplayBufferEnsemble:
         # the shapes are right by construction: no per-leaf validation (it cost as much as the stacking)
         return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=batch, nested=nested)
 
-    def _ids_block(self, buffer_ids: torch.Tensor, ids: list[int], sub: int) -> torch.Tensor:
-        """``[k, sub]``: row ``i`` filled with ``buffer_ids[i]`` (a copy of a cached block: one op)."""
+    def _ids_block(self, ids: list[int], sub: int) -> torch.Tensor:
+        """``[k, sub]``: row ``i`` filled with ``buffer_ids[i]`` (a numpy copy of a cached block: cheaper
+        than a torch clone)."""
         key = (tuple(ids), sub)
         block = self._id_blocks.get(key)
         if block is None:
-            block = buffer_ids.view(-1, 1).expand(-1, sub).contiguous()
+            block = np.repeat(np.asarray(ids, dtype=np.int64), sub).reshape(len(ids), sub)
             if len(self._id_blocks) < 64:  # a few choices repeat (all buffers, two of two, ...)
                 self._id_blocks[key] = block
-        return block.clone()
+        return torch.from_numpy(block.copy())
 
     def _stack_leaves(self, parts: list[tuple[int, Any, int]], sub: int) -> dict[str, Any]:
         """Stack the parts' rows leaf by leaf (cheaper than stacking TensorDicts) into a nested dict."""

@@ -32,7 +32,7 @@ import torch
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.samplers.base import Sampler, as_index
-from datasets_hub.buffers.samplers.slice_layout import SliceLayout, check_slice_shape
+from datasets_hub.buffers.samplers.slice_layout import SliceLayout, cached_arange, cached_arange_np, check_slice_shape
 from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any
@@ -217,6 +217,12 @@ class SliceSampler(Sampler):
     def episodes(self, storage: Storage) -> EpisodeIndex:
         """The episodes slices are drawn from (cached; see the module docstring)."""
         index = storage.episode_index()
+        if index is not None and index is self._episodes and self._cache_key is not None:
+            # the build-time index of last time (the cache holds it: its identity cannot be reused), if
+            # the storage is the same one too
+            ref = self._storage_ref
+            if ref is not None and ref() is storage:
+                return index
         key: tuple
         if index is not None:
             key = ("index", id(storage), id(index))
@@ -329,7 +335,7 @@ class SliceSampler(Sampler):
     @staticmethod
     def _expand(rows: torch.Tensor, slice_len: int, lengths: torch.Tensor | None) -> torch.Tensor:
         if lengths is None:
-            return (rows.unsqueeze(1) + _arange(slice_len)).view(-1)
+            return (rows.unsqueeze(1) + cached_arange(slice_len)).view(-1)
         total = int(lengths.sum())
         first = torch.cumsum(lengths, 0) - lengths
         return torch.repeat_interleave(rows - first, lengths, output_size=total) + torch.arange(total)
@@ -346,7 +352,7 @@ class SliceSampler(Sampler):
         u = torch.randint(layout.total, (num_slices,), generator=self.generator).numpy()
         rows = u + layout.base_np[layout.bounds_np.searchsorted(u, side="right")]
         # into a fresh array: numpy's broadcast add allocating its own output costs about twice as much
-        index_np = np.add(rows[:, None], _arange_np(slice_len), out=np.empty((num_slices, slice_len), np.int64))
+        index_np = np.add(rows[:, None], cached_arange_np(slice_len), out=np.empty((num_slices, slice_len), np.int64))
         index_np = index_np.reshape(-1)
         index = torch.from_numpy(index_np)
         if self.truncated_key is None:
@@ -427,28 +433,6 @@ class SliceSampler(Sampler):
     def __repr__(self) -> str:
         size = f"num_slices={self.num_slices}" if self.num_slices is not None else f"slice_len={self.slice_len}"
         return f"{type(self).__name__}({size}, strict_length={self.strict_length})"
-
-
-_ARANGES: dict[int, torch.Tensor] = {}
-
-
-def _arange(n: int) -> torch.Tensor:
-    """A cached ``torch.arange(n)`` (read-only use: one allocation less per call)."""
-    t = _ARANGES.get(n)
-    if t is None:
-        t = _ARANGES[n] = torch.arange(n)
-    return t
-
-
-_ARANGES_NP: dict[int, np.ndarray] = {}
-
-
-def _arange_np(n: int) -> np.ndarray:
-    """A cached int64 ``numpy.arange(n)`` (read-only use)."""
-    a = _ARANGES_NP.get(n)
-    if a is None:
-        a = _ARANGES_NP[n] = np.arange(n, dtype=np.int64)
-    return a
 
 
 def _only_at_ends(done: torch.Tensor | None, episodes: EpisodeIndex | None) -> bool:

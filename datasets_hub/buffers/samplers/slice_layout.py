@@ -6,6 +6,7 @@ Shared by :class:`~datasets_hub.buffers.samplers.slice.SliceSampler` and
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
@@ -22,6 +23,26 @@ def check_slice_shape(num_slices: int | None, slice_len: int | None) -> None:
     for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+_ARANGES: dict[int, torch.Tensor] = {}
+_ARANGES_NP: dict[int, np.ndarray] = {}
+
+
+def cached_arange(n: int) -> torch.Tensor:
+    """A cached ``torch.arange(n)`` (read-only use: one allocation less per call)."""
+    t = _ARANGES.get(n)
+    if t is None:
+        t = _ARANGES[n] = torch.arange(n)
+    return t
+
+
+def cached_arange_np(n: int) -> np.ndarray:
+    """A cached int64 ``numpy.arange(n)`` (read-only use)."""
+    a = _ARANGES_NP.get(n)
+    if a is None:
+        a = _ARANGES_NP[n] = np.arange(n, dtype=np.int64)
+    return a
 
 
 class SliceLayout:
