@@ -194,26 +194,28 @@ class AnchorSampler(WrapsSampler):
     def anchors(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict]:
         """``(index, rows, episode, info)``: the anchors as a tensor and numpy rows, their episode
         ordinals, and the inner sampler's info (empty without one)."""
+        index, rows, episode, info, _ = self.anchor_rows(storage, batch_size)
+        return index, rows, episode, info
+
+    def anchor_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict, bool]:
+        """:meth:`anchors` plus whether the rows are vouched for (valid rows of ``storage``, as
+        ``Sampler.sample_rows`` promises them): drawn here, or promised by the inner sampler."""
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
-        self.episodes.refresh(storage)
+        eps = self.episodes
+        eps.refresh(storage)
         if self.sampler is None:
-            rows = self.episodes.draw(batch_size, self._generator)
-            info: dict[str, Any] = {}
-            index = torch.from_numpy(rows)
-        else:
-            index, info = self.sampler.sample(storage, batch_size)
-            index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
-            rows = index.numpy()
-            info = dict(info)
-        return index, rows, self.episodes.locate(rows, drawn=self.sampler is None), info
+            rows = eps.draw(batch_size, self._generator)
+            return torch.from_numpy(rows), rows, eps.locate(rows, drawn=True), {}, True
+        index, info, rows, promised = self._inner_rows(storage, batch_size)
+        return index, rows, self._locate(storage, rows, promised), info, promised
 
     def anchors_and_uniforms(
         self, storage: Storage, batch_size: int, uniforms: int
-    ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict, np.ndarray]:
-        """:meth:`anchors` plus ``uniforms`` rows of ``[B]`` float64 uniforms in ``[0, 1)``, all from one
-        draw of the generator (after the inner sampler's): without an inner sampler its first row picks
-        the anchors (:meth:`EpisodeRows.rows_at`)."""
+    ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict, np.ndarray, bool]:
+        """:meth:`anchor_rows` plus ``uniforms`` rows of ``[B]`` float64 uniforms in ``[0, 1)``, all from
+        one draw of the generator (after the inner sampler's): without an inner sampler its first row
+        picks the anchors (:meth:`EpisodeRows.rows_at`)."""
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
         eps = self.episodes
@@ -221,9 +223,22 @@ class AnchorSampler(WrapsSampler):
         if self.sampler is None:
             u = torch.rand((uniforms + 1, batch_size), dtype=torch.float64, generator=self._generator).numpy()
             rows = eps.rows_at(u[0])
-            return torch.from_numpy(rows), rows, eps.locate(rows, drawn=True), {}, u[1:]
-        index, info = self.sampler.sample(storage, batch_size)
-        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
-        rows = index.numpy()
+            return torch.from_numpy(rows), rows, eps.locate(rows, drawn=True), {}, u[1:], True
+        index, info, rows, promised = self._inner_rows(storage, batch_size)
         u = torch.rand((uniforms, rows.size), dtype=torch.float64, generator=self._generator).numpy()
-        return index, rows, eps.locate(rows), dict(info), u
+        return index, rows, self._locate(storage, rows, promised), info, u, promised
+
+    def _inner_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict, np.ndarray, bool]:
+        """The inner sampler's index, info, numpy rows, and whether it vouched for them."""
+        assert self.sampler is not None
+        index, info, rows = self.sampler.sample_rows(storage, batch_size)
+        if rows is None:
+            index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+            return index, dict(info), index.numpy(), False
+        return index, dict(info), rows, True
+
+    def _locate(self, storage: Storage, rows: np.ndarray, promised: bool) -> np.ndarray:
+        """Episode ordinals of the anchors: promised rows of a storage whose every row lies in an
+        episode (a build) need no check."""
+        eps = self.episodes
+        return eps.locate(rows, drawn=promised and eps.dense and eps.total == len(storage))

@@ -271,10 +271,15 @@ class GoalSampler(AnchorSampler):
 
     # -- sampling ------------------------------------------------------------------------------------
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
+        index, info, _ = self.sample_rows(storage, batch_size)
+        return index, info
+
+    def sample_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
+        """``sample`` plus the anchors as numpy rows when they are vouched for (``Sampler.sample_rows``)."""
         mixes = [("goal", self.value)] + ([("actor_goal", self.actor)] if self.actor is not None else [])
         # every uniform of the call in one draw: [anchors when drawn here], then each mix's rows
         uniforms = sum(m.uniforms for _, m in mixes)
-        index, rows, episode, info, u = self.anchors_and_uniforms(storage, batch_size, uniforms)
+        index, rows, episode, info, u, promised = self.anchors_and_uniforms(storage, batch_size, uniforms)
         eps = self.episodes
         b = rows.size
         left = eps.end.take(episode)
@@ -326,7 +331,7 @@ class GoalSampler(AnchorSampler):
             reward -= 1.0
         info[("goal", "success")] = torch.from_numpy(hit.reshape(b, 1))
         info[("goal", "reward")] = torch.from_numpy(reward.reshape(b, 1))
-        return index, info
+        return index, info, rows if promised else None
 
     def _states(
         self, storage: Storage, rows: np.ndarray, after: np.ndarray, episodes: np.ndarray

@@ -127,26 +127,31 @@ class NStepReturnSampler(AnchorSampler):
             raise KeyError(f"{'/'.join(key)!r} is not in the stored data: {hint}") from None
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
-        index, rows, episode, info = self.anchors(storage, batch_size)
+        index, info, _ = self.sample_rows(storage, batch_size)
+        return index, info
+
+    def sample_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
+        """``sample`` plus the anchors as numpy rows when they are vouched for (``Sampler.sample_rows``)."""
+        index, rows, episode, info, promised = self.anchor_rows(storage, batch_size)
         eps = self.episodes
         b = rows.size
-        end = eps.end.take(episode)
         low, high = self.n_range
-        if low == high:
-            later = rows + low
-        else:
-            later = rows + torch.randint(low, high + 1, (b,), generator=self.generator).numpy()
-        np.minimum(later, end, out=later)  # t + m, m = min(n, L - t) steps: never past the episode end
-        inside = later < end  # t + m is still in the episode: R_{t+m} is stored there
-        steps = later - rows
-        # one read of the column serves R_t and R_{t+m} (the episode's last row where t + m is the end:
-        # read, unused)
-        both = np.concatenate([rows, later])
-        both[b:] -= ~inside
+        n: Any = low if low == high else torch.randint(low, high + 1, (b,), generator=self.generator).numpy()
+        left = eps.end.take(episode)
+        left -= rows  # >= 1: rows to the episode end
+        steps = np.minimum(left, n)  # m = min(n, L - t): never past the episode end
+        inside = left > n  # t + m is still in the episode: R_{t+m} is stored there
+        # one read of the column serves R_t and R_{t+m} (where t + m is the episode end, R is 0: the row
+        # read there, kept inside the storage, is not used)
+        both = np.empty(2 * b, dtype=np.int64)
+        both[:b] = rows
+        later = both[b:]
+        np.add(rows, steps, out=later)
+        last = later - 1  # s_{t+m} is the state after row t + m - 1: ("next", key) there
         stored = self._read(
             storage,
             self.rtg_key,
-            both,
+            np.minimum(both, len(storage) - 1, out=both),
             "store a reward-to-go column first, e.g. rb = rb.preprocess(ReturnToGo(gamma)) or "
             "load(id, preprocess=ReturnToGo(gamma)), or pass rtg_key=<its key>",
         )
@@ -155,14 +160,16 @@ class NStepReturnSampler(AnchorSampler):
             column = column.astype(np.float64)
         r_now = column[0]
         discount = self._powers(high).take(steps)  # gamma^m from a table of powers
-        value = r_now - discount * np.where(inside, column[1], 0.0)
+        value = np.where(inside, column[1], 0.0)
+        value *= discount
+        np.subtract(r_now, value, out=value)
         mask = self._bootstraps(storage).take(episode)
         mask |= inside
         hint = eps.hint(episode)
-        last = torch.from_numpy(later - 1)  # s_{t+m} is the state after row t + m - 1: ("next", key) there
+        last_t = torch.from_numpy(last)
         for key in self.obs_keys:
             try:
-                info[("n_step", *key)] = storage.gather_key(_flat(("next", *key)), last, **hint)
+                info[("n_step", *key)] = storage.gather_key(_flat(("next", *key)), last_t, **hint)
             except KeyError:
                 raise KeyError(
                     f"{'/'.join(('next', *key))!r} is not in the stored data: pass obs_keys=[...] naming the "
@@ -173,7 +180,7 @@ class NStepReturnSampler(AnchorSampler):
         info[("n_step", "discount")] = torch.from_numpy(discount.reshape(b, 1))
         info[("n_step", "mask")] = torch.from_numpy(mask.reshape(b, 1))
         info[("n_step", "mc_return")] = torch.from_numpy(r_now.reshape(b, 1))  # this batch's own memory
-        return index, info
+        return index, info, rows if promised else None
 
     def __repr__(self) -> str:
         low, high = self.n_range
