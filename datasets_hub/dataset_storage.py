@@ -281,8 +281,8 @@ class DatasetStorage(ReadOnlyStorage):
         gather = self.gather
         if not self._plain_get or getattr(gather, "__func__", None) is not DatasetStorage.gather:
             return gather(index, extras)  # another gather (a remote build's chunk fetches, say) sees every read
-        if index.ndim == 2:  # an ensemble's [k, m] batch (gathers_batches), rows flat
-            return self._gather_rows(rows, extras, (index.shape[0], index.shape[1]))
+        if rows.ndim == 2:  # an ensemble's [k, m] batch (gathers_batches)
+            return self._gather_rows(rows, extras, rows.shape)
         return self._gather_rows(rows, extras)  # valid rows, per-item extras: nothing left to check
 
     def _gather_rows(

@@ -78,7 +78,8 @@ class OrderedDraws:
         if not self._prefetch:
             with self._lock:
                 data, info, ran_out = self._sample_now(batch_size)
-            return self._fwd(data), info, ran_out
+            transform = self._transform  # inlined _fwd: this runs for every batch
+            return (transform(data) if transform.transforms else data), info, ran_out
         if batch_size != self._batch_size or not self._queue:
             result = self._job(batch_size, self._ticket())
         else:
@@ -160,7 +161,7 @@ class OrderedDraws:
     def gather_drawn(self, index: torch.Tensor, info: dict[str, Any], rows: np.ndarray | None = None) -> Any:
         """What ``sample`` returns for a drawn 1-D ``index`` and its ``info`` (:meth:`draw_index`;
         the index of several draws of buffers sharing this storage may be concatenated). ``rows``: the
-        index as numpy rows when every draw came with the promise of :meth:`draw_rows` (then ``info``
+        index as numpy rows (shaped as ``index``) when every draw came with the promise of :meth:`draw_rows` (then ``info``
         must hold only per-item tensors), for a storage that can skip its checks (``Storage.gather_valid``)."""
         with self._lock:
             return self._gather(index, info, None, rows)

@@ -363,7 +363,8 @@ class ReplayBufferEnsemble:
                 # copies made in numpy (cheaper than torch clones): the batch shares no memory with the draws
                 shaped[("index", "index")] = torch.from_numpy(rows.reshape(k, sub).copy())
                 shaped[("index", "buffer_ids")] = self._ids_block(ids, sub)
-                return [(ids[0], reader.gather_drawn(local.view(k, sub), shaped, rows), -2)], local
+                shaped_rows = rows.reshape(k, sub)
+                return [(ids[0], reader.gather_drawn(local.view(k, sub), shaped, shaped_rows), -2)], local
             return [(ids[0], reader.gather_drawn(local.view(k, sub), shaped), -1)], local
         data = reader.gather_drawn(local, joint)
         return [(b, data, pos * sub) for pos, (b, _) in enumerate(pieces)], local

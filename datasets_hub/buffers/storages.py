@@ -141,8 +141,9 @@ class Storage:
 
     def gather_valid(self, index: torch.Tensor, rows: np.ndarray, extras: dict[Any, torch.Tensor]) -> Any:
         """``gather(index, extras)`` where a sampler vouched (``Sampler.sample_rows``) that ``rows``, the
-        numpy twin of the 1-D ``index``, holds only valid rows and ``extras`` only per-item tensors: a
-        storage may skip its own conversion and checks. By default it does not."""
+        numpy twin of ``index`` (same values and shape: 1-D, or ``[k, m]`` for a storage that
+        ``gathers_batches``), holds only valid rows and ``extras`` only per-item tensors: a storage may
+        skip its own conversion and checks. By default it does not."""
         return self.gather(index, extras)
 
     def read_key(self, key: str | tuple[str, ...]) -> torch.Tensor:
