@@ -263,7 +263,7 @@ def main() -> None:
         slices_rtg = dh.TensorDictReplayBuffer(storage=rtg, generator=gen(), sampler=dh.SliceSampler(slice_len=32))
         # three blocks, each interleaved on its own: cases that read the same build warm it for each
         # other, so the goal sampler is timed against the reference alone (a goal sampler timed among
-        # uniform and slice samplers of the same build looked 1.7x the reference; alone it is ~1.35x)
+        # uniform and slice samplers of the same build looked 1.7x the reference, alone ~1.35x, in an earlier version)
         ref_name = "goals: OGBench GCDataset rules (numpy)"
         results = timed(
             {"goals: datasets_hub GoalSampler": lambda: goals.sample(b), ref_name: lambda: reference.sample(b)},
