@@ -14,9 +14,11 @@ residency maps are shared mappings, checked with one vectorised lookup per leaf 
 this process saw wholly resident), and evictions are ordered against reads by a sequence counter in the
 copy (``resident/evictions.seq``, a seqlock): an evicting process makes it odd before it unclaims a chunk
 and even again after the hole is punched; a read that saw an odd value, or a different value after its
-gather, reads again. A chunk is only ever claimed after its bytes are written, so a chunk written by
-another process is found in the shared map, and one that is half written is never claimed. A process
-killed during an eviction leaves the counter odd; the next exclusive lock repairs it.
+gather, reads again. A read that evictions keep racing reads under the shared lock, and after a few lost
+races (another process evicting its chunks between each fetch and its read) fetches and reads under the
+exclusive lock, so that it always finishes. A chunk is only ever claimed after its bytes are written, so
+a chunk written by another process is found in the shared map, and one that is half written is never
+claimed. A process killed during an eviction leaves the counter odd; the next exclusive lock repairs it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from datasets_hub.remote_files import RemoteFolder
 FETCH_TRIES = 3
 _GROUP_BYTES = 64 << 20  # decoded bytes fetched before they are written: bounds the memory a large read takes
 _OPTIMISTIC_READS = 4  # lock-free tries of a read that evictions keep racing, before it takes the shared lock
+_SHARED_READS = 4  # tries under the shared lock, before the read fetches and reads under the exclusive lock
 _FULL_CHECK_EVERY = 64  # reads of a leaf between two checks of whether all its chunks are resident
 SEQUENCE = "evictions.seq"  #: under ``resident/``: the eviction sequence counter (int64, even when no eviction runs)
 
@@ -178,11 +181,16 @@ class Chunks:
         # evictions keep racing this read: read under the shared lock, which no eviction can hold with us
         if chunks is None:
             chunks = {name: np.asarray(c, dtype=np.int64) for name, c in needed().items()}
-        while True:
+        for _ in range(_SHARED_READS):
             self.ensure(chunks)
             with self.locked(exclusive=False):
                 if self._resident(chunks, int(self._sequence[0])):
                     return gather()
+        # another process evicts this read's chunks between each fetch and the shared lock (a busy evictor
+        # under a small budget): fetch and read under the exclusive lock, which always finishes
+        with self.locked(exclusive=True):
+            self.ensure(chunks, lock_held=True)
+            return gather()
 
     def _resident(self, chunks: dict[str, np.ndarray], sequence: int) -> bool:
         """Whether every chunk in ``chunks`` is resident (read after the eviction ``sequence`` was read); leaves
@@ -267,9 +275,11 @@ class Chunks:
         """The chunk of each row (repeats kept: checking residency is cheaper than deduplicating)."""
         return rows // self.chunk_rows[name]
 
-    def ensure(self, needed: dict[str, np.ndarray]) -> None:
+    def ensure(self, needed: dict[str, np.ndarray], *, lock_held: bool = False) -> None:
         """Make every chunk in ``needed`` (leaf -> chunk numbers) resident; fetch what is missing. Under a
-        byte budget, chunks are evicted least recently used first, never one that ``needed`` names."""
+        byte budget, chunks are evicted least recently used first, never one that ``needed`` names.
+        ``lock_held``: the caller holds the exclusive lock (:meth:`locked`), so no other process evicts
+        meanwhile and every chunk is resident on return; fetching then happens under that lock."""
         needed = {name: np.asarray(chunks, dtype=np.int64) for name, chunks in needed.items()}
         if self.max_bytes is not None:
             self._touch(needed)
@@ -294,10 +304,10 @@ class Chunks:
             group.append(item)
             size += self.chunk_bytes(*item)
             if size >= _GROUP_BYTES:
-                self._fetch(group, keep)
+                self._fetch(group, keep, lock_held)
                 group, size = [], 0
         if group:
-            self._fetch(group, keep)
+            self._fetch(group, keep, lock_held)
 
     def pin(self, spans: dict[str, tuple[int, int]], delta: int) -> None:
         """Add ``delta`` (+1 or -1) to the pin count of chunks ``first..last`` of each leaf in ``spans``:
@@ -381,9 +391,10 @@ class Chunks:
         finally:
             self._sequence[0] += 1
 
-    def _fetch(self, wanted: list[tuple[str, int]], keep: dict[str, np.ndarray]) -> None:
-        """Fetch, verify and decode ``wanted`` (3 tries each), then write what came, under the lock; a chunk
-        that could not be had intact raises :class:`DownloadError` after the others are written."""
+    def _fetch(self, wanted: list[tuple[str, int]], keep: dict[str, np.ndarray], lock_held: bool = False) -> None:
+        """Fetch, verify and decode ``wanted`` (3 tries each), then write what came, under the lock (taken
+        here unless ``lock_held``); a chunk that could not be had intact raises :class:`DownloadError` after
+        the others are written."""
         pending = {self.chunk_file(name, chunk): (name, chunk) for name, chunk in wanted}
         decoded: dict[tuple[str, int], tuple[np.ndarray, int]] = {}
         errors: dict[str, BaseException] = {}
@@ -405,7 +416,7 @@ class Chunks:
                 name, chunk = pending.pop(relpath)
                 decoded[(name, chunk)] = (self._decode(name, chunk, relpath, data), len(data))
                 errors.pop(relpath, None)
-        with self.locked(exclusive=True):
+        with contextlib.nullcontext() if lock_held else self.locked(exclusive=True):
             fresh = [key for key in decoded if not self._views[key[0]][key[1]]]  # another process may have
             if self.max_bytes is not None and fresh:
                 spare = dict(keep)

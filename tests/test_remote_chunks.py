@@ -132,6 +132,34 @@ def test_an_eviction_killed_half_way_is_repaired_by_the_next_reader(published, l
     assert int(sequence[0]) % 2 == 0
 
 
+def test_a_read_that_evictions_keep_racing_finishes_under_the_exclusive_lock(published, local_rb, monkeypatch):
+    """Another process evicting a chunk of this read right after every fetch (a busy evictor under a small
+    budget) must not starve the read: after a few tries it fetches and reads under the exclusive lock."""
+    rb = dh.load(f"file://{published}", resident="lazy")
+    chunks = rb.storage.chunks
+    sequence = np.memmap(rb.storage.path / "resident" / SEQUENCE, dtype=np.int64, mode="r+", shape=(1,))
+    real_ensure = chunks.ensure
+    calls = {"raced": 0, "under_lock": 0}
+
+    def ensure_then_evict(needed, *, lock_held=False):
+        if lock_held:
+            real_ensure(needed, lock_held=True)
+            calls["under_lock"] += 1
+            return
+        real_ensure(needed)
+        calls["raced"] += 1
+        if calls["raced"] > 50:
+            pytest.fail("the read never finished: evictions between its fetch and its read starve it")
+        name = "steps/_packed"
+        chunks.maps[name][int(needed[name][0])] = 0  # evicted by "another process" (unclaimed, as an eviction does)
+        sequence[0] += 2
+
+    monkeypatch.setattr(chunks, "ensure", ensure_then_evict)
+    rows = torch.arange(0, 30)
+    assert _same(rb[rows], local_rb[rows])
+    assert calls["under_lock"] == 1 and calls["raced"] >= 4
+
+
 def test_least_recently_used_chunks_go_first(published, local_rb):
     rb = dh.load(f"file://{published}", resident="lazy", max_bytes=60_000)
     chunks = rb.storage.chunks
