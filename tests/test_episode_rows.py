@@ -68,6 +68,7 @@ def _anchor_samplers():
         "goals, value + actor + subgoal + success_fn": lambda: GoalSampler(
             0.2, 0.5, 0.3, actor={"p_future": 1.0, "future": "uniform"}, subgoal_steps=3, success_fn=close
         ),
+        "goals, HER final (no uniform but the anchors')": lambda: GoalSampler.her("final"),
         "goals over slices": lambda: GoalSampler(0.1, 0.6, 0.3, future="episode", sampler=SliceSampler(slice_len=4)),
         "n-step, n drawn per row": lambda: NStepReturnSampler(0.9, (1, 4), rtg_key=("next", "reward")),
         "n-step over slices": lambda: NStepReturnSampler(

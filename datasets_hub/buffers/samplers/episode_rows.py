@@ -261,8 +261,12 @@ class AnchorSampler(WrapsSampler):
         cls = type(self)
         if cls.sample is not AnchorSampler.sample or cls.sample_rows is not AnchorSampler.sample_rows:
             return Sampler.sample_many_rows(self, storage, k, batch_size)
-        parts = [self.draw_batch(storage, batch_size) for _ in range(k)]
-        return self.finish(storage, AnchorDraw.concat(parts, batch_size))
+        return self.finish(storage, self.draw_batches(storage, k, batch_size))
+
+    def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
+        """``k`` :meth:`draw_batch` draws as one (a sampler may draw them in fewer generator calls, as
+        long as the values are those of ``k`` draws)."""
+        return AnchorDraw.concat([self.draw_batch(storage, batch_size) for _ in range(k)], batch_size)
 
     def anchors(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict]:
         """``(index, rows, episode, info)``: the anchors as a tensor and numpy rows, their episode
@@ -284,19 +288,28 @@ class AnchorSampler(WrapsSampler):
         return index, rows, self._locate(storage, rows, promised), info, promised
 
     def anchors_and_uniforms(
-        self, storage: Storage, batch_size: int, uniforms: int
+        self, storage: Storage, batch_size: int, uniforms: int, batches: int = 1
     ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict, np.ndarray, bool]:
         """:meth:`anchor_rows` plus ``uniforms`` rows of ``[B]`` float64 uniforms in ``[0, 1)``, all from
         one draw of the generator (after the inner sampler's): without an inner sampler its first row
-        picks the anchors (:meth:`EpisodeRows.rows_at`)."""
+        picks the anchors (:meth:`EpisodeRows.rows_at`). ``batches=k`` (only without an inner sampler):
+        ``k`` such draws from one generator call (the same stream), as ``k * B`` anchors and
+        ``[uniforms, k * B]`` uniforms."""
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
         eps = self.episodes
         eps.refresh(storage)
         if self.sampler is None:
-            u = torch.rand((uniforms + 1, batch_size), dtype=torch.float64, generator=self._generator).numpy()
-            rows = eps.rows_at(u[0])
-            return torch.from_numpy(rows), rows, eps.locate(rows, drawn=True), {}, u[1:], True
+            shape = (uniforms + 1, batch_size) if batches == 1 else (batches, uniforms + 1, batch_size)
+            u = torch.rand(shape, dtype=torch.float64, generator=self._generator).numpy()
+            if batches == 1:
+                first, rest = u[0], u[1:]
+            else:  # torch fills in order: batch after batch, each [uniforms + 1, B]
+                first, rest = u[:, 0].reshape(-1), u[:, 1:].transpose(1, 0, 2).reshape(uniforms, batches * batch_size)
+            rows = eps.rows_at(first)
+            return torch.from_numpy(rows), rows, eps.locate(rows, drawn=True), {}, rest, True
+        if batches != 1:
+            raise ValueError("anchors_and_uniforms draws several batches at once only without an inner sampler")
         index, info, rows, promised = self._inner_rows(storage, batch_size)
         u = torch.rand((uniforms, rows.size), dtype=torch.float64, generator=self._generator).numpy()
         return index, rows, self._locate(storage, rows, promised), info, u, promised

@@ -279,6 +279,14 @@ class GoalSampler(AnchorSampler):
         index, rows, episode, info, u, promised = self.anchors_and_uniforms(storage, batch_size, uniforms)
         return AnchorDraw(index, rows, episode, info, u, promised)
 
+    def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
+        """``k`` batches' anchors and uniforms; one ``torch.rand`` call without an inner sampler."""
+        if self.sampler is not None or k == 1:
+            return super().draw_batches(storage, k, batch_size)
+        uniforms = sum(m.uniforms for _, m in self._mixes())
+        index, rows, episode, info, u, promised = self.anchors_and_uniforms(storage, batch_size, uniforms, k)
+        return AnchorDraw(index, rows, episode, info, u, promised)
+
     def finish(self, storage: Storage, drawn: AnchorDraw) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
         """The goals of ``drawn``'s anchors (row-wise; ``success_fn`` sees every row of the call)."""
         mixes = self._mixes()
