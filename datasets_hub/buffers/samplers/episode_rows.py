@@ -188,6 +188,12 @@ class AnchorSampler(WrapsSampler):
     lies inside an episode. Episode boundaries come from ``traj_key`` / ``end_key`` as in
     :class:`~datasets_hub.buffers.samplers.slice.SliceSampler`. The buffer's generator reaches the
     inner sampler too, so one seed fixes every draw.
+
+    A subclass implements :meth:`draw_batch` (every random draw of one batch; the default draws the
+    anchors alone) and :meth:`finish` (the row-wise rest: reads and arithmetic, no draws). Then
+    ``sample`` is ``finish(draw_batch(...))`` and ``sample_many_rows`` (``rb.sample_many(k)``) is one
+    ``finish`` over ``k`` draws, with the values of ``k`` calls. A subclass that overrides ``sample``
+    instead keeps working, one call per batch.
     """
 
     def __init__(
