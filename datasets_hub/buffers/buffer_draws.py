@@ -97,9 +97,9 @@ class OrderedDraws:
         The values are exactly those of ``k`` successive ``sample(batch_size)`` calls (the sampler draws
         the same indices from the same generator, ``Sampler.sample_many_rows``), but the storage gathers
         all ``k * batch_size`` items at once, and anchor samplers (goals, n-step returns, windows) do
-        their per-row work once over all of them, so the per-call work is paid once. Buffers with transforms, a ``collate_fn``,
-        ``prefetch`` or a multi-dimensional storage (and data that is not a tensor or TensorDict) stack
-        ``k`` ``sample()`` calls. Batches must have equal sizes: an epoch sampler's short last batch
+        their per-row work once over all of them, so the per-call work is paid once. Buffers with
+        transforms, a ``collate_fn``, ``prefetch`` or a multi-dimensional storage (and data that is not
+        a tensor or TensorDict) stack ``k`` ``sample()`` calls. Batches must have equal sizes: an epoch sampler's short last batch
         is refused (use ``drop_last=True``).
         """
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:

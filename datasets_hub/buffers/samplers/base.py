@@ -86,16 +86,21 @@ def concat_draws(
 ) -> tuple[torch.Tensor, dict[Any, Any], np.ndarray | None]:
     """``(index, info, rows)`` draws of ``batch_size`` items each as one (``Sampler.sample_many_rows``)."""
     for index, _, _ in draws:
-        if index.shape[0] != batch_size:
-            raise ValueError(
-                f"sample_many: the sampler returned a batch of {index.shape[0]} items, shorter than batch_size="
-                f"{batch_size} (the end of an epoch); stack sample() calls yourself, or use drop_last=True"
-            )
+        check_full_batch(index.shape[0], batch_size)
     index = torch.cat([d[0] for d in draws])
     rows = None
     if all(d[2] is not None for d in draws):
         rows = np.concatenate([d[2] for d in draws])
     return index, concat_info([d[1] for d in draws], batch_size), rows
+
+
+def check_full_batch(size: int, batch_size: int) -> None:
+    """Refuse a draw of ``size`` items where ``sample_many`` stacks batches of ``batch_size``."""
+    if size != batch_size:
+        raise ValueError(
+            f"sample_many: the sampler returned a batch of {size} items, shorter than batch_size={batch_size} "
+            "(the end of an epoch); stack sample() calls yourself, or use drop_last=True"
+        )
 
 
 def concat_info(infos: list[dict[Any, Any]], batch_size: int) -> dict[Any, Any]:

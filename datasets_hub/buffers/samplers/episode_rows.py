@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.samplers.base import Sampler, WrapsSampler, concat_info
+from datasets_hub.buffers.samplers.base import Sampler, WrapsSampler, check_full_batch, concat_info
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.storages import Storage
 
@@ -159,11 +159,7 @@ class AnchorDraw:
     def concat(parts: list[AnchorDraw], batch_size: int) -> AnchorDraw:
         """``parts`` (draws of ``batch_size`` anchors each, in draw order) as one draw."""
         for part in parts:
-            if part.rows.size != batch_size:
-                raise ValueError(
-                    f"sample_many: the sampler returned a batch of {part.rows.size} items, shorter than batch_size="
-                    f"{batch_size} (the end of an epoch); stack sample() calls yourself, or use drop_last=True"
-                )
+            check_full_batch(part.rows.size, batch_size)
         first = parts[0]
         if len(parts) == 1:
             return first
