@@ -3,8 +3,9 @@
 
 :class:`GoalFloor` holds the goal benchmark's dataset laid out as a hub build lays it out (a 48-byte
 packed record per transition: 8 float32 of action, the reward, the two stored flags and the episode
-ordinal; observations once per episode with ``T + 1`` rows), in anonymous memory, built here from the
-benchmark's own chunks (never from a library object). :meth:`GoalFloor.sampler` is a hand-written
+ordinal; observations once per episode with ``T + 1`` rows), in anonymous memory (numpy asks for
+transparent huge pages for it, as an ``in_memory=True`` build does), built here from the benchmark's
+own chunks (never from a library object). :meth:`GoalFloor.sampler` is a hand-written
 closure with no checks, no locks, no dispatch and no plan caches, for the benchmark's sampler
 (``GoalSampler(p_current, p_future, p_random, future="geometric", gamma=gamma, actor={"p_future": 1.0,
 "future": "uniform"}, negative_reward=True)`` on a ``TensorDictReplayBuffer``): the same one
