@@ -53,3 +53,91 @@ def test_rows_at_maps_the_largest_uniform_below_one_to_the_last_row(lengths):
     rows = eps.rows_at(u)
     assert rows[0] == 0 and rows[-1] == total - 1
     assert rows[1] == total // 2
+
+
+def _anchor_samplers():
+    from datasets_hub.buffers.samplers import SliceSampler
+    from datasets_hub.buffers.samplers.goal import GoalSampler
+    from datasets_hub.buffers.samplers.n_step import NStepReturnSampler
+    from datasets_hub.buffers.samplers.window import WindowSampler
+
+    def close(state, goal):  # row-wise, as success_fn's contract asks
+        return (state - goal).abs().sum(-1) < 3
+
+    return {
+        "goals, value + actor + subgoal + success_fn": lambda: GoalSampler(
+            0.2, 0.5, 0.3, actor={"p_future": 1.0, "future": "uniform"}, subgoal_steps=3, success_fn=close
+        ),
+        "goals, HER final (no uniform but the anchors')": lambda: GoalSampler.her("final"),
+        "goals over slices": lambda: GoalSampler(0.1, 0.6, 0.3, future="episode", sampler=SliceSampler(slice_len=4)),
+        "n-step, n drawn per row": lambda: NStepReturnSampler(0.9, (1, 4), rtg_key=("next", "reward")),
+        "n-step over slices": lambda: NStepReturnSampler(
+            0.9, 3, rtg_key=("next", "reward"), sampler=SliceSampler(slice_len=4)
+        ),
+        "windows, padded": lambda: WindowSampler({"observation": range(-2, 3)}),
+        "windows that fit": lambda: WindowSampler({"observation": range(-1, 2)}, pad=False),
+    }
+
+
+@pytest.mark.parametrize("name", list(_anchor_samplers()))
+@pytest.mark.parametrize("where", ["online", "build"])
+def test_sample_many_of_anchor_samplers_equals_k_successive_samples(name, where, tmp_path):
+    """sample_many draws k batches, then does the per-row work once over all of them: the values, and
+    the generator's state after it, are those of k sample() calls."""
+    from datasets_hub.build import build
+    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.loader import DatasetSpec
+    from datasets_hub.testing import FakeLoader
+
+    chunk = fake_episodes([12, 3, 1, 9, 40, 7])
+    path = None
+    if where == "build":
+
+        class ChunkLoader(FakeLoader):
+            def episodes(self, spec, files, ctx):
+                yield chunk.clone()
+
+        path = build(DatasetSpec(id="fake/many", loader="fake", params={}), ChunkLoader(), {}, [])
+
+    def buffer():
+        make = _anchor_samplers()[name]
+        generator = torch.Generator().manual_seed(11)
+        if path is not None:
+            return TensorDictReplayBuffer(storage=DatasetStorage(path), sampler=make(), generator=generator)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), sampler=make(), generator=generator)
+        rb.extend(chunk.clone())
+        return rb
+
+    one, many = buffer(), buffer()
+    expected = torch.stack([one.sample(16) for _ in range(5)])
+    got = many.sample_many(5, 16)
+    assert got.batch_size == (5, 16)
+    assert set(got.keys(True, True)) == set(expected.keys(True, True))
+    for key in expected.keys(True, True):
+        assert got.get(key).dtype == expected.get(key).dtype, key
+        assert torch.equal(got.get(key), expected.get(key)), key
+    assert torch.equal(many.sample(16)["index"], one.sample(16)["index"])  # the streams go on alike
+
+
+def test_an_anchor_sampler_with_its_own_sample_keeps_working_in_sample_many():
+    """A subclass written against the older contract (its own sample(), no finish()) is called k times."""
+    from datasets_hub.buffers.samplers.episode_rows import AnchorSampler
+
+    class Anchors(AnchorSampler):
+        def sample(self, storage, batch_size):
+            index, _rows, episode, info = self.anchors(storage, batch_size)
+            return index, {**info, "ep": torch.from_numpy(episode)}
+
+    def buffer():
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(100), sampler=Anchors(), generator=torch.Generator().manual_seed(2)
+        )
+        rb.extend(fake_episodes([4, 6, 5]))
+        return rb
+
+    one, many = buffer(), buffer()
+    expected = torch.stack([one.sample(8) for _ in range(3)])
+    got = many.sample_many(3, 8)
+    assert torch.equal(got["ep"], expected["ep"]) and torch.equal(got["index"], expected["index"])
+    with pytest.raises(NotImplementedError, match="must implement finish"):
+        AnchorSampler().sample_rows(one.storage, 4)

@@ -95,8 +95,9 @@ class OrderedDraws:
         """``k`` batches in one call, stacked: a ``[k, batch_size]`` TensorDict (or tensor).
 
         The values are exactly those of ``k`` successive ``sample(batch_size)`` calls (the sampler draws
-        the same indices from the same generator), but the storage gathers all ``k * batch_size`` items
-        at once, so the per-call work is paid once. Buffers with transforms, a ``collate_fn``,
+        the same indices from the same generator, ``Sampler.sample_many_rows``), but the storage gathers
+        all ``k * batch_size`` items at once, and anchor samplers (goals, n-step returns, windows) do
+        their per-row work once over all of them, so the per-call work is paid once. Buffers with transforms, a ``collate_fn``,
         ``prefetch`` or a multi-dimensional storage (and data that is not a tensor or TensorDict) stack
         ``k`` ``sample()`` calls. Batches must have equal sizes: an epoch sampler's short last batch
         is refused (use ``drop_last=True``).
@@ -111,19 +112,15 @@ class OrderedDraws:
         if not self._plain_gathers():
             return _stack([self.sample(batch_size) for _ in range(k)])
         with self._lock:
-            draws = [self._sampler.sample(self._storage, batch_size) for _ in range(k)]
-            if any(index.shape[0] != batch_size for index, _ in draws):
-                raise ValueError(
-                    "sample_many: the sampler returned a batch shorter than batch_size (the end of an epoch); "
-                    "stack sample() calls yourself, or use drop_last=True"
-                )
-            index = torch.cat([i for i, _ in draws])
-            info: dict[str, Any] = {"index": index}
-            for key in draws[0][1]:
-                per_batch = [d[1][key] for d in draws]
-                batched = all(isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == batch_size for v in per_batch)
-                info[key] = torch.cat(per_batch) if batched else per_batch
-            data = self._gather(index, info)
+            index, info, rows = self._sampler.sample_many_rows(self._storage, k, batch_size)
+            info = {**info, "index": index}
+            if rows is not None and getattr(self._storage, "gathers_batches", False):
+                # promised rows (every info entry per item) of a storage that gathers [k, m] batches: shaped
+                # before the gather, so the batch comes out [k, batch_size] with no reshape of the result
+                lead = (k, batch_size)
+                info = {key: value.reshape(*lead, *value.shape[1:]) for key, value in info.items()}
+                return self._gather(index.reshape(lead), info, None, rows.reshape(lead))
+            data = self._gather(index, info, None, rows)
         if isinstance(data, (torch.Tensor, TensorDictBase)):
             return data.reshape(k, batch_size, *data.shape[1:])
         return _stack([data[i * batch_size : (i + 1) * batch_size] for i in range(k)])

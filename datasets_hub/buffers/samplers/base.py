@@ -38,6 +38,17 @@ class Sampler:
         index, info = self.sample(storage, batch_size)
         return index, info, None
 
+    def sample_many_rows(
+        self, storage: Storage, k: int, batch_size: int
+    ) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None]:
+        """``k`` successive ``sample_rows(storage, batch_size)`` draws as one draw of ``k * batch_size``
+        items, in draw order: the same values and the same generator state after it as ``k`` calls
+        (``ReplayBuffer.sample_many``). Per-item info entries are concatenated, other entries become a
+        list of the ``k`` values; the rows are promised only when every draw promised them. A draw
+        shorter than ``batch_size`` (the end of an epoch) is a ``ValueError``. Samplers whose per-row
+        work can run once over all ``k`` draws (``AnchorSampler``) override this."""
+        return concat_draws([self.sample_rows(storage, batch_size) for _ in range(k)], batch_size)
+
     def add(self, index: int) -> None:
         return None
 
@@ -68,6 +79,34 @@ class Sampler:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         return None
+
+
+def concat_draws(
+    draws: list[tuple[torch.Tensor, dict[Any, Any], np.ndarray | None]], batch_size: int
+) -> tuple[torch.Tensor, dict[Any, Any], np.ndarray | None]:
+    """``(index, info, rows)`` draws of ``batch_size`` items each as one (``Sampler.sample_many_rows``)."""
+    for index, _, _ in draws:
+        if index.shape[0] != batch_size:
+            raise ValueError(
+                f"sample_many: the sampler returned a batch of {index.shape[0]} items, shorter than batch_size="
+                f"{batch_size} (the end of an epoch); stack sample() calls yourself, or use drop_last=True"
+            )
+    index = torch.cat([d[0] for d in draws])
+    rows = None
+    if all(d[2] is not None for d in draws):
+        rows = np.concatenate([d[2] for d in draws])
+    return index, concat_info([d[1] for d in draws], batch_size), rows
+
+
+def concat_info(infos: list[dict[Any, Any]], batch_size: int) -> dict[Any, Any]:
+    """The info dicts of several draws of ``batch_size`` items as one: per-item tensors (leading size
+    ``batch_size``) concatenated, any other entry a list of the draws' values."""
+    out: dict[Any, Any] = {}
+    for key in infos[0]:
+        values = [info[key] for info in infos]
+        per_item = all(isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == batch_size for v in values)
+        out[key] = torch.cat(values) if per_item else values
+    return out
 
 
 def as_index(index: Any) -> torch.Tensor:

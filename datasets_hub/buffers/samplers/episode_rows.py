@@ -11,13 +11,14 @@ inner sampler the user passes) and forwards the buffer's hooks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.samplers.base import Sampler, WrapsSampler
+from datasets_hub.buffers.samplers.base import Sampler, WrapsSampler, concat_info
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.storages import Storage
 
@@ -140,6 +141,45 @@ class EpisodeRows:
         return drawn - (self.cum[e] - self.length[e]) + self.start[e]
 
 
+@dataclass
+class AnchorDraw:
+    """Everything random about one or more batches of an :class:`AnchorSampler`: the anchors
+    (``index`` tensor and its numpy ``rows``, their ``episode`` ordinals), the inner sampler's
+    ``info``, the sampler's own per-row random ``draws`` (batch along the last axis; ``None`` when it
+    draws nothing more) and whether the rows are vouched for (``Sampler.sample_rows``)."""
+
+    index: torch.Tensor
+    rows: np.ndarray
+    episode: np.ndarray
+    info: dict
+    draws: np.ndarray | None
+    promised: bool
+
+    @staticmethod
+    def concat(parts: list[AnchorDraw], batch_size: int) -> AnchorDraw:
+        """``parts`` (draws of ``batch_size`` anchors each, in draw order) as one draw."""
+        for part in parts:
+            if part.rows.size != batch_size:
+                raise ValueError(
+                    f"sample_many: the sampler returned a batch of {part.rows.size} items, shorter than batch_size="
+                    f"{batch_size} (the end of an epoch); stack sample() calls yourself, or use drop_last=True"
+                )
+        first = parts[0]
+        if len(parts) == 1:
+            return first
+        draws = None
+        if first.draws is not None:
+            draws = np.concatenate([p.draws for p in parts], axis=-1)
+        return AnchorDraw(
+            torch.cat([p.index for p in parts]),
+            np.concatenate([p.rows for p in parts]),
+            np.concatenate([p.episode for p in parts]),
+            concat_info([p.info for p in parts], batch_size),
+            draws,
+            all(p.promised for p in parts),
+        )
+
+
 class AnchorSampler(WrapsSampler):
     """Base of samplers that draw anchor rows and add what they need around them to the sample's info.
 
@@ -148,6 +188,12 @@ class AnchorSampler(WrapsSampler):
     lies inside an episode. Episode boundaries come from ``traj_key`` / ``end_key`` as in
     :class:`~datasets_hub.buffers.samplers.slice.SliceSampler`. The buffer's generator reaches the
     inner sampler too, so one seed fixes every draw.
+
+    A subclass implements :meth:`draw_batch` (every random draw of one batch; the default draws the
+    anchors alone) and :meth:`finish` (the row-wise rest: reads and arithmetic, no draws). Then
+    ``sample`` is ``finish(draw_batch(...))`` and ``sample_many_rows`` (``rb.sample_many(k)``) is one
+    ``finish`` over ``k`` draws, with the values of ``k`` calls. A subclass that overrides ``sample``
+    instead keeps working, one call per batch.
     """
 
     def __init__(
@@ -191,6 +237,43 @@ class AnchorSampler(WrapsSampler):
         if self.sampler is not None:
             self.sampler.load_state_dict(state_dict["sampler"])
 
+    # -- one batch, or k batches in one pass -----------------------------------------------------------
+    def draw_batch(self, storage: Storage, batch_size: int) -> AnchorDraw:
+        """Every random draw of one batch, in the order ``sample`` makes them (the default: the anchors
+        alone). Subclasses that draw more per row override it and put those draws in ``draws``."""
+        index, rows, episode, info, promised = self.anchor_rows(storage, batch_size)
+        return AnchorDraw(index, rows, episode, info, None, promised)
+
+    def finish(self, storage: Storage, drawn: AnchorDraw) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
+        """``sample_rows``'s result for the anchors and draws of ``drawn``. Row-wise: the result for
+        several draws concatenated is the concatenation of their results (``sample_many_rows`` relies
+        on it), so nothing here may draw from the generator or mix rows."""
+        raise NotImplementedError(f"{type(self).__name__} must implement finish() (or its own sample())")
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
+        index, info, _ = self.sample_rows(storage, batch_size)
+        return index, info
+
+    def sample_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
+        """``sample`` plus the anchors as numpy rows when they are vouched for (``Sampler.sample_rows``)."""
+        if type(self).sample is not AnchorSampler.sample:  # a subclass with its own sample(): no promise
+            return Sampler.sample_rows(self, storage, batch_size)
+        return self.finish(storage, self.draw_batch(storage, batch_size))
+
+    def sample_many_rows(self, storage: Storage, k: int, batch_size: int) -> tuple[torch.Tensor, dict, Any]:
+        """``k`` batches drawn one after the other (the generator's stream of ``k`` ``sample`` calls),
+        then the per-row work (goals, returns, windows: reads and index arithmetic) once over all
+        ``k * batch_size`` rows. A subclass with its own ``sample`` or ``sample_rows`` gets ``k`` calls."""
+        cls = type(self)
+        if cls.sample is not AnchorSampler.sample or cls.sample_rows is not AnchorSampler.sample_rows:
+            return Sampler.sample_many_rows(self, storage, k, batch_size)
+        return self.finish(storage, self.draw_batches(storage, k, batch_size))
+
+    def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
+        """``k`` :meth:`draw_batch` draws as one (a sampler may draw them in fewer generator calls, as
+        long as the values are those of ``k`` draws)."""
+        return AnchorDraw.concat([self.draw_batch(storage, batch_size) for _ in range(k)], batch_size)
+
     def anchors(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict]:
         """``(index, rows, episode, info)``: the anchors as a tensor and numpy rows, their episode
         ordinals, and the inner sampler's info (empty without one)."""
@@ -211,19 +294,28 @@ class AnchorSampler(WrapsSampler):
         return index, rows, self._locate(storage, rows, promised), info, promised
 
     def anchors_and_uniforms(
-        self, storage: Storage, batch_size: int, uniforms: int
+        self, storage: Storage, batch_size: int, uniforms: int, batches: int = 1
     ) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict, np.ndarray, bool]:
         """:meth:`anchor_rows` plus ``uniforms`` rows of ``[B]`` float64 uniforms in ``[0, 1)``, all from
         one draw of the generator (after the inner sampler's): without an inner sampler its first row
-        picks the anchors (:meth:`EpisodeRows.rows_at`)."""
+        picks the anchors (:meth:`EpisodeRows.rows_at`). ``batches=k`` (only without an inner sampler):
+        ``k`` such draws from one generator call (the same stream), as ``k * B`` anchors and
+        ``[uniforms, k * B]`` uniforms."""
         if len(storage) == 0:
             raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
         eps = self.episodes
         eps.refresh(storage)
         if self.sampler is None:
-            u = torch.rand((uniforms + 1, batch_size), dtype=torch.float64, generator=self._generator).numpy()
-            rows = eps.rows_at(u[0])
-            return torch.from_numpy(rows), rows, eps.locate(rows, drawn=True), {}, u[1:], True
+            shape = (uniforms + 1, batch_size) if batches == 1 else (batches, uniforms + 1, batch_size)
+            u = torch.rand(shape, dtype=torch.float64, generator=self._generator).numpy()
+            if batches == 1:
+                first, rest = u[0], u[1:]
+            else:  # torch fills in order: batch after batch, each [uniforms + 1, B]
+                first, rest = u[:, 0].reshape(-1), u[:, 1:].transpose(1, 0, 2).reshape(uniforms, batches * batch_size)
+            rows = eps.rows_at(first)
+            return torch.from_numpy(rows), rows, eps.locate(rows, drawn=True), {}, rest, True
+        if batches != 1:
+            raise ValueError("anchors_and_uniforms draws several batches at once only without an inner sampler")
         index, info, rows, promised = self._inner_rows(storage, batch_size)
         u = torch.rand((uniforms, rows.size), dtype=torch.float64, generator=self._generator).numpy()
         return index, rows, self._locate(storage, rows, promised), info, u, promised

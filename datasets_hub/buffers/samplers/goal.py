@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from datasets_hub.buffers.samplers.base import Sampler
-from datasets_hub.buffers.samplers.episode_rows import AnchorSampler, EpisodeRows
+from datasets_hub.buffers.samplers.episode_rows import AnchorDraw, AnchorSampler, EpisodeRows
 from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any
@@ -270,16 +270,28 @@ class GoalSampler(AnchorSampler):
         return cls(**{**laws[strategy], **kwargs})
 
     # -- sampling ------------------------------------------------------------------------------------
-    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
-        index, info, _ = self.sample_rows(storage, batch_size)
-        return index, info
+    def _mixes(self) -> list[tuple[str, GoalMix]]:
+        return [("goal", self.value)] + ([("actor_goal", self.actor)] if self.actor is not None else [])
 
-    def sample_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
-        """``sample`` plus the anchors as numpy rows when they are vouched for (``Sampler.sample_rows``)."""
-        mixes = [("goal", self.value)] + ([("actor_goal", self.actor)] if self.actor is not None else [])
-        # every uniform of the call in one draw: [anchors when drawn here], then each mix's rows
-        uniforms = sum(m.uniforms for _, m in mixes)
+    def draw_batch(self, storage: Storage, batch_size: int) -> AnchorDraw:
+        """The anchors and every uniform the batch's goals use, from one ``torch.rand`` call."""
+        uniforms = sum(m.uniforms for _, m in self._mixes())
         index, rows, episode, info, u, promised = self.anchors_and_uniforms(storage, batch_size, uniforms)
+        return AnchorDraw(index, rows, episode, info, u, promised)
+
+    def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
+        """``k`` batches' anchors and uniforms; one ``torch.rand`` call without an inner sampler."""
+        if self.sampler is not None or k == 1:
+            return super().draw_batches(storage, k, batch_size)
+        uniforms = sum(m.uniforms for _, m in self._mixes())
+        index, rows, episode, info, u, promised = self.anchors_and_uniforms(storage, batch_size, uniforms, k)
+        return AnchorDraw(index, rows, episode, info, u, promised)
+
+    def finish(self, storage: Storage, drawn: AnchorDraw) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
+        """The goals of ``drawn``'s anchors (row-wise; ``success_fn`` sees every row of the call)."""
+        mixes = self._mixes()
+        index, rows, episode, info, u = drawn.index, drawn.rows, drawn.episode, drawn.info, drawn.draws
+        assert u is not None  # draw_batch always draws the uniforms (maybe zero rows of them)
         eps = self.episodes
         b = rows.size
         left = eps.end.take(episode)
@@ -331,7 +343,7 @@ class GoalSampler(AnchorSampler):
             reward -= 1.0
         info[("goal", "success")] = torch.from_numpy(hit.reshape(b, 1))
         info[("goal", "reward")] = torch.from_numpy(reward.reshape(b, 1))
-        return index, info, rows if promised else None
+        return index, info, rows if drawn.promised else None
 
     def _states(
         self, storage: Storage, rows: np.ndarray, after: np.ndarray, episodes: np.ndarray

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from datasets_hub.buffers.samplers.base import Sampler
-from datasets_hub.buffers.samplers.episode_rows import AnchorSampler
+from datasets_hub.buffers.samplers.episode_rows import AnchorDraw, AnchorSampler
 from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any
@@ -126,17 +126,20 @@ class NStepReturnSampler(AnchorSampler):
         except KeyError:
             raise KeyError(f"{'/'.join(key)!r} is not in the stored data: {hint}") from None
 
-    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
-        index, info, _ = self.sample_rows(storage, batch_size)
-        return index, info
-
-    def sample_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
-        """``sample`` plus the anchors as numpy rows when they are vouched for (``Sampler.sample_rows``)."""
+    def draw_batch(self, storage: Storage, batch_size: int) -> AnchorDraw:
+        """The anchors, then (for ``n=(low, high)``) each row's ``n``."""
         index, rows, episode, info, promised = self.anchor_rows(storage, batch_size)
+        low, high = self.n_range
+        n = None if low == high else torch.randint(low, high + 1, (rows.size,), generator=self.generator).numpy()
+        return AnchorDraw(index, rows, episode, info, n, promised)
+
+    def finish(self, storage: Storage, drawn: AnchorDraw) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
+        """The n-step returns, bootstrap states and masks of ``drawn``'s anchors (row-wise)."""
+        index, rows, episode, info = drawn.index, drawn.rows, drawn.episode, drawn.info
         eps = self.episodes
         b = rows.size
         low, high = self.n_range
-        n: Any = low if low == high else torch.randint(low, high + 1, (b,), generator=self.generator).numpy()
+        n: Any = low if drawn.draws is None else drawn.draws
         left = eps.end.take(episode)
         left -= rows  # >= 1: rows to the episode end
         steps = np.minimum(left, n)  # m = min(n, L - t): never past the episode end
@@ -180,7 +183,7 @@ class NStepReturnSampler(AnchorSampler):
         info[("n_step", "discount")] = torch.from_numpy(discount.reshape(b, 1))
         info[("n_step", "mask")] = torch.from_numpy(mask.reshape(b, 1))
         info[("n_step", "mc_return")] = torch.from_numpy(r_now.reshape(b, 1))  # this batch's own memory
-        return index, info, rows if promised else None
+        return index, info, rows if drawn.promised else None
 
     def __repr__(self) -> str:
         low, high = self.n_range

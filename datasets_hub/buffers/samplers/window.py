@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from datasets_hub.buffers.samplers.base import Sampler
-from datasets_hub.buffers.samplers.episode_rows import AnchorSampler
+from datasets_hub.buffers.samplers.episode_rows import AnchorDraw, AnchorSampler
 from datasets_hub.buffers.storages import Storage
 
 NestedKey = Any
@@ -147,13 +147,19 @@ class WindowSampler(AnchorSampler):
         return torch.from_numpy(rows), rows, e, {}
 
     # -- sampling ---------------------------------------------------------------------------------
-    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def draw_batch(self, storage: Storage, batch_size: int) -> AnchorDraw:
+        """The anchors: any row of an episode (``pad=True``, or the inner sampler's), else only rows whose
+        windows fit in their episode."""
         if self.pad:
-            index, rows, episode, info = self.anchors(storage, batch_size)
-        else:
-            index, rows, episode, info = self._fitting(storage, batch_size)
-        info.update(self.windows_at(storage, rows, episode))
-        return index, info
+            return super().draw_batch(storage, batch_size)
+        index, rows, episode, info = self._fitting(storage, batch_size)
+        return AnchorDraw(index, rows, episode, info, None, False)
+
+    def finish(self, storage: Storage, drawn: AnchorDraw) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
+        """The windows of ``drawn``'s anchors (row-wise)."""
+        info = drawn.info
+        info.update(self.windows_at(storage, drawn.rows, drawn.episode))
+        return drawn.index, info, None
 
     def windows_at(self, storage: Storage, rows: np.ndarray, episode: np.ndarray) -> dict[NestedKey, torch.Tensor]:
         """The window tensors and ``_is_pad`` masks for anchor ``rows`` of episodes ``episode``
