@@ -285,6 +285,13 @@ def main() -> None:
                 calls=3,
                 label=f"goals, {'in_memory=True build' if over is storage_ram else 'memory-mapped build'}",
             )
+        check_same(  # sample_many(8) returns 8 such batches stacked: its per-batch figure is for the same output
+            lambda seed: partial(goal_buffer(storage, torch.Generator().manual_seed(seed)).sample_many, MANY_K, b),
+            lambda seed: floor.batches(torch.Generator().manual_seed(seed), b, MANY_K),
+            seeds=(1000,),
+            calls=2,
+            label=f"goals, sample_many({MANY_K})",
+        )
         plain = dh.TensorDictReplayBuffer(storage=storage, generator=gen())
         slices = dh.TensorDictReplayBuffer(storage=storage, generator=gen(), sampler=dh.SliceSampler(slice_len=32))
         rtg = _with_reward_to_go(storage, arrays, 0.99)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -182,6 +182,16 @@ class GoalFloor:
             )
 
         return sample
+
+    def batches(self, generator: torch.Generator, batch: int, k: int) -> Callable[[], TensorDict]:
+        """``k`` successive batches of :meth:`sampler` stacked ``[k, batch]``: what ``sample_many(k, batch)``
+        returns (checked, not timed: the floor is of one call per batch)."""
+        sample = self.sampler(generator, batch)
+
+        def stacked() -> TensorDict:
+            return cast(TensorDict, torch.stack([sample() for _ in range(k)]))
+
+        return stacked
 
 
 def same_batch(label: str, ours: TensorDictBase, floor: TensorDictBase) -> None:

@@ -40,6 +40,12 @@ def test_floor_returns_the_buffers_batches(bench):
             seeds=range(4),
             calls=3,
         )
+    goals_floor.check_same(  # sample_many(k): k such batches, stacked
+        lambda seed: partial(goals.goal_buffer(storage, torch.Generator().manual_seed(seed)).sample_many, 3, 128),
+        lambda seed: floor.batches(torch.Generator().manual_seed(seed), 128, 3),
+        seeds=range(2),
+        calls=2,
+    )
     td = floor.sampler(torch.Generator().manual_seed(0), 4096)()
     kind, in_episode = td["goal", "kind"], td["goal", "in_episode"]
     assert (torch.bincount(kind, minlength=3) > 0).all()
