@@ -36,10 +36,14 @@ Run (TorchRL lives in its own venv, see the README; without it the TorchRL rows 
    sweeps 8 batches through the cache slows the reference interleaved with it by ~20%, so the second
    figure flatters it (in the goal block it also made the reference look slower: GoalSampler 2.25x).
 
-Single calls are timed after a warm-up, cases interleaved, 1 torch thread; medians. Four blocks
+5. ``sample_many(8, 1024)`` of an n-step (n=3) buffer against single ``sample(1024)`` calls of another,
+   in a block of their own.
+
+Single calls are timed after a warm-up, cases interleaved, 1 torch thread; medians. Five blocks
 are timed one after the other: goal sampler, floor and reference (memory-mapped build), ``sample_many(8)``
-and reference, goal sampler, floor and reference (RAM-resident build), then the plain and n-step
-samplers of the build and of the build with its reward-to-go column. Samplers of one build
+and reference, goal sampler, floor and reference (RAM-resident build), the plain and n-step
+samplers of the build and of the build with its reward-to-go column, then n-step ``sample_many(8)``
+with single n-step calls. Samplers of one build
 interleaved with each other keep it warm for each other: the goal sampler is timed with a reference
 and a floor that read other memory only.
 The table goes to stdout, the JSON to ``benchmarks/results/goals.json``.
@@ -78,6 +82,8 @@ REF, REF_RAM = "goals: OGBench GCDataset rules (numpy)", "goals: OGBench rules (
 FLOOR, FLOOR_RAM = "goals: Python floor (same output)", "goals: Python floor, RAM block"
 MANY = f"goals: GoalSampler.sample_many({MANY_K}), per batch"
 REF_MANY = "goals: OGBench rules (numpy), sample_many block"
+NSTEP_MANY = f"n-step n=3: sample_many({MANY_K}), per batch"
+NSTEP_ONE = "n-step n=3: sample(), sample_many block"
 
 
 def make_chunk(first: int, n: int, rng: np.random.Generator) -> TensorDict:
@@ -340,6 +346,15 @@ def main() -> None:
             "n-step n=10 over slices 32x32: datasets_hub": lambda: nstep_slices[10].sample(b),
         }
         results.update(timed(cases, args.repeats))
+        # n-step sample_many(8) against single calls of a twin buffer, in a block of their own (8-batch calls
+        # sweep the cache for whatever they are interleaved with)
+        nstep_many = dh.TensorDictReplayBuffer(storage=rtg, generator=gen(), sampler=dh.NStepReturnSampler(0.99, 3))
+        block = timed(
+            {NSTEP_MANY: lambda: nstep_many.sample_many(MANY_K, b), NSTEP_ONE: lambda: nstep[3].sample(b)},
+            args.repeats,
+        )
+        results[NSTEP_MANY] = {k: v / MANY_K for k, v in block[NSTEP_MANY].items()}  # per batch of b
+        results[NSTEP_ONE] = block[NSTEP_ONE]
         data = rtg.get(torch.arange(min(len(rtg), 200 * b)))
         rl = {n: torchrl_multistep(data.exclude("return_to_go"), n, b, min(args.repeats, 150)) for n in (3, 10)}
     finally:
@@ -389,6 +404,8 @@ def main() -> None:
         f"{floor_ratios['reference_over_floor_in_memory']:.2f}x (RAM block): "
         f"{TARGET:g}x {'reachable' if reachable else 'out of reach'}"
     )
+    nstep_many_gain = med[NSTEP_ONE] / med[NSTEP_MANY]
+    print(f"n-step n=3: sample_many({MANY_K}) gives {nstep_many_gain:.2f}x the samples/s of single sample() calls")
     ratios = {}
     for n in (3, 10):
         ratio = med[f"n-step n={n}: datasets_hub"] / med["uniform, +rtg column: datasets_hub"]
@@ -422,6 +439,7 @@ def main() -> None:
             "goal_speedup_vs_ogbench_rules_in_memory": speedup_ram,
             f"goal_speedup_vs_ogbench_rules_sample_many_{MANY_K}_per_batch": speedup_many,
             f"goal_speedup_vs_ogbench_rules_sample_many_{MANY_K}_per_batch_own_block": speedup_many_own_block,
+            f"n_step_sample_many_{MANY_K}_over_sample": nstep_many_gain,
             "python_floor": {**floor_ratios, "target": TARGET, "target_reachable": reachable},
             "n_step_time_ratios": ratios,
             "reference": "OGBench GCDataset.sample rules re-implemented in numpy (its class needs jax/flax)",
