@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
+from sampling_floor import check_same as same_batch  # one batch against the buffer's, leaf by leaf
 from tensordict import TensorDict, TensorDictBase
 
 #: the record of a transition in a build of this dataset: action (8 float32), next/reward (float32),
@@ -192,26 +193,6 @@ class GoalFloor:
             return cast(TensorDict, torch.stack([sample() for _ in range(k)]))
 
         return stacked
-
-
-def same_batch(label: str, ours: TensorDictBase, floor: TensorDictBase) -> None:
-    """Raise unless the two batches hold the same keys, and every leaf the same dtype, shape and values."""
-    mine: dict[Any, Any] = dict(ours.items(include_nested=True, leaves_only=True))
-    hand: dict[Any, Any] = dict(floor.items(include_nested=True, leaves_only=True))
-    if mine.keys() != hand.keys():
-        raise RuntimeError(
-            f"{label}: the goal floor returns other keys than our buffer (only ours: "
-            f"{sorted(map(str, mine.keys() - hand.keys()))}, only the floor: {sorted(map(str, hand.keys() - mine.keys()))})"
-        )
-    if ours.batch_size != floor.batch_size:
-        raise RuntimeError(f"{label}: batch size {tuple(floor.batch_size)} (floor) != {tuple(ours.batch_size)} (ours)")
-    for key, value in mine.items():
-        other = hand[key]
-        if value.dtype != other.dtype or value.shape != other.shape or not torch.equal(value, other):
-            raise RuntimeError(
-                f"{label}: the goal floor's {key!r} differs from our buffer's ({other.dtype} {list(other.shape)} "
-                f"vs {value.dtype} {list(value.shape)}{'' if value.shape != other.shape else ', values differ'})"
-            )
 
 
 def check_same(
