@@ -146,7 +146,8 @@ class AnchorDraw:
     """Everything random about one or more batches of an :class:`AnchorSampler`: the anchors
     (``index`` tensor and its numpy ``rows``, their ``episode`` ordinals), the inner sampler's
     ``info``, the sampler's own per-row random ``draws`` (batch along the last axis; ``None`` when it
-    draws nothing more) and whether the rows are vouched for (``Sampler.sample_rows``)."""
+    draws nothing more), whether the rows are vouched for (``Sampler.sample_rows``) and the size of
+    each batch they hold (``None``: one batch of all the rows)."""
 
     index: torch.Tensor
     rows: np.ndarray
@@ -154,6 +155,11 @@ class AnchorDraw:
     info: dict
     draws: np.ndarray | None
     promised: bool
+    batch: int | None = None
+
+    def batches(self) -> range:
+        """Where each batch starts among the rows (``range(0, rows, batch)``)."""
+        return range(0, self.rows.size, self.batch or max(self.rows.size, 1))
 
     @staticmethod
     def concat(parts: list[AnchorDraw], batch_size: int) -> AnchorDraw:
@@ -173,6 +179,7 @@ class AnchorDraw:
             concat_info([p.info for p in parts], batch_size),
             draws,
             all(p.promised for p in parts),
+            batch_size,
         )
 
 
@@ -272,7 +279,7 @@ class AnchorSampler(WrapsSampler):
         of ``k`` draws."""
         if self.sampler is None and type(self).draw_batch is AnchorSampler.draw_batch:
             index, rows, episode, info, promised = self.anchor_rows(storage, k * batch_size)
-            return AnchorDraw(index, rows, episode, info, None, promised)
+            return AnchorDraw(index, rows, episode, info, None, promised, batch_size)
         return AnchorDraw.concat([self.draw_batch(storage, batch_size) for _ in range(k)], batch_size)
 
     def anchors(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict]:

@@ -285,10 +285,10 @@ class GoalSampler(AnchorSampler):
             return super().draw_batches(storage, k, batch_size)
         uniforms = sum(m.uniforms for _, m in self._mixes())
         index, rows, episode, info, u, promised = self.anchors_and_uniforms(storage, batch_size, uniforms, k)
-        return AnchorDraw(index, rows, episode, info, u, promised)
+        return AnchorDraw(index, rows, episode, info, u, promised, batch_size)
 
     def finish(self, storage: Storage, drawn: AnchorDraw) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
-        """The goals of ``drawn``'s anchors (row-wise; ``success_fn`` sees every row of the call)."""
+        """The goals of ``drawn``'s anchors (row-wise; ``success_fn`` is called once per batch of ``drawn``)."""
         mixes = self._mixes()
         index, rows, episode, info, u = drawn.index, drawn.rows, drawn.episode, drawn.info, drawn.draws
         assert u is not None  # draw_batch always draws the uniforms (maybe zero rows of them)
@@ -337,7 +337,15 @@ class GoalSampler(AnchorSampler):
         else:
             own = {key: value[len(names) * b :] for key, value in states.items()}
             goals = {key: value[:b] for key, value in states.items()}
-            hit = self._success(own, goals, b).numpy()
+            # one call per batch, as sample() makes it, whatever success_fn does across rows
+            per = drawn.batch or b
+            flags = [
+                self._success(
+                    {k: v[i : i + per] for k, v in own.items()}, {k: v[i : i + per] for k, v in goals.items()}, per
+                )
+                for i in drawn.batches()
+            ]
+            hit = (flags[0] if len(flags) == 1 else torch.cat(flags)).numpy()
         reward = hit.astype(np.float32)
         if self.negative_reward:
             reward -= 1.0

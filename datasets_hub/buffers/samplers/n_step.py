@@ -138,7 +138,7 @@ class NStepReturnSampler(AnchorSampler):
         low, high = self.n_range
         if self.sampler is None and low == high:
             index, rows, episode, info, promised = self.anchor_rows(storage, k * batch_size)
-            return AnchorDraw(index, rows, episode, info, None, promised)
+            return AnchorDraw(index, rows, episode, info, None, promised, batch_size)
         return super().draw_batches(storage, k, batch_size)
 
     def finish(self, storage: Storage, drawn: AnchorDraw) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:

@@ -159,7 +159,9 @@ class WindowSampler(AnchorSampler):
         """``k`` batches' anchors; without an inner sampler, in one draw of ``k * batch_size`` rows."""
         if self.sampler is not None:
             return super().draw_batches(storage, k, batch_size)
-        return self.draw_batch(storage, k * batch_size)
+        drawn = self.draw_batch(storage, k * batch_size)
+        drawn.batch = batch_size
+        return drawn
 
     def finish(self, storage: Storage, drawn: AnchorDraw) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
         """The windows of ``drawn``'s anchors (row-wise)."""
