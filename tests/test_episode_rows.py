@@ -70,6 +70,7 @@ def _anchor_samplers():
         ),
         "goals, HER final (no uniform but the anchors')": lambda: GoalSampler.her("final"),
         "goals over slices": lambda: GoalSampler(0.1, 0.6, 0.3, future="episode", sampler=SliceSampler(slice_len=4)),
+        "n-step, fixed n": lambda: NStepReturnSampler(0.9, 2, rtg_key=("next", "reward")),
         "n-step, n drawn per row": lambda: NStepReturnSampler(0.9, (1, 4), rtg_key=("next", "reward")),
         "n-step over slices": lambda: NStepReturnSampler(
             0.9, 3, rtg_key=("next", "reward"), sampler=SliceSampler(slice_len=4)

@@ -267,7 +267,12 @@ class AnchorSampler(WrapsSampler):
 
     def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
         """``k`` :meth:`draw_batch` draws as one (a sampler may draw them in fewer generator calls, as
-        long as the values are those of ``k`` draws)."""
+        long as the values are those of ``k`` draws). Anchors alone, drawn here (no inner sampler), come
+        from one draw of ``k * batch_size`` rows: ``torch.randint`` fills in order, so that is the stream
+        of ``k`` draws."""
+        if self.sampler is None and type(self).draw_batch is AnchorSampler.draw_batch:
+            index, rows, episode, info, promised = self.anchor_rows(storage, k * batch_size)
+            return AnchorDraw(index, rows, episode, info, None, promised)
         return AnchorDraw.concat([self.draw_batch(storage, batch_size) for _ in range(k)], batch_size)
 
     def anchors(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict]:

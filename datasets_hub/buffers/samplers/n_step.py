@@ -133,6 +133,14 @@ class NStepReturnSampler(AnchorSampler):
         n = None if low == high else torch.randint(low, high + 1, (rows.size,), generator=self.generator).numpy()
         return AnchorDraw(index, rows, episode, info, n, promised)
 
+    def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
+        """``k`` batches' draws; with a fixed ``n`` and no inner sampler, the anchors of all ``k`` in one draw."""
+        low, high = self.n_range
+        if self.sampler is None and low == high:
+            index, rows, episode, info, promised = self.anchor_rows(storage, k * batch_size)
+            return AnchorDraw(index, rows, episode, info, None, promised)
+        return super().draw_batches(storage, k, batch_size)
+
     def finish(self, storage: Storage, drawn: AnchorDraw) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
         """The n-step returns, bootstrap states and masks of ``drawn``'s anchors (row-wise)."""
         index, rows, episode, info = drawn.index, drawn.rows, drawn.episode, drawn.info

@@ -155,6 +155,12 @@ class WindowSampler(AnchorSampler):
         index, rows, episode, info = self._fitting(storage, batch_size)
         return AnchorDraw(index, rows, episode, info, None, False)
 
+    def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
+        """``k`` batches' anchors; without an inner sampler, in one draw of ``k * batch_size`` rows."""
+        if self.sampler is not None:
+            return super().draw_batches(storage, k, batch_size)
+        return self.draw_batch(storage, k * batch_size)
+
     def finish(self, storage: Storage, drawn: AnchorDraw) -> tuple[torch.Tensor, dict[NestedKey, Any], Any]:
         """The windows of ``drawn``'s anchors (row-wise)."""
         info = drawn.info
