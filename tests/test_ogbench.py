@@ -199,7 +199,7 @@ def test_catalogue_pins_are_upstream_files_and_approximate_sizes_are_notes():
         assert res.name not in pins, res.name  # one id per file
         pins[res.name] = (res.size, res.sha256)
     assert pins == _documented_pins()
-    assert len(pins) == 63 and sum(sha is not None for _, sha in pins.values()) == 23 and approx == 1
+    assert len(pins) == 67 and sum(sha is not None for _, sha in pins.values()) == 23 and approx == 1
     for name, (size, _) in pins.items():  # a validation split is a tenth of its training file, give or take
         if name.endswith("-val.npz") and name.replace("-val.npz", ".npz") in pins:
             assert 0.09 < size / pins[name.replace("-val.npz", ".npz")][0] < 0.11, name
