@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from datasets_hub.build import build, build_path
-from datasets_hub.cache import dir_size, raw_file_path, read_manifest
+from datasets_hub.build.pipeline import build, build_path
+from datasets_hub.cache.layout import dir_size, raw_file_path, read_manifest
 from datasets_hub.catalogue import list_ids, resolve
 from datasets_hub.errors import DownloadError, InvalidParameter
 from datasets_hub.loader import DatasetSpec, Loader, Resource
@@ -95,7 +95,7 @@ class DatasetInfo:
 
 def raw_path(loader: Loader, resource: Resource) -> Path:
     """Where ``resource`` of ``loader`` lives in the raw cache (keyed by the source's identity)."""
-    from datasets_hub.downloader import source_key
+    from datasets_hub.download.fetch import source_key
 
     return raw_file_path(loader.name, resource.name, source_key(resource))
 
@@ -113,7 +113,7 @@ def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], l
     files: dict[str, Path] = {}
     sources: list[dict[str, Any]] = []
     for resource in loader.resources(spec):
-        from datasets_hub.downloader import fetch, source_key  # requests & co. load only when something is fetched
+        from datasets_hub.download.fetch import fetch, source_key  # requests & co. load only when something is fetched
 
         dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
@@ -176,7 +176,7 @@ def _open_storage(
                 f"a published build is loaded as it was built; loader params {sorted(params)} cannot change it "
                 "(build with them locally and export that build instead)"
             )
-        from datasets_hub.remote import open_remote
+        from datasets_hub.remote.open_url import open_remote
 
         return open_remote(dataset_id, resident=resident, **remote)
     if resident != "full" or any(v is not None for k, v in remote.items() if k != "pool_refresh_s"):
@@ -184,7 +184,7 @@ def _open_storage(
             "resident=, max_bytes= and pool_episodes= apply to published builds loaded by URL "
             "(hf://, https://, s3://, file://), not to catalogue ids"
         )
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
 
     return DatasetStorage(
         _ensure_build(dataset_id, force=False, allow_download=download, params=params), in_memory=in_memory
@@ -216,16 +216,16 @@ def load(
     ``params`` override the catalogue's parameters (and so select a different build). The buffer
     samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
     ``preprocess`` (a function or a list of functions, applied in order) maps the stored transitions
-    once, cached by fingerprint (see :mod:`datasets_hub.preprocess`); ``transform`` then runs on samples.
+    once, cached by fingerprint (see :mod:`datasets_hub.preprocess.pipeline`); ``transform`` then runs on samples.
     ``preprocess_by="episode"`` hands those functions whole episodes (default: what each function
     declares in its ``by`` attribute, else ``"row"``).
 
     ``dataset_id`` may also be the URL of a published build (``hf://datasets/<org>/<repo>[@rev]``,
-    ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote`): ``resident="full"``
+    ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote.open_url`): ``resident="full"``
     fetches all of it in the background, ``resident="lazy"`` only what batches touch (``max_bytes``
     bounds it); sampling is uniform over the whole dataset either way. ``resident="pool"`` keeps
     ``pool_episodes`` whole episodes resident, samples only from them and replaces one every
-    ``pool_refresh_s`` seconds: biased within a window of time, see :mod:`datasets_hub.remote_pool`
+    ``pool_refresh_s`` seconds: biased within a window of time, see :mod:`datasets_hub.remote.pool`
     (its default sampler draws uniform rows of the pool; samplers that draw rows over the whole
     dataset are refused). Pool draws are seeded from ``generator`` when it is given.
 
@@ -260,7 +260,7 @@ def load(
         check_params_are_not_load_keywords(dataset_id, params, resolve(dataset_id).params)
     remote = {"max_bytes": max_bytes, "pool_episodes": pool_episodes, "pool_refresh_s": pool_refresh_s}
     if resident == "pool":
-        from datasets_hub.remote_pool import PoolSampler, check_pool_sampler
+        from datasets_hub.remote.pool import PoolSampler, check_pool_sampler
 
         if device is not None:
             raise InvalidParameter(
@@ -296,7 +296,7 @@ def load(
         generator=generator,
     )
     if steps:
-        from datasets_hub.preprocess import preprocess_chain
+        from datasets_hub.preprocess.pipeline import preprocess_chain
 
         rb = preprocess_chain(rb, steps, transform=transform, by=preprocess_by)
     if device is not None:
@@ -336,7 +336,7 @@ def info(dataset_id: str, **params: Any) -> DatasetInfo:
 
 def _sample_keys(path: Path) -> dict[str, dict[str, Any]]:
     """Keys, dtypes and per-row shapes of one transition as ``load`` returns it (one row is read)."""
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
 
     storage = DatasetStorage(path)
     if not len(storage):

@@ -7,7 +7,7 @@ parameters), so a message still names the file and the host. :func:`redact_text`
 every URL inside free text (an exception message), :func:`redact_value` to every string inside a
 JSON-like value (a manifest's ``params``).
 
-Redacted URLs also serve as a source's identity (:func:`datasets_hub.downloader.source_key`): two
+Redacted URLs also serve as a source's identity (:func:`datasets_hub.download.fetch.source_key`): two
 presigned URLs of the same object, or the same URL with another password, name the same file.
 Stdlib only (imported by the CLI's error path).
 """

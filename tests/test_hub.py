@@ -132,7 +132,7 @@ def test_a_buffer_over_a_build_pickles_by_reference():
     manifest = rb.storage.path / "manifest.json"
     text = manifest.read_text()
     manifest.write_text(text.replace(rb.storage.manifest["fingerprint"], "0" * 16))
-    from datasets_hub.build_format import write_manifest_checksum
+    from datasets_hub.build.format import write_manifest_checksum
 
     write_manifest_checksum(rb.storage.path)  # a real rebuild publishes a consistent checksum
     with pytest.raises(CacheError, match="rebuilt or replaced"):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from datasets_hub import env
-from datasets_hub.build_format import MANIFEST
+from datasets_hub.build.format import MANIFEST
 from datasets_hub.errors import CacheError
 from datasets_hub.files import sha256_json
 
@@ -63,7 +63,7 @@ def reserved_name_problem(segment: str) -> str | None:
 def raw_file_path(loader_name: str, resource_name: str, source_key: str | None = None) -> Path:
     """Where a loader's resource is kept: ``<cache>/raw/<loader>/<source-key>/<name>``.
 
-    ``source_key`` (:func:`datasets_hub.downloader.source_key`) is the identity of the bytes, so two
+    ``source_key`` (:func:`datasets_hub.download.fetch.source_key`) is the identity of the bytes, so two
     sources with the same file name never share a file (``None``: the layout of builds made before
     keys existed, ``<cache>/raw/<loader>/<name>``). Names must be safe relative paths (a loader
     cannot make the hub write outside its raw folder), of at most :data:`MAX_NAME_BYTES` bytes per

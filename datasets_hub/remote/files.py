@@ -1,4 +1,4 @@
-"""The files of a published build, read through fsspec (see :mod:`datasets_hub.remote`).
+"""The files of a published build, read through fsspec (see :mod:`datasets_hub.remote.open_url`).
 
 One :class:`RemoteFolder` per URL: ``hf://`` through huggingface_hub's ``HfFileSystem`` (it honours
 ``HF_ENDPOINT``), ``http(s)://`` through fsspec's HTTP filesystem (aiohttp), ``s3://`` through ``s3fs``,
