@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import datasets_hub as dh
-from datasets_hub.cache.layout import iter_builds
 from datasets_hub.build.storage import DatasetStorage
+from datasets_hub.cache.layout import iter_builds
 
 # A slow loader (sleeps between chunks) that appends one line to LOG each time it starts converting.
 SLOW_BUILD = textwrap.dedent("""

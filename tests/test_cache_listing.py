@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 import datasets_hub as dh
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.cache import listing as cl
 from datasets_hub.cache import maintenance as mt
-from datasets_hub.build.pipeline import build
 from datasets_hub.cache.layout import LAST_USED, dir_size, last_used, mark_used
-from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.plugins import get_loader
 from datasets_hub.testing import FakeLoader

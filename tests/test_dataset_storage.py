@@ -96,9 +96,9 @@ def test_a_2d_index_gives_items_shaped_like_it(storage):
 def _build_with_info(tmp_path, ids_from=0):
     """A build with nested per-step leaves (packed and, too wide to pack, unpacked), episode ids that
     are (``ids_from=0``) or are not their ordinals, and every kind of episode end."""
+    from datasets_hub.build.packed_steps import MAX_FIELD_BYTES
     from datasets_hub.build.pipeline import build
     from datasets_hub.loader import DatasetSpec
-    from datasets_hub.build.packed_steps import MAX_FIELD_BYTES
 
     chunk = fake_episodes(LENGTHS, first_episode=ids_from, ends=["terminated", "truncated", "none", "truncated"])
     n = chunk.batch_size[0]

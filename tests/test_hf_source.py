@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from datasets_hub.download import fetch as dl
-from datasets_hub.errors import ChecksumMismatch, DownloadError
 from datasets_hub.download.huggingface import HFRef, parse_hf_url
+from datasets_hub.errors import ChecksumMismatch, DownloadError
 from datasets_hub.loader import Resource
 
 from fixtures.http_server import point_huggingface_hub_at, serve_files

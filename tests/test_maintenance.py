@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from datasets_hub.cache import verify as cv
-from datasets_hub.cache import maintenance as mt
-from datasets_hub.build.pipeline import build
 from datasets_hub.build.format import write_manifest_checksum
+from datasets_hub.build.pipeline import build
+from datasets_hub.cache import maintenance as mt
+from datasets_hub.cache import verify as cv
 from datasets_hub.errors import CacheError
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader

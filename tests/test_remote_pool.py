@@ -13,8 +13,8 @@ import torch
 import datasets_hub as dh
 from datasets_hub import RandomSampler, SliceSampler, WindowSampler
 from datasets_hub.errors import DownloadError, InvalidParameter
-from datasets_hub.remote.publish import PUBLISHED
 from datasets_hub.remote.pool import PoolStorage
+from datasets_hub.remote.publish import PUBLISHED
 
 from fixtures.remote import local_build, publish, same, serve_folder
 

@@ -26,9 +26,9 @@ from datasets_hub.build.format import (
     read_manifest_checksum,
 )
 from datasets_hub.cache.layout import dataset_dir, raw_file_path, read_manifest
+from datasets_hub.cache.maintenance import builds_of, catalogue_build
 from datasets_hub.errors import CacheError, HubError
 from datasets_hub.files import human_bytes, sha256_file
-from datasets_hub.cache.maintenance import builds_of, catalogue_build
 
 
 @dataclass

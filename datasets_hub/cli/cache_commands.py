@@ -144,8 +144,8 @@ def cmd_cache_du(args: argparse.Namespace) -> int:
 
 def cmd_cache_rm(args: argparse.Namespace) -> int:
     from datasets_hub.cache.layout import dir_size
-    from datasets_hub.files import human_bytes
     from datasets_hub.cache.maintenance import find_builds, is_variant, remove_build, variant_paths
+    from datasets_hub.files import human_bytes
 
     # resolve every name first: an ambiguous or unknown one removes nothing at all
     targets = [p for name in args.names for p in find_builds(name, params=params_of(args), all_builds=args.all_builds)]
@@ -166,8 +166,8 @@ def cmd_cache_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
-    from datasets_hub.files import human_bytes
     from datasets_hub.cache.maintenance import prune
+    from datasets_hub.files import human_bytes
 
     items = prune(older_than_days=args.older_than, keep_stale=args.keep_stale, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"

@@ -57,9 +57,9 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 from datasets_hub import env
+from datasets_hub.download.http import CHUNK_SIZE, MAX_REDIRECTS, Progress, http_download
 from datasets_hub.errors import CacheError, ChecksumMismatch, DownloadError, HubError
 from datasets_hub.files import hash_file, open_nofollow, write_text_atomic
-from datasets_hub.download.http import CHUNK_SIZE, MAX_REDIRECTS, Progress, http_download
 from datasets_hub.redact import redact_text, redact_url
 
 if TYPE_CHECKING:  # loader.py imports tensordict; this module stays light

@@ -31,8 +31,8 @@ from datasets_hub.buffers.nested_keys import as_key
 from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.errors import MissingDependency, PreprocessError
 from datasets_hub.fingerprint import _module_identity
-from datasets_hub.preprocess.watch import BEAT, WorkerWatch, report_chunk, start_heartbeat
 from datasets_hub.preprocess.storage import PreprocessedStorage, _open_schema
+from datasets_hub.preprocess.watch import BEAT, WorkerWatch, report_chunk, start_heartbeat
 
 Key = tuple[str, ...]
 

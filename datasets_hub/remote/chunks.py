@@ -40,8 +40,8 @@ import numpy as np
 from datasets_hub.build.format import EPISODES, HISTORY, leaf_path
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.files import write_bytes_atomic
-from datasets_hub.remote.format import PUBLISHED, numpy_dtype, require_zarr
 from datasets_hub.remote.files import RemoteFolder
+from datasets_hub.remote.format import PUBLISHED, numpy_dtype, require_zarr
 
 FETCH_TRIES = 3
 _GROUP_BYTES = 64 << 20  # decoded bytes fetched before they are written: bounds the memory a large read takes

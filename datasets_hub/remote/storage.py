@@ -28,9 +28,9 @@ from datasets_hub.build.format import OBS, STEPS, leaf_path
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.files import sha256_file, write_bytes_atomic
-from datasets_hub.remote.format import PUBLISHED, parse_published
 from datasets_hub.remote.chunks import Chunks, sha256_bytes
 from datasets_hub.remote.files import RemoteFolder, redact_url
+from datasets_hub.remote.format import PUBLISHED, parse_published
 
 COMPLETE = "complete"  #: marker file of a local copy whose every chunk is in and verified
 
