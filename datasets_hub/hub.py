@@ -6,7 +6,10 @@ network — or downloads the upstream files, converts them once, and publishes t
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,20 +103,16 @@ def raw_path(loader: Loader, resource: Resource) -> Path:
     return raw_file_path(loader.name, resource.name, source_key(resource))
 
 
-def _recorded_sha256(path: Path) -> str | None:
-    sidecar = path.with_name(path.name + ".sha256")
-    try:
-        return json.loads(sidecar.read_text()).get("sha256")
-    except (OSError, ValueError):
-        return None
-
-
 def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], list[dict[str, Any]]]:
     """Download (or find, verified) every resource of ``spec``: ``({name: path}, provenance records)``."""
     files: dict[str, Path] = {}
     sources: list[dict[str, Any]] = []
     for resource in loader.resources(spec):
-        from datasets_hub.download.fetch import fetch, source_key  # requests & co. load only when something is fetched
+        from datasets_hub.download.fetch import (  # requests & co. load only when something is fetched
+            fetch,
+            recorded_sha256,
+            source_key,
+        )
 
         dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
@@ -123,7 +122,7 @@ def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], l
                 "name": resource.name,
                 "url": redact_url(resource.urls[0]),
                 "key": source_key(resource),
-                "sha256": resource.sha256 or _recorded_sha256(dest),
+                "sha256": resource.sha256 or recorded_sha256(dest),
                 "bytes": dest.stat().st_size,
             }
         )
@@ -191,6 +190,74 @@ def _open_storage(
     )
 
 
+# Checks of load()'s own arguments, made before anything is opened or built.
+#
+# load(id, **params) passes unknown keywords to the loader as dataset parameters, where a typo of one of
+# load's keywords (batchsize=256) or a sampler setting (slice_len=32) would either be rejected as an unknown
+# *loader* parameter or, by a loader that accepts anything, select a new build. So a keyword that is not one
+# of the catalogue entry's own parameters and looks like one of load's is refused with the right spelling.
+
+# sampler settings people pass to load() directly, and what to write instead
+_SAMPLER_SETTINGS = {
+    "slice_len": "sampler=SliceSampler(slice_len={v})",
+    "slice_length": "sampler=SliceSampler(slice_len={v})",
+    "seq_len": "sampler=SliceSampler(slice_len={v})",
+    "sequence_length": "sampler=SliceSampler(slice_len={v})",
+    "num_slices": "sampler=SliceSampler(num_slices={v})",
+    "strict_length": "sampler=SliceSampler(..., strict_length={v})",
+    "shuffle": "sampler=SamplerWithoutReplacement() (epochs without repeats) or the default RandomSampler()",
+    "seed": "generator=torch.Generator().manual_seed({v})",
+    "replacement": "sampler=SamplerWithoutReplacement()",
+}
+
+
+def load_keywords() -> tuple[str, ...]:
+    """``load()``'s own keywords, read from its signature (one definition: a new keyword is known here at once)."""
+    return tuple(
+        name for name, p in inspect.signature(load).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
+    )
+
+
+def check_params_are_not_load_keywords(dataset_id: str, params: dict[str, Any], known: Iterable[str]) -> None:
+    """Refuse a parameter that is not one of the dataset's (``known``) but looks like a ``load`` keyword."""
+    known = set(known)
+    for key, value in params.items():
+        if key in known:
+            continue
+        if key in _SAMPLER_SETTINGS:
+            raise InvalidParameter(
+                f"load({dataset_id!r}, {key}={value!r}): {key!r} is a sampler setting, not a parameter of the dataset. "
+                f"Write {_SAMPLER_SETTINGS[key].format(v=value)!s} (from datasets_hub import SliceSampler, ...)"
+            )
+        close = difflib.get_close_matches(key, load_keywords(), n=1, cutoff=0.75)
+        if close:
+            raise InvalidParameter(
+                f"load({dataset_id!r}, {key}={value!r}): unknown keyword {key!r}; did you mean {close[0]}={value!r}? "
+                "(keywords that are not load()'s own go to the loader as dataset parameters)"
+            )
+
+
+def check_sampler(sampler: Any, batch_size: int | None) -> None:
+    """A sampler instance (not a class), and a batch size it can split (``check_batch_size`` hook)."""
+    if sampler is None:
+        return
+    if isinstance(sampler, type):
+        raise InvalidParameter(
+            f"sampler={sampler.__name__} is a class; pass an instance, e.g. sampler={sampler.__name__}()"
+            + (" or sampler=SliceSampler(slice_len=32)" if "Slice" in sampler.__name__ else "")
+        )
+    if not callable(getattr(sampler, "sample", None)):
+        raise InvalidParameter(f"sampler must be a datasets_hub sampler instance, got {type(sampler).__name__}")
+    check = getattr(sampler, "check_batch_size", None)
+    if batch_size is not None and callable(check):
+        try:
+            check(batch_size)
+        except ValueError as exc:
+            raise InvalidParameter(
+                f"load(batch_size={batch_size}, sampler={type(sampler).__name__}(...)): {exc}"
+            ) from None
+
+
 def load(
     dataset_id: str,
     *,
@@ -249,8 +316,6 @@ def load(
         raise InvalidParameter(f"batch_size must be a positive integer or None, got {batch_size!r}")
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
-    from datasets_hub.load_args import check_params_are_not_load_keywords, check_sampler
-
     check_sampler(sampler, batch_size)
     if device is not None:  # before any download or build: no CUDA is an error now, not after an hour
         from datasets_hub.buffers.device.memory import as_device

@@ -519,3 +519,13 @@ def test_the_suite_cannot_reach_outside_hosts(raw):
         socket.create_connection(("192.0.2.1", 80), timeout=0.1)
     with serve_files({"x": b"ok"}) as server:  # the loopback still works
         assert dl.fetch(res("x.bin", server.url("x"), data=b"ok"), raw / "x.bin", loader="d4rl").read_bytes() == b"ok"
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "not json", '{"sha256": 5}', '"text"'])
+def test_a_sidecar_that_is_not_a_record_reads_as_none(tmp_path, content):
+    """One reader of the download sidecar: anything but a JSON object is no record (never an AttributeError)."""
+    dest = tmp_path / "file.bin"
+    dest.write_bytes(b"x")
+    dl.sidecar_path(dest).write_text(content)
+    assert dl.recorded_sha256(dest) is None
+    assert dl.read_sidecar(dest) is None or content.startswith("{")

@@ -209,6 +209,13 @@ def read_sidecar(dest: Path) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
+def recorded_sha256(dest: Path) -> str | None:
+    """The sha256 the sidecar of ``dest`` recorded at download, or ``None`` (no sidecar, or an unreadable one)."""
+    meta = read_sidecar(dest)
+    value = meta.get("sha256") if meta is not None else None
+    return value if isinstance(value, str) else None
+
+
 def _write_sidecar(
     dest: Path, sha256: str, size: int, url: str, downloaded_at: str | None = None, source: str | None = None
 ) -> None:
