@@ -98,7 +98,7 @@ class DatasetInfo:
 
 def raw_path(loader: Loader, resource: Resource) -> Path:
     """Where ``resource`` of ``loader`` lives in the raw cache (keyed by the source's identity)."""
-    from datasets_hub.download.fetch import source_key
+    from datasets_hub.downloads.fetch import source_key
 
     return raw_file_path(loader.name, resource.name, source_key(resource))
 
@@ -108,7 +108,7 @@ def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], l
     files: dict[str, Path] = {}
     sources: list[dict[str, Any]] = []
     for resource in loader.resources(spec):
-        from datasets_hub.download.fetch import (  # requests & co. load only when something is fetched
+        from datasets_hub.downloads.fetch import (  # requests & co. load only when something is fetched
             fetch,
             recorded_sha256,
             source_key,

@@ -180,7 +180,7 @@ def changed_params(params: dict[str, Any], defaults: dict[str, Any]) -> dict[str
 
 
 def _raw_files() -> dict[str, list[tuple[str, int]]]:
-    from datasets_hub.download.fetch import SIDE_SUFFIXES
+    from datasets_hub.downloads.fetch import SIDE_SUFFIXES
 
     root = raw_root()
     out: dict[str, list[tuple[str, int]]] = {}

@@ -53,6 +53,7 @@ from datasets_hub.cache.layout import (
     remove_tree,
 )
 from datasets_hub.cache.listing import stale_builds, variant_dirs, variant_manifest
+from datasets_hub.downloads.fetch import SIDE_SUFFIXES
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -150,7 +151,7 @@ def _remove_build(build: Path) -> None:
 
 def _raw_targets(dataset_id: str, params: dict[str, Any] | None, builds: list[Path]) -> list[Path]:
     """The raw files of ``dataset_id`` (the catalogue's resources and those its builds' manifests name)."""
-    from datasets_hub.download.fetch import source_key
+    from datasets_hub.downloads.fetch import source_key
 
     spec, loader, _build = catalogue_build(dataset_id, params)
     paths = {raw_file_path(loader.name, r.name, source_key(r)) for r in loader.resources(spec)}
@@ -198,7 +199,7 @@ def remove(
             if not free:
                 raise CacheError(f"{path} is being downloaded by another process right now; try again when it finishes")
             existed = path.exists()
-            for side in ("", ".sha256", ".partial", ".corrupt", ".validator"):
+            for side in ("", *(s for s in SIDE_SUFFIXES if s != ".lock")):  # the lock is ours, held
                 path.with_name(path.name + side).unlink(missing_ok=True)
         if existed:
             removed.append(path)

@@ -46,7 +46,7 @@ class VerifyResult:
 
 
 def _verify_raw(path: Path, resource: Any, result: VerifyResult) -> None:
-    from datasets_hub.download.fetch import verify_file  # the download stack loads only when raw files are checked
+    from datasets_hub.downloads.fetch import verify_file  # the download stack loads only when raw files are checked
 
     ok, message = verify_file(path, resource)
     (result.checked if ok else result.problems).append(message)
@@ -292,7 +292,7 @@ def verify(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds:
     if read_manifest(build) is not None:
         return verify_build(build, result)
     raw_found = False
-    from datasets_hub.download.fetch import source_key
+    from datasets_hub.downloads.fetch import source_key
 
     for resource in loader.resources(spec):
         path = raw_file_path(loader.name, resource.name, source_key(resource))

@@ -37,7 +37,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from datasets_hub.cache.listing import cached_ids
     from datasets_hub.cache.maintenance import catalogue_build
     from datasets_hub.catalogue import all_entries, list_ids, refresh_remote_catalogues
-    from datasets_hub.download.sizes import cached_sizes, listed_size
+    from datasets_hub.downloads.sizes import cached_sizes, listed_size
     from datasets_hub.files import human_bytes
     from datasets_hub.plugins import loader_names
 
@@ -156,8 +156,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from datasets_hub.cache.maintenance import catalogue_build
-    from datasets_hub.download.sizes import resource_sizes
-    from datasets_hub.download.sizes import total as download_total
+    from datasets_hub.downloads.sizes import resource_sizes
+    from datasets_hub.downloads.sizes import total as download_total
     from datasets_hub.files import human_bytes
     from datasets_hub.hub import info as hub_info
 

@@ -40,12 +40,13 @@ from datasets_hub.cache.layout import cache_root, file_lock
 from datasets_hub.env import offline
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.files import write_bytes_atomic
+from datasets_hub.redact import strip_url
 from datasets_hub.remote.chunks import Chunks, always_resident, map_path, row_bytes_of, sha256_bytes
-from datasets_hub.remote.files import REMOTE_SCHEMES, RemoteFolder, redact_url, url_key
+from datasets_hub.remote.files import REMOTE_SCHEMES, RemoteFolder, url_key
 from datasets_hub.remote.format import PUBLISHED, parse_published, require_zarr
 from datasets_hub.remote.storage import COMPLETE, ResidentStorage
 
-__all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "is_remote_url", "local_dir", "open_remote", "redact_url"]
+__all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "is_remote_url", "local_dir", "open_remote", "strip_url"]
 
 RESIDENT_MODES = ("full", "lazy", "pool")
 

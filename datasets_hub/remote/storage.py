@@ -28,8 +28,9 @@ from datasets_hub.build.format import OBS, STEPS, leaf_path
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.files import sha256_file, write_bytes_atomic
+from datasets_hub.redact import strip_url
 from datasets_hub.remote.chunks import Chunks, sha256_bytes
-from datasets_hub.remote.files import RemoteFolder, redact_url
+from datasets_hub.remote.files import RemoteFolder
 from datasets_hub.remote.format import PUBLISHED, parse_published
 
 COMPLETE = "complete"  #: marker file of a local copy whose every chunk is in and verified
@@ -261,7 +262,7 @@ def reopen_copy(cls: type[ResidentStorage], state: dict[str, Any]) -> DatasetSto
     folder) and the same build fingerprint; otherwise a :class:`CacheError` says to load the URL again.
     """
     path = Path(state["path"])
-    shown = redact_url(state["url"])
+    shown = strip_url(state["url"])
     if (path / COMPLETE).exists():
         storage = DatasetStorage(path)
     else:

@@ -24,7 +24,7 @@ import torch
 
 import datasets_hub as dh
 from datasets_hub.cache.maintenance import remove
-from datasets_hub.download import fetch as downloader
+from datasets_hub.downloads import fetch as downloader
 
 from fixtures.faults import TESTS, Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
 from fixtures.http_server import serve_files

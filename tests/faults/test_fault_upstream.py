@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import datasets_hub as dh
-from datasets_hub.download import fetch as downloader
+from datasets_hub.downloads import fetch as downloader
 from datasets_hub.errors import ChecksumMismatch, CorruptFile, DownloadError, LoaderError
 
 from fixtures.faults import cache_state_ok, check_rows, d4rl_entry, register, sha256, write_d4rl

@@ -9,7 +9,7 @@ The contract of :func:`fetch`:
   is rehashed once. :func:`verify_file` always rehashes (``datasets-hub verify``).
 - Sources (``Resource.urls``) are mirrors tried in order: ``http(s)://``, ``file://`` (a local
   copy, streamed and hashed) and ``hf://<repo_type>s/<repo_id>/<path>[@<revision>]`` (the Hugging
-  Face Hub through ``huggingface_hub``, see :mod:`datasets_hub.download.huggingface`).
+  Face Hub through ``huggingface_hub``, see :mod:`datasets_hub.downloads.huggingface`).
 - HTTP(S): streamed in 1 MiB chunks to ``<dest>.partial``; after a dropped connection or a read
   timeout the download resumes with ``Range: bytes=<have>-`` (a 200 answer restarts from zero); a
   partial left by a killed process is resumed too (rehashed first). Connection errors, timeouts,
@@ -57,7 +57,7 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 from datasets_hub import env
-from datasets_hub.download.http import CHUNK_SIZE, MAX_REDIRECTS, Progress, http_download
+from datasets_hub.downloads.http import CHUNK_SIZE, MAX_REDIRECTS, Progress, http_download
 from datasets_hub.errors import CacheError, ChecksumMismatch, DownloadError, HubError
 from datasets_hub.files import hash_file, open_nofollow, write_text_atomic
 from datasets_hub.redact import redact_text, redact_url
@@ -480,7 +480,7 @@ def _download_any(
                 elif scheme == "file":
                     digest, size = _copy_local(_file_url_path(url, resource), partial, bar, link=False)
                 else:
-                    from datasets_hub.download.huggingface import download_hf
+                    from datasets_hub.downloads.huggingface import download_hf
 
                     source = download_hf(
                         url,
@@ -592,7 +592,7 @@ def _copy_local(source: Path, partial: Path, bar: Any, *, link: bool) -> tuple[s
 
 def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None = None, prefix: str = "") -> list[str]:
     """Sorted files of a Hugging Face Hub repo starting with ``prefix`` (for loaders that need a
-    listing); see :func:`datasets_hub.download.huggingface.list_hf_files`."""
-    from datasets_hub.download.huggingface import list_hf_files as _list
+    listing); see :func:`datasets_hub.downloads.huggingface.list_hf_files`."""
+    from datasets_hub.downloads.huggingface import list_hf_files as _list
 
     return _list(repo_id, repo_type=repo_type, revision=revision, prefix=prefix)
