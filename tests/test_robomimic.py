@@ -109,10 +109,11 @@ def test_obs_keys_selects_observations(tmp_path):
 
 
 def test_libero_language_and_several_files_in_resource_order(tmp_path):
-    a = write_robomimic(tmp_path / "b_task_demo.hdf5", {0: (3, (2,)), 1: (2, (1,))}, f=1, next_obs=False, masks=None,
-                        language="open the top drawer")  # fmt: skip
-    b = write_robomimic(tmp_path / "a_task_demo.hdf5", {0: (2, (1,))}, f=2, next_obs=False, masks=None,
-                        language="turn on the stove")  # fmt: skip
+    libero = {"next_obs": False, "masks": None}  # LIBERO's files: no next_obs, no filter keys
+    a = write_robomimic(
+        tmp_path / "b_task_demo.hdf5", {0: (3, (2,)), 1: (2, (1,))}, f=1, language="open the top drawer", **libero
+    )
+    b = write_robomimic(tmp_path / "a_task_demo.hdf5", {0: (2, (1,))}, f=2, language="turn on the stove", **libero)
     chunks, notes = convert([a, b], chunk_rows=2)  # resource order a (b_task...), then b: not name order
     td = torch.cat(chunks)
     truth = expected_rows({0: (3, (2,)), 1: (2, (1,))}, f=1, next_obs=False) + expected_rows(
