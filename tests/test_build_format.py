@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import LoaderError, TEDError
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader, check_loader, fake_episodes, naive_ted
@@ -205,7 +205,7 @@ def test_a_leaf_removed_between_its_checks_and_its_mapping_is_a_cache_error(tmp_
     is gone when it is mapped is a CacheError saying to load again, never a bare FileNotFoundError."""
     import numpy as np
 
-    from datasets_hub import build_format
+    from datasets_hub.build import format as build_format
     from datasets_hub.errors import CacheError
 
     leaf = tmp_path / "leaf.memmap"

@@ -61,9 +61,9 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.samplers import AnchorSampler, Sampler
 from datasets_hub.buffers.samplers.episode_rows import EpisodeRows
 from datasets_hub.errors import CacheError, InvalidParameter
-from datasets_hub.remote_chunks import always_resident
-from datasets_hub.remote_files import RemoteFolder
-from datasets_hub.remote_storage import ResidentStorage
+from datasets_hub.remote.chunks import always_resident
+from datasets_hub.remote.files import RemoteFolder
+from datasets_hub.remote.storage import ResidentStorage
 
 POOL_DIR = "pools"
 _HEADER = 3  # version, member count, retired member (-1: none)

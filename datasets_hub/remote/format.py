@@ -1,5 +1,5 @@
-"""The published form of a build (see :mod:`datasets_hub.publish`, which writes it, and
-:mod:`datasets_hub.remote`, which reads it): its file names, format version, chunking rule and the
+"""The published form of a build (see :mod:`datasets_hub.remote.publish`, which writes it, and
+:mod:`datasets_hub.remote.open_url`, which reads it): its file names, format version, chunking rule and the
 dtypes it can hold. Both sides import it; neither imports the other.
 """
 

@@ -14,7 +14,7 @@ data.zarr/        one zarr v3 array per stored leaf of the build (same names as 
 Why zarr v3 without sharding: a chunk file is the unit a reader fetches and verifies, so every chunk has
 its own file and its own sha256 in ``published.json``; chunks are sized (``chunk_bytes``) so that one
 fetch is worth its latency. Nothing is converted again on the reading side: the chunks are decoded into
-the same memory-mapped build the hub makes locally (see :mod:`datasets_hub.remote`).
+the same memory-mapped build the hub makes locally (see :mod:`datasets_hub.remote.open_url`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from datasets_hub import __version__
-from datasets_hub.build_format import MANIFEST, open_build
+from datasets_hub.build.format import MANIFEST, open_build
 from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
 from datasets_hub.files import sha256_file
-from datasets_hub.published_format import (
+from datasets_hub.remote.format import (
     DEFAULT_CHUNK_BYTES,
     PUBLISHED,
     PUBLISHED_FORMAT,
@@ -48,7 +48,7 @@ from datasets_hub.published_format import (
 def _resolve_build(source: Any, params: dict[str, Any]) -> Path:
     """A build directory from a dataset id, a build path, or a buffer over a build."""
     storage = getattr(source, "storage", None)
-    from datasets_hub.remote_storage import ResidentStorage
+    from datasets_hub.remote.storage import ResidentStorage
 
     if isinstance(storage, ResidentStorage):  # its sparse files read as zeros where chunks are missing
         raise InvalidParameter(
@@ -152,7 +152,7 @@ def export(
         "published_bytes": sum(f["bytes"] for f in files.values()) + len(manifest_bytes),
     }
     (staging / PUBLISHED).write_text(json.dumps(published, indent=1, sort_keys=True))
-    from datasets_hub.dataset_card import render_card
+    from datasets_hub.remote.card import render_card
 
     returns = build.episodes["return"].tolist()
     (staging / "README.md").write_text(render_card(manifest, published, episode_returns=returns))

@@ -1,4 +1,4 @@
-"""Liveness and progress of preprocessing worker processes (see :mod:`datasets_hub.preprocess`).
+"""Liveness and progress of preprocessing worker processes (see :mod:`datasets_hub.preprocess.pipeline`).
 
 A worker that is stopped (SIGSTOP, a debugger, a frozen container), stuck in native code holding
 the GIL, or gone without the pool noticing would make the parent wait forever. Each worker runs a

@@ -1,21 +1,21 @@
 """Open a published build from a URL, and sample from it before the download ends.
 
 ``load("hf://datasets/<org>/<repo>[@rev]")``, ``load("https://…/")``, ``load("s3://…/")`` and
-``load("file:///…/")`` open a folder written by :func:`datasets_hub.publish.export`. Files are read through
-fsspec (:mod:`datasets_hub.remote_files`).
+``load("file:///…/")`` open a folder written by :func:`datasets_hub.remote.publish.export`. Files are read through
+fsspec (:mod:`datasets_hub.remote.files`).
 
 The local copy is the same memory-mapped build the hub makes itself (``manifest.json`` + ``data/``, opened
-by :func:`~datasets_hub.build_format.open_build`), under ``<cache>/remote/<url-hash>/<published-hash>/``,
-plus one residency map per leaf (one byte per chunk, :mod:`datasets_hub.remote_chunks`). Opening fetches
+by :func:`~datasets_hub.build.format.open_build`), under ``<cache>/remote/<url-hash>/<published-hash>/``,
+plus one residency map per leaf (one byte per chunk, :mod:`datasets_hub.remote.chunks`). Opening fetches
 ``published.json``, the manifest and the episode index (kilobytes); chunks follow, by residency mode:
 
 - ``resident="full"`` (default): a background thread fetches every chunk; a batch that needs a chunk
   not yet there fetches it first. When all chunks are in and every leaf matches the manifest's sha256,
-  the build is complete and later opens need no network (:mod:`datasets_hub.remote_storage`).
+  the build is complete and later opens need no network (:mod:`datasets_hub.remote.storage`).
 - ``resident="lazy"``: only the chunks that batches touch are fetched; ``max_bytes`` bounds the resident
   data with least-recently-used eviction (holes are punched back into the sparse files).
 - ``resident="pool"``: ``pool_episodes`` whole episodes resident, sampling only from them, refreshed in
-  the background; biased within a window of time (:mod:`datasets_hub.remote_pool` states how).
+  the background; biased within a window of time (:mod:`datasets_hub.remote.pool` states how).
 
 Sampling is exactly uniform over the whole dataset in the first two modes: samplers see the full
 episode index, and a batch waits for the chunks it needs. Trust and crash rules: every fetched chunk is
@@ -24,7 +24,7 @@ only after its rows are written, so a process killed at any point leaves a map t
 chunks; a corrupt chunk is fetched again (3 tries) and never served. Processes on one machine share the
 local copy: chunk writes and evictions hold an exclusive lock; reads of resident chunks take none (an
 eviction counter in the copy makes a read that raced an eviction read again; see
-:mod:`datasets_hub.remote_chunks`). A buffer over a remote build pickles to DataLoader workers by reference (URL and local
+:mod:`datasets_hub.remote.chunks`). A buffer over a remote build pickles to DataLoader workers by reference (URL and local
 copy), and the workers share the copy.
 """
 
@@ -34,18 +34,19 @@ from pathlib import Path
 
 import numpy as np
 
-from datasets_hub.build_format import MANIFEST, leaf_path, open_build, write_manifest_checksum
-from datasets_hub.cache import cache_root, file_lock
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.format import MANIFEST, leaf_path, open_build, write_manifest_checksum
+from datasets_hub.build.storage import DatasetStorage
+from datasets_hub.cache.layout import cache_root, file_lock
 from datasets_hub.env import offline
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.files import write_bytes_atomic
-from datasets_hub.published_format import PUBLISHED, parse_published, require_zarr
-from datasets_hub.remote_chunks import Chunks, always_resident, map_path, row_bytes_of, sha256_bytes
-from datasets_hub.remote_files import REMOTE_SCHEMES, RemoteFolder, redact_url, url_key
-from datasets_hub.remote_storage import COMPLETE, ResidentStorage
+from datasets_hub.redact import strip_url
+from datasets_hub.remote.chunks import Chunks, always_resident, map_path, row_bytes_of, sha256_bytes
+from datasets_hub.remote.files import REMOTE_SCHEMES, RemoteFolder, url_key
+from datasets_hub.remote.format import PUBLISHED, parse_published, require_zarr
+from datasets_hub.remote.storage import COMPLETE, ResidentStorage
 
-__all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "is_remote_url", "local_dir", "open_remote", "redact_url"]
+__all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "is_remote_url", "local_dir", "open_remote", "strip_url"]
 
 RESIDENT_MODES = ("full", "lazy", "pool")
 
@@ -87,7 +88,7 @@ def open_remote(
     _prepare(path, folder, published, published_bytes)
     if (path / COMPLETE).exists():
         return DatasetStorage(path)
-    from datasets_hub.remote_pool import PoolStorage, remove_orphan_pools
+    from datasets_hub.remote.pool import PoolStorage, remove_orphan_pools
 
     remove_orphan_pools(path)  # membership files of pools whose owner was killed
     if resident == "pool" and pool_episodes is not None:  # _check_modes refused a pool without a size

@@ -1,6 +1,6 @@
 """Running a preprocessing ``fn`` over row ranges: in this process, in worker processes, or as Ray tasks.
 
-:func:`map_chunks` is what :func:`datasets_hub.preprocess.preprocess` calls once the output is
+:func:`map_chunks` is what :func:`datasets_hub.preprocess.pipeline.preprocess` calls once the output is
 preallocated: it sends each worker a :class:`Job` (where to read the parent's rows, ``fn`` as pickle
 or cloudpickle bytes, where to write), and each chunk's output is checked against the schema the
 probe gave (:func:`schema_of`) before it is written to its disjoint row range. A failure in ``fn``
@@ -31,8 +31,8 @@ from datasets_hub.buffers.nested_keys import as_key
 from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.errors import MissingDependency, PreprocessError
 from datasets_hub.fingerprint import _module_identity
-from datasets_hub.preprocess_watch import BEAT, WorkerWatch, report_chunk, start_heartbeat
-from datasets_hub.preprocessed_storage import PreprocessedStorage, _open_schema
+from datasets_hub.preprocess.storage import PreprocessedStorage, _open_schema
+from datasets_hub.preprocess.watch import BEAT, WorkerWatch, report_chunk, start_heartbeat
 
 Key = tuple[str, ...]
 
@@ -47,7 +47,7 @@ class Source:
 
     def open(self) -> Callable[[int, int], TensorDictBase]:
         if self.kind == "build":
-            from datasets_hub.dataset_storage import DatasetStorage
+            from datasets_hub.build.storage import DatasetStorage
 
             storage: Any = DatasetStorage(self.path)
         elif self.kind == "preprocessed":
@@ -290,7 +290,7 @@ def _map_processes(
     method = start_method or ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["datasets_hub.preprocess_workers"])  # imported once by the server, not per worker
+        ctx.set_forkserver_preload(["datasets_hub.preprocess.workers"])  # imported once by the server, not per worker
     # a forked child of a process that used torch's OpenMP pool hangs in its next parallel region
     # unless it runs single-threaded (a forkserver child starts clean)
     job = replace(job, fn_bytes=payload, threads=1 if method == "fork" else job.threads)

@@ -1,8 +1,8 @@
 """Which chunks of a local copy are resident: fetching, verifying and writing them, and evicting them.
 
-A local copy of a published build (see :mod:`datasets_hub.remote`) has the build's sparse leaf files
+A local copy of a published build (see :mod:`datasets_hub.remote.open_url`) has the build's sparse leaf files
 and, per leaf, a residency map with one byte per chunk. :class:`Chunks` makes chunks resident: it
-fetches the missing ones (concurrently, through :class:`~datasets_hub.remote_files.RemoteFolder`),
+fetches the missing ones (concurrently, through :class:`~datasets_hub.remote.files.RemoteFolder`),
 checks each against the sha256 in ``published.json``, decodes it with zarr, writes its rows, and only
 then sets its byte. Under a byte budget (``max_bytes``) it evicts least recently used chunks first
 (their disk space is given back by punching holes), never a chunk that is pinned (a pool's episodes)
@@ -37,11 +37,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from datasets_hub.build_format import EPISODES, HISTORY, leaf_path
+from datasets_hub.build.format import EPISODES, HISTORY, leaf_path
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.files import write_bytes_atomic
-from datasets_hub.published_format import PUBLISHED, numpy_dtype, require_zarr
-from datasets_hub.remote_files import RemoteFolder
+from datasets_hub.remote.files import RemoteFolder
+from datasets_hub.remote.format import PUBLISHED, numpy_dtype, require_zarr
 
 FETCH_TRIES = 3
 _GROUP_BYTES = 64 << 20  # decoded bytes fetched before they are written: bounds the memory a large read takes

@@ -1,4 +1,4 @@
-"""Read-only storage over one preprocessing result (see :mod:`datasets_hub.preprocess`).
+"""Read-only storage over one preprocessing result (see :mod:`datasets_hub.preprocess.pipeline`).
 
 A result directory holds ``manifest.json`` (format ``datasets_hub.preprocessed``: schema with one
 file per leaf, row count, fingerprints), the leaf memmaps and, when the parent had one, the
@@ -19,9 +19,9 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, nest, parse_key
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.buffers.tensor_storages import TensorStorage
-from datasets_hub.build_checks import check_preprocessed
-from datasets_hub.build_format import open_leaf
-from datasets_hub.cache import mark_used, read_manifest
+from datasets_hub.build.checks import check_preprocessed
+from datasets_hub.build.format import open_leaf
+from datasets_hub.cache.layout import mark_used, read_manifest
 from datasets_hub.errors import CacheError, ReadOnlyError
 
 FORMAT = "datasets_hub.preprocessed"

@@ -37,10 +37,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub import __version__
-from datasets_hub import preprocess_chunks as chunking
 from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, reserve_files
 from datasets_hub.buffers.nested_keys import nest, parse_key
-from datasets_hub.cache import (
+from datasets_hub.cache.layout import (
     INCOMPLETE_SUFFIX,
     MANIFEST,
     ensure_writable_dir,
@@ -52,8 +51,9 @@ from datasets_hub.cache import (
 from datasets_hub.errors import InvalidParameter, PreprocessError
 from datasets_hub.files import write_json_atomic
 from datasets_hub.fingerprint import describe_name, transform_fingerprint
-from datasets_hub.preprocess_workers import Source, map_chunks, schema_of
-from datasets_hub.preprocessed_storage import FORMAT, PreprocessedStorage
+from datasets_hub.preprocess import chunks as chunking
+from datasets_hub.preprocess.storage import FORMAT, PreprocessedStorage
+from datasets_hub.preprocess.workers import Source, map_chunks, schema_of
 
 PROBE_ROWS = 4
 BACKENDS = ("process", "ray")
@@ -62,7 +62,7 @@ BACKENDS = ("process", "ray")
 # ------------------------------------------------------------------------------------------ parent
 def _describe_parent(rb: Any) -> tuple[Source | None, dict[str, Any]]:
     """The source workers open and the parent's identity (fingerprint, build, id, chain)."""
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
 
     storage = rb.storage
     if isinstance(storage, DatasetStorage):

@@ -1,7 +1,7 @@
 """Cache maintenance: remove and prune what the hub keeps on disk (docs/design/on-disk.md).
 
 These are the functions behind ``datasets-hub rm|cache rm|cache prune`` (``verify`` lives in
-:mod:`datasets_hub.cache_verify`, the listing in :mod:`datasets_hub.cache_listing`); they return
+:mod:`datasets_hub.cache.verify`, the listing in :mod:`datasets_hub.cache.listing`); they return
 plain data and never print, so scripts can call them too. Contracts:
 
 - :func:`remove` deletes builds atomically (renamed aside first, so no reader sees half a build)
@@ -15,7 +15,7 @@ plain data and never print, so scripts can call them too. Contracts:
   preprocessed results. It takes each item's lock without waiting and skips
   whatever is busy.
 
-Light on purpose: stdlib, numpy and :mod:`datasets_hub.cache` at import; the loader machinery is
+Light on purpose: stdlib, numpy and :mod:`datasets_hub.cache.layout` at import; the loader machinery is
 imported only by the functions that need a catalogue entry.
 """
 
@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.cache import (
+from datasets_hub.cache.layout import (
     DATASETS,
     DELETING_MARK,
     INCOMPLETE_SUFFIX,
@@ -52,7 +52,8 @@ from datasets_hub.cache import (
     raw_root,
     remove_tree,
 )
-from datasets_hub.cache_listing import stale_builds, variant_dirs, variant_manifest
+from datasets_hub.cache.listing import stale_builds, variant_dirs, variant_manifest
+from datasets_hub.downloads.fetch import SIDE_SUFFIXES
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -121,7 +122,7 @@ def builds_of(dataset_id: str) -> list[Path]:
 
 def catalogue_build(dataset_id: str, params: dict[str, Any] | None = None) -> tuple[Any, Any, Path]:
     """``(spec, loader, build path)`` of ``dataset_id`` with ``params`` over the catalogue's."""
-    from datasets_hub.build import build_path
+    from datasets_hub.build.pipeline import build_path
     from datasets_hub.catalogue import resolve
     from datasets_hub.plugins import get_loader
 
@@ -150,7 +151,7 @@ def _remove_build(build: Path) -> None:
 
 def _raw_targets(dataset_id: str, params: dict[str, Any] | None, builds: list[Path]) -> list[Path]:
     """The raw files of ``dataset_id`` (the catalogue's resources and those its builds' manifests name)."""
-    from datasets_hub.downloader import source_key
+    from datasets_hub.downloads.fetch import source_key
 
     spec, loader, _build = catalogue_build(dataset_id, params)
     paths = {raw_file_path(loader.name, r.name, source_key(r)) for r in loader.resources(spec)}
@@ -198,7 +199,7 @@ def remove(
             if not free:
                 raise CacheError(f"{path} is being downloaded by another process right now; try again when it finishes")
             existed = path.exists()
-            for side in ("", ".sha256", ".partial", ".corrupt", ".validator"):
+            for side in ("", *(s for s in SIDE_SUFFIXES if s != ".lock")):  # the lock is ours, held
                 path.with_name(path.name + side).unlink(missing_ok=True)
         if existed:
             removed.append(path)
@@ -226,7 +227,7 @@ def _check_name(name: Any) -> str:
 def _describe(build: Path) -> str:
     """``<fingerprint> (<params that differ from the catalogue's>; built <date>)``, for the candidates
     of an ambiguous name."""
-    from datasets_hub.cache_listing import catalogue_params, changed_params
+    from datasets_hub.cache.listing import catalogue_params, changed_params
 
     manifest, problem = manifest_or_problem(build)
     if manifest is None:
@@ -271,7 +272,7 @@ def find_builds(name: str, *, params: dict[str, Any] | None = None, all_builds: 
     raises it with "did you mean".
     """
     name = _check_name(name)
-    from datasets_hub.cache_listing import variant_dirs as variants_now
+    from datasets_hub.cache.listing import variant_dirs as variants_now
 
     variants = {v.parent.name + "/" + v.name: v for v in variants_now()}
     builds = {b.name: b for b, _m in iter_builds(warn=False)}

@@ -2,7 +2,7 @@
 
 It appends loader chunks to the leaf files of a build's ``data/`` folder and returns the manifest's
 content; the layout itself (constants, paths, the manifest checksum) and the one reader,
-:func:`~datasets_hub.build_format.open_build`, belong to :mod:`datasets_hub.build_format`.
+:func:`~datasets_hub.build.format.open_build`, belong to :mod:`datasets_hub.build.format`.
 
 The writer knows nothing about any loader; chunks are checked against the TED contract as they
 arrive, and each leaf is appended to its own file, so memory use is bounded by one chunk.
@@ -23,10 +23,10 @@ from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
-from datasets_hub.build_format import EPISODES, HISTORY, LEAF_SUFFIX, OBS, STEPS
+from datasets_hub.build.format import EPISODES, HISTORY, LEAF_SUFFIX, OBS, STEPS
 from datasets_hub.errors import TEDError
-from datasets_hub.memory_advice import mapped_file, page_out
-from datasets_hub.packed_steps import RECORD_NAME, RecordLayout
+from datasets_hub.build.memory import mapped_file, page_out
+from datasets_hub.build.packed_steps import RECORD_NAME, RecordLayout
 
 # -- the chunk keys the writer reads ------
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))

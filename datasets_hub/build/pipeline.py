@@ -25,15 +25,15 @@ from typing import Any
 import torch
 
 from datasets_hub import __version__
-from datasets_hub.build_format import (
+from datasets_hub.build.format import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
     STORAGE_FORMAT_VERSION,
     write_manifest_checksum,
 )
-from datasets_hub.build_writer import LeanTEDWriter
-from datasets_hub.cache import (
+from datasets_hub.build.writer import LeanTEDWriter
+from datasets_hub.cache.layout import (
     INCOMPLETE_SUFFIX,
     dataset_dir,
     ensure_writable_dir,
@@ -55,13 +55,13 @@ from datasets_hub.ted_contract import check_chunk
 def build_fingerprint(spec: DatasetSpec, loader: Loader) -> str:
     """hash(id, params, sources, loader format_version, storage format version).
 
-    Sources enter by identity (name, :func:`~datasets_hub.downloader.source_key`: the catalogue's
+    Sources enter by identity (name, :func:`~datasets_hub.downloads.fetch.source_key`: the catalogue's
     sha256, else the URL without credentials or signatures, and the size), so a build can be found
     without re-hashing multi-GB raw files, and another URL is another build; files without a
     catalogue checksum are pinned by the sha256 recorded at first download, which `datasets-hub
     verify` checks. Params enter redacted (a password is not part of what the data is).
     """
-    from datasets_hub.downloader import source_key
+    from datasets_hub.downloads.fetch import source_key
 
     return fingerprint(
         {
@@ -144,7 +144,7 @@ def _quarantine(exc: CorruptFile, spec: DatasetSpec, files: Mapping[str, Path], 
     name = next((n for n, p in files.items() if Path(p).absolute() == bad), None)
     if name is None or not bad.is_file():
         return
-    from datasets_hub.downloader import read_sidecar, sidecar_path
+    from datasets_hub.downloads.fetch import read_sidecar, sidecar_path
 
     url = (
         (read_sidecar(bad) or {}).get("url")

@@ -2,7 +2,7 @@
 
 A resource's size is the catalogue's ``size`` when it has one (exact, and checked against every
 download). Otherwise ``datasets-hub info`` asks the server: one ``HEAD`` request per http(s)
-resource (redirects followed, http/https only, at most :data:`~datasets_hub.http_download.MAX_REDIRECTS`),
+resource (redirects followed, http/https only, at most :data:`~datasets_hub.downloads.http.MAX_REDIRECTS`),
 ``Content-Length`` of the final answer, a short timeout and no retry. The answer is kept in
 ``<cache>/catalogue/sizes.json`` (keyed by the catalogue URL, credentials and signatures removed),
 which ``list`` reads without ever touching the network. Offline (``DATASETS_HUB_OFFLINE=1``), or
@@ -81,7 +81,7 @@ def head_size(url: str, *, timeout: float = HEAD_TIMEOUT_S) -> tuple[int | None,
     network problem (offline, DNS, refused, timeout, an HTTP error, no ``Content-Length``)."""
     import requests
 
-    from datasets_hub.http_download import MAX_REDIRECTS, name_resolution_failed
+    from datasets_hub.downloads.http import MAX_REDIRECTS, name_resolution_failed
 
     if env.offline():
         return None, UNKNOWN_OFFLINE
@@ -124,7 +124,7 @@ def resource_sizes(
     download would use (mirror override applied), remembered for next time. With ``dataset_id``
     (the catalogue's own params), a total learnt from the server is remembered for that id too,
     so that ``list`` shows it without knowing the id's files."""
-    from datasets_hub.downloader import apply_endpoint
+    from datasets_hub.downloads.fetch import apply_endpoint
 
     cached = cached_sizes()["urls"]
     out: list[SizeAnswer] = []

@@ -1,9 +1,9 @@
 """A partially resident local copy of a published build, as a read-only storage (``resident="full"`` and
-``resident="lazy"``; the pool mode builds on it in :mod:`datasets_hub.remote_pool`).
+``resident="lazy"``; the pool mode builds on it in :mod:`datasets_hub.remote.pool`).
 
-:class:`ResidentStorage` is a :class:`~datasets_hub.dataset_storage.DatasetStorage` (the build is opened
-by :func:`~datasets_hub.build_format.open_build`, the one reader of the format) whose every read first
-makes the chunks it touches resident (:class:`~datasets_hub.remote_chunks.Chunks`). Samplers see the
+:class:`ResidentStorage` is a :class:`~datasets_hub.build.storage.DatasetStorage` (the build is opened
+by :func:`~datasets_hub.build.format.open_build`, the one reader of the format) whose every read first
+makes the chunks it touches resident (:class:`~datasets_hub.remote.chunks.Chunks`). Samplers see the
 whole episode index, so sampling is exactly uniform over the dataset; a batch waits for its chunks.
 
 Pickling (DataLoader workers, ``torch.multiprocessing``): the pickle carries the URL, the local copy's
@@ -24,13 +24,14 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.build_format import OBS, STEPS, leaf_path
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.format import OBS, STEPS, leaf_path
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.files import sha256_file, write_bytes_atomic
-from datasets_hub.published_format import PUBLISHED, parse_published
-from datasets_hub.remote_chunks import Chunks, sha256_bytes
-from datasets_hub.remote_files import RemoteFolder, redact_url
+from datasets_hub.redact import strip_url
+from datasets_hub.remote.chunks import Chunks, sha256_bytes
+from datasets_hub.remote.files import RemoteFolder
+from datasets_hub.remote.format import PUBLISHED, parse_published
 
 COMPLETE = "complete"  #: marker file of a local copy whose every chunk is in and verified
 
@@ -261,7 +262,7 @@ def reopen_copy(cls: type[ResidentStorage], state: dict[str, Any]) -> DatasetSto
     folder) and the same build fingerprint; otherwise a :class:`CacheError` says to load the URL again.
     """
     path = Path(state["path"])
-    shown = redact_url(state["url"])
+    shown = strip_url(state["url"])
     if (path / COMPLETE).exists():
         storage = DatasetStorage(path)
     else:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from datasets_hub import env
-from datasets_hub.build_format import MANIFEST
+from datasets_hub.build.format import MANIFEST
+from datasets_hub.downloads.fetch import SIDE_SUFFIXES
 from datasets_hub.errors import CacheError
 from datasets_hub.files import sha256_json
 
@@ -43,7 +44,7 @@ def raw_dir(loader: str) -> Path:
 
 #: Suffixes the cache adds to names it owns (side files of downloads, builds being written or
 #: deleted): reserved, so no dataset id or resource name can collide with them.
-RESERVED_SUFFIXES = (".sha256", ".lock", ".partial", ".corrupt", ".validator", ".tmp", INCOMPLETE_SUFFIX)
+RESERVED_SUFFIXES = (*SIDE_SUFFIXES, INCOMPLETE_SUFFIX)
 DELETING_MARK = ".deleting-"
 #: Longest name component of a resource (file systems allow 255 bytes; the cache appends suffixes).
 MAX_NAME_BYTES = 200
@@ -63,7 +64,7 @@ def reserved_name_problem(segment: str) -> str | None:
 def raw_file_path(loader_name: str, resource_name: str, source_key: str | None = None) -> Path:
     """Where a loader's resource is kept: ``<cache>/raw/<loader>/<source-key>/<name>``.
 
-    ``source_key`` (:func:`datasets_hub.downloader.source_key`) is the identity of the bytes, so two
+    ``source_key`` (:func:`datasets_hub.downloads.fetch.source_key`) is the identity of the bytes, so two
     sources with the same file name never share a file (``None``: the layout of builds made before
     keys existed, ``<cache>/raw/<loader>/<name>``). Names must be safe relative paths (a loader
     cannot make the hub write outside its raw folder), of at most :data:`MAX_NAME_BYTES` bytes per

@@ -5,7 +5,7 @@
 ``hf://datasets/jdvakil/RoboSet_Sim/FK1-v4(expert)/x.h5``.
 
 Files are fetched with ``huggingface_hub.hf_hub_download`` into the Hugging Face cache (its own
-resume, locking and size checks) and :func:`datasets_hub.downloader.fetch` then hard-links (or copies)
+resume, locking and size checks) and :func:`datasets_hub.downloads.fetch.fetch` then hard-links (or copies)
 them into ``<cache>/raw/<loader>/``. Read at call time: ``HF_ENDPOINT`` (a Hub mirror),
 ``HF_HUB_OFFLINE`` (as ``DATASETS_HUB_OFFLINE``: only files already in the Hugging Face cache are
 used, without any connection), ``HF_HUB_CACHE`` / ``HF_HOME``. ``huggingface_hub`` itself reads

@@ -2,9 +2,9 @@
 
 Everything that knows how a build lies on disk is here: the layout constants, the leaf paths and
 sizes, :func:`open_leaf`, the manifest checksum, and the one reader, :func:`open_build`, which
-:class:`~datasets_hub.dataset_storage.DatasetStorage`, :mod:`datasets_hub.cache_verify` and every
+:class:`~datasets_hub.build.storage.DatasetStorage`, :mod:`datasets_hub.cache.verify` and every
 other consumer use instead of parsing the manifest themselves. The writer,
-:class:`~datasets_hub.build_writer.LeanTEDWriter`, lives in :mod:`datasets_hub.build_writer` and
+:class:`~datasets_hub.build.writer.LeanTEDWriter`, lives in :mod:`datasets_hub.build.writer` and
 takes the layout from here.
 
 A build directory::
@@ -43,17 +43,17 @@ import numpy as np
 import torch
 
 from datasets_hub.buffers.nested_keys import Key, parse_key
-from datasets_hub.build_checks import check_build
-from datasets_hub.build_checks import leaf_path as checked_leaf_path
+from datasets_hub.build.checks import check_build
+from datasets_hub.build.checks import leaf_path as checked_leaf_path
 from datasets_hub.errors import CacheError
 from datasets_hub.files import sha256_file, write_text_atomic
-from datasets_hub.packed_steps import RECORD_NAME, PackedSteps, RecordLayout
-from datasets_hub.ram import anonymous_copy, check_fits
+from datasets_hub.build.packed_steps import RECORD_NAME, PackedSteps, RecordLayout
+from datasets_hub.build.memory import anonymous_copy, check_fits
 
 # -- layout constants ---------------------------------------------------------------------------
 FORMAT = "datasets_hub.ted"  #: the manifest's "format"
 #: the manifest's "version": 2 adds the packed per-step records (``steps/_packed``, ``layout["packed"]``,
-#: see :mod:`datasets_hub.packed_steps`); version 1 builds (without them) are still read
+#: see :mod:`datasets_hub.build.packed_steps`); version 1 builds (without them) are still read
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 #: enters every build fingerprint: bump it when the layout changes, and old builds are never reused
@@ -232,7 +232,7 @@ def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild
     """Open the build at ``build_dir`` read-only: the one reader of the format.
 
     ``in_memory=True`` copies every leaf into anonymous memory (transparent huge pages where the OS
-    offers them, :mod:`datasets_hub.ram`) instead of mapping the files: the same values, no page
+    offers them, :mod:`datasets_hub.build.memory`) instead of mapping the files: the same values, no page
     faults or file-backed pages on the sampling path. It refuses with
     :class:`~datasets_hub.errors.InvalidParameter` naming the size and the memory available when the
     copy would not fit. Raises :class:`CacheError` naming the fix when the build is incomplete,

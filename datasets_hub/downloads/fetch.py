@@ -9,7 +9,7 @@ The contract of :func:`fetch`:
   is rehashed once. :func:`verify_file` always rehashes (``datasets-hub verify``).
 - Sources (``Resource.urls``) are mirrors tried in order: ``http(s)://``, ``file://`` (a local
   copy, streamed and hashed) and ``hf://<repo_type>s/<repo_id>/<path>[@<revision>]`` (the Hugging
-  Face Hub through ``huggingface_hub``, see :mod:`datasets_hub.hf_source`).
+  Face Hub through ``huggingface_hub``, see :mod:`datasets_hub.downloads.huggingface`).
 - HTTP(S): streamed in 1 MiB chunks to ``<dest>.partial``; after a dropped connection or a read
   timeout the download resumes with ``Range: bytes=<have>-`` (a 200 answer restarts from zero); a
   partial left by a killed process is resumed too (rehashed first). Connection errors, timeouts,
@@ -57,9 +57,9 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 from datasets_hub import env
+from datasets_hub.downloads.http import CHUNK_SIZE, MAX_REDIRECTS, Progress, http_download
 from datasets_hub.errors import CacheError, ChecksumMismatch, DownloadError, HubError
 from datasets_hub.files import hash_file, open_nofollow, write_text_atomic
-from datasets_hub.http_download import CHUNK_SIZE, MAX_REDIRECTS, Progress, http_download
 from datasets_hub.redact import redact_text, redact_url
 
 if TYPE_CHECKING:  # loader.py imports tensordict; this module stays light
@@ -207,6 +207,13 @@ def read_sidecar(dest: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
+
+
+def recorded_sha256(dest: Path) -> str | None:
+    """The sha256 the sidecar of ``dest`` recorded at download, or ``None`` (no sidecar, or an unreadable one)."""
+    meta = read_sidecar(dest)
+    value = meta.get("sha256") if meta is not None else None
+    return value if isinstance(value, str) else None
 
 
 def _write_sidecar(
@@ -473,7 +480,7 @@ def _download_any(
                 elif scheme == "file":
                     digest, size = _copy_local(_file_url_path(url, resource), partial, bar, link=False)
                 else:
-                    from datasets_hub.hf_source import download_hf
+                    from datasets_hub.downloads.huggingface import download_hf
 
                     source = download_hf(
                         url,
@@ -519,7 +526,7 @@ def _finish(resource: Resource, dest: Path, partial: Path, url: str, digest: str
             f"{resource.sha256.lower()}. It was moved aside to {corrupt}. Try again, or use another mirror "
             f"(DATASETS_HUB_ENDPOINT_<LOADER>); if upstream really changed, fix the catalogue's sha256."
         )
-    # No fsync, as for builds (datasets_hub/build.py): a killed process never publishes a partial
+    # No fsync, as for builds (datasets_hub/build/pipeline.py): a killed process never publishes a partial
     # file, and after a power loss `datasets-hub verify` finds a damaged one by its recorded sha256.
     # An fsync here cost 0.3-0.6 s per 300 MB, a third of a D4RL build.
     os.replace(partial, dest)
@@ -585,7 +592,7 @@ def _copy_local(source: Path, partial: Path, bar: Any, *, link: bool) -> tuple[s
 
 def list_hf_files(repo_id: str, repo_type: str = "dataset", revision: str | None = None, prefix: str = "") -> list[str]:
     """Sorted files of a Hugging Face Hub repo starting with ``prefix`` (for loaders that need a
-    listing); see :func:`datasets_hub.hf_source.list_hf_files`."""
-    from datasets_hub.hf_source import list_hf_files as _list
+    listing); see :func:`datasets_hub.downloads.huggingface.list_hf_files`."""
+    from datasets_hub.downloads.huggingface import list_hf_files as _list
 
     return _list(repo_id, repo_type=repo_type, revision=revision, prefix=prefix)

@@ -1,4 +1,4 @@
-"""The files of a published build, read through fsspec (see :mod:`datasets_hub.remote`).
+"""The files of a published build, read through fsspec (see :mod:`datasets_hub.remote.open_url`).
 
 One :class:`RemoteFolder` per URL: ``hf://`` through huggingface_hub's ``HfFileSystem`` (it honours
 ``HF_ENDPOINT``), ``http(s)://`` through fsspec's HTTP filesystem (aiohttp), ``s3://`` through ``s3fs``,
@@ -12,26 +12,17 @@ import hashlib
 import importlib.util
 import os
 from typing import Any
-from urllib.parse import urlsplit
 
 from datasets_hub import env
 from datasets_hub.errors import DownloadError, InvalidParameter, MissingDependency
+from datasets_hub.redact import strip_url
 
 REMOTE_SCHEMES = ("hf://", "http://", "https://", "s3://", "file://")
 
 
-def redact_url(url: str) -> str:
-    """``url`` without credentials or query string (signatures live there): safe to show and to hash."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}"
-
-
 def url_key(url: str) -> str:
     """The folder name of a URL's local copies (credentials and query signatures left out)."""
-    return hashlib.sha256(redact_url(url).encode()).hexdigest()[:16]
+    return hashlib.sha256(strip_url(url).encode()).hexdigest()[:16]
 
 
 class RemoteFolder:
@@ -43,7 +34,7 @@ class RemoteFolder:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.shown = redact_url(url)
+        self.shown = strip_url(url)
         self._fs, self.root = _filesystem(url)
         self._pid = os.getpid()
 

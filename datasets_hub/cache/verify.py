@@ -3,11 +3,11 @@
 :func:`verify` rehashes raw files (``downloader.verify_file``: against the catalogue sha256 or the
 one recorded at first download) and every data file of a build against the sha256, dtype, shape and
 rows the manifest's ``schema`` records. It checks the manifest itself against ``manifest.sha256``
-(:data:`~datasets_hub.build_format.MANIFEST_SHA256`) when the build has one, and in any case against what can be recomputed
+(:data:`~datasets_hub.build.format.MANIFEST_SHA256`) when the build has one, and in any case against what can be recomputed
 from the data: counts vs rows, episode return/length statistics, the fingerprint (id, params and
 sources hash to the directory's name) and the id (the build's location). It only reads, and it
 reports every mismatch with the file's path; what it could not check is a note, not a failure.
-What the files should be (paths, sizes, rows per group) comes from :mod:`datasets_hub.build_format`.
+What the files should be (paths, sizes, rows per group) comes from :mod:`datasets_hub.build.format`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.build_format import (
+from datasets_hub.build.format import (
     EPISODES,
     MANIFEST,
     MANIFEST_SHA256,
@@ -25,10 +25,10 @@ from datasets_hub.build_format import (
     leaf_path,
     read_manifest_checksum,
 )
-from datasets_hub.cache import dataset_dir, raw_file_path, read_manifest
+from datasets_hub.cache.layout import dataset_dir, raw_file_path, read_manifest
+from datasets_hub.cache.maintenance import builds_of, catalogue_build
 from datasets_hub.errors import CacheError, HubError
 from datasets_hub.files import human_bytes, sha256_file
-from datasets_hub.maintenance import builds_of, catalogue_build
 
 
 @dataclass
@@ -46,7 +46,7 @@ class VerifyResult:
 
 
 def _verify_raw(path: Path, resource: Any, result: VerifyResult) -> None:
-    from datasets_hub.downloader import verify_file  # the download stack loads only when raw files are checked
+    from datasets_hub.downloads.fetch import verify_file  # the download stack loads only when raw files are checked
 
     ok, message = verify_file(path, resource)
     (result.checked if ok else result.problems).append(message)
@@ -185,7 +185,7 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
     if expected.name == build.name:
         return
     from datasets_hub import __version__
-    from datasets_hub.build_format import STORAGE_FORMAT_VERSION
+    from datasets_hub.build.format import STORAGE_FORMAT_VERSION
 
     made_by = (
         manifest.get("hub_version"),
@@ -209,8 +209,8 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
 
 def _verify_preprocessed(build: Path, result: VerifyResult) -> None:
     """Every published preprocessing result of ``build``: manifest, paths, sizes, recorded sha256."""
-    from datasets_hub.build_checks import check_preprocessed
-    from datasets_hub.cache import cache_root, manifest_or_problem
+    from datasets_hub.build.checks import check_preprocessed
+    from datasets_hub.cache.layout import cache_root, manifest_or_problem
 
     parent = cache_root() / "preprocessed" / build.name
     if not parent.is_dir():
@@ -292,7 +292,7 @@ def verify(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds:
     if read_manifest(build) is not None:
         return verify_build(build, result)
     raw_found = False
-    from datasets_hub.downloader import source_key
+    from datasets_hub.downloads.fetch import source_key
 
     for resource in loader.resources(spec):
         path = raw_file_path(loader.name, resource.name, source_key(resource))

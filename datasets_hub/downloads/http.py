@@ -1,4 +1,4 @@
-"""One HTTP(S) download into a ``.partial`` file, resumable and bounded (used by :mod:`datasets_hub.downloader`).
+"""One HTTP(S) download into a ``.partial`` file, resumable and bounded (used by :mod:`datasets_hub.downloads.fetch`).
 
 The contract of :func:`http_download`:
 

@@ -17,12 +17,12 @@ from tensordict import TensorDict
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, nest, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
-from datasets_hub.build_format import open_build
-from datasets_hub.cache import mark_used
+from datasets_hub.build.format import open_build
+from datasets_hub.cache.layout import mark_used
 from datasets_hub.errors import CacheError
-from datasets_hub.memory_advice import LARGE_ROW, huge_pages, will_need
-from datasets_hub.packed_steps import PackedSteps
-from datasets_hub.ram import available_memory, margin_bytes
+from datasets_hub.build.memory import LARGE_ROW, huge_pages, will_need
+from datasets_hub.build.packed_steps import PackedSteps
+from datasets_hub.build.memory import available_memory, margin_bytes
 
 _TERMINATED, _TRUNCATED = ("next", "terminated"), ("next", "truncated")
 _AT_T_AND_NEXT = np.array([[0], [1]], dtype=np.int64)
@@ -186,7 +186,7 @@ class DatasetStorage(ReadOnlyStorage):
 
     def history_keys(self) -> list[Key]:
         """Observation-like keys for which the build keeps history frames (frames before an
-        episode's first transition; see :mod:`datasets_hub.build_format`); ``[]`` for most builds."""
+        episode's first transition; see :mod:`datasets_hub.build.format`); ``[]`` for most builds."""
         return [parse_key(k) for k in self.manifest["layout"].get("history", [])]
 
     def history_index(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -478,8 +478,8 @@ class DatasetStorage(ReadOnlyStorage):
         return super().gather_states(key, rows, after, episodes=episodes)
 
     def device_copy(self, device: Any) -> Any:
-        """This build in ``device``'s memory (a ``DeviceStorage``, lean layout; see :mod:`datasets_hub.device_build`)."""
-        from datasets_hub.device_build import build_on_device
+        """This build in ``device``'s memory (a ``DeviceStorage``, lean layout; see :mod:`datasets_hub.build.device`)."""
+        from datasets_hub.build.device import build_on_device
 
         return build_on_device(self.path, device)
 

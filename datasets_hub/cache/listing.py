@@ -2,13 +2,13 @@
 
 Plain data, never printed here. For each build: its id, the params that differ from the
 catalogue's (what ``--param`` overrode), size on disk, build date, last use (the
-:data:`~datasets_hub.cache.LAST_USED` marker that opening a build touches), its preprocessed
+:data:`~datasets_hub.cache.layout.LAST_USED` marker that opening a build touches), its preprocessed
 variants, and whether it is *stale*: made in an older on-disk format or by an older loader
 conversion (``format_version``) than this installation produces, so no ``load`` can pick it again
 (the build fingerprint covers both versions) and ``cache prune`` removes it. A build made by a
 *newer* installation (a cache shared between versions) is flagged as such and never pruned.
 
-Light on purpose: the stdlib and :mod:`datasets_hub.cache` at import; the catalogue and the
+Light on purpose: the stdlib and :mod:`datasets_hub.cache.layout` at import; the catalogue and the
 loader plugins are imported only when there are builds to describe.
 """
 
@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.cache import (
+from datasets_hub.cache.layout import (
     DELETING_MARK,
     INCOMPLETE_SUFFIX,
     SECTIONS,
@@ -97,7 +97,7 @@ class _Versions:
     """The versions this installation writes, and each installed loader's ``format_version`` (asked once)."""
 
     def __init__(self) -> None:
-        from datasets_hub.build_format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, STORAGE_FORMAT_VERSION
+        from datasets_hub.build.format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, STORAGE_FORMAT_VERSION
 
         self.format, self.version, self.storage = FORMAT, FORMAT_VERSION, STORAGE_FORMAT_VERSION
         self.readable = READABLE_VERSIONS  # older versions this one still reads (and `load` reuses)
@@ -180,7 +180,7 @@ def changed_params(params: dict[str, Any], defaults: dict[str, Any]) -> dict[str
 
 
 def _raw_files() -> dict[str, list[tuple[str, int]]]:
-    from datasets_hub.downloader import SIDE_SUFFIXES
+    from datasets_hub.downloads.fetch import SIDE_SUFFIXES
 
     root = raw_root()
     out: dict[str, list[tuple[str, int]]] = {}
