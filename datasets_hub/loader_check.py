@@ -1,4 +1,4 @@
-"""``check_loader``: the whole plugin contract (DESIGN.md §5), checked for a plugin author.
+"""``check_loader``: the whole plugin contract (docs/design/plugins.md), checked for a plugin author.
 
 Two forms (both raise ``AssertionError`` naming the loader, the stage and the problem):
 

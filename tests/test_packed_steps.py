@@ -12,8 +12,9 @@ import torch
 
 import datasets_hub as dh
 from datasets_hub.build import memory as ram
-from datasets_hub.build.format import FORMAT_VERSION, MANIFEST, open_build, write_manifest_checksum
+from datasets_hub.build.format import FORMAT_VERSION, MANIFEST, write_manifest_checksum
 from datasets_hub.build.packed_steps import MAX_FIELD_BYTES, RECORD_NAME, PackedSteps
+from datasets_hub.build.reader import open_build
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import CacheError, InvalidParameter
 

@@ -9,7 +9,7 @@ import torch
 
 import datasets_hub as dh
 from datasets_hub.build import memory as ram
-from datasets_hub.build.format import open_build
+from datasets_hub.build.reader import open_build
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 

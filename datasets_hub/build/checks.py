@@ -26,22 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from datasets_hub.build.format import DATA_DIR, EPISODES, FORMAT, HISTORY, ITEMSIZE, LEAF_SUFFIX, MANIFEST, MANIFEST_SHA256, OBS, READABLE_VERSIONS, REQUIRED_COLUMNS, STEPS
 from datasets_hub.errors import CacheError
 
-__all__ = ["ITEMSIZE", "check_build", "check_preprocessed", "inside", "leaf_path"]
+__all__ = ["check_build", "check_preprocessed", "checked_leaf_path", "inside"]
 
-ITEMSIZE = {
-    "bool": 1, "uint8": 1, "int8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2, "int32": 4,
-    "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8, "complex64": 8, "complex128": 16,
-}  # fmt: skip
 _MAX_BYTES = 1 << 60
-_REQUIRED = {
-    "episodes/start": "int64",
-    "episodes/length": "int64",
-    "episodes/id": "int64",
-    "steps/next/terminated": "bool",
-    "steps/next/truncated": "bool",
-}
 
 
 def _fail(where: Path, problem: str) -> CacheError:
@@ -66,9 +56,9 @@ def inside(root: Path, relative: str, where: Path) -> Path:
     return path
 
 
-def leaf_path(build: Path, name: str, where: Path) -> Path:
+def checked_leaf_path(build: Path, name: str, where: Path) -> Path:
     """The file of column ``name`` of the build at ``build``, checked by :func:`inside`."""
-    return inside(Path(build) / "data", name + ".memmap", where)
+    return inside(Path(build) / DATA_DIR, name + LEAF_SUFFIX, where)
 
 
 def _column(entry: Any, name: str, where: Path) -> tuple[str, tuple[int, ...], int]:
@@ -113,12 +103,12 @@ def _size_matches(
 
 
 def _check_hash(build: Path, where: Path) -> None:
-    recorded = build / "manifest.sha256"
+    recorded = build / MANIFEST_SHA256
     if not recorded.is_file():
         return  # built before manifest checksums existed: the consistency checks below still run
     try:
         words = recorded.read_text(errors="replace").split()
-        digest = hashlib.sha256((build / "manifest.json").read_bytes()).hexdigest()
+        digest = hashlib.sha256((build / MANIFEST).read_bytes()).hexdigest()
     except OSError as exc:  # removed while it was being opened
         raise CacheError(f"{build}: the build was removed or replaced while it was opened ({exc.strerror}); load "
                          "the dataset again") from exc  # fmt: skip
@@ -143,23 +133,23 @@ def _count(counts: dict[str, Any], label: str, where: Path) -> int:
 def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...], int]]:
     """Check the build at ``build`` (module docstring); return ``{column: (dtype, shape, rows)}``."""
     build = Path(build)
-    where = build / "manifest.json"
+    where = build / MANIFEST
     _check_hash(build, where)
-    if manifest.get("format") != "datasets_hub.ted" or manifest.get("version") not in (1, 2):
+    if manifest.get("format") != FORMAT or manifest.get("version") not in READABLE_VERSIONS:
         raise _fail(where, f"format {manifest.get('format')!r} version {manifest.get('version')!r} is not a "
-                           "datasets_hub.ted version 1 or 2 build")  # fmt: skip
+                           f"{FORMAT} build of a version this reader knows {READABLE_VERSIONS}")  # fmt: skip
     schema, layout, counts = (_object_field(manifest, field, where) for field in ("schema", "layout", "counts"))
     n, e = _count(counts, "transitions", where), _count(counts, "episodes", where)
-    want = {"steps": n, "episodes": e, "obs": n + e, "history": None}  # history: frames before episodes, any count
+    want = {STEPS: n, EPISODES: e, OBS: n + e, HISTORY: None}  # history: frames before episodes, any count
     history_rows = set()
     columns = {}
     for name, entry in schema.items():
         dtype, shape, rows = _column(entry, name, where)
-        path = leaf_path(build, name, where)  # first: a name that leaves data/ is refused as such
+        path = checked_leaf_path(build, name, where)  # first: a name that leaves data/ is refused as such
         group = name.split("/", 1)[0]
         if group not in want or "/" not in name:
             raise _fail(where, f"column {name!r} is in no known group (steps/, obs/, episodes/, history/)")
-        if group == "history":
+        if group == HISTORY:
             history_rows.add(rows)
         elif rows != want[group]:
             raise _fail(where, f"column {name!r} has {rows} rows but counts say {want[group]}")
@@ -167,10 +157,10 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
         columns[name] = (dtype, shape, rows)
     if len(history_rows) > 1:
         raise _fail(where, f"the history columns disagree on their row count ({sorted(history_rows)})")
-    for name, dtype in _REQUIRED.items():
+    for name, dtype in REQUIRED_COLUMNS.items():
         if name not in columns:
             raise _fail(where, f"the required column {name!r} is missing")
-        scalar = () if name.startswith("episodes/") else (1,)  # per-step flags are [N, 1], the index [E]
+        scalar = () if name.startswith(EPISODES + "/") else (1,)  # per-step flags are [N, 1], the index [E]
         if columns[name][0] != dtype or columns[name][1] != scalar:
             raise _fail(where, f"column {name!r} is {columns[name][0]} {list(columns[name][1])}, not {dtype} "
                                f"{list(scalar)}")  # fmt: skip
@@ -179,10 +169,10 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise _fail(where, f"layout.{field} is {keys!r}, not a list of key names")
     for key in layout["obs"]:
-        if "obs/" + key not in columns:
+        if f"{OBS}/{key}" not in columns:
             raise _fail(where, f"layout.obs names {key!r} but there is no column 'obs/{key}'")
     for key in layout["next_stored_per_step"]:
-        if "steps/next/" + key not in columns:
+        if f"{STEPS}/next/{key}" not in columns:
             raise _fail(where, f"layout.next_stored_per_step names {key!r} but there is no column 'steps/next/{key}'")
     _check_episode_index(build, n, e, where)
     return columns
@@ -190,9 +180,9 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
 
 def _check_episode_index(build: Path, n: int, e: int, where: Path) -> None:
     try:
-        start = np.fromfile(leaf_path(build, "episodes/start", where), dtype=np.int64)
-        length = np.fromfile(leaf_path(build, "episodes/length", where), dtype=np.int64)
-        ids = np.fromfile(leaf_path(build, "episodes/id", where), dtype=np.int64)
+        start = np.fromfile(checked_leaf_path(build, f"{EPISODES}/start", where), dtype=np.int64)
+        length = np.fromfile(checked_leaf_path(build, f"{EPISODES}/length", where), dtype=np.int64)
+        ids = np.fromfile(checked_leaf_path(build, f"{EPISODES}/id", where), dtype=np.int64)
     except OSError as exc:  # removed (renamed aside by `rm`) while it was being opened
         raise CacheError(f"{build}: the episode index cannot be read ({exc.strerror}): the build was removed or "
                          "replaced while it was opened; load the dataset again") from exc  # fmt: skip
@@ -213,7 +203,7 @@ def check_preprocessed(result: Path, manifest: dict[str, Any]) -> dict[str, tupl
     """Check a preprocessing result (format, schema, paths inside ``result``, file sizes); return
     ``{column: (dtype, shape, path)}``. A truncated file is a clear error, not an mmap failure."""
     result = Path(result)
-    where = result / "manifest.json"
+    where = result / MANIFEST
     schema, counts = manifest.get("schema"), manifest.get("counts")
     if not isinstance(schema, dict) or not isinstance(counts, dict):
         raise _fail(where, "'schema' or 'counts' is missing or not an object")

@@ -1,6 +1,6 @@
 """A hub build copied into one device's memory, in its lean layout (docs/guide/sampling.md).
 
-The build is read through :func:`datasets_hub.build.format.open_build` (the one reader of the
+The build is read through :func:`datasets_hub.build.reader.open_build` (the one reader of the
 format): observation-like keys keep their per-episode ``T + 1`` rows (one copy serves ``t`` and
 ``t + 1``), per-step columns their ``N`` rows, and the episode index comes along. The copy is
 refused, before anything is allocated, when it needs more than the device can spare.
@@ -14,7 +14,7 @@ import torch
 
 from datasets_hub.buffers.device.storage import DeviceStorage
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.build.format import open_build
+from datasets_hub.build.reader import open_build
 from datasets_hub.errors import InvalidParameter
 
 

@@ -25,13 +25,7 @@ from typing import Any
 import torch
 
 from datasets_hub import __version__
-from datasets_hub.build.format import (
-    FORMAT,
-    FORMAT_VERSION,
-    MANIFEST,
-    STORAGE_FORMAT_VERSION,
-    write_manifest_checksum,
-)
+from datasets_hub.build.format import FORMAT, FORMAT_VERSION, MANIFEST, STORAGE_FORMAT_VERSION, write_manifest_checksum
 from datasets_hub.build.writer import LeanTEDWriter
 from datasets_hub.cache.layout import (
     INCOMPLETE_SUFFIX,

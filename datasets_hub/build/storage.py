@@ -17,7 +17,7 @@ from tensordict import TensorDict
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, nest, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
-from datasets_hub.build.format import open_build
+from datasets_hub.build.reader import open_build
 from datasets_hub.cache.layout import mark_used
 from datasets_hub.errors import CacheError
 from datasets_hub.build.memory import LARGE_ROW, huge_pages, will_need

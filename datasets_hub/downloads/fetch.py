@@ -182,7 +182,7 @@ def download_settings(
 
 
 def source_key(resource: Resource) -> str:
-    """The identity of ``resource``'s bytes, the folder its raw file is kept in (DESIGN.md §4).
+    """The identity of ``resource``'s bytes, the folder its raw file is kept in (docs/design/on-disk.md, "The cache").
 
     ``sha-<16 hex>`` from the catalogue's sha256 when it has one (same bytes, same file, whatever the
     URL), else ``url-<16 hex>`` hashed from the first URL with credentials and signatures removed

@@ -20,7 +20,7 @@ from datasets_hub.buffers.nested_keys import Key, nest, parse_key
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.buffers.tensor_storages import TensorStorage
 from datasets_hub.build.checks import check_preprocessed
-from datasets_hub.build.format import open_leaf
+from datasets_hub.build.reader import open_leaf
 from datasets_hub.cache.layout import mark_used, read_manifest
 from datasets_hub.errors import CacheError, ReadOnlyError
 

@@ -5,7 +5,7 @@
 fsspec (:mod:`datasets_hub.remote.files`).
 
 The local copy is the same memory-mapped build the hub makes itself (``manifest.json`` + ``data/``, opened
-by :func:`~datasets_hub.build.format.open_build`), under ``<cache>/remote/<url-hash>/<published-hash>/``,
+by :func:`~datasets_hub.build.reader.open_build`), under ``<cache>/remote/<url-hash>/<published-hash>/``,
 plus one residency map per leaf (one byte per chunk, :mod:`datasets_hub.remote.chunks`). Opening fetches
 ``published.json``, the manifest and the episode index (kilobytes); chunks follow, by residency mode:
 
@@ -34,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from datasets_hub.build.format import MANIFEST, leaf_path, open_build, write_manifest_checksum
+from datasets_hub.build.format import MANIFEST, leaf_path, write_manifest_checksum
+from datasets_hub.build.reader import open_build
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.cache.layout import cache_root, file_lock
 from datasets_hub.env import offline

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from datasets_hub import __version__
-from datasets_hub.build.format import MANIFEST, open_build
+from datasets_hub.build.format import MANIFEST
+from datasets_hub.build.reader import open_build
 from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
 from datasets_hub.files import sha256_file
 from datasets_hub.remote.format import (

@@ -2,7 +2,7 @@
 ``resident="lazy"``; the pool mode builds on it in :mod:`datasets_hub.remote.pool`).
 
 :class:`ResidentStorage` is a :class:`~datasets_hub.build.storage.DatasetStorage` (the build is opened
-by :func:`~datasets_hub.build.format.open_build`, the one reader of the format) whose every read first
+by :func:`~datasets_hub.build.reader.open_build`, the one reader of the format) whose every read first
 makes the chunks it touches resident (:class:`~datasets_hub.remote.chunks.Chunks`). Samplers see the
 whole episode index, so sampling is exactly uniform over the dataset; a batch waits for its chunks.
 
