@@ -77,7 +77,7 @@ from tensordict import TensorDict, TensorDictBase
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
-from ..minari_convert import decode_text, encode_text
+from ..formats.text import decode_text, encode_text
 
 __all__ = ["RobomimicLoader", "decode_text", "demo_order"]
 
