@@ -167,3 +167,19 @@ def test_catalogue_lists_the_chunks():
         resources = TDMPC2Loader().resources(spec)
         assert spec.params["task_set"] == name and len(resources) == count
         assert resources[-1].urls[0] == f"hf://datasets/nicklashansen/tdmpc2/{name}/chunk_{count - 1}.pt"
+
+
+def test_torch_legacy_serialization_is_read_without_mmap(tmp_path):
+    td = chunk(0, 2, 4, [3, 5])
+    path = tmp_path / "chunk_0.pt"
+    torch.save(td, path, _use_new_zipfile_serialization=False)  # cannot be memory-mapped
+    check(torch.cat(convert([path])[0]), expected([(0, 2, 4, [3, 5])]))
+
+
+def test_a_tensordict_holding_no_tensors_is_a_loader_error_not_a_corrupt_file(tmp_path):
+    from fixtures.tdmpc2 import save_legacy_state
+
+    bad = save_legacy_state(tmp_path / "chunk_1.pt", {"obs": [1, 2]}, torch.Size([1, 2]))  # a list for a tensor
+    with pytest.raises(LoaderError, match=r"entry 'obs' is a list, not a tensor") as info:
+        convert([bad])
+    assert not isinstance(info.value, CorruptFile)

@@ -43,7 +43,7 @@ from tensordict import TensorDict, TensorDictBase
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
-from .safe_load import UnsafeChunk, load_tensordict
+from .safe_load import load_tensordict
 from .tasks import TASK_SETS
 
 __all__ = ["TDMPC2Loader"]
@@ -85,10 +85,10 @@ class TDMPC2Loader(Loader):
             path = Path(files[name])
             try:
                 chunk = load_tensordict(path)
-            except UnsafeChunk as exc:
-                raise UnsafeChunk(f"{spec.id}: {exc}") from exc
-            except LoaderError as exc:  # torch cannot read it: a truncated or damaged download
-                raise CorruptFile(f"{spec.id}: {exc}", path=path) from exc
+            except CorruptFile as exc:  # a truncated or damaged download: the build moves it aside
+                raise CorruptFile(f"{spec.id}: {exc}", path=exc.path) from exc
+            except LoaderError as exc:  # UnsafeChunk included: the same class, naming the dataset
+                raise type(exc)(f"{spec.id}: {exc}") from exc
             yield from converter.read(name, chunk)
         converter.write_notes()
 

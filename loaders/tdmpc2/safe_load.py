@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.errors import LoaderError
+from datasets_hub.errors import CorruptFile, LoaderError
 
 __all__ = ["UnsafeChunk", "load_tensordict"]
 
@@ -66,13 +66,20 @@ def _allow_list() -> list[Callable[..., Any] | tuple[Callable[..., Any], str]]:
 
 def load_tensordict(path: Path, *, mmap: bool = True) -> TensorDict:
     """The TensorDict stored at ``path`` (``mmap``: tensors stay memory-mapped on the file, not read into RAM).
-    Raises :class:`UnsafeChunk` for a pickle outside the allow-list (see the module docstring) and
-    ``LoaderError`` for a file ``torch.load`` cannot read."""
+    Raises :class:`UnsafeChunk` for a pickle outside the allow-list (see the module docstring),
+    ``CorruptFile`` for bytes ``torch.load`` cannot read and ``LoaderError`` for a TensorDict that does not
+    hold tensors."""
     import pickle
 
     try:
         with torch.serialization.safe_globals(_allow_list()):
-            obj = torch.load(path, weights_only=True, mmap=mmap, map_location="cpu")
+            try:
+                obj = torch.load(path, weights_only=True, mmap=mmap, map_location="cpu")
+            except RuntimeError as exc:
+                if not mmap or "mmap" not in str(exc):
+                    raise
+                # a chunk in torch's legacy (pre-zip) serialization cannot be memory-mapped: read it whole
+                obj = torch.load(path, weights_only=True, mmap=False, map_location="cpu")
     except pickle.UnpicklingError as exc:
         found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL (\S+)", str(exc))
         refused = f"it asks for {found.group(1)}" if found else str(exc).split("\n")[0]
@@ -81,8 +88,8 @@ def load_tensordict(path: Path, *, mmap: bool = True) -> TensorDict:
             f"({refused}). Only TensorDict pickles of tensors are read (torch.load weights_only=True with an "
             "allow-list); the file is not loaded"
         ) from exc
-    except (RuntimeError, OSError, EOFError, ValueError) as exc:
-        raise LoaderError(f"{path.name} cannot be read by torch.load ({type(exc).__name__}: {exc})") from exc
+    except (RuntimeError, OSError, EOFError, ValueError) as exc:  # the bytes: truncated, damaged, not torch.save
+        raise CorruptFile(f"{path.name} cannot be read by torch.load ({type(exc).__name__}: {exc})", path=path) from exc
     if isinstance(obj, TensorDict):  # rebuilt by a reducer tensordict registers as weights_only-safe
         for key, value in obj.items(include_nested=True, leaves_only=True):
             if not isinstance(value, torch.Tensor):
