@@ -262,3 +262,21 @@ def test_catalogue_resolves_to_specs():
     for dataset_id in ("robomimic/v1.5/can/mh/low_dim", "robomimic/libero/libero_10"):
         spec = catalogue.resolve(dataset_id)
         assert spec.loader == "robomimic" and RobomimicLoader().resources(spec)
+
+
+def test_a_libero_style_suite_of_several_files_loads_in_resource_order(tmp_path, request):
+    import datasets_hub
+
+    libero = {"next_obs": False, "masks": None}
+    second = write_robomimic(tmp_path / "z_task_demo.hdf5", {0: (3, (2,))}, f=1, language="first task", **libero)
+    first = write_robomimic(tmp_path / "a_task_demo.hdf5", {0: (2, (1,))}, f=2, language="second task", **libero)
+    dataset_id = "robomimic/test/suite"
+    resources = [{"url": "file://" + str(second)}, {"url": "file://" + str(first)}]  # the suite's order, not names'
+    datasets_hub.register_dataset(dataset_id, loader="robomimic", resources=resources)
+    request.addfinalizer(lambda: catalogue.unregister_dataset(dataset_id))
+    data = datasets_hub.load(dataset_id, batch_size=2)[:]
+    truth = expected_rows({0: (3, (2,))}, f=1, next_obs=False) + expected_rows(
+        {0: (2, (1,))}, f=2, next_obs=False, first_episode=1
+    )
+    check_rows(data, truth)
+    assert decode_text(data["task"]) == ["first task"] * 3 + ["second task"] * 2
