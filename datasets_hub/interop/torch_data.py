@@ -186,6 +186,13 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tupl
     return rank, world_size
 
 
+def loader_base_seed(generator: torch.Generator | None) -> int:
+    """The base seed a ``DataLoader(generator=generator)`` draws when an iteration starts its workers
+    (one ``random_`` over int64, torch's own draw): worker ``w`` then gets ``base + w``. Thread workers
+    draw it the same way, so one generator gives the same batches with threads and with processes."""
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
 def stream_seed(*parts: int) -> int:
     """A 63-bit seed mixing ``parts`` (base seed, rank, worker, epoch...) so that streams differing in
     any part are independent (``SeedSequence`` hashing, not ``base + rank``, which would collide
@@ -430,15 +437,15 @@ class SampledBatches(IterableDataset):
         elif info is not None:
             base = info.seed  # the DataLoader's base seed + worker id
         else:
-            base = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+            base = loader_base_seed(None)
         return stream_seed(base, self.rank, self.epoch), worker, workers
 
     def base_seed(self, generator: torch.Generator | None = None) -> int:
         """The base of a set of worker streams (``seed=``, else a draw from ``generator`` or torch's
-        global generator, as a DataLoader draws its base seed)."""
+        global generator, exactly as a DataLoader draws its base seed: see :func:`loader_base_seed`)."""
         if self.seed is not None:
             return self.seed
-        return int(torch.randint(0, 2**62, (), dtype=torch.int64, generator=generator))
+        return loader_base_seed(generator)
 
     def stream(self, base: int, worker: int, workers: int) -> Iterator[Any]:
         """The batches of worker ``worker`` of ``workers`` sampling from base seed ``base`` (what a
@@ -534,6 +541,7 @@ __all__ = [
     "SampledBatches",
     "as_buffer",
     "dumps_by_reference",
+    "loader_base_seed",
     "loads_by_reference",
     "open_build",
     "resolve_rank",
