@@ -20,6 +20,8 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils import _pytree
 
+from datasets_hub.buffers.samplers.base import as_index
+
 
 class OrderedDraws:
     """The drawing part of a replay buffer (a mixin: the buffer holds the state it reads)."""
@@ -45,6 +47,7 @@ class OrderedDraws:
             rows: np.ndarray | None = None,
         ) -> Any: ...
         def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any: ...
+        def _check_index(self, index: Any) -> Any: ...
 
     def _init_threading(self) -> None:
         self._lock = threading.RLock()
@@ -135,6 +138,31 @@ class OrderedDraws:
             and not self._transform.transforms
             and getattr(self._storage, "ndim", 1) == 1
         )
+
+    def sample_at(self, index: Any, *, generator: torch.Generator | None = None, return_info: bool = False) -> Any:
+        """The batch ``sample()`` returns where the sampler's draw lands on the rows ``index``: one item per
+        row with a sampled row's keys and shapes (a window with its ``<key>_is_pad`` masks, goals, n-step
+        returns), transforms applied. What the sampler draws beyond the anchor (goals, a random ``n``)
+        comes from ``generator`` (default: the buffer's). A sampler with no item at a given row (slices,
+        ``FullStackSampler``, ``WindowSampler(pad=False)``, priorities) refuses by name
+        (``Sampler.sample_at``): this is what a map-style view (``as_map_dataset``) serves at ``ds[i]``."""
+        if getattr(self._storage, "ndim", 1) > 1:
+            raise ValueError(
+                "sample_at indexes the rows of a one-dimensional storage; a multi-dimensional one (ndim > 1) has "
+                "items of several rows: index it with rb[...], or sample()"
+            )
+        with self._lock:
+            rows = self._check_index(as_index(index).reshape(-1))
+            sampler = self._sampler
+            drawn, info = sampler.sample_at(
+                self._storage, rows, generator if generator is not None else sampler.generator
+            )
+            info = {**info, "index": drawn}
+            data = self._gather(drawn, info)
+            if self._pin_memory:
+                data = data.pin_memory()
+        data = self._fwd(data)
+        return (data, info) if return_info else data
 
     def draw_index(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]] | None:
         """The sampler's ``(index, info)`` for one batch of ``batch_size``, drawn under the buffer's lock

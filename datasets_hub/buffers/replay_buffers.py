@@ -440,7 +440,8 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         return to_torchrl(self, **kwargs)
 
     def as_map_dataset(self, **kwargs: Any) -> Any:
-        """A map-style PyTorch dataset over the items (``torch_data.BufferDataset``)."""
+        """A map-style PyTorch dataset: ``ds[i]`` is the sample at anchor ``i`` (``sample_at``; windows, goals
+        and n-step returns included), or with ``view="rows"`` the stored row (``torch_data.BufferDataset``)."""
         from datasets_hub.interop.torch_data import BufferDataset
 
         return BufferDataset(self, **kwargs)

@@ -333,6 +333,11 @@ class GoalSampler(AnchorSampler):
         index, rows, episode, info, u, promised = self.anchors_and_uniforms(storage, batch_size, uniforms)
         return AnchorDraw(index, rows, episode, info, u, promised)
 
+    def draws_at(self, rows: int, generator: torch.Generator | None) -> np.ndarray:
+        """The uniforms the goals of ``rows`` given anchors use (the layout ``draw_batch`` draws)."""
+        uniforms = sum(m.uniforms for _, m in self._mixes())
+        return torch.rand((uniforms, rows), dtype=torch.float64, generator=generator).numpy()
+
     def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
         """``k`` batches' anchors and uniforms; one ``torch.rand`` call without an inner sampler."""
         if self.sampler is not None or k == 1:
