@@ -159,7 +159,7 @@ def test_map_dataset_draws_goals_per_anchor(build_path):
 
 
 @pytest.mark.parametrize(
-    ("sampler", "name"),
+    "sampler, name",
     [
         (lambda: SliceSampler(slice_len=4), "SliceSampler"),
         (lambda: PrioritizedSampler(1000, alpha=0.7, beta=0.5), "PrioritizedSampler"),
