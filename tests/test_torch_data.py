@@ -18,8 +18,8 @@ from datasets_hub.buffers.samplers import (
     WindowSampler,
 )
 from datasets_hub.buffers.samplers.slice import SliceSampler
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 from datasets_hub.interop.torch_data import (
     BufferDataset,
