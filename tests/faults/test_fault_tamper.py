@@ -233,7 +233,7 @@ def test_numpy_files_with_objects_are_refused_by_the_atari_reader(tmp_path):
     import gzip
 
     from datasets_hub.errors import LoaderError
-    from datasets_hub.loaders.atari_replay import NpyStream
+    from datasets_hub.loaders.atari.replay import NpyStream
 
     path = tmp_path / "$store$_observation_ckpt.0.gz"
     with gzip.open(path, "wb") as fh:

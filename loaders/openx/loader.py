@@ -5,7 +5,7 @@ Source: the TFDS-prepared release ``<dataset>/<version>/`` on the public bucket
 ``DATASETS_HUB_ENDPOINT_OPENX`` points at a mirror with the same layout). Files fetched:
 ``dataset_info.json``, ``features.json`` and the shards
 ``<dataset>-<split>.tfrecord-<i:05d>-of-<n:05d>``. No TensorFlow: TFRecord framing (CRCs checked)
-and ``tf.train.Example`` are read by :mod:`loaders.tfrecord`, guided by ``features.json``.
+and ``tf.train.Example`` are read by :mod:`datasets_hub.loaders.formats.tfrecord`, guided by ``features.json``.
 
 **Parameters** (catalogue values, overridable in ``load``; all are part of the build fingerprint):
 
@@ -23,7 +23,7 @@ and ``tf.train.Example`` are read by :mod:`loaders.tfrecord`, guided by ``featur
   ``jpeg_decoder`` (``"tfds"``, the default: libjpeg-turbo's fast IDCT through ``simplejpeg``,
   bit-identical to TensorFlow's ``decode_image``, i.e. the pixels every model trained through TFDS
   saw; ``"pillow"``: Pillow's accurate IDCT, up to ~15 levels away at quality 95; see
-  :mod:`loaders.image_decode`).
+  :mod:`datasets_hub.loaders.formats.image_decode`).
 
 **Mapping** (one ``tf.train.Example`` = one episode; TFDS flattens nested features with ``/``: step
 features are ``steps/<path>`` with the T per-step values concatenated, episode features
@@ -85,11 +85,10 @@ from tensordict import TensorDictBase
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
-
-from .image_decode import JPEG_DECODERS
-from .minari_convert import decode_text
-from .openx_convert import UNKNOWN_KEY, EpisodeConverter
-from .tfds_features import Leaf, parse_features
+from datasets_hub.loaders.formats.image_decode import JPEG_DECODERS
+from datasets_hub.loaders.formats.text import decode_text
+from datasets_hub.loaders.formats.tfds_features import Leaf, parse_features
+from datasets_hub.loaders.openx.convert import UNKNOWN_KEY, EpisodeConverter
 
 __all__ = ["UNKNOWN_KEY", "Leaf", "OpenXLoader", "decode_text", "parse_features"]
 

@@ -17,7 +17,7 @@ uses the C implementation of ``google-crc32c`` when installed (about 1 GB/s) and
 pure-Python table (a few MB/s: fine for tests, slow for 100 MB shards; the dataset card says which
 one ran).
 
-:func:`loaders.tf_example.parse_example` decodes the ``tf.train.Example`` protos the records hold.
+:func:`datasets_hub.loaders.formats.tf_example.parse_example` decodes the ``tf.train.Example`` protos the records hold.
 """
 
 from __future__ import annotations

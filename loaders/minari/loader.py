@@ -16,7 +16,7 @@ Both Minari storage backends (``hdf5`` and ``arrow``) are read through minari's 
 classes, episode by episode (``get_episodes`` on batches of ids), never the whole dataset. How an
 episode maps onto TED (observations T+1 rows -> ``observation`` / ``("next", "observation")``,
 ``Dict``/``Tuple`` spaces -> nested keys, ``Text`` -> uint8 bytes, infos with T+1 or T rows) is
-documented in :mod:`loaders.minari_convert`. The dataset card gets minari's metadata
+documented in :mod:`datasets_hub.loaders.minari.convert`. The dataset card gets minari's metadata
 (env spec, author, minari_version, total_steps, dataset_size, …) under ``minari``.
 """
 
@@ -42,8 +42,8 @@ from tensordict import TensorDict, TensorDictBase
 from datasets_hub import env
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
-
-from .minari_convert import decode_text, episode_columns, text_keys
+from datasets_hub.loaders.formats.text import decode_text
+from datasets_hub.loaders.minari.convert import episode_columns, text_keys
 
 __all__ = ["MinariLoader", "decode_text", "store_root"]
 
@@ -144,7 +144,7 @@ class MinariLoader(Loader):
                         "dtype": "uint8",
                         "width": w,
                         "encoding": "utf-8, zero-padded",
-                        "decode": "datasets_hub.loaders.minari.decode_text",
+                        "decode": "datasets_hub.loaders.minari.loader.decode_text",
                     }
                     for k, w in texts.items()
                 },

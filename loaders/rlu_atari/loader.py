@@ -185,8 +185,8 @@ class RLUAtariLoader(Loader):
 
     # -- conversion ---------------------------------------------------------------------------
     def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
-        from .tf_example import parse_example
-        from .tfrecord import crc32c_implementation, iter_records
+        from datasets_hub.loaders.formats.tf_example import parse_example
+        from datasets_hub.loaders.formats.tfrecord import crc32c_implementation, iter_records
 
         self.check_params(spec)
         game, run = self.source(spec)

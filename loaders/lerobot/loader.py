@@ -69,11 +69,10 @@ from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import DownloadError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
-
-from . import lerobot_meta as lm
-from .lerobot_data import EpisodeReader, column, key_of
-from .lerobot_video import DecodePool, DecodeTask, output_shape
-from .minari_convert import decode_text, encode_text
+from datasets_hub.loaders.formats.text import decode_text, encode_text
+from datasets_hub.loaders.lerobot import meta as lm
+from datasets_hub.loaders.lerobot.data import EpisodeReader, column, key_of
+from datasets_hub.loaders.lerobot.video import DecodePool, DecodeTask, output_shape
 
 __all__ = ["LeRobotLoader", "decode_text"]
 

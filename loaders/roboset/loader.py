@@ -472,7 +472,7 @@ class _Converter:
                 f"{self.spec.id}: {where} looks like the {found!r} layout (its last action row is "
                 f"{'all NaN' if found == 'robohive' else 'not NaN'}) but earlier trials looked like "
                 f"{self.layout!r}. Pass layout='robohive' or layout='paths' to read every trial one way "
-                "(see the loaders.roboset docstring)"
+                "(see the datasets_hub.loaders.roboset.loader docstring)"
             )
         return found
 

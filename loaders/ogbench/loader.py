@@ -64,9 +64,8 @@ from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
-
-from .npz_stream import NpzFile
-from .ogbench_tasks import SINGLETASK, check_task, default_task, relabel
+from datasets_hub.loaders.formats.npz_stream import NpzFile
+from datasets_hub.loaders.ogbench.tasks import SINGLETASK, check_task, default_task, relabel
 
 BASE_URL = "https://rail.eecs.berkeley.edu/datasets/ogbench"
 # The copy the OGBench maintainers pointed to during the 2026 outage (seohongpark/ogbench#49): upstream's

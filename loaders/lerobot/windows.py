@@ -14,7 +14,7 @@ that does exactly that on a ``lerobot`` build (feature names mapped to TED keys 
 them: ``"observation.images.top"`` -> ``("observation", "images", "top")``, ``"next.reward"`` ->
 ``("next", "reward")``), so the config carries over unchanged::
 
-    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler
+    from datasets_hub.loaders.lerobot.windows import delta_timestamps_sampler
     rb = dh.load("lerobot/lerobot/pusht", batch_size=32,
                  sampler=delta_timestamps_sampler(config.delta_timestamps, fps=10))
     batch = rb.sample()   # batch["action"]: [32, 16, 2], batch["action_is_pad"]: [32, 16]
@@ -26,9 +26,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datasets_hub.errors import InvalidParameter
-
-from .lerobot_data import key_of
-from .lerobot_meta import TOLERANCE_S
+from datasets_hub.loaders.lerobot.data import key_of
+from datasets_hub.loaders.lerobot.meta import TOLERANCE_S
 
 
 def ted_key(name: str) -> tuple[str, ...]:
@@ -93,8 +92,7 @@ def _fps_of(dataset_id: str) -> float:
     """The frame rate in the repo's ``meta/info.json`` (read once per process; offline, from the
     Hugging Face cache)."""
     from datasets_hub.catalogue import resolve
-
-    from .lerobot import _metadata
+    from datasets_hub.loaders.lerobot.loader import _metadata
 
     info, _ = _metadata(resolve(dataset_id))
     return float(info["fps"])

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from datasets_hub.errors import LoaderError
+from datasets_hub.loaders.formats.text import encode_text
 
 Key = tuple[str, ...]
 
@@ -40,28 +41,6 @@ def text_width(space: Any) -> int:
     chars = getattr(space, "characters", "") or ""
     widest = max((len(c.encode("utf-8")) for c in chars), default=4)
     return int(space.max_length) * widest
-
-
-def encode_text(values: Any, width: int, key: Key) -> np.ndarray:
-    """Strings -> uint8 ``[n, width]``, UTF-8, zero-padded."""
-    out = np.zeros((len(values), width), dtype=np.uint8)
-    for i, value in enumerate(values):
-        raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
-        if len(raw) > width:
-            raise LoaderError(
-                f"text value {value!r} under {'/'.join(key)!r} is {len(raw)} bytes, longer than the "
-                f"{width} bytes its Text space allows; the dataset does not match its own space"
-            )
-        out[i, : len(raw)] = np.frombuffer(raw, dtype=np.uint8)
-    return out
-
-
-def decode_text(rows: Any) -> list[str]:
-    """uint8 ``[n, W]`` rows written for a ``Text`` space (tensor or array) -> list of str."""
-    array = rows.numpy() if hasattr(rows, "numpy") else np.asarray(rows)
-    if array.ndim == 1:
-        array = array[None]
-    return [bytes(row).rstrip(b"\0").decode("utf-8") for row in array.astype(np.uint8)]
 
 
 def space_columns(space: Any, values: Any, key: Key, n: int) -> Iterator[tuple[Key, np.ndarray]]:

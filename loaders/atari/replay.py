@@ -220,7 +220,7 @@ def plan_checkpoint(
     first_frames_zero: np.ndarray | None = None,
     stack_size: int = STACK_SIZE,
 ) -> CheckpointPlan:
-    """The episode plan of one checkpoint (the rules are in :mod:`loaders.atari`'s docstring).
+    """The episode plan of one checkpoint (the rules are in :mod:`datasets_hub.loaders.atari.loader`'s docstring).
 
     Validity follows Dopamine's ``OutOfGraphReplayBuffer.is_valid_transition``: when
     ``add_count < capacity`` (never wrapped, or batch_rl's final checkpoint, whose ``add_count`` is

@@ -20,10 +20,9 @@ from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-
-from .image_decode import decode_uint8, is_jpeg
-from .minari_convert import encode_text
-from .tfds_features import Leaf
+from datasets_hub.loaders.formats.image_decode import decode_uint8, is_jpeg
+from datasets_hub.loaders.formats.text import encode_text
+from datasets_hub.loaders.formats.tfds_features import Leaf
 
 CHUNK_BYTES = 128 << 20
 UNKNOWN_KEY = ("info", "next_observation_unknown")
@@ -257,8 +256,8 @@ class EpisodeConverter:
 
     # -- the pass -------------------------------------------------------------------------------
     def run(self, shard_paths: list[tuple[int, Path]], lengths: list[int] | None) -> Iterator[TensorDictBase]:
-        from .tf_example import parse_example
-        from .tfrecord import crc32c_implementation, iter_records
+        from datasets_hub.loaders.formats.tf_example import parse_example
+        from datasets_hub.loaders.formats.tfrecord import crc32c_implementation, iter_records
 
         pending: list[dict[Key, np.ndarray]] = []
         rows = nbytes = episode_id = 0

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from datasets_hub.errors import CorruptFile, LoaderError
-
-from . import lerobot_meta as lm
+from datasets_hub.loaders.lerobot import meta as lm
 
 
 def key_of(name: str) -> tuple[str, ...]:
@@ -132,7 +131,7 @@ class EpisodeReader:
         """An image feature stored in the parquet (PNG/JPEG bytes) as uint8 frames ``[T, *shape]``."""
         from PIL import Image
 
-        from .lerobot_video import image_to_rgb
+        from datasets_hub.loaders.lerobot.video import image_to_rgb
 
         out = np.empty((rows.num_rows, *shape), dtype=np.uint8)
         for t, cell in enumerate(rows.column(name).to_pylist()):

@@ -3,7 +3,7 @@
 Source: the replay logs of batch_rl's DQN agents (Agarwal et al. 2020), 60 Atari 2600 games x 5
 runs, each run 51 checkpoints (``k = 0..50``) of a 1M-transition Dopamine replay buffer, at
 ``https://storage.googleapis.com/atari-replay-datasets/dqn/<Game>/<run>/replay_logs/``
-(file layout: :mod:`loaders.atari_replay`). ``DATASETS_HUB_ENDPOINT_ATARI`` points the download
+(file layout: :mod:`datasets_hub.loaders.atari.replay`). ``DATASETS_HUB_ENDPOINT_ATARI`` points the download
 at a mirror; the ``base_url`` parameter replaces the whole base (e.g. ``file:///data/dqn`` for a
 ``gsutil`` copy on disk).
 
@@ -12,7 +12,7 @@ in increasing order), ``base_url``, and ``game``/``run`` (default: taken from th
 id such as ``atari/my-pong`` can name its source).
 
 Mapping, per checkpoint (rows in the buffer's logical order, oldest first, see
-:mod:`loaders.atari_replay`). Checked against Dopamine's ``circular_replay_buffer.py`` (dopamine-rl
+:mod:`datasets_hub.loaders.atari.replay`). Checked against Dopamine's ``circular_replay_buffer.py`` (dopamine-rl
 4.1.2 on PyPI; the same rules as the 2019 code batch_rl used) and batch_rl's
 ``logged_replay_buffer.py``: a row is a transition exactly when Dopamine's sampler can draw it
 (``is_valid_transition``).
@@ -84,8 +84,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
-
-from .atari_replay import (
+from datasets_hub.loaders.atari.replay import (
     FILE_KEYS,
     STACK_SIZE,
     CheckpointPlan,
