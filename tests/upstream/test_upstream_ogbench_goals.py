@@ -33,7 +33,7 @@ from upstream_ref import upstream, upstream_required
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.ogbench import OGBenchLoader
+from datasets_hub.loaders.ogbench.loader import OGBenchLoader
 
 from fixtures import ogbench_goal_laws as og
 from fixtures.ogbench_files import write_ogbench
