@@ -132,6 +132,20 @@ def test_map_dataset_gives_the_sample_at_each_anchor(build_path, name):
         assert "observation_is_pad" in batches[0].keys() and batches[0]["observation_is_pad"].any()
 
 
+@pytest.mark.parametrize("name", sorted(ANCHORED))
+def test_iterable_view_gives_the_samplers_batches(build_path, name):
+    """The iterable view samples with the buffer's own sampler: the batches rb.sample() gives, seed for seed."""
+    rb = TensorDictReplayBuffer(storage=DatasetStorage(build_path), sampler=ANCHORED[name](), batch_size=16)
+    batches = list(rb.as_iterable_dataset(num_batches=2, seed=4).dataloader())
+    again = list(rb.as_iterable_dataset(num_batches=2, seed=4).dataloader())
+    sampled = rb.sample(16)
+    for batch, same in zip(batches, again, strict=True):
+        _same(batch, same)
+        assert set(batch.keys(True, True)) == set(sampled.keys(True, True))
+        for key in sampled.keys(True, True):
+            assert batch.get(key).shape == sampled.get(key).shape, key
+
+
 def test_map_dataset_draws_goals_per_anchor(build_path):
     """Goals of item i are drawn for anchor i (from the worker's generator): valid goals of its episode,
     the same with the same seed, other goals with another seed."""
