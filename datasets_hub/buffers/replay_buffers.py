@@ -461,7 +461,8 @@ class ReplayBuffer:
         return to_torchrl(self, **kwargs)
 
     def as_map_dataset(self, **kwargs: Any) -> Any:
-        """A map-style PyTorch dataset over the items (``torch_data.BufferDataset``)."""
+        """A map-style PyTorch dataset: ``ds[i]`` is the sample at anchor ``i`` (``sample_at``; windows, goals
+        and n-step returns included), or with ``view="rows"`` the stored row (``torch_data.BufferDataset``)."""
         from datasets_hub.interop.torch_data import BufferDataset
 
         return BufferDataset(self, **kwargs)
@@ -569,6 +570,31 @@ class ReplayBuffer:
             and not self._transform.transforms
             and getattr(self._storage, "ndim", 1) == 1
         )
+
+    def sample_at(self, index: Any, *, generator: torch.Generator | None = None, return_info: bool = False) -> Any:
+        """The batch ``sample()`` returns where the sampler's draw lands on the rows ``index``: one item per
+        row with a sampled row's keys and shapes (a window with its ``<key>_is_pad`` masks, goals, n-step
+        returns), transforms applied. What the sampler draws beyond the anchor (goals, a random ``n``)
+        comes from ``generator`` (default: the buffer's). A sampler with no item at a given row (slices,
+        ``FullStackSampler``, ``WindowSampler(pad=False)``, priorities) refuses by name
+        (``Sampler.sample_at``): this is what a map-style view (``as_map_dataset``) serves at ``ds[i]``."""
+        if getattr(self._storage, "ndim", 1) > 1:
+            raise ValueError(
+                "sample_at indexes the rows of a one-dimensional storage; a multi-dimensional one (ndim > 1) has "
+                "items of several rows: index it with rb[...], or sample()"
+            )
+        with self._lock:
+            rows = self._check_index(as_index(index).reshape(-1))
+            sampler = self._sampler
+            drawn, info = sampler.sample_at(
+                self._storage, rows, generator if generator is not None else sampler.generator
+            )
+            info = {**info, "index": drawn}
+            data = self._gather(drawn, info)
+            if self._pin_memory:
+                data = data.pin_memory()
+        data = self._fwd(data)
+        return (data, info) if return_info else data
 
     def draw_index(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]] | None:
         """The sampler's ``(index, info)`` for one batch of ``batch_size``, drawn under the buffer's lock
