@@ -76,15 +76,34 @@ def export(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     compression_level: int = 3,
     overwrite: bool = False,
+    format: str = "published",
+    options: dict[str, Any] | None = None,
+    show_progress: bool | None = None,
     **params: Any,
 ) -> Path:
     """Write the build of ``source`` (an id, a build directory, or a loaded buffer) to ``out_dir`` in the
     published form described in the module docstring; return ``out_dir``.
 
+    ``format`` picks another form: ``"lerobot"`` (LeRobot v3.0), ``"hf"`` (Hugging Face ``datasets``
+    parquet), ``"minari"`` (a Minari dataset folder); ``options`` are that format's own (see
+    :mod:`datasets_hub.exporters` and ``docs/guide/export.md``). Those formats never replace a folder:
+    an existing ``out_dir`` is refused.
+
     The folder is written as ``<out_dir>.incomplete`` and renamed into place when complete, so a reader
     never sees half of it. An existing ``out_dir`` is refused unless ``overwrite=True``. ``params`` select
     the build when ``source`` is an id (as in ``load``).
     """
+    if format != "published":
+        from datasets_hub.exporters import export_build
+
+        if overwrite:
+            raise InvalidParameter(
+                f"overwrite=True applies to the published form only; format={format!r} never replaces a folder: "
+                "remove it yourself or export to a new folder"
+            )
+        return export_build(_resolve_build(source, params), out_dir, format, show_progress=show_progress, **(options or {}))
+    if options:
+        raise InvalidParameter(f"the published form takes no options (got {sorted(options)}); did you mean format=...?")
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1024:
         raise InvalidParameter(f"chunk_bytes must be an integer of at least 1024, got {chunk_bytes!r}")
     zarr = require_zarr()

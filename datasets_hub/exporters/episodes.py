@@ -1,0 +1,95 @@
+"""A build read episode by episode for the format writers of :mod:`datasets_hub.exporters`.
+
+Every writer walks a build through :class:`BuildEpisodes`: one episode's values at a time, copied
+out of the build's memory maps (so an export holds one episode in memory, whatever the build's
+size). An episode of ``T`` steps gives
+
+- ``observations[k]``: ``[T + 1, *shape]`` for every observation-like key ``k`` (row ``t`` = the
+  value at time ``t``; row ``T`` = the next value after the last step). Keys whose next values the
+  build stores per step (``layout["next_stored_per_step"]``, upstream next values that are not the
+  following rows) are listed in :attr:`BuildEpisodes.next_per_step`; their next values are in
+  ``steps[("next", *k)]`` and row ``T`` of ``observations[k]`` is then the build's row as stored;
+- ``steps[k]``: ``[T, *shape]`` for every per-step key, as the build names them (``action``,
+  ``("next", "reward")``, ``("next", "terminated")``, ``("next", "truncated")``, ``("info", ...)``).
+
+Frames a build keeps before its episodes' first steps (``history/``, frame stacks) are no
+transitions: no exporter writes them (:attr:`BuildEpisodes.has_history` tells).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from datasets_hub.buffers.nested_keys import Key
+from datasets_hub.build.reader import OpenedBuild
+from datasets_hub.errors import InvalidParameter
+
+REWARD: Key = ("next", "reward")
+TERMINATED: Key = ("next", "terminated")
+TRUNCATED: Key = ("next", "truncated")
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One episode of a build (see the module docstring)."""
+
+    position: int  #: 0-based position in the build
+    id: int  #: the build's ``episodes/id``
+    length: int
+    observations: dict[Key, np.ndarray]
+    steps: dict[Key, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Column:
+    """dtype and per-row shape of one key."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+
+class BuildEpisodes:
+    """The episodes of an opened build, in build order, one at a time."""
+
+    def __init__(self, build: OpenedBuild) -> None:
+        self.build = build
+        self.observation_keys: list[Key] = list(build.obs)
+        self.step_keys: list[Key] = list(build.steps)
+        self.next_per_step: frozenset[Key] = frozenset(k for k in build.obs if k not in build.shared_next)
+        self.starts = build.episodes["start"].numpy()
+        self.lengths = build.episodes["length"].numpy()
+        self.ids = build.episodes["id"].numpy()
+        self.has_history = bool(build.history)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def transitions(self) -> int:
+        return self.build.transitions
+
+    def column(self, key: Key) -> Column:
+        """dtype and per-row shape of an observation or step key."""
+        tensor = self.build.obs[key] if key in self.build.obs else self.build.steps[key]
+        if tensor.dtype in (torch.bfloat16, torch.complex64, torch.complex128):
+            raise InvalidParameter(
+                f"key {'/'.join(key)!r} is {str(tensor.dtype).removeprefix('torch.')}, which no export format holds; "
+                "cast it to float32 with load(..., preprocess=fn) and export that buffer"
+            )
+        return Column(np.dtype(tensor.numpy().dtype), tuple(int(d) for d in tensor.shape[1:]))
+
+    def __iter__(self) -> Iterator[Episode]:
+        for e in range(len(self)):
+            yield self.episode(e)
+
+    def episode(self, e: int) -> Episode:
+        """Episode ``e``: its values copied out of the build (the memory maps stay untouched)."""
+        start, length = int(self.starts[e]), int(self.lengths[e])
+        first_obs = start + e  # every earlier episode has one more observation row than steps
+        observations = {k: np.array(v.numpy()[first_obs : first_obs + length + 1]) for k, v in self.build.obs.items()}
+        steps = {k: np.array(v.numpy()[start : start + length]) for k, v in self.build.steps.items()}
+        return Episode(position=e, id=int(self.ids[e]), length=length, observations=observations, steps=steps)
