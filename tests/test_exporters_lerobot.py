@@ -91,7 +91,7 @@ def test_a_key_level_with_a_dot_is_refused_before_writing(tmp_path):
     td = chunk((3,), image=False)
     td.set(("info", "x"), torch.zeros(3))
     td.set("odd.name", torch.zeros(3, 2))
-    with pytest.raises(InvalidParameter, match="odd.name"):
+    with pytest.raises(InvalidParameter, match=r"odd\.name"):
         export_build(make_build([td]), tmp_path / "lr", "lerobot")
     assert not (tmp_path / "lr.incomplete").exists()
 

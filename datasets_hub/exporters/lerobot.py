@@ -42,7 +42,6 @@ build without a ``task`` key), ``robot_type`` (default: the build's note, else `
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +51,7 @@ import numpy as np
 
 from datasets_hub.buffers.nested_keys import Key
 from datasets_hub.errors import InvalidParameter, MissingDependency
+from datasets_hub.exporters.columns import arrow_values, png_images
 from datasets_hub.exporters.episodes import REWARD, TERMINATED, TRUNCATED, BuildEpisodes, Episode
 from datasets_hub.exporters.stats import RunningStats
 
@@ -172,15 +172,19 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
                 has_timestamp = column.shape in ((), (1,)) and column.dtype.kind == "f"
             continue
         if key == REWARD:
-            name = "next.reward"
-        elif key[0] == "next" and key[1:] in episodes.observation_keys:
+            features.append(Feature("next.reward", key, False, column.dtype, column.shape))
+            continue
+        if key == ("action",):
+            features.append(Feature("action", key, False, column.dtype, column.shape))
+            continue
+        if key[0] == "next" and key[1:] in episodes.observation_keys:
             continue  # per-step next observations: refused above
-        elif key[0] == "info" and len(key) > 1:
+        if key[0] == "info" and len(key) > 1:
             name = ".".join(key[1:])
         else:
             _check_name_part(key)
             name = ".".join(key)
-        if name in BOOKKEEPING or name == "next.done" or name.startswith("observation") and key[0] != "observation":
+        if name in (*BOOKKEEPING, "next.done", "action", "observation") or name.startswith("observation."):
             raise InvalidParameter(
                 f"key {'/'.join(key)!r} would be the LeRobot feature {name!r}, which LeRobot reserves; rename it "
                 "before exporting"
@@ -201,24 +205,8 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     )
 
 
-def _png(image: np.ndarray) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(image)).save(buffer, format="PNG", compress_level=1)
-    return buffer.getvalue()
 
 
-def _arrow_values(values: np.ndarray) -> Any:
-    """``[T, *shape]`` -> a pyarrow array: scalars (and ``[1]``) flat, else nested fixed-size lists."""
-    import pyarrow as pa
-
-    if values.ndim == 1 or (values.ndim == 2 and values.shape[1] == 1):
-        return pa.array(values.reshape(len(values)))
-    array: Any = pa.array(np.ascontiguousarray(values).reshape(-1))
-    for size in reversed(values.shape[1:]):
-        array = pa.FixedSizeListArray.from_arrays(array, int(size))
-    return array
 
 
 def _frames(plan: Plan, episode: Episode, first_index: int, task_index: dict[str, int]) -> Any:
@@ -232,11 +220,9 @@ def _frames(plan: Plan, episode: Episode, first_index: int, task_index: dict[str
         source = episode.observations if feature.observation else episode.steps
         values = source[feature.key][:n]
         if feature.image:
-            image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-            hwc = values if feature.image == "hwc" else values.transpose(0, 2, 3, 1)
-            columns[feature.name] = pa.array([{"bytes": _png(img), "path": None} for img in hwc], type=image_type)
+            columns[feature.name] = png_images(values if feature.image == "hwc" else values.transpose(0, 2, 3, 1))
         else:
-            columns[feature.name] = _arrow_values(values)
+            columns[feature.name] = arrow_values(values)
     columns["next.done"] = pa.array(episode.steps[TERMINATED].reshape(n).astype(bool))
     if plan.has_timestamp:
         timestamps = episode.steps[("info", "timestamp")].reshape(n).astype(np.float32)
