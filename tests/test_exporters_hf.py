@@ -55,7 +55,11 @@ def test_features_and_card(tmp_path):
     schema = pq.read_schema(next((out / "data").glob("*.parquet")))
     features = json.loads(schema.metadata[b"huggingface"])["info"]["features"]
     assert features["pixels"] == {"_type": "Image"}
-    assert features["observation"] == {"feature": {"dtype": "float32", "_type": "Value"}, "length": 3, "_type": "Sequence"}
+    assert features["observation"] == {
+        "feature": {"dtype": "float32", "_type": "Value"},
+        "length": 3,
+        "_type": "Sequence",
+    }
     assert features["next.reward"] == {"dtype": "float32", "_type": "Value"}
     assert features["next.terminated"] == {"dtype": "bool", "_type": "Value"}
     card = (out / "README.md").read_text()
@@ -86,6 +90,6 @@ def test_a_multi_dimensional_array_is_an_array_feature(tmp_path):
 def test_a_key_level_with_a_dot_is_refused_before_writing(tmp_path):
     td = chunk((3,), image=False)
     td.set(("info", "a.b"), torch.zeros(3))
-    with pytest.raises(InvalidParameter, match="a.b"):
+    with pytest.raises(InvalidParameter, match=r"a\.b"):
         export_build(make_build([td]), tmp_path / "hf", "hf")
     assert not (tmp_path / "hf").exists() and not (tmp_path / "hf.incomplete").exists()

@@ -126,10 +126,6 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     return Plan(columns=columns, shard_bytes=int(mb * (1 << 20)), license=license_)
 
 
-
-
-
-
 def _table(plan: Plan, episode: Episode, episode_id: int) -> Any:
     import pyarrow as pa
 
@@ -189,8 +185,10 @@ def _card(plan: Plan, episodes: BuildEpisodes, shards: int) -> str:
         "",
         description,
         "",
-        (f"{episodes.transitions} transitions in {len(episodes)} episodes, one row per transition, in {shards} "
-        f"parquet shard(s). Exported by datasets_hub from build {manifest.get('fingerprint')}."),
+        (
+            f"{episodes.transitions} transitions in {len(episodes)} episodes, one row per transition, in {shards} "
+            f"parquet shard(s). Exported by datasets_hub from build {manifest.get('fingerprint')}."
+        ),
         "",
         "| column | build key | dtype | shape |",
         "|---|---|---|---|",
@@ -203,8 +201,10 @@ def _card(plan: Plan, episodes: BuildEpisodes, shards: int) -> str:
         lines.append(f"| `{c.name}` | `{'/'.join(c.key)}`{where} | {kind} | {list(c.shape)} |")
     lines += [
         "",
-        ("`next.terminated` marks the end of an episode by the task (no bootstrapping past it), "
-        "`next.truncated` an end by a time limit or the end of the recording."),
+        (
+            "`next.terminated` marks the end of an episode by the task (no bootstrapping past it), "
+            "`next.truncated` an end by a time limit or the end of the recording."
+        ),
         "",
     ]
     return "\n".join(front) + "\n" + "\n".join(lines)

@@ -189,7 +189,9 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
                 f"key {'/'.join(key)!r} would be the LeRobot feature {name!r}, which LeRobot reserves; rename it "
                 "before exporting"
             )
-        features.append(Feature(name, key, False, column.dtype, column.shape, _image_layout(column.dtype, column.shape)))
+        features.append(
+            Feature(name, key, False, column.dtype, column.shape, _image_layout(column.dtype, column.shape))
+        )
     names = [f.name for f in features]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -203,10 +205,6 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
         has_timestamp=has_timestamp,
         has_task_key=has_task_key,
     )
-
-
-
-
 
 
 def _frames(plan: Plan, episode: Episode, first_index: int, task_index: dict[str, int]) -> Any:

@@ -101,7 +101,9 @@ def export(
                 f"overwrite=True applies to the published form only; format={format!r} never replaces a folder: "
                 "remove it yourself or export to a new folder"
             )
-        return export_build(_resolve_build(source, params), out_dir, format, show_progress=show_progress, **(options or {}))
+        return export_build(
+            _resolve_build(source, params), out_dir, format, show_progress=show_progress, **(options or {})
+        )
     if options:
         raise InvalidParameter(f"the published form takes no options (got {sorted(options)}); did you mean format=...?")
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1024:
