@@ -5,17 +5,35 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from datasets_hub.cli.common import add_param, out, params_of
+from datasets_hub.cli.common import add_param, out, params_of, parse_param
 from datasets_hub.errors import InvalidParameter
 
 
 def register(sub: Any) -> None:
     """Add these commands to the ``datasets-hub`` sub-command parsers ``sub``."""
-    p = sub.add_parser("export", help="write a build in publishable form (zarr v3 chunks, manifest, dataset card)")
+    p = sub.add_parser(
+        "export", help="write a build in publishable form (zarr v3 chunks, manifest, card) or another tool's format"
+    )
     p.add_argument("id")
-    p.add_argument("dir", help="the folder to write (must not exist, or be empty)")
-    p.add_argument("--chunk-mb", type=float, default=4.0, help="uncompressed chunk size in MB (default 4)")
-    p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
+    p.add_argument("dir", help="the folder to write (must not exist, or be empty for the published form)")
+    p.add_argument(
+        "--format",
+        default="published",
+        help="published (default: our form, datasets_hub.load opens it), lerobot (LeRobot v3.0), "
+        "hf (Hugging Face datasets parquet), minari (a Minari dataset folder)",
+    )
+    p.add_argument(
+        "--option",
+        "-o",
+        action="append",
+        type=parse_param,
+        metavar="KEY=VALUE",
+        help="an option of the format (e.g. fps=30 for lerobot; docs/guide/export.md lists them); repeatable",
+    )
+    p.add_argument(
+        "--chunk-mb", type=float, default=4.0, help="published form: uncompressed chunk size in MB (default 4)"
+    )
+    p.add_argument("--overwrite", action="store_true", help="published form: replace DIR if it exists")
     add_param(p)
     p.set_defaults(func=cmd_export)
 
@@ -38,11 +56,17 @@ def cmd_export(args: argparse.Namespace) -> int:
         args.dir,
         chunk_bytes=max(1024, int(args.chunk_mb * (1 << 20))),
         overwrite=args.overwrite,
+        format=args.format,
+        options=dict(args.option or []),
         **params_of(args),
     )
-    out(
-        f"exported {args.id} to {folder}; load it with datasets_hub.load('file://{folder.absolute()}') or publish the folder"
-    )
+    if args.format == "published":
+        out(
+            f"exported {args.id} to {folder}; load it with datasets_hub.load('file://{folder.absolute()}') or publish "
+            "the folder"
+        )
+    else:
+        out(f"exported {args.id} to {folder} in {args.format} format")
     return 0
 
 

@@ -191,10 +191,13 @@ def push(
     revision: str | None = None,
     private: bool | None = None,
     out_dir: str | os.PathLike[str] | None = None,
+    format: str = "published",
+    options: dict[str, Any] | None = None,
     **params: Any,
 ) -> str:
     """Export ``source`` and upload it to the Hugging Face dataset repo ``repo_id``; return its
-    ``hf://datasets/<repo_id>`` URL, which ``datasets_hub.load`` opens.
+    ``hf://datasets/<repo_id>`` URL, which ``datasets_hub.load`` opens (the published form;
+    ``format="hf"`` uploads the parquet form that ``datasets.load_dataset(repo_id)`` reads instead).
 
     The upload is huggingface_hub's ``upload_large_folder`` (resumable) where it exists, else ``upload_folder``; the token is
     huggingface_hub's own (``huggingface-cli login`` or ``HF_TOKEN``) and never passes through this code.
@@ -207,7 +210,8 @@ def push(
 
     with tempfile.TemporaryDirectory(prefix="datasets_hub_push_") as scratch:
         folder = Path(out_dir) if out_dir is not None else Path(scratch) / "build"
-        export(source, folder, overwrite=out_dir is not None, **params)
+        published = format == "published"
+        export(source, folder, overwrite=published and out_dir is not None, format=format, options=options, **params)
         api = HfApi()
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         # upload_large_folder (resumable, multi-commit) where this huggingface_hub has it; upload_folder otherwise
