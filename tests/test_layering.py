@@ -70,7 +70,7 @@ LAYERS: list[tuple[str, ...]] = [
     (f"{PACKAGE}.cache.layout", f"{PACKAGE}.catalogue", f"{PACKAGE}.scores"),
     (f"{PACKAGE}.build",),  # writing and reading builds
     (f"{PACKAGE}.cache", f"{PACKAGE}.preprocess"),  # listing, verifying, pruning builds; preprocessing them
-    (f"{PACKAGE}.remote",),  # published builds
+    (f"{PACKAGE}.remote", f"{PACKAGE}.exporters"),  # published builds; builds in other tools' formats
     # the public API: load-by-name, export and push of a build by name, interop, the plugin author's checks
     (f"{PACKAGE}.hub", f"{PACKAGE}.remote.publish", f"{PACKAGE}.interop", f"{PACKAGE}.loader_check", f"{PACKAGE}.testing"),
     (f"{PACKAGE}.cli",),

@@ -210,8 +210,6 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
 def _frames(plan: Plan, episode: Episode, first_index: int, task_index: dict[str, int]) -> Any:
     import pyarrow as pa
 
-    from datasets_hub.loaders.formats.text import decode_text
-
     n = episode.length
     columns: dict[str, Any] = {}
     for feature in plan.features:
@@ -226,7 +224,10 @@ def _frames(plan: Plan, episode: Episode, first_index: int, task_index: dict[str
         timestamps = episode.steps[("info", "timestamp")].reshape(n).astype(np.float32)
     else:
         timestamps = (np.arange(n) / plan.fps).astype(np.float32)
-    tasks = decode_text(episode.steps[TASK_KEY]) if plan.has_task_key else [plan.default_task] * n
+    if plan.has_task_key:  # UTF-8 bytes zero-padded to a fixed width, as loaders store text
+        tasks = [bytes(row).rstrip(b"\0").decode("utf-8") for row in episode.steps[TASK_KEY]]
+    else:
+        tasks = [plan.default_task] * n
     for text in tasks:
         task_index.setdefault(text, len(task_index))
     columns["timestamp"] = pa.array(timestamps)
