@@ -14,7 +14,7 @@ from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 from datasets_hub.exporters import export_build
 from datasets_hub.loaders.formats.text import decode_text
-from tests.fixtures.export_builds import LENGTHS, chunk, make_build
+from fixtures.export_builds import LENGTHS, chunk, make_build
 
 pytest.importorskip("pyarrow")
 
@@ -99,3 +99,19 @@ def test_a_key_level_with_a_dot_is_refused_before_writing(tmp_path):
 def test_unknown_option_is_refused(tmp_path):
     with pytest.raises(InvalidParameter, match="fps"):
         export_build(make_build([chunk(image=False)]), tmp_path / "lr", "lerobot", fsp=3)
+
+
+def test_a_build_loaded_from_lerobot_exports_back_to_the_same_build(tmp_path):
+    from fixtures import lerobot_writer as lw
+
+    source = tmp_path / "source"
+    lw.write_dataset(source, lw.Spec(image_mode="image", cameras=("observation.images.top",), height=32, width=64))
+    first = dh.load("lerobot/local/source", root=str(source))
+    out = dh.export(first, tmp_path / "again", format="lerobot")
+    second = dh.load("lerobot/local/again", root=str(out))
+    a, b = first.storage[:], second.storage[:]
+    assert set(a.keys(True, True)) == set(b.keys(True, True))
+    for key in a.keys(True, True):  # the unknown final next observations are NaN in both
+        torch.testing.assert_close(b.get(key), a.get(key), rtol=0, atol=0, equal_nan=True, msg=str(key))
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["fps"] == 10 and info["robot_type"] == "koch"
