@@ -11,6 +11,7 @@ from datasets_hub.cli import main as cli_main
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.exporters import STAGING_MARKER, export_build
 from datasets_hub.exporters import lerobot as lerobot_exporter
+
 from fixtures.export_builds import chunk, make_build
 
 pytest.importorskip("pyarrow")

@@ -13,6 +13,7 @@ from PIL import Image
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 from datasets_hub.exporters import export_build
+
 from fixtures.export_builds import LENGTHS, chunk, make_build
 
 pytest.importorskip("pyarrow")

@@ -14,6 +14,7 @@ from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 from datasets_hub.exporters import export_build
 from datasets_hub.loaders.formats.text import decode_text
+
 from fixtures.export_builds import LENGTHS, chunk, make_build
 
 pytest.importorskip("pyarrow")

@@ -12,6 +12,7 @@ import datasets_hub as dh
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 from datasets_hub.exporters import export_build
+
 from fixtures.export_builds import LENGTHS, chunk, make_build
 
 minari = pytest.importorskip("minari")
