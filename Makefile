@@ -129,7 +129,8 @@ $(ULR_STAMP): pyproject.toml constraints.txt
 	rm -f $(ULR_VENV)/.installed-* && touch $@
 
 test-upstream-lerobot: $(ULR_STAMP)
-	DATASETS_HUB_UPSTREAM_REQUIRED=1 $(ULR_PY) -m pytest -q tests/test_lerobot_upstream.py -p no:cacheprovider
+	DATASETS_HUB_UPSTREAM_REQUIRED=1 $(ULR_PY) -m pytest -q tests/test_lerobot_upstream.py tests/test_exporters_upstream.py \
+		-p no:cacheprovider
 
 # LeRobot-format datasets: our build + windows vs LeRobotDataset(delta_timestamps) (~10-20 min, ~20 GB of disk
 # for the ALOHA-shaped build; `--shapes pusht` alone takes ~3 min). Needs the venv above.

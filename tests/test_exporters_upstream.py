@@ -1,0 +1,82 @@
+"""Exports read by the tools they are for: LeRobot 0.4.4's ``LeRobotDataset`` and ``datasets.load_dataset``.
+
+Runs only where ``lerobot`` imports: the venv ``.venv-upstream-lerobot`` that ``make test-upstream``
+builds (``make test-upstream-lerobot``; it also holds ``datasets>=4,<5``, LeRobot's own reader of
+parquet). Elsewhere the module is skipped; under ``DATASETS_HUB_UPSTREAM_REQUIRED=1`` a missing
+reader fails instead. Minari's reader is checked in ``tests/test_exporters_minari.py`` (minari is
+installed with the hub's test extras).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+try:
+    import datasets
+    import lerobot.datasets.lerobot_dataset  # noqa: F401 - the reference reader must import, or nothing here runs
+except Exception as exc:  # noqa: BLE001 - a broken install may raise anything at import
+    if os.environ.get("DATASETS_HUB_UPSTREAM_REQUIRED", "") not in ("", "0"):  # make test-upstream: never skip
+        pytest.fail(
+            f"lerobot / datasets cannot be imported under make test-upstream ({exc!r}); rebuild "
+            ".venv-upstream-lerobot (make test-upstream-lerobot)",
+            pytrace=False,
+        )
+    pytest.skip(
+        "lerobot is installed only in .venv-upstream-lerobot (make test-upstream-lerobot)", allow_module_level=True
+    )
+
+from datasets_hub.build.storage import DatasetStorage
+from datasets_hub.exporters import export_build
+
+from fixtures.export_builds import LENGTHS, chunk, make_build
+
+
+def test_lerobot_dataset_reads_the_export_value_for_value(tmp_path):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    build = make_build([chunk()])
+    out = export_build(build, tmp_path / "acme" / "export", "lerobot", fps=10, task="reach")
+    dataset = LeRobotDataset("acme/export", root=out)  # LeRobot's timestamp checks run here (tolerance_s=1e-4)
+    expected = DatasetStorage(build)[:]
+    assert len(dataset) == sum(LENGTHS) and dataset.num_episodes == len(LENGTHS)
+    for i in range(len(dataset)):
+        item = dataset[i]
+        assert torch.equal(item["observation.state"], expected["observation"][i])
+        assert torch.equal(item["action"], expected["action"][i])
+        assert torch.equal(item["next.reward"].reshape(1), expected["next", "reward"][i])
+        assert bool(item["next.done"]) == bool(expected["next", "terminated"][i])
+        assert int(item["episode_index"]) == int(expected["episode"][i])
+        assert int(item["frame_index"]) == int(expected["step"][i])
+        assert int(item["index"]) == i
+        assert item["task"] == "reach"
+        pixels = (item["observation.pixels"] * 255).round().to(torch.uint8)  # float CHW in [0, 1]
+        assert torch.equal(pixels, expected["pixels"][i].permute(2, 0, 1))  # PNG: lossless
+
+
+def test_datasets_load_dataset_reads_the_hf_export_value_for_value(tmp_path):
+    build = make_build([chunk()])
+    out = export_build(build, tmp_path / "hf", "hf")
+    dataset = datasets.load_dataset(str(out), split="train")
+    expected = DatasetStorage(build)[:]
+    assert dataset.num_rows == sum(LENGTHS)
+    assert isinstance(dataset.features["pixels"], datasets.Image)
+    columns = {
+        "observation": "observation",
+        "next.observation": ("next", "observation"),
+        "action": "action",
+        "info.step_code": ("info", "step_code"),
+        "episode_index": "episode",
+        "step": "step",
+    }
+    for name, key in columns.items():
+        want = expected.get(key).numpy()
+        np.testing.assert_array_equal(np.asarray(dataset[name]).reshape(want.shape), want, err_msg=name)
+    for name, key in (("next.reward", ("next", "reward")), ("next.terminated", ("next", "terminated"))):
+        np.testing.assert_array_equal(np.asarray(dataset[name]), expected.get(key).numpy().reshape(-1), err_msg=name)
+    for i in (0, 4, 5, 11):  # the last step of an episode included: its next image is the final observation
+        np.testing.assert_array_equal(np.asarray(dataset[i]["pixels"]), expected["pixels"][i].numpy())
+        np.testing.assert_array_equal(np.asarray(dataset[i]["next.pixels"]), expected["next", "pixels"][i].numpy())
