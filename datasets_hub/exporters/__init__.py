@@ -1,4 +1,4 @@
-"""Export a build to the files other tools read: LeRobot v3.0, Hugging Face ``datasets``, Minari.
+"""Export a build to the files other tools read: LeRobot v3.0, Hugging Face ``datasets``, Minari, RLDS.
 
 :func:`export_build` is what ``datasets_hub.export(..., format=...)`` and ``datasets-hub export
 --format`` call for every format other than our own published form
@@ -34,6 +34,7 @@ FORMATS = {
     "lerobot": "datasets_hub.exporters.lerobot",
     "hf": "datasets_hub.exporters.hf_datasets",
     "minari": "datasets_hub.exporters.minari",
+    "rlds": "datasets_hub.exporters.rlds",
 }
 INCOMPLETE_SUFFIX = ".incomplete"
 #: a file every staging folder holds while being written: only a folder with it is ever removed

@@ -93,3 +93,20 @@ class BuildEpisodes:
         observations = {k: np.array(v.numpy()[first_obs : first_obs + length + 1]) for k, v in self.build.obs.items()}
         steps = {k: np.array(v.numpy()[start : start + length]) for k, v in self.build.steps.items()}
         return Episode(position=e, id=int(self.ids[e]), length=length, observations=observations, steps=steps)
+
+
+def group_paths(keys: list[Key], head: str, container: str) -> dict[Key, tuple[str, ...]]:
+    """Build keys -> entry paths inside one nested ``container`` (a Minari ``Dict`` space, an RLDS
+    ``FeaturesDict``): the single key ``(head,)`` is the container's value itself (path ``()``),
+    otherwise a leading ``head`` level is dropped (``observation/a`` -> ``a``, ``pixels`` -> ``pixels``).
+    Refuses keys that would land on one path, or a value that is also a group of others."""
+    if keys == [(head,)]:
+        return {keys[0]: ()}
+    paths = {k: k[1:] if k[0] == head and len(k) > 1 else k for k in keys}
+    clash = sorted(p for p in paths.values() if any(q != p and q[: len(p)] == p for q in paths.values()))
+    if clash or len(set(paths.values())) != len(paths):
+        raise InvalidParameter(
+            f"the {head} keys {sorted('/'.join(k) for k in keys)} cannot be entries of one {container} "
+            "(one would be both a value and a group of others); rename them before exporting"
+        )
+    return paths

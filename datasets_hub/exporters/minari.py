@@ -42,7 +42,7 @@ import numpy as np
 
 from datasets_hub.buffers.nested_keys import Key
 from datasets_hub.errors import InvalidParameter, MissingDependency
-from datasets_hub.exporters.episodes import REWARD, TERMINATED, TRUNCATED, BuildEpisodes, Column
+from datasets_hub.exporters.episodes import REWARD, TERMINATED, TRUNCATED, BuildEpisodes, Column, group_paths
 
 OPTIONS = ("dataset_id", "author", "algorithm_name", "code_permalink")
 #: the Minari dataset format these files follow (minari 0.5 reads 0.4.0 .. 0.5.x)
@@ -78,20 +78,6 @@ def _box(column: Column) -> dict[str, Any]:
     else:
         low_list, high_list = low, high
     return {"type": "Box", "dtype": str(dtype), "shape": shape, "low": low_list, "high": high_list}
-
-
-def _paths(keys: list[Key], head: str) -> dict[Key, tuple[str, ...]]:
-    """Build keys -> entry paths of one Minari space: the single key ``(head,)`` is the space itself."""
-    if keys == [(head,)]:
-        return {keys[0]: ()}
-    paths = {k: k[1:] if k[0] == head and len(k) > 1 else k for k in keys}
-    clash = sorted(p for p in paths.values() if any(q != p and q[: len(p)] == p for q in paths.values()))
-    if clash or len(set(paths.values())) != len(paths):
-        raise InvalidParameter(
-            f"the {head} keys {sorted('/'.join(k) for k in keys)} cannot be entries of one Minari Dict space "
-            "(one would be both a value and a group of others); rename them before exporting"
-        )
-    return paths
 
 
 def _space(paths: dict[Key, tuple[str, ...]], columns: dict[Key, Column]) -> dict[str, Any]:
@@ -168,8 +154,8 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     for key in (REWARD, TERMINATED, TRUNCATED):
         if columns[key].shape not in ((), (1,)):
             raise InvalidParameter(f"{'/'.join(key)} has shape {list(columns[key].shape)}; Minari stores one per step")
-    observation_paths = _paths(list(episodes.observation_keys), "observation")
-    action_paths = _paths(actions, "action")
+    observation_paths = group_paths(list(episodes.observation_keys), "observation", "Minari Dict space")
+    action_paths = group_paths(actions, "action", "Minari Dict space")
     info_keys = sorted(k for k in steps if k[0] != "action" and k not in (REWARD, TERMINATED, TRUNCATED))
     info_paths = {k: k[1:] if k[0] == "info" and len(k) > 1 else k for k in info_keys}
     if len(set(info_paths.values())) != len(info_paths):
