@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,12 @@ def export_build(
     build_path = Path(build_dir)
     check_not_being_written(build_path)
     episodes = BuildEpisodes(open_build(build_path))
+    if episodes.has_history:
+        warnings.warn(
+            f"{build_path}: the frames kept before episodes' first steps (history/, for frame stacks) are no "
+            f"transitions and format={format!r} cannot hold them: they are not exported",
+            stacklevel=3,
+        )
     out = Path(out_dir)
     plan = module.plan(episodes, out, options)  # every refusal happens here, before anything is written
     staging = staging_dir(out)
