@@ -134,6 +134,8 @@ def _ensure_build(dataset_id: str, *, force: bool, allow_download: bool, params:
     spec = resolve(dataset_id, **params)
     loader = get_loader(spec.loader)
     loader.check_params(spec)
+    if spec.resources:  # an entry's own files are fetched, or refused by name: never silently replaced
+        loader.check_catalogue_resources(spec, loader.resources(spec))
     path = build_path(spec, loader)
     if not force and read_manifest(path) is not None:
         return path
@@ -311,6 +313,8 @@ def info(dataset_id: str, **params: Any) -> DatasetInfo:
     spec = resolve(dataset_id, **params)
     loader = get_loader(spec.loader)
     loader.check_params(spec)
+    if spec.resources:
+        loader.check_catalogue_resources(spec, loader.resources(spec))
     path = build_path(spec, loader)
     manifest = read_manifest(path)
     raw = 0

@@ -449,3 +449,19 @@ def test_cached_build_reopens_without_requests(hub, written):
     assert datasets_hub.download(ID) == first
     assert len(datasets_hub.load(ID)) == sum(lw.Spec().lengths)
     assert server.total_requests() == 0
+
+
+def test_a_user_entrys_resources_are_refused_by_name(written):
+    """The lerobot loader derives its files from the dataset's metadata: an entry's own resource is
+    refused naming its URL, never ignored (issue 27)."""
+    import datasets_hub
+    from datasets_hub import catalogue
+
+    root, _, _ = written["v2.1"]
+    catalogue.register_dataset("lerobot/local/mine", params={"root": str(root)},
+                               resources=[{"url": "file:///srv/mine/episode_000000.parquet"}])  # fmt: skip
+    try:
+        with pytest.raises(InvalidParameter, match=r"does not fetch .*file:///srv/mine/episode_000000\.parquet"):
+            datasets_hub.load("lerobot/local/mine")
+    finally:
+        catalogue.unregister_dataset("lerobot/local/mine")
