@@ -41,13 +41,16 @@ class Resource:
     ``name`` is the file's path under ``<cache>/raw/<loader>/`` (relative, no ``..``); ``urls`` are
     mirrors tried in order: ``http(s)://…``, ``hf://<repo_type>s/<repo_id>/<path>[@<revision>]`` for
     the Hugging Face Hub, or ``file://…`` for a local copy. ``sha256`` and ``size`` are checked
-    when known.
+    when known. ``identity`` tells versions of the bytes behind the same URLs apart when no sha256 is
+    known (a local file's inode and modification time): it enters the raw cache key and the build
+    fingerprint, so a file rewritten in place (even with the same size) is copied and converted again.
     """
 
     name: str
     urls: tuple[str, ...]
     sha256: str | None = None
     size: int | None = None
+    identity: str | None = None
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, Any]) -> Resource:
@@ -74,6 +77,8 @@ class Resource:
             out["sha256"] = self.sha256
         if self.size is not None:
             out["size"] = self.size
+        if self.identity is not None:
+            out["identity"] = self.identity
         return out
 
 

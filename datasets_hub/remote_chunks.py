@@ -39,7 +39,7 @@ import numpy as np
 
 from datasets_hub.build_format import EPISODES, HISTORY, leaf_path
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
-from datasets_hub.files import write_bytes_atomic
+from datasets_hub.files import open_rw_nofollow, real_dirs, write_bytes_atomic
 from datasets_hub.published_format import PUBLISHED, numpy_dtype, require_zarr
 from datasets_hub.remote_files import RemoteFolder
 
@@ -107,9 +107,11 @@ class Chunks:
         self._used: dict[str, np.ndarray] = {}
         self._tick = 0
         for name, spec in self.arrays.items():
-            self.maps[name] = np.memmap(
-                map_path(path, name), dtype=np.uint8, mode="r+", shape=(max(1, int(spec["chunks"])),)
-            )
+            residency = map_path(path, name)
+            real_dirs(path, residency.parent)  # refuses a symlinked folder on the way (and the leaf's, below)
+            real_dirs(path, leaf_path(path, name).parent)
+            with open_rw_nofollow(residency) as handle:  # a planted link is refused, never written through
+                self.maps[name] = np.memmap(handle, dtype=np.uint8, mode="r+", shape=(max(1, int(spec["chunks"])),))
             self._views[name] = self.maps[name].view(np.ndarray)
             self._used[name] = np.zeros(max(1, int(spec["chunks"])), np.int64)
             self.row_bytes[name] = row_bytes_of(spec)
@@ -131,7 +133,7 @@ class Chunks:
         self._pid = os.getpid()
         self._thread_lock = threading.RLock()
         self._decode_lock = threading.Lock()
-        self._lock_fd = os.open(self.path / "residency.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock_fd = os.open(self.path / "residency.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
 
     @contextlib.contextmanager
     def locked(self, exclusive: bool) -> Iterator[None]:
@@ -237,9 +239,39 @@ class Chunks:
         meta = self._verified(meta_path, meta or b"")
         self._prototype = default_buffer_prototype()
         contents: dict[str, Any] = {"zarr.json": self._prototype.buffer.from_bytes(meta)}
-        array = zarr.open_array(MemoryStore(contents), mode="r")
+        try:
+            array = zarr.open_array(MemoryStore(contents), mode="r")
+        except Exception as exc:  # noqa: BLE001 - zarr's errors on bad metadata vary: one clear refusal
+            raise CacheError(
+                f"{self.folder.shown}: {meta_path} is not zarr v3 array metadata ({type(exc).__name__}: {exc}); "
+                "export the build again"
+            ) from None
+        self._check_layout(name, array)
         self._decoders[name] = (array, contents)
         return array, contents
+
+    def _check_layout(self, name: str, array: Any) -> None:
+        """Refuse a leaf whose publishing record disagrees with its hash-checked zarr metadata: rows would be
+        read at the wrong offsets (zeros, or other rows) without a word."""
+        spec = self.arrays[name]
+        rows, shape = int(spec["rows"]), tuple(int(d) for d in spec["shape"])
+        want_chunks = (int(spec["chunk_rows"]) if rows else 1, *shape)
+        got = {"shape": tuple(array.shape), "chunks": tuple(array.chunks), "dtype": str(array.dtype)}
+        want = {"shape": (rows, *shape), "chunks": want_chunks, "dtype": str(numpy_dtype(spec["dtype"]))}
+        wrong = [k for k in want if got[k] != want[k]]
+        if wrong:
+            raise CacheError(
+                f"{self.folder.shown}: the published build is inconsistent: {PUBLISHED} says leaf {name!r} has "
+                + ", ".join(f"{k} {want[k]}" for k in wrong)
+                + ", its sha256-checked zarr metadata says "
+                + ", ".join(f"{k} {got[k]}" for k in wrong)
+                + "; nothing was served: export the build again"
+            )
+
+    def check_layouts(self) -> None:
+        """Check every leaf's zarr metadata against the publishing record (see :meth:`_check_layout`)."""
+        for name in self.arrays:
+            self._decoder(name)
 
     def _metadata_path(self, name: str) -> Path:
         return self.path / "zarr-meta" / (name.replace("/", "__") + ".json")
@@ -255,7 +287,7 @@ class Chunks:
         name = relpath[len("data.zarr/") : -len("/zarr.json")]
         self._verified(relpath, data)
         target = self._metadata_path(name)
-        target.parent.mkdir(exist_ok=True)
+        real_dirs(self.path, target.parent)
         write_bytes_atomic(target, data)
 
     def _verified(self, relpath: str, data: bytes) -> bytes:

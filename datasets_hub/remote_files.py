@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from datasets_hub import env
 from datasets_hub.errors import DownloadError, InvalidParameter, MissingDependency
+from datasets_hub.redact import redact_text
 
 REMOTE_SCHEMES = ("hf://", "http://", "https://", "s3://", "file://")
 
@@ -67,12 +68,21 @@ class RemoteFolder:
             )
         try:
             return bytes(self.fs.cat_file(self.path(relpath)))
-        except FileNotFoundError as exc:
+        except FileNotFoundError:
+            # not chained: fsspec's error holds the whole URL, password and signature included
             raise DownloadError(
                 f"{self.shown}/{relpath} does not exist: is {self.shown} a build published by `datasets-hub export`?"
-            ) from exc
-        except Exception as exc:
-            raise DownloadError(f"could not read {self.shown}/{relpath}: {type(exc).__name__}: {exc}") from exc
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - every backend's failure becomes one DownloadError
+            raise self._failure(relpath, exc) from None
+
+    def _failure(self, relpath: str, exc: BaseException) -> DownloadError:
+        """A :class:`DownloadError` for a failed read, with every URL in the backend's message redacted (the
+        original is not chained: a traceback would show its text, secrets included)."""
+        if isinstance(exc, DownloadError):
+            return exc
+        text = redact_text(str(exc)).replace(self.url, self.shown)
+        return DownloadError(f"could not read {self.shown}/{relpath}: {type(exc).__name__}: {text}")
 
     def read_many(self, relpaths: list[str]) -> dict[str, bytes | Exception]:
         """Fetch several files concurrently (one fsspec call); errors are returned per file, not raised."""
@@ -88,8 +98,12 @@ class RemoteFolder:
         try:
             got = self.fs.cat(list(paths), on_error="return")
         except Exception as exc:  # noqa: BLE001 - a backend that fails the whole call: reported per file
-            return dict.fromkeys(relpaths, exc)
-        return {paths.get(k, k): (v if isinstance(v, Exception) else bytes(v)) for k, v in got.items()}
+            return {p: self._failure(p, exc) for p in relpaths}
+        out: dict[str, bytes | Exception] = {}
+        for key, value in got.items():
+            relpath = paths.get(key, key)
+            out[relpath] = self._failure(relpath, value) if isinstance(value, Exception) else bytes(value)
+        return out
 
 
 def _filesystem(url: str) -> tuple[Any, str]:

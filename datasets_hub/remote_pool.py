@@ -61,6 +61,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.samplers import AnchorSampler, Sampler
 from datasets_hub.buffers.samplers.episode_rows import EpisodeRows
 from datasets_hub.errors import CacheError, InvalidParameter
+from datasets_hub.files import open_nofollow, open_rw_nofollow, real_dirs
 from datasets_hub.remote_chunks import always_resident
 from datasets_hub.remote_files import RemoteFolder
 from datasets_hub.remote_storage import ResidentStorage
@@ -176,9 +177,12 @@ class PoolStorage(ResidentStorage):
         self.chunks.ensure(self._chunks_of(initial))  # one concurrent fetch for the whole first pool
         self._members = [int(e) for e in initial]
         self.draws[initial] += 1
-        members_path.parent.mkdir(exist_ok=True)
+        real_dirs(path, members_path.parent)
         with _pools_lock(members_path.parent):  # a sweep never sees the file before its owner holds it
-            self._members_file = np.memmap(members_path, dtype=np.int64, mode="w+", shape=(_HEADER + pool_episodes,))
+            with open_nofollow(members_path, "wb") as handle:  # never through a planted link
+                handle.truncate((_HEADER + pool_episodes) * 8)
+            with open_rw_nofollow(members_path) as handle:
+                self._members_file = np.memmap(handle, dtype=np.int64, mode="r+", shape=(_HEADER + pool_episodes,))
             # held (shared) for the owner's life, by its forked workers too: while any holds it, no sweep removes
             # the file; when the last one dies (kill -9 included) the kernel lets go and a later sweep may
             self._owner_fd = os.open(members_path, os.O_RDONLY | os.O_NOFOLLOW)

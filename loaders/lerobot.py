@@ -249,8 +249,12 @@ class _Source:
             local = self.root / path
             if not local.is_file():
                 raise LoaderError(f"{self.repo}: {path} is not in the local dataset {self.root}")
-            # the size enters the fingerprint: a local file rewritten with another size is another build
-            return Resource(name=name, urls=(local.as_uri(),), size=local.stat().st_size)
+            # size, inode and mtime enter the fingerprint: a local file rewritten (even with the same size,
+            # or renamed over) is another build; hashing every file on each load would cost seconds per GB
+            st = local.stat()
+            return Resource(
+                name=name, urls=(local.as_uri(),), size=st.st_size, identity=f"ino{st.st_ino}-mtime{st.st_mtime_ns}"
+            )
         url = f"hf://datasets/{self.repo}/{quote(path, safe='/()+,=-_.~')}"
         return Resource(name=name, urls=(url + (f"@{self.revision}" if self.revision else ""),))
 

@@ -152,3 +152,21 @@ def test_every_loader_fetches_a_users_resource_or_refuses_it_by_name(loader):
     with pytest.raises(InvalidParameter, match=r"does not fetch the entry's resource 'a-file-it-does-not-read\.bin' "
                                                r"\(file:///srv/mine/users-copy\.bin\)"):  # fmt: skip
         dh.info(dataset_id)
+
+
+def test_the_catalogue_cache_never_stores_a_password_or_a_signature(tmp_path, monkeypatch):
+    """A user's catalogue with a user:password@ URL and a presigned URL is read correctly, every time,
+    and no copy of it in <cache>/catalogue holds either secret (issue 27)."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        "d4rl/with-password: {loader: d4rl, resources: [{url: 'https://me:hunter2@host.example/a.hdf5'}]}\n"
+        "d4rl/presigned: {loader: d4rl, resources: [{url: 'https://b.example/x.hdf5?X-Amz-Signature=s3cr3t'}]}\n"
+    )
+    monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(mine))
+    for _ in range(2):  # the second read finds no copy to trust: it parses again
+        assert catalogue.resolve("d4rl/with-password").resources[0].urls == ("https://me:hunter2@host.example/a.hdf5",)
+        assert "s3cr3t" in catalogue.resolve("d4rl/presigned").resources[0].urls[0]
+    from datasets_hub.env import cache_root
+
+    stored = [p.read_text() for p in (cache_root() / "catalogue").rglob("*") if p.is_file()]
+    assert not any("hunter2" in text or "s3cr3t" in text for text in stored)

@@ -465,3 +465,33 @@ def test_a_user_entrys_resources_are_refused_by_name(written):
             datasets_hub.load("lerobot/local/mine")
     finally:
         catalogue.unregister_dataset("lerobot/local/mine")
+
+
+def test_a_local_root_rewritten_with_same_size_files_is_converted_again(written, tmp_path):
+    """A parquet file of a root= dataset rewritten with other values and the very same size: the next load
+    converts the new values, never the old build (issue 27)."""
+    import shutil
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import datasets_hub
+
+    source, _, _ = written["v2.1"]
+    root = tmp_path / "root"
+    shutil.copytree(source, root)
+    first = sorted((root / "data").rglob("*.parquet"))[0]
+    plain = {"compression": "none", "use_dictionary": False, "write_statistics": False}  # fixed-width values
+    table = pq.read_table(first)
+    pq.write_table(table, first, **plain)
+    before = datasets_hub.load("lerobot/local/koch", root=str(root), num_workers=1)[:]
+    action = table.column("action")
+    doubled = pa.array([list(np.asarray(row, np.float32) * 2 + 1) for row in action.to_pylist()], type=action.type)
+    size = first.stat().st_size
+    pq.write_table(table.set_column(table.schema.get_field_index("action"), "action", doubled), first, **plain)
+    assert first.stat().st_size == size
+    rows = before["episode"] == int(table.column("episode_index")[0].as_py())
+    after = datasets_hub.load("lerobot/local/koch", root=str(root), num_workers=1)[:]
+    assert torch.equal(after["action"][rows], before["action"][rows] * 2 + 1)
+    assert torch.equal(after["action"][~rows], before["action"][~rows])

@@ -63,8 +63,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, truncate_las
 
 
 def out(lines: str | Sequence[str] = "") -> None:
-    """Print one string, or lines (an empty sequence prints nothing but a newline)."""
-    print(lines if isinstance(lines, str) else "\n".join(lines))
+    """Print one string, or lines (an empty sequence prints nothing but a newline), credentials redacted:
+    an id given as a URL with a password (``http://user:pw@host/…``) is echoed without it."""
+    from datasets_hub.redact import redact_text
+
+    print(redact_text(lines if isinstance(lines, str) else "\n".join(lines)))
 
 
 def err(message: object) -> None:
