@@ -254,6 +254,9 @@ def load(
     from datasets_hub.load_args import check_params_are_not_load_keywords, check_sampler
 
     check_sampler(sampler, batch_size)
+    from datasets_hub.buffers.samplers.base import check_generator
+
+    check_generator(generator)  # before any download or build, not at the first sample()
     if device is not None:  # before any download or build: no CUDA is an error now, not after an hour
         from datasets_hub.buffers.device.memory import as_device
 

@@ -35,6 +35,7 @@ from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
 from datasets_hub.files import sha256_file
 from datasets_hub.published_format import (
     DEFAULT_CHUNK_BYTES,
+    MAX_CHUNK_BYTES,
     PUBLISHED,
     PUBLISHED_FORMAT,
     PUBLISHED_VERSION,
@@ -88,8 +89,11 @@ def export(
     ``overwrite=True``, a file at ``out_dir`` always. ``params`` select the build when ``source`` is an id
     (as in ``load``).
     """
-    if not isinstance(chunk_bytes, int) or chunk_bytes < 1024:
-        raise InvalidParameter(f"chunk_bytes must be an integer of at least 1024, got {chunk_bytes!r}")
+    if not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool) or not 1024 <= chunk_bytes <= MAX_CHUNK_BYTES:
+        raise InvalidParameter(
+            f"chunk_bytes must be an integer from 1024 to {MAX_CHUNK_BYTES:,} (1 GiB: a chunk is fetched and decoded "
+            f"whole, in memory), got {chunk_bytes!r}"
+        )
     zarr = require_zarr()
     from zarr.codecs import ZstdCodec
 

@@ -17,6 +17,7 @@ PUBLISHED_FORMAT = "datasets_hub.published"
 PUBLISHED_VERSION = 1
 ZARR_DIR = "data.zarr"
 DEFAULT_CHUNK_BYTES = 256 << 10  # a lazy first batch fetches one chunk per leaf and slice: keep them small
+MAX_CHUNK_BYTES = 1 << 30  # a chunk is fetched, verified and decoded whole, in memory: larger is never useful
 
 # the build's dtype names (torch's) -> numpy dtypes zarr v3 stores natively
 _NUMPY_DTYPES = {

@@ -75,11 +75,13 @@ def check_pool_params(pool_episodes: Any, pool_refresh_s: Any) -> None:
     if isinstance(pool_episodes, bool) or not isinstance(pool_episodes, int) or pool_episodes < 1:
         raise InvalidParameter(f"pool_episodes must be a positive number of episodes, got {pool_episodes!r}")
     if pool_refresh_s is not None and (
-        isinstance(pool_refresh_s, bool) or not isinstance(pool_refresh_s, (int, float)) or pool_refresh_s < 0
+        isinstance(pool_refresh_s, bool)
+        or not isinstance(pool_refresh_s, (int, float))
+        or not 0 <= pool_refresh_s <= threading.TIMEOUT_MAX  # refuses nan (a busy loop) and inf (a dead thread)
     ):
         raise InvalidParameter(
-            f"pool_refresh_s must be a number of seconds >= 0 (or None: refresh by calling refresh_pool()), "
-            f"got {pool_refresh_s!r}"
+            f"pool_refresh_s must be a finite number of seconds >= 0 (or None: refresh only by calling "
+            f"refresh_pool()), got {pool_refresh_s!r}"
         )
 
 

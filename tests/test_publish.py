@@ -169,3 +169,17 @@ def test_push_never_empties_a_users_out_dir(build_rb, monkeypatch, tmp_path):
     with pytest.raises(PermissionError):
         dh.push(build_rb, "org/x", out_dir=earlier)
     assert (earlier / PUBLISHED).read_bytes() == before
+
+
+@pytest.mark.parametrize("chunk_mb", ["1e9", "inf", "nan", "-1"])
+def test_cli_export_refuses_a_chunk_size_that_cannot_be_allocated(tmp_path, capsys, chunk_mb):
+    assert (
+        cli_main(["export", ID, str(tmp_path / "out"), "-p", "steps=600", "-p", "seed=4", "--chunk-mb", chunk_mb]) == 2
+    )
+    assert "--chunk-mb must be a number of MB above 0 and at most 1024" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_refuses_a_chunk_size_above_one_gib(build_rb, tmp_path):
+    with pytest.raises(InvalidParameter, match="from 1024 to"):
+        export(build_rb, tmp_path / "pub", chunk_bytes=10**15)

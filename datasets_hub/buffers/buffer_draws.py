@@ -20,6 +20,8 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils import _pytree
 
+from datasets_hub.buffers.batch_size import check_batch_items
+
 
 class OrderedDraws:
     """The drawing part of a replay buffer (a mixin: the buffer holds the state it reads)."""
@@ -109,6 +111,7 @@ class OrderedDraws:
             raise ValueError(
                 f"sample_many needs a positive batch_size (here or in the constructor), got {batch_size!r}"
             )
+        check_batch_items(k * batch_size, f"sample_many({k}, batch_size={batch_size})")
         if not self._plain_gathers():
             return _stack([self.sample(batch_size) for _ in range(k)])
         with self._lock:

@@ -22,10 +22,11 @@ import torch
 from tensordict import TensorDictBase, is_tensorclass
 
 from datasets_hub.buffers import multidim as mdim
+from datasets_hub.buffers.batch_size import check_batch_items
 from datasets_hub.buffers.buffer_draws import OrderedDraws
 from datasets_hub.buffers.buffer_rows import RowAccess
 from datasets_hub.buffers.buffer_state import BufferState
-from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.samplers.base import Sampler, as_index, check_generator
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.storages import ListStorage, Storage, attach_extras
@@ -86,6 +87,8 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
     ) -> None:
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        if batch_size is not None:
+            check_batch_items(batch_size, f"batch_size={batch_size}")
         self._batch_size = batch_size
         prefetch = 0 if prefetch is None else prefetch
         if not isinstance(prefetch, int) or prefetch < 0:
@@ -239,6 +242,7 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
 
     def set_rng(self, generator: torch.Generator) -> None:
         """Make ``generator`` the sampler's only source of randomness."""
+        check_generator(generator)
         self._sampler.generator = generator
 
     def read_only_view(self, storage: Storage, *, transform: Any = None, prefetch: int | None = None) -> Any:
@@ -381,6 +385,8 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
                 )
         elif not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")  # 0 gave an empty batch
+        else:
+            check_batch_items(batch_size, f"sample({batch_size})")
         data, info, _ = self._draw(batch_size)
         return (data, info) if return_info else data
 
