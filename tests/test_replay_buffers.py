@@ -712,7 +712,7 @@ def test_a_generator_that_is_not_torch_s_is_refused_when_given():
     import numpy as np
 
     for bad in (np.random.default_rng(0), 7):
-        with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        with pytest.raises(TypeError, match=r"generator must be a torch\.Generator"):
             _small_buffer(batch_size=4, generator=bad)
     rb = _small_buffer(batch_size=4, generator=torch.Generator().manual_seed(0))
     with pytest.raises(TypeError, match=r"pass torch.Generator\(\).manual_seed\(seed\)"):
