@@ -215,7 +215,7 @@ def ours_rate(path: str, shape: str, workers: int, seconds: float, mode: str = "
     import torch
 
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
     from datasets_hub.interop.torch_data import SampledBatches
     from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler
 

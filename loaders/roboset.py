@@ -237,9 +237,9 @@ def matches_task(path: str, prefix: str) -> bool:
 
 def task_files(repo: str, prefix: str, revision: str | None = None) -> list[str]:
     """Sorted ``.h5`` paths of the task at ``prefix``, listed once per process (see module doc)."""
+    from datasets_hub.downloads.huggingface import list_hf_files
     from datasets_hub.env import hf_endpoint, hf_offline
     from datasets_hub.env import offline as is_offline
-    from datasets_hub.hf_source import list_hf_files
 
     offline = is_offline() or hf_offline()
     key = (hf_endpoint(), repo, revision, prefix, offline)

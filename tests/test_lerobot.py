@@ -253,7 +253,7 @@ def test_any_repo_id_resolves_and_catalogue_lists_known_repos():
 
 # -- bad input: each a named error, and no build left behind -------------------------------------
 def _no_build_left(dataset_id: str = ID) -> None:
-    from datasets_hub.cache import dataset_dir
+    from datasets_hub.cache.layout import dataset_dir
 
     folder = dataset_dir(dataset_id)
     leftovers = [p.name for p in folder.iterdir()] if folder.exists() else []

@@ -130,7 +130,7 @@ def test_cached_remote_catalogue_is_listed_offline(isolated_cache, monkeypatch):
 
 
 def test_a_dns_failure_fails_at_once_with_a_hint(monkeypatch, tmp_path):
-    from datasets_hub import downloader
+    from datasets_hub.downloads import fetch as downloader
     from datasets_hub.loader import Resource
 
     calls = []

@@ -12,7 +12,7 @@ import pytest
 import datasets_hub as dh
 from datasets_hub.cli import main as cli_main
 from datasets_hub.errors import InvalidParameter
-from datasets_hub.publish import PUBLISHED, export
+from datasets_hub.remote.publish import PUBLISHED, export
 
 zarr = pytest.importorskip("zarr")  # an optional extra (datasets-hub[remote]); make test installs it
 
@@ -125,7 +125,7 @@ def test_an_incomplete_folder_not_left_by_export_is_refused_not_deleted(build_rb
 
 
 def test_a_staging_folder_an_interrupted_export_left_is_replaced(build_rb, tmp_path, monkeypatch):
-    import datasets_hub.publish as publish
+    import datasets_hub.remote.publish as publish
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

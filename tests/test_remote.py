@@ -17,8 +17,8 @@ import torch
 import datasets_hub as dh
 from datasets_hub import SliceSampler
 from datasets_hub.errors import DownloadError, InvalidParameter
-from datasets_hub.publish import PUBLISHED, export
-from datasets_hub.remote_storage import ResidentStorage
+from datasets_hub.remote.publish import PUBLISHED, export
+from datasets_hub.remote.storage import ResidentStorage
 
 from fixtures.remote import ID, PARAMS, local_build, publish
 from fixtures.remote import same as _same
@@ -344,7 +344,7 @@ def test_a_pickled_copy_that_is_gone_or_replaced_is_refused(published):
 def test_a_full_copy_pickled_before_completion_reopens_as_a_plain_build_after(published, local_rb):
     import pickle
 
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
 
     rb = dh.load(f"file://{published}")
     state = pickle.dumps(rb.storage)
@@ -359,7 +359,7 @@ def _copy_dir(published: Path) -> Path:
     """Where the first load of ``published`` puts its local copy (follows from the URL and published.json)."""
     import hashlib
 
-    from datasets_hub.remote import local_dir
+    from datasets_hub.remote.open_url import local_dir
 
     return local_dir(f"file://{published}", hashlib.sha256((published / PUBLISHED).read_bytes()).hexdigest())
 
@@ -368,9 +368,9 @@ def _copy_dir(published: Path) -> Path:
 def test_symlinks_planted_where_the_local_copy_will_write_are_refused(published, tmp_path, planted):
     """A link at a leaf's data file, at its residency map, or at the copy's data folder: the load is a
     CacheError naming the link, and the file outside the cache is not touched (issue 27)."""
-    from datasets_hub.build_format import leaf_path
+    from datasets_hub.build.format import leaf_path
     from datasets_hub.errors import CacheError
-    from datasets_hub.remote_chunks import map_path
+    from datasets_hub.remote.chunks import map_path
 
     name = next(iter(json.loads((published / PUBLISHED).read_text())["arrays"]))
     copy = _copy_dir(published)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import datasets_hub as dh
-from datasets_hub.cache_verify import verify
+from datasets_hub.cache.verify import verify
 from datasets_hub.cli import main as cli
 
 GYM = "gym/cartpole-random-v0"
