@@ -465,3 +465,55 @@ def test_no_password_in_the_error_or_its_chain_when_published_json_is_missing(pu
             assert cli_main(["sample", good, "--batch-size", "4"]) == 0
             assert cli_main(["sample", url, "--batch-size", "4"]) == 1
     assert "batch of 4" in printed.getvalue() and "hunter2" not in printed.getvalue()
+
+
+def _first_chunk(published: Path) -> str:
+    files = json.loads((published / PUBLISHED).read_text())["files"]
+    return next(p for p in sorted(files) if "/steps/" in f"/{p}" and not p.endswith("zarr.json"))
+
+
+def test_a_chunk_with_an_endless_body_is_cut_at_its_published_size(published):
+    """The server answers a chunk with garbage forever (no Content-Length): the read stops at the size
+    published.json gives that chunk and fails by name, instead of growing without bound (issue 27)."""
+    from fixtures.http_server import serve_files
+
+    with serve_files() as server:
+        url = _serve(server, published)
+        chunk = _first_chunk(published)
+        server.fault(f"pub/{chunk}", endless=True)
+        rb = dh.load(url, resident="lazy")
+        started = time.monotonic()
+        with pytest.raises(DownloadError, match=r"sent more than the [\d,]+ bytes its publishing record allows"):
+            rb[:]
+        assert time.monotonic() - started < 30
+
+
+def test_a_chunk_that_stalls_after_its_headers_fails_within_the_rate_window(published, monkeypatch):
+    """Headers, then silence: the read fails after DATASETS_HUB_RATE_WINDOW seconds (the download layer's
+    minimum-rate rule), not after a backend's minutes-long default (issue 27)."""
+    from fixtures.http_server import serve_files
+
+    with serve_files() as server:
+        url = _serve(server, published)
+        chunk = _first_chunk(published)
+        rb = dh.load(url, resident="lazy")
+        monkeypatch.setenv("DATASETS_HUB_RATE_WINDOW", "0.5")  # read at each read, as downloads do
+        server.fault(f"pub/{chunk}", drop_after=0, drop_times=10, stall=20)
+        started = time.monotonic()
+        with pytest.raises(DownloadError, match=r"no byte for 0.5 s"):
+            rb[:]
+        assert time.monotonic() - started < 15  # 3 tries of 0.5 s, not 3 x 20 s
+
+
+def test_a_trickling_chunk_fails_below_the_minimum_rate(published, monkeypatch):
+    from fixtures.http_server import serve_files
+
+    with serve_files() as server:
+        url = _serve(server, published)
+        chunk = _first_chunk(published)
+        rb = dh.load(url, resident="lazy")
+        monkeypatch.setenv("DATASETS_HUB_RATE_WINDOW", "0.3")
+        monkeypatch.setenv("DATASETS_HUB_MIN_RATE", "100000")
+        server.fault(f"pub/{chunk}", trickle=0.1, trickle_chunk=64)
+        with pytest.raises(DownloadError, match="below the minimum of 100000 bytes/s"):
+            rb[:]

@@ -234,7 +234,7 @@ class Chunks:
         meta_path = f"data.zarr/{name}/zarr.json"
         meta = self._local_metadata(name)
         if meta is None:
-            self.keep_metadata(meta_path, self.folder.read(meta_path))
+            self.keep_metadata(meta_path, self.folder.read(meta_path, self._declared_bytes(meta_path)))
             meta = self._local_metadata(name)
         meta = self._verified(meta_path, meta or b"")
         self._prototype = default_buffer_prototype()
@@ -289,6 +289,12 @@ class Chunks:
         target = self._metadata_path(name)
         real_dirs(self.path, target.parent)
         write_bytes_atomic(target, data)
+
+    def _declared_bytes(self, relpath: str) -> int | None:
+        """The size the publishing record gives ``relpath``: no read accepts more (None for a file it does not
+        list, which :meth:`_verified` refuses by name)."""
+        entry = self.files.get(relpath)
+        return int(entry["bytes"]) if entry is not None else None
 
     def _verified(self, relpath: str, data: bytes) -> bytes:
         expected = self.files.get(relpath)
@@ -433,7 +439,8 @@ class Chunks:
         for _ in range(FETCH_TRIES):
             if not pending:
                 break
-            got = self.folder.read_many(list(pending))
+            limits = {p: size for p in pending if (size := self._declared_bytes(p)) is not None}
+            got = self.folder.read_many(list(pending), limits)
             for relpath, data in got.items():
                 if relpath not in pending:
                     continue

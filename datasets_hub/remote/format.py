@@ -129,7 +129,8 @@ def check_published(published: dict[str, Any], shown: str) -> None:
     for name, spec in arrays.items():
         if not isinstance(spec, dict):
             raise bad(f"arrays[{name!r}] is not a mapping")
-        rows, shape, chunk_rows, chunks = (spec.get(k) for k in ("rows", "shape", "chunk_rows", "chunks"))
+        values: list[Any] = [spec.get(k) for k in ("rows", "shape", "chunk_rows", "chunks")]  # checked next
+        rows, shape, chunk_rows, chunks = values
         if not count(rows, 0) or not count(chunk_rows, 1) or not count(chunks, 0):
             raise bad(f"arrays[{name!r}] needs integer rows >= 0, chunk_rows >= 1 and chunks >= 0")
         if not isinstance(shape, list) or len(shape) > 32 or not all(count(d, 0) for d in shape):

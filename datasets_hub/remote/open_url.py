@@ -44,7 +44,7 @@ from datasets_hub.files import open_nofollow, real_dirs, write_bytes_atomic
 from datasets_hub.redact import strip_url
 from datasets_hub.remote.chunks import Chunks, always_resident, map_path, row_bytes_of, sha256_bytes
 from datasets_hub.remote.files import REMOTE_SCHEMES, RemoteFolder, url_key
-from datasets_hub.remote.format import PUBLISHED, parse_published, require_zarr
+from datasets_hub.remote.format import MAX_PUBLISHED_BYTES, PUBLISHED, parse_published, require_zarr
 from datasets_hub.remote.storage import COMPLETE, ResidentStorage
 
 __all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "is_remote_url", "local_dir", "open_remote", "strip_url"]
@@ -83,7 +83,7 @@ def open_remote(
         return DatasetStorage(complete)
     require_zarr()
     folder = RemoteFolder(url)
-    published_bytes = folder.read(PUBLISHED)
+    published_bytes = folder.read(PUBLISHED, MAX_PUBLISHED_BYTES)
     published = parse_published(published_bytes, folder.shown)
     path = local_dir(url, sha256_bytes(published_bytes))
     _prepare(path, folder, published, published_bytes)
@@ -159,7 +159,8 @@ def _prepare(path: Path, folder: RemoteFolder, published: dict, published_bytes:
         metadata_files = [f"data.zarr/{name}/zarr.json" for name in published["arrays"]]
         chunks = Chunks(path, folder, published)
         try:
-            for relpath, payload in folder.read_many(metadata_files).items():
+            limits = {p: int(published["files"][p]["bytes"]) for p in metadata_files if p in published["files"]}
+            for relpath, payload in folder.read_many(metadata_files, limits).items():
                 if isinstance(payload, BaseException):
                     raise payload  # a DownloadError naming the file, its URL redacted
                 chunks.keep_metadata(relpath, payload)
