@@ -384,3 +384,14 @@ def test_no_broken_pipe_traceback_when_piped_to_head(isolated_cache):
         timeout=120,
     )
     assert proc.stdout.startswith("id ") and "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_param_nested_too_deep_is_a_usage_error(run):
+    """A --param value nested 50,000 levels deep (a RecursionError in the JSON parser) or 33 levels: one
+    usage line, no traceback (issue 27)."""
+    for depth in (50_000, 33):
+        code, _, err = run("info", CARTPOLE, "-p", "x=" + "[" * depth + "]" * depth)
+        assert code == 2 and "nested more than 32 levels deep" in err and "Traceback" not in err
+    from datasets_hub.cli import parse_param
+
+    assert parse_param("x=" + "[" * 32 + "]" * 32)[0] == "x"

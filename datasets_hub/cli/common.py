@@ -22,10 +22,29 @@ def parse_param(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"--param takes key=value (e.g. steps=300), got {text!r}")
+    too_deep = argparse.ArgumentTypeError(
+        f"--param {key}=… is nested more than {MAX_PARAM_DEPTH} levels deep; no dataset parameter is"
+    )
     try:
-        return key, json.loads(value)
+        parsed = json.loads(value)
     except ValueError:
         return key, value
+    except RecursionError:  # nested deeper than the parser's stack
+        raise too_deep from None
+    if _depth(parsed) > MAX_PARAM_DEPTH:
+        raise too_deep
+    return key, parsed
+
+
+MAX_PARAM_DEPTH = 32  # lists and objects in one --param value: far beyond any loader's parameter
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    """How deeply lists and dicts nest in ``value`` (stops counting past :data:`MAX_PARAM_DEPTH`)."""
+    if level > MAX_PARAM_DEPTH or not isinstance(value, (list, dict)):
+        return level
+    items = value.values() if isinstance(value, dict) else value
+    return max((_depth(v, level + 1) for v in items), default=level + 1)
 
 
 def params_of(args: argparse.Namespace) -> dict[str, Any]:
