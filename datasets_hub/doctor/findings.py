@@ -138,11 +138,11 @@ class DoctorReport:
         return self.worst is None or self.worst < Severity.ERROR
 
     def of(self, name: str) -> list[Finding]:
-        """The findings of the defect class ``name``."""
+        """The findings of the defect class ``name`` (an unknown name is an :class:`InvalidParameter`)."""
         if name not in CLASSES:
-            from datasets_hub.errors import did_you_mean
+            from datasets_hub.errors import InvalidParameter, did_you_mean
 
-            raise KeyError(f"no defect class {name!r}.{did_you_mean(name, list(CLASSES))}")
+            raise InvalidParameter(f"no defect class {name!r}.{did_you_mean(name, list(CLASSES))}")
         return [f for f in self.findings if f.name == name]
 
     def exit_code(self, fail_on: Severity = Severity.WARNING) -> int:

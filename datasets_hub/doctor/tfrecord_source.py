@@ -83,6 +83,7 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
     while i < len(buf):
         tag, i = _varint(buf, i)
         number, wire = tag >> 3, tag & 7
+        value: int | bytes
         if wire == 0:
             value, i = _varint(buf, i)
         elif wire == 2:
