@@ -6,11 +6,13 @@
   (dict observations);
 - **per episode** (Minari's ``main_data.hdf5``, RoboSet's rollouts): one group per episode holding
   ``observations`` (T or T+1 rows), ``actions``, ``rewards`` and ``terminations``/``truncations``
-  (Minari) or ``done`` (RoboSet). Episodes are taken in the natural order of their group names.
+  (Minari) or ``done`` (RoboSet). Episodes are taken in the natural order of their group names. A
+  group whose last action row is all NaN follows robohive's convention (T+1 rows, row t's reward and
+  ``done`` are what arriving at ``s_t`` returned): transition t is rows t -> t+1 and its reward
+  ``rewards[t + 1]``, as the RoboSet loader reads it; other groups are read row by row.
 
-``rewards[t]`` is read as the reward of the step from row t (D4RL's and Minari's convention); a file
-that stores it one row later (RoboSet's ``rewards[0]`` is the value at reset) is what the alignment
-check reports. A Minari dataset's ``metadata.json`` beside the file declares the action space.
+``rewards[t]`` (or ``rewards[t + 1]`` under robohive's convention) is read as the reward of step t; a
+reward stored one step away from that is what the alignment check reports. A Minari dataset's ``metadata.json`` beside the file declares the action space.
 """
 
 from __future__ import annotations
@@ -126,11 +128,21 @@ def _read_episode_groups(f: Any, groups: list[str], path: Path) -> SourceRead:
     columns: dict[str, list[np.ndarray]] = {}
     nexts: dict[str, list[np.ndarray]] = {}
     episode, term, trunc = [], [], []
-    has_flags = False
+    has_flags = has_truncations = False
     for e, name in enumerate(groups):
         g = f[name]
         actions = g[ACTIONS][()]
-        t = len(actions)
+        rows = len(actions)
+        # robohive's convention: rows 0..T are states, the last action row is NaN (never executed), and
+        # rewards/done of row t are what arriving at s_t returned: transition t is rows t -> t+1
+        robohive = (
+            rows > 1
+            and np.issubdtype(actions.dtype, np.floating)
+            and bool(np.isnan(actions[-1]).all())
+            and not np.isnan(actions[:-1]).all()
+        )
+        t = rows - 1 if robohive else rows
+        arrival = slice(1, t + 1) if robohive else slice(0, t)
         obs_item = g.get(OBS)
         obs = (
             _group_arrays(obs_item, OBS)
@@ -141,17 +153,18 @@ def _read_episode_groups(f: Any, groups: list[str], path: Path) -> SourceRead:
         )
         for key, values in obs.items():
             columns.setdefault(key, []).append(values[:t])
-            if len(values) == t + 1:  # Minari: T+1 observations, the last one is the final next value
+            if len(values) == t + 1:  # the final state is in the file (Minari: T+1 observations; robohive)
                 nexts.setdefault(key, []).append(values[1:])
-        columns.setdefault(ACTIONS, []).append(actions)
+        columns.setdefault(ACTIONS, []).append(actions[:t])
         if REWARDS in g:
-            columns.setdefault(REWARDS, []).append(np.asarray(g[REWARDS][()]).reshape(t, -1)[:, 0])
+            columns.setdefault(REWARDS, []).append(np.asarray(g[REWARDS][()]).reshape(rows, -1)[arrival, 0])
         flags = {
-            k: np.asarray(g[k][()]).reshape(-1)[:t].astype(bool)
+            k: np.asarray(g[k][()]).reshape(-1)[arrival].astype(bool)
             for k in ("terminations", "truncations", "done")
             if k in g
         }
         has_flags = has_flags or bool(flags)
+        has_truncations = has_truncations or "truncations" in flags
         term.append(flags.get("terminations", flags.get("done", np.zeros(t, bool))))
         trunc.append(flags.get("truncations", np.zeros(t, bool)))
         episode.append(np.full(t, e, np.int64))
@@ -166,7 +179,8 @@ def _read_episode_groups(f: Any, groups: list[str], path: Path) -> SourceRead:
     )
     table.next_observations = {k: np.concatenate(v) for k, v in nexts.items() if sum(len(x) for x in v) == n}
     if has_flags:
-        table.terminated, table.truncated = np.concatenate(term), np.concatenate(trunc)
+        table.terminated = np.concatenate(term)
+        table.truncated = np.concatenate(trunc) if has_truncations else None
     table.columns = dict(joined)
     out = SourceRead(kind="hdf5", table=table, rows=n, episodes=len(groups))
     metadata = path.parent / "metadata.json"

@@ -44,7 +44,7 @@ def _step_checks(read: SourceRead) -> list[str]:
     for family, run in (
         (structure.FAMILY, lambda: structure.check(table, has_step_column=read.has_step_column)),
         (timing.FAMILY, lambda: timing.check(table)),
-        (numeric.FAMILY, lambda: numeric.check(table)),
+        (numeric.FAMILY, lambda: numeric.check(table, read.notes)),
         (termination.FAMILY, lambda: termination.check(table)),
         (alignment.FAMILY, lambda: alignment.check(table)),
         (teleports.FAMILY, lambda: teleports.check(table)),

@@ -30,7 +30,7 @@ END_UNFLAGGED = defect(
     "episode-end-unflagged",
     FAMILY,
     Severity.INFO,
-    "an episode's last step has neither terminated nor truncated set",
+    "an episode's last step has neither terminated nor truncated set (in a source that records both)",
     "readers that find episode ends from the flags (TorchRL's SliceSampler with end_key, D4RL's "
     "qlearning_dataset) merge this episode with the next one",
 )
@@ -71,7 +71,7 @@ def check(table: StepTable) -> list[Finding]:
             )
         )
     open_end = last & ~term & ~trunc
-    if open_end.any():
+    if open_end.any() and table.truncated is not None:  # a source without truncation flags ends at horizons silently
         findings.append(
             Finding(
                 END_UNFLAGGED,
