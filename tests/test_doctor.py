@@ -30,7 +30,9 @@ def walk(lengths=LENGTHS, seed=0):
         states = np.concatenate([pos, vel], axis=1).astype(np.float32)
         action = np.tanh(rng.normal(0, 1, (length, 2))).astype(np.float32) * 0.9
         reward = (states[1:] @ np.array([0.5, -0.25, 1.0, 0.75], np.float32)).astype(np.float32)
-        episodes.append({"states": states, "action": action, "reward": reward, "end": "terminated" if e % 2 else "truncated"})
+        episodes.append(
+            {"states": states, "action": action, "reward": reward, "end": "terminated" if e % 2 else "truncated"}
+        )
     return episodes
 
 

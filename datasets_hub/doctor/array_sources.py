@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ def read_npz(path: Path) -> SourceRead:
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, EOFError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         out = SourceRead(kind="npz", table=None, rows=0, episodes=0)
         out.findings.append(Finding(UNREADABLE, 1, "files", f"{path.name}: {exc}", column=path.name))
         return out

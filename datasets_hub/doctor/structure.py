@@ -85,8 +85,14 @@ def check(table: StepTable, *, has_step_column: bool) -> list[Finding]:
                 )
             )
     if has_step_column and len(table):
+        # per episode id, its rows in row order (a split episode is reported once, above, not here too)
+        order = np.argsort(table.episode, kind="stable")
+        ids = table.episode[order]
+        first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        sizes = np.diff(np.r_[first, ids.size])
         step = table.step.astype(np.int64)
-        expected = np.arange(len(table), dtype=np.int64) - np.repeat(starts, lengths)
+        expected = np.empty_like(step)
+        expected[order] = np.arange(ids.size, dtype=np.int64) - np.repeat(first, sizes)
         bad = step != expected
         if bad.any():
             findings.append(

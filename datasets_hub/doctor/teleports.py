@@ -3,7 +3,7 @@ move in a step anywhere else in the dataset (D4RL antmaze resets the ant without
 
 Per continuous state dimension, a step's jump counts as a teleport when it is at least
 :data:`FACTOR` times the dimension's 99th percentile of jumps (a scale the rare teleports themselves
-cannot inflate) and at least a quarter of the dimension's range. Dimensions with few distinct values (gripper states, flags, counters) are left out:
+cannot inflate) and at least a tenth of the dimension's range. Dimensions with few distinct values (gripper states, flags, counters) are left out:
 they jump by design. Consecutive rows are compared, never a stored next observation, so a reset hidden
 between ``next_observations[t]`` and ``observations[t + 1]`` is seen.
 """
@@ -60,7 +60,7 @@ def check(table: StepTable) -> list[Finding]:
                 continue
             low, high = np.percentile(dim, [0.1, 99.9])
             usual = np.percentile(jump[:, d], 99)
-            threshold = max(FACTOR * usual, 0.25 * (high - low))
+            threshold = max(FACTOR * usual, 0.1 * (high - low))
             hit = jump[:, d] > threshold
             if 0 < hit.sum() <= MAX_SHARE * rows.size:
                 teleports |= hit
