@@ -23,6 +23,8 @@ _EXPORTS: dict[str, str] = {
     "export": "publish",
     "push": "publish",
     "normalized_score": "scores",
+    "diagnose": "doctor.diagnose",
+    "DoctorReport": "doctor.findings",
     "DatasetInfo": "hub",
     # plugin contract
     "Loader": "loader",

@@ -55,9 +55,9 @@ def test_d4rl_build_and_raw(tmp_path):
 
 
 def test_ogbench_build_and_raw(tmp_path):
-    from fixtures.ogbench_files import write_ogbench
-
     from datasets_hub.loaders.ogbench import OGBenchLoader
+
+    from fixtures.ogbench_files import write_ogbench
 
     path = tmp_path / "cube-single-play-v0.npz"
     write_ogbench(path, [6, 3, 9, 4])
@@ -87,9 +87,9 @@ def test_roboset_raw_reports_the_done_flag_the_fixture_plants_inside_an_episode(
 
 
 def test_openx_build_and_raw(tmp_path):
-    from fixtures.openx import write_release
-
     from datasets_hub.loaders.openx import OpenXLoader
+
+    from fixtures.openx import write_release
 
     files = write_release(tmp_path)
     local = {path.split("gresearch/robotics/", 1)[1]: file for path, file in files.items()}
@@ -158,7 +158,7 @@ def test_minari_raw_and_build(tmp_path, monkeypatch):
                 truncations=[False] * length,
             )
         )
-    with pytest.warns(UserWarning):  # minari asks for a code permalink, an email, ...
+    with pytest.warns(UserWarning, match="recommended"):  # minari asks for a code permalink, an email, ...
         minari.create_dataset_from_buffers(
             "hubtest/doctor-v0",
             buffers,

@@ -195,3 +195,16 @@ def diagnose(
         report.notes = [n for n in report.notes if "declares no action space" not in n]
     report.seconds = time.perf_counter() - began
     return report
+
+
+def diagnose_cached(
+    dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False, **options: Any
+) -> list[DoctorReport]:
+    """What ``verify --deep`` examines: every cached build of ``dataset_id`` (``all_builds``), else the
+    build for ``params``, else its raw files in the cache; ``options`` go to :func:`diagnose`."""
+    from datasets_hub.maintenance import builds_of
+
+    builds = builds_of(dataset_id) if all_builds else []
+    if builds:
+        return [diagnose(build, **options) for build in builds]
+    return [diagnose(dataset_id, params=params, **options)]

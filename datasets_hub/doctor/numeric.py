@@ -66,7 +66,7 @@ def check(table: StepTable, notes: list[str]) -> list[Finding]:
                     )
                 )
                 continue  # constant/zero checks on a column with NaN say nothing more
-        findings += _constant(name, flat, "rows", severity_zero=_zero_severity(name))
+        findings += _constant(name, flat, "rows", severity_zero=_zero_severity(name), severity_constant=_constant_severity(name))
     for name, frames in table.frames.items():
         flat = np.asarray(frames).reshape(len(frames), -1)
         if flat.shape[0]:
@@ -79,7 +79,14 @@ def _zero_severity(name: str) -> Severity:
     return Severity.WARNING if "reward" in name else Severity.ERROR
 
 
-def _constant(name: str, flat: np.ndarray, unit: str, *, severity_zero: Severity) -> list[Finding]:
+def _constant_severity(name: str) -> Severity:
+    # survival tasks (CartPole, Hopper's alive bonus alone) pay the same reward every step by design
+    return Severity.INFO if "reward" in name else Severity.WARNING
+
+
+def _constant(
+    name: str, flat: np.ndarray, unit: str, *, severity_zero: Severity, severity_constant: Severity = Severity.WARNING
+) -> list[Finding]:
     if flat.shape[0] < 2 or flat.shape[1] == 0:
         return []
     first = flat[0]
@@ -104,5 +111,6 @@ def _constant(name: str, flat: np.ndarray, unit: str, *, severity_zero: Severity
             unit=unit,
             column=name,
             detail=f"every one of the {flat.shape[0]:,} {unit} read is [{shown}]",
+            severity=severity_constant,
         )
     ]
