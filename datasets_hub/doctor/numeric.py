@@ -66,7 +66,9 @@ def check(table: StepTable, notes: list[str]) -> list[Finding]:
                     )
                 )
                 continue  # constant/zero checks on a column with NaN say nothing more
-        findings += _constant(name, flat, "rows", severity_zero=_zero_severity(name), severity_constant=_constant_severity(name))
+        findings += _constant(
+            name, flat, "rows", severity_zero=_zero_severity(name), severity_constant=_constant_severity(name)
+        )
     for name, frames in table.frames.items():
         flat = np.asarray(frames).reshape(len(frames), -1)
         if flat.shape[0]:
