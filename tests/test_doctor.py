@@ -209,3 +209,11 @@ def test_every_class_is_registered_with_a_consequence_and_an_unknown_name_is_ref
         assert cls.consequence and cls.summary and cls.family
     with pytest.raises(InvalidParameter, match="Did you mean 'teleport'"):
         diagnose(build_of(walk())).of("teleports")
+
+
+def test_the_guide_lists_every_class():
+    from pathlib import Path
+
+    guide = (Path(__file__).parents[1] / "docs" / "guide" / "doctor.md").read_text()
+    missing = [name for name in CLASSES if f"| `{name}` |" not in guide]
+    assert missing == []
