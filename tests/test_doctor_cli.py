@@ -69,5 +69,6 @@ def test_verify_deep_json_and_exit_code_by_severity(run, tmp_path):
 def test_verify_deep_with_a_small_row_budget_says_it_sampled(run):
     build_small(run)
     code, out, _ = run("verify", CARTPOLE, *SMALL, "--deep", "--max-rows", "50", "--json")
+    assert code == 0
     (report,) = json.loads(out)["doctor"]
     assert report["sampled"] and 50 <= report["rows_read"] < report["rows"] == 300
