@@ -32,6 +32,8 @@ FACTOR = 20.0
 DISCRETE_VALUES = 8
 #: teleports are rare: a dimension where more than this share of steps "jumps" just moves that way
 MAX_SHARE = 0.01
+#: the percentiles that set each dimension's scale are taken over at most this many steps
+SCALE_ROWS = 200_000
 
 
 def check(table: StepTable) -> list[Finding]:
@@ -47,20 +49,22 @@ def check(table: StepTable) -> list[Finding]:
         values = np.asarray(column)
         if not np.issubdtype(values.dtype, np.floating):
             continue
-        flat = values.reshape(len(table), -1).astype(np.float64)
-        jump = np.abs(flat[1:] - flat[:-1])[same[:-1]]
+        flat = values.reshape(len(table), -1)
         rows = np.flatnonzero(same[:-1])
+        jump = np.abs(flat[rows + 1] - flat[rows])
         if not np.isfinite(jump).all():
             continue  # the numeric check reports it
+        # the scales (percentiles) from at most SCALE_ROWS evenly spaced steps; every step is compared
+        step_sample = jump[:: max(1, rows.size // SCALE_ROWS)]
+        row_sample = flat[:: max(1, flat.shape[0] // SCALE_ROWS)]
+        usual = np.percentile(step_sample, 99, axis=0)
+        low, high = np.percentile(row_sample, [0.1, 99.9], axis=0)
         teleports = np.zeros(rows.size, bool)
         dims = []
         for d in range(flat.shape[1]):
-            dim = flat[:, d]
-            if np.unique(dim[:: max(1, dim.size // 20_000)]).size <= DISCRETE_VALUES:
+            if np.unique(row_sample[:: max(1, len(row_sample) // 20_000), d]).size <= DISCRETE_VALUES:
                 continue
-            low, high = np.percentile(dim, [0.1, 99.9])
-            usual = np.percentile(jump[:, d], 99)
-            threshold = max(FACTOR * usual, 0.1 * (high - low))
+            threshold = max(FACTOR * float(usual[d]), 0.1 * float(high[d] - low[d]))
             hit = jump[:, d] > threshold
             if 0 < hit.sum() <= MAX_SHARE * rows.size:
                 teleports |= hit
