@@ -51,7 +51,7 @@ def write_build(root: Path, frames: int) -> Path:
     import torch
     from tensordict import TensorDict
 
-    from datasets_hub.build import build
+    from datasets_hub.build.pipeline import build
     from datasets_hub.loader import DatasetSpec
     from datasets_hub.testing import FakeLoader
 

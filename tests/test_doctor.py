@@ -64,7 +64,7 @@ def chunk_of(episodes):
 
 def build_of(episodes, notes=None, name="doctor/planted"):
     """A build of ``episodes`` made by the hub's build (the loader notes ``notes`` on its card)."""
-    from datasets_hub.build import build
+    from datasets_hub.build.pipeline import build
     from datasets_hub.loader import DatasetSpec
 
     chunk = chunk_of(episodes)

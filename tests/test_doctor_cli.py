@@ -53,7 +53,7 @@ def test_verify_deep_json_and_exit_code_by_severity(run, tmp_path):
         code, out, _ = run("verify", str(source), "--deep")
         assert code == 3 and "teleport" in out and "(hdf5)" in out
 
-        from datasets_hub.cache_verify import verify
+        from datasets_hub.cache.verify import verify
 
         result = verify(dataset_id, deep=True)
         assert result.ok and [f.name for f in result.doctor[0].findings] == ["teleport"]

@@ -18,7 +18,7 @@ os.environ.setdefault("SVT_LOG", "1")
 
 def build_chunks(chunks, notes, name):
     """A build of a loader's converted ``chunks`` (with its card ``notes``), through the hub's build."""
-    from datasets_hub.build import build
+    from datasets_hub.build.pipeline import build
 
     class Converted(FakeLoader):
         def episodes(self, spec, files, ctx):

@@ -46,7 +46,7 @@ def cmd_verify_deep(args: argparse.Namespace) -> int:
     if Path(args.id).exists():  # a path: no catalogue, no checksums, only the doctor
         reports = [diagnose(args.id, max_rows=max_rows)]
     else:
-        from datasets_hub.cache_verify import verify
+        from datasets_hub.cache.verify import verify
         from datasets_hub.doctor.diagnose import diagnose_cached
 
         result = verify(args.id, params=params_of(args), all_builds=args.all_builds)

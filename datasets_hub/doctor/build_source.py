@@ -48,7 +48,7 @@ def _chosen_episodes(length: np.ndarray, max_rows: int, seed: int) -> tuple[np.n
 
 def read_build(path: str | Path, *, max_rows: int, seed: int = 0) -> SourceRead:
     """The build at ``path`` as a :class:`SourceRead` (``kind="build"``)."""
-    from datasets_hub.build_format import open_build
+    from datasets_hub.build.reader import open_build
 
     build = open_build(path)
     start = build.episodes["start"].numpy()

@@ -96,8 +96,8 @@ def _read_files(files: dict[str, Path], where: str, *, max_rows: int, seed: int,
 
 
 def _read_id(dataset_id: str, params: dict[str, Any] | None, **kw: Any) -> tuple[list[SourceRead], str]:
-    from datasets_hub.build_format import MANIFEST
-    from datasets_hub.maintenance import catalogue_build
+    from datasets_hub.build.format import MANIFEST
+    from datasets_hub.cache.maintenance import catalogue_build
 
     spec, loader, build = catalogue_build(dataset_id, params)
     if (build / MANIFEST).is_file():
@@ -151,7 +151,7 @@ def diagnose(
     """Look for the defects public datasets have (docs/guide/doctor.md) in ``target`` and report them.
 
     ``target``: a catalogue id (``params`` override the catalogue's), a replay buffer or
-    :class:`~datasets_hub.dataset_storage.DatasetStorage` over a build, or a path (a build directory, a
+    :class:`~datasets_hub.build.storage.DatasetStorage` over a build, or a path (a build directory, a
     LeRobot root, an HDF5/npz/TFRecord file, a folder of such files). ``max_rows``: the step checks read
     at most about this many rows, as whole episodes drawn with ``seed``; ``video_sample``: how many
     episode ends are decoded to confirm the video headers; ``action_space``: ``(low, high)`` or a
@@ -202,7 +202,7 @@ def diagnose_cached(
 ) -> list[DoctorReport]:
     """What ``verify --deep`` examines: every cached build of ``dataset_id`` (``all_builds``), else the
     build for ``params``, else its raw files in the cache; ``options`` go to :func:`diagnose`."""
-    from datasets_hub.maintenance import builds_of
+    from datasets_hub.cache.maintenance import builds_of
 
     builds = builds_of(dataset_id) if all_builds else []
     if builds:
