@@ -187,6 +187,18 @@ def test_a_buffer_over_a_build_and_a_catalogue_id_are_diagnosed_like_the_build(t
         diagnose(dh.ReplayBuffer(storage=dh.LazyTensorStorage(10)))
 
 
+def test_a_partly_resident_remote_copy_is_refused():
+    class PartlyResident:  # what a remote build's storage answers while chunks are still missing
+        path = build_of(walk())
+        url = "hf://datasets/org/repo"
+
+        def fill_status(self):
+            return {"complete": False, "resident_bytes": 10, "total_bytes": 100}
+
+    with pytest.raises(InvalidParameter, match="only partly resident here"):
+        diagnose(PartlyResident())
+
+
 def test_a_large_build_is_read_as_a_sample_of_whole_episodes():
     report = diagnose(build_of(walk()), max_rows=100)
     assert report.sampled and 100 <= report.rows_read < report.rows

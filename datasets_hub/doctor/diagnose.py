@@ -170,6 +170,14 @@ def diagnose(
     elif isinstance(target, str):
         reads, name = _read_id(target, params, **kw)
     elif isinstance(getattr(storage, "path", None), Path) and (storage.path / "manifest.json").is_file():
+        status = storage.fill_status() if callable(getattr(storage, "fill_status", None)) else {"complete": True}
+        if not status.get("complete"):  # a remote build's local copy: unfetched chunks read as zeros
+            raise InvalidParameter(
+                f"{getattr(storage, 'url', storage.path)} is only partly resident here "
+                f"({status.get('resident_bytes')} of {status.get('total_bytes')} bytes): the doctor would read "
+                "unfetched chunks as zeros. Load it with resident='full' and call wait_complete() first, or "
+                "diagnose the build where it was made"
+            )
         from datasets_hub.doctor.build_source import read_build
 
         reads, name = [read_build(storage.path, max_rows=kw["max_rows"], seed=kw["seed"])], str(storage.path)
