@@ -173,3 +173,21 @@ def test_minari_raw_and_build(tmp_path, monkeypatch):
     assert "action space" in report.checks and not any("declares no action space" in n for n in report.notes)
     raw = next((tmp_path / "minari").rglob("main_data.hdf5"))
     clean(diagnose(raw))
+
+
+def test_lerobot_build(tmp_path):
+    from datasets_hub.loaders.lerobot import LeRobotLoader
+
+    from fixtures import lerobot_writer as lw
+
+    root = tmp_path / "src"
+    lw.write_dataset(root, lw.Spec(lengths=(5, 8, 3, 6), tasks=("push", "stack", "push", "wipe")))
+    files = {f"acme/koch_push/{p.relative_to(root).as_posix()}": p for p in root.rglob("*") if p.is_file()}
+    ctx = LoaderContext()
+    chunks = list(LeRobotLoader().episodes(DatasetSpec(id="lerobot/acme/koch_push", loader="lerobot"), files, ctx))
+    build = build_chunks(chunks, ctx.notes, "lerobot")
+    clean(diagnose(build))
+    from datasets_hub.doctor.build_source import read_build
+
+    read = read_build(build, max_rows=1000)  # the timing and frame-index checks had LeRobot's columns
+    assert read.has_step_column and read.table.fps == 10 and read.table.timestamp is not None
