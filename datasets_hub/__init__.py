@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "export": "remote.publish",
     "push": "remote.publish",
     "normalized_score": "scores",
-    "diagnose": "doctor.diagnose",
+    "diagnose": "doctor.diagnosis",
     "DoctorReport": "doctor.findings",
     "DatasetInfo": "hub",
     # plugin contract

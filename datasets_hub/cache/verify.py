@@ -280,12 +280,12 @@ def verify(
 
     Without a build, the raw files the catalogue names are verified. Nothing in the cache at all
     is a :class:`CacheError` (there is nothing to vouch for). ``deep=True`` also looks at the data:
-    the data doctor (:func:`datasets_hub.doctor.diagnose`) examines every build verified, or the raw
+    the data doctor (:func:`datasets_hub.doctor.diagnosis.diagnose`) examines every build verified, or the raw
     files when there is no build, and its reports are in ``result.doctor``.
     """
     result = _verify_bytes(dataset_id, params=params, all_builds=all_builds)
     if deep:
-        from datasets_hub.doctor.diagnose import diagnose_cached
+        from datasets_hub.doctor.diagnosis import diagnose_cached
 
         result.doctor = diagnose_cached(dataset_id, params=params, all_builds=all_builds)
     return result

@@ -47,7 +47,7 @@ def cmd_verify_deep(args: argparse.Namespace) -> int:
         reports = [diagnose(args.id, max_rows=max_rows)]
     else:
         from datasets_hub.cache.verify import verify
-        from datasets_hub.doctor.diagnose import diagnose_cached
+        from datasets_hub.doctor.diagnosis import diagnose_cached
 
         result = verify(args.id, params=params_of(args), all_builds=args.all_builds)
         problems = result.problems

@@ -9,7 +9,7 @@ that motivated them).
 
 from __future__ import annotations
 
-from datasets_hub.doctor.diagnose import DEFAULT_MAX_ROWS, diagnose
+from datasets_hub.doctor.diagnosis import DEFAULT_MAX_ROWS, diagnose
 from datasets_hub.doctor.findings import CLASSES, DefectClass, DoctorReport, Finding, Severity
 from datasets_hub.doctor.steps import ActionSpace
 
