@@ -284,3 +284,47 @@ def test_unknown_paths_and_targets_are_refused(tmp_path):
         diagnose(tmp_path)
     with pytest.raises(InvalidParameter, match="max_rows"):
         diagnose(tmp_path, max_rows=0)
+
+
+def test_large_flat_files_are_read_as_whole_episodes_within_the_row_budget(tmp_path):
+    path = antmaze_like(tmp_path / "big.hdf5", reset_at=1700)
+    report = diagnose(path, max_rows=1500)  # two of the three 1000-step episodes, drawn at random
+    assert report.sampled and report.rows_read == 2000 and report.rows == 3000
+    assert any("2,000 of 3,000 rows read" in n for n in report.notes)
+    arrays = {"observations": np.arange(3000, dtype=np.float32)[:, None] * [1, -1], "actions": np.ones((3000, 1))}
+    arrays["terminals"] = (np.arange(3000) % 500) == 499
+    np.savez_compressed(tmp_path / "big.npz", **arrays)
+    report = diagnose(tmp_path / "big.npz", max_rows=1200)  # npz streams from the start: its first episodes
+    assert report.sampled and report.rows_read == 1500 and report.episodes == 6
+
+
+def test_image_arrays_are_sampled_and_black_frames_found(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "pixels.hdf5"
+    with h5py.File(path, "w") as f:
+        f["observations/state"] = rng.normal(0, 1, (400, 3)).astype(np.float32)
+        f["observations/pixels"] = np.zeros((400, 32, 32, 3), np.uint8)  # a camera that recorded nothing
+        f["actions"] = rng.uniform(-1, 1, (400, 2)).astype(np.float32)
+        f["terminals"] = (np.arange(400) % 100) == 99
+    found = only(diagnose(path), "all-zero-column")
+    assert found.column == "observations/pixels" and found.unit == "sampled frames" and found.count == 64
+
+
+def test_a_large_lerobot_dataset_samples_data_files_but_checks_structure_on_every_row(lerobot):
+    root = lerobot()
+    edit(root / DATA1, lambda c: c["frame_index"].__setitem__(2, 7))  # episode 2, t = 2 says 7
+    report = diagnose(root, max_rows=5)  # one of the two data files is read for the step checks
+    assert report.sampled and report.rows_read in (13, 9) and report.rows == 22
+    assert only(report, "frame-index-gap").examples == [(2, 7)]
+    assert report.checks.count("structure") == 1
+
+
+def test_a_camera_that_recorded_black_frames(lerobot):
+    from fixtures import lerobot_writer as lw
+
+    root = lerobot("v2.1")
+    for e, length in enumerate(LENGTHS):
+        black = np.zeros((length, 64, 64, 3), np.uint8)
+        lw.encode_video(root / "videos" / "chunk-000" / CAM / f"episode_{e:06d}.mp4", black, fps=10)
+    found = only(diagnose(root, video_sample=8), "all-zero-column")
+    assert found.column == CAM and found.unit == "sampled frames"

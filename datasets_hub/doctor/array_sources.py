@@ -35,45 +35,126 @@ def _numeric(value: Any) -> bool:
     return np.issubdtype(np.asarray(value).dtype, np.number) or np.asarray(value).dtype == np.bool_
 
 
+#: a column with more values per row than this is image-like: only sampled frames are read
+LOW_DIM = 1024
+#: how many frames of each image-like column the numeric checks look at
+FRAMES = 64
+
+
+def _chosen_ranges(ends: np.ndarray, max_rows: int, seed: int, *, prefix: bool) -> tuple[list[tuple[int, int]], bool]:
+    """Row ranges of whole episodes to read: all rows when they fit in ``max_rows``, else episodes drawn
+    at random (``prefix``: the first ones, for a source that can only be read from the start)."""
+    n = ends.size
+    if n <= max_rows:
+        return [(0, n)], False
+    stops = np.flatnonzero(ends) + 1
+    stops = np.r_[stops[stops < n], n]
+    starts = np.r_[0, stops[:-1]]
+    order = np.arange(starts.size) if prefix else np.random.default_rng(seed).permutation(starts.size)
+    k = int(np.searchsorted(np.cumsum(stops[order] - starts[order]), max_rows)) + 1
+    picked = np.sort(order[:k])
+    return [(int(starts[i]), int(stops[i])) for i in picked], True
+
+
 def _flat_table(
-    arrays: dict[str, np.ndarray], observations: dict[str, np.ndarray], kind: str, where: str
+    read: Any,
+    keys: dict[str, tuple[int, ...]],
+    n: int,
+    *,
+    max_rows: int,
+    seed: int,
+    prefix: bool,
+    kind: str,
+    where: str,
 ) -> SourceRead:
-    n = len(arrays[ACTIONS])
-    term = np.asarray(arrays.get("terminals", np.zeros(n)), dtype=bool).reshape(n)
-    trunc = np.asarray(arrays.get("timeouts", np.zeros(n)), dtype=bool).reshape(n)
-    ends = term | trunc
-    episode = np.concatenate([[0], np.cumsum(ends[:-1])]).astype(np.int64)
+    """The step table of a flat source: ``keys`` maps each array to its row shape, ``read(key, ranges)``
+    returns the rows of ``ranges`` (``frames=True``: :data:`FRAMES` rows spread over them)."""
+    flags = {k: np.asarray(read(k, [(0, n)]), dtype=bool).reshape(n) for k in ("terminals", "timeouts") if k in keys}
+    ends = np.zeros(n, bool)
+    for values in flags.values():
+        ends |= values
+    ranges, sampled = _chosen_ranges(ends, max_rows, seed, prefix=prefix)
+    rows = np.concatenate([np.arange(a, b) for a, b in ranges])
+    episode_all = np.concatenate([[0], np.cumsum(ends[:-1])]).astype(np.int64)
+    episode = episode_all[rows]
     starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
-    step = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
-    table = StepTable(episode=episode, step=step, observations=observations, action=arrays[ACTIONS])
-    table.terminated = term if "terminals" in arrays else None
-    table.truncated = trunc if "timeouts" in arrays else None
-    if REWARDS in arrays:
-        table.reward = np.asarray(arrays[REWARDS]).reshape(n)
-        table.columns[REWARDS] = table.reward
-    table.columns.update(observations)
-    table.columns[ACTIONS] = arrays[ACTIONS]
-    out = SourceRead(kind=kind, table=table, rows=n, episodes=int(starts.size))
-    if "terminals" not in arrays and "timeouts" not in arrays:
+    step = np.arange(rows.size) - np.repeat(starts, np.diff(np.r_[starts, rows.size]))
+    table = StepTable(episode=episode, step=step)
+    table.terminated = flags["terminals"][rows] if "terminals" in flags else None
+    table.truncated = flags["timeouts"][rows] if "timeouts" in flags else None
+    for key, shape in keys.items():
+        if not (key in (ACTIONS, REWARDS, OBS) or key.startswith(OBS + "/")):
+            continue
+        if int(np.prod(shape, dtype=np.int64)) > LOW_DIM:
+            frames = read(key, ranges, frames=True)
+            if frames is not None:
+                table.frames[key] = frames
+            continue
+        values = read(key, ranges)
+        if key == ACTIONS:
+            table.action = values
+        elif key == REWARDS:
+            table.reward = values.reshape(rows.size)
+        else:
+            table.observations[key] = values
+        table.columns[key] = values
+    out = SourceRead(kind=kind, table=table, rows=n, episodes=int(episode_all[-1]) + 1 if n else 0, sampled=sampled)
+    if not flags:
         out.notes.append(f"{where}: no terminals/timeouts: the whole file is read as one episode")
+    if sampled:
+        how = "its first whole episodes" if prefix else "whole episodes drawn at random"
+        out.notes.append(f"{where}: {rows.size:,} of {n:,} rows read ({how})")
     return out
 
 
-def read_npz(path: Path) -> SourceRead:
-    """An npz file of flat arrays (OGBench's layout)."""
+def _npz_member(archive: Any, key: str) -> tuple[Any, tuple[int, ...], np.dtype, bool]:
+    """An opened ``.npy`` member of an npz archive, positioned at its data: ``(stream, shape, dtype, fortran)``."""
+    stream = archive.open(key + ".npy")
+    version = np.lib.format.read_magic(stream)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = header(stream)
+    return stream, tuple(shape), dtype, bool(fortran)
+
+
+def read_npz(path: Path, *, max_rows: int, seed: int = 0) -> SourceRead:
+    """An npz file of flat arrays (OGBench's layout), streamed: at most about ``max_rows`` rows are
+    decompressed, and only the first :data:`FRAMES` rows of an image-like array."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
+        archive = zipfile.ZipFile(path)
+        with archive:
+            headers = {}
+            for name in archive.namelist():
+                if name.endswith(".npy"):
+                    stream, shape, dtype, fortran = _npz_member(archive, name[:-4])
+                    stream.close()
+                    headers[name[:-4]] = (shape, dtype, fortran)
+            if ACTIONS not in headers or OBS not in headers:
+                out = SourceRead(kind="npz", table=None, rows=0, episodes=0)
+                out.notes.append(
+                    f"{path.name}: no 'observations'/'actions' arrays ({sorted(headers)}): layout not recognised"
+                )
+                return out
+            n = headers[ACTIONS][0][0] if headers[ACTIONS][0] else 0
+
+            def read(key: str, ranges: list[tuple[int, int]], frames: bool = False) -> np.ndarray | None:
+                shape, dtype, fortran = headers[key]
+                stop = min(FRAMES, n) if frames else ranges[-1][1]  # ranges are a prefix here
+                stream, *_ = _npz_member(archive, key)
+                with stream:
+                    if fortran and len(shape) > 1:  # column-major: rows are not contiguous, read it whole
+                        return np.load(path)[key][:stop]
+                    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+                    data = stream.read(stop * row_bytes)
+                if len(data) < stop * row_bytes:
+                    raise EOFError(f"{key}.npy ends after {len(data) // max(row_bytes, 1)} of {shape[0]} rows")
+                return np.frombuffer(data, dtype=dtype).reshape(stop, *shape[1:])
+
+            keys = {k: h[0][1:] for k, h in headers.items() if h[0] and h[0][0] == n}
+            return _flat_table(read, keys, n, max_rows=max_rows, seed=seed, prefix=True, kind="npz", where=path.name)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         out = SourceRead(kind="npz", table=None, rows=0, episodes=0)
         out.findings.append(Finding(UNREADABLE, 1, "files", f"{path.name}: {exc}", column=path.name))
         return out
-    if ACTIONS not in arrays or OBS not in arrays:
-        out = SourceRead(kind="npz", table=None, rows=0, episodes=0)
-        out.notes.append(f"{path.name}: no 'observations'/'actions' arrays ({sorted(arrays)}): layout not recognised")
-        return out
-    observations = {OBS: arrays[OBS]}
-    return _flat_table(arrays, observations, "npz", path.name)
 
 
 def _natural(name: str) -> list[Any]:
@@ -94,14 +175,15 @@ def _group_arrays(group: Any, prefix: str) -> dict[str, np.ndarray]:
     return out
 
 
-def read_hdf5(path: Path) -> SourceRead:
-    """An HDF5 file, flat (D4RL) or one group per episode (Minari, RoboSet)."""
+def read_hdf5(path: Path, *, max_rows: int, seed: int = 0) -> SourceRead:
+    """An HDF5 file, flat (D4RL: at most about ``max_rows`` rows read, as whole episodes drawn at random)
+    or one group per episode (Minari, RoboSet; read whole)."""
     import h5py
 
     try:
         with h5py.File(path, "r") as f:
             if isinstance(f.get(ACTIONS), h5py.Dataset):
-                return _read_flat_hdf5(f, path)
+                return _read_flat_hdf5(f, path, max_rows=max_rows, seed=seed)
             groups = [k for k in f if isinstance(f[k], h5py.Group) and ACTIONS in f[k]]
             if not groups:
                 out = SourceRead(kind="hdf5", table=None, rows=0, episodes=0)
@@ -114,13 +196,34 @@ def read_hdf5(path: Path) -> SourceRead:
         return out
 
 
-def _read_flat_hdf5(f: Any, path: Path) -> SourceRead:
+def _read_flat_hdf5(f: Any, path: Path, *, max_rows: int, seed: int) -> SourceRead:
     import h5py
 
-    arrays = {k: f[k][()] for k in (ACTIONS, REWARDS, "terminals", "timeouts") if isinstance(f.get(k), h5py.Dataset)}
+    datasets: dict[str, Any] = {}
+    for key in (ACTIONS, REWARDS, "terminals", "timeouts"):
+        if isinstance(f.get(key), h5py.Dataset):
+            datasets[key] = f[key]
     obs = f.get(OBS)
-    observations = _group_arrays(obs, OBS) if isinstance(obs, h5py.Group) else {OBS: obs[()]} if obs is not None else {}
-    return _flat_table(arrays, observations, "hdf5", path.name)
+    if isinstance(obs, h5py.Group):
+        obs.visititems(
+            lambda name, item: datasets.setdefault(f"{OBS}/{name}", item) if isinstance(item, h5py.Dataset) else None
+        )
+    elif isinstance(obs, h5py.Dataset):
+        datasets[OBS] = obs
+    n = int(datasets[ACTIONS].shape[0])
+    datasets = {k: d for k, d in datasets.items() if d.shape and d.shape[0] == n and _numeric(np.empty(0, d.dtype))}
+
+    def read(key: str, ranges: list[tuple[int, int]], frames: bool = False) -> np.ndarray:
+        ds = datasets[key]
+        if frames:
+            total = sum(b - a for a, b in ranges)
+            picks = np.linspace(0, total - 1, min(FRAMES, total)).astype(np.int64)
+            rows = np.concatenate([np.arange(a, b) for a, b in ranges])[picks]
+            return np.stack([ds[int(r)] for r in np.unique(rows)])
+        return np.concatenate([ds[a:b] for a, b in ranges]) if len(ranges) > 1 else ds[ranges[0][0] : ranges[0][1]]
+
+    keys = {k: tuple(d.shape[1:]) for k, d in datasets.items()}
+    return _flat_table(read, keys, n, max_rows=max_rows, seed=seed, prefix=False, kind="hdf5", where=path.name)
 
 
 def _read_episode_groups(f: Any, groups: list[str], path: Path) -> SourceRead:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from datasets_hub.doctor import structure, timing
 from datasets_hub.doctor.findings import UNREADABLE, Finding, Severity, defect
 from datasets_hub.doctor.steps import SourceRead, StepTable
 from datasets_hub.doctor.structure import (
@@ -104,32 +105,67 @@ def _episodes_meta(info: dict[str, Any], files: dict[str, Path], out: SourceRead
     return {"episode_index": np.array([r[0] for r in rows]), "length": np.array([r[1] for r in rows])}
 
 
-def _read_rows(info: dict[str, Any], files: dict[str, Path], out: SourceRead) -> dict[str, np.ndarray]:
+def _read_rows(
+    info: dict[str, Any], files: dict[str, Path], out: SourceRead, *, max_rows: int, seed: int
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Every row's bookkeeping columns, and the numeric features of the data files the step checks read:
+    all of them when the rows fit in ``max_rows``, else files drawn at random (whole files hold whole
+    episodes) until about ``max_rows`` rows. Returns ``(columns, rows with numeric features)``; the
+    numeric columns hold only those rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     features = info.get("features") or {}
     numeric = [k for k, f in features.items() if str(f.get("dtype")) in NUMERIC and k not in BOOKKEEPING]
-    parts: dict[str, list[np.ndarray]] = {}
+    kept: list[tuple[str, dict[str, np.ndarray], set[str]]] = []
     for name in sorted(n for n in files if n.startswith("data/") and n.endswith(".parquet")):
         try:
             schema_names = set(pq.read_schema(files[name]).names)
-            wanted = [c for c in (*BOOKKEEPING, *numeric) if c in schema_names]
-            table = pq.read_table(files[name], columns=wanted)
+            table = pq.read_table(files[name], columns=[c for c in BOOKKEEPING if c in schema_names])
         except (pa.ArrowException, OSError, ValueError) as exc:  # a damaged or truncated parquet file
             out.findings.append(Finding(UNREADABLE, 1, "files", f"{name}: {exc}", column=name))
             continue
         if "episode_index" not in table.column_names:
             out.findings.append(Finding(UNREADABLE, 1, "files", f"{name}: no episode_index column", column=name))
             continue
+        kept.append((name, {c: _column(table, c) for c in table.column_names}, schema_names))
+    sizes = np.array([len(cols["episode_index"]) for _, cols, _ in kept], dtype=np.int64)
+    chosen = np.arange(len(kept))
+    if sizes.sum() > max_rows:
+        order = np.random.default_rng(seed).permutation(len(kept))
+        chosen = np.sort(order[: int(np.searchsorted(np.cumsum(sizes[order]), max_rows)) + 1])
+        out.sampled = True
+    parts: dict[str, list[np.ndarray]] = {}
+    for _, cols, _ in kept:
+        for c, values in cols.items():
+            parts.setdefault(c, []).append(values)
+    selected = np.zeros(int(sizes.sum()), dtype=bool)
+    first = np.r_[0, np.cumsum(sizes)]
+    numeric_parts: dict[str, list[np.ndarray]] = {}
+    for i in chosen.tolist():
+        name, _, schema_names = kept[i]
+        try:
+            table = pq.read_table(files[name], columns=[c for c in numeric if c in schema_names])
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            out.findings.append(Finding(UNREADABLE, 1, "files", f"{name}: {exc}", column=name))
+            continue
+        selected[first[i] : first[i + 1]] = True
         for c in table.column_names:
-            parts.setdefault(c, []).append(_column(table, c))
-    lengths = {c: sum(len(p) for p in v) for c, v in parts.items()}
-    total = lengths.get("episode_index", 0)
-    return {c: np.concatenate(v) for c, v in parts.items() if lengths[c] == total}
+            numeric_parts.setdefault(c, []).append(_column(table, c))
+    total, picked = int(sizes.sum()), int(selected.sum())
+    columns = {c: np.concatenate(v) for c, v in parts.items() if sum(len(x) for x in v) == total}
+    columns.update({c: np.concatenate(v) for c, v in numeric_parts.items() if sum(len(x) for x in v) == picked})
+    if out.sampled:
+        out.notes.append(
+            f"the step checks read {picked:,} of {total:,} rows ({chosen.size} of {len(kept)} data files drawn at "
+            "random); metadata, structure and timing checks read every row"
+        )
+    return columns, selected
 
 
-def read_lerobot(files: dict[str, Path], *, where: str, video_sample: int = 8, seed: int = 0) -> SourceRead:
+def read_lerobot(
+    files: dict[str, Path], *, where: str, max_rows: int, video_sample: int = 8, seed: int = 0
+) -> SourceRead:
     """The LeRobot dataset whose files are ``files`` (relative path -> local file) as a :class:`SourceRead`."""
     out = SourceRead(kind="lerobot", table=None, rows=0, episodes=0, families=["lerobot metadata"])
     try:
@@ -139,7 +175,7 @@ def read_lerobot(files: dict[str, Path], *, where: str, video_sample: int = 8, s
         return out
     fps = float(info.get("fps") or 0) or None
     meta = _episodes_meta(info, files, out)
-    data = _read_rows(info, files, out)
+    data, selected = _read_rows(info, files, out, max_rows=max_rows, seed=seed)
     n = len(data.get("episode_index", ()))
     out.rows = n
     if not n:
@@ -150,29 +186,42 @@ def read_lerobot(files: dict[str, Path], *, where: str, video_sample: int = 8, s
     row_step = step if step is not None else np.zeros(n, np.int64)
     out.episodes = int(np.unique(episode).size)
     _check_meta(info, meta, data, episode, row_step, out)
+    frames: dict[str, list[np.ndarray]] = {}
     if fps:
-        _check_videos(info, meta, files, fps, out, video_sample=video_sample, seed=seed)
+        frames = _check_videos(info, meta, files, fps, out, video_sample=video_sample, seed=seed)
     else:
         out.notes.append(f"{where}: info.json gives no fps: timestamps and videos were not checked against it")
-    table = StepTable(episode=episode, step=row_step, fps=fps)
+    every = StepTable(episode=episode, step=row_step, fps=fps)
     if step is None:
         starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
-        table.step = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+        every.step = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
     if "timestamp" in data:
-        table.timestamp = data["timestamp"].astype(np.float64)
+        every.timestamp = data["timestamp"].astype(np.float64)
+    if out.sampled:  # structure and timing need every row; the other step checks read the sampled files
+        out.findings += structure.check(every, has_step_column=step is not None)
+        out.findings += timing.check(every)
+        out.families += [structure.FAMILY, timing.FAMILY]
+    table = StepTable(
+        episode=every.episode[selected],
+        step=every.step[selected],
+        fps=fps,
+        timestamp=None if every.timestamp is None else every.timestamp[selected],
+    )
+    m = len(table)
     for key, values in data.items():
-        if key in BOOKKEEPING:
+        if key in BOOKKEEPING or len(values) != m:
             continue
         if key.startswith("observation"):
             table.observations[key] = values
         table.columns[key] = values
-    table.action = data.get("action")
-    if "next.reward" in data:
-        table.reward = data["next.reward"].reshape(n)
-    if "next.done" in data:
-        table.terminated = data["next.done"].reshape(n).astype(bool)
+    table.action = table.columns.get("action")
+    if "next.reward" in table.columns:
+        table.reward = table.columns["next.reward"].reshape(m)
+    if "next.done" in table.columns:
+        table.terminated = table.columns["next.done"].reshape(m).astype(bool)
     for key in ("next.done", "next.success"):  # flags: not numeric health material
         table.columns.pop(key, None)
+    table.frames = {key: np.stack(images) for key, images in frames.items()}
     out.table = table
     out.has_step_column = step is not None
     return out
@@ -286,8 +335,9 @@ def _video_header(path: Path, fps: float) -> tuple[int, float]:
         return frames, seconds
 
 
-def _frame_at(path: Path, seconds: float, fps: float) -> bool:
-    """Does the video hold a frame at ``seconds`` (within half a frame)? Decodes from the keyframe before it."""
+def _frame_at(path: Path, seconds: float, fps: float) -> np.ndarray | None:
+    """The video's frame at ``seconds`` (within half a frame) as RGB, or None when it holds none there.
+    Decodes from the keyframe before it."""
     import av
 
     with av.open(str(path)) as container:
@@ -298,10 +348,10 @@ def _frame_at(path: Path, seconds: float, fps: float) -> bool:
             if frame.time is None:
                 continue
             if abs(frame.time - seconds) <= 0.5 / fps:
-                return True
+                return frame.to_ndarray(format="rgb24")
             if frame.time > seconds:
-                return False
-    return False
+                return None
+    return None
 
 
 def _check_videos(
@@ -313,11 +363,14 @@ def _check_videos(
     *,
     video_sample: int,
     seed: int,
-) -> None:
+) -> dict[str, list[np.ndarray]]:
+    """Headers against the metadata, then ``video_sample`` episode ends decoded; returns the decoded
+    frames by camera (for the numeric checks: a camera that recorded black frames)."""
     features = info.get("features") or {}
     keys = [k for k, f in features.items() if f.get("dtype") == "video"]
+    decoded: dict[str, list[np.ndarray]] = {}
     if not keys or "episode_index" not in meta:
-        return
+        return decoded
     import av  # only for datasets with videos
 
     out.families.append("video headers")
@@ -382,8 +435,11 @@ def _check_videos(
         for i in sorted(picks.tolist()):
             key, path, last = spans[i]
             try:
-                if not _frame_at(path, last, fps):
+                image = _frame_at(path, last, fps)
+                if image is None:
                     absent.append(f"{path.name} ({key}) has no frame at {last:.3f} s")
+                else:
+                    decoded.setdefault(key, []).append(image)
             except (av.error.FFmpegError, OSError, ValueError) as exc:  # a damaged stream
                 absent.append(f"{path.name} ({key}) fails to decode near {last:.3f} s ({exc})")
         if absent:
@@ -395,3 +451,4 @@ def _check_videos(
                     detail="the header promises these frames but decoding finds none: " + "; ".join(absent[:3]),
                 )
             )
+    return decoded
