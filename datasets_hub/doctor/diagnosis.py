@@ -108,11 +108,12 @@ def _read_id(dataset_id: str, params: dict[str, Any] | None, **kw: Any) -> tuple
         from datasets_hub.doctor.build_source import read_build
 
         return [read_build(build, max_rows=kw["max_rows"], seed=kw["seed"])], str(build)
-    from datasets_hub.hub import raw_path
+    from datasets_hub.cache.layout import raw_file_path
+    from datasets_hub.downloads.fetch import source_key
 
     files = {}
     for resource in loader.resources(spec):
-        path = raw_path(loader, resource)
+        path = raw_file_path(loader.name, resource.name, source_key(resource))
         if path.is_file():
             files[resource.name] = path
     if not files:
