@@ -164,6 +164,12 @@ def test_a_declared_space_can_be_given_and_a_discrete_one_is_checked():
     episodes[1]["action"][4] = [2.0, 0.0]
     report = diagnose(build_of(episodes), action_space=([-1, -1], [1, 1]))
     assert [f.examples[0] for f in report.of("action-out-of-space")] == [(1, 4)]
+    assert not any("no action space declared" in n for n in report.notes)
+    assert any("no action space declared" in n for n in diagnose(build_of(walk(), name="doctor/d1")).notes)
+    with pytest.raises(InvalidParameter, match="params= selects the build of a catalogue id"):
+        diagnose(build_of(walk(), name="doctor/d1"), params={"steps": 3})
+    with pytest.raises(InvalidParameter, match="action_space must be"):
+        diagnose("no/such-id", action_space="box")  # refused before anything is read
     found = diagnose(build_of(walk(), name="doctor/d2"), action_space=ActionSpace("test", n=3)).of(
         "action-out-of-space"
     )

@@ -62,7 +62,6 @@ def read_build(path: str | Path, *, max_rows: int, seed: int = 0) -> SourceRead:
     rows = np.repeat(start[chosen], lens) + within  # transitions
     obs_rows = rows + np.repeat(chosen, lens)  # observation rows: T + 1 per episode
     table = StepTable(episode=np.repeat(ids[chosen], lens), step=within)
-    notes: list[str] = []
     for key, column in build.obs.items():
         name = _name(key)
         per_row = int(np.prod(column.shape[1:], dtype=np.int64))
@@ -100,8 +99,6 @@ def read_build(path: str | Path, *, max_rows: int, seed: int = 0) -> SourceRead:
     if frame_index is not None:
         table.step = frame_index.reshape(total).astype(np.int64)
     table.action_space = declared_action_space(manifest_notes, f"{path}/manifest.json notes")
-    if table.action_space is None:
-        notes.append("the build declares no action space: actions were not checked against one")
     return SourceRead(
         kind="build",
         table=table,
@@ -109,5 +106,4 @@ def read_build(path: str | Path, *, max_rows: int, seed: int = 0) -> SourceRead:
         episodes=int(ids.size),
         sampled=sampled,
         has_step_column=frame_index is not None,
-        notes=notes,
     )

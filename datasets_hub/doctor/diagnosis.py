@@ -167,6 +167,9 @@ def diagnose(
     """
     if max_rows < 1:
         raise InvalidParameter(f"max_rows must be a positive integer, got {max_rows}")
+    if params and not (isinstance(target, str) and not Path(target).exists()):
+        raise InvalidParameter("params= selects the build of a catalogue id; this target is a path or a buffer")
+    space = _as_space(action_space)
     began = time.perf_counter()
     kw = {"max_rows": int(max_rows), "seed": int(seed), "video_sample": int(video_sample)}
     storage = getattr(target, "storage", target)
@@ -191,11 +194,14 @@ def diagnose(
             f"the doctor reads a dataset id, a path, or a buffer over a build; got {type(target).__name__} "
             "(an in-memory buffer has no source to examine: diagnose the dataset it was loaded from)"
         )
-    space = _as_space(action_space)
     report = DoctorReport(target=name, kind="+".join(dict.fromkeys(r.kind for r in reads)))
     for read in reads:
         if space is not None and read.table is not None:
             read.table.action_space = space
+        if read.table is not None and read.table.action is not None and read.table.action_space is None:
+            read.notes.append(
+                f"{read.kind}: no action space declared: actions were not checked against one (action_space=)"
+            )
         families = [*read.families, *_step_checks(read)]
         report.checks += [f for f in families if f not in report.checks]
         report.findings += read.findings
@@ -204,8 +210,6 @@ def diagnose(
         report.episodes += read.episodes
         report.rows_read += 0 if read.table is None else len(read.table)
         report.sampled = report.sampled or read.sampled
-    if space is not None:
-        report.notes = [n for n in report.notes if "declares no action space" not in n]
     report.seconds = time.perf_counter() - began
     return report
 
