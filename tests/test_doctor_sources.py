@@ -328,3 +328,21 @@ def test_a_camera_that_recorded_black_frames(lerobot):
         lw.encode_video(root / "videos" / "chunk-000" / CAM / f"episode_{e:06d}.mp4", black, fps=10)
     found = only(diagnose(root, video_sample=8), "all-zero-column")
     assert found.column == CAM and found.unit == "sampled frames"
+
+
+def test_episode_groups_within_the_row_budget_and_their_image_arrays_sampled(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "main_data.hdf5"
+    with h5py.File(path, "w") as f:  # Minari's layout: T+1 observations per episode group
+        for e in range(6):
+            g = f.create_group(f"episode_{e}")
+            g["observations/state"] = rng.normal(0, 1, (51, 3)).astype(np.float32)
+            g["observations/pixels"] = np.zeros((51, 32, 32, 3), np.uint8)
+            g["actions"] = rng.uniform(-1, 1, (50, 2)).astype(np.float32)
+            g["rewards"] = rng.normal(0, 1, 50)
+            g["terminations"] = np.r_[np.zeros(49, bool), True]
+            g["truncations"] = np.zeros(50, bool)
+    report = diagnose(path, max_rows=120)
+    assert report.sampled and report.rows == 300 and report.rows_read == 150 and report.episodes == 6
+    found = only(report, "all-zero-column")
+    assert found.column == "observations/pixels" and found.unit == "sampled frames"

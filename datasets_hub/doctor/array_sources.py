@@ -9,7 +9,11 @@
   (Minari) or ``done`` (RoboSet). Episodes are taken in the natural order of their group names. A
   group whose last action row is all NaN follows robohive's convention (T+1 rows, row t's reward and
   ``done`` are what arriving at ``s_t`` returned): transition t is rows t -> t+1 and its reward
-  ``rewards[t + 1]``, as the RoboSet loader reads it; other groups are read row by row.
+  ``rewards[t + 1]``, as the RoboSet loader reads it; other groups are read row by row. Beyond
+  ``max_rows`` rows, episodes are drawn at random.
+
+Image-like arrays (more than :data:`LOW_DIM` values per row) are never read whole: :data:`FRAMES` frames
+spread over the rows read go to the numeric checks (npz: its first frames, the stream cannot seek).
 
 ``rewards[t]`` (or ``rewards[t + 1]`` under robohive's convention) is read as the reward of step t; a
 reward stored one step away from that is what the alignment check reports. A Minari dataset's ``metadata.json`` beside the file declares the action space.
@@ -161,17 +165,17 @@ def _natural(name: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
-def _group_arrays(group: Any, prefix: str) -> dict[str, np.ndarray]:
-    """Every numeric dataset under ``group`` (nested groups flattened as ``prefix/a/b``)."""
+def _group_datasets(group: Any, prefix: str) -> dict[str, Any]:
+    """Every numeric dataset under ``group`` (nested groups flattened as ``prefix/a/b``), unread."""
     import h5py
 
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, Any] = {}
     for name in sorted(group):
         item = group[name]
         if isinstance(item, h5py.Group):
-            out.update(_group_arrays(item, f"{prefix}/{name}"))
+            out.update(_group_datasets(item, f"{prefix}/{name}"))
         elif isinstance(item, h5py.Dataset) and item.shape and _numeric(np.empty(0, item.dtype)):
-            out[f"{prefix}/{name}"] = item[()]
+            out[f"{prefix}/{name}"] = item
     return out
 
 
@@ -189,7 +193,7 @@ def read_hdf5(path: Path, *, max_rows: int, seed: int = 0) -> SourceRead:
                 out = SourceRead(kind="hdf5", table=None, rows=0, episodes=0)
                 out.notes.append(f"{path.name}: neither flat arrays nor episode groups with 'actions': not recognised")
                 return out
-            return _read_episode_groups(f, sorted(groups, key=_natural), path)
+            return _read_episode_groups(f, sorted(groups, key=_natural), path, max_rows=max_rows, seed=seed)
     except OSError as exc:
         out = SourceRead(kind="hdf5", table=None, rows=0, episodes=0)
         out.findings.append(Finding(UNREADABLE, 1, "files", f"{path.name}: {exc}", column=path.name))
@@ -204,7 +208,7 @@ def _read_flat_hdf5(f: Any, path: Path, *, max_rows: int, seed: int) -> SourceRe
         if isinstance(f.get(key), h5py.Dataset):
             datasets[key] = f[key]
     obs = f.get(OBS)
-    if isinstance(obs, h5py.Group):
+    if isinstance(obs, h5py.Group):  # dict observations: one dataset per key
         obs.visititems(
             lambda name, item: datasets.setdefault(f"{OBS}/{name}", item) if isinstance(item, h5py.Dataset) else None
         )
@@ -226,15 +230,22 @@ def _read_flat_hdf5(f: Any, path: Path, *, max_rows: int, seed: int) -> SourceRe
     return _flat_table(read, keys, n, max_rows=max_rows, seed=seed, prefix=False, kind="hdf5", where=path.name)
 
 
-def _read_episode_groups(f: Any, groups: list[str], path: Path) -> SourceRead:
+def _read_episode_groups(f: Any, groups: list[str], path: Path, *, max_rows: int, seed: int) -> SourceRead:
     import h5py
 
+    lengths = np.array([f[name][ACTIONS].shape[0] for name in groups], dtype=np.int64)
+    chosen = np.arange(len(groups))
+    if lengths.sum() > max_rows:  # whole episodes drawn at random, read in file order
+        order = np.random.default_rng(seed).permutation(len(groups))
+        chosen = np.sort(order[: int(np.searchsorted(np.cumsum(lengths[order]), max_rows)) + 1])
+    per_episode_frames = max(1, -(-FRAMES // chosen.size))
     columns: dict[str, list[np.ndarray]] = {}
     nexts: dict[str, list[np.ndarray]] = {}
+    frames: dict[str, list[np.ndarray]] = {}
     episode, term, trunc = [], [], []
     has_flags = has_truncations = False
-    for e, name in enumerate(groups):
-        g = f[name]
+    for e in chosen.tolist():
+        g = f[groups[e]]
         actions = g[ACTIONS][()]
         rows = len(actions)
         # robohive's convention: rows 0..T are states, the last action row is NaN (never executed), and
@@ -249,13 +260,18 @@ def _read_episode_groups(f: Any, groups: list[str], path: Path) -> SourceRead:
         arrival = slice(1, t + 1) if robohive else slice(0, t)
         obs_item = g.get(OBS)
         obs = (
-            _group_arrays(obs_item, OBS)
+            _group_datasets(obs_item, OBS)
             if isinstance(obs_item, h5py.Group)
-            else {OBS: obs_item[()]}
-            if obs_item is not None
+            else {OBS: obs_item}
+            if isinstance(obs_item, h5py.Dataset)
             else {}
         )
-        for key, values in obs.items():
+        for key, dataset in obs.items():
+            if int(np.prod(dataset.shape[1:], dtype=np.int64)) > LOW_DIM:  # image-like: a few frames only
+                picks = np.unique(np.linspace(0, max(t - 1, 0), min(per_episode_frames, t)).astype(np.int64))
+                frames.setdefault(key, []).append(dataset[picks.tolist()])
+                continue
+            values = dataset[()]
             columns.setdefault(key, []).append(values[:t])
             if len(values) == t + 1:  # the final state is in the file (Minari: T+1 observations; robohive)
                 nexts.setdefault(key, []).append(values[1:])
@@ -286,7 +302,11 @@ def _read_episode_groups(f: Any, groups: list[str], path: Path) -> SourceRead:
         table.terminated = np.concatenate(term)
         table.truncated = np.concatenate(trunc) if has_truncations else None
     table.columns = dict(joined)
-    out = SourceRead(kind="hdf5", table=table, rows=n, episodes=len(groups))
+    table.frames = {k: np.concatenate(v)[:FRAMES] for k, v in frames.items()}
+    sampled = chosen.size < len(groups)
+    out = SourceRead(kind="hdf5", table=table, rows=int(lengths.sum()), episodes=len(groups), sampled=sampled)
+    if sampled:
+        out.notes.append(f"{path.name}: {n:,} rows of {chosen.size} of {len(groups)} episodes read (drawn at random)")
     metadata = path.parent / "metadata.json"
     if metadata.is_file():  # a Minari dataset: data/metadata.json beside data/main_data.hdf5
         try:
