@@ -18,6 +18,7 @@ that also derive from a built-in exception can be caught as that exception too::
     ├── CacheError                the cache is unwritable, full, locked, damaged or tampered with
     ├── TEDError                  (+ ValueError) data breaks the TorchRL Episode Data contract
     ├── InvalidParameter          (+ ValueError) a user argument is not acceptable
+    │   └── UnknownParameter      a dataset parameter its loader does not take (``names``)
     ├── PreprocessError           the preprocessing fn failed or broke its contract
     └── ReadOnlyError             (+ RuntimeError) a write to a read-only buffer, storage or writer
 
@@ -85,6 +86,14 @@ class TEDError(HubError, ValueError):
 
 class InvalidParameter(HubError, ValueError):
     """A user-supplied argument (id, parameter, batch size) is not acceptable."""
+
+
+class UnknownParameter(InvalidParameter):
+    """A dataset parameter its loader does not take; ``names`` lists the unknown names."""
+
+    def __init__(self, message: str, names: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.names = tuple(names)
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:

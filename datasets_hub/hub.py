@@ -19,7 +19,7 @@ import torch
 from datasets_hub.build.pipeline import build, build_path
 from datasets_hub.cache.layout import dir_size, raw_file_path, read_manifest
 from datasets_hub.catalogue import list_ids, resolve
-from datasets_hub.errors import DownloadError, InvalidParameter
+from datasets_hub.errors import DownloadError, HubError, InvalidParameter, UnknownParameter
 from datasets_hub.loader import DatasetSpec, Loader, Resource
 from datasets_hub.plugins import check_requirements, get_loader
 from datasets_hub.redact import redact_url, redact_value
@@ -221,7 +221,13 @@ def load_keywords() -> tuple[str, ...]:
 
 
 def check_params_are_not_load_keywords(dataset_id: str, params: dict[str, Any], known: Iterable[str]) -> None:
-    """Refuse a parameter that is not one of the dataset's (``known``) but looks like a ``load`` keyword."""
+    """Refuse a parameter that is not one of the dataset's but looks like a ``load`` keyword.
+
+    ``known``: the catalogue entry's parameters. A sampler setting (``slice_len``) is refused whatever
+    the loader says (a loader that accepts anything would otherwise select a new build with it). A
+    near-miss of a ``load`` keyword (``batchsize``) is refused only when the loader does not accept it
+    either: ``episodes=`` is a LeRobot parameter, not a typo of ``pool_episodes=``.
+    """
     known = set(known)
     for key, value in params.items():
         if key in known:
@@ -232,11 +238,26 @@ def check_params_are_not_load_keywords(dataset_id: str, params: dict[str, Any], 
                 f"Write {_SAMPLER_SETTINGS[key].format(v=value)!s} (from datasets_hub import SliceSampler, ...)"
             )
         close = difflib.get_close_matches(key, load_keywords(), n=1, cutoff=0.75)
-        if close:
+        if close and not _loader_accepts(dataset_id, key):
             raise InvalidParameter(
                 f"load({dataset_id!r}, {key}={value!r}): unknown keyword {key!r}; did you mean {close[0]}={value!r}? "
                 "(keywords that are not load()'s own go to the loader as dataset parameters)"
             )
+
+
+def _loader_accepts(dataset_id: str, key: str) -> bool:
+    """Whether the loader of ``dataset_id`` takes a parameter named ``key``: its ``check_params`` does not
+    raise :class:`UnknownParameter` naming it (a refused *value* is not a refusal of the name)."""
+    spec = resolve(dataset_id)
+    loader = get_loader(spec.loader)
+    probe = DatasetSpec(id=spec.id, loader=spec.loader, params={**spec.params, key: None}, resources=spec.resources)
+    try:
+        loader.check_params(probe)
+    except UnknownParameter as exc:
+        return key not in exc.names
+    except (HubError, TypeError, ValueError):  # the name is known; None is just not a value for it
+        return True
+    return True
 
 
 def check_sampler(sampler: Any, batch_size: int | None) -> None:

@@ -14,8 +14,8 @@ import torch
 
 from datasets_hub.errors import CorruptFile, DownloadError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.loaders import lerobot as lr
-from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
+from datasets_hub.loaders.lerobot import loader as lr
+from datasets_hub.loaders.lerobot.loader import LeRobotLoader, decode_text
 
 from fixtures import lerobot_writer as lw
 
@@ -376,7 +376,7 @@ def test_check_loader_contract(tmp_path, written):
 # -- delta_timestamps ----------------------------------------------------------------------------
 def test_delta_timestamps_windows(hub, written):
     import datasets_hub
-    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler
+    from datasets_hub.loaders.lerobot.windows import delta_timestamps_sampler
 
     root, spec, summary = written["v3.0"]
     hub(lw.files_of(root))
@@ -417,7 +417,7 @@ def test_delta_timestamps_windows(hub, written):
 
 
 def test_delta_timestamps_off_the_frame_grid_are_refused():
-    from datasets_hub.loaders.lerobot_windows import delta_indices
+    from datasets_hub.loaders.lerobot.windows import delta_indices
 
     assert delta_indices({"action": [0.0, 0.1, 0.2], "next.reward": [0.1]}, fps=10) == {
         ("action",): [0, 1, 2],

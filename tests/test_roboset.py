@@ -16,8 +16,8 @@ import torch
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.loaders import roboset as rs
-from datasets_hub.loaders.roboset import RoboSetLoader
+from datasets_hub.loaders.roboset import loader as rs
+from datasets_hub.loaders.roboset.loader import RoboSetLoader
 
 from fixtures.roboset import (
     CAM,

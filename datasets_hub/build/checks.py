@@ -26,7 +26,20 @@ from typing import Any
 
 import numpy as np
 
-from datasets_hub.build.format import DATA_DIR, EPISODES, FORMAT, HISTORY, ITEMSIZE, LEAF_SUFFIX, MANIFEST, MANIFEST_SHA256, OBS, READABLE_VERSIONS, REQUIRED_COLUMNS, STEPS
+from datasets_hub.build.format import (
+    DATA_DIR,
+    EPISODES,
+    FORMAT,
+    HISTORY,
+    ITEMSIZE,
+    LEAF_SUFFIX,
+    MANIFEST,
+    MANIFEST_SHA256,
+    OBS,
+    READABLE_VERSIONS,
+    REQUIRED_COLUMNS,
+    STEPS,
+)
 from datasets_hub.errors import CacheError
 
 __all__ = ["check_build", "check_preprocessed", "checked_leaf_path", "inside"]

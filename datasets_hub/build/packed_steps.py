@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from datasets_hub.buffers.nested_keys import Key, key_to_str, parse_key
-from datasets_hub.errors import CacheError
 from datasets_hub.build.memory import check_fits
+from datasets_hub.errors import CacheError
 
 #: leaves wider than this (bytes per row) keep their own gather: packing them would make every
 #: record long and a gather of the small leaves read bytes it does not need

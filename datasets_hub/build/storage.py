@@ -17,12 +17,11 @@ from tensordict import TensorDict
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, nest, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
+from datasets_hub.build.memory import LARGE_ROW, available_memory, huge_pages, margin_bytes, will_need
+from datasets_hub.build.packed_steps import PackedSteps
 from datasets_hub.build.reader import open_build
 from datasets_hub.cache.layout import mark_used
 from datasets_hub.errors import CacheError
-from datasets_hub.build.memory import LARGE_ROW, huge_pages, will_need
-from datasets_hub.build.packed_steps import PackedSteps
-from datasets_hub.build.memory import available_memory, margin_bytes
 
 _TERMINATED, _TRUNCATED = ("next", "terminated"), ("next", "truncated")
 _AT_T_AND_NEXT = np.array([[0], [1]], dtype=np.int64)

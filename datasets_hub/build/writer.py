@@ -24,9 +24,9 @@ from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 from datasets_hub.build.format import EPISODES, HISTORY, LEAF_SUFFIX, OBS, STEPS
-from datasets_hub.errors import TEDError
 from datasets_hub.build.memory import mapped_file, page_out
 from datasets_hub.build.packed_steps import RECORD_NAME, RecordLayout
+from datasets_hub.errors import TEDError
 
 # -- the chunk keys the writer reads ------
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))

@@ -157,7 +157,7 @@ def test_a_regular_file_where_the_cache_expects_a_directory(catalogue, tmp_path,
 
 
 def test_a_healthy_build_of_another_version_passes_verify_all_builds(catalogue, monkeypatch, capsys):
-    from datasets_hub.loaders.gym import GymLoader
+    from datasets_hub.loaders.gym.loader import GymLoader
 
     catalogue({"gym/old": CARTPOLE})
     build = dh.download("gym/old")

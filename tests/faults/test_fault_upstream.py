@@ -291,7 +291,7 @@ def test_a_mirror_list_falls_back_and_reports_every_failure(served, payload, iso
 
 # ---------------------------------------------------------------------------------------- gzip, TFRecord
 def test_truncated_gzip_atari_checkpoint_is_moved_aside(tmp_path, monkeypatch, isolated_cache):
-    from datasets_hub.loaders.atari_replay import checkpoint_file
+    from datasets_hub.loaders.atari.replay import checkpoint_file
 
     from fixtures import atari as atari_files
 
