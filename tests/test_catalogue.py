@@ -130,7 +130,7 @@ def test_search_filters_ids_and_descriptions():
     assert "gym/mountaincar-random-v0" in dh.list_datasets(search="MOUNTAINCAR")
 
 
-HONOURS_ENTRY_FILES = {"d4rl", "roboset"}  # loaders whose files are the entry's resources as listed
+HONOURS_ENTRY_FILES = {"calvin", "d4rl", "robomimic", "roboset", "tdmpc2"}  # files: the entry's resources as listed
 
 
 @pytest.mark.parametrize("loader", sorted({i.split("/", 1)[0] for i in ENTRIES}))
