@@ -145,12 +145,13 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
     build = Path(build)
     where = build / "manifest.json"
     _check_hash(build, where)
-    if manifest.get("format") != "datasets_hub.ted" or manifest.get("version") not in (1, 2):
+    if manifest.get("format") != "datasets_hub.ted" or manifest.get("version") not in (1, 2, 3):
         raise _fail(where, f"format {manifest.get('format')!r} version {manifest.get('version')!r} is not a "
-                           "datasets_hub.ted version 1 or 2 build")  # fmt: skip
+                           "datasets_hub.ted version 1, 2 or 3 build")  # fmt: skip
     schema, layout, counts = (_object_field(manifest, field, where) for field in ("schema", "layout", "counts"))
     n, e = _count(counts, "transitions", where), _count(counts, "episodes", where)
-    want = {"steps": n, "episodes": e, "obs": n + e, "history": None}  # history: frames before episodes, any count
+    # history: frames before episodes, any count; frames: compressed leaves, checked by _check_frames
+    want = {"steps": n, "episodes": e, "obs": n + e, "history": None, "frames": None}
     history_rows = set()
     columns = {}
     for name, entry in schema.items():
@@ -161,6 +162,8 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
             raise _fail(where, f"column {name!r} is in no known group (steps/, obs/, episodes/, history/)")
         if group == "history":
             history_rows.add(rows)
+        elif group == "frames":
+            pass
         elif rows != want[group]:
             raise _fail(where, f"column {name!r} has {rows} rows but counts say {want[group]}")
         _size_matches(path, dtype, shape, rows, name, where)
@@ -178,14 +181,60 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
         keys = layout.get(field)
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise _fail(where, f"layout.{field} is {keys!r}, not a list of key names")
+    frames = _check_frames(build, layout, columns, n + e, where)
     for key in layout["obs"]:
-        if "obs/" + key not in columns:
+        if "obs/" + key not in columns and key not in frames:
             raise _fail(where, f"layout.obs names {key!r} but there is no column 'obs/{key}'")
     for key in layout["next_stored_per_step"]:
         if "steps/next/" + key not in columns:
             raise _fail(where, f"layout.next_stored_per_step names {key!r} but there is no column 'steps/next/{key}'")
     _check_episode_index(build, n, e, where)
     return columns
+
+
+_FRAME_CODECS = ("jpeg", "png")
+_FRAME_LAYOUTS = {"hwc": 3, "chw": 3, "hw": 2}
+
+
+def _check_frames(
+    build: Path, layout: dict[str, Any], columns: dict[str, tuple[str, tuple[int, ...], int]], rows: int, where: Path
+) -> dict[str, Any]:
+    """``layout.frames`` (format 3): each compressed key is observation-like, has exactly its ``blob``
+    (uint8) and ``offsets`` (int64, one more than the key's rows, 0 first, the blob's size last) and no
+    raw column, a known codec and layout; no frames column is unaccounted for. Returns the entries."""
+    frames = layout.get("frames", {})
+    if not isinstance(frames, dict):
+        raise _fail(where, f"layout.frames is {type(frames).__name__}, not an object")
+    claimed = set()
+    for key, spec in frames.items():
+        if key not in layout["obs"]:
+            raise _fail(where, f"layout.frames names {key!r}, which layout.obs does not list")
+        if not isinstance(spec, dict) or spec.get("codec") not in _FRAME_CODECS or spec.get("dtype") != "uint8":
+            raise _fail(where, f"layout.frames[{key!r}] is {spec!r}: a uint8 key with codec jpeg or png is required")
+        shape = spec.get("shape")
+        if spec.get("layout") not in _FRAME_LAYOUTS or not isinstance(shape, list) or len(shape) != _FRAME_LAYOUTS[
+            spec["layout"]] or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+            raise _fail(where, f"layout.frames[{key!r}] has layout {spec.get('layout')!r} and shape {shape!r}, "
+                               "which do not go together")  # fmt: skip
+        if "obs/" + key in columns:
+            raise _fail(where, f"{key!r} is both compressed (layout.frames) and raw (column 'obs/{key}')")
+        blob, offsets = f"frames/{key}/blob", f"frames/{key}/offsets"
+        if columns.get(blob, ("",))[:2] != ("uint8", ()) or columns.get(offsets, ("",))[:2] != ("int64", ()):
+            raise _fail(where, f"the compressed key {key!r} needs columns {blob!r} (uint8) and {offsets!r} (int64)")
+        if columns[offsets][2] != rows + 1:
+            raise _fail(where, f"column {offsets!r} has {columns[offsets][2]} rows but the key has {rows} frames "
+                               f"(so {rows + 1} offsets)")  # fmt: skip
+        with open(leaf_path(build, offsets, where), "rb") as fh:
+            first = np.frombuffer(fh.read(8), dtype="<i8")
+            fh.seek(-8, os.SEEK_END)
+            last = np.frombuffer(fh.read(8), dtype="<i8")
+        if first.size != 1 or last.size != 1 or int(first[0]) != 0 or int(last[0]) != columns[blob][2]:
+            raise _fail(where, f"the offsets of {key!r} do not run from 0 to the {columns[blob][2]} bytes of its blob")
+        claimed.update((blob, offsets))
+    stray = sorted(name for name in columns if name.startswith("frames/") and name not in claimed)
+    if stray:
+        raise _fail(where, f"column {stray[0]!r} belongs to no compressed key of layout.frames")
+    return frames
 
 
 def _check_episode_index(build: Path, n: int, e: int, where: Path) -> None:

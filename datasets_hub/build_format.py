@@ -22,6 +22,11 @@ Groups of ``data/`` (a tensordict memmap tree):
   ``next/truncated``, ``info/...``), N rows; ``steps/next/<K>`` also holds the next value of an
   observation-like key K whose upstream next values are not the following rows (never guessed);
 - ``episodes/{start,length,id,return}``: the episode index, E rows;
+- ``frames/<key>/blob`` and ``frames/<key>/offsets`` (format 3, only for builds made with
+  ``frames="jpeg"``/``"png"``): an observation-like camera key stored compressed, one image per row
+  (row ``r`` is ``blob[offsets[r]:offsets[r + 1]]``) instead of ``obs/<key>``; ``layout["frames"]``
+  names each such key with its codec, quality, layout and decoded dtype and shape, and the reader
+  hands it out as a :class:`~datasets_hub.frames.FrameColumn` among ``obs``;
 - ``history/<key>``, ``history/episode``, ``history/time`` (only when a loader sent history rows):
   frames that precede an episode's first transition (times -k..-1), kept so that frame stacks can
   hold the real earlier frames; they are no transitions and are never sampled. Rows are grouped by
@@ -47,6 +52,7 @@ from datasets_hub.build_checks import check_build
 from datasets_hub.build_checks import leaf_path as checked_leaf_path
 from datasets_hub.errors import CacheError
 from datasets_hub.files import sha256_file, write_text_atomic
+from datasets_hub.frames import FrameColumn
 from datasets_hub.packed_steps import RECORD_NAME, PackedSteps, RecordLayout
 from datasets_hub.ram import anonymous_copy, check_fits
 
@@ -54,8 +60,10 @@ from datasets_hub.ram import anonymous_copy, check_fits
 FORMAT = "datasets_hub.ted"  #: the manifest's "format"
 #: the manifest's "version": 2 adds the packed per-step records (``steps/_packed``, ``layout["packed"]``,
 #: see :mod:`datasets_hub.packed_steps`); version 1 builds (without them) are still read
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+#: 3 adds compressed frame leaves (``frames/``, ``layout["frames"]``, see :mod:`datasets_hub.frames`);
+#: versions 1 and 2 are still read (a build without compressed frames is the same bytes in all three)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 #: enters every build fingerprint: bump it when the layout changes, and old builds are never reused
 STORAGE_FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -63,7 +71,7 @@ MANIFEST = "manifest.json"
 MANIFEST_SHA256 = "manifest.sha256"
 DATA_DIR = "data"
 LEAF_SUFFIX = ".memmap"
-OBS, STEPS, EPISODES, HISTORY = "obs", "steps", "episodes", "history"
+OBS, STEPS, EPISODES, HISTORY, FRAMES = "obs", "steps", "episodes", "history", "frames"
 EPISODE_COLUMNS = ("start", "length", "id", "return")
 
 
@@ -180,7 +188,9 @@ def read_manifest_checksum(build_dir: Path) -> str | None:
 class OpenedBuild:
     """One build, every leaf mapped copy-on-write, grouped by role (see the module docstring).
 
-    - ``obs[k]``: ``[N + E, *shape]``, row ``episodes["start"][e] + e + t`` = time t of episode e;
+    - ``obs[k]``: ``[N + E, *shape]``, row ``episodes["start"][e] + e + t`` = time t of episode e; a
+      compressed camera key (format 3) is a :class:`~datasets_hub.frames.FrameColumn` read the same way
+      (``take(rows)`` decodes those rows only), its two files are in ``leaves``;
     - ``shared_next``: the obs keys whose next value is the following row of ``obs[k]``; for the
       others, ``steps[("next", *k)]`` holds the next values;
     - ``steps[k]``: ``[N, *shape]`` per-step leaves, in the manifest's (sorted) order;
@@ -197,7 +207,7 @@ class OpenedBuild:
     path: Path
     manifest: dict[str, Any]
     transitions: int
-    obs: dict[Key, torch.Tensor]
+    obs: dict[Key, torch.Tensor | FrameColumn]
     shared_next: frozenset[Key]
     steps: dict[Key, torch.Tensor]
     episodes: dict[str, torch.Tensor]
@@ -228,6 +238,29 @@ def read_build_manifest(build_dir: Path) -> dict[str, Any]:
     return manifest
 
 
+def _frame_column(
+    key: str, spec: dict[str, Any], columns: dict[str, torch.Tensor], manifest: dict[str, Any]
+) -> FrameColumn:
+    """The compressed leaf ``key`` (already checked by ``check_build``), naming episode and time on errors."""
+    start = columns[f"{EPISODES}/start"].numpy()
+    ids = columns[f"{EPISODES}/id"].numpy()
+    first_rows = start + np.arange(start.size)  # obs row of each episode's first frame (T + 1 rows each)
+
+    def locate(row: int) -> tuple[int, int]:
+        e = int(np.searchsorted(first_rows, row, side="right")) - 1
+        return int(ids[e]), int(row - first_rows[e])
+
+    return FrameColumn(
+        key,
+        columns[f"{FRAMES}/{key}/blob"].numpy(),
+        columns[f"{FRAMES}/{key}/offsets"].numpy(),
+        spec["codec"],
+        spec["layout"],
+        tuple(spec["shape"]),
+        locate,
+    )
+
+
 def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild:
     """Open the build at ``build_dir`` read-only: the one reader of the format.
 
@@ -255,7 +288,11 @@ def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild
         if in_memory:  # the file mappings are dropped with this dict once every leaf is copied
             columns = {name: anonymous_copy(column) for name, column in columns.items()}
         per_step_next = {parse_key(k) for k in layout["next_stored_per_step"]}
-        obs = {parse_key(k): columns[f"{OBS}/{k}"] for k in layout["obs"]}
+        frames = layout.get("frames", {})
+        obs: dict[Key, torch.Tensor | FrameColumn] = {
+            parse_key(k): _frame_column(k, frames[k], columns, manifest) if k in frames else columns[f"{OBS}/{k}"]
+            for k in layout["obs"]
+        }
         steps = {
             parse_key(name)[1:]: col
             for name, col in columns.items()

@@ -20,6 +20,7 @@ from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
 from datasets_hub.cache import mark_used
 from datasets_hub.errors import CacheError
+from datasets_hub.frames import FrameColumn
 from datasets_hub.memory_advice import LARGE_ROW, huge_pages, will_need
 from datasets_hub.packed_steps import PackedSteps
 from datasets_hub.ram import available_memory, margin_bytes
@@ -58,8 +59,10 @@ class DatasetStorage(ReadOnlyStorage):
         # the one reader of the format (checks the files against the manifest; copies them into RAM)
         build = open_build(self.path, in_memory=self.in_memory)
         self.manifest = build.manifest
-        self._obs: list[tuple[Key, np.ndarray, bool]] = [
-            (key, column.numpy(), key in build.shared_next) for key, column in build.obs.items()
+        # a compressed camera key is a FrameColumn: its take() decodes the rows asked for (frames.py)
+        self._obs: list[tuple[Key, np.ndarray | FrameColumn, bool]] = [
+            (key, column if isinstance(column, FrameColumn) else column.numpy(), key in build.shared_next)
+            for key, column in build.obs.items()
         ]
         self._frames = build.obs
         self._steps: list[tuple[Key, torch.Tensor]] = list(build.steps.items())
@@ -98,7 +101,8 @@ class DatasetStorage(ReadOnlyStorage):
         """Transparent huge pages for the files every batch reads at random rows, when they fit in the
         memory available (they end up cached whole): fewer TLB misses per row. Not for larger builds,
         where a fault would read 2 MiB of the file for one row."""
-        columns = [column for _, column, _ in self._obs] + [column for _, column in self._unpacked_np]
+        columns = [column for _, column, _ in self._obs if isinstance(column, np.ndarray)]
+        columns += [column for _, column in self._unpacked_np]
         if self._packed is not None:
             columns.append(self._packed.records)
         available, total = available_memory()
@@ -152,7 +156,10 @@ class DatasetStorage(ReadOnlyStorage):
             hist_rows = (first[ordinal][:, None] + n_hist + times)[has]
         for key in keys:
             column = self._frames[key]
-            window = torch.index_select(column, 0, rows.reshape(-1)).reshape(*times.shape, *column.shape[1:])
+            if isinstance(column, FrameColumn):  # compressed: decode the window's frames only
+                window = torch.from_numpy(column.take(rows.numpy()))
+            else:
+                window = torch.index_select(column, 0, rows.reshape(-1)).reshape(*times.shape, *column.shape[1:])
             mask = ~before
             if key in with_history and before.any():
                 if hist_rows.numel():
@@ -390,7 +397,7 @@ class DatasetStorage(ReadOnlyStorage):
             at_t = name if key not in replaced else None
             at_next = name if shared_next and ("next", *key) not in replaced else None
             if at_t or at_next:
-                advise = column.ndim > 0 and column.strides[0] >= LARGE_ROW
+                advise = isinstance(column, np.ndarray) and column.ndim > 0 and column.strides[0] >= LARGE_ROW
                 obs.append((column, at_t, at_next, advise))
         unpacked = [
             (key, column, *_place(key), key in flag_keys)
@@ -442,7 +449,8 @@ class DatasetStorage(ReadOnlyStorage):
                 if episodes is None:
                     episodes = np.searchsorted(self._start_np, rows_np, side="right") - 1
                 frames = rows_np + episodes + int(is_next)
-                will_need(column, frames)  # large rows (camera frames): the kernel reads each run ahead
+                if isinstance(column, np.ndarray):  # large rows (camera frames): the kernel reads each run ahead
+                    will_need(column, frames)
                 return torch.from_numpy(column.take(frames, axis=0))
         value = self.get(torch.from_numpy(rows_np)).get(key, None)
         if value is None:
@@ -473,7 +481,8 @@ class DatasetStorage(ReadOnlyStorage):
                 frame = rows + episodes
                 if after is not None:
                     frame += after
-                will_need(column, frame)
+                if isinstance(column, np.ndarray):
+                    will_need(column, frame)
                 return torch.from_numpy(column.take(frame, axis=0))
         return super().gather_states(key, rows, after, episodes=episodes)
 

@@ -30,6 +30,8 @@ LOAD_KEYWORDS = (
     "device",
     "cuda_graphs",
     "in_memory",
+    "frames",
+    "frame_quality",
 )
 # sampler settings people pass to load() directly, and what to write instead
 _SAMPLER_SETTINGS = {
