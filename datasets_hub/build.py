@@ -27,9 +27,9 @@ import torch
 from datasets_hub import __version__
 from datasets_hub.build_format import (
     FORMAT,
-    FORMAT_VERSION,
     MANIFEST,
     STORAGE_FORMAT_VERSION,
+    format_version_of,
     write_manifest_checksum,
 )
 from datasets_hub.build_writer import LeanTEDWriter
@@ -238,7 +238,7 @@ def _convert(
         torch.set_num_threads(threads)
     return {
         "format": FORMAT,
-        "version": FORMAT_VERSION,
+        "version": format_version_of(summary["layout"]),
         "id": spec.id,
         "fingerprint": build_fp,
         "loader": loader.name,

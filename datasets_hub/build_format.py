@@ -61,7 +61,8 @@ FORMAT = "datasets_hub.ted"  #: the manifest's "format"
 #: the manifest's "version": 2 adds the packed per-step records (``steps/_packed``, ``layout["packed"]``,
 #: see :mod:`datasets_hub.packed_steps`); version 1 builds (without them) are still read
 #: 3 adds compressed frame leaves (``frames/``, ``layout["frames"]``, see :mod:`datasets_hub.frames`);
-#: versions 1 and 2 are still read (a build without compressed frames is the same bytes in all three)
+#: versions 1 and 2 are still read. A build without compressed frames is written as version 2 (see
+#: :func:`format_version_of`), so hub versions that predate format 3 still read it
 FORMAT_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 #: enters every build fingerprint: bump it when the layout changes, and old builds are never reused
@@ -73,6 +74,11 @@ DATA_DIR = "data"
 LEAF_SUFFIX = ".memmap"
 OBS, STEPS, EPISODES, HISTORY, FRAMES = "obs", "steps", "episodes", "history", "frames"
 EPISODE_COLUMNS = ("start", "length", "id", "return")
+
+
+def format_version_of(layout: dict[str, Any]) -> int:
+    """The manifest version a build with ``layout`` is written as: the oldest one that describes it."""
+    return FORMAT_VERSION if layout.get("frames") else 2
 
 
 # -- reading -------------------------------------------------------------------------------------------

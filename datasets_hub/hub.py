@@ -89,6 +89,13 @@ class DatasetInfo:
         return self.manifest.get("notes", {})
 
     @property
+    def frames(self) -> dict[str, Any]:
+        """Per compressed camera key: codec, quality, stored and decoded bytes, and the PSNR (dB) of the
+        stored frames against the frames the loader handed over (measured on every 16th row at build
+        time); ``{}`` for a build whose frames are raw (or a build not made yet)."""
+        return self.stats.get("frames", {})
+
+    @property
     def description(self) -> str:
         return str(self.metadata.get("description", ""))
 
@@ -358,12 +365,13 @@ def load(
     return rb
 
 
-def info(dataset_id: str, **params: Any) -> DatasetInfo:
-    """The card of ``dataset_id``: catalogue facts, plus counts, schema and statistics once built."""
+def info(dataset_id: str, *, frames: str | None = None, frame_quality: int | None = None, **params: Any) -> DatasetInfo:
+    """The card of ``dataset_id``: catalogue facts, plus counts, schema and statistics once built
+    (``frames``/``frame_quality`` select the build as for :func:`load`)."""
     spec = resolve(dataset_id, **params)
     loader = get_loader(spec.loader)
     loader.check_params(spec)
-    path = build_path(spec, loader)
+    path = build_path(spec, loader, _frame_codec(spec, loader, frames, frame_quality))
     manifest = read_manifest(path)
     raw = 0
     for resource in loader.resources(spec):
