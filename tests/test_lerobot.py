@@ -305,8 +305,8 @@ def test_parquet_disagreeing_with_episode_metadata(tmp_path, hub, written):
     _no_build_left()
 
 
-@pytest.mark.parametrize("frames", [None, "jpeg"])
-def test_video_shorter_than_its_episode(tmp_path, hub, frames):
+@pytest.mark.parametrize("stored_as", [None, "jpeg"])
+def test_video_shorter_than_its_episode(tmp_path, hub, stored_as):
     import datasets_hub
 
     spec = lw.Spec(version="v2.1")
@@ -320,7 +320,7 @@ def test_video_shorter_than_its_episode(tmp_path, hub, frames):
         match=r"episode 1, camera 'observation.images.top'.*timestamp 0\.600000 s "
         r"\(row 6 of 8; 2 rows without a frame",
     ):
-        datasets_hub.load(ID, num_workers=1, frames=frames)
+        datasets_hub.load(ID, num_workers=1, frames=stored_as)
     _no_build_left()
 
 
