@@ -331,3 +331,27 @@ def test_device_decode_hands_the_stored_bytes_to_nvjpeg_in_one_batch(builds, mon
     out = fr.decode_on_device(column, rows, "cuda")
     assert calls == [(3, "RGB", torch.device("cuda"))]
     assert torch.equal(out, torch.from_numpy(column.take(rows)))
+
+
+# -- published builds --------------------------------------------------------------------------------
+@pytest.mark.parametrize("resident", ["lazy", "full", "pool"])
+def test_a_published_build_with_compressed_frames_samples_like_the_local_one(builds, tmp_path, resident):
+    """Export carries the blob and offsets as they are; a lazy copy fetches the blob chunks its frames lie in."""
+    import datasets_hub as dh
+    from datasets_hub.publish import export
+
+    pytest.importorskip("zarr")
+    local = buffer(builds["jpeg"])
+    folder = export(local, tmp_path / "pub", chunk_bytes=4096)  # small chunks: a batch touches some of them
+    kwargs = {"pool_episodes": 2} if resident == "pool" else {}
+    remote = dh.load(folder.as_uri(), resident=resident, **kwargs)
+    if resident == "full":
+        remote.storage.wait_complete(timeout=60)
+    rows = torch.tensor([0, 3, 11, 20, 31])
+    if resident == "pool":  # rows of the pool's episodes only
+        batch = remote.sample(8)
+        assert (batch.exclude("index") == local[batch["index"]].exclude("index")).all()
+        return
+    assert (remote[rows] == local[rows]).all()
+    stacks = buffer(remote.storage, transform=FrameStack(3, keys=["pixels"])).sample(8)
+    assert (stacks == buffer(builds["jpeg"], transform=FrameStack(3, keys=["pixels"])).sample(8)).all()
