@@ -19,8 +19,8 @@ from datasets_hub.buffers.nested_keys import Key, as_key, nest, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build_format import open_build
 from datasets_hub.cache import mark_used
-from datasets_hub.errors import CacheError
-from datasets_hub.frames import FrameColumn
+from datasets_hub.errors import CacheError, InvalidParameter
+from datasets_hub.frames import FrameColumn, decode_on_device
 from datasets_hub.memory_advice import LARGE_ROW, huge_pages, will_need
 from datasets_hub.packed_steps import PackedSteps
 from datasets_hub.ram import available_memory, margin_bytes
@@ -29,10 +29,12 @@ _TERMINATED, _TRUNCATED = ("next", "terminated"), ("next", "truncated")
 _AT_T_AND_NEXT = np.array([[0], [1]], dtype=np.int64)
 
 
-def reopen_build(path: str, fingerprint: str | None, in_memory: bool = False) -> DatasetStorage:
+def reopen_build(
+    path: str, fingerprint: str | None, in_memory: bool = False, decode_device: str | None = None
+) -> DatasetStorage:
     """Open the build at ``path`` again (how a pickled :class:`DatasetStorage` comes back), refusing a
     build whose fingerprint is no longer ``fingerprint``: it was rebuilt or replaced in between."""
-    storage = DatasetStorage(path, in_memory=in_memory)
+    storage = DatasetStorage(path, in_memory=in_memory, decode_device=decode_device)
     found = storage.manifest.get("fingerprint")
     if fingerprint is not None and found != fingerprint:
         raise CacheError(
@@ -53,9 +55,13 @@ class DatasetStorage(ReadOnlyStorage):
     read_only_what = "dataset build"
     gathers_batches = True
 
-    def __init__(self, path: str | Path, *, in_memory: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, in_memory: bool = False, decode_device: str | torch.device | None = None
+    ) -> None:
         self.path = Path(path)
         self.in_memory = bool(in_memory)
+        # compressed frames decoded on this device (nvJPEG on CUDA, see frames.decode_on_device); None: host threads
+        self.decode_device = None if decode_device is None else torch.device(decode_device)
         # the one reader of the format (checks the files against the manifest; copies them into RAM)
         build = open_build(self.path, in_memory=self.in_memory)
         self.manifest = build.manifest
@@ -65,6 +71,12 @@ class DatasetStorage(ReadOnlyStorage):
             for key, column in build.obs.items()
         ]
         self._frames = build.obs
+        if self.decode_device is not None and not any(isinstance(c, FrameColumn) for _, c, _ in self._obs):
+            raise InvalidParameter(
+                f"decode_device={str(self.decode_device)!r}: the build {self.manifest.get('id')!r} holds no compressed "
+                "frames to decode (its frames are raw); drop decode_device=, copy the build with device=, or build it "
+                "with frames='jpeg'"
+            )
         self._steps: list[tuple[Key, torch.Tensor]] = list(build.steps.items())
         self._start = build.episodes["start"]
         self._start_np = np.ascontiguousarray(self._start.numpy())
@@ -116,10 +128,17 @@ class DatasetStorage(ReadOnlyStorage):
         # reaches DataLoader workers, Ray actors and preprocess workers as a few hundred bytes,
         # and each process maps the files itself (the build must be on a filesystem it sees).
         # An in-memory storage is copied into RAM again by each receiving process (its own check).
-        return reopen_build, (str(self.path), self.manifest.get("fingerprint"), self.in_memory)
+        device = None if self.decode_device is None else str(self.decode_device)
+        return reopen_build, (str(self.path), self.manifest.get("fingerprint"), self.in_memory, device)
 
     def __len__(self) -> int:
         return self._len
+
+    def _decoded(self, column: FrameColumn, rows: np.ndarray) -> torch.Tensor:
+        """The frames of a compressed column at ``rows`` (any shape): decoded on ``decode_device`` if set."""
+        if self.decode_device is None:
+            return torch.from_numpy(column.take(rows))
+        return decode_on_device(column, rows, self.decode_device)
 
     def episode_index(self) -> EpisodeIndex:
         return self._index
@@ -157,7 +176,7 @@ class DatasetStorage(ReadOnlyStorage):
         for key in keys:
             column = self._frames[key]
             if isinstance(column, FrameColumn):  # compressed: decode the window's frames only
-                window = torch.from_numpy(column.take(rows.numpy()))
+                window = self._decoded(column, rows.numpy())
             else:
                 window = torch.index_select(column, 0, rows.reshape(-1)).reshape(*times.shape, *column.shape[1:])
             mask = ~before
@@ -336,6 +355,14 @@ class DatasetStorage(ReadOnlyStorage):
             at = _AT_T_AND_NEXT if lead is None else _AT_T_AND_NEXT.reshape((2,) + (1,) * len(lead))
             both = rows + episode + at
             for column, at_t, at_next, advise in plan.obs:
+                if type(column) is FrameColumn and self.decode_device is not None:
+                    frames = self._decoded(column, both if at_t and at_next else both[0] if at_t else both[1])
+                    if at_t and at_next:
+                        _set(root, at_t, frames[0])
+                        _set(nxt, at_next, frames[1])
+                    else:
+                        _set(root if at_t else nxt, at_t or at_next, frames)
+                    continue
                 if at_t and at_next:
                     if advise:
                         will_need(column, both)
@@ -449,8 +476,9 @@ class DatasetStorage(ReadOnlyStorage):
                 if episodes is None:
                     episodes = np.searchsorted(self._start_np, rows_np, side="right") - 1
                 frames = rows_np + episodes + int(is_next)
-                if isinstance(column, np.ndarray):  # large rows (camera frames): the kernel reads each run ahead
-                    will_need(column, frames)
+                if isinstance(column, FrameColumn):
+                    return self._decoded(column, frames)
+                will_need(column, frames)  # large rows (camera frames): the kernel reads each run ahead
                 return torch.from_numpy(column.take(frames, axis=0))
         value = self.get(torch.from_numpy(rows_np)).get(key, None)
         if value is None:
@@ -481,14 +509,24 @@ class DatasetStorage(ReadOnlyStorage):
                 frame = rows + episodes
                 if after is not None:
                     frame += after
-                if isinstance(column, np.ndarray):
-                    will_need(column, frame)
+                if isinstance(column, FrameColumn):
+                    return self._decoded(column, frame)
+                will_need(column, frame)
                 return torch.from_numpy(column.take(frame, axis=0))
         return super().gather_states(key, rows, after, episodes=episodes)
 
     def device_copy(self, device: Any) -> Any:
         """This build in ``device``'s memory (a ``DeviceStorage``, lean layout; see :mod:`datasets_hub.device_build`)."""
         from datasets_hub.device_build import build_on_device
+
+        compressed = [key for key, column, _ in self._obs if isinstance(column, FrameColumn)]
+        if compressed:
+            raise InvalidParameter(
+                f"device= copies the whole build, decoded, into device memory, but {self.manifest.get('id')!r} stores "
+                f"{'/'.join(compressed[0])!r} as compressed frames (a build too large to hold decoded). Sample on the "
+                "host and decode the sampled frames on the device: load(..., decode_device='cuda'); or build "
+                "it with frames='raw'"
+            )
 
         return build_on_device(self.path, device)
 
@@ -503,6 +541,7 @@ class DatasetStorage(ReadOnlyStorage):
 
     def __repr__(self) -> str:
         where = ", in_memory=True" if self.in_memory else ""
+        where += f", decode_device={str(self.decode_device)!r}" if self.decode_device is not None else ""
         return f"DatasetStorage({self.manifest.get('id')!r}, transitions={self._len}, path={str(self.path)!r}{where})"
 
 

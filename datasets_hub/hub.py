@@ -194,6 +194,7 @@ def _open_storage(
     in_memory: bool = False,
     frames: str | None = None,
     frame_quality: int | None = None,
+    decode_device: Any = None,
 ) -> Any:
     """The read-only storage ``load`` wraps: a local build of a catalogue id, or a published build by URL."""
     if isinstance(dataset_id, str) and "://" in dataset_id:  # a published build's URL, never a catalogue id
@@ -201,6 +202,10 @@ def _open_storage(
             raise InvalidParameter(
                 "in_memory=True applies to builds loaded by id; a published build loaded by URL is read through "
                 "its local chunk cache (resident='full' fetches all of it)"
+            )
+        if decode_device is not None:
+            raise InvalidParameter(
+                "decode_device= applies to builds loaded by id; a published build's frames are decoded on the host"
             )
         if frames is not None or frame_quality is not None:
             raise InvalidParameter(
@@ -232,6 +237,7 @@ def _open_storage(
             frame_quality=frame_quality,
         ),
         in_memory=in_memory,
+        decode_device=decode_device,
     )
 
 
@@ -255,6 +261,7 @@ def load(
     in_memory: bool = False,
     frames: str | None = None,
     frame_quality: int | None = None,
+    decode_device: str | torch.device | None = None,
     **params: Any,
 ):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
@@ -292,7 +299,9 @@ def load(
     ``"raw"`` (decoded once, fastest to sample), ``"jpeg"`` (each frame on its own, ``frame_quality``
     1..100, default 90) or ``"png"`` (exact); ``None`` stores them raw while the loader's estimate of their
     decoded size stays at or below ``datasets_hub.frames.RAW_LIMIT_BYTES`` (16 GiB), JPEG above. The codec
-    enters the build's fingerprint; compressed frames are decoded at sample time, only those sampled.
+    enters the build's fingerprint; compressed frames are decoded at sample time, only those sampled, in
+    host threads, or with ``decode_device="cuda"`` by nvJPEG (torchvision) into that device's memory: the
+    sampled frames then arrive on the device, the other leaves on the host.
     """
     steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
     if not all(callable(fn) for fn in steps):
@@ -326,6 +335,11 @@ def load(
         raise InvalidParameter(f"in_memory must be True or False, got {in_memory!r}")
     if cuda_graphs and device is None:
         raise InvalidParameter("cuda_graphs=True replays draws on a CUDA device: pass device='cuda' with it")
+    if decode_device is not None and device is not None:
+        raise InvalidParameter(
+            "device= copies the whole build into device memory, decoded; decode_device= decodes the sampled frames "
+            "of a compressed build there: pass one of them"
+        )
     if in_memory and device is not None:
         raise InvalidParameter(
             "in_memory=True and device= both copy the build: device= already holds it in that device's memory; "
@@ -340,6 +354,7 @@ def load(
         in_memory=in_memory,
         frames=frames,
         frame_quality=frame_quality,
+        decode_device=decode_device,
     )
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers.random import RandomSampler

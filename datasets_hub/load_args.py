@@ -32,6 +32,7 @@ LOAD_KEYWORDS = (
     "in_memory",
     "frames",
     "frame_quality",
+    "decode_device",
 )
 # sampler settings people pass to load() directly, and what to write instead
 _SAMPLER_SETTINGS = {

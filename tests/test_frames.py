@@ -355,3 +355,18 @@ def test_a_published_build_with_compressed_frames_samples_like_the_local_one(bui
     assert (remote[rows] == local[rows]).all()
     stacks = buffer(remote.storage, transform=FrameStack(3, keys=["pixels"])).sample(8)
     assert (stacks == buffer(builds["jpeg"], transform=FrameStack(3, keys=["pixels"])).sample(8)).all()
+
+
+def test_decode_device_serves_every_read_path_and_pickles(builds):
+    storage = DatasetStorage(builds["jpeg"].path, decode_device="cpu")
+    for read in (_plain, _windows, _frame_stack, _goals):
+        assert (read(storage) == read(builds["jpeg"])).all()
+    again = __import__("pickle").loads(__import__("pickle").dumps(storage))
+    assert again.decode_device == torch.device("cpu")
+
+
+def test_decode_device_and_device_copies_are_refused_where_they_cannot_apply(builds):
+    with pytest.raises(InvalidParameter, match="holds no compressed frames"):
+        DatasetStorage(builds["raw"].path, decode_device="cpu")
+    with pytest.raises(InvalidParameter, match="decode_device='cuda'"):
+        builds["jpeg"].device_copy("cpu")
