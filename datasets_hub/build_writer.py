@@ -24,7 +24,7 @@ from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 from datasets_hub.build_format import EPISODES, FRAMES, HISTORY, LEAF_SUFFIX, OBS, STEPS
-from datasets_hub.errors import TEDError
+from datasets_hub.errors import InvalidParameter, TEDError
 from datasets_hub.frames import FrameCodec, FrameColumn, FrameEncoder, image_layout
 from datasets_hub.memory_advice import mapped_file, page_out
 from datasets_hub.packed_steps import RECORD_NAME, RecordLayout
@@ -279,6 +279,14 @@ class LeanTEDWriter:
                 if layout is not None:
                     encoder = FrameEncoder(self.frames, layout, shape)
                     self.frame_files[key] = _FrameFile(self.data_dir, key, encoder, self._io)
+            if not self.frame_files:  # asked for, and nothing to honour it on: never ignored silently
+                found = {key_to_str(k): f"{str(self._schema[k][0]).replace('torch.', '')} {list(self._schema[k][1])}"
+                         for k in self.obs_keys}  # fmt: skip
+                raise InvalidParameter(
+                    f"frames={self.frames.codec!r}: this dataset has no camera key to store compressed (an "
+                    "observation-like uint8 image [H, W], [H, W, 1|3] or [1|3, H, W], at least 8 pixels a side); its "
+                    f"observation-like keys are {found}. Load it without frames= (or frames='raw')"
+                )
 
     def _check_schema(self, chunk: TensorDictBase) -> None:
         keys = {as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)}

@@ -370,3 +370,9 @@ def test_decode_device_and_device_copies_are_refused_where_they_cannot_apply(bui
         DatasetStorage(builds["raw"].path, decode_device="cpu")
     with pytest.raises(InvalidParameter, match="decode_device='cuda'"):
         builds["jpeg"].device_copy("cpu")
+
+
+def test_frames_asked_for_a_dataset_without_camera_keys_are_refused():
+    spec = DatasetSpec(id="fake/vectors", loader="fake", params={"lengths": [3, 2]})
+    with pytest.raises(InvalidParameter, match=r"no camera key .*{'observation': 'float32 \[3\]'"):
+        build(spec, FakeLoader(), {}, [], frames=FrameCodec("jpeg", 90))
