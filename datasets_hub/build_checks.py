@@ -205,15 +205,19 @@ def _check_frames(
     frames = layout.get("frames", {})
     if not isinstance(frames, dict):
         raise _fail(where, f"layout.frames is {type(frames).__name__}, not an object")
-    claimed = set()
+    claimed: set[str] = set()
     for key, spec in frames.items():
         if key not in layout["obs"]:
             raise _fail(where, f"layout.frames names {key!r}, which layout.obs does not list")
         if not isinstance(spec, dict) or spec.get("codec") not in _FRAME_CODECS or spec.get("dtype") != "uint8":
             raise _fail(where, f"layout.frames[{key!r}] is {spec!r}: a uint8 key with codec jpeg or png is required")
         shape = spec.get("shape")
-        if spec.get("layout") not in _FRAME_LAYOUTS or not isinstance(shape, list) or len(shape) != _FRAME_LAYOUTS[
-            spec["layout"]] or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        if (
+            spec.get("layout") not in _FRAME_LAYOUTS
+            or not isinstance(shape, list)
+            or len(shape) != _FRAME_LAYOUTS[spec["layout"]]
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)
+        ):
             raise _fail(where, f"layout.frames[{key!r}] has layout {spec.get('layout')!r} and shape {shape!r}, "
                                "which do not go together")  # fmt: skip
         if "obs/" + key in columns:

@@ -123,7 +123,7 @@ class DatasetStorage(ReadOnlyStorage):
         for column in columns:
             huge_pages(column)
 
-    def __reduce__(self) -> tuple[Any, tuple[str, str | None, bool]]:
+    def __reduce__(self) -> tuple[Any, tuple[str, str | None, bool, str | None]]:
         # Pickled by reference (path + fingerprint), never by value: a buffer over a 10 GB build
         # reaches DataLoader workers, Ray actors and preprocess workers as a few hundred bytes,
         # and each process maps the files itself (the build must be on a filesystem it sees).
@@ -471,15 +471,15 @@ class DatasetStorage(ReadOnlyStorage):
                 return torch.from_numpy(column.take(rows_np, axis=0))
         is_next = key[0] == "next"
         obs_key = key[1:] if is_next else key
-        for stored, column, shared_next in self._obs:
+        for stored, frame_column, shared_next in self._obs:
             if stored == obs_key and (shared_next or not is_next):
                 if episodes is None:
                     episodes = np.searchsorted(self._start_np, rows_np, side="right") - 1
                 frames = rows_np + episodes + int(is_next)
-                if isinstance(column, FrameColumn):
-                    return self._decoded(column, frames)
-                will_need(column, frames)  # large rows (camera frames): the kernel reads each run ahead
-                return torch.from_numpy(column.take(frames, axis=0))
+                if isinstance(frame_column, FrameColumn):
+                    return self._decoded(frame_column, frames)
+                will_need(frame_column, frames)  # large rows (camera frames): the kernel reads each run ahead
+                return torch.from_numpy(frame_column.take(frames, axis=0))
         value = self.get(torch.from_numpy(rows_np)).get(key, None)
         if value is None:
             raise KeyError(key)
@@ -518,15 +518,6 @@ class DatasetStorage(ReadOnlyStorage):
     def device_copy(self, device: Any) -> Any:
         """This build in ``device``'s memory (a ``DeviceStorage``, lean layout; see :mod:`datasets_hub.device_build`)."""
         from datasets_hub.device_build import build_on_device
-
-        compressed = [key for key, column, _ in self._obs if isinstance(column, FrameColumn)]
-        if compressed:
-            raise InvalidParameter(
-                f"device= copies the whole build, decoded, into device memory, but {self.manifest.get('id')!r} stores "
-                f"{'/'.join(compressed[0])!r} as compressed frames (a build too large to hold decoded). Sample on the "
-                "host and decode the sampled frames on the device: load(..., decode_device='cuda'); or build "
-                "it with frames='raw'"
-            )
 
         return build_on_device(self.path, device)
 

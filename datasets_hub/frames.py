@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import itertools
 import math
 import os
 import threading
@@ -212,7 +213,7 @@ def run_parallel(count: int, work: Callable[[int, int], None], *, min_per_task: 
         return
     parts = min(threads, max(1, count // min_per_task))
     bounds = np.linspace(0, count, parts + 1).astype(np.int64).tolist()
-    futures = [_pool().submit(work, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    futures = [_pool().submit(work, a, b) for a, b in itertools.pairwise(bounds) if b > a]
     for future in futures:
         future.result()
 
@@ -401,7 +402,9 @@ def decode_on_device(column: FrameColumn, rows: Any, device: torch.device | str)
         try:
             images = decode_jpeg(data, mode=mode, device=device)  # list of [C, H, W] on the device
         except RuntimeError as exc:
-            raise FrameError(f"{column.key}: nvJPEG could not decode a frame among rows {flat[:8].tolist()}…: {exc}") from exc
+            raise FrameError(
+                f"{column.key}: nvJPEG could not decode a frame among rows {flat[:8].tolist()}…: {exc}"
+            ) from exc
         batch = torch.stack(images)
         if column.layout == "hwc":
             batch = batch.permute(0, 2, 3, 1)

@@ -72,7 +72,9 @@ def always_resident(name: str) -> bool:
     """Leaves fetched whole when a copy is opened and never evicted: the episode index (samplers need all
     of it), history frames (a few per episode at most) and the offsets of compressed frames (8 bytes a
     frame: a read must know which bytes of the blob hold its frames before it can fetch them)."""
-    return name.startswith((EPISODES + "/", HISTORY + "/")) or (name.startswith(FRAMES + "/") and name.endswith("/offsets"))
+    return name.startswith((EPISODES + "/", HISTORY + "/")) or (
+        name.startswith(FRAMES + "/") and name.endswith("/offsets")
+    )
 
 
 class Chunks:

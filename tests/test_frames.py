@@ -262,7 +262,9 @@ def _goals(storage):
 
 
 def _ensemble(storage):
-    ensemble = ReplayBufferEnsemble(buffer(storage, seed=1), buffer(storage, seed=2), generator=torch.Generator().manual_seed(3))
+    ensemble = ReplayBufferEnsemble(
+        buffer(storage, seed=1), buffer(storage, seed=2), generator=torch.Generator().manual_seed(3)
+    )
     return ensemble.sample(16)
 
 
@@ -275,7 +277,12 @@ PATHS = [_plain, _slices, _windows, _frame_stack, _full_stacks, _goals, _ensembl
 
 
 def _pixel_leaves(td):
-    return [k for k in td.keys(include_nested=True, leaves_only=True) if "pixels" in (k if isinstance(k, tuple) else (k,)) and not str(k[-1] if isinstance(k, tuple) else k).endswith("_is_pad")]
+    return [
+        k
+        for k in td.keys(include_nested=True, leaves_only=True)
+        if "pixels" in (k if isinstance(k, tuple) else (k,))
+        and not str(k[-1] if isinstance(k, tuple) else k).endswith("_is_pad")
+    ]
 
 
 @pytest.mark.parametrize("read", PATHS, ids=[p.__name__.strip("_") for p in PATHS])
