@@ -360,6 +360,8 @@ def test_a_published_build_with_compressed_frames_samples_like_the_local_one(bui
         assert (batch.exclude("index") == local[batch["index"]].exclude("index")).all()
         return
     assert (remote[rows] == local[rows]).all()
+    card = (folder / "README.md").read_text()
+    assert "## Compressed frames" in card and "| `pixels` | jpeg | 90 |" in card
     stacks = buffer(remote.storage, transform=FrameStack(3, keys=["pixels"])).sample(8)
     assert (stacks == buffer(builds["jpeg"], transform=FrameStack(3, keys=["pixels"])).sample(8)).all()
 
