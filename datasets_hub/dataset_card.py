@@ -123,8 +123,10 @@ def render_card(manifest: dict[str, Any], published: dict[str, Any], episode_ret
         body += [
             "## Compressed frames",
             "",
-            "Each frame of these keys is stored as an image of its own and decoded when sampled. PSNR is measured "
-            "against the frames the loader handed over, on every 16th frame.",
+            (
+                "Each frame of these keys is stored as an image of its own and decoded when sampled. PSNR is "
+                "measured against the frames the loader handed over, on every 16th frame."
+            ),
             "",
             "| key | codec | quality | stored bytes | decoded bytes | PSNR mean / min (dB) |",
             "|---|---|---|---|---|---|",
