@@ -143,9 +143,9 @@ def windows_per_second(path: str, workers: int, seconds: float) -> float:
     import torch
 
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
     from datasets_hub.interop.torch_data import SampledBatches
-    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler
+    from datasets_hub.loaders.lerobot.windows import delta_timestamps_sampler
 
     delta = {cam: [i / FPS for i in range(WINDOW)] for cam in CAMERAS}
     rb = TensorDictReplayBuffer(
@@ -171,7 +171,7 @@ def decoders(frames: list[np.ndarray]) -> dict:
     import simplejpeg
     from PIL import Image
 
-    from datasets_hub import frames as fr
+    from datasets_hub.build import frames as fr
 
     blobs = [simplejpeg.encode_jpeg(f, quality=90, colorspace="RGB", colorsubsampling="420") for f in frames]
     out = np.empty((len(blobs), HEIGHT, WIDTH, 3), dtype=np.uint8)

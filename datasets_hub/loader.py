@@ -161,23 +161,24 @@ class Loader:
         return None
 
     def reject_unknown_params(self, spec: DatasetSpec, accepted: Iterable[str]) -> None:
-        """Raise ``InvalidParameter`` naming the first parameter of ``spec`` not in ``accepted``, with a
+        """Raise :class:`~datasets_hub.errors.UnknownParameter` naming the parameters of ``spec`` not in ``accepted``, with a
         did-you-mean and the accepted list: the usual first step of :meth:`check_params`."""
-        from datasets_hub.errors import InvalidParameter, did_you_mean
+        from datasets_hub.errors import UnknownParameter, did_you_mean
 
         accepted = sorted(accepted)
         unknown = sorted(set(spec.params) - set(accepted))
         if unknown:
-            raise InvalidParameter(
+            raise UnknownParameter(
                 f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the {self.name} loader "
-                f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}"
+                f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}",
+                unknown,
             )
 
     def frame_bytes(self, spec: DatasetSpec) -> int | None:
         """The decoded bytes of the camera frames the build of ``spec`` would hold (every uint8 image key,
         T + 1 rows per episode), from metadata alone, or ``None`` when unknown (the default).
 
-        ``load(..., frames=None)`` stores frames raw up to ``datasets_hub.frames.RAW_LIMIT_BYTES`` of them
+        ``load(..., frames=None)`` stores frames raw up to ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` of them
         and as JPEG above; without an estimate it stores them raw."""
         return None
 

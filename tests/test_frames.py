@@ -1,4 +1,4 @@
-"""Compressed frame leaves (datasets_hub/frames.py, build format 3): codecs, the build, every read path."""
+"""Compressed frame leaves (datasets_hub/build/frames.py, build format 3): codecs, the build, every read path."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from datasets_hub import frames as fr
+from datasets_hub.build import frames as fr
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 from datasets_hub.buffers.frame_stack import FrameStack
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
@@ -20,11 +20,12 @@ from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.samplers.window import WindowSampler
 from datasets_hub.buffers.writers import ImmutableDatasetWriter
-from datasets_hub.build import build, build_fingerprint
-from datasets_hub.build_format import MANIFEST, open_build, write_manifest_checksum
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.format import MANIFEST, write_manifest_checksum
+from datasets_hub.build.pipeline import build, build_fingerprint
+from datasets_hub.build.reader import open_build
+from datasets_hub.build.storage import DatasetStorage
+from datasets_hub.build.frames import FrameCodec, FrameError, psnr, resolve_frames
 from datasets_hub.errors import CacheError, InvalidParameter
-from datasets_hub.frames import FrameCodec, FrameError, psnr, resolve_frames
 from datasets_hub.interop.torch_data import BufferDataset
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader, fake_episodes
@@ -345,7 +346,7 @@ def test_device_decode_hands_the_stored_bytes_to_nvjpeg_in_one_batch(builds, mon
 def test_a_published_build_with_compressed_frames_samples_like_the_local_one(builds, tmp_path, resident):
     """Export carries the blob and offsets as they are; a lazy copy fetches the blob chunks its frames lie in."""
     import datasets_hub as dh
-    from datasets_hub.publish import export
+    from datasets_hub.remote.publish import export
 
     pytest.importorskip("zarr")
     local = buffer(builds["jpeg"])
