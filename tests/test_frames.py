@@ -386,3 +386,13 @@ def test_frames_asked_for_a_dataset_without_camera_keys_are_refused():
     spec = DatasetSpec(id="fake/vectors", loader="fake", params={"lengths": [3, 2]})
     with pytest.raises(InvalidParameter, match=r"no camera key .*{'observation': 'float32 \[3\]'"):
         build(spec, FakeLoader(), {}, [], frames=FrameCodec("jpeg", 90))
+
+
+def test_frame_threads_follow_torch_and_the_environment(monkeypatch):
+    monkeypatch.delenv("DATASETS_HUB_FRAME_THREADS", raising=False)
+    assert fr.thread_count() == torch.get_num_threads()  # 1 inside DataLoader workers
+    monkeypatch.setenv("DATASETS_HUB_FRAME_THREADS", "3")
+    assert fr.thread_count() == fr.build_thread_count() == 3
+    monkeypatch.setenv("DATASETS_HUB_FRAME_THREADS", "many")
+    with pytest.raises(InvalidParameter, match="DATASETS_HUB_FRAME_THREADS"):
+        fr.thread_count()

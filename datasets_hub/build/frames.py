@@ -184,16 +184,29 @@ _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _POOL_LOCK = threading.Lock()
 
 
-def thread_count() -> int:
-    """Threads that decode (and encode) frames: ``DATASETS_HUB_FRAME_THREADS``, else torch's intra-op
-    thread count (the physical cores; 1 inside DataLoader workers, which run in parallel already)."""
+def _env_threads() -> int | None:
     value = os.environ.get("DATASETS_HUB_FRAME_THREADS")
-    if value:
-        try:
-            return max(1, int(value))
-        except ValueError:
-            raise InvalidParameter(f"DATASETS_HUB_FRAME_THREADS must be a positive int, got {value!r}") from None
-    return max(1, torch.get_num_threads())
+    if not value:
+        return None
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise InvalidParameter(f"DATASETS_HUB_FRAME_THREADS must be a positive int, got {value!r}")
+    return threads
+
+
+def thread_count() -> int:
+    """Threads that decode sampled frames: ``DATASETS_HUB_FRAME_THREADS``, else torch's intra-op thread count
+    (the physical cores; 1 inside DataLoader workers, which run in parallel already)."""
+    return _env_threads() or max(1, torch.get_num_threads())
+
+
+def build_thread_count() -> int:
+    """Threads that encode frames while building: ``DATASETS_HUB_FRAME_THREADS``, else every CPU (a build
+    runs torch single-threaded, which says nothing about the cores free for encoding)."""
+    return _env_threads() or max(1, os.cpu_count() or 1)
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -201,13 +214,17 @@ def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL[0] != os.getpid():
-            _POOL = (os.getpid(), ThreadPoolExecutor(thread_count(), thread_name_prefix="datasets_hub-frames"))
+            size = max(thread_count(), build_thread_count())
+            _POOL = (os.getpid(), ThreadPoolExecutor(size, thread_name_prefix="datasets_hub-frames"))
         return _POOL[1]
 
 
-def run_parallel(count: int, work: Callable[[int, int], None], *, min_per_task: int = 4) -> None:
-    """Call ``work(lo, hi)`` over ``range(count)`` split among the frame threads (inline when small)."""
-    threads = thread_count()
+def run_parallel(
+    count: int, work: Callable[[int, int], None], *, threads: int | None = None, min_per_task: int = 4
+) -> None:
+    """Call ``work(lo, hi)`` over ``range(count)`` split among ``threads`` frame threads (default
+    :func:`thread_count`; inline when one thread or few items)."""
+    threads = thread_count() if threads is None else threads
     if threads <= 1 or count <= min_per_task:
         work(0, count)
         return
@@ -243,7 +260,7 @@ class FrameEncoder:
                     decode_into(blobs[i], self.codec.codec, self.layout, scratch)
                     measured[i] = psnr(scratch, values[i])
 
-        run_parallel(n, work, min_per_task=8)
+        run_parallel(n, work, threads=build_thread_count(), min_per_task=8)
         self._psnr.extend(measured[i] for i in sorted(measured))
         lengths = np.fromiter((len(b) for b in blobs), dtype=np.int64, count=n)
         self.rows += n
