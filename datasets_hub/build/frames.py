@@ -377,13 +377,6 @@ class FrameColumn:
         out = decoded if unique.size == flat.size and np.array_equal(unique, flat) else decoded[inverse]
         return out.reshape(*rows.shape, *self.frame_shape)
 
-    def __getitem__(self, index: Any) -> np.ndarray:
-        if isinstance(index, slice):
-            return self.take(np.arange(len(self))[index])
-        if isinstance(index, torch.Tensor):
-            index = index.numpy()
-        return self.take(index)
-
     def encoded(self, rows: Sequence[int]) -> list[np.ndarray]:
         """The stored bytes of ``rows`` (no decoding): what a device decoder takes."""
         return [self._bytes_of(int(r)) for r in rows]
@@ -415,7 +408,9 @@ def decode_on_device(column: FrameColumn, rows: Any, device: torch.device | str)
 
         flat = rows.reshape(-1)
         data = [torch.from_numpy(np.ascontiguousarray(b)) for b in column.encoded(flat.tolist())]
-        mode = ImageReadMode.GRAY if column.layout == "hw" or 1 in column.frame_shape[::2] else ImageReadMode.RGB
+        shape = column.frame_shape
+        channels = 1 if column.layout == "hw" else shape[2] if column.layout == "hwc" else shape[0]
+        mode = ImageReadMode.GRAY if channels == 1 else ImageReadMode.RGB
         try:
             images = decode_jpeg(data, mode=mode, device=device)  # list of [C, H, W] on the device
         except RuntimeError as exc:
