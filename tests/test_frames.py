@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from datasets_hub.build import frames as fr
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 from datasets_hub.buffers.frame_stack import FrameStack
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
@@ -20,11 +19,12 @@ from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.samplers.window import WindowSampler
 from datasets_hub.buffers.writers import ImmutableDatasetWriter
+from datasets_hub.build import frames as fr
 from datasets_hub.build.format import MANIFEST, write_manifest_checksum
+from datasets_hub.build.frames import FrameCodec, FrameError, psnr, resolve_frames
 from datasets_hub.build.pipeline import build, build_fingerprint
 from datasets_hub.build.reader import open_build
 from datasets_hub.build.storage import DatasetStorage
-from datasets_hub.build.frames import FrameCodec, FrameError, psnr, resolve_frames
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.interop.torch_data import BufferDataset
 from datasets_hub.loader import DatasetSpec

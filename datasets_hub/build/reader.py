@@ -19,9 +19,9 @@ import torch
 from datasets_hub.buffers.nested_keys import Key, parse_key
 from datasets_hub.build.checks import check_build, checked_leaf_path
 from datasets_hub.build.format import EPISODE_COLUMNS, EPISODES, FRAMES, HISTORY, MANIFEST, OBS, STEPS, leaf_nbytes
+from datasets_hub.build.frames import FrameColumn
 from datasets_hub.build.memory import anonymous_copy, check_fits
 from datasets_hub.build.packed_steps import RECORD_NAME, PackedSteps, RecordLayout
-from datasets_hub.build.frames import FrameColumn
 from datasets_hub.errors import CacheError
 
 
