@@ -396,3 +396,23 @@ def test_frame_threads_follow_torch_and_the_environment(monkeypatch):
     monkeypatch.setenv("DATASETS_HUB_FRAME_THREADS", "many")
     with pytest.raises(InvalidParameter, match="DATASETS_HUB_FRAME_THREADS"):
         fr.thread_count()
+
+
+def test_verify_rehashes_the_frame_leaves_and_finds_a_damaged_blob(monkeypatch):
+    from datasets_hub.cache import verify as cv
+
+    # fake/ is no installed loader: let verify recompute the fingerprint with the test's own
+    monkeypatch.setattr("datasets_hub.plugins.get_loader", lambda name: ImageLoader())
+    monkeypatch.setattr(
+        "datasets_hub.catalogue.resolve",
+        lambda dataset_id, **params: DatasetSpec(id=dataset_id, loader="fake", params=params),
+    )
+    storage = make_build(FrameCodec("jpeg", 90))
+    result = cv.verify_build(storage.path, raw=False)
+    assert result.ok and not result.notes, (result.problems, result.notes)  # the codec enters the fingerprint
+    assert any("frames/pixels/blob.memmap: ok" in line for line in result.checked)
+    blob = storage.path / "data" / "frames" / "pixels" / "blob.memmap"
+    data = bytearray(blob.read_bytes())
+    data[100] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    assert any("blob.memmap" in p for p in cv.verify_build(storage.path, raw=False).problems)
