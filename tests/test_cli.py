@@ -384,3 +384,16 @@ def test_no_broken_pipe_traceback_when_piped_to_head(isolated_cache):
         timeout=120,
     )
     assert proc.stdout.startswith("id ") and "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_frames_options_reach_the_build(run):
+    """--frames/--frame-quality are load()'s frames=/frame_quality=: a dataset without camera keys refuses
+    compression (never silently raw), a bad choice is refused by the parser, raw is the usual build."""
+    code, _, err = run("download", CARTPOLE, *SMALL, "--frames", "jpeg")
+    assert code != 0 and "no camera key" in one_line(err)
+    code, _, err = run("download", CARTPOLE, *SMALL, "--frames", "webp")
+    assert code != 0 and "'webp'" in err and "jpeg, png" in err
+    code, out, _ = run("download", CARTPOLE, *SMALL, "--frames", "raw")
+    assert code == 0 and Path(out.split(": ", 1)[1].strip()) == build_small(run)
+    code, out, _ = run("info", CARTPOLE, *SMALL, "--frames", "raw")
+    assert code == 0 and "frames " not in out  # a raw build lists no compressed keys

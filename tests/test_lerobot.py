@@ -454,7 +454,7 @@ def test_cached_build_reopens_without_requests(hub, written):
 
 # -- compressed frames ---------------------------------------------------------------------------
 @pytest.mark.parametrize("codec", ["jpeg", "png"])
-def test_frames_compressed_from_the_videos(hub, written, codec):
+def test_frames_compressed_from_the_videos(hub, written, codec, capsys):
     """Built from the MP4s episode by episode and stored one image per frame: every row still reads its
     own frame (the index drawn into it), PNG exactly as the raw build, JPEG within the PSNR floor."""
     import datasets_hub
@@ -483,6 +483,12 @@ def test_frames_compressed_from_the_videos(hub, written, codec):
         assert not torch.equal(td["observation", "images", "top"], raw["observation", "images", "top"])
     assert LeRobotLoader().frame_bytes(DatasetSpec(id=ID, loader="lerobot")) == 2 * top["decoded_bytes"]
     assert datasets_hub.info(ID).frames == {}  # the raw build is another build
+    from datasets_hub.cli import main
+
+    assert main(["info", ID, "--frames", codec]) == 0
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("frames ")]
+    assert len(shown) == 2 and f"observation/images/top: {codec}" in shown[0]
+    assert ("exact" in shown[0]) == (codec == "png") and ("q90" in shown[0]) == (codec == "jpeg")
 
 
 def test_frames_auto_compresses_above_the_limit(hub, written, monkeypatch):
