@@ -416,3 +416,9 @@ def test_verify_rehashes_the_frame_leaves_and_finds_a_damaged_blob(monkeypatch):
     data[100] ^= 0xFF
     blob.write_bytes(bytes(data))
     assert any("blob.memmap" in p for p in cv.verify_build(storage.path, raw=False).problems)
+
+
+def test_an_in_memory_copy_keeps_frames_compressed_and_reads_the_same(builds):
+    copy = DatasetStorage(builds["jpeg"].path, in_memory=True)
+    assert (_slices(copy) == _slices(builds["jpeg"])).all()
+    assert (_frame_stack(copy) == _frame_stack(builds["jpeg"])).all()
