@@ -422,3 +422,11 @@ def test_an_in_memory_copy_keeps_frames_compressed_and_reads_the_same(builds):
     copy = DatasetStorage(builds["jpeg"].path, in_memory=True)
     assert (_slices(copy) == _slices(builds["jpeg"])).all()
     assert (_frame_stack(copy) == _frame_stack(builds["jpeg"])).all()
+
+
+def test_the_doctor_reads_compressed_frames_like_raw_ones(builds):
+    from datasets_hub.doctor.diagnosis import diagnose
+
+    raw, jpeg = diagnose(builds["raw"].path), diagnose(builds["jpeg"].path)
+    assert [f.check for f in jpeg.findings] == [f.check for f in raw.findings]
+    assert jpeg.rows == raw.rows and set(jpeg.checks) == set(raw.checks)
