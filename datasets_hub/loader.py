@@ -179,6 +179,14 @@ class Loader:
                 unknown,
             )
 
+    def frame_bytes(self, spec: DatasetSpec) -> int | None:
+        """The decoded bytes of the camera frames the build of ``spec`` would hold (every uint8 image key,
+        T + 1 rows per episode), from metadata alone, or ``None`` when unknown (the default).
+
+        ``load(..., frames=None)`` stores frames raw up to ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` of them
+        and as JPEG above; without an estimate it stores them raw."""
+        return None
+
     def resources(self, spec: DatasetSpec) -> list[Resource]:
         """What to fetch for ``spec``; the default is the catalogue entry's resources.
 

@@ -305,7 +305,8 @@ def test_parquet_disagreeing_with_episode_metadata(tmp_path, hub, written):
     _no_build_left()
 
 
-def test_video_shorter_than_its_episode(tmp_path, hub):
+@pytest.mark.parametrize("stored_as", [None, "jpeg"])
+def test_video_shorter_than_its_episode(tmp_path, hub, stored_as):
     import datasets_hub
 
     spec = lw.Spec(version="v2.1")
@@ -319,7 +320,7 @@ def test_video_shorter_than_its_episode(tmp_path, hub):
         match=r"episode 1, camera 'observation.images.top'.*timestamp 0\.600000 s "
         r"\(row 6 of 8; 2 rows without a frame",
     ):
-        datasets_hub.load(ID, num_workers=1)
+        datasets_hub.load(ID, num_workers=1, frames=stored_as)
     _no_build_left()
 
 
@@ -495,3 +496,55 @@ def test_a_local_root_rewritten_with_same_size_files_is_converted_again(written,
     after = datasets_hub.load("lerobot/local/koch", root=str(root), num_workers=1)[:]
     assert torch.equal(after["action"][rows], before["action"][rows] * 2 + 1)
     assert torch.equal(after["action"][~rows], before["action"][~rows])
+
+
+# -- compressed frames ---------------------------------------------------------------------------
+@pytest.mark.parametrize("codec", ["jpeg", "png"])
+def test_frames_compressed_from_the_videos(hub, written, codec, capsys):
+    """Built from the MP4s episode by episode and stored one image per frame: every row still reads its
+    own frame (the index drawn into it), PNG exactly as the raw build, JPEG within the PSNR floor."""
+    import datasets_hub
+    from datasets_hub.build.frames import PSNR_FLOOR_DB
+
+    root, spec, summary = written["v3.0"]
+    hub(lw.files_of(root))
+    td = datasets_hub.load(ID, num_workers=1, frames=codec)[:]
+    check(td, spec, summary)
+    card = datasets_hub.info(ID, frames=codec)
+    assert card.manifest["version"] == 3 and set(card.frames) == {f"observation/images/{c}" for c in ("top", "wrist")}
+    top = card.frames["observation/images/top"]
+    assert top["codec"] == codec and top["quality"] == (90 if codec == "jpeg" else None)
+    assert top["decoded_bytes"] == top["rows"] * spec.height * spec.width * 3 > top["bytes"]
+    assert top["rows"] == sum(spec.lengths) + len(spec.lengths)
+    raw = datasets_hub.load(ID, num_workers=1)[:]
+    if codec == "png":
+        for cam in ("top", "wrist"):
+            for key in (("observation", "images", cam), ("next", "observation", "images", cam)):
+                assert torch.equal(td[key], raw[key])
+        assert top["psnr_db"] is None
+    else:
+        # the fixture's texture is a random colour per 8x8 cell: the worst case for 4:2:0 chroma (about 28 dB
+        # at quality 90); camera-like content holds PSNR_FLOOR_DB (tests/test_frames.py). Identity: check() above
+        assert 25 <= top["psnr_db"]["min"] < PSNR_FLOOR_DB
+        assert not torch.equal(td["observation", "images", "top"], raw["observation", "images", "top"])
+    assert LeRobotLoader().frame_bytes(DatasetSpec(id=ID, loader="lerobot")) == 2 * top["decoded_bytes"]
+    assert datasets_hub.info(ID).frames == {}  # the raw build is another build
+    from datasets_hub.cli import main
+
+    assert main(["info", ID, "--frames", codec]) == 0
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("frames ")]
+    assert len(shown) == 2 and f"observation/images/top: {codec}" in shown[0]
+    assert ("exact" in shown[0]) == (codec == "png") and ("q90" in shown[0]) == (codec == "jpeg")
+
+
+def test_frames_auto_compresses_above_the_limit(hub, written, monkeypatch):
+    import datasets_hub
+    from datasets_hub.build import frames as fr
+
+    root, _, _ = written["v3.0"]
+    hub(lw.files_of(root))
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", 1000)  # the fixture's frames are ~100 kB decoded
+    rb = datasets_hub.load(ID, num_workers=1)
+    assert rb.storage.manifest["frames"] == {"codec": "jpeg", "quality": fr.DEFAULT_QUALITY}
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", 10**12)
+    assert datasets_hub.load(ID, num_workers=1).storage.manifest["frames"] == {"codec": "raw", "quality": None}

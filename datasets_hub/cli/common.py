@@ -64,6 +64,22 @@ def add_param(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_frames(p: argparse.ArgumentParser) -> None:
+    """Give a command ``--frames`` and ``--frame-quality`` (how camera frames are stored, as ``load``'s)."""
+    p.add_argument(
+        "--frames",
+        choices=["auto", "raw", "jpeg", "png"],
+        help="store camera frames raw, as JPEG or PNG per frame (default auto: raw up to 16 GiB decoded, JPEG above)",
+    )
+    p.add_argument("--frame-quality", type=int, metavar="1-100", help="JPEG quality (default 90)")
+
+
+def frames_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--frames``/``--frame-quality`` of a parsed command line, as ``load`` keywords (none when unset)."""
+    chosen = {"frames": getattr(args, "frames", None), "frame_quality": getattr(args, "frame_quality", None)}
+    return {k: v for k, v in chosen.items() if v is not None}
+
+
 def width() -> int:
     return max(60, shutil.get_terminal_size((100, 24)).columns)
 

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from datasets_hub.build.format import EPISODES, HISTORY, leaf_path
+from datasets_hub.build.format import EPISODES, FRAMES, HISTORY, leaf_path
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.files import open_rw_nofollow, real_dirs, write_bytes_atomic
 from datasets_hub.remote.files import RemoteFolder
@@ -70,8 +70,11 @@ def row_bytes_of(spec: dict[str, Any]) -> int:
 
 def always_resident(name: str) -> bool:
     """Leaves fetched whole when a copy is opened and never evicted: the episode index (samplers need all
-    of it) and history frames (a few per episode at most)."""
-    return name.startswith((EPISODES + "/", HISTORY + "/"))
+    of it), history frames (a few per episode at most) and the offsets of compressed frames (8 bytes a
+    frame: a read must know which bytes of the blob hold its frames before it can fetch them)."""
+    return name.startswith((EPISODES + "/", HISTORY + "/")) or (
+        name.startswith(FRAMES + "/") and name.endswith("/offsets")
+    )
 
 
 class Chunks:

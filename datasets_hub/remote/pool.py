@@ -221,7 +221,10 @@ class PoolStorage(ResidentStorage):
         first, last = {}, {}
         for name in self._obs_leaves + self._step_leaves:
             rows = int(self.chunks.arrays[name]["chunk_rows"])
-            if name in self._obs_leaves:
+            if name in self._blob_set:  # a compressed key: the bytes of the episode's T + 1 frames
+                offsets = self._offsets[name]
+                low, high = offsets[start + ordinal], np.maximum(offsets[start + ordinal + length + 1] - 1, 0)
+            elif name in self._obs_leaves:
                 low, high = start + ordinal, start + ordinal + length
             else:
                 low, high = start, start + length - 1
