@@ -22,6 +22,7 @@ import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.feature_stats import FeatureStats
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 from datasets_hub.build_format import EPISODES, HISTORY, LEAF_SUFFIX, OBS, STEPS
 from datasets_hub.errors import TEDError
@@ -192,6 +193,7 @@ class LeanTEDWriter:
         self._seen_ids: set[int] = set()
         self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] = {}  # from the first chunk
         self.history_rows = 0
+        self.feature_stats = FeatureStats()  # per-key statistics, in the same pass as the writes
 
     # -- schema -------------------------------------------------------------------------------
     def _classify(self, chunk: TensorDictBase) -> None:
@@ -285,6 +287,8 @@ class LeanTEDWriter:
         self.flag_counts["truncated"] += int((truncated[ends] & ~terminated[ends]).sum())
         self.flag_counts["unflagged_end"] += int((~done[ends]).sum())
 
+        # before the frame comparison below drops memory-mapped frames from memory: no second read
+        self.feature_stats.update(chunk)
         ep_local = torch.repeat_interleave(torch.arange(local.num_episodes), local.length)
         obs_rows = torch.arange(n) + ep_local  # where each time-t value lands in the T+1 layout
         final_rows = ends + torch.arange(local.num_episodes) + 1
@@ -468,7 +472,11 @@ class LeanTEDWriter:
                 "next_stored_per_step": [key_to_str(k) for k in self.split_next],
                 **({"history": [key_to_str(k) for k in self.obs_keys]} if self.history_rows else {}),
             },
-            "stats": {"episode_return": describe(returns), "episode_length": describe(lengths)},
+            "stats": {
+                "episode_return": describe(returns),
+                "episode_length": describe(lengths),
+                "features": self.feature_stats.result(),
+            },
         }
 
 
