@@ -444,3 +444,33 @@ def mixture(
         batch_size=batch_size,
         generator=generator,
     )
+
+
+def offline_online(
+    dataset: Any,
+    *,
+    capacity: int,
+    ratio: Any = 0.5,
+    scratch_dir: str | Path | None = None,
+    online_sampler: Any = None,
+    batch_size: int | None = None,
+    generator: torch.Generator | None = None,
+    **load_kwargs: Any,
+):
+    """An :class:`~datasets_hub.buffers.offline_online.OfflineOnlineBuffer`: the build of ``dataset`` (an
+    id, loaded with ``load(id, **load_kwargs)``, or a buffer) as its read-only offline part, and a
+    writable memory-mapped online part of ``capacity`` items under ``scratch_dir``; ``ratio`` (a number
+    or a function of the step) is the offline share of each batch. Seeding opens the build: nothing is
+    copied, whatever its size."""
+    from datasets_hub.buffers.offline_online import OfflineOnlineBuffer
+
+    offline = load(dataset, generator=generator, **load_kwargs) if isinstance(dataset, str) else dataset
+    return OfflineOnlineBuffer(
+        offline,
+        capacity=capacity,
+        ratio=ratio,
+        scratch_dir=scratch_dir,
+        online_sampler=online_sampler,
+        batch_size=batch_size,
+        generator=None if generator is None else torch.Generator().manual_seed(generator.initial_seed() + 1),
+    )
