@@ -194,6 +194,10 @@ class LeanTEDWriter:
         self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] = {}  # from the first chunk
         self.history_rows = 0
         self.feature_stats = FeatureStats()  # per-key statistics, in the same pass as the writes
+        # computed in a thread of their own, beside the loader and the writes (numpy and torch release
+        # the GIL in their loops); one chunk in flight at most, so memory stays bounded
+        self._stats_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="datasets_hub-build-stats")
+        self._stats_pending: Future | None = None
 
     # -- schema -------------------------------------------------------------------------------
     def _classify(self, chunk: TensorDictBase) -> None:
@@ -287,8 +291,7 @@ class LeanTEDWriter:
         self.flag_counts["truncated"] += int((truncated[ends] & ~terminated[ends]).sum())
         self.flag_counts["unflagged_end"] += int((~done[ends]).sum())
 
-        # before the frame comparison below drops memory-mapped frames from memory: no second read
-        self.feature_stats.update(chunk)
+        self._queue_stats(chunk)
         ep_local = torch.repeat_interleave(torch.arange(local.num_episodes), local.length)
         obs_rows = torch.arange(n) + ep_local  # where each time-t value lands in the T+1 layout
         final_rows = ends + torch.arange(local.num_episodes) + 1
@@ -321,6 +324,11 @@ class LeanTEDWriter:
         self.episode_ids.append(ids)
         self.episode_returns.append(returns)
         self.num_transitions += n
+
+    def _queue_stats(self, chunk: TensorDictBase) -> None:
+        if self._stats_pending is not None:
+            self._stats_pending.result()  # re-raises its error
+        self._stats_pending = self._stats_thread.submit(self.feature_stats.update, chunk)
 
     def _write_history(self, history: TensorDictBase) -> None:
         """Append history rows (already checked by :func:`_split_history`): the root values of the
@@ -382,6 +390,8 @@ class LeanTEDWriter:
             )
             self.files[(EPISODES, (name,))].append(values)
         packed = self._write_packed(starts.numpy())
+        if self._stats_pending is not None:
+            self._stats_pending.result()
         self.close()
         tree: dict[str, Any] = {}
         for (group, key), handle in self.files.items():
@@ -427,6 +437,7 @@ class LeanTEDWriter:
     def close(self) -> None:
         """Finish every queued write and close the files (also after a failed build)."""
         try:
+            self._stats_thread.shutdown(wait=True)
             self._io.close()
         finally:
             for handle in self.files.values():

@@ -5,6 +5,7 @@ hub-level constructor over ids, and clear errors for bad input."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -273,3 +274,37 @@ def test_hub_mixture_by_id_with_build_statistics(gym_ids):
     assert torch.isclose(back[:, None, :], raw[None].to(back.dtype), atol=1e-4).all(-1).any(-1).all()
     assert set(a["dataset", "id"].tolist()) == set(gym_ids)
     assert math.isclose(float(mix.p.sum()), 1.0)
+
+
+def write_d4rl(path, n, obs_dim, act_dim, offset):
+    """A D4RL-layout HDF5 file with distinct values per row."""
+    import h5py
+
+    t = np.arange(n)
+    with h5py.File(path, "w") as f:
+        f["observations"] = (offset + t[:, None] + 0.01 * np.arange(obs_dim)).astype(np.float32)
+        f["actions"] = np.sin(t[:, None] + np.arange(act_dim)).astype(np.float32)
+        f["rewards"] = t.astype(np.float32)
+        f["terminals"] = (t % 25) == 24
+        f["timeouts"] = np.zeros(n, dtype=bool)
+    return path
+
+
+def test_the_example_trains_on_two_datasets_with_different_action_sizes(tmp_path):
+    import importlib.util
+
+    ids = {"d4rl/mix-small-v0": (4, 2), "d4rl/mix-wide-v0": (7, 5)}
+    for i, (dataset_id, (obs_dim, act_dim)) in enumerate(ids.items()):
+        source = write_d4rl(tmp_path / f"{i}.hdf5", 200 + 100 * i, obs_dim, act_dim, 1000 * i)
+        catalogue.register_dataset(dataset_id, loader="d4rl", resources=[{"url": source.as_uri(), "name": f"{i}.h5"}])
+    try:
+        path = Path(__file__).resolve().parents[1] / "examples" / "mixture_two_datasets.py"
+        assert len(path.read_text().splitlines()) <= 40
+        spec = importlib.util.spec_from_file_location("mixture_example", path)
+        example = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(example)
+        first, last = example.main(list(ids), steps=1), example.main(list(ids), steps=100)
+        assert math.isfinite(last) and last < first
+    finally:
+        for dataset_id in ids:
+            catalogue.unregister_dataset(dataset_id)

@@ -114,10 +114,6 @@ def _unit(buffer: Any) -> int:
     return int(slice_len) if isinstance(slice_len, int) and slice_len > 0 else 1
 
 
-def _leaves(td: TensorDictBase) -> dict[Key, Any]:
-    return {as_key(k): td.get(k) for k in td.keys(include_nested=True, leaves_only=True)}
-
-
 def _spec(value: Any, batch_dims: int) -> tuple[str, Any, tuple[int, ...]]:
     if is_non_tensor(value) or not isinstance(value, torch.Tensor):
         return ("text", None, ())
@@ -125,27 +121,28 @@ def _spec(value: Any, batch_dims: int) -> tuple[str, Any, tuple[int, ...]]:
 
 
 class _Member:
-    """One member's sample-time plan: key map, normalisation, padding."""
+    """One member's sample-time plan: which leaf goes to which key, and its normalisation."""
 
     def __init__(self, name: str, buffer: Any, key_map: Any) -> None:
         self.name = name
         self.buffer = buffer
         self.unit = _unit(buffer)
         self.key_map = key_map
+        self.plan: list[tuple[Key, Key]] = []  # (leaf of a sample, key in the mixture), from the probe
         self.norm: dict[Key, tuple[str, dict[str, np.ndarray]]] = {}
         self.norm_tensors: dict[tuple[Key, Any], tuple[torch.Tensor, ...]] = {}
-        self.pad: dict[Key, int] = {}  # target key -> its width in the mixture
-        self.masks: dict[tuple[Key, int, Any], torch.Tensor] = {}
+        self.width: dict[Key, int] = {}  # padded keys: this member's last dimension
 
-    def mapped(self, td: TensorDictBase) -> dict[Key, Any]:
-        """The leaves of a batch under their target keys (select + rename)."""
-        leaves = _leaves(td.exclude("index") if "index" in td.keys() else td)
+    def learn(self, probe: TensorDictBase) -> dict[Key, Any]:
+        """Plan the key map on a probe batch (errors name the missing keys); the probe's mapped leaves."""
+        leaves = _walk(probe)
         if self.key_map is None:
+            self.plan = [(k, k) for k in leaves]
             return leaves
-        out = {}
+        plan = []
         for source, target in self.key_map.items():
             if source in leaves:
-                out[target] = leaves[source]
+                plan.append((source, target))
             else:  # a sub-tree: every leaf under it, renamed with it
                 under = [k for k in leaves if k[: len(source)] == source]
                 if not under:
@@ -154,12 +151,44 @@ class _Member:
                         f"dataset {self.name!r}: the key map names {key_to_str(source)!r}, which its samples do "
                         f"not hold.{did_you_mean(key_to_str(source), known)} Its keys: {known}"
                     )
-                for k in under:
-                    out[(*target, *k[len(source) :])] = leaves[k]
+                plan += [(k, (*target, *k[len(source) :])) for k in under]
             mask = (*source[:-1], source[-1] + "_is_pad")
             if mask in leaves and mask not in self.key_map:
-                out[(*target[:-1], target[-1] + "_is_pad")] = leaves[mask]
+                plan.append((mask, (*target[:-1], target[-1] + "_is_pad")))
+        self.plan = plan
+        return {target: leaves[source] for source, target in plan}
+
+    def mapped(self, td: TensorDictBase) -> dict[Key, Any]:
+        """The leaves of a batch under their keys in the mixture, normalised."""
+        leaves = _walk(td)
+        try:
+            out = {target: leaves[source] for source, target in self.plan}
+        except KeyError as exc:
+            raise InvalidParameter(
+                f"dataset {self.name!r} returned a batch without {key_to_str(exc.args[0])!r}, which its first "
+                "batch held: a mixture needs members whose batches keep their keys"
+            ) from None
+        for key, (mode, arrays) in self.norm.items():
+            out[key] = _normalize(self, key, out[key], mode, arrays)
         return out
+
+
+def _walk(td: TensorDictBase) -> dict[Key, Any]:
+    """The leaves of a sample by key, its ``index`` entries left out (one walk of the tree: cheaper
+    than ``keys(include_nested=True)`` and a lookup per leaf)."""
+    out: dict[Key, Any] = {}
+    stack: list[tuple[Key, Any]] = [((), td)]
+    while stack:
+        prefix, node = stack.pop()
+        for name, value in node.items():
+            key = (*prefix, name)
+            if key == ("index",):
+                continue
+            if isinstance(value, TensorDictBase) and not is_non_tensor(value):
+                stack.append((key, value))
+            else:
+                out[key] = value
+    return out
 
 
 def _key_map(value: Any, name: str) -> dict[Key, Key] | None:
@@ -228,6 +257,9 @@ class Mixture:
             raise InvalidParameter(f"batch_size must be a positive int or None, got {batch_size!r}")
         self.batch_size = batch_size
         self.generator = generator
+        self._pad: dict[Key, int] = {}  # padded keys: their width in the mixture
+        self._shares: dict[int, list[int]] = {}  # exact shares by number of slots
+        self._fixed: dict[tuple, dict[Key, torch.Tensor]] = {}  # (counts, device) -> dataset index, masks
         self._schema = self._learn_schema()
         self._plan_normalize(normalize or {}, stats)
 
@@ -239,8 +271,12 @@ class Mixture:
             probe = m.buffer.sample(m.unit)
             if not isinstance(probe, TensorDictBase):
                 raise InvalidParameter(f"dataset {m.name!r} samples {type(probe).__name__}, not TensorDicts")
-            m.batch_dims = probe.batch_dims
-            specs.append({k: _spec(v, probe.batch_dims) for k, v in m.mapped(probe).items()})
+            if probe.batch_dims != 1:
+                raise InvalidParameter(
+                    f"dataset {m.name!r} samples batches of shape {list(probe.batch_size)}; a mixture joins "
+                    "batches of one dimension (rows, slices laid flat, windows of shape [B])"
+                )
+            specs.append({k: _spec(v, probe.batch_dims) for k, v in m.learn(probe).items()})
         every = set().union(*specs)
         schema = {}
         for key in sorted(every):
@@ -279,9 +315,9 @@ class Mixture:
                 )
             if kind[1] == torch.bool:
                 raise InvalidParameter(f"key {key_to_str(key)!r}: bool keys of different widths cannot be padded")
-        width = max(k[2][-1] for k in kinds)
-        for m in self._members:
-            m.pad[key] = width
+        self._pad[key] = max(k[2][-1] for k in kinds)
+        for m, kind in zip(self._members, kinds, strict=True):
+            m.width[key] = kind[2][-1]
 
     def _plan_normalize(self, normalize: Mapping[Any, str], stats: Sequence[Any] | None) -> None:
         if stats is not None and len(stats) != len(self._members):
@@ -336,7 +372,9 @@ class Mixture:
             )
         slots = batch_size // self.unit
         if self.exact:
-            shares = largest_remainder(self.p, slots)
+            shares = self._shares.get(slots)
+            if shares is None:
+                shares = self._shares[slots] = largest_remainder(self.p, slots)
         else:
             picks = torch.multinomial(torch.as_tensor(self.p), slots, replacement=True, generator=self.generator)
             shares = torch.bincount(picks, minlength=len(self._members)).tolist()
@@ -348,53 +386,68 @@ class Mixture:
             batch_size = self.batch_size
             if batch_size is None:
                 raise InvalidParameter("sample() needs a batch size: sample(256) or Mixture(..., batch_size=256)")
-        parts, index = [], []
-        for i, count in enumerate(self.counts(batch_size)):
-            if not count:
-                continue
-            m = self._members[i]
-            td = m.buffer.sample(count)
-            parts.append((m, self._conform(m, td), td.batch_size))
-            index.append((i, td.batch_size))
-        out = self._concatenate(parts, index)
+        counts = self.counts(batch_size)
+        parts = []
+        for i, count in enumerate(counts):
+            if count:
+                m = self._members[i]
+                td = m.buffer.sample(count)
+                parts.append((m, m.mapped(td), td.batch_size))
+        out = self._concatenate(parts, tuple(counts))
         if return_info:
             return out, {"dataset": out.get(("dataset", "index"))}
         return out
 
-    def _conform(self, m: _Member, td: TensorDictBase) -> dict[Key, Any]:
-        leaves = m.mapped(td)
-        for key, (mode, arrays) in m.norm.items():
-            leaves[key] = _normalize(m, key, leaves[key], mode, arrays)
-        batch = tuple(td.batch_size)
-        for key, width in m.pad.items():
-            value = leaves[key]
-            have = value.shape[-1]
-            if have < width:
-                pad = value.new_zeros((*value.shape[:-1], width - have))
-                leaves[key] = torch.cat([value, pad], dim=-1)
-            leaves[(*key[:-1], key[-1] + "_dim_is_pad")] = _mask(m, key, have, width, batch, value.device)
-        return leaves
-
-    def _concatenate(self, parts: list[tuple[_Member, dict[Key, Any], torch.Size]], index: list) -> TensorDict:
-        first = parts[0][1]
-        batch = list(parts[0][2])
-        batch[0] = sum(size[0] for _, _, size in parts)
+    def _concatenate(self, parts: list[tuple[_Member, dict[Key, Any], torch.Size]], counts: tuple) -> TensorDict:
+        batch = torch.Size([sum(size[0] for _, _, size in parts), *parts[0][2][1:]])
         keys, values = [], []
-        for key in first:
+        for key in parts[0][1]:
             pieces = [leaves[key] for _, leaves, _ in parts]
-            if isinstance(pieces[0], torch.Tensor):
-                values.append(pieces[0] if len(pieces) == 1 else torch.cat(pieces))
+            width = self._pad.get(key)
+            if width is not None:  # one zero block, each member's values copied into its corner
+                first = pieces[0]
+                value = first.new_zeros((batch[0], *first.shape[1:-1], width))
+                row = 0
+                for (m, _, size), piece in zip(parts, pieces, strict=True):
+                    value.narrow(0, row, size[0]).narrow(-1, 0, m.width[key]).copy_(piece)
+                    row += size[0]
+            elif isinstance(pieces[0], torch.Tensor):
+                value = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
             else:
-                values.append(NonTensorStack.from_list([x for p in pieces for x in p.tolist()]))
+                value = NonTensorStack.from_list([x for p in pieces for x in p.tolist()])
             keys.append(key)
+            values.append(value)
         device = next((v.device for v in values if isinstance(v, torch.Tensor)), torch.device("cpu"))
-        ids = torch.cat([torch.full(tuple(size), i, dtype=torch.int64, device=device) for i, size in index])
-        keys.append(("dataset", "index"))
-        values.append(ids)
+        for key, value in self._fixed_keys(parts, counts, batch, device).items():
+            keys.append(key)
+            values.append(value.clone())  # cached: the batch gets its own copy
         if self.ids:
+            index = values[keys.index(("dataset", "index"))]
             keys.append(("dataset", "id"))
-            values.append(NonTensorStack.from_list([self.names[i] for i in ids.reshape(-1).tolist()]))
-        return TensorDict(nest(keys, values), batch_size=batch)
+            values.append(NonTensorStack.from_list([self.names[i] for i in index.reshape(-1).tolist()]))
+        return TensorDict._new_unsafe(source=nest(keys, values), batch_size=batch, nested=True)
+
+    def _fixed_keys(self, parts: list, counts: tuple, batch: torch.Size, device: Any) -> dict[Key, torch.Tensor]:
+        """The dataset index and the pad masks of a batch of these ``counts``: the same for every batch
+        with them (always, with exact shares), so made once and cached."""
+        cache_key = (counts, tuple(batch), device)
+        fixed = self._fixed.get(cache_key)
+        if fixed is None:
+            members = {id(m): i for i, m in enumerate(self._members)}
+            sizes = [(members[id(m)], size) for m, _, size in parts]
+            fixed = {
+                ("dataset", "index"): torch.cat(
+                    [torch.full(tuple(size), i, dtype=torch.int64, device=device) for i, size in sizes]
+                )
+            }
+            for key, width in self._pad.items():
+                rows = [
+                    (torch.arange(width, device=device) >= m.width[key]).expand(size[0], width) for m, _, size in parts
+                ]
+                fixed[(*key[:-1], key[-1] + "_dim_is_pad")] = torch.cat(rows)
+            if len(self._fixed) < 256:  # exact shares repeat one entry; multinomial ones vary
+                self._fixed[cache_key] = fixed
+        return fixed
 
     def __repr__(self) -> str:
         shares = ", ".join(f"{n}: {p:.3f}" for n, p in zip(self.names, self.p, strict=True))
@@ -414,11 +467,3 @@ def _normalize(m: _Member, key: Key, value: torch.Tensor, mode: str, arrays: dic
         m.norm_tensors[(key, value.device)] = cached
     out = (value.to(dtype) - cached[0]) / cached[1]
     return out.clamp_(-1.0, 1.0) if mode == "q01_q99" else out
-
-
-def _mask(m: _Member, key: Key, have: int, width: int, batch: tuple[int, ...], device: Any) -> torch.Tensor:
-    cached = m.masks.get((key, width, device))
-    if cached is None:
-        cached = torch.arange(width, device=device) >= have
-        m.masks[(key, width, device)] = cached
-    return cached.expand(*batch, width)

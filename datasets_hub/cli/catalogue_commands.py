@@ -174,7 +174,7 @@ def _feature_rows(features: dict[str, Any] | None) -> list[str]:
     exact = all(not entry.get("q_rel_error") for entry in features.values())
     lines = [
         "  feature stats   (per element; images per channel; q01/q99 "
-        + ("exact)" if exact else "exact, or within 0.5% where marked ~)")
+        + ("exact)" if exact else "exact, or within 0.4% where marked ~)")
     ]
     rows = []
     for key, entry in sorted(features.items()):
