@@ -17,7 +17,7 @@ so the builds are the ones ``datasets_hub.load`` would make):
 2. **Mixture rate.** Three builds whose state/action sizes differ (11/3, 17/6, 39/8 values); items per
    second of each member alone and of the mixture (``exact`` shares, sizes as weights, padding with
    masks, no normalisation and with ``mean_std`` normalisation of observation and action), batches of
-   ``--batch``, uniform rows and slices of 32; the ratio to the slowest member alone (the bar: >= 0.9).
+   each of ``--batches``, uniform rows and slices of 32; the ratio to the slowest member alone (the bar: >= 0.9).
 3. **Offline+online seeding.** In a fresh process each: open the ``--rows`` build as the offline part of
    an ``OfflineOnlineBuffer`` (time, and peak RSS above the process's RSS after ``import datasets_hub``);
    then items per second of the mixed buffer (ratio 0.5 after 10k online rows) against the offline
@@ -192,18 +192,19 @@ def buffer(path: Path, sampler: Any, seed: int) -> TensorDictReplayBuffer:
     )
 
 
-def mixture_rate(rows: int, batch: int, seconds: float) -> list[dict[str, Any]]:
+def mixture_rate(rows: int, batches: list[int], seconds: float) -> list[dict[str, Any]]:
     shapes = [("mix-a", rows // 2, 11, 3), ("mix-b", rows, 17, 6), ("mix-c", rows // 4, 39, 8)]
     paths = [make_build(name, n, obs, act) for name, n, obs, act in shapes]
     out = []
-    for label, make_sampler in (("rows", RandomSampler), ("slices of 32", lambda: SliceSampler(slice_len=32))):
+    samplers = (("rows", RandomSampler), ("slices of 32", lambda: SliceSampler(slice_len=32)))
+    for (label, make_sampler), batch in ((s, b) for s in samplers for b in batches):
         members = [buffer(p, make_sampler(), i) for i, p in enumerate(paths)]
-        alone = [rate(lambda rb=rb: rb.sample(batch), batch, seconds) for rb in members]
+        alone = [rate(lambda rb=rb, n=batch: rb.sample(n), batch, seconds) for rb in members]
         plain = Mixture(members, names=[s[0] for s in shapes])
         stats = [rb.storage.manifest["stats"]["features"] for rb in members]
         normed = Mixture(members, normalize={"observation": "mean_std", "action": "mean_std"}, stats=stats)
-        mixed = rate(lambda mix=plain: mix.sample(batch), batch, seconds)
-        mixed_norm = rate(lambda mix=normed: mix.sample(batch), batch, seconds)
+        mixed = rate(lambda mix=plain, n=batch: mix.sample(n), batch, seconds)
+        mixed_norm = rate(lambda mix=normed, n=batch: mix.sample(n), batch, seconds)
         out.append(
             {
                 "sampler": label,
@@ -231,7 +232,7 @@ def rss_kb():
     for line in open('/proc/self/status'):
         if line.startswith('VmRSS:'):
             return int(line.split()[1])
-path, scratch, batch, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+path, scratch, batches, seconds = sys.argv[1], sys.argv[2], [int(b) for b in sys.argv[3].split(",")], float(sys.argv[4])
 base = rss_kb()
 t = time.perf_counter()
 offline = TensorDictReplayBuffer(storage=DatasetStorage(path), sampler=RandomSampler(),
@@ -241,22 +242,25 @@ seed_s = time.perf_counter() - t
 peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 after = rss_kb()
 buf.extend(offline.storage[0:10_000])
-def rate(fn):
+def rate(fn, batch):
     fn(); n = 0; start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         fn(); n += 1
     return n * batch / (time.perf_counter() - start)
+rates = [{"batch": b, "offline_alone_items_per_s": rate(lambda: offline.sample(b), b),
+          "mixed_items_per_s": rate(lambda: buf.sample(b), b)} for b in batches]
+for r in rates:
+    r["ratio_mixed_to_offline"] = round(r["mixed_items_per_s"] / r["offline_alone_items_per_s"], 3)
 print(json.dumps({"seed_s": seed_s, "rss_before_mb": base / 1024, "rss_after_seed_mb": after / 1024,
-                  "peak_rss_mb": peak_kb / 1024, "offline_alone_items_per_s": rate(lambda: offline.sample(batch)),
-                  "mixed_items_per_s": rate(lambda: buf.sample(batch))}))
+                  "peak_rss_mb": peak_kb / 1024, "sampling": rates}))
 """
 
 
-def seeding(rows: int, batch: int, seconds: float) -> dict[str, Any]:
+def seeding(rows: int, batches: list[int], seconds: float) -> dict[str, Any]:
     path = make_build("seed", rows, 17, 6)
     with tempfile.TemporaryDirectory() as scratch:
         proc = subprocess.run(
-            [sys.executable, "-c", SEED_CHILD, str(path), scratch, str(batch), str(seconds)],
+            [sys.executable, "-c", SEED_CHILD, str(path), scratch, ",".join(map(str, batches)), str(seconds)],
             capture_output=True,
             text=True,
             check=True,
@@ -264,7 +268,6 @@ def seeding(rows: int, batch: int, seconds: float) -> dict[str, Any]:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["rows"] = rows
     result["build_bytes"] = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    result["ratio_mixed_to_offline"] = round(result["mixed_items_per_s"] / result["offline_alone_items_per_s"], 3)
     return result
 
 
@@ -273,7 +276,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--image-rows", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--batches", type=int, nargs="+", default=[256, 4096])
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--parts", nargs="+", default=["stats", "mixture", "seeding"], help="which parts to run")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mixtures.json"))
@@ -289,28 +292,31 @@ def main() -> None:
                 f"{r['wall_extra']:>+7.1%} {r['cpu_s_without_stats']:>6.2f}/{r['cpu_s_with_stats']:<6.2f} "
                 f"{r['cpu_extra']:>+7.1%}"
             )
-        mix = mixture_rate(args.rows, args.batch, args.seconds) if "mixture" in args.parts else []
-        print(f"\n2. mixture of 3 builds (state/action 11/3, 17/6, 39/8), batches of {args.batch}, items/s")
+        mix = mixture_rate(args.rows, args.batches, args.seconds) if "mixture" in args.parts else []
+        print("\n2. mixture of 3 builds (state/action 11/3, 17/6, 39/8), items/s")
         print(
-            f"  {'sampler':<13} {'members alone':>26} {'mixture':>9} {'x slowest':>9} {'normalised':>10} {'x slowest':>9}"
+            f"  {'sampler':<13} {'batch':>6} {'members alone':>30} {'mixture':>9} {'x slowest':>9} "
+            f"{'normalised':>10} {'x slowest':>9}"
         )
         for r in mix:
             members = " ".join(f"{v:,}" for v in r["members_items_per_s"])
             print(
-                f"  {r['sampler']:<13} {members:>26} {r['mixture_items_per_s']:>9,} {r['ratio_to_slowest']:>9.2f} "
+                f"  {r['sampler']:<13} {r['batch']:>6} {members:>30} {r['mixture_items_per_s']:>9,} "
+                f"{r['ratio_to_slowest']:>9.2f} "
                 f"{r['mixture_normalised_items_per_s']:>10,} {r['ratio_to_slowest_normalised']:>9.2f}"
             )
-        seed = seeding(args.rows, args.batch, args.seconds) if "seeding" in args.parts else {}
+        seed = seeding(args.rows, args.batches, args.seconds) if "seeding" in args.parts else {}
         if seed:
             print(f"\n3. offline+online buffer over a {args.rows:,}-row build ({seed['build_bytes'] / 2**20:.0f} MiB)")
             print(
                 f"  seeding {seed['seed_s'] * 1e3:.1f} ms; RSS {seed['rss_before_mb']:.0f} MiB after imports -> "
                 f"{seed['rss_after_seed_mb']:.0f} MiB after seeding (peak {seed['peak_rss_mb']:.0f} MiB)"
             )
-            print(
-                f"  sampling: offline alone {seed['offline_alone_items_per_s']:,.0f} items/s, mixed (ratio 0.5) "
-                f"{seed['mixed_items_per_s']:,.0f} items/s ({seed['ratio_mixed_to_offline']:.2f}x)"
-            )
+            for r in seed["sampling"]:
+                print(
+                    f"  batch {r['batch']}: offline alone {r['offline_alone_items_per_s']:,.0f} items/s, mixed "
+                    f"(ratio 0.5) {r['mixed_items_per_s']:,.0f} items/s ({r['ratio_mixed_to_offline']:.2f}x)"
+                )
     report = {
         "command": command(),
         "environment": environment(),

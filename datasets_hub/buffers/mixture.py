@@ -135,7 +135,7 @@ class _Member:
 
     def learn(self, probe: TensorDictBase) -> dict[Key, Any]:
         """Plan the key map on a probe batch (errors name the missing keys); the probe's mapped leaves."""
-        leaves = _walk(probe)
+        leaves = sample_leaves(probe)
         if self.key_map is None:
             self.plan = [(k, k) for k in leaves]
             return leaves
@@ -160,7 +160,7 @@ class _Member:
 
     def mapped(self, td: TensorDictBase) -> dict[Key, Any]:
         """The leaves of a batch under their keys in the mixture, normalised."""
-        leaves = _walk(td)
+        leaves = sample_leaves(td)
         try:
             out = {target: leaves[source] for source, target in self.plan}
         except KeyError as exc:
@@ -173,7 +173,57 @@ class _Member:
         return out
 
 
-def _walk(td: TensorDictBase) -> dict[Key, Any]:
+def _numpy_able(pieces: list[torch.Tensor]) -> bool:
+    return all(p.device.type == "cpu" and p.dtype in _NUMPY_DTYPES and not p.requires_grad for p in pieces)
+
+
+_NUMPY_DTYPES = {
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+}
+
+
+def concat_rows(pieces: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(pieces)``, in numpy for CPU tensors: one thread, never torch's intra-op pool (whose
+    threads spin when the cores are busy: a 4096-row batch took milliseconds per leaf that way)."""
+    if _numpy_able(pieces):
+        return torch.from_numpy(np.concatenate([p.numpy() for p in pieces]))
+    return torch.cat(pieces)
+
+
+def copy_rows(value: torch.Tensor) -> torch.Tensor:
+    """``value.clone()``, in numpy for CPU tensors (see :func:`concat_rows`)."""
+    return torch.from_numpy(value.numpy().copy()) if _numpy_able([value]) else value.clone()
+
+
+def pad_rows(pieces: list[torch.Tensor], widths: list[int], width: int) -> torch.Tensor:
+    """The pieces stacked along rows in one zero block whose last dimension is ``width``, each piece
+    in its corner (``widths[i]`` = its last dimension)."""
+    first = pieces[0]
+    rows = sum(p.shape[0] for p in pieces)
+    if _numpy_able(pieces):
+        out = np.zeros((rows, *first.shape[1:-1], width), dtype=first.numpy().dtype)
+        row = 0
+        for piece, have in zip(pieces, widths, strict=True):
+            out[row : row + piece.shape[0], ..., :have] = piece.numpy()
+            row += piece.shape[0]
+        return torch.from_numpy(out)
+    value = first.new_zeros((rows, *first.shape[1:-1], width))
+    row = 0
+    for piece, have in zip(pieces, widths, strict=True):
+        value.narrow(0, row, piece.shape[0]).narrow(-1, 0, have).copy_(piece)
+        row += piece.shape[0]
+    return value
+
+
+def sample_leaves(td: TensorDictBase) -> dict[Key, Any]:
     """The leaves of a sample by key, its ``index`` entries left out (one walk of the tree: cheaper
     than ``keys(include_nested=True)`` and a lookup per leaf)."""
     out: dict[Key, Any] = {}
@@ -405,14 +455,9 @@ class Mixture:
             pieces = [leaves[key] for _, leaves, _ in parts]
             width = self._pad.get(key)
             if width is not None:  # one zero block, each member's values copied into its corner
-                first = pieces[0]
-                value = first.new_zeros((batch[0], *first.shape[1:-1], width))
-                row = 0
-                for (m, _, size), piece in zip(parts, pieces, strict=True):
-                    value.narrow(0, row, size[0]).narrow(-1, 0, m.width[key]).copy_(piece)
-                    row += size[0]
+                value = pad_rows(pieces, [m.width[key] for m, _, _ in parts], width)
             elif isinstance(pieces[0], torch.Tensor):
-                value = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+                value = pieces[0] if len(pieces) == 1 else concat_rows(pieces)
             else:
                 value = NonTensorStack.from_list([x for p in pieces for x in p.tolist()])
             keys.append(key)
@@ -420,7 +465,7 @@ class Mixture:
         device = next((v.device for v in values if isinstance(v, torch.Tensor)), torch.device("cpu"))
         for key, value in self._fixed_keys(parts, counts, batch, device).items():
             keys.append(key)
-            values.append(value.clone())  # cached: the batch gets its own copy
+            values.append(copy_rows(value))  # cached: the batch gets its own copy
         if self.ids:
             index = values[keys.index(("dataset", "index"))]
             keys.append(("dataset", "id"))
@@ -465,5 +510,12 @@ def _normalize(m: _Member, key: Key, value: torch.Tensor, mode: str, arrays: dic
             shift, scale = (lo + hi) / 2, np.maximum(hi - lo, _EPS) / 2
         cached = tuple(torch.as_tensor(a, dtype=dtype, device=value.device) for a in (shift, scale))
         m.norm_tensors[(key, value.device)] = cached
+    if _numpy_able([value]):  # in numpy: one thread, never torch's intra-op pool (see concat_rows)
+        x = value.numpy().astype(np.float64 if dtype == torch.float64 else np.float32)
+        x -= cached[0].numpy()
+        x /= cached[1].numpy()
+        if mode == "q01_q99":
+            np.clip(x, -1.0, 1.0, out=x)
+        return torch.from_numpy(x)
     out = (value.to(dtype) - cached[0]) / cached[1]
     return out.clamp_(-1.0, 1.0) if mode == "q01_q99" else out

@@ -34,6 +34,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
+from datasets_hub.buffers.mixture import concat_rows, copy_rows, sample_leaves
 from datasets_hub.buffers.nested_keys import as_key, key_to_str, nest
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers.random import RandomSampler
@@ -73,6 +74,7 @@ class OfflineOnlineBuffer:
             generator=generator,
         )
         self.steps = 0  # sample() calls so far: the argument of a ratio schedule
+        self._masks: dict[tuple[int, int], torch.Tensor] = {}
         first = offline.storage[0:1]  # one stored item: the schema online writes must follow
         self.schema = {
             as_key(k): (v.dtype, tuple(v.shape[1:]))
@@ -149,22 +151,31 @@ class OfflineOnlineBuffer:
         n_offline = round(share * batch_size) if len(self.online) else batch_size
         self.steps += 1
         parts = []
-        for part, count, flag in ((self.offline, n_offline, False), (self.online, batch_size - n_offline, True)):
+        for part, count in ((self.offline, n_offline), (self.online, batch_size - n_offline)):
             if count:
                 data, info = part.sample(count, return_info=True)
-                parts.append((data, torch.as_tensor(info["index"]).reshape(-1), flag))
+                parts.append((sample_leaves(data), torch.as_tensor(info["index"]).reshape(-1)))
         keys = list(self.schema)
         values: list[Any] = [
-            torch.cat([d.get(k) for d, _, _ in parts]) if len(parts) > 1 else parts[0][0].get(k) for k in keys
+            concat_rows([leaves[k] for leaves, _ in parts]) if len(parts) > 1 else parts[0][0][k] for k in keys
         ]
-        index = torch.cat([i for _, i, _ in parts])
-        online = torch.cat([torch.full((len(i),), f, dtype=torch.bool) for _, i, f in parts])
+        index = torch.cat([i for _, i in parts]) if len(parts) > 1 else parts[0][1]
+        online = copy_rows(self._online_mask(n_offline, batch_size))
         keys += [("index", "index"), ("index", "online")]
         values += [index, online]
-        out = TensorDict(nest(keys, values), batch_size=[batch_size])
+        # the leaves were checked against the schema on the way in: no second validation per batch
+        out = TensorDict._new_unsafe(source=nest(keys, values), batch_size=torch.Size([batch_size]), nested=True)
         if return_info:
             return out, {"index": index, "online": online}
         return out
+
+    def _online_mask(self, n_offline: int, batch_size: int) -> torch.Tensor:
+        mask = self._masks.get((n_offline, batch_size))
+        if mask is None:
+            mask = torch.arange(batch_size) >= n_offline
+            if len(self._masks) < 64:  # a fixed ratio repeats one; a schedule moves through a few
+                self._masks[(n_offline, batch_size)] = mask
+        return mask
 
     def __repr__(self) -> str:
         ratio = "schedule" if callable(self.ratio) else self.ratio
