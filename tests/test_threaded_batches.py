@@ -10,8 +10,8 @@ import torch
 
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import SliceSampler
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 from datasets_hub.interop.threaded_batches import ThreadedBatches
 from datasets_hub.interop.torch_data import SampledBatches
@@ -50,6 +50,22 @@ def test_threads_give_the_batches_worker_processes_give(rb, workers):
         assert torch.equal(batch["observation"], rb.storage.get(batch["index"])["observation"])
         steps = batch["step"].reshape(2, 3)
         assert (steps[:, 1:] - steps[:, :-1] == 1).all()
+
+
+def test_one_generator_gives_the_same_batches_with_threads_and_processes(rb):
+    """dataloader(generator=g) without seed=: threads draw the base seed from g exactly as a DataLoader does."""
+    ds = SampledBatches(rb, num_batches=6)
+    threaded = ds.dataloader(num_workers=2, generator=torch.Generator().manual_seed(1))
+    processes = ds.dataloader(
+        num_workers=2, workers="processes", multiprocessing_context="spawn", generator=torch.Generator().manual_seed(1)
+    )
+    a, b = _all(threaded), _all(processes)
+    assert len(a) == len(b) == 6
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x["index"], y["index"])
+        assert torch.equal(x["observation"], y["observation"])
+    other = _all(ds.dataloader(num_workers=2, generator=torch.Generator().manual_seed(2)))
+    assert [x["index"].tolist() for x in a] != [x["index"].tolist() for x in other]
 
 
 def test_generator_seeds_the_streams_and_endless_streams_stop(rb):

@@ -1,4 +1,4 @@
-"""Returns at sample time from one stored reward-to-go column (DESIGN.md §6).
+"""Returns at sample time from one stored reward-to-go column (docs/guide/sampling.md).
 
 TorchRL computes n-step returns when data is written (``MultiStepTransform``), so a new ``n`` or
 ``gamma`` means rewriting the buffer. Here a build stores, once, the per-episode discounted
@@ -132,6 +132,11 @@ class NStepReturnSampler(AnchorSampler):
         low, high = self.n_range
         n = None if low == high else torch.randint(low, high + 1, (rows.size,), generator=self.generator).numpy()
         return AnchorDraw(index, rows, episode, info, n, promised)
+
+    def draws_at(self, rows: int, generator: torch.Generator | None) -> np.ndarray | None:
+        """Each given anchor's ``n`` (for ``n=(low, high)``; nothing for a fixed ``n``)."""
+        low, high = self.n_range
+        return None if low == high else torch.randint(low, high + 1, (rows,), generator=generator).numpy()
 
     def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
         """``k`` batches' draws; with a fixed ``n`` and no inner sampler, the anchors of all ``k`` in one draw."""
