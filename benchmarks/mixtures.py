@@ -57,7 +57,7 @@ from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.writers import ImmutableDatasetWriter
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
 
 EPISODE = 1000
@@ -108,7 +108,7 @@ class SyntheticLoader(Loader):
 
 
 def make_build(name: str, rows: int, obs: int, act: int, image: bool = False, force: bool = False) -> Path:
-    from datasets_hub.build import build
+    from datasets_hub.build.pipeline import build
 
     params = {"rows": rows, "obs": obs, "act": act, "image": image}
     spec = DatasetSpec(id=f"bench/{name}", loader="bench", params=params)
@@ -227,13 +227,14 @@ from datasets_hub.buffers.offline_online import OfflineOnlineBuffer
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler
 from datasets_hub.buffers.writers import ImmutableDatasetWriter
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.storage import DatasetStorage
 def rss_kb():
     for line in open('/proc/self/status'):
         if line.startswith('VmRSS:'):
             return int(line.split()[1])
 path, scratch, batches, seconds = sys.argv[1], sys.argv[2], [int(b) for b in sys.argv[3].split(",")], float(sys.argv[4])
 base = rss_kb()
+peak_before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # imports included
 t = time.perf_counter()
 offline = TensorDictReplayBuffer(storage=DatasetStorage(path), sampler=RandomSampler(),
                                  writer=ImmutableDatasetWriter(), generator=torch.Generator().manual_seed(0))
@@ -252,7 +253,8 @@ rates = [{"batch": b, "offline_alone_items_per_s": rate(lambda: offline.sample(b
 for r in rates:
     r["ratio_mixed_to_offline"] = round(r["mixed_items_per_s"] / r["offline_alone_items_per_s"], 3)
 print(json.dumps({"seed_s": seed_s, "rss_before_mb": base / 1024, "rss_after_seed_mb": after / 1024,
-                  "peak_rss_mb": peak_kb / 1024, "sampling": rates}))
+                  "peak_rss_before_seed_mb": peak_before_kb / 1024, "peak_rss_mb": peak_kb / 1024,
+                  "sampling": rates}))
 """
 
 
@@ -310,7 +312,8 @@ def main() -> None:
             print(f"\n3. offline+online buffer over a {args.rows:,}-row build ({seed['build_bytes'] / 2**20:.0f} MiB)")
             print(
                 f"  seeding {seed['seed_s'] * 1e3:.1f} ms; RSS {seed['rss_before_mb']:.0f} MiB after imports -> "
-                f"{seed['rss_after_seed_mb']:.0f} MiB after seeding (peak {seed['peak_rss_mb']:.0f} MiB)"
+                f"{seed['rss_after_seed_mb']:.0f} MiB after seeding (peak {seed['peak_rss_before_seed_mb']:.0f} MiB "
+                f"before seeding, {seed['peak_rss_mb']:.0f} MiB after)"
             )
             for r in seed["sampling"]:
                 print(

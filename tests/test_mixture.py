@@ -22,8 +22,8 @@ from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.samplers.window import WindowSampler
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.buffers.writers import ImmutableDatasetWriter
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader, fake_episodes

@@ -15,8 +15,8 @@ from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler
 from datasets_hub.buffers.writers import ImmutableDatasetWriter
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter, ReadOnlyError
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader, fake_episodes, naive_ted

@@ -146,7 +146,7 @@ class _KeyStats:
     def _count_small(self, block: np.ndarray) -> None:
         if self.offset:  # signed: flipping the sign bit orders the values from 0 (value - offset)
             unsigned = np.uint8 if self.bins == 256 else np.uint16
-            block = block.view(unsigned) ^ unsigned(-self.offset)
+            block = np.bitwise_xor(block.view(unsigned), np.array(-self.offset).astype(unsigned))
         values = torch.from_numpy(block.astype(np.int32) if block.dtype == np.uint16 else block)
         for c in range(self.channels):  # torch's bincount: the fastest single-threaded count of uint8
             self.hist[c] += torch.bincount(values[c], minlength=self.bins).numpy()
@@ -188,7 +188,7 @@ class _KeyStats:
 
     def _count_values(self, block: np.ndarray, columns: list[np.ndarray], all_finite: bool) -> None:
         if self.exact is not None:
-            merged = []
+            merged: list[tuple[np.ndarray, np.ndarray]] = []
             for (values, counts), column in zip(self.exact, columns, strict=True):
                 # a prefix with too many distinct values settles it for the price of a small sort
                 if column.size > EXACT_DISTINCT and np.unique(column[: EXACT_DISTINCT + 1]).size > EXACT_DISTINCT:
@@ -244,10 +244,7 @@ class _KeyStats:
         else:
             out = self._moment_result()
         # NaN (a channel with no finite value) is written null: manifests are strict JSON
-        shaped = {
-            k: np.where(np.isnan(v), None, np.asarray(v, dtype=object)).reshape(self.shape).tolist()
-            for k, v in ((k, np.asarray(v, dtype=np.float64)) for k, v in out.items())
-        }
+        shaped = {k: _json_values(v, self.shape) for k, v in out.items()}
         return {
             **shaped,
             "shape": list(self.shape),
@@ -306,6 +303,14 @@ class _KeyStats:
         values = _bucket_value(nonzero + self.lo)
         values = np.clip(values, self.min[channel], self.max[channel])  # the true value is inside both
         return _percentile(values, counts[nonzero], q)
+
+
+def _json_values(values: np.ndarray, shape: list[int]) -> Any:
+    """Nested lists of ``shape``, NaN as None."""
+    numbers = np.asarray(values, dtype=np.float64).reshape(shape)
+    out = numbers.astype(object)
+    out[np.isnan(numbers)] = None
+    return out.tolist()
 
 
 def _bucket_index(values: np.ndarray) -> np.ndarray:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -470,7 +470,7 @@ class Mixture:
             index = values[keys.index(("dataset", "index"))]
             keys.append(("dataset", "id"))
             values.append(NonTensorStack.from_list([self.names[i] for i in index.reshape(-1).tolist()]))
-        return TensorDict._new_unsafe(source=nest(keys, values), batch_size=batch, nested=True)
+        return TensorDict._new_unsafe(source=cast(Any, nest(keys, values)), batch_size=batch, nested=True)
 
     def _fixed_keys(self, parts: list, counts: tuple, batch: torch.Size, device: Any) -> dict[Key, torch.Tensor]:
         """The dataset index and the pad masks of a batch of these ``counts``: the same for every batch
@@ -512,8 +512,8 @@ def _normalize(m: _Member, key: Key, value: torch.Tensor, mode: str, arrays: dic
         m.norm_tensors[(key, value.device)] = cached
     if _numpy_able([value]):  # in numpy: one thread, never torch's intra-op pool (see concat_rows)
         x = value.numpy().astype(np.float64 if dtype == torch.float64 else np.float32)
-        x -= cached[0].numpy()
-        x /= cached[1].numpy()
+        np.subtract(x, cached[0].numpy(), out=x)
+        np.divide(x, cached[1].numpy(), out=x)
         if mode == "q01_q99":
             np.clip(x, -1.0, 1.0, out=x)
         return torch.from_numpy(x)

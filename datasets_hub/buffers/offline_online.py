@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -164,7 +164,9 @@ class OfflineOnlineBuffer:
         keys += [("index", "index"), ("index", "online")]
         values += [index, online]
         # the leaves were checked against the schema on the way in: no second validation per batch
-        out = TensorDict._new_unsafe(source=nest(keys, values), batch_size=torch.Size([batch_size]), nested=True)
+        out = TensorDict._new_unsafe(
+            source=cast(Any, nest(keys, values)), batch_size=torch.Size([batch_size]), nested=True
+        )
         if return_info:
             return out, {"index": index, "online": online}
         return out
