@@ -247,6 +247,23 @@ def test_window_goal_and_n_step_members():
     assert out["observation"].shape == (8, 7) and "observation_dim_is_pad" in out.keys()
 
 
+def test_text_keys_are_kept_per_item():
+    def with_task(name):
+        def transform(td):
+            td.set_non_tensor("task", name)
+            return td
+
+        return transform
+
+    rbs = []
+    for i, name in enumerate(["pick", "place"]):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(50), transform=with_task(name), generator=gen(i))
+        rb.extend(fake_episodes([10, 10], obs_dim=3 + i))
+        rbs.append(rb)
+    out = Mixture(rbs, key_maps=[["observation", "task"]] * 2, weights="uniform").sample(6)
+    assert out.get("task").tolist() == ["pick"] * 3 + ["place"] * 3 and out["observation"].shape == (6, 4)
+
+
 # ------------------------------------------------------------------------------------------ hub level
 @pytest.fixture
 def gym_ids():

@@ -328,7 +328,16 @@ class LeanTEDWriter:
     def _queue_stats(self, chunk: TensorDictBase) -> None:
         if self._stats_pending is not None:
             self._stats_pending.result()  # re-raises its error
-        self._stats_pending = self._stats_thread.submit(self.feature_stats.update, chunk)
+        self._stats_pending = self._stats_thread.submit(self._stats_of, chunk)
+
+    def _stats_of(self, chunk: TensorDictBase) -> None:
+        """The statistics of a chunk, then its memory-mapped frames dropped from memory again: the
+        statistics may read them after the writes did (the build's RSS stays one chunk of frames)."""
+        self.feature_stats.update(chunk)
+        for key in self.obs_keys:
+            for value in (chunk.get(key), chunk.get(("next", *key))):
+                if value.device.type == "cpu" and value.is_contiguous():
+                    _release(_to_numpy(value))
 
     def _write_history(self, history: TensorDictBase) -> None:
         """Append history rows (already checked by :func:`_split_history`): the root values of the
