@@ -25,6 +25,8 @@ _EXPORTS: dict[str, str] = {
     "export": "remote.publish",
     "push": "remote.publish",
     "normalized_score": "scores",
+    "diagnose": "doctor.diagnosis",
+    "DoctorReport": "doctor.findings",
     "DatasetInfo": "hub",
     # plugin contract
     "Loader": "loader",
@@ -105,6 +107,7 @@ _EXPORTS: dict[str, str] = {
     "CacheError": "errors",
     "TEDError": "errors",
     "InvalidParameter": "errors",
+    "UnknownParameter": "errors",
     "CorruptFile": "errors",
     "CatalogueError": "errors",
     "PluginError": "errors",
