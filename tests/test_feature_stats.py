@@ -21,8 +21,8 @@ from datasets_hub.buffers.feature_stats import (
     lerobot_stats,
     stats_arrays,
 )
-from datasets_hub.build.pipeline import build
 from datasets_hub.build.format import MANIFEST, write_manifest_checksum
+from datasets_hub.build.pipeline import build
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader
