@@ -88,7 +88,7 @@ def export(
     published form described in the module docstring; return ``out_dir``.
 
     ``format`` picks another form: ``"lerobot"`` (LeRobot v3.0), ``"hf"`` (Hugging Face ``datasets``
-    parquet), ``"minari"`` (a Minari dataset folder); ``options`` are that format's own (see
+    parquet), ``"minari"`` (a Minari dataset folder), ``"rlds"`` (a TFDS builder directory); ``options`` are that format's own (see
     :mod:`datasets_hub.exporters` and ``docs/guide/export.md``). Those formats never replace a folder:
     an existing ``out_dir`` is refused.
 
@@ -98,7 +98,6 @@ def export(
     ``overwrite=True``, a file at ``out_dir`` always. ``params`` select the build when ``source`` is an id
     (as in ``load``).
     """
-<<<<<<< HEAD
     if format != "published":
         from datasets_hub.exporters import export_build
 
@@ -112,15 +111,11 @@ def export(
         )
     if options:
         raise InvalidParameter(f"the published form takes no options (got {sorted(options)}); did you mean format=...?")
-    if not isinstance(chunk_bytes, int) or chunk_bytes < 1024:
-        raise InvalidParameter(f"chunk_bytes must be an integer of at least 1024, got {chunk_bytes!r}")
-=======
     if not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool) or not 1024 <= chunk_bytes <= MAX_CHUNK_BYTES:
         raise InvalidParameter(
             f"chunk_bytes must be an integer from 1024 to {MAX_CHUNK_BYTES:,} (1 GiB: a chunk is fetched and decoded "
             f"whole, in memory), got {chunk_bytes!r}"
         )
->>>>>>> main
     zarr = require_zarr()
     from zarr.codecs import ZstdCodec
 
@@ -267,14 +262,8 @@ def push(
     api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="datasets_hub_push_") as scratch:
         folder = Path(out_dir) if out_dir is not None else Path(scratch) / "build"
-<<<<<<< HEAD
         published = format == "published"
         export(source, folder, overwrite=published and out_dir is not None, format=format, options=options, **params)
-        api = HfApi()
-        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-=======
-        export(source, folder, overwrite=out_dir is not None, **params)
->>>>>>> main
         # upload_large_folder (resumable, multi-commit) where this huggingface_hub has it; upload_folder otherwise
         upload = getattr(api, "upload_large_folder", None)
         if upload is not None:
