@@ -51,6 +51,17 @@ def test_every_key_and_every_next_observation_comes_back_exactly(tmp_path):
     np.testing.assert_array_equal(values["step"], expected.get("step").numpy())
 
 
+def test_a_build_with_compressed_frames_exports_the_frames_it_serves(tmp_path):
+    from datasets_hub.build.frames import FrameCodec
+
+    build = make_build([chunk(image_hw=(16, 24))], frames=FrameCodec("jpeg", 90))
+    out = export_build(build, tmp_path / "hf", "hf")
+    values, _, _ = _read_back(out)
+    expected = DatasetStorage(build)[:]
+    np.testing.assert_array_equal(values["pixels"], expected.get("pixels").numpy())
+    np.testing.assert_array_equal(values["next.pixels"], expected.get(("next", "pixels")).numpy())
+
+
 def test_features_and_card(tmp_path):
     out = export_build(make_build([chunk()]), tmp_path / "hf", "hf", license="MIT")
     schema = pq.read_schema(next((out / "data").glob("*.parquet")))

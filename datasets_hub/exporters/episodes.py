@@ -9,6 +9,8 @@ size). An episode of ``T`` steps gives
   build stores per step (``layout["next_stored_per_step"]``, upstream next values that are not the
   following rows) are listed in :attr:`BuildEpisodes.next_per_step`; their next values are in
   ``steps[("next", *k)]`` and row ``T`` of ``observations[k]`` is then the build's row as stored;
+  Camera keys a build stores compressed (``frames="jpeg"`` / ``"png"``) are decoded: an export holds
+  the values the build serves;
 - ``steps[k]``: ``[T, *shape]`` for every per-step key, as the build names them (``action``,
   ``("next", "reward")``, ``("next", "terminated")``, ``("next", "truncated")``, ``("info", ...)``).
 
@@ -25,12 +27,20 @@ import numpy as np
 import torch
 
 from datasets_hub.buffers.nested_keys import Key
+from datasets_hub.build.frames import FrameColumn
 from datasets_hub.build.reader import OpenedBuild
 from datasets_hub.errors import InvalidParameter
 
 REWARD: Key = ("next", "reward")
 TERMINATED: Key = ("next", "terminated")
 TRUNCATED: Key = ("next", "truncated")
+
+
+def _rows(column: torch.Tensor | FrameColumn, start: int, stop: int) -> np.ndarray:
+    """Rows ``start..stop-1`` of a leaf as a fresh array (compressed frames decoded: the build's values)."""
+    if isinstance(column, FrameColumn):
+        return column.take(np.arange(start, stop))
+    return np.array(column.numpy()[start:stop])
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,8 @@ class BuildEpisodes:
     def column(self, key: Key) -> Column:
         """dtype and per-row shape of an observation or step key."""
         tensor = self.build.obs[key] if key in self.build.obs else self.build.steps[key]
+        if isinstance(tensor, FrameColumn):  # a compressed camera key: uint8 frames once decoded
+            return Column(np.dtype(np.uint8), tuple(int(d) for d in tensor.frame_shape))
         if tensor.dtype in (torch.bfloat16, torch.complex64, torch.complex128):
             raise InvalidParameter(
                 f"key {'/'.join(key)!r} is {str(tensor.dtype).removeprefix('torch.')}, which no export format holds; "
@@ -90,7 +102,7 @@ class BuildEpisodes:
         """Episode ``e``: its values copied out of the build (the memory maps stay untouched)."""
         start, length = int(self.starts[e]), int(self.lengths[e])
         first_obs = start + e  # every earlier episode has one more observation row than steps
-        observations = {k: np.array(v.numpy()[first_obs : first_obs + length + 1]) for k, v in self.build.obs.items()}
+        observations = {k: _rows(v, first_obs, first_obs + length + 1) for k, v in self.build.obs.items()}
         steps = {k: np.array(v.numpy()[start : start + length]) for k, v in self.build.steps.items()}
         return Episode(position=e, id=int(self.ids[e]), length=length, observations=observations, steps=steps)
 

@@ -138,9 +138,9 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
 
     per_step_next = sorted(episodes.next_per_step)
     if per_step_next:
-        key = "/".join(per_step_next[0])
+        shown = "/".join(per_step_next[0])
         raise InvalidParameter(
-            f"the build stores the next values of {key!r} per step (they are not the following observations); "
+            f"the build stores the next values of {shown!r} per step (they are not the following observations); "
             "a LeRobot frame holds one observation per time step and cannot hold them. Export with "
             "format='hf' (it writes both columns)"
         )

@@ -140,9 +140,9 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
             f"ending with {dataset_id!r}, not {out}"
         )
     if episodes.next_per_step:
-        key = "/".join(sorted(episodes.next_per_step)[0])
+        shown = "/".join(sorted(episodes.next_per_step)[0])
         raise InvalidParameter(
-            f"the build stores the next values of {key!r} per step (they are not the following observations); "
+            f"the build stores the next values of {shown!r} per step (they are not the following observations); "
             "Minari holds one observation sequence per episode and cannot hold them. Export with format='hf'"
         )
     steps = set(episodes.step_keys)
@@ -161,7 +161,7 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     if len(set(info_paths.values())) != len(info_paths):
         raise InvalidParameter(f"two keys of {sorted('/'.join(k) for k in info_keys)} would be the same Minari info")
     card = (episodes.build.manifest.get("notes") or {}).get("minari") or {}
-    metadata = {name: options[name] for name in ("author", "algorithm_name", "code_permalink") if name in options}
+    metadata: dict[str, Any] = {n: options[n] for n in ("author", "algorithm_name", "code_permalink") if n in options}
     return Plan(
         dataset_id=dataset_id,
         observation_paths=observation_paths,

@@ -133,9 +133,9 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0:
         raise InvalidParameter(f"shard_mb must be a positive number of megabytes, got {mb!r}")
     if episodes.next_per_step:
-        key = "/".join(sorted(episodes.next_per_step)[0])
+        shown = "/".join(sorted(episodes.next_per_step)[0])
         raise InvalidParameter(
-            f"the build stores the next values of {key!r} per step (they are not the following observations); "
+            f"the build stores the next values of {shown!r} per step (they are not the following observations); "
             "an RLDS step holds one observation and cannot hold them. Export with format='hf'"
         )
     steps = set(episodes.step_keys)

@@ -45,6 +45,8 @@ class RunningStats:
                 other.count, other.total, other.squares, other.low, other.high,
             )  # fmt: skip
             return
+        if other.total is None or other.squares is None or other.low is None or other.high is None:
+            return  # a part with a count has all of them (add sets them together)
         self.count += other.count
         self.total = self.total + other.total
         self.squares = self.squares + other.squares
