@@ -116,3 +116,36 @@ def test_a_build_loaded_from_lerobot_exports_back_to_the_same_build(tmp_path):
         torch.testing.assert_close(b.get(key), a.get(key), rtol=0, atol=0, equal_nan=True, msg=str(key))
     info = json.loads((out / "meta" / "info.json").read_text())
     assert info["fps"] == 10 and info["robot_type"] == "koch"
+
+
+@pytest.mark.parametrize("codec", ["libsvtav1", "libx264"])
+def test_cameras_as_mp4_videos_keep_frame_identity_above_a_psnr_floor(tmp_path, codec):
+    from fixtures import lerobot_writer as lw
+
+    lengths = (4, 6)
+    td = chunk(lengths, image=False)
+    rows = torch.arange(sum(lengths) + len(lengths))  # observation rows, T + 1 per episode
+    frames = torch.from_numpy(np.stack([lw.frame_image(int(r), 0, 32, 64) for r in rows]))
+    step_rows = torch.cat([torch.arange(s, s + n) for s, n in ((0, 4), (5, 6))])
+    td.set(("observation_cam",), frames[step_rows])  # a camera drawing its observation row (lw.read_index)
+    td.set(("next", "observation_cam"), frames[step_rows + 1])
+    build = make_build([td])
+    out = export_build(build, tmp_path / "video", "lerobot", fps=10, video=True, video_codec=codec)
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert info["features"]["observation.observation_cam"]["dtype"] == "video"
+    assert info["video_path"].startswith("videos/")
+    got = dh.load("lerobot/local/video", root=str(out)).storage[:]
+    expected = DatasetStorage(build)[:]
+    decoded = got.get(("observation", "observation_cam")).numpy()
+    truth = expected.get("observation_cam").numpy()
+    for i in range(len(truth)):
+        assert lw.read_index(decoded[i])[0] == lw.read_index(truth[i])[0]  # the right frame, every step
+    mse = np.mean((decoded.astype(np.float64) - truth.astype(np.float64)) ** 2)
+    assert 10 * np.log10(255**2 / mse) > 30  # lossy, but close
+    assert torch.equal(got.get(("observation", "state")), expected.get("observation"))
+
+
+def test_video_needs_even_frame_sizes(tmp_path):
+    with pytest.raises(InvalidParameter, match="even height and width"):
+        export_build(make_build([chunk((3,), image_hw=(7, 8))]), tmp_path / "v", "lerobot", video=True)
+    assert not (tmp_path / "v").exists()

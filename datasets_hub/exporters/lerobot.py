@@ -55,7 +55,7 @@ from datasets_hub.exporters.columns import arrow_values, png_images
 from datasets_hub.exporters.episodes import REWARD, TERMINATED, TRUNCATED, BuildEpisodes, Episode
 from datasets_hub.exporters.stats import RunningStats
 
-OPTIONS = ("fps", "task", "robot_type", "data_file_mb")
+OPTIONS = ("fps", "task", "robot_type", "data_file_mb", "video", "video_codec")
 CODEBASE_VERSION = "v3.0"
 CHUNKS_SIZE = 1000
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -76,7 +76,11 @@ class Feature:
     shape: tuple[int, ...]  #: per frame, as the build stores it
     image: str | None = None  #: "hwc" / "chw" for image features
 
-    def info(self) -> dict[str, Any]:
+    def info(self, video: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The feature's entry in ``info.json`` (``video``: the ``info`` of a camera stored as video)."""
+        if self.image and video is not None:
+            names = ["height", "width", "channels"] if self.image == "hwc" else ["channels", "height", "width"]
+            return {"dtype": "video", "shape": list(self.shape), "names": names, "info": video}
         if self.image == "hwc":
             return {"dtype": "image", "shape": list(self.shape), "names": ["height", "width", "channels"]}
         if self.image == "chw":
@@ -93,6 +97,7 @@ class Plan:
     data_file_bytes: int
     has_timestamp: bool
     has_task_key: bool
+    video_codec: str | None = None  #: cameras as MP4 with this PyAV encoder (None: PNG images)
     notes: list[str] = field(default_factory=list)
 
 
@@ -196,6 +201,24 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise InvalidParameter(f"two keys of the build would both be the LeRobot feature {twice[0]!r}; rename one")
+    video = options.get("video", False)
+    if not isinstance(video, bool):
+        raise InvalidParameter(f"video must be true (cameras as MP4) or false (PNG images), got {video!r}")
+    video_codec = None
+    if video:
+        from datasets_hub.exporters.lerobot_video import check_codec
+
+        video_codec = options.get("video_codec", "libsvtav1")
+        check_codec(video_codec)
+        for f in features:
+            height, width = f.shape[:2] if f.image == "hwc" else f.shape[1:] if f.image == "chw" else (0, 0)
+            if f.observation and f.image and (height % 2 or width % 2):
+                raise InvalidParameter(
+                    f"{f.name} is {height}x{width}: video frames (yuv420p) need an even height and width; "
+                    "export without video=True (PNG images), or resize the camera"
+                )
+    elif "video_codec" in options:
+        raise InvalidParameter("video_codec applies with video=True only")
     return Plan(
         features=features,
         fps=float(fps),
@@ -204,6 +227,7 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
         data_file_bytes=int(mb * (1 << 20)),
         has_timestamp=has_timestamp,
         has_task_key=has_task_key,
+        video_codec=video_codec,
     )
 
 
@@ -215,12 +239,14 @@ def _frames(plan: Plan, episode: Episode, first_index: int, task_index: dict[str
     for feature in plan.features:
         source = episode.observations if feature.observation else episode.steps
         values = source[feature.key][:n]
+        if feature.image and plan.video_codec and feature.observation:
+            continue  # in the camera's MP4 file
         if feature.image:
             columns[feature.name] = png_images(values if feature.image == "hwc" else values.transpose(0, 2, 3, 1))
         else:
             columns[feature.name] = arrow_values(values)
     columns["next.done"] = pa.array(episode.steps[TERMINATED].reshape(n).astype(bool))
-    if plan.has_timestamp:
+    if plan.has_timestamp and not plan.video_codec:  # video frames sit at t / fps
         timestamps = episode.steps[("info", "timestamp")].reshape(n).astype(np.float32)
     else:
         timestamps = (np.arange(n) / plan.fps).astype(np.float32)
@@ -245,11 +271,30 @@ def _image_stats_values(values: np.ndarray, layout: str) -> np.ndarray:
 
 
 def _features_info(plan: Plan) -> dict[str, Any]:
-    info = {f.name: f.info() for f in plan.features}
+    info = {f.name: f.info(_video_info(plan, f)) for f in plan.features}
     info["next.done"] = {"dtype": "bool", "shape": [1], "names": None}
     for name, dtype in (("timestamp", "float32"), *((n, "int64") for n in BOOKKEEPING[1:])):
         info[name] = {"dtype": dtype, "shape": [1], "names": None}
     return info
+
+
+def _video_info(plan: Plan, feature: Feature) -> dict[str, Any] | None:
+    """The ``info`` of a camera written as video (None for every other feature)."""
+    if not (plan.video_codec and feature.image and feature.observation):
+        return None
+    from datasets_hub.exporters.lerobot_video import CODEC_NAMES
+
+    height, width = feature.shape[:2] if feature.image == "hwc" else feature.shape[1:]
+    return {
+        "video.height": height,
+        "video.width": width,
+        "video.codec": CODEC_NAMES[plan.video_codec],
+        "video.pix_fmt": "yuv420p",
+        "video.is_depth_map": False,
+        "video.fps": plan.fps,
+        "video.channels": 3,
+        "has_audio": False,
+    }
 
 
 def _tasks_table(task_index: dict[str, int]) -> Any:
@@ -282,6 +327,12 @@ def write(plan: Plan, episodes: BuildEpisodes, staging: Path, progress: Any) -> 
     rows: list[dict[str, Any]] = []
     writer: Any = None
     file_number, file_bytes, first_index = 0, 0, 0
+    cameras = [f for f in plan.features if _video_info(plan, f) is not None]
+    videos = None
+    if cameras and plan.video_codec:
+        from datasets_hub.exporters.lerobot_video import VIDEO_PATH, VideoFiles
+
+        videos = VideoFiles(staging, [f.name for f in cameras], plan.fps, plan.video_codec)
     try:
         for episode in episodes:
             table, tasks = _frames(plan, episode, first_index, task_index)
@@ -293,6 +344,8 @@ def write(plan: Plan, episodes: BuildEpisodes, staging: Path, progress: Any) -> 
                 path = staging / DATA_PATH.format(chunk_index=chunk_index, file_index=file_index)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 writer = pq.ParquetWriter(str(path), table.schema)
+                if videos is not None:
+                    videos.start_file(chunk_index, file_index)
             writer.write_table(table)  # one row group per episode
             file_bytes += table.nbytes
             row: dict[str, Any] = {
@@ -306,6 +359,14 @@ def write(plan: Plan, episodes: BuildEpisodes, staging: Path, progress: Any) -> 
                 "meta/episodes/chunk_index": 0,
                 "meta/episodes/file_index": 0,
             }
+            for camera in cameras:
+                if videos is None:
+                    break
+                frames = episode.observations[camera.key][: episode.length]
+                span = videos.add(camera.name, frames if camera.image == "hwc" else frames.transpose(0, 2, 3, 1))
+                row[f"videos/{camera.name}/chunk_index"] = chunk_index
+                row[f"videos/{camera.name}/file_index"] = file_index
+                row[f"videos/{camera.name}/from_timestamp"], row[f"videos/{camera.name}/to_timestamp"] = span
             for feature in plan.features:
                 source = episode.observations if feature.observation else episode.steps
                 values = source[feature.key][: episode.length]
@@ -322,6 +383,8 @@ def write(plan: Plan, episodes: BuildEpisodes, staging: Path, progress: Any) -> 
     finally:
         if writer is not None:
             writer.close()
+        if videos is not None:
+            videos.close()
     (staging / "meta" / "episodes" / "chunk-000").mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), str(staging / EPISODES_PATH))
     pq.write_table(_tasks_table(task_index), str(staging / "meta" / "tasks.parquet"))
@@ -339,7 +402,7 @@ def write(plan: Plan, episodes: BuildEpisodes, staging: Path, progress: Any) -> 
         "fps": plan.fps if plan.fps != int(plan.fps) else int(plan.fps),
         "splits": {"train": f"0:{len(episodes)}"},
         "data_path": DATA_PATH,
-        "video_path": None,
+        "video_path": VIDEO_PATH if videos is not None else None,
         "features": _features_info(plan),
     }
     (staging / "meta" / "info.json").write_text(json.dumps(info, indent=4))
