@@ -33,3 +33,38 @@ def png_images(images: np.ndarray) -> Any:
         Image.fromarray(np.ascontiguousarray(plane)).save(buffer, format="PNG", compress_level=1)
         encoded.append({"bytes": buffer.getvalue(), "path": None})
     return pa.array(encoded, type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+
+
+class ParquetFile:
+    """A parquet file written from episode tables, several episodes per row group.
+
+    One row group per episode makes small groups (writing them costs twice as much as large ones);
+    tables are held until ``group_rows`` rows or ``group_bytes`` bytes are waiting, so memory stays
+    bounded (one row group) whatever the dataset size.
+    """
+
+    def __init__(self, path: Any, schema: Any, *, group_rows: int = 65536, group_bytes: int = 64 << 20) -> None:
+        import pyarrow.parquet as pq
+
+        self.writer = pq.ParquetWriter(str(path), schema)
+        self.group_rows, self.group_bytes = group_rows, group_bytes
+        self.waiting: list[Any] = []
+        self.rows = self.bytes = 0
+
+    def write(self, table: Any) -> None:
+        self.waiting.append(table)
+        self.rows += table.num_rows
+        self.bytes += table.nbytes
+        if self.rows >= self.group_rows or self.bytes >= self.group_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        if self.waiting:
+            self.writer.write_table(pa.concat_tables(self.waiting))
+        self.waiting, self.rows, self.bytes = [], 0, 0
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()

@@ -40,7 +40,7 @@ import numpy as np
 
 from datasets_hub.buffers.nested_keys import Key
 from datasets_hub.errors import InvalidParameter, MissingDependency
-from datasets_hub.exporters.columns import arrow_values, png_images
+from datasets_hub.exporters.columns import ParquetFile, arrow_values, png_images
 from datasets_hub.exporters.episodes import BuildEpisodes, Episode
 
 OPTIONS = ("shard_mb", "license")
@@ -212,7 +212,6 @@ def _card(plan: Plan, episodes: BuildEpisodes, shards: int) -> str:
 
 def write(plan: Plan, episodes: BuildEpisodes, staging: Path, progress: Any) -> None:
     """Write the shards and the card into ``staging``, one episode in memory at a time."""
-    import pyarrow.parquet as pq
 
     metadata = _schema_metadata(plan)
     (staging / "data").mkdir()
@@ -228,8 +227,8 @@ def write(plan: Plan, episodes: BuildEpisodes, staging: Path, progress: Any) -> 
                 writer, shard_bytes = None, 0
             if writer is None:
                 shards.append(staging / "data" / f"shard-{len(shards):05d}.parquet")
-                writer = pq.ParquetWriter(str(shards[-1]), table.schema)
-            writer.write_table(table)
+                writer = ParquetFile(shards[-1], table.schema)
+            writer.write(table)
             shard_bytes += table.nbytes
             progress.update(episode.length)
     finally:

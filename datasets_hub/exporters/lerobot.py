@@ -51,7 +51,7 @@ import numpy as np
 
 from datasets_hub.buffers.nested_keys import Key
 from datasets_hub.errors import InvalidParameter, MissingDependency
-from datasets_hub.exporters.columns import arrow_values, png_images
+from datasets_hub.exporters.columns import ParquetFile, arrow_values, png_images
 from datasets_hub.exporters.episodes import REWARD, TERMINATED, TRUNCATED, BuildEpisodes, Episode
 from datasets_hub.exporters.stats import RunningStats
 
@@ -343,10 +343,10 @@ def write(plan: Plan, episodes: BuildEpisodes, staging: Path, progress: Any) -> 
             if writer is None:
                 path = staging / DATA_PATH.format(chunk_index=chunk_index, file_index=file_index)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                writer = pq.ParquetWriter(str(path), table.schema)
+                writer = ParquetFile(path, table.schema)
                 if videos is not None:
                     videos.start_file(chunk_index, file_index)
-            writer.write_table(table)  # one row group per episode
+            writer.write(table)
             file_bytes += table.nbytes
             row: dict[str, Any] = {
                 "episode_index": episode.position,
