@@ -9,6 +9,7 @@ Files written::
     meta/stats.json                             the same statistics over the whole dataset
     data/chunk-CCC/file-FFF.parquet             the frames, episode after episode (a new file past
                                                 ``data_file_mb``, 1000 files per chunk)
+    videos/<camera>/chunk-CCC/file-FFF.mp4      with ``video=True``: each camera's frames of that data file
 
 **Mapping** (a build episode of ``T`` steps is ``T`` LeRobot frames):
 
@@ -37,7 +38,9 @@ Files written::
 
 Options: ``fps`` (default: the build's ``fps`` note, else 10), ``task`` (text of every frame of a
 build without a ``task`` key), ``robot_type`` (default: the build's note, else ``"unknown"``),
-``data_file_mb`` (default 100).
+``data_file_mb`` (default 100), ``video`` (default False: cameras as PNG ``image`` features; True:
+observation cameras as MP4 files, :mod:`datasets_hub.exporters.lerobot_video`, timestamps ``t / fps``)
+and ``video_codec`` (``"libsvtav1"``, the default, ``"libx264"``, ``"h264"``, ``"libx265"``, ``"hevc"``).
 """
 
 from __future__ import annotations
