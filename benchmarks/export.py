@@ -173,6 +173,7 @@ def main() -> None:
         "rows": args.rows,
         "build": {
             "seconds": round(built["seconds"], 3),
+            "runs_s": built["runs_s"],
             "peak_rss_mb": round(built["peak_rss_mb"]),
             "mb": round(build_mb, 1),
         },

@@ -23,7 +23,7 @@ def build():
 
 
 def test_unknown_format_says_what_exists(build, tmp_path):
-    with pytest.raises(InvalidParameter, match="did you mean 'lerobot'"):
+    with pytest.raises(InvalidParameter, match="Did you mean 'lerobot'"):
         export_build(build, tmp_path / "x", "lerobbot")
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from datasets_hub.build.reader import open_build
-from datasets_hub.errors import CacheError, InvalidParameter
+from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 from datasets_hub.exporters.episodes import BuildEpisodes
 
 #: format name -> module of its writer
@@ -45,12 +45,9 @@ STAGING_MARKER = ".datasets_hub-export-in-progress"
 def format_module(name: str) -> Any:
     """The writer module of format ``name``; :class:`InvalidParameter` with the choices otherwise."""
     if name not in FORMATS:
-        import difflib
-
-        close = difflib.get_close_matches(str(name), [*FORMATS, "published"], n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise InvalidParameter(
-            f"unknown export format {name!r}{hint}; choose one of 'published' (default), {', '.join(map(repr, FORMATS))}"
+            f"unknown export format {name!r}.{did_you_mean(str(name), [*FORMATS, 'published'], n=1)} Choose one of "
+            f"'published' (default), {', '.join(map(repr, FORMATS))}"
         )
     return importlib.import_module(FORMATS[name])
 
