@@ -37,18 +37,19 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any
 
 from datasets_hub.buffers.nested_keys import Key, parse_key
-from datasets_hub.build_checks import check_build
-from datasets_hub.build_checks import leaf_path as checked_leaf_path
 from datasets_hub.errors import CacheError
 from datasets_hub.files import sha256_file, write_text_atomic
-from datasets_hub.packed_steps import RECORD_NAME, PackedSteps, RecordLayout
-from datasets_hub.ram import anonymous_copy, check_fits
+
+if TYPE_CHECKING:
+    import torch
+
+    from datasets_hub.packed_steps import PackedSteps
+
+# torch, numpy and the readers are imported by the functions that map data: the layout constants, the
+# paths, the sizes and the manifest checksum serve the CLI's listing and verify commands without them
 
 # -- layout constants ---------------------------------------------------------------------------
 FORMAT = "datasets_hub.ted"  #: the manifest's "format"
@@ -65,6 +66,15 @@ DATA_DIR = "data"
 LEAF_SUFFIX = ".memmap"
 OBS, STEPS, EPISODES, HISTORY = "obs", "steps", "episodes", "history"
 EPISODE_COLUMNS = ("start", "length", "id", "return")
+#: bytes per item of every dtype a manifest can name (torch's names and aliases; a test checks them against
+#: torch), so that sizes are known without importing torch
+ITEMSIZES = {
+    **dict.fromkeys(("bool", "uint8", "int8", "float8_e4m3fn", "float8_e5m2"), 1),
+    **dict.fromkeys(("int16", "short", "uint16", "float16", "half", "bfloat16"), 2),
+    **dict.fromkeys(("int32", "int", "uint32", "float32", "float", "complex32", "chalf"), 4),
+    **dict.fromkeys(("int64", "long", "uint64", "float64", "double", "complex64", "cfloat"), 8),
+    **dict.fromkeys(("complex128", "cdouble"), 16),
+}
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -72,6 +82,8 @@ EPISODE_COLUMNS = ("start", "length", "id", "return")
 
 def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype a manifest names (``"float32"``); :class:`CacheError` for anything else."""
+    import torch
+
     dtype = getattr(torch, str(name), None)
     if not isinstance(dtype, torch.dtype):
         raise CacheError(
@@ -98,13 +110,13 @@ def leaf_path(build_dir: Path, name: str) -> Path:
 
 def leaf_nbytes(entry: dict[str, Any]) -> int | None:
     """The size in bytes a schema entry (``{dtype, shape, rows}``) gives its file; None for an unknown dtype."""
-    dtype = getattr(torch, str(entry.get("dtype")), None)
-    if not isinstance(dtype, torch.dtype):
+    itemsize = ITEMSIZES.get(str(entry.get("dtype")))
+    if itemsize is None:
         return None
     count = int(entry.get("rows", 0))
     for dim in entry.get("shape", []):
         count *= int(dim)
-    return count * torch.empty(0, dtype=dtype).element_size()
+    return count * itemsize
 
 
 def group_rows(group: str, counts: dict[str, Any]) -> int | None:
@@ -127,6 +139,9 @@ def open_leaf(
     needs no file). dtypes without a
         numpy twin (bfloat16) are mapped as integers of the same width and viewed.
     """
+    import numpy as np
+    import torch
+
     dtype = torch_dtype(dtype) if isinstance(dtype, str) else dtype
     shape = tuple(int(d) for d in shape)
     itemsize = torch.empty(0, dtype=dtype).element_size()
@@ -238,6 +253,13 @@ def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild
     copy would not fit. Raises :class:`CacheError` naming the fix when the build is incomplete,
     damaged or not one this version can read.
     """
+    import torch
+
+    from datasets_hub.build_checks import check_build
+    from datasets_hub.build_checks import leaf_path as checked_leaf_path
+    from datasets_hub.packed_steps import RECORD_NAME, PackedSteps, RecordLayout
+    from datasets_hub.ram import anonymous_copy, check_fits
+
     build_dir = Path(build_dir)
     manifest = read_build_manifest(build_dir)
     # cheap open-time checks (manifest hash, format, schema, paths, sizes, episode index): build_checks.py

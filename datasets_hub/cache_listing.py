@@ -105,10 +105,10 @@ class _Versions:
 
     def loader_format(self, name: str) -> int | None:
         if name not in self._loaders:
-            from datasets_hub.plugins import get_loader
+            from datasets_hub.plugin_facts import loader_facts
 
-            try:
-                self._loaders[name] = int(get_loader(name).format_version)
+            try:  # the recorded fact: `cache ls` imports no plugin whose code has not changed
+                self._loaders[name] = loader_facts(name).format_version
             except (HubError, TypeError, ValueError):
                 self._loaders[name] = None  # not installed or broken: staleness cannot be told
         return self._loaders[name]

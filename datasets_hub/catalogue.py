@@ -175,13 +175,20 @@ def _static_entries() -> dict[str, tuple[dict[str, Any], str]]:
     return merged
 
 
-def _loader_entries(loader_name: str) -> dict[str, tuple[dict[str, Any], str]]:
-    from datasets_hub.plugins import get_loader
+def _loader_entries(loader_name: str, *, recorded: Mapping[str, Any] | None = None) -> dict[str, tuple[dict[str, Any], str]]:
+    """The ids the loader's ``catalogue()`` adds; with ``recorded`` (the entry points): its answer as
+    :mod:`datasets_hub.plugin_facts` keeps it (listing imports no plugin whose code has not changed)."""
+    if recorded is not None:
+        from datasets_hub.plugin_facts import loader_facts
 
-    loader = get_loader(loader_name)
+        catalogue = loader_facts(loader_name, recorded).catalogue
+    else:
+        from datasets_hub.plugins import get_loader
+
+        catalogue = get_loader(loader_name).catalogue() or {}
     source = f"the {loader_name!r} loader's catalogue()"
     out = {}
-    for dataset_id, entry in (loader.catalogue() or {}).items():
+    for dataset_id, entry in catalogue.items():
         if not dataset_id.startswith(loader_name + "/"):
             raise CatalogueError(f"{source} lists {dataset_id!r}, outside its own prefix {loader_name + '/'!r}")
         out[dataset_id] = (_check_entry(dataset_id, entry, source), source)
@@ -219,12 +226,13 @@ def all_entries(loaders: list[str] | None = None, *, strict: bool = False) -> di
     A plugin that fails to import (or is registered under another name) hides its ids, with one
     :class:`PluginWarning` per problem; ``strict=True`` raises its error instead (asking for one
     loader's ids must not answer ``[]`` because the loader is broken)."""
-    from datasets_hub.plugins import loader_names
+    from datasets_hub.plugins import entry_point_map
 
     merged = _static_entries()
-    for name in loaders if loaders is not None else loader_names():
+    eps = entry_point_map()
+    for name in loaders if loaders is not None else sorted(eps):
         try:
-            extra = _loader_entries(name)
+            extra = _loader_entries(name, recorded=eps)
         except (MissingDependency, PluginError) as exc:  # the plugin itself cannot be imported
             if strict:
                 raise

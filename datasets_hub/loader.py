@@ -139,9 +139,20 @@ class Loader:
     format_version: int = 1  # bump when conversion output changes: old builds are not reused
     downloads: bool = True  # False: the data is generated here (no download; `list` shows "local")
 
+    #: environment variables whose values :meth:`catalogue` depends on (e.g. a local store's root)
+    catalogue_env: tuple[str, ...] = ()
+
     def catalogue(self) -> dict[str, dict[str, Any]]:
-        """Extra ids under this loader's prefix: ``{"<name>/<x>": {"params": …, "resources": […]}}``."""
+        """Extra ids under this loader's prefix: ``{"<name>/<x>": {"params": …, "resources": […]}}``.
+
+        No network (that is :meth:`remote_catalogue`). The hub keeps the answer (``datasets-hub list``
+        imports no loader) until the plugin's code, a variable of :attr:`catalogue_env` or one of
+        the paths :meth:`catalogue_files` returns changes: the answer must depend on nothing else."""
         return {}
+
+    def catalogue_files(self) -> list[Path]:
+        """The files and folders :meth:`catalogue` read (a folder's entries changing changes it); default none."""
+        return []
 
     def entry_for(self, dataset_id: str) -> dict[str, Any] | None:
         """An entry for an id under this loader's prefix that no catalogue lists, or ``None``.

@@ -82,6 +82,13 @@ class MinariLoader(Loader):
     format_version = 1
 
     # -- catalogue ------------------------------------------------------------------------------
+    catalogue_env = ("MINARI_DATASETS_PATH", "HOME")  # store_root()
+
+    def catalogue_files(self) -> list[Path]:
+        visited: list[Path] = []
+        local_datasets(visited=visited)
+        return visited
+
     def catalogue(self) -> dict[str, dict[str, Any]]:
         """Datasets of the local Minari store (no network: the remote's ids come from
         :meth:`remote_catalogue`, fetched on demand by ``datasets-hub list --refresh``)."""
@@ -322,13 +329,17 @@ def card_metadata(data_path: Path) -> dict[str, Any]:
     return metadata
 
 
-def local_datasets(max_depth: int = 6) -> dict[str, dict[str, Any]]:
-    """``{minari id: metadata}`` for every dataset of the local store (hidden dirs skipped)."""
+def local_datasets(max_depth: int = 6, *, visited: list[Path] | None = None) -> dict[str, dict[str, Any]]:
+    """``{minari id: metadata}`` for every dataset of the local store (hidden dirs skipped); every
+    folder and metadata file looked at is appended to ``visited``."""
     root = store_root()
     found: dict[str, dict[str, Any]] = {}
+    seen = visited if visited is not None else []
 
     def walk(path: Path, depth: int) -> None:
+        seen.append(path)
         meta = path / "data" / "metadata.json"
+        seen.append(meta)
         if meta.is_file():
             try:
                 with open(meta) as fh:
@@ -350,6 +361,8 @@ def local_datasets(max_depth: int = 6) -> dict[str, dict[str, Any]]:
 
     if root.is_dir():
         walk(root, 0)
+    else:
+        seen.append(root)  # its creation changes the listing
     return found
 
 
