@@ -1,0 +1,68 @@
+"""Plugin facts recorded for listing (datasets_hub/plugin_facts.py): current while nothing they came from changes."""
+
+from __future__ import annotations
+
+import json
+
+from datasets_hub import plugin_facts
+from datasets_hub.build_format import ITEMSIZES
+
+
+def _add_minari_dataset(store, minari_id: str) -> None:
+    folder = store / minari_id / "data"
+    folder.mkdir(parents=True)
+    (folder / "metadata.json").write_text(json.dumps({"dataset_id": minari_id, "description": f"local {minari_id}"}))
+
+
+def test_facts_are_recorded_and_match_the_loader():
+    from datasets_hub.plugins import get_loader
+
+    facts = plugin_facts.loader_facts("gym")
+    loader = get_loader("gym")
+    assert (facts.format_version, facts.downloads) == (loader.format_version, loader.downloads)
+    record = plugin_facts._record_path("gym")
+    assert record.is_file()
+    assert json.loads(record.read_text())["stamp"] == plugin_facts.code_stamp("gym")
+
+
+def test_a_recorded_catalogue_follows_the_files_it_read(tmp_path, monkeypatch):
+    """Minari's catalogue() lists the local store: adding a dataset there (even nested) is seen."""
+    store = tmp_path / "store"
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(store))
+    assert plugin_facts.loader_facts("minari").catalogue == {}
+    _add_minari_dataset(store, "ns/first-v0")  # the store did not exist when the record was made
+    assert list(plugin_facts.loader_facts("minari").catalogue) == ["minari/ns/first-v0"]
+    _add_minari_dataset(store, "ns/sub/second-v0")  # nested under an existing folder
+    assert sorted(plugin_facts.loader_facts("minari").catalogue) == ["minari/ns/first-v0", "minari/ns/sub/second-v0"]
+
+
+def test_a_recorded_catalogue_follows_its_environment(tmp_path, monkeypatch):
+    one, two = tmp_path / "one", tmp_path / "two"
+    _add_minari_dataset(one, "a/x-v0")
+    _add_minari_dataset(two, "b/y-v0")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(one))
+    assert list(plugin_facts.loader_facts("minari").catalogue) == ["minari/a/x-v0"]
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(two))
+    assert list(plugin_facts.loader_facts("minari").catalogue) == ["minari/b/y-v0"]
+
+
+def test_the_catalogue_build_name_is_the_one_load_uses():
+    from datasets_hub.maintenance import catalogue_build
+
+    name = plugin_facts.catalogue_build_name("gym/cartpole-random-v0")
+    assert name == catalogue_build("gym/cartpole-random-v0")[2].name
+    assert plugin_facts.catalogue_build_name("gym/cartpole-random-v0") == name  # recorded
+
+
+def test_itemsizes_match_torch():
+    """build_format knows sizes without torch: its table must agree with torch for every name in it."""
+    import warnings
+
+    import torch
+
+    for name, size in ITEMSIZES.items():
+        dtype = getattr(torch, name, None)
+        if isinstance(dtype, torch.dtype):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # complex32 is "experimental"
+                assert torch.empty(0, dtype=dtype).element_size() == size, name
