@@ -96,6 +96,7 @@ _EXPORTS: dict[str, str] = {
     "MissingDependency": "errors",
     "ChecksumMismatch": "errors",
     "DownloadError": "errors",
+    "UploadError": "errors",
     "LoaderError": "errors",
     "CacheError": "errors",
     "TEDError": "errors",

@@ -45,10 +45,10 @@ class VerifyResult:
         return not self.problems
 
 
-def _verify_raw(path: Path, resource: Any, result: VerifyResult) -> None:
+def _verify_raw(path: Path, resource: Any, result: VerifyResult, *, origin: str = "catalogue") -> None:
     from datasets_hub.downloader import verify_file  # the download stack loads only when raw files are checked
 
-    ok, message = verify_file(path, resource)
+    ok, message = verify_file(path, resource, origin=origin)
     (result.checked if ok else result.problems).append(message)
 
 
@@ -267,7 +267,8 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
                 sha256=source.get("sha256"),
                 size=source.get("bytes"),
             )
-            _verify_raw(path, resource, result)
+            # the manifest's sha256 is the catalogue's, or the one recorded when the file was first downloaded
+            _verify_raw(path, resource, result, origin="build's manifest")
     return result
 
 

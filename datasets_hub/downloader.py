@@ -260,23 +260,24 @@ def _check_cached(resource: Resource, dest: Path) -> str | None:
     return None
 
 
-def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[bool, str]:
+def verify_file(path: Path | str, resource: Resource | None = None, *, origin: str = "catalogue") -> tuple[bool, str]:
     """Rehash ``path`` fully and compare with the catalogue (``resource``) or the sidecar.
 
     Returns ``(ok, message)``; the message names the file and, when not ok, what is wrong and the
     fix. A file with neither a catalogue sha256 nor a sidecar cannot be verified (``ok`` False).
+    ``origin`` says where ``resource``'s sha256 and size come from (e.g. a build's manifest).
     """
     path = Path(path)
     if not path.is_file():
         return False, f"{path}: missing; run `datasets-hub download` to fetch it again."
     size = path.stat().st_size
     if resource is not None and resource.size is not None and size != resource.size:
-        return False, (f"{path}: {size} bytes, the catalogue says {resource.size}; delete it and download again.")
+        return False, (f"{path}: {size} bytes, the {origin} says {resource.size}; delete it and download again.")
     digest = hash_file(path).hexdigest()
     meta = read_sidecar(path)
     reference: str | None
     if resource is not None and resource.sha256:
-        reference, origin = resource.sha256.lower(), "catalogue"
+        reference = resource.sha256.lower()
     else:
         reference, origin = (meta or {}).get("sha256"), "recorded at download"
     if not reference:

@@ -12,6 +12,7 @@ that also derive from a built-in exception can be caught as that exception too::
     │   └── UnknownLoader         (+ KeyError) no installed plugin has that name
     ├── MissingDependency         (+ ImportError) an optional library or plugin cannot be imported
     ├── DownloadError             a source cannot be fetched (network, status, size, offline mode)
+    ├── UploadError               a build cannot be pushed (network, offline mode, token, the remote refused)
     ├── ChecksumMismatch          a file does not have the bytes it should
     ├── LoaderError               a loader cannot read its upstream data
     │   └── CorruptFile           one fetched file is malformed; the build moves it aside
@@ -69,6 +70,10 @@ class ChecksumMismatch(HubError):
 
 class DownloadError(HubError):
     """A source could not be fetched (network, HTTP status, size, offline mode)."""
+
+
+class UploadError(HubError):
+    """A build could not be published (no network, offline mode, authentication, the remote refused)."""
 
 
 class LoaderError(HubError):

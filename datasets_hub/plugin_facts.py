@@ -12,7 +12,8 @@ and ``cache ls`` need only a few of its facts: ``format_version``, ``downloads``
   paths ``Loader.catalogue_files()`` named (a local store's folders).
 
 A record is used only while every one of those is unchanged; otherwise the plugin is imported and
-asked again. A plugin that fails to import is never recorded (its error is raised each time).
+asked again. A plugin that fails to import is never recorded (its error is raised each time). In a
+process that has imported the plugin already, its live class is asked (nothing to save).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
@@ -145,6 +147,12 @@ def loader_facts(name: str, eps: Mapping[str, EntryPoint] | None = None) -> Load
     Raises what :func:`datasets_hub.plugins.get_loader` raises when the plugin must be imported
     and cannot be, and whatever its ``catalogue()`` raises.
     """
+    ep = _entry_point(name, eps)
+    if ep.value.split(":", 1)[0].strip() in sys.modules:  # imported already: its live class is the truth
+        from datasets_hub.plugins import get_loader
+
+        loader = get_loader(name)
+        return LoaderFacts(name, int(loader.format_version), bool(loader.downloads), loader.catalogue() or {})
     stamp = code_stamp(name, eps)
     record = _read_record(name)
     if record is None or record.get("stamp") != stamp or not _catalogue_current(record):

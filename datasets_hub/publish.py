@@ -31,7 +31,7 @@ import numpy as np
 
 from datasets_hub import __version__
 from datasets_hub.build_format import MANIFEST, open_build
-from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
+from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency, UploadError
 from datasets_hub.files import sha256_file
 from datasets_hub.published_format import (
     DEFAULT_CHUNK_BYTES,
@@ -162,6 +162,15 @@ def export(
     return out
 
 
+def _upload_errors() -> tuple[type[Exception], ...]:
+    """What huggingface_hub raises when an upload fails: its HTTP error, the HTTP client's base error (a
+    refused or unresolved connection is one of those, not an OSError) and its validation errors."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    client_bases = tuple(b for b in HfHubHTTPError.__mro__[1:] if issubclass(b, Exception) and b is not Exception)
+    return (HfHubHTTPError, OSError, ValueError, *client_bases)
+
+
 def push(
     source: Any,
     repo_id: str,
@@ -183,16 +192,30 @@ def push(
         raise MissingDependency("push needs huggingface_hub: pip install huggingface_hub") from exc
     import tempfile
 
+    from datasets_hub.env import offline
+
+    if offline():
+        raise UploadError(
+            "push uploads to the Hugging Face Hub, and DATASETS_HUB_OFFLINE=1 forbids every connection; unset it, "
+            "or write the same folder offline with `datasets-hub export ID DIR`"
+        )
     with tempfile.TemporaryDirectory(prefix="datasets_hub_push_") as scratch:
         folder = Path(out_dir) if out_dir is not None else Path(scratch) / "build"
         export(source, folder, overwrite=out_dir is not None, **params)
         api = HfApi()
-        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-        # upload_large_folder (resumable, multi-commit) where this huggingface_hub has it; upload_folder otherwise
-        upload = getattr(api, "upload_large_folder", None)
-        if upload is not None:
-            upload(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
-        else:
-            api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
+        try:
+            api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+            # upload_large_folder (resumable, multi-commit) where this huggingface_hub has it; upload_folder otherwise
+            upload = getattr(api, "upload_large_folder", None)
+            if upload is not None:
+                upload(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
+            else:
+                api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
+        except _upload_errors() as exc:
+            raise UploadError(
+                f"push to the Hugging Face dataset repo {repo_id!r} failed: {type(exc).__name__}: {exc}. Check the "
+                "network (and HF_ENDPOINT) and your token (`hf auth login` or HF_TOKEN); `datasets-hub export ID DIR` "
+                "writes the same folder without the network"
+            ) from exc
     suffix = f"@{revision}" if revision else ""
     return f"hf://datasets/{repo_id}{suffix}"

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
+
+import pytest
 
 from datasets_hub import plugin_facts
 from datasets_hub.build_format import ITEMSIZES
+
+
+@pytest.fixture(autouse=True)
+def not_imported(monkeypatch):
+    """As in a fresh `datasets-hub list`: the plugins' modules are not imported (so records are used)."""
+    for name in [m for m in sys.modules if m.startswith("datasets_hub.loaders.")]:
+        monkeypatch.delitem(sys.modules, name)
 
 
 def _add_minari_dataset(store, minari_id: str) -> None:
@@ -23,6 +34,17 @@ def test_facts_are_recorded_and_match_the_loader():
     record = plugin_facts._record_path("gym")
     assert record.is_file()
     assert json.loads(record.read_text())["stamp"] == plugin_facts.code_stamp("gym")
+    assert plugin_facts.loader_facts("gym") == facts  # from the record
+
+
+def test_a_plugin_imported_already_answers_with_its_live_class(monkeypatch):
+    from datasets_hub.plugins import get_loader
+
+    recorded = plugin_facts.loader_facts("gym")
+    loader_class = type(get_loader("gym"))
+    importlib.import_module(loader_class.__module__)  # imported in this process (a new module object)
+    monkeypatch.setattr(loader_class, "format_version", recorded.format_version + 1)
+    assert plugin_facts.loader_facts("gym").format_version == recorded.format_version + 1
 
 
 def test_a_recorded_catalogue_follows_the_files_it_read(tmp_path, monkeypatch):

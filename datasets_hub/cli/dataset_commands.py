@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from datasets_hub.cli.common import PROG, add_param, err, out, params_of, table
@@ -22,6 +23,7 @@ def register(sub: Any) -> None:
     add_param(p)
     p.add_argument("--all-builds", action="store_true", help="verify every build of the id, whatever its params")
     p.add_argument("--verbose", "-v", action="store_true", help="also list the files that are fine")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (ok, checked, problems, notes)")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("rm", help="remove an id's build (raw files kept unless --raw)")
@@ -62,10 +64,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from datasets_hub.cache_verify import verify
 
     result = verify(args.id, params=params_of(args), all_builds=args.all_builds)
-    if args.verbose:
-        out([f"ok      {line}" for line in result.checked])
-    out([f"note    {line}" for line in result.notes])
-    out([f"FAILED  {line}" for line in result.problems])
+    if args.json:
+        from dataclasses import asdict
+
+        out(json.dumps({"ok": result.ok, **asdict(result)}, indent=1))
+        return 0 if result.ok else 1
+    lines = [f"ok      {line}" for line in result.checked] if args.verbose else []
+    lines += [f"note    {line}" for line in result.notes]
+    lines += [f"FAILED  {line}" for line in result.problems]
+    if lines:  # nothing to say is no line at all, not a blank one
+        out(lines)
     if result.ok:
         out(f"{args.id}: all {len(result.checked)} checked files match their recorded sha256")
         return 0
