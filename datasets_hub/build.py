@@ -62,13 +62,14 @@ def build_fingerprint(spec: DatasetSpec, loader: Loader) -> str:
     verify` checks. Params enter redacted (a password is not part of what the data is).
     """
     from datasets_hub.downloader import source_key
+    from datasets_hub.local_sources import identified  # a file read in place enters by its content
 
     return fingerprint(
         {
             "id": spec.id,
             "loader": loader.name,
             "params": redact_value(spec.params),
-            "sources": [[r.name, r.sha256, r.size, source_key(r)] for r in loader.resources(spec)],
+            "sources": [[r.name, r.sha256, r.size, source_key(r)] for r in map(identified, loader.resources(spec))],
             "loader_format_version": loader.format_version,
             "storage_format_version": STORAGE_FORMAT_VERSION,
         }

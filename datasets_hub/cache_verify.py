@@ -239,6 +239,28 @@ def _verify_preprocessed(build: Path, result: VerifyResult) -> None:
         result.checked.append(f"{variant}: preprocessing result consistent")
 
 
+def _verify_in_place(source: dict[str, Any], result: VerifyResult) -> None:
+    """A user's file the build was read from in place: rehashed where it is, against the manifest."""
+    from datasets_hub.errors import DownloadError
+    from datasets_hub.loader import Resource
+    from datasets_hub.local_sources import local_path
+
+    resource = Resource(name=str(source.get("name")), urls=(str(source.get("url")),), in_place=True)
+    try:
+        path = local_path(resource)
+    except DownloadError as exc:
+        result.notes.append(f"{exc}; the build does not need it")
+        return
+    digest = sha256_file(path)
+    if digest != source.get("sha256"):
+        result.notes.append(
+            f"{path}: read in place, now sha256 {digest}, not the {source.get('sha256')} the build was made from; "
+            "the build is intact, `load` builds again from the new bytes"
+        )
+    else:
+        result.checked.append(f"{path}: ok (read in place, sha256 as recorded in the build's manifest)")
+
+
 def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool = True) -> VerifyResult:
     """Check one build directory (and, with ``raw``, the raw files its manifest names)."""
     build = Path(build)
@@ -254,6 +276,9 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
         from datasets_hub.loader import Resource
 
         for source in manifest.get("sources") or []:
+            if source.get("in_place"):
+                _verify_in_place(source, result)
+                continue
             key = source.get("key")
             path = raw_file_path(str(manifest.get("loader")), str(source.get("name")), str(key) if key else None)
             if not path.exists():

@@ -55,7 +55,7 @@ def validate_id(dataset_id: Any) -> tuple[str, str]:
     if "/" not in dataset_id:
         raise InvalidParameter(
             f"dataset id {dataset_id!r} has no loader prefix: ids look like '<loader>/<name>', "
-            "e.g. 'gym/pendulum-random-v0' (see `datasets-hub list`)"
+            "e.g. 'gym/pendulum-random-v0' (see `datasets-hub list`)." + _prefixed_suggestion(dataset_id)
         )
     loader, name = dataset_id.split("/", 1)
     if not _LOADER_RE.match(loader):
@@ -76,6 +76,25 @@ def validate_id(dataset_id: Any) -> tuple[str, str]:
                 f"dataset id {dataset_id!r}: path segment {segment!r} is reserved: {problem}; choose another name"
             )
     return loader, name
+
+
+def _prefixed_suggestion(name: str) -> str:
+    """``" Did you mean 'd4rl/hopper-medium-v2'?"`` for a bare ``hopper-medium-v2``: the catalogue ids whose
+    name is ``name`` (any case), else whose name is close to it; ``""`` when none is (or the catalogue is broken)."""
+    try:
+        known = list(_static_entries())
+    except HubError:
+        return ""
+    exact = [i for i in known if i.split("/", 1)[1].lower() == name.lower()]
+    if exact:
+        return " Did you mean " + ", ".join(repr(i) for i in sorted(exact)) + "?"
+    by_name: dict[str, list[str]] = {}
+    for i in known:
+        by_name.setdefault(i.split("/", 1)[1], []).append(i)
+    import difflib
+
+    ids = sorted(i for n in difflib.get_close_matches(name, list(by_name), n=3, cutoff=0.6) for i in by_name[n])
+    return (" Did you mean " + ", ".join(repr(i) for i in ids) + "?") if ids else ""
 
 
 def builtin_registry() -> Path:
@@ -175,7 +194,9 @@ def _static_entries() -> dict[str, tuple[dict[str, Any], str]]:
     return merged
 
 
-def _loader_entries(loader_name: str, *, recorded: Mapping[str, Any] | None = None) -> dict[str, tuple[dict[str, Any], str]]:
+def _loader_entries(
+    loader_name: str, *, recorded: Mapping[str, Any] | None = None
+) -> dict[str, tuple[dict[str, Any], str]]:
     """The ids the loader's ``catalogue()`` adds; with ``recorded`` (the entry points): its answer as
     :mod:`datasets_hub.plugin_facts` keeps it (listing imports no plugin whose code has not changed)."""
     if recorded is not None:

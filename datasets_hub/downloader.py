@@ -456,7 +456,7 @@ def _download_any(
         for url in urls:
             scheme = urlsplit(url).scheme.lower()
             try:
-                bar.start(redact_url(url))
+                bar.start(redact_url(url), announce=scheme != "file")  # a local copy: one line, at the end
                 if scheme in ("http", "https"):
                     digest, size = http_download(
                         url,
@@ -486,7 +486,7 @@ def _download_any(
                     )
                     digest, size = _copy_local(source, partial, bar, link=True)
                 _finish(resource, dest, partial, url, digest, size)
-                bar.done()
+                bar.done("copied" if scheme == "file" else "downloaded")
                 return dest
             except (DownloadError, ChecksumMismatch) as exc:
                 errors.append((url, exc))

@@ -70,9 +70,11 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
 
-    def start(self, url: str) -> None:
+    def start(self, url: str, *, announce: bool = True) -> None:
+        """Begin ``url``; ``announce=False`` (an instant local copy) prints no line before the last."""
         self.url = url
-        self._line("downloading")
+        if announce:
+            self._line("downloading")
 
     def reset(self, total: int | None = None) -> None:
         self.total, self.n = total if total is not None else self.total, 0
@@ -86,8 +88,8 @@ class Progress:
         elif self.lines and time.monotonic() - self._last >= self.interval:
             self._line("downloading")
 
-    def done(self) -> None:
-        self._line("downloaded")
+    def done(self, verb: str = "downloaded") -> None:
+        self._line(verb)
 
     def _line(self, verb: str) -> None:
         if not self.lines:

@@ -115,6 +115,22 @@ def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], l
     for resource in loader.resources(spec):
         from datasets_hub.downloader import fetch, source_key  # requests & co. load only when something is fetched
 
+        if resource.in_place:  # the user's file, read where it is (datasets_hub/local_sources.py)
+            from datasets_hub.local_sources import identified, local_path
+
+            local = identified(resource)
+            files[local.name] = local_path(local)
+            sources.append(
+                {
+                    "name": local.name,
+                    "url": redact_url(local.urls[0]),
+                    "key": source_key(local),
+                    "sha256": local.sha256,
+                    "bytes": files[local.name].stat().st_size,
+                    "in_place": True,
+                }
+            )
+            continue
         dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
         files[resource.name] = dest

@@ -41,13 +41,16 @@ class Resource:
     ``name`` is the file's path under ``<cache>/raw/<loader>/`` (relative, no ``..``); ``urls`` are
     mirrors tried in order: ``http(s)://…``, ``hf://<repo_type>s/<repo_id>/<path>[@<revision>]`` for
     the Hugging Face Hub, or ``file://…`` for a local copy. ``sha256`` and ``size`` are checked
-    when known.
+    when known. ``in_place=True`` (a ``file://`` URL only): the user's file is read where it is,
+    never copied into the cache, and enters the build fingerprint by its content
+    (:mod:`datasets_hub.local_sources`).
     """
 
     name: str
     urls: tuple[str, ...]
     sha256: str | None = None
     size: int | None = None
+    in_place: bool = False
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, Any]) -> Resource:
@@ -66,6 +69,7 @@ class Resource:
             urls=tuple(str(u) for u in urls),
             sha256=entry.get("sha256"),
             size=None if size is None else int(size),
+            in_place=bool(entry.get("in_place", False)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,6 +78,8 @@ class Resource:
             out["sha256"] = self.sha256
         if self.size is not None:
             out["size"] = self.size
+        if self.in_place:
+            out["in_place"] = True
         return out
 
 

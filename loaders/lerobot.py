@@ -249,8 +249,8 @@ class _Source:
             local = self.root / path
             if not local.is_file():
                 raise LoaderError(f"{self.repo}: {path} is not in the local dataset {self.root}")
-            # the size enters the fingerprint: a local file rewritten with another size is another build
-            return Resource(name=name, urls=(local.as_uri(),), size=local.stat().st_size)
+            # read where it is, never copied into the cache; its bytes (sha256) enter the fingerprint
+            return Resource(name=name, urls=(local.as_uri(),), in_place=True)
         url = f"hf://datasets/{self.repo}/{quote(path, safe='/()+,=-_.~')}"
         return Resource(name=name, urls=(url + (f"@{self.revision}" if self.revision else ""),))
 

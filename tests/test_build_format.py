@@ -216,6 +216,6 @@ def test_a_leaf_removed_between_its_checks_and_its_mapping_is_a_cache_error(tmp_
         path.unlink()
         raise FileNotFoundError(2, "No such file or directory", str(path))
 
-    monkeypatch.setattr(build_format.np, "memmap", removed_meanwhile)
+    monkeypatch.setattr(np, "memmap", removed_meanwhile)  # build_format imports numpy where it maps
     with pytest.raises(CacheError, match="disappeared while the build was opened"):
         build_format.open_leaf(leaf, "float32", (2,), 3)

@@ -68,14 +68,6 @@ def test_a_recorded_catalogue_follows_its_environment(tmp_path, monkeypatch):
     assert list(plugin_facts.loader_facts("minari").catalogue) == ["minari/b/y-v0"]
 
 
-def test_the_catalogue_build_name_is_the_one_load_uses():
-    from datasets_hub.maintenance import catalogue_build
-
-    name = plugin_facts.catalogue_build_name("gym/cartpole-random-v0")
-    assert name == catalogue_build("gym/cartpole-random-v0")[2].name
-    assert plugin_facts.catalogue_build_name("gym/cartpole-random-v0") == name  # recorded
-
-
 def test_itemsizes_match_torch():
     """build_format knows sizes without torch: its table must agree with torch for every name in it."""
     import warnings

@@ -22,10 +22,11 @@ def register(sub: Any) -> None:
     c.set_defaults(func=cmd_cache_du)
     c = cache_sub.add_parser(
         "rm",
-        help="remove builds (by id or fingerprint, with their preprocessed variants) or preprocessed variants",
+        help="remove builds or preprocessed variants by the names `cache ls` shows (raw files are kept)",
         description="NAME is a dataset id, a build fingerprint (or a unique prefix), or a preprocessed variant "
         "<build-fp>/<transform-fp>, as `datasets-hub cache ls` shows them. An id with several builds is refused "
-        "(the candidates are listed) unless --param or --all-builds picks.",
+        "(the candidates are listed) unless --param or --all-builds picks. Raw files are never removed here: "
+        "`datasets-hub rm ID --raw` removes an id's build and the raw files it was made from.",
     )
     c.add_argument("names", nargs="+", metavar="NAME")
     add_param(c)

@@ -36,9 +36,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     from datasets_hub.cache import dataset_dir, read_manifest
     from datasets_hub.cache_listing import cached_ids
     from datasets_hub.catalogue import all_entries, list_ids, refresh_remote_catalogues
+    from datasets_hub.catalogue_builds import catalogue_build_name
     from datasets_hub.download_sizes import cached_sizes, listed_size
     from datasets_hub.files import human_bytes
-    from datasets_hub.plugin_facts import catalogue_build_name
     from datasets_hub.plugins import entry_point_map, loader_names
 
     if args.refresh:

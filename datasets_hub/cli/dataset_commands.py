@@ -26,7 +26,13 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON (ok, checked, problems, notes)")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("rm", help="remove an id's build (raw files kept unless --raw)")
+    p = sub.add_parser(
+        "rm",
+        help="remove the build `load ID` uses (by id and --param; raw files too with --raw)",
+        description="Removes the build of ID that `load(ID, **params)` would use (--all-builds: every build of "
+        "ID), and with --raw the raw files it was made from. `datasets-hub cache rm NAME` instead removes what "
+        "`cache ls` names (an id, a build fingerprint, a preprocessed variant) and never touches raw files.",
+    )
     p.add_argument("id")
     add_param(p)
     p.add_argument("--all-builds", action="store_true", help="remove every build of the id, whatever its params")
