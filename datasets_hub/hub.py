@@ -22,9 +22,12 @@ from datasets_hub.plugins import check_requirements, get_loader
 from datasets_hub.redact import redact_url, redact_value
 
 
-@dataclass
+@dataclass(repr=False)
 class DatasetInfo:
-    """The dataset card: what a dataset is, where it comes from, and (once built) what it holds."""
+    """The dataset card: what a dataset is, where it comes from, and (once built) what it holds.
+
+    Its ``repr`` is a short summary (a few lines); every field is an attribute, and
+    ``datasets-hub info ID`` prints the whole card."""
 
     id: str
     loader: str
@@ -40,6 +43,25 @@ class DatasetInfo:
     #: the keys one sampled transition has: ``{"next/reward": {"dtype": "float32", "shape": [1]}, ...}``
     #: (per-row shapes; a batch of B adds a leading B). Empty until the dataset is built.
     sample_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        def short(value: Any, limit: int = 90) -> str:
+            text = repr(value)
+            return text if len(text) <= limit else text[: limit - 1] + "…"
+
+        lines = [f"DatasetInfo({self.id!r}, loader={self.loader!r}, cached={self.cached},"]
+        lines.append(f"    params={short(self.params)},")
+        if self.description:
+            lines.append(f"    description={short(self.description)},")
+        if self.cached:
+            counts = self.counts
+            lines.append(
+                f"    transitions={counts.get('transitions')}, episodes={counts.get('episodes')}, "
+                f"keys={len(self.sample_keys)}, built_bytes={self.built_bytes},"
+            )
+            lines.append(f"    build_path={short(str(self.build_path))},")
+        lines.append(f"    resources={len(self.resources)}, source={short(self.source, 60)})")
+        return "\n".join(lines)
 
     @property
     def spaces(self) -> dict[str, Any]:
