@@ -78,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "Rename": "buffers.transforms",
     "Select": "buffers.transforms",
     "Exclude": "buffers.transforms",
+    "DoubleToFloat": "buffers.transforms",
     "FrameStack": "buffers.frame_stack",
     "FullStackSampler": "buffers.samplers.frame_stack",
     "EpisodeIndex": "buffers.episode_index",

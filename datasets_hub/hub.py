@@ -252,7 +252,9 @@ def load(
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
 
     ``params`` override the catalogue's parameters (and so select a different build). The buffer
-    samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
+    samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible (with
+    ``prefetch``, only ``generator`` does: without it the prefetch thread draws from torch's global
+    random state, shared with the caller's own draws, as in TorchRL).
     ``preprocess`` (a function or a list of functions, applied in order) maps the stored transitions
     once, cached by fingerprint (see :mod:`datasets_hub.preprocess`); ``transform`` then runs on samples.
     ``preprocess_by="episode"`` hands those functions whole episodes (default: what each function

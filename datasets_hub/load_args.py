@@ -56,8 +56,10 @@ def check_params_are_not_load_keywords(dataset_id: str, params: dict[str, Any], 
                 f"load({dataset_id!r}, {key}={value!r}): {key!r} is a sampler setting, not a parameter of the dataset. "
                 f"Write {_SAMPLER_SETTINGS[key].format(v=value)!s} (from datasets_hub import SliceSampler, ...)"
             )
+        from datasets_hub.torchrl_porting import KEYWORDS as TORCHRL_KEYWORDS
+
         close = difflib.get_close_matches(key, LOAD_KEYWORDS, n=1, cutoff=0.75)
-        if close:
+        if close and key not in TORCHRL_KEYWORDS:  # pin_memory is TorchRL's, not a typo of in_memory: the loader says
             raise InvalidParameter(
                 f"load({dataset_id!r}, {key}={value!r}): unknown keyword {key!r}; did you mean {close[0]}={value!r}? "
                 "(keywords that are not load()'s own go to the loader as dataset parameters)"

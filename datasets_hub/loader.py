@@ -185,6 +185,9 @@ class Loader:
         accepted = sorted(accepted)
         unknown = sorted(set(spec.params) - set(accepted))
         if unknown:
+            from datasets_hub.torchrl_porting import refuse_torchrl_keywords
+
+            refuse_torchrl_keywords(spec.id, self.name, unknown)  # a TorchRL keyword: what to write here
             raise InvalidParameter(
                 f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the {self.name} loader "
                 f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}"

@@ -120,6 +120,7 @@ class MinariLoader(Loader):
 
     def check_params(self, spec: DatasetSpec) -> None:
         if spec.params:
+            self.reject_unknown_params(spec, ())  # a TorchRL keyword says what to write instead
             raise InvalidParameter(
                 f"the minari loader takes no parameters, got {sorted(spec.params)} for {spec.id!r}; "
                 "a Minari dataset is named by its id alone, e.g. 'minari/D4RL/door/human-v2'"

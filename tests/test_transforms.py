@@ -8,7 +8,7 @@ from tensordict import TensorDict
 
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
-from datasets_hub.buffers.transforms import Compose, Exclude, Rename, Select, Transform, as_transform
+from datasets_hub.buffers.transforms import Compose, DoubleToFloat, Exclude, Rename, Select, Transform, as_transform
 
 
 def sample(n: int = 4) -> TensorDict:
@@ -99,3 +99,51 @@ def test_aligning_two_buffers_with_different_keys():
     sa, sb = a.sample(3), b.sample(3)
     assert set(sa.keys(True, True)) == set(sb.keys(True, True)) == {"obs", ("next", "obs"), "index"}
     torch.stack([sa, sb])  # now stackable, as an ensemble needs
+
+
+def test_double_to_float_casts_float64_leaves_only():
+    td = TensorDict(
+        {
+            "observation": torch.arange(6, dtype=torch.float64).reshape(3, 2) + 0.25,
+            "next": {"observation": torch.arange(6, dtype=torch.float64).reshape(3, 2) + 1.25},
+            "action": torch.arange(3, dtype=torch.float32),
+            "step": torch.arange(3),
+        },
+        batch_size=[3],
+    )
+    out = DoubleToFloat()(td)
+    assert out["observation"].dtype == out["next", "observation"].dtype == torch.float32
+    assert out["step"].dtype == torch.int64 and out["action"].dtype == torch.float32
+    assert (out["next", "observation"] == td["next", "observation"].float()).all()
+    assert td["observation"].dtype == torch.float64  # the caller's sample is not modified
+    only = DoubleToFloat(in_keys=["observation"])(td)
+    assert only["observation"].dtype == torch.float32 and only["next", "observation"].dtype == torch.float64
+    assert DoubleToFloat(in_keys=["observation"]).inv(only)["observation"].dtype == torch.float64
+    with pytest.raises(KeyError, match="'obs' is not in the sample"):
+        DoubleToFloat(in_keys=["obs"])(td)
+    with pytest.raises(TypeError, match="'step' is torch.int64"):
+        DoubleToFloat(in_keys=["step"])(td)
+
+
+def test_double_to_float_on_a_loaded_dataset(tmp_path):
+    """A D4RL file with float64 observations: the build keeps float64, the transform gives float32."""
+    import h5py
+    import numpy as np
+
+    import datasets_hub as dh
+
+    path, t = tmp_path / "f64.hdf5", np.arange(20)
+    with h5py.File(path, "w") as f:
+        f["observations"] = t[:, None] + 0.5 * np.arange(3)[None]  # float64
+        f["actions"] = (-t[:, None]).astype(np.float32)
+        f["rewards"] = t.astype(np.float64)
+        f["terminals"] = (t % 10) == 9
+        f["timeouts"] = np.zeros(20, dtype=bool)
+    dh.register_dataset("d4rl/f64-v0", resources=[{"url": path.as_uri()}])
+    try:
+        assert dh.load("d4rl/f64-v0", batch_size=4).sample()["observation"].dtype == torch.float64
+        batch = dh.load("d4rl/f64-v0", batch_size=4, transform=dh.DoubleToFloat()).sample()
+        assert batch["observation"].dtype == batch["next", "observation"].dtype == torch.float32
+        assert all(v.dtype != torch.float64 for v in batch.values(include_nested=True, leaves_only=True))
+    finally:
+        dh.catalogue.unregister_dataset("d4rl/f64-v0")

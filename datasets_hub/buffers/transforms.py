@@ -204,3 +204,48 @@ class Exclude(Transform):
 
     def __repr__(self) -> str:
         return f"Exclude({', '.join(map(repr, self.keys))})"
+
+
+class DoubleToFloat(Transform):
+    """Cast float64 leaves of samples to float32: every float64 leaf, or only ``in_keys``.
+
+    Where TorchRL's offline scripts append ``DoubleToFloat`` (D4RL and several Minari datasets store
+    float64 observations, which builds keep): ``load(id, transform=DoubleToFloat())``. It runs on
+    each sampled batch, never on the build. With ``in_keys``, a key missing from a sample or whose
+    dtype is neither float64 nor float32 is an error naming it, and the inverse (writes) casts those
+    keys back to float64; without ``in_keys`` writes pass unchanged.
+    """
+
+    def __init__(self, in_keys: Sequence[Any] | None = None) -> None:
+        if isinstance(in_keys, (str, tuple)):
+            in_keys = [in_keys]
+        self.in_keys = None if in_keys is None else [_norm(k) for k in in_keys]
+
+    def _cast(self, data: Any, source: Any, target: Any) -> Any:
+        data = _require_td(data, "DoubleToFloat").copy()  # shallow: never mutate the caller's TensorDict
+        if self.in_keys is None:
+            keys = [k for k, v in data.items(include_nested=True, leaves_only=True) if v.dtype == source]
+        else:
+            _missing(data, self.in_keys, "DoubleToFloat")
+            keys = self.in_keys
+            for key in keys:
+                if data.get(key).dtype not in (source, target):
+                    raise TypeError(f"DoubleToFloat: {key!r} is {data.get(key).dtype}, not a float64 or float32 leaf")
+        for key in keys:
+            data.set(key, data.get(key).to(target))
+        return data
+
+    def forward(self, data: Any) -> Any:
+        import torch
+
+        return self._cast(data, torch.float64, torch.float32)
+
+    def inverse(self, data: Any) -> Any:
+        import torch
+
+        if self.in_keys is None:
+            return data  # which leaves were float64 is unknown on the write side
+        return self._cast(data, torch.float32, torch.float64)
+
+    def __repr__(self) -> str:
+        return f"DoubleToFloat(in_keys={self.in_keys})"
