@@ -19,17 +19,21 @@ PAGE = "docs/guide/porting.md"
 KEYWORDS: dict[str, tuple[str, str]] = {
     "split_trajs": (
         "dataset classes",
-        "samples are flat [B] TED rows; for trajectories use sampler=SliceSampler(slice_len=...) "
-        "(contiguous sub-trajectories) or whole episodes with rb.episodes (ep.data() for one)",
+        (
+            "samples are flat [B] TED rows; for trajectories use sampler=SliceSampler(slice_len=...) "
+            "(contiguous sub-trajectories) or whole episodes with rb.episodes (ep.data() for one)"
+        ),
     ),
     "from_env": (
         "D4RLExperienceReplay",
-        "not needed: the d4rl loader reads D4RL's HDF5 files itself (no d4rl or gym install); "
-        "timeouts become truncated and terminals terminated",
+        (
+            "not needed: the d4rl loader reads D4RL's HDF5 files itself (no d4rl or gym install); timeouts "
+            "become truncated and terminals terminated"
+        ),
     ),
     "direct_download": (
         "D4RLExperienceReplay",
-        "always the case: files are fetched from the catalogue's URLs (a mirror: DATASETS_HUB_ENDPOINT_D4RL)",
+        ("always the case: files are fetched from the catalogue's URLs (a mirror: DATASETS_HUB_ENDPOINT_D4RL)"),
     ),
     "use_truncated_as_done": (
         "D4RLExperienceReplay",
@@ -37,8 +41,10 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     ),
     "terminate_on_end": (
         "D4RLExperienceReplay",
-        "episode ends are upstream's flags: time limits are truncated, true ends terminated, never invented; "
-        "the card's notes.episode_ends counts each kind",
+        (
+            "episode ends are upstream's flags: time limits are truncated, true ends terminated, never "
+            "invented; the card's notes.episode_ends counts each kind"
+        ),
     ),
     "load_from_local_minari": (
         "MinariExperienceReplay",
@@ -46,13 +52,17 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     ),
     "root": (
         "dataset classes",
-        "the cache root is the DATASETS_HUB_CACHE environment variable (only lerobot/* ids take root=: "
-        "a local LeRobot folder)",
+        (
+            "the cache root is the DATASETS_HUB_CACHE environment variable (only lerobot/* ids take root=: a "
+            "local LeRobot folder)"
+        ),
     ),
     "writer": (
         "dataset classes",
-        "loaded datasets are read-only (ImmutableDatasetWriter); for a writable copy build a "
-        "TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))) and extend it with rb[:]",
+        (
+            "loaded datasets are read-only (ImmutableDatasetWriter); for a writable copy build a "
+            "TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))) and extend it with rb[:]"
+        ),
     ),
     "collate_fn": (
         "dataset classes",
@@ -60,49 +70,77 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     ),
     "pin_memory": (
         "dataset classes",
-        "device='cuda' keeps the build in GPU memory and samples there; or transform=lambda td: td.pin_memory()",
+        ("device='cuda' keeps the build in GPU memory and samples there; or transform=lambda td: td.pin_memory()"),
     ),
-    "shuffle": ("OpenXExperienceReplay", "sampler=SamplerWithoutReplacement() (epochs) or the default RandomSampler()"),
+    "shuffle": (
+        "OpenXExperienceReplay",
+        "sampler=SamplerWithoutReplacement() (epochs) or the default RandomSampler()",
+    ),
     "streaming": (
         "OpenXExperienceReplay",
-        "a published build samples remotely: load('hf://datasets/<org>/<repo>', resident='lazy'); "
-        "openx/* ids are converted once into the cache",
+        (
+            "a published build samples remotely: load('hf://datasets/<org>/<repo>', resident='lazy'); openx/*"
+            " ids are converted once into the cache"
+        ),
     ),
     "pad": (
         "OpenXExperienceReplay",
-        "SliceSampler(slice_len=..., strict_length=False) keeps short episodes; WindowSampler pads with "
-        "<key>_is_pad masks",
+        (
+            "SliceSampler(slice_len=..., strict_length=False) keeps short episodes; WindowSampler pads with "
+            "<key>_is_pad masks"
+        ),
     ),
-    "strict_length": ("OpenXExperienceReplay, LeRobotExperienceReplay", "sampler=SliceSampler(..., strict_length=...)"),
-    "strict_len": ("AtariDQNExperienceReplay", "sampler=SliceSampler(..., strict_length=...)"),
-    "num_slices": ("OpenX, AtariDQN, LeRobot classes", "sampler=SliceSampler(num_slices=...)"),
-    "slice_len": ("OpenX, AtariDQN, LeRobot classes", "sampler=SliceSampler(slice_len=...)"),
-    "replacement": ("OpenXExperienceReplay, AtariDQNExperienceReplay", "sampler=SamplerWithoutReplacement()"),
+    "strict_length": (
+        "OpenXExperienceReplay, LeRobotExperienceReplay",
+        "sampler=SliceSampler(..., strict_length=...)",
+    ),
+    "strict_len": (
+        "AtariDQNExperienceReplay",
+        "sampler=SliceSampler(..., strict_length=...)",
+    ),
+    "num_slices": (
+        "OpenX, AtariDQN, LeRobot classes",
+        "sampler=SliceSampler(num_slices=...)",
+    ),
+    "slice_len": (
+        "OpenX, AtariDQN, LeRobot classes",
+        "sampler=SliceSampler(slice_len=...)",
+    ),
+    "replacement": (
+        "OpenXExperienceReplay, AtariDQNExperienceReplay",
+        "sampler=SamplerWithoutReplacement()",
+    ),
     "num_procs": (
         "AtariDQNExperienceReplay",
         "not needed: a build is converted once, then opened memory-mapped in milliseconds",
     ),
-    "mp_start_method": ("AtariDQNExperienceReplay", "not needed (nothing is converted in worker processes you start)"),
+    "mp_start_method": (
+        "AtariDQNExperienceReplay",
+        "not needed (nothing is converted in worker processes you start)",
+    ),
     "totensor": (
         "VD4RLExperienceReplay",
-        "images stay uint8 as upstream stores them; scale in a transform= (e.g. td['pixels'].float() / 255)",
+        ("images stay uint8 as upstream stores them; scale in a transform= (e.g. td['pixels'].float() / 255)"),
     ),
     "image_size": (
         "VD4RLExperienceReplay",
-        "only lerobot/* ids take image_size= (frames resized at build time); elsewhere resize in a transform=",
+        ("only lerobot/* ids take image_size= (frames resized at build time); elsewhere resize in a transform="),
     ),
     "num_workers": (
         "VD4RLExperienceReplay",
-        "only lerobot/* ids take num_workers= (video decoding); sampling workers: BufferDataset with a DataLoader",
+        ("only lerobot/* ids take num_workers= (video decoding); sampling workers: BufferDataset with a DataLoader"),
     ),
-    "key_map": ("LeRobotExperienceReplay", "transform=Rename(in_keys=[...], out_keys=[...]) renames keys in samples"),
+    "key_map": (
+        "LeRobotExperienceReplay",
+        "transform=Rename(in_keys=[...], out_keys=[...]) renames keys in samples",
+    ),
     "decode_video": (
         "LeRobotExperienceReplay",
         "not needed: lerobot/* builds decode video once, at build time, into uint8 frames",
     ),
     "rehydrate": (
         "LeRobotExperienceReplay",
-        "not needed: every sample has ('next', 'observation', ...) (observations are stored once, read twice)",
+        ("not needed: every sample has ('next', 'observation', ...) (observations are stored once, read twice)"),
     ),
 }
 

@@ -121,7 +121,7 @@ def test_double_to_float_casts_float64_leaves_only():
     assert DoubleToFloat(in_keys=["observation"]).inv(only)["observation"].dtype == torch.float64
     with pytest.raises(KeyError, match="'obs' is not in the sample"):
         DoubleToFloat(in_keys=["obs"])(td)
-    with pytest.raises(TypeError, match="'step' is torch.int64"):
+    with pytest.raises(TypeError, match=r"'step' is torch\.int64"):
         DoubleToFloat(in_keys=["step"])(td)
 
 
