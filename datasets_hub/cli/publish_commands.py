@@ -14,7 +14,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("export", help="write a build in publishable form (zarr v3 chunks, manifest, dataset card)")
     p.add_argument("id")
     p.add_argument("dir", help="the folder to write (must not exist, or be empty)")
-    p.add_argument("--chunk-mb", type=float, default=4.0, help="uncompressed chunk size in MB (default 4)")
+    p.add_argument(
+        "--chunk-mb",
+        type=float,
+        help="uncompressed chunk size in MB (default 0.25: 256 KiB, as export() and docs/guide/remote.md)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
     add_param(p)
     p.set_defaults(func=cmd_export)
@@ -31,15 +35,12 @@ def register(sub: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from datasets_hub.publish import export
 
-    if not args.chunk_mb > 0:
-        raise InvalidParameter(f"--chunk-mb must be positive, got {args.chunk_mb}")
-    folder = export(
-        args.id,
-        args.dir,
-        chunk_bytes=max(1024, int(args.chunk_mb * (1 << 20))),
-        overwrite=args.overwrite,
-        **params_of(args),
-    )
+    chunking = {}
+    if args.chunk_mb is not None:  # else export()'s own default: one default, stated once
+        if not args.chunk_mb > 0:
+            raise InvalidParameter(f"--chunk-mb must be positive, got {args.chunk_mb}")
+        chunking["chunk_bytes"] = max(1024, int(args.chunk_mb * (1 << 20)))
+    folder = export(args.id, args.dir, overwrite=args.overwrite, **chunking, **params_of(args))
     out(
         f"exported {args.id} to {folder}; load it with datasets_hub.load('file://{folder.absolute()}') or publish the folder"
     )
