@@ -19,18 +19,28 @@ UPSTREAM_PY := $(UPSTREAM_VENV)/bin/python
 UPSTREAM_REQS := tests/upstream/requirements.txt tests/upstream/requirements-nodeps.txt
 UPSTREAM_STAMP := $(UPSTREAM_VENV)/.installed-$(shell cat pyproject.toml constraints.txt $(UPSTREAM_REQS) | cksum | cut -d' ' -f1)
 
-.PHONY: demo examples test test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
+.PHONY: demo examples test test-install test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 
+# What the demo needs and nothing more (the package and gymnasium, which rolls out its dataset);
+# `make test` adds the test and remote extras (moto, boto3, s3fs, ...) on top of it.
 $(STAMP): $(PY) pyproject.toml constraints.txt
 	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) -e '.[test,remote]'
+	$(PIP_INSTALL) -e '.[gym]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
+
+TEST_STAMP := $(VENV)/.test-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+
+$(TEST_STAMP): $(STAMP)
+	$(PIP_INSTALL) -e '.[test,remote]'
+	rm -f $(VENV)/.test-* && touch $@
+
+test-install: $(TEST_STAMP)
 
 demo: install
 	$(PY) examples/demo.py
@@ -39,15 +49,15 @@ demo: install
 examples: install
 	$(PY) examples/sac_ndim2.py
 
-test: install
+test: test-install
 	$(PY) -m pytest -q -m "not ray and not slow and not upstream"
 
 # Fault injection: seeded kill -9 trials, concurrent loaders, rm while sampling (~2-3 min).
-test-faults: install
+test-faults: test-install
 	$(PY) -m pytest -q tests/faults -m slow
 
 # Ray installs in ~20 s and ray.init takes ~10-20 s on 2 cores: its tests have a target of their own.
-test-ray: install
+test-ray: test-install
 	$(PIP_INSTALL) -e '.[test,ray]'
 	$(PY) -m pytest -q -m ray
 
@@ -133,7 +143,7 @@ bench-lerobot: $(ULR_STAMP)
 # installed from the `lint` extra.
 LINT_STAMP := $(VENV)/.lint-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-$(LINT_STAMP): $(STAMP)
+$(LINT_STAMP): $(TEST_STAMP)
 	$(PIP_INSTALL) -e '.[lint]'
 	rm -f $(VENV)/.lint-* && touch $@
 
@@ -154,7 +164,7 @@ lint: lint-install
 # --strict turns every warning (a broken link, an anchor, a docstring mkdocstrings cannot collect) into a failure.
 DOCS_STAMP := $(VENV)/.docs-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-$(DOCS_STAMP): $(STAMP)
+$(DOCS_STAMP): $(TEST_STAMP)
 	$(PIP_INSTALL) -e '.[docs]'
 	rm -f $(VENV)/.docs-* && touch $@
 
