@@ -92,6 +92,14 @@ class InvalidParameter(HubError, ValueError):
     """A user-supplied argument (id, parameter, batch size) is not acceptable."""
 
 
+class UnknownParameter(InvalidParameter):
+    """A dataset parameter its loader does not take; ``names`` lists the unknown names."""
+
+    def __init__(self, message: str, names: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.names = tuple(names)
+
+
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
     """Return ``" Did you mean 'a', 'b'?"`` for the closest candidates, or ``""`` if none is close."""
     candidates = list(candidates)

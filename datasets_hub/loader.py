@@ -43,7 +43,7 @@ class Resource:
     the Hugging Face Hub, or ``file://…`` for a local copy. ``sha256`` and ``size`` are checked
     when known. ``in_place=True`` (a ``file://`` URL only): the user's file is read where it is,
     never copied into the cache, and enters the build fingerprint by its content
-    (:mod:`datasets_hub.local_sources`).
+    (:mod:`datasets_hub.downloads.in_place`).
     """
 
     name: str
@@ -178,9 +178,9 @@ class Loader:
         return None
 
     def reject_unknown_params(self, spec: DatasetSpec, accepted: Iterable[str]) -> None:
-        """Raise ``InvalidParameter`` naming the first parameter of ``spec`` not in ``accepted``, with a
+        """Raise :class:`~datasets_hub.errors.UnknownParameter` naming the parameters of ``spec`` not in ``accepted``, with a
         did-you-mean and the accepted list: the usual first step of :meth:`check_params`."""
-        from datasets_hub.errors import InvalidParameter, did_you_mean
+        from datasets_hub.errors import UnknownParameter, did_you_mean
 
         accepted = sorted(accepted)
         unknown = sorted(set(spec.params) - set(accepted))
@@ -188,9 +188,10 @@ class Loader:
             from datasets_hub.torchrl_porting import refuse_torchrl_keywords
 
             refuse_torchrl_keywords(spec.id, self.name, unknown)  # a TorchRL keyword: what to write here
-            raise InvalidParameter(
+            raise UnknownParameter(
                 f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the {self.name} loader "
-                f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}"
+                f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}",
+                unknown,
             )
 
     def resources(self, spec: DatasetSpec) -> list[Resource]:

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import LoaderError, TEDError
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader, check_loader, fake_episodes, naive_ted
@@ -205,17 +205,33 @@ def test_a_leaf_removed_between_its_checks_and_its_mapping_is_a_cache_error(tmp_
     is gone when it is mapped is a CacheError saying to load again, never a bare FileNotFoundError."""
     import numpy as np
 
-    from datasets_hub import build_format
+    from datasets_hub.build import reader as build_reader
     from datasets_hub.errors import CacheError
 
     leaf = tmp_path / "leaf.memmap"
     np.arange(6, dtype=np.float32).tofile(leaf)
-    assert build_format.open_leaf(leaf, "float32", (2,), 3).tolist() == [[0, 1], [2, 3], [4, 5]]
+    assert build_reader.open_leaf(leaf, "float32", (2,), 3).tolist() == [[0, 1], [2, 3], [4, 5]]
 
     def removed_meanwhile(path, *args, **kwargs):
         path.unlink()
         raise FileNotFoundError(2, "No such file or directory", str(path))
 
-    monkeypatch.setattr(np, "memmap", removed_meanwhile)  # build_format imports numpy where it maps
+    monkeypatch.setattr(build_reader.np, "memmap", removed_meanwhile)
     with pytest.raises(CacheError, match="disappeared while the build was opened"):
-        build_format.open_leaf(leaf, "float32", (2,), 3)
+        build_reader.open_leaf(leaf, "float32", (2,), 3)
+
+
+def test_itemsizes_match_torch():
+    """build/format.py knows sizes without torch: its table must agree with torch for every name in it."""
+    import warnings
+
+    import torch
+
+    from datasets_hub.build.format import ITEMSIZE
+
+    for name, size in ITEMSIZE.items():
+        dtype = getattr(torch, name, None)
+        if isinstance(dtype, torch.dtype):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # complex32 is "experimental"
+                assert torch.empty(0, dtype=dtype).element_size() == size, name

@@ -1,15 +1,15 @@
-"""The catalogue build's name, recorded so that `datasets-hub list` needs no loader (datasets_hub/catalogue_builds.py)."""
+"""The catalogue build's name, recorded so that `datasets-hub list` needs no loader (datasets_hub/cache/catalogue_builds.py)."""
 
 from __future__ import annotations
 
 import json
 
-from datasets_hub.catalogue_builds import catalogue_build_name
+from datasets_hub.cache.catalogue_builds import catalogue_build_name
 from datasets_hub.plugin_facts import record_folder
 
 
 def test_the_catalogue_build_name_is_the_one_load_uses():
-    from datasets_hub.maintenance import catalogue_build
+    from datasets_hub.cache.maintenance import catalogue_build
 
     name = catalogue_build_name("gym/cartpole-random-v0")
     assert name == catalogue_build("gym/cartpole-random-v0")[2].name

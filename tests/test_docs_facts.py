@@ -36,7 +36,7 @@ def test_check_loader_runs_as_many_times_as_the_docs_say():
 
 def test_the_remote_guide_and_export_state_the_same_default_chunk_size(capsys):
     from datasets_hub.cli.main import build_parser, main
-    from datasets_hub.published_format import DEFAULT_CHUNK_BYTES
+    from datasets_hub.remote.format import DEFAULT_CHUNK_BYTES
 
     kib = DEFAULT_CHUNK_BYTES >> 10
     assert f"about {kib} KiB uncompressed per chunk by default" in (DOCS / "guide/remote.md").read_text()

@@ -87,3 +87,13 @@ def test_every_install_keeps_the_constraints_file():
         for line in lines:
             if "pip install" in line and "--upgrade pip" not in line and "--no-deps" not in line:
                 assert "--constraint constraints.txt" in line, (target, line)
+
+
+def test_no_module_of_the_package_shadows_a_public_name():
+    """``dh.download`` is a function: a submodule ``datasets_hub/download/`` would replace it on the package
+    the moment anything imports the submodule. So no top-level module or package may take an exported name."""
+    import datasets_hub
+
+    names = {path.stem for path in (ROOT / "datasets_hub").glob("*.py")}
+    names |= {path.parent.name for path in (ROOT / "datasets_hub").glob("*/__init__.py")}
+    assert not names & set(datasets_hub.__all__), sorted(names & set(datasets_hub.__all__))

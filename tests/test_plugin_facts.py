@@ -9,7 +9,6 @@ import sys
 import pytest
 
 from datasets_hub import plugin_facts
-from datasets_hub.build_format import ITEMSIZES
 
 
 @pytest.fixture(autouse=True)
@@ -66,17 +65,3 @@ def test_a_recorded_catalogue_follows_its_environment(tmp_path, monkeypatch):
     assert list(plugin_facts.loader_facts("minari").catalogue) == ["minari/a/x-v0"]
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(two))
     assert list(plugin_facts.loader_facts("minari").catalogue) == ["minari/b/y-v0"]
-
-
-def test_itemsizes_match_torch():
-    """build_format knows sizes without torch: its table must agree with torch for every name in it."""
-    import warnings
-
-    import torch
-
-    for name, size in ITEMSIZES.items():
-        dtype = getattr(torch, name, None)
-        if isinstance(dtype, torch.dtype):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # complex32 is "experimental"
-                assert torch.empty(0, dtype=dtype).element_size() == size, name
