@@ -102,6 +102,7 @@ _EXPORTS: dict[str, str] = {
     "CacheError": "errors",
     "TEDError": "errors",
     "InvalidParameter": "errors",
+    "UnknownParameter": "errors",
     "CorruptFile": "errors",
     "CatalogueError": "errors",
     "PluginError": "errors",

@@ -91,7 +91,7 @@ def code_stamp(name: str, eps: Mapping[str, EntryPoint] | None = None) -> dict[s
 
 def record_folder() -> Path:
     """Where the facts are kept (with other records keyed by a plugin's :func:`code_stamp`)."""
-    from datasets_hub.cache.layout import cache_root
+    from datasets_hub.env import cache_root
 
     return cache_root() / "catalogue" / "plugins"
 

@@ -37,7 +37,7 @@ def local_path(resource: Resource) -> Path:
 
 
 def _memo_file(path: Path) -> Path:
-    from datasets_hub.cache.layout import cache_root
+    from datasets_hub.env import cache_root
 
     return cache_root() / "in-place" / f"{sha256_json(str(path))[:32]}.json"
 
