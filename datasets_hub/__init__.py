@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "export": "remote.publish",
     "push": "remote.publish",
     "normalized_score": "scores",
-    "DatasetInfo": "hub",
+    "DatasetInfo": "dataset_info",
     # plugin contract
     "Loader": "loader",
     "Resource": "loader",

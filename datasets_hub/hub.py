@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,103 +17,11 @@ import torch
 from datasets_hub.build.pipeline import build, build_path
 from datasets_hub.cache.layout import dir_size, raw_file_path, read_manifest
 from datasets_hub.catalogue import list_ids, resolve
+from datasets_hub.dataset_info import DatasetInfo
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, UnknownParameter
 from datasets_hub.loader import DatasetSpec, Loader, Resource
 from datasets_hub.plugins import check_requirements, get_loader
 from datasets_hub.redact import redact_url, redact_value
-
-
-@dataclass(repr=False)
-class DatasetInfo:
-    """The dataset card: what a dataset is, where it comes from, and (once built) what it holds.
-
-    Its ``repr`` is a short summary (a few lines); every field is an attribute, and
-    ``datasets-hub info ID`` prints the whole card."""
-
-    id: str
-    loader: str
-    params: dict[str, Any]
-    resources: list[dict[str, Any]]
-    metadata: dict[str, Any]
-    source: str
-    cached: bool
-    build_path: Path | None = None
-    raw_bytes: int = 0
-    built_bytes: int = 0
-    manifest: dict[str, Any] = field(default_factory=dict)
-    #: the keys one sampled transition has: ``{"next/reward": {"dtype": "float32", "shape": [1]}, ...}``
-    #: (per-row shapes; a batch of B adds a leading B). Empty until the dataset is built.
-    sample_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def __repr__(self) -> str:
-        def short(value: Any, limit: int = 90) -> str:
-            text = repr(value)
-            return text if len(text) <= limit else text[: limit - 1] + "…"
-
-        lines = [f"DatasetInfo({self.id!r}, loader={self.loader!r}, cached={self.cached},"]
-        lines.append(f"    params={short(self.params)},")
-        if self.description:
-            lines.append(f"    description={short(self.description)},")
-        if self.cached:
-            counts = self.counts
-            lines.append(
-                f"    transitions={counts.get('transitions')}, episodes={counts.get('episodes')}, "
-                f"keys={len(self.sample_keys)}, built_bytes={self.built_bytes},"
-            )
-            lines.append(f"    build_path={short(str(self.build_path))},")
-        lines.append(f"    resources={len(self.resources)}, source={short(self.source, 60)})")
-        return "\n".join(lines)
-
-    @property
-    def spaces(self) -> dict[str, Any]:
-        """Upstream's observation and action spaces (and env specs), where upstream records them
-        (Minari does); ``{}`` otherwise. Known only once built."""
-        for note in self.notes.values():
-            if isinstance(note, dict) and ("observation_space" in note or "action_space" in note):
-                keys = ("observation_space", "action_space", "env_spec", "eval_env_spec")
-                return {k: note[k] for k in keys if note.get(k) is not None}
-        return {}
-
-    def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> Any:
-        """The environment the dataset was collected in, made the way Minari does it
-        (``gymnasium.make`` of the recorded env spec; ``eval_env=True``: the evaluation env spec,
-        falling back to the collection one). Needs gymnasium and the environment's package."""
-        spec = self.spaces.get("eval_env_spec") if eval_env else None
-        spec = spec or self.spaces.get("env_spec")
-        if spec is None:
-            raise InvalidParameter(
-                f"{self.id!r} records no environment spec"
-                + ("" if self.cached else " (or is not built yet: download it)")
-            )
-        try:
-            import gymnasium
-            from gymnasium.envs.registration import EnvSpec
-        except ImportError as exc:
-            from datasets_hub.errors import MissingDependency
-
-            raise MissingDependency(f"recover_environment needs gymnasium ({exc}). Fix: pip install gymnasium") from exc
-        env_spec = EnvSpec.from_json(spec if isinstance(spec, str) else json.dumps(spec))
-        return gymnasium.make(env_spec, **kwargs)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return self.manifest.get("counts", {})
-
-    @property
-    def schema(self) -> dict[str, Any]:
-        return self.manifest.get("schema", {})
-
-    @property
-    def stats(self) -> dict[str, Any]:
-        return self.manifest.get("stats", {})
-
-    @property
-    def notes(self) -> dict[str, Any]:
-        return self.manifest.get("notes", {})
-
-    @property
-    def description(self) -> str:
-        return str(self.metadata.get("description", ""))
 
 
 def raw_path(loader: Loader, resource: Resource) -> Path:
@@ -459,8 +365,17 @@ def info(dataset_id: str, **params: Any) -> DatasetInfo:
         raw_bytes=raw,
         built_bytes=dir_size(path) if manifest is not None else 0,
         manifest=redact_value(manifest or {}),
-        sample_keys=_sample_keys(path) if manifest is not None else {},
+        sample_keys=_recorded_sample_keys(path, manifest) if manifest is not None else {},
     )
+
+
+def _recorded_sample_keys(path: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The build's sample keys, kept for cards made without torch (``datasets-hub info``)."""
+    from datasets_hub.dataset_info import record_sample_keys
+
+    keys = _sample_keys(path)
+    record_sample_keys(path, manifest, keys)
+    return keys
 
 
 def _sample_keys(path: Path) -> dict[str, dict[str, Any]]:

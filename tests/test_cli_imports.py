@@ -1,8 +1,9 @@
 """What each ``datasets-hub`` command imports, in a fresh interpreter (docs/guide/cli.md, "Speed").
 
-``list``, ``cache ls``, ``--help`` and ``--version`` import neither torch, tensordict nor any loader
-plugin once the plugins' facts are recorded (the first ``list`` of a new plugin version records them);
-``info`` and ``verify`` import the one loader of their id and no other.
+``list``, ``cache ls``, ``--help``, ``--version``, and ``info`` and ``verify`` of an id with the
+catalogue's params import neither torch, tensordict nor any loader plugin once the facts they need
+are recorded (the first ``list`` of a new plugin version, the first ``info`` of a new build record
+them); ``info`` and ``verify`` with ``--param`` overrides import the one loader of their id and no other.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sys
 import pytest
 
 from fixtures.cli import CARTPOLE, SMALL
+
+TINY = "gym/cli-imports-tiny-v0"  # a catalogue entry of its own (DATASETS_HUB_REGISTRY): catalogue params, small
 
 PROBE = """
 import json, sys
@@ -37,33 +40,58 @@ def imports_of(*argv: str) -> tuple[int, list[str]]:
 
 @pytest.fixture(scope="module")
 def a_build(tmp_path_factory):
-    """A cache holding one small build (so that listings have a build and its loader to look at)."""
+    """A cache holding two small builds, one with the catalogue's params and one with overrides."""
     cache = tmp_path_factory.mktemp("cli-imports-cache")
-    env = {**os.environ, "DATASETS_HUB_CACHE": str(cache), "DATASETS_HUB_OFFLINE": "1"}
-    subprocess.run(
-        [sys.executable, "-m", "datasets_hub.cli", "download", CARTPOLE, *SMALL],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    registry = cache.parent / "cli-imports-registry.yaml"
+    registry.write_text(f"{TINY}:\n  loader: gym\n  params: {{env: CartPole-v1, steps: 200, seed: 3}}\n")
+    env = {
+        **os.environ,
+        "DATASETS_HUB_CACHE": str(cache),
+        "DATASETS_HUB_OFFLINE": "1",
+        "DATASETS_HUB_REGISTRY": str(registry),
+    }
+    for argv in (["download", CARTPOLE, *SMALL], ["download", TINY]):
+        subprocess.run(
+            [sys.executable, "-m", "datasets_hub.cli", *argv], env=env, check=True, capture_output=True, timeout=300
+        )
+    return cache, registry
+
+
+@pytest.fixture
+def cache_env(a_build, monkeypatch):
+    cache, registry = a_build
+    monkeypatch.setenv("DATASETS_HUB_CACHE", str(cache))
+    monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(registry))
     return cache
 
 
-@pytest.mark.parametrize("argv", [["list"], ["list", "--json"], ["cache", "ls"], ["--help"], ["--version"]])
-def test_listing_commands_import_no_torch_and_no_loader(a_build, monkeypatch, argv):
-    monkeypatch.setenv("DATASETS_HUB_CACHE", str(a_build))
+@pytest.mark.parametrize(
+    "argv",
+    [["list"], ["list", "--json"], ["cache", "ls"], ["--help"], ["--version"], ["info", TINY], ["info", TINY, "--json"],
+     ["verify", TINY]],
+)  # fmt: skip
+def test_listing_commands_import_no_torch_and_no_loader(cache_env, argv):
     imports_of("list")  # records the plugins' facts (a new plugin version is imported once)
+    imports_of("info", TINY)  # records the build's facts (its sample keys are read with torch once)
     code, heavy = imports_of(*argv)
     assert code == 0
     assert heavy == []
 
 
-def test_a_changed_plugin_is_asked_again(a_build, monkeypatch, tmp_path):
+def test_info_from_recorded_facts_is_the_card_info_gives(cache_env):
+    """The torch-free card and datasets_hub.info's are the same card (built and not built)."""
+    import datasets_hub as dh
+    from datasets_hub.cache.catalogue_builds import recorded_info
+
+    dh.info(TINY)  # records the sample keys
+    assert recorded_info(TINY) == dh.info(TINY)
+    assert recorded_info(CARTPOLE) == dh.info(CARTPOLE)  # not built with the catalogue's params
+
+
+def test_a_changed_plugin_is_asked_again(cache_env):
     """The recorded facts belong to one version of the plugin's code: a changed source file is re-read."""
-    monkeypatch.setenv("DATASETS_HUB_CACHE", str(a_build))
     imports_of("list")
-    records = a_build / "catalogue" / "plugins"
+    records = cache_env / "catalogue" / "plugins"
     gym_record = json.loads((records / "gym.json").read_text())
     gym_record["stamp"]["sources"] = {path: [0, 0] for path in gym_record["stamp"]["sources"]}
     (records / "gym.json").write_text(json.dumps(gym_record))
@@ -75,8 +103,7 @@ def test_a_changed_plugin_is_asked_again(a_build, monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["info", "verify"])
-def test_commands_on_one_id_import_only_its_loader(a_build, monkeypatch, command):
-    monkeypatch.setenv("DATASETS_HUB_CACHE", str(a_build))
+def test_commands_on_one_id_with_overrides_import_only_its_loader(cache_env, command):
     code, heavy = imports_of(command, CARTPOLE, *SMALL)
     assert code == 0
     loaders = {m.split(".")[2] for m in heavy if m.startswith("datasets_hub.loaders.")}

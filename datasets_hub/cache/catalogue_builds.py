@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 
 def _resource_env() -> dict[str, str]:
@@ -22,10 +23,17 @@ _MAX_RECORDED_BUILDS = 2000
 
 
 def catalogue_build_name(dataset_id: str) -> str:
-    """The fingerprint (build folder name) ``load(dataset_id)`` uses with the catalogue's params.
+    """The fingerprint (build folder name) ``load(dataset_id)`` uses with the catalogue's params."""
+    return catalogue_build_record(dataset_id)[0]
 
-    Computing it needs the loader (its resources and ``format_version``): it is computed once per
-    catalogue entry, loader code and mirror setting, and recorded beside the plugin's facts.
+
+def catalogue_build_record(dataset_id: str) -> tuple[str, list[dict[str, Any]]]:
+    """``(build folder name, resources)`` of ``dataset_id`` with the catalogue's params: what
+    ``load(dataset_id)`` builds and what it fetches (the loader's ``resources(spec)`` as dicts).
+
+    Computing them needs the loader (its resources, ``check_params`` and ``format_version``): they are
+    computed once per catalogue entry, loader code, hub version and mirror setting, and recorded
+    beside the plugin's facts.
     """
     from datasets_hub import __version__
     from datasets_hub.build.format import STORAGE_FORMAT_VERSION
@@ -55,18 +63,62 @@ def catalogue_build_name(dataset_id: str) -> str:
         recorded = {}
     if not isinstance(recorded, dict):
         recorded = {}
-    name = recorded.get(key)
-    if isinstance(name, str):
-        return name
+    entry = recorded.get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("build"), str) and isinstance(entry.get("resources"), list):
+        return entry["build"], entry["resources"]
     from datasets_hub.cache.maintenance import catalogue_build
 
-    name = catalogue_build(dataset_id)[2].name
+    spec, loader, build = catalogue_build(dataset_id)
+    entry = {"build": build.name, "resources": [r.to_dict() for r in loader.resources(spec)]}
     if len(recorded) >= _MAX_RECORDED_BUILDS:
         recorded = {}
-    recorded[key] = name
+    recorded[key] = entry
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, recorded, indent=None, sort_keys=False)
     except OSError:
         pass
-    return name
+    return entry["build"], entry["resources"]
+
+
+def recorded_info(dataset_id: str) -> Any:
+    """``datasets_hub.info(dataset_id)`` (the catalogue's params) from recorded facts, without importing
+    the loader or torch; ``None`` when a fact is not recorded yet (then ``info`` itself answers, and
+    records the sample keys for next time). A test checks it equals ``info``'s card."""
+    from datasets_hub.cache.layout import dataset_dir, dir_size, raw_file_path, read_manifest
+    from datasets_hub.catalogue import resolve
+    from datasets_hub.dataset_info import DatasetInfo, recorded_sample_keys
+    from datasets_hub.downloads.fetch import source_key
+    from datasets_hub.loader import Resource
+    from datasets_hub.redact import redact_value
+
+    spec = resolve(dataset_id)
+    name, resources = catalogue_build_record(dataset_id)
+    path = dataset_dir(spec.id) / name
+    manifest = read_manifest(path)
+    sample_keys: dict[str, Any] = {}
+    if manifest is not None:
+        keys = recorded_sample_keys(path, manifest)
+        if keys is None:
+            return None
+        sample_keys = keys
+    raw = 0
+    for entry in resources:
+        resource = Resource.from_dict(entry)
+        candidate = raw_file_path(spec.loader, resource.name, source_key(resource))
+        if candidate.exists():
+            raw += candidate.stat().st_size
+    return DatasetInfo(
+        id=spec.id,
+        loader=spec.loader,
+        params=redact_value(spec.params),
+        resources=[redact_value(r) for r in resources],
+        metadata=redact_value(spec.metadata),
+        source=spec.source,
+        cached=manifest is not None,
+        build_path=path if manifest is not None else None,
+        raw_bytes=raw,
+        built_bytes=dir_size(path) if manifest is not None else 0,
+        manifest=redact_value(manifest or {}),
+        sample_keys=sample_keys,
+    )

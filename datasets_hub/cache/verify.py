@@ -178,7 +178,7 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
         result.problems.append(f"{build / MANIFEST}: no id/params; the manifest is not a datasets_hub build manifest")
         return
     try:
-        _spec, loader, expected = catalogue_build(dataset_id, params)
+        expected, _resources, format_version = _expected_build(dataset_id, params)
     except HubError as exc:  # loader not installed, id only registered in another process…
         result.notes.append(f"{build}: fingerprint not recomputed ({exc})")
         return
@@ -192,7 +192,7 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
         manifest.get("loader_format_version"),
         manifest.get("storage_format_version"),
     )
-    now = (__version__, getattr(loader, "format_version", None), STORAGE_FORMAT_VERSION)
+    now = (__version__, format_version, STORAGE_FORMAT_VERSION)
     if intact or made_by != now:
         result.notes.append(
             f"{build}: a healthy build made by datasets_hub {made_by[0]} (loader format {made_by[1]}, storage "
@@ -297,6 +297,25 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
     return result
 
 
+def _expected_build(dataset_id: str, params: dict[str, Any]) -> tuple[Path, list[Any], int]:
+    """``(build path, resources, loader format_version)`` that ``load(dataset_id, **params)`` uses. With the
+    catalogue's own params they are the recorded facts (:mod:`datasets_hub.cache.catalogue_builds`: no
+    loader import); other params ask the loader."""
+    from datasets_hub.catalogue import resolve
+    from datasets_hub.loader import Resource
+
+    spec = resolve(dataset_id)
+    if params == spec.params or not params:
+        from datasets_hub.cache.catalogue_builds import catalogue_build_record
+        from datasets_hub.plugin_facts import loader_facts
+
+        name, resources = catalogue_build_record(dataset_id)
+        facts = loader_facts(spec.loader)
+        return dataset_dir(dataset_id) / name, [Resource.from_dict(r) for r in resources], facts.format_version
+    spec, loader, build = catalogue_build(dataset_id, params)
+    return build, loader.resources(spec), int(loader.format_version)
+
+
 def verify(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False) -> VerifyResult:
     """Verify the build of ``dataset_id`` for ``params`` (or every build), and its raw files.
 
@@ -314,14 +333,14 @@ def verify(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds:
         for build in builds:
             verify_build(build, result)
         return result
-    spec, loader, build = catalogue_build(dataset_id, params)
+    build, resources, _format_version = _expected_build(dataset_id, params or {})
     if read_manifest(build) is not None:
         return verify_build(build, result)
     raw_found = False
     from datasets_hub.downloads.fetch import source_key
 
-    for resource in loader.resources(spec):
-        path = raw_file_path(loader.name, resource.name, source_key(resource))
+    for resource in resources:
+        path = raw_file_path(dataset_id.split("/", 1)[0], resource.name, source_key(resource))
         if path.exists():
             raw_found = True
             _verify_raw(path, resource, result)

@@ -161,14 +161,19 @@ def _fmt_stats(stats: dict[str, Any]) -> str:
 def cmd_info(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from datasets_hub.cache.maintenance import catalogue_build
+    from datasets_hub.cache.catalogue_builds import recorded_info
     from datasets_hub.downloads.sizes import resource_sizes
     from datasets_hub.downloads.sizes import total as download_total
     from datasets_hub.files import human_bytes
-    from datasets_hub.hub import info as hub_info
 
-    catalogue_build(args.id, params_of(args))  # checks the params with the loader (hub.info does not, yet)
-    card = hub_info(args.id, **params_of(args))
+    # the catalogue's params: the card from recorded facts (no loader, no torch) when they are recorded
+    card = None if params_of(args) or args.plot else recorded_info(args.id)
+    if card is None:
+        from datasets_hub.cache.maintenance import catalogue_build
+        from datasets_hub.hub import info as hub_info
+
+        catalogue_build(args.id, params_of(args))  # checks the params with the loader (hub.info does not, yet)
+        card = hub_info(args.id, **params_of(args))
     # before a download: the catalogue's sizes, else the server's (HEAD, cached); never an error offline
     sizes = resource_sizes(
         card.resources,

@@ -1,0 +1,151 @@
+"""``DatasetInfo``, the dataset card that ``datasets_hub.info`` returns.
+
+A module of its own, importing nothing heavy: ``datasets-hub info`` builds cards from recorded facts
+without importing torch (:mod:`datasets_hub.cache.catalogue_builds`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasets_hub.errors import InvalidParameter
+
+
+@dataclass(repr=False)
+class DatasetInfo:
+    """The dataset card: what a dataset is, where it comes from, and (once built) what it holds.
+
+    Its ``repr`` is a short summary (a few lines); every field is an attribute, and
+    ``datasets-hub info ID`` prints the whole card."""
+
+    id: str
+    loader: str
+    params: dict[str, Any]
+    resources: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    source: str
+    cached: bool
+    build_path: Path | None = None
+    raw_bytes: int = 0
+    built_bytes: int = 0
+    manifest: dict[str, Any] = field(default_factory=dict)
+    #: the keys one sampled transition has: ``{"next/reward": {"dtype": "float32", "shape": [1]}, ...}``
+    #: (per-row shapes; a batch of B adds a leading B). Empty until the dataset is built.
+    sample_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        def short(value: Any, limit: int = 90) -> str:
+            text = repr(value)
+            return text if len(text) <= limit else text[: limit - 1] + "…"
+
+        lines = [f"DatasetInfo({self.id!r}, loader={self.loader!r}, cached={self.cached},"]
+        lines.append(f"    params={short(self.params)},")
+        if self.description:
+            lines.append(f"    description={short(self.description)},")
+        if self.cached:
+            counts = self.counts
+            lines.append(
+                f"    transitions={counts.get('transitions')}, episodes={counts.get('episodes')}, "
+                f"keys={len(self.sample_keys)}, built_bytes={self.built_bytes},"
+            )
+            lines.append(f"    build_path={short(str(self.build_path))},")
+        lines.append(f"    resources={len(self.resources)}, source={short(self.source, 60)})")
+        return "\n".join(lines)
+
+    @property
+    def spaces(self) -> dict[str, Any]:
+        """Upstream's observation and action spaces (and env specs), where upstream records them
+        (Minari does); ``{}`` otherwise. Known only once built."""
+        for note in self.notes.values():
+            if isinstance(note, dict) and ("observation_space" in note or "action_space" in note):
+                keys = ("observation_space", "action_space", "env_spec", "eval_env_spec")
+                return {k: note[k] for k in keys if note.get(k) is not None}
+        return {}
+
+    def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> Any:
+        """The environment the dataset was collected in, made the way Minari does it
+        (``gymnasium.make`` of the recorded env spec; ``eval_env=True``: the evaluation env spec,
+        falling back to the collection one). Needs gymnasium and the environment's package."""
+        spec = self.spaces.get("eval_env_spec") if eval_env else None
+        spec = spec or self.spaces.get("env_spec")
+        if spec is None:
+            raise InvalidParameter(
+                f"{self.id!r} records no environment spec"
+                + ("" if self.cached else " (or is not built yet: download it)")
+            )
+        try:
+            import gymnasium
+            from gymnasium.envs.registration import EnvSpec
+        except ImportError as exc:
+            from datasets_hub.errors import MissingDependency
+
+            raise MissingDependency(f"recover_environment needs gymnasium ({exc}). Fix: pip install gymnasium") from exc
+        env_spec = EnvSpec.from_json(spec if isinstance(spec, str) else json.dumps(spec))
+        return gymnasium.make(env_spec, **kwargs)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.manifest.get("counts", {})
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return self.manifest.get("schema", {})
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self.manifest.get("stats", {})
+
+    @property
+    def notes(self) -> dict[str, Any]:
+        return self.manifest.get("notes", {})
+
+    @property
+    def description(self) -> str:
+        return str(self.metadata.get("description", ""))
+
+
+def _sample_keys_record(build_path: Path) -> Path:
+    from datasets_hub.env import cache_root
+
+    return cache_root() / "catalogue" / "cards" / f"{build_path.parent.name}-{build_path.name}.json"
+
+
+def recorded_sample_keys(build_path: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """The sample keys :func:`record_sample_keys` kept for this build (made by this version of the hub,
+    with this manifest), or None."""
+    from datasets_hub import __version__
+    from datasets_hub.files import sha256_json
+
+    try:
+        record = json.loads(_sample_keys_record(build_path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("hub") != __version__:
+        return None
+    if record.get("path") != str(build_path) or record.get("manifest") != sha256_json(manifest, default=str):
+        return None
+    keys = record.get("sample_keys")
+    return keys if isinstance(keys, dict) else None
+
+
+def record_sample_keys(build_path: Path, manifest: dict[str, Any], sample_keys: dict[str, dict[str, Any]]) -> None:
+    """Keep the sample keys of a build (read with torch once) for cards made without torch. Builds
+    never change once published; the record names the manifest it belongs to and the hub version."""
+    from datasets_hub import __version__
+    from datasets_hub.files import sha256_json, write_json_atomic
+
+    record = {
+        "hub": __version__,
+        "path": str(build_path),
+        "manifest": sha256_json(manifest, default=str),
+        "sample_keys": sample_keys,
+    }
+    target = _sample_keys_record(build_path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(target, record, indent=None, sort_keys=False)
+    except OSError:
+        pass  # a read-only cache: torch is imported again next time, only slower
