@@ -14,7 +14,7 @@ def test_the_catalogue_build_name_is_the_one_load_uses():
     name = catalogue_build_name("gym/cartpole-random-v0")
     assert name == catalogue_build("gym/cartpole-random-v0")[2].name
     record = record_folder() / "gym-builds.json"
-    assert list(json.loads(record.read_text()).values()) == [name]
+    assert [e["build"] for e in json.loads(record.read_text()).values()] == [name]
 
 
 def test_a_mirror_setting_is_another_record(monkeypatch):

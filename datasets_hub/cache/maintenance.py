@@ -327,6 +327,19 @@ def is_variant(path: Path) -> bool:
     return preprocessed_root() in Path(path).parents
 
 
+def first_busy(paths: list[Path]) -> Path | None:
+    """The first of ``paths`` (builds or preprocessed variants) another process is writing right now,
+    or None: a removal of several checks them all before removing any (each removal checks again)."""
+    locks: list[Path] = []
+    for path in map(Path, paths):
+        if is_variant(path):
+            locks.append(path.with_name(path.name + ".lock"))
+        else:
+            locks += [_build_lock(path), *_variant_locks(path.name)]
+    with _hold_all(list(dict.fromkeys(locks))) as busy:
+        return busy
+
+
 def remove_build(path: Path) -> list[Path]:
     """Delete a build (with its preprocessed variants) or one preprocessed variant, as :func:`find_builds`
     names them, under the locks their writers hold; returns what went. One being built or computed

@@ -145,12 +145,19 @@ def cmd_cache_du(args: argparse.Namespace) -> int:
 
 def cmd_cache_rm(args: argparse.Namespace) -> int:
     from datasets_hub.cache.layout import dir_size
-    from datasets_hub.cache.maintenance import find_builds, is_variant, remove_build, variant_paths
+    from datasets_hub.cache.maintenance import find_builds, first_busy, is_variant, remove_build, variant_paths
+    from datasets_hub.errors import CacheError
     from datasets_hub.files import human_bytes
 
     # resolve every name first: an ambiguous or unknown one removes nothing at all
     targets = [p for name in args.names for p in find_builds(name, params=params_of(args), all_builds=args.all_builds)]
     verb = "would remove" if args.dry_run else "removed"
+    busy = None if args.dry_run else first_busy(list(dict.fromkeys(targets)))
+    if busy is not None:  # one being written: remove none of them, not the ones before it
+        raise CacheError(
+            f"another process is writing {busy.with_suffix('')} right now ({busy} is held); nothing was "
+            "removed: try again when it finishes"
+        )
     total = 0
     for path in dict.fromkeys(targets):
         what = "preprocessed variant" if is_variant(path) else "build"

@@ -40,7 +40,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub import sources
-from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError
+from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError, UnknownParameter
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from datasets_hub.loaders.formats.text import decode_text
 from datasets_hub.loaders.minari.convert import episode_columns, text_keys
@@ -120,11 +120,14 @@ class MinariLoader(Loader):
 
     def check_params(self, spec: DatasetSpec) -> None:
         if spec.params:
-            self.reject_unknown_params(spec, ())  # a TorchRL keyword says what to write instead
-            raise InvalidParameter(
-                f"the minari loader takes no parameters, got {sorted(spec.params)} for {spec.id!r}; "
-                "a Minari dataset is named by its id alone, e.g. 'minari/D4RL/door/human-v2'"
-            )
+            try:
+                self.reject_unknown_params(spec, ())  # a keyword of TorchRL's dataset classes: its own answer
+            except UnknownParameter as exc:
+                raise UnknownParameter(
+                    f"the minari loader takes no parameters, got {sorted(spec.params)} for {spec.id!r}; "
+                    "a Minari dataset is named by its id alone, e.g. 'minari/D4RL/door/human-v2'",
+                    exc.names,
+                ) from None
         if not _MINARI_ID_RE.match(spec.name):
             raise InvalidParameter(
                 f"{spec.id!r} does not name a Minari dataset: ids look like "
