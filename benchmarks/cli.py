@@ -2,10 +2,11 @@
 
 Each command runs as a fresh process (what a user waits for), warm: bytecode cached (in a scratch
 ``PYTHONPYCACHEPREFIX``, so a ``PYTHONDONTWRITEBYTECODE`` environment is measured as installed
-packages run) and one untimed run first, so the plugins' facts are recorded. A scratch cache holds one
-small gym build, for ``info``/``verify`` to look at. Against, in the same run and the same way:
+packages run) and one untimed run first, so the facts the CLI records are there. A scratch cache holds
+two small gym builds: one of a scratch catalogue entry (``info``/``verify`` with the catalogue's params)
+and one with ``--param`` overrides (which ask the loader). Against, in the same run and the same way:
 Hugging Face's ``hf cache ls`` (else ``huggingface-cli scan-cache``) on an empty hub cache, and
-``minari list local`` on an empty Minari store, when they are installed beside this interpreter.
+``minari list local`` on an empty Minari store, through their console-script entry points.
 Commands are timed in rounds (every command once per round) so that load changes hit them alike; the
 table gives the median and the minimum per command, and whether it imported torch (from ``-X importtime``).
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -34,6 +34,10 @@ BUILT = "gym/cartpole-random-v0"
 PARAMS = ["--param", "steps=300"]
 
 
+TINY = "gym/cli-bench-tiny-v0"  # a catalogue entry of its own: info/verify with the catalogue's params
+REGISTRY = f"{TINY}:\n  loader: gym\n  params: {{env: CartPole-v1, steps: 300, seed: 0}}\n"
+
+
 def ours() -> dict[str, list[str]]:
     cli = [sys.executable, "-m", "datasets_hub.cli"]
     return {
@@ -42,26 +46,32 @@ def ours() -> dict[str, list[str]]:
         "datasets-hub list": [*cli, "list"],
         "datasets-hub list --json": [*cli, "list", "--json"],
         "datasets-hub cache ls": [*cli, "cache", "ls"],
-        f"datasets-hub info {BUILT}": [*cli, "info", BUILT, *PARAMS],
-        f"datasets-hub verify {BUILT}": [*cli, "verify", BUILT, *PARAMS],
+        f"datasets-hub info {TINY}": [*cli, "info", TINY],
+        f"datasets-hub verify {TINY}": [*cli, "verify", TINY],
+        f"datasets-hub info {BUILT} --param steps=300": [*cli, "info", BUILT, *PARAMS],
+        f"datasets-hub verify {BUILT} --param steps=300": [*cli, "verify", BUILT, *PARAMS],
     }
 
 
 def others() -> dict[str, list[str]]:
-    """The other projects' listing commands installed beside this interpreter (or on PATH)."""
-    here = Path(sys.executable).parent
+    """The other projects' listing commands, run through their console-script entry points with this
+    interpreter (so they are found in this environment whatever PATH says)."""
+    from importlib.metadata import entry_points
 
-    def find(name: str) -> str | None:
-        local = here / name
-        return str(local) if local.exists() else shutil.which(name)
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
+
+    def script(name: str, *args: str) -> list[str]:
+        module, _, attr = scripts[name].partition(":")
+        code = f"import sys; sys.argv[0] = {name!r}; from {module} import {attr} as main; sys.exit(main())"
+        return [sys.executable, "-c", code, *args]
 
     found: dict[str, list[str]] = {}
-    if find("hf"):
-        found["hf cache ls"] = [str(find("hf")), "cache", "ls"]
-    elif find("huggingface-cli"):
-        found["huggingface-cli scan-cache"] = [str(find("huggingface-cli")), "scan-cache"]
-    if find("minari"):
-        found["minari list local"] = [str(find("minari")), "list", "local"]
+    if "hf" in scripts:
+        found["hf cache ls"] = script("hf", "cache", "ls")
+    elif "huggingface-cli" in scripts:
+        found["huggingface-cli scan-cache"] = script("huggingface-cli", "scan-cache")
+    if "minari" in scripts:
+        found["minari list local"] = script("minari", "list", "local")
     return found
 
 
@@ -82,11 +92,11 @@ def imports_torch(argv: list[str], env: dict[str, str]) -> bool | None:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'command':<52} {'median s':>9} {'min s':>7} {'imports torch':>14} {'exit':>5}"]
+    lines = [f"{'command':<62} {'median s':>9} {'min s':>7} {'imports torch':>14} {'exit':>5}"]
     for r in rows:
         torch_cell = "-" if r["imports_torch"] is None else ("yes" if r["imports_torch"] else "no")
         lines.append(
-            f"{r['command']:<52} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {torch_cell:>14} {r['exit_code']:>5}"
+            f"{r['command']:<62} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {torch_cell:>14} {r['exit_code']:>5}"
         )
     return "\n".join(lines)
 
@@ -109,12 +119,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         (work / "hf").mkdir()
         (work / "minari").mkdir()
-        subprocess.run(
-            [sys.executable, "-m", "datasets_hub.cli", "download", BUILT, *PARAMS],
-            env=env,
-            check=True,
-            capture_output=True,
-        )
+        (work / "registry.yaml").write_text(REGISTRY)
+        env["DATASETS_HUB_REGISTRY"] = str(work / "registry.yaml")
+        for dataset in ([TINY], [BUILT, *PARAMS]):
+            subprocess.run(
+                [sys.executable, "-m", "datasets_hub.cli", "download", *dataset],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
         commands = {**ours(), **others()}
         for argv in commands.values():  # untimed: bytecode written, plugin facts recorded
             run(argv, env)
