@@ -103,6 +103,13 @@ class DatasetInfo:
         return self.manifest.get("notes", {})
 
     @property
+    def frames(self) -> dict[str, Any]:
+        """Per compressed camera key: codec, quality, stored and decoded bytes, and the PSNR (dB) of the
+        stored frames against the frames the loader handed over (measured on every 16th row at build
+        time); ``{}`` for a build whose frames are raw (or a build not made yet)."""
+        return self.stats.get("frames", {})
+
+    @property
     def description(self) -> str:
         return str(self.metadata.get("description", ""))
 

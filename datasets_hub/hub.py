@@ -73,11 +73,30 @@ def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], l
     return files, sources
 
 
-def _ensure_build(dataset_id: str, *, force: bool, allow_download: bool, params: dict[str, Any]) -> Path:
+def _frame_codec(spec: Any, loader: Any, frames: str | None, frame_quality: int | None) -> Any:
+    """The frame codec of a build (``frames=None``: by the loader's estimate of the decoded frame bytes)."""
+    from datasets_hub.build.frames import resolve_frames
+
+    estimate = loader.frame_bytes(spec) if frames in (None, "auto") else None
+    return resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})")
+
+
+def _ensure_build(
+    dataset_id: str,
+    *,
+    force: bool,
+    allow_download: bool,
+    params: dict[str, Any],
+    frames: str | None = None,
+    frame_quality: int | None = None,
+) -> Path:
     spec = resolve(dataset_id, **params)
     loader = get_loader(spec.loader)
     loader.check_params(spec)
-    path = build_path(spec, loader)
+    if spec.resources:  # an entry's own files are fetched, or refused by name: never silently replaced
+        loader.check_catalogue_resources(spec, loader.resources(spec))
+    codec = _frame_codec(spec, loader, frames, frame_quality)
+    path = build_path(spec, loader, codec)
     if not force and read_manifest(path) is not None:
         return path
     if not allow_download:
@@ -87,15 +106,20 @@ def _ensure_build(dataset_id: str, *, force: bool, allow_download: bool, params:
         )
     check_requirements(loader)
     files, sources = fetch_sources(spec, loader)
-    return build(spec, loader, files, sources, force=force)
+    return build(spec, loader, files, sources, force=force, frames=codec)
 
 
-def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
+def download(
+    dataset_id: str, *, force: bool = False, frames: str | None = None, frame_quality: int | None = None, **params: Any
+) -> Path:
     """Fetch and convert ``dataset_id`` into the cache; return the build directory.
 
     ``force=True`` rebuilds even when a build exists (raw files are re-verified, not re-fetched).
+    ``frames``/``frame_quality``: how camera frames are stored, as for :func:`load`.
     """
-    return _ensure_build(dataset_id, force=force, allow_download=True, params=params)
+    return _ensure_build(
+        dataset_id, force=force, allow_download=True, params=params, frames=frames, frame_quality=frame_quality
+    )
 
 
 def _open_storage(
@@ -106,6 +130,9 @@ def _open_storage(
     remote: dict[str, Any],
     params: dict[str, Any],
     in_memory: bool = False,
+    frames: str | None = None,
+    frame_quality: int | None = None,
+    decode_device: Any = None,
 ) -> Any:
     """The read-only storage ``load`` wraps: a local build of a catalogue id, or a published build by URL."""
     if isinstance(dataset_id, str) and "://" in dataset_id:  # a published build's URL, never a catalogue id
@@ -113,6 +140,15 @@ def _open_storage(
             raise InvalidParameter(
                 "in_memory=True applies to builds loaded by id; a published build loaded by URL is read through "
                 "its local chunk cache (resident='full' fetches all of it)"
+            )
+        if decode_device is not None:
+            raise InvalidParameter(
+                "decode_device= applies to builds loaded by id; a published build's frames are decoded on the host"
+            )
+        if frames is not None or frame_quality is not None:
+            raise InvalidParameter(
+                "a published build is loaded as it was built: its frames are stored as its manifest says "
+                "(frames= and frame_quality= choose how a local build stores them)"
             )
         if params:
             raise InvalidParameter(
@@ -130,7 +166,16 @@ def _open_storage(
     from datasets_hub.build.storage import DatasetStorage
 
     return DatasetStorage(
-        _ensure_build(dataset_id, force=False, allow_download=download, params=params), in_memory=in_memory
+        _ensure_build(
+            dataset_id,
+            force=False,
+            allow_download=download,
+            params=params,
+            frames=frames,
+            frame_quality=frame_quality,
+        ),
+        in_memory=in_memory,
+        decode_device=decode_device,
     )
 
 
@@ -244,6 +289,9 @@ def load(
     device: str | torch.device | None = None,
     cuda_graphs: bool = False,
     in_memory: bool = False,
+    frames: str | None = None,
+    frame_quality: int | None = None,
+    decode_device: str | torch.device | None = None,
     **params: Any,
 ):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
@@ -278,6 +326,14 @@ def load(
     the OS offers them) instead of sampling from its memory-mapped files: the same values under the
     same seed, fewer cycles per batch. It refuses with ``InvalidParameter`` naming the size needed
     and the memory available when the copy would not fit (see ``docs/guide/sampling.md``).
+
+    ``frames`` chooses how camera frames (uint8 image keys) are stored (see ``docs/guide/compressed-frames.md``):
+    ``"raw"`` (decoded once, fastest to sample), ``"jpeg"`` (each frame on its own, ``frame_quality``
+    1..100, default 90) or ``"png"`` (exact); ``None`` stores them raw while the loader's estimate of their
+    decoded size stays at or below ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` (16 GiB), JPEG above. The codec
+    enters the build's fingerprint; compressed frames are decoded at sample time, only those sampled, in
+    host threads, or with ``decode_device="cuda"`` by nvJPEG (torchvision) into that device's memory: the
+    sampled frames then arrive on the device, the other leaves on the host.
     """
     steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
     if not all(callable(fn) for fn in steps):
@@ -287,6 +343,9 @@ def load(
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
     check_sampler(sampler, batch_size)
+    from datasets_hub.buffers.samplers.base import check_generator
+
+    check_generator(generator)  # before any download or build, not at the first sample()
     if device is not None:  # before any download or build: no CUDA is an error now, not after an hour
         from datasets_hub.buffers.device.memory import as_device
 
@@ -309,13 +368,26 @@ def load(
         raise InvalidParameter(f"in_memory must be True or False, got {in_memory!r}")
     if cuda_graphs and device is None:
         raise InvalidParameter("cuda_graphs=True replays draws on a CUDA device: pass device='cuda' with it")
+    if decode_device is not None and device is not None:
+        raise InvalidParameter(
+            "device= copies the whole build into device memory, decoded; decode_device= decodes the sampled frames "
+            "of a compressed build there: pass one of them"
+        )
     if in_memory and device is not None:
         raise InvalidParameter(
             "in_memory=True and device= both copy the build: device= already holds it in that device's memory; "
             "pass one of them"
         )
     storage = _open_storage(
-        dataset_id, download=download, resident=resident, remote=remote, params=params, in_memory=in_memory
+        dataset_id,
+        download=download,
+        resident=resident,
+        remote=remote,
+        params=params,
+        in_memory=in_memory,
+        frames=frames,
+        frame_quality=frame_quality,
+        decode_device=decode_device,
     )
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers.random import RandomSampler
@@ -341,12 +413,15 @@ def load(
     return rb
 
 
-def info(dataset_id: str, **params: Any) -> DatasetInfo:
-    """The card of ``dataset_id``: catalogue facts, plus counts, schema and statistics once built."""
+def info(dataset_id: str, *, frames: str | None = None, frame_quality: int | None = None, **params: Any) -> DatasetInfo:
+    """The card of ``dataset_id``: catalogue facts, plus counts, schema and statistics once built
+    (``frames``/``frame_quality`` select the build as for :func:`load`)."""
     spec = resolve(dataset_id, **params)
     loader = get_loader(spec.loader)
     loader.check_params(spec)
-    path = build_path(spec, loader)
+    if spec.resources:
+        loader.check_catalogue_resources(spec, loader.resources(spec))
+    path = build_path(spec, loader, _frame_codec(spec, loader, frames, frame_quality))
     manifest = read_manifest(path)
     raw = 0
     for resource in loader.resources(spec):

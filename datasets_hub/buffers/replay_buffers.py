@@ -42,7 +42,8 @@ from tensordict import TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
-from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.batch_size import check_batch_items
+from datasets_hub.buffers.samplers.base import Sampler, as_index, check_generator
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction, reduce_trailing
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
@@ -107,6 +108,8 @@ class ReplayBuffer:
     ) -> None:
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        if batch_size is not None:
+            check_batch_items(batch_size, f"batch_size={batch_size}")
         self._batch_size = batch_size
         prefetch = 0 if prefetch is None else prefetch
         if not isinstance(prefetch, int) or prefetch < 0:
@@ -260,6 +263,7 @@ class ReplayBuffer:
 
     def set_rng(self, generator: torch.Generator) -> None:
         """Make ``generator`` the sampler's only source of randomness."""
+        check_generator(generator)
         self._sampler.generator = generator
 
     def read_only_view(self, storage: Storage, *, transform: Any = None, prefetch: int | None = None) -> Any:
@@ -402,6 +406,8 @@ class ReplayBuffer:
                 )
         elif not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")  # 0 gave an empty batch
+        else:
+            check_batch_items(batch_size, f"sample({batch_size})")
         data, info, _ = self._draw(batch_size)
         return (data, info) if return_info else data
 
@@ -461,7 +467,8 @@ class ReplayBuffer:
         return to_torchrl(self, **kwargs)
 
     def as_map_dataset(self, **kwargs: Any) -> Any:
-        """A map-style PyTorch dataset over the items (``torch_data.BufferDataset``)."""
+        """A map-style PyTorch dataset: ``ds[i]`` is the sample at anchor ``i`` (``sample_at``; windows, goals
+        and n-step returns included), or with ``view="rows"`` the stored row (``torch_data.BufferDataset``)."""
         from datasets_hub.interop.torch_data import BufferDataset
 
         return BufferDataset(self, **kwargs)
@@ -543,6 +550,7 @@ class ReplayBuffer:
             raise ValueError(
                 f"sample_many needs a positive batch_size (here or in the constructor), got {batch_size!r}"
             )
+        check_batch_items(k * batch_size, f"sample_many({k}, batch_size={batch_size})")
         if not self._plain_gathers():
             return _stack([self.sample(batch_size) for _ in range(k)])
         with self._lock:
@@ -569,6 +577,31 @@ class ReplayBuffer:
             and not self._transform.transforms
             and getattr(self._storage, "ndim", 1) == 1
         )
+
+    def sample_at(self, index: Any, *, generator: torch.Generator | None = None, return_info: bool = False) -> Any:
+        """The batch ``sample()`` returns where the sampler's draw lands on the rows ``index``: one item per
+        row with a sampled row's keys and shapes (a window with its ``<key>_is_pad`` masks, goals, n-step
+        returns), transforms applied. What the sampler draws beyond the anchor (goals, a random ``n``)
+        comes from ``generator`` (default: the buffer's). A sampler with no item at a given row (slices,
+        ``FullStackSampler``, ``WindowSampler(pad=False)``, priorities) refuses by name
+        (``Sampler.sample_at``): this is what a map-style view (``as_map_dataset``) serves at ``ds[i]``."""
+        if getattr(self._storage, "ndim", 1) > 1:
+            raise ValueError(
+                "sample_at indexes the rows of a one-dimensional storage; a multi-dimensional one (ndim > 1) has "
+                "items of several rows: index it with rb[...], or sample()"
+            )
+        with self._lock:
+            rows = self._check_index(as_index(index).reshape(-1))
+            sampler = self._sampler
+            drawn, info = sampler.sample_at(
+                self._storage, rows, generator if generator is not None else sampler.generator
+            )
+            info = {**info, "index": drawn}
+            data = self._gather(drawn, info)
+            if self._pin_memory:
+                data = data.pin_memory()
+        data = self._fwd(data)
+        return (data, info) if return_info else data
 
     def draw_index(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]] | None:
         """The sampler's ``(index, info)`` for one batch of ``batch_size``, drawn under the buffer's lock

@@ -66,10 +66,17 @@ def catalogue_build_record(dataset_id: str) -> tuple[str, list[dict[str, Any]]]:
     entry = recorded.get(key)
     if isinstance(entry, dict) and isinstance(entry.get("build"), str) and isinstance(entry.get("resources"), list):
         return entry["build"], entry["resources"]
+    from datasets_hub.build.frames import resolve_frames
+    from datasets_hub.build.pipeline import build_path
     from datasets_hub.cache.maintenance import catalogue_build
 
-    spec, loader, build = catalogue_build(dataset_id)
-    entry = {"build": build.name, "resources": [r.to_dict() for r in loader.resources(spec)]}
+    spec, loader, _raw_frames_build = catalogue_build(dataset_id)
+    resources = loader.resources(spec)
+    if spec.resources:  # as load() does: an entry's own files are fetched, or refused by name
+        loader.check_catalogue_resources(spec, resources)
+    # the frame codec load() picks by default (by the loader's estimate of the decoded frame bytes)
+    codec = resolve_frames(None, None, loader.frame_bytes(spec), where=f"load({spec.id!r})")
+    entry = {"build": build_path(spec, loader, codec).name, "resources": [r.to_dict() for r in resources]}
     if len(recorded) >= _MAX_RECORDED_BUILDS:
         recorded = {}
     recorded[key] = entry

@@ -39,6 +39,8 @@ class VerifyResult:
     checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: with ``deep=True``: the data doctor's report on each build (or on the raw files) verified
+    doctor: list[Any] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -177,8 +179,14 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
     if not isinstance(dataset_id, str) or not isinstance(params, dict):
         result.problems.append(f"{build / MANIFEST}: no id/params; the manifest is not a datasets_hub build manifest")
         return
+    recorded = manifest.get("frames")  # a compressed build's codec enters its fingerprint
+    frames = None
+    if isinstance(recorded, dict) and recorded.get("codec") in ("jpeg", "png"):
+        from datasets_hub.build.frames import FrameCodec
+
+        frames = FrameCodec(recorded["codec"], recorded.get("quality"))
     try:
-        expected, _resources, format_version = _expected_build(dataset_id, params)
+        expected, _resources, format_version = _expected_build(dataset_id, params, frames)
     except HubError as exc:  # loader not installed, id only registered in another process…
         result.notes.append(f"{build}: fingerprint not recomputed ({exc})")
         return
@@ -297,31 +305,44 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
     return result
 
 
-def _expected_build(dataset_id: str, params: dict[str, Any]) -> tuple[Path, list[Any], int]:
+def _expected_build(dataset_id: str, params: dict[str, Any], frames: Any = None) -> tuple[Path, list[Any], int]:
     """``(build path, resources, loader format_version)`` that ``load(dataset_id, **params)`` uses. With the
-    catalogue's own params they are the recorded facts (:mod:`datasets_hub.cache.catalogue_builds`: no
-    loader import); other params ask the loader."""
+    catalogue's own params (and stored frames) they are the recorded facts
+    (:mod:`datasets_hub.cache.catalogue_builds`: no loader import); anything else asks the loader."""
     from datasets_hub.catalogue import resolve
     from datasets_hub.loader import Resource
 
     spec = resolve(dataset_id)
-    if params == spec.params or not params:
+    if frames is None and (params == spec.params or not params):
         from datasets_hub.cache.catalogue_builds import catalogue_build_record
         from datasets_hub.plugin_facts import loader_facts
 
         name, resources = catalogue_build_record(dataset_id)
         facts = loader_facts(spec.loader)
         return dataset_dir(dataset_id) / name, [Resource.from_dict(r) for r in resources], facts.format_version
-    spec, loader, build = catalogue_build(dataset_id, params)
+    spec, loader, build = catalogue_build(dataset_id, params, frames)
     return build, loader.resources(spec), int(loader.format_version)
 
 
-def verify(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False) -> VerifyResult:
+def verify(
+    dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False, deep: bool = False
+) -> VerifyResult:
     """Verify the build of ``dataset_id`` for ``params`` (or every build), and its raw files.
 
     Without a build, the raw files the catalogue names are verified. Nothing in the cache at all
-    is a :class:`CacheError` (there is nothing to vouch for).
+    is a :class:`CacheError` (there is nothing to vouch for). ``deep=True`` also looks at the data:
+    the data doctor (:func:`datasets_hub.doctor.diagnosis.diagnose`) examines every build verified, or the raw
+    files when there is no build, and its reports are in ``result.doctor``.
     """
+    result = _verify_bytes(dataset_id, params=params, all_builds=all_builds)
+    if deep:
+        from datasets_hub.doctor.diagnosis import diagnose_cached
+
+        result.doctor = diagnose_cached(dataset_id, params=params, all_builds=all_builds)
+    return result
+
+
+def _verify_bytes(dataset_id: str, *, params: dict[str, Any] | None, all_builds: bool) -> VerifyResult:
     result = VerifyResult(dataset_id)
     if all_builds:
         builds = builds_of(dataset_id)

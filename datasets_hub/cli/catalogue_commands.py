@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.cli.common import PROG, add_param, note, out, params_of, table
+from datasets_hub.cli.common import PROG, add_frames, add_param, frames_of, note, out, params_of, table
 from datasets_hub.errors import HubError, UnknownLoader, did_you_mean
 
 
@@ -27,6 +27,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("info", help="the dataset card")
     p.add_argument("id")
     add_param(p)
+    add_frames(p)
     p.add_argument("--json", action="store_true", help="print the card as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw episode return and length histograms (needs matplotlib)")
     p.set_defaults(func=cmd_info)
@@ -167,13 +168,13 @@ def cmd_info(args: argparse.Namespace) -> int:
     from datasets_hub.files import human_bytes
 
     # the catalogue's params: the card from recorded facts (no loader, no torch) when they are recorded
-    card = None if params_of(args) or args.plot else recorded_info(args.id)
+    card = None if params_of(args) or frames_of(args) or args.plot else recorded_info(args.id)
     if card is None:
         from datasets_hub.cache.maintenance import catalogue_build
         from datasets_hub.hub import info as hub_info
 
         catalogue_build(args.id, params_of(args))  # checks the params with the loader (hub.info does not, yet)
-        card = hub_info(args.id, **params_of(args))
+        card = hub_info(args.id, **frames_of(args), **params_of(args))
     # before a download: the catalogue's sizes, else the server's (HEAD, cached); never an error offline
     sizes = resource_sizes(
         card.resources,
@@ -237,6 +238,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     )
     row("episode return", _fmt_stats(card.stats.get("episode_return", {})))
     row("episode length", _fmt_stats(card.stats.get("episode_length", {})))
+    for key, f in sorted(card.frames.items()):  # compressed camera keys: codec, bytes, loss
+        psnr = f.get("psnr_db")
+        loss = "exact" if psnr is None else f"PSNR {psnr.get('mean')} dB mean, {psnr.get('min')} min"
+        quality = f" q{f['quality']}" if f.get("quality") is not None else ""
+        row(
+            "frames",
+            f"{key}: {f.get('codec')}{quality}, {human_bytes(f.get('bytes', 0))} "
+            f"(decoded {human_bytes(f.get('decoded_bytes', 0))}), {loss}",
+        )
     lines.append("  sample (one transition; a batch of B adds a leading B)")
     sample_rows = [(name, spec["dtype"], tuple(spec["shape"])) for name, spec in card.sample_keys.items()]
     lines += ["    " + line for line in table(("key", "dtype", "shape"), sample_rows)]

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from datasets_hub.cli.common import PROG, add_param, err, out, params_of, table
+from datasets_hub.cli.common import PROG, add_frames, add_param, err, frames_of, out, params_of, table
 from datasets_hub.errors import HubError, InvalidParameter
 
 
@@ -16,14 +16,17 @@ def register(sub: Any) -> None:
     p.add_argument("ids", nargs="+", metavar="ID")
     p.add_argument("--force", action="store_true", help="rebuild even if a build exists")
     add_param(p)
+    add_frames(p)
     p.set_defaults(func=cmd_download)
 
     p = sub.add_parser("verify", help="rehash raw files and the build against their recorded checksums")
-    p.add_argument("id")
+    p.add_argument("id", help="a dataset id; with --deep also a path (build, LeRobot root, HDF5/npz/TFRecord files)")
     add_param(p)
     p.add_argument("--all-builds", action="store_true", help="verify every build of the id, whatever its params")
     p.add_argument("--verbose", "-v", action="store_true", help="also list the files that are fine")
-    p.add_argument("--json", action="store_true", help="print the result as JSON (ok, checked, problems, notes)")
+    from datasets_hub.cli.doctor_command import add_deep_options
+
+    add_deep_options(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser(
@@ -55,7 +58,7 @@ def cmd_download(args: argparse.Namespace) -> int:
     failures = 0
     for dataset_id in args.ids:
         try:
-            path = download(dataset_id, force=args.force, **params_of(args))
+            path = download(dataset_id, force=args.force, **frames_of(args), **params_of(args))
         except HubError as exc:
             if len(args.ids) == 1:
                 raise
@@ -69,6 +72,10 @@ def cmd_download(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from datasets_hub.cache.verify import verify
 
+    if args.deep:
+        from datasets_hub.cli.doctor_command import cmd_verify_deep
+
+        return cmd_verify_deep(args)
     result = verify(args.id, params=params_of(args), all_builds=args.all_builds)
     if args.json:
         from dataclasses import asdict

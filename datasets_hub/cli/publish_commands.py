@@ -37,8 +37,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     chunking = {}
     if args.chunk_mb is not None:  # else export()'s own default: one default, stated once
-        if not args.chunk_mb > 0:
-            raise InvalidParameter(f"--chunk-mb must be positive, got {args.chunk_mb}")
+        if not 0 < args.chunk_mb <= 1024:  # also refuses nan and inf
+            raise InvalidParameter(f"--chunk-mb must be a number of MB above 0 and at most 1024, got {args.chunk_mb}")
         chunking["chunk_bytes"] = max(1024, int(args.chunk_mb * (1 << 20)))
     folder = export(args.id, args.dir, overwrite=args.overwrite, **chunking, **params_of(args))
     out(

@@ -118,6 +118,28 @@ def render_card(manifest: dict[str, Any], published: dict[str, Any], episode_ret
     lines = _histogram(episode_returns or [])
     if lines:
         body += ["## Episode returns", "", "```", *lines, "```", ""]
+    frames = stats.get("frames") or {}
+    if frames:  # compressed camera keys (datasets_hub/build/frames.py): what was lost, and what it saved
+        body += [
+            "## Compressed frames",
+            "",
+            (
+                "Each frame of these keys is stored as an image of its own and decoded when sampled. PSNR is "
+                "measured against the frames the loader handed over, on every 16th frame."
+            ),
+            "",
+            "| key | codec | quality | stored bytes | decoded bytes | PSNR mean / min (dB) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for key, f in sorted(frames.items()):
+            quality = "" if f.get("quality") is None else f["quality"]
+            psnr = f.get("psnr_db")
+            shown = "exact" if psnr is None else f"{psnr.get('mean')} / {psnr.get('min')}"
+            body.append(
+                f"| `{key}` | {f.get('codec')} | {quality} | {f.get('bytes', 0):,} | {f.get('decoded_bytes', 0):,} | "
+                f"{shown} |"
+            )
+        body.append("")
     body += ["## Schema (stored leaves)", "", "| leaf | dtype | shape | rows |", "|---|---|---|---|"]
     for name, spec in sorted(manifest.get("schema", {}).items()):
         body.append(f"| `{name}` | {spec.get('dtype')} | {tuple(spec.get('shape', []))} | {spec.get('rows'):,} |")

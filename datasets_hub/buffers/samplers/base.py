@@ -11,6 +11,18 @@ import numpy as np
 import torch
 
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.errors import InvalidParameter
+
+
+def check_generator(generator: Any) -> None:
+    """Refuse anything but a ``torch.Generator`` (or ``None``) as the source of randomness, when it is
+    given: a numpy ``Generator`` or an int seed would otherwise fail inside torch at the first draw."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator (e.g. torch.Generator().manual_seed(0)) or None, got "
+            f"{type(generator).__module__}.{type(generator).__qualname__}"
+            + (": pass torch.Generator().manual_seed(seed)" if isinstance(generator, int) else "")
+        )
 
 
 class Sampler:
@@ -23,6 +35,9 @@ class Sampler:
       seed gives the same batches, in every process.
     - ``add(index)`` / ``extend(index)`` are called by the buffer after its writer wrote rows.
     - ``ran_out`` is True when an epoch-style sampler has nothing left for the current epoch.
+    - ``sample_at(storage, index, generator)``: the ``(index, info)`` a sample holds where the draw lands
+      on the rows ``index`` (the item at anchor ``i`` of a map-style view, ``ReplayBuffer.sample_at``);
+      a sampler whose sample is not one item per drawn row refuses it by name (the default).
     """
 
     generator: torch.Generator | None = None
@@ -48,6 +63,19 @@ class Sampler:
         shorter than ``batch_size`` (the end of an epoch) is a ``ValueError``. Samplers whose per-row
         work can run once over all ``k`` draws (``AnchorSampler``) override this."""
         return concat_draws([self.sample_rows(storage, batch_size) for _ in range(k)], batch_size)
+
+    def sample_at(
+        self, storage: Storage, index: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The sample's ``(index, info)`` where this sampler's draw lands on the rows ``index``, any further
+        per-row draws made with ``generator``. This default refuses: only samplers that say what their item
+        at a given row is (uniform rows, windows, goals, n-step returns) have one."""
+        raise InvalidParameter(
+            f"{type(self).__name__} has no item at a given row (its sample is not one item per drawn row, or it "
+            "draws only some rows): a map-style view cannot index its samples. Iterate sampled batches instead "
+            "(rb.as_iterable_dataset(), SampledBatches), or view the stored rows as they are with "
+            "rb.as_map_dataset(view='rows')"
+        )
 
     def add(self, index: int) -> None:
         return None
