@@ -21,7 +21,9 @@ def add_deep_options(p: argparse.ArgumentParser) -> None:
     """The ``--deep`` options of ``verify``."""
     p.add_argument("--deep", action="store_true", help="also look at the data: the data doctor's checks")
     p.add_argument(
-        "--json", action="store_true", help="print the result as JSON (ok, checked, problems, notes; --deep: the report)"
+        "--json",
+        action="store_true",
+        help="print the result as JSON (ok, checked, problems, notes; --deep: the report)",
     )
     p.add_argument(
         "--fail-on",
