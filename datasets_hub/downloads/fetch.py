@@ -272,9 +272,8 @@ def _check_cached(resource: Resource, dest: Path) -> str | None:
 def verify_file(path: Path | str, resource: Resource | None = None, *, origin: str = "catalogue") -> tuple[bool, str]:
     """Rehash ``path`` fully and compare with the catalogue (``resource``) or the sidecar.
 
-    Returns ``(ok, message)``; the message names the file and, when not ok, what is wrong and the
-    fix. A file with neither a catalogue sha256 nor a sidecar cannot be verified (``ok`` False).
-    ``origin`` says where ``resource``'s sha256 and size come from (e.g. a build's manifest).
+    Returns ``(ok, message)``; the message names the file, where ``resource``'s sha256 and size come from
+    (``origin``), and when not ok what is wrong and the fix. Without a sha256 or a sidecar: not ``ok``.
     """
     path = Path(path)
     if not path.is_file():
