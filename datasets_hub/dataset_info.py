@@ -99,6 +99,23 @@ class DatasetInfo:
         return self.manifest.get("stats", {})
 
     @property
+    def feature_stats(self) -> dict[str, dict[str, Any]] | None:
+        """Per-key statistics recorded while building (mean, std, min, max, q01, q99; see
+        :mod:`datasets_hub.buffers.feature_stats`), e.g. ``card.feature_stats["action"]["mean"]``.
+        None when the dataset is not built, or was built before statistics were recorded (rebuild with
+        ``download(id, force=True)``, or compute them with
+        :func:`~datasets_hub.buffers.feature_stats.compute_feature_stats` over ``load(id).storage``)."""
+        features = self.stats.get("features")
+        return features if isinstance(features, dict) else None
+
+    def lerobot_stats(self) -> dict[str, dict[str, Any]] | None:
+        """:attr:`feature_stats` in the layout of LeRobot's ``meta/stats.json`` (None as there)."""
+        from datasets_hub.buffers.feature_stats import lerobot_stats
+
+        features = self.feature_stats
+        return None if features is None else lerobot_stats(features)
+
+    @property
     def notes(self) -> dict[str, Any]:
         return self.manifest.get("notes", {})
 
