@@ -136,7 +136,10 @@ KEYWORDS: dict[str, tuple[str, str]] = {
     ),
     "decode_video": (
         "LeRobotExperienceReplay",
-        "not needed: lerobot/* builds decode video once, at build time, into uint8 frames",
+        (
+            "not needed: lerobot/* builds decode the video once, at build time, into frames (raw uint8, or "
+            "one JPEG/PNG per frame decoded when sampled: frames=)"
+        ),
     ),
     "rehydrate": (
         "LeRobotExperienceReplay",
