@@ -23,6 +23,8 @@ _EXPORTS: dict[str, str] = {
     "export": "remote.publish",
     "push": "remote.publish",
     "normalized_score": "scores",
+    "diagnose": "doctor.diagnosis",
+    "DoctorReport": "doctor.findings",
     "DatasetInfo": "hub",
     # plugin contract
     "Loader": "loader",
@@ -100,6 +102,7 @@ _EXPORTS: dict[str, str] = {
     "CacheError": "errors",
     "TEDError": "errors",
     "InvalidParameter": "errors",
+    "UnknownParameter": "errors",
     "CorruptFile": "errors",
     "CatalogueError": "errors",
     "PluginError": "errors",

@@ -18,6 +18,7 @@ that also derive from a built-in exception can be caught as that exception too::
     ├── CacheError                the cache is unwritable, full, locked, damaged or tampered with
     ├── TEDError                  (+ ValueError) data breaks the TorchRL Episode Data contract
     ├── InvalidParameter          (+ ValueError) a user argument is not acceptable
+    │   └── UnknownParameter      a dataset parameter its loader does not take (``names``)
     ├── PreprocessError           the preprocessing fn failed or broke its contract
     └── ReadOnlyError             (+ RuntimeError) a write to a read-only buffer, storage or writer
 

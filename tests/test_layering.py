@@ -69,7 +69,8 @@ LAYERS: list[tuple[str, ...]] = [
     # the cache's layout and locks; the catalogue (which caches remote catalogues there)
     (f"{PACKAGE}.cache.layout", f"{PACKAGE}.catalogue", f"{PACKAGE}.scores"),
     (f"{PACKAGE}.build",),  # writing and reading builds
-    (f"{PACKAGE}.cache", f"{PACKAGE}.preprocess"),  # listing, verifying, pruning builds; preprocessing them
+    # listing, verifying, pruning builds; preprocessing them; the data doctor (verify --deep) reading them
+    (f"{PACKAGE}.cache", f"{PACKAGE}.preprocess", f"{PACKAGE}.doctor"),
     (f"{PACKAGE}.remote",),  # published builds
     # the public API: load-by-name, export and push of a build by name, interop, the plugin author's checks
     (f"{PACKAGE}.hub", f"{PACKAGE}.remote.publish", f"{PACKAGE}.interop", f"{PACKAGE}.loader_check", f"{PACKAGE}.testing"),
