@@ -353,22 +353,6 @@ def variant_paths(build: Path) -> list[Path]:
     return sorted(p for p in pre.iterdir() if p.is_dir() and DELETING_MARK not in p.name)
 
 
-def remove_preprocessed(name: str) -> Path:
-    """Delete one preprocessed variant, named as ``cache ls`` shows it (``<build-fp>/<transform-fp>``,
-    or the ``<transform-fp>`` alone when it is unique). Returns the removed directory.
-
-    The variant is renamed aside and deleted (no reader sees half of it); one being computed right
-    now (its lock held) is refused, as builds are.
-    """
-    (path,) = find_builds(name)
-    if not is_variant(path):
-        raise InvalidParameter(
-            f"{name!r} is a build, not a preprocessed variant; remove it with `datasets-hub cache rm`"
-        )
-    remove_build(path)
-    return path
-
-
 def _remove_empty_parents(path: Path, stop: Path) -> None:
     """Remove ``path`` and its parents up to ``stop`` while they are empty."""
     while path != stop and stop in path.parents and path.is_dir():

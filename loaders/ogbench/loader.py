@@ -375,14 +375,3 @@ def _ted(block: dict[str, np.ndarray], terminal: np.ndarray, extra: list[str], s
         td.set(("info", "success"), torch.from_numpy(success[idx].reshape(m, 1)))
         td.set(("next", "info", "success"), torch.from_numpy(success[idx + 1].reshape(m, 1)))
     return td
-
-
-def catalogue_entries() -> dict[str, dict[str, Any]]:
-    """The registry entries of every OGBench id (used to write ``registry.yaml``; kept for its test)."""
-    out: dict[str, dict[str, Any]] = {}
-    for name in dataset_names():
-        out[f"ogbench/{name}"] = {"loader": "ogbench"}
-        out[f"ogbench/{name}-val"] = {"loader": "ogbench", "params": {"dataset": name, "split": "val"}}
-    for name in HUNDRED_M:
-        out[f"ogbench/{name}"] = {"loader": "ogbench"}
-    return out
