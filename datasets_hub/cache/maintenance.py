@@ -77,7 +77,7 @@ def _try_lock(lock_path: Path) -> Iterator[bool]:
 
 
 def _build_lock(build: Path) -> Path:
-    return build.with_name(build.name + ".lock")  # the lock build.py holds while building `build`
+    return build.with_name(build.name + ".lock")  # the lock build/pipeline.py holds while building `build`
 
 
 def _variant_locks(build_fp: str) -> list[Path]:
