@@ -1,7 +1,6 @@
 """Load-by-name: the functions a training script calls (docs/reference/hub.md).
 
-This module holds one concept: the hub's public entry points by dataset id (``download``, ``load``,
-``info``, ``list_datasets``, ``mixture``, ``offline_online``) and the checks of their arguments.
+This module holds one concept: the hub's public functions (load, download, info, mixture, offline_online).
 
 ``load`` finds the build for (id, params) in the cache — opening it costs milliseconds and no
 network — or downloads the upstream files, converts them once, and publishes the build atomically.

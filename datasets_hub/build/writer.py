@@ -1,9 +1,9 @@
 """The writer of the on-disk build format (lean TED, docs/design/on-disk.md): :class:`LeanTEDWriter`.
 
-This module holds one concept: the build writer. It appends loader chunks to the leaf files of a build's
-``data/`` folder and returns the manifest's content; the layout itself (constants, paths, the manifest
-checksum) belongs to :mod:`datasets_hub.build.format`, and the one reader is
-:func:`~datasets_hub.build.reader.open_build`.
+It appends loader chunks to the leaf files of a build's ``data/`` folder and returns the manifest's
+content; the layout itself (constants, paths, the manifest checksum) belongs to
+:mod:`datasets_hub.build.format`, the one reader (:func:`~datasets_hub.build.reader.open_build`) to
+:mod:`datasets_hub.build.reader`. This module holds one concept: the build writer.
 
 The writer knows nothing about any loader; chunks are checked against the TED contract as they
 arrive, and each leaf is appended to its own file, so memory use is bounded by one chunk.
