@@ -42,10 +42,10 @@ from datasets_hub.env import offline
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.files import open_nofollow, real_dirs, write_bytes_atomic
 from datasets_hub.redact import strip_url
-from datasets_hub.remote.chunks import Chunks, always_resident, map_path, row_bytes_of, sha256_bytes
+from datasets_hub.remote.chunks import COMPLETE, Chunks, always_resident, map_path, row_bytes_of, sha256_bytes
 from datasets_hub.remote.files import REMOTE_SCHEMES, RemoteFolder, url_key
 from datasets_hub.remote.format import MAX_PUBLISHED_BYTES, PUBLISHED, parse_published, require_zarr
-from datasets_hub.remote.storage import COMPLETE, ResidentStorage
+from datasets_hub.remote.storage import ResidentStorage
 
 __all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "is_remote_url", "local_dir", "open_remote", "strip_url"]
 

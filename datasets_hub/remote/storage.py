@@ -29,11 +29,9 @@ from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.files import sha256_file, write_bytes_atomic
 from datasets_hub.redact import strip_url
-from datasets_hub.remote.chunks import Chunks, sha256_bytes
+from datasets_hub.remote.chunks import COMPLETE, Chunks, sha256_bytes
 from datasets_hub.remote.files import RemoteFolder
 from datasets_hub.remote.format import PUBLISHED, parse_published
-
-COMPLETE = "complete"  #: marker file of a local copy whose every chunk is in and verified
 
 T = TypeVar("T")
 
@@ -223,13 +221,15 @@ class ResidentStorage(DatasetStorage):
     # -- background fill (resident="full") ---------------------------------------------------------
     def _fill(self) -> None:
         try:
-            for name, spec in self.chunks.arrays.items():
-                total = int(spec["chunks"])
-                for begin in range(0, total, 16):
-                    if self._stop.is_set():
-                        return
-                    self.chunks.ensure({name: np.arange(begin, min(total, begin + 16))})
-            self._finish()
+            # no process evicts from the copy until it is complete: what the fill fetched stays resident
+            with self.chunks.holding_full():
+                for name, spec in self.chunks.arrays.items():
+                    total = int(spec["chunks"])
+                    for begin in range(0, total, 16):
+                        if self._stop.is_set():
+                            return
+                        self.chunks.ensure({name: np.arange(begin, min(total, begin + 16))})
+                self._finish()
         except BaseException as exc:  # noqa: BLE001 - a thread's error, re-raised by wait_complete/sample
             self._fill_error = exc
 
