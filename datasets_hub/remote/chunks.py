@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from datasets_hub.build.format import EPISODES, FRAMES, HISTORY, leaf_path
+from datasets_hub.cache.remote_copies import COMPLETE
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.files import open_rw_nofollow, real_dirs, write_bytes_atomic
 from datasets_hub.remote.files import RemoteFolder
@@ -57,7 +58,6 @@ _SHARED_READS = 4  # tries under the shared lock, before the read fetches and re
 _FULL_CHECK_EVERY = 64  # reads of a leaf between two checks of whether all its chunks are resident
 SEQUENCE = "evictions.seq"  #: under ``resident/``: the eviction sequence counter (int64, even when no eviction runs)
 FULL_HOLD = "full.lock"  #: under ``resident/``: share-locked by every process filling the copy (``resident="full"``)
-COMPLETE = "complete"  #: marker file of a local copy whose every chunk is in and verified
 
 T = TypeVar("T")
 

@@ -10,7 +10,6 @@ holds the whole URL, is not chained); ``DATASETS_HUB_OFFLINE=1`` refuses every r
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from collections.abc import Mapping
@@ -23,11 +22,6 @@ from datasets_hub.remote.format import PUBLISHED
 from datasets_hub.remote.http_reads import MAX_UNLISTED_BYTES, HttpFiles
 
 REMOTE_SCHEMES = ("hf://", "http://", "https://", "s3://", "file://")
-
-
-def url_key(url: str) -> str:
-    """The folder name of a URL's local copies (credentials and query signatures left out)."""
-    return hashlib.sha256(strip_url(url).encode()).hexdigest()[:16]
 
 
 class RemoteFolder:

@@ -15,7 +15,9 @@ complete in between reopens as a plain build.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +28,7 @@ from tensordict import TensorDict
 
 from datasets_hub.build.format import FRAMES, OBS, STEPS, leaf_path
 from datasets_hub.build.storage import DatasetStorage
+from datasets_hub.cache.remote_copies import hold_copy
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.files import sha256_file, write_bytes_atomic
 from datasets_hub.redact import strip_url
@@ -56,6 +59,15 @@ class ResidentStorage(DatasetStorage):
         max_bytes: int | None,
         resident: str | None = None,
     ) -> None:
+        # held while this storage lives: `cache rm`/`prune` never remove a copy under a reader still writing it
+        users = hold_copy(path)
+        self._release_copy = weakref.finalize(self, os.close, users)
+        if not (path / PUBLISHED).exists():
+            self._release_copy()
+            raise CacheError(
+                f"the local copy {path} of {folder.shown} was removed (`datasets-hub cache rm` or `prune`) while "
+                "it was being opened; load the URL again"
+            )
         super().__init__(path)
         self.url = folder.shown
         self._folder_url = folder.url  # whole (a signed URL needs its query); pickled, never shown
@@ -277,6 +289,7 @@ class ResidentStorage(DatasetStorage):
         if self._filler is not None:
             self._filler.join()
         self.chunks.close()
+        self._release_copy()
 
 
 def _copied(value: Any) -> Any:
