@@ -517,3 +517,47 @@ def test_a_trickling_chunk_fails_below_the_minimum_rate(published, monkeypatch):
         server.fault(f"pub/{chunk}", trickle=0.1, trickle_chunk=64)
         with pytest.raises(DownloadError, match="below the minimum of 100000 bytes/s"):
             rb[:]
+
+
+def _serve_on_the_hub(server, published: Path) -> None:
+    for path in published.rglob("*"):
+        if path.is_file():
+            server.add_hf_file("org/cartpole", path.relative_to(published).as_posix(), path.read_bytes())
+
+
+def test_hugging_face_reads_follow_the_download_rules(published, monkeypatch, tmp_path):
+    """hf:// chunks are read over their https URLs under the download rules: an endless body is cut at the
+    chunk's published size, a stall after the headers fails within the rate window (issue 27; through
+    huggingface_hub's file system the whole body was read, with no cap and no rate)."""
+    from fixtures.http_server import point_huggingface_hub_at, serve_files
+
+    chunk = _first_chunk(published)
+    with serve_files() as server:
+        _serve_on_the_hub(server, published)
+        point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
+        server.fault(server.hf_path("org/cartpole", chunk), endless=True)
+        rb = dh.load("hf://datasets/org/cartpole", resident="lazy")
+        started = time.monotonic()
+        with pytest.raises(DownloadError, match=r"sent more than the [\d,]+ bytes its publishing record allows"):
+            rb[:]
+        assert time.monotonic() - started < 30
+    with serve_files() as server:
+        _serve_on_the_hub(server, published)
+        point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
+        monkeypatch.setenv("DATASETS_HUB_RATE_WINDOW", "0.5")
+        server.fault(server.hf_path("org/cartpole", chunk), drop_after=0, drop_times=10, stall=20)
+        rb = dh.load("hf://datasets/org/cartpole", resident="lazy")
+        started = time.monotonic()
+        with pytest.raises(DownloadError, match=r"no byte for 0.5 s"):
+            rb[:]
+        assert time.monotonic() - started < 15
+
+
+def test_a_file_larger_than_its_published_size_is_refused_through_fsspec(published):
+    """file:// (and s3://) read through fsspec with a ranged read: at most one byte past the published size is
+    asked for, and more than that size is refused by name."""
+    chunk = _first_chunk(published)
+    (published / chunk).write_bytes((published / chunk).read_bytes() + b"\0" * 100_000)
+    rb = dh.load(f"file://{published}", resident="lazy")
+    with pytest.raises(DownloadError, match="more than the"):
+        rb[:]

@@ -39,8 +39,17 @@ def register(sub: Any) -> None:
     c.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     c.set_defaults(func=cmd_cache_rm)
     c = cache_sub.add_parser("prune", help="remove leftovers of killed processes, stale builds (and old builds)")
-    c.add_argument("--older-than", type=float, metavar="DAYS", help="also remove builds older than DAYS days")
-    c.add_argument("--keep-stale", action="store_true", help="keep builds of an old format or loader format_version")
+    c.add_argument(
+        "--older-than",
+        type=float,
+        metavar="DAYS",
+        help="also remove builds older than DAYS days, and local copies of URLs not opened for DAYS days",
+    )
+    c.add_argument(
+        "--keep-stale",
+        action="store_true",
+        help="keep builds of an old format or loader format_version, and local copies of an earlier export of a URL",
+    )
     c.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     c.set_defaults(func=cmd_cache_prune)
 
