@@ -54,13 +54,9 @@ from datasets_hub.cache.layout import (
 )
 from datasets_hub.cache.listing import stale_builds, variant_dirs, variant_manifest
 from datasets_hub.cache.remote_copies import (
-    PUBLISHED,
-    copies_of,
-    copy_dirs,
-    copy_locks,
-    describe,
+    copies_to_remove,
     is_remote_copy,
-    last_use,
+    prune_candidates,
     remote_root,
     remove_copy,
 )
@@ -193,15 +189,9 @@ def remove(
     """
     removed: list[Path] = []
     if "://" in dataset_id:  # a published build's URL: its local copies, whatever their published hash
-        if params or raw:
-            raise InvalidParameter(
-                f"{describe_url(dataset_id)} is a URL: `rm URL` removes its local copies; --param and --raw name "
-                "the builds and raw files of a catalogue id"
-            )
-        copies = copies_of(dataset_id)
-        if not dry_run:
-            for copy in copies:
-                remove_copy(copy)
+        copies = copies_to_remove(dataset_id, options=bool(params or raw), must_exist=False)
+        for copy in [] if dry_run else copies:
+            remove_copy(copy)
         return copies
     if all_builds:
         from datasets_hub.catalogue import validate_id
@@ -229,13 +219,6 @@ def remove(
         _remove_empty_parents(path.parent, raw_root())
     _remove_empty_parents(dataset_dir(dataset_id), datasets_dir())
     return removed
-
-
-def describe_url(url: str) -> str:
-    """``url`` as messages show it (no user, password, query or signature)."""
-    from datasets_hub.redact import strip_url
-
-    return strip_url(url)
 
 
 def _check_name(name: Any) -> str:
@@ -302,17 +285,7 @@ def find_builds(name: str, *, params: dict[str, Any] | None = None, all_builds: 
     raises it with "did you mean".
     """
     if isinstance(name, str) and "://" in name:  # a published build's URL: every local copy of it
-        if params or all_builds:
-            raise InvalidParameter(
-                f"{describe_url(name)} is a URL, which names its local copies: --param and --all-builds pick among "
-                "the builds of a dataset id"
-            )
-        copies = copies_of(name)
-        if not copies:
-            raise CacheError(
-                f"no local copy of {describe_url(name)} in the cache {cache_root()}; `datasets-hub cache ls` lists them"
-            )
-        return copies
+        return copies_to_remove(name, options=bool(params or all_builds), must_exist=True)
     name = _check_name(name)
     from datasets_hub.cache.listing import variant_dirs as variants_now
 
@@ -550,7 +523,7 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
         if pre.is_dir():  # derived from that build; each variant under its own lock
             yield from _variant_items(pre, f"preprocessed results of that build ({dataset_id})")
         yield build, reason, [_build_lock(build), *_variant_locks(build.name)]
-    yield from _remote_candidates(cutoff, older_than_days, keep_stale)
+    yield from prune_candidates(cutoff, older_than_days, keep_stale)
     if cutoff is not None:
         doomed_fps = {build.name for build in doomed}
         for variant in variant_dirs():
@@ -560,29 +533,6 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
             created = _created(variant, found) if found else variant.stat().st_mtime
             if created < cutoff:
                 yield variant, f"preprocessed result older than {older_than_days:g} days", [_build_lock(variant)]
-
-
-def _remote_candidates(
-    cutoff: float | None, older_than_days: float | None, keep_stale: bool
-) -> Iterator[tuple[Path, str, list[Path]]]:
-    """Local copies of published builds: interrupted deletions, skeletons whose maker died, copies of an earlier
-    export of their URL (unless ``keep_stale``) and, with a cutoff, copies last used before it."""
-    root = remote_root()
-    if not root.is_dir():
-        return
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        for path in [folder] if DELETING_MARK in folder.name else sorted(folder.iterdir()):
-            if DELETING_MARK in path.name:
-                yield path, "interrupted deletion", []
-    for copy in copy_dirs():
-        if not (copy / PUBLISHED).exists():
-            yield copy, "unfinished local copy of a URL (its process died)", copy_locks(copy)
-            continue
-        entry = describe(copy)
-        if entry.stale and not keep_stale:
-            yield copy, f"local copy of an earlier export: {entry.stale}", copy_locks(copy)
-        elif cutoff is not None and last_use(copy) < cutoff:
-            yield copy, f"local copy of {entry.id} not used for {older_than_days:g} days", copy_locks(copy)
 
 
 def prune(*, older_than_days: float | None = None, keep_stale: bool = False, dry_run: bool = False) -> list[PruneItem]:

@@ -24,12 +24,13 @@ import contextlib
 import fcntl
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from datasets_hub.cache.layout import DELETING_MARK, cache_root, dir_size, file_lock, last_used, mark_used, remove_tree
-from datasets_hub.errors import CacheError
+from datasets_hub.cache.layout import DELETING_MARK, cache_root, file_lock, last_used, mark_used, remove_tree
+from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.files import real_dirs, write_bytes_atomic
 from datasets_hub.redact import strip_url
 
@@ -86,7 +87,7 @@ def hold_copy(copy: Path) -> int:
 
 @dataclass
 class RemoteCopy:
-    """One local copy: ``id`` is its URL as shown (``?`` plus the URL's key for a copy made before the URL was
+    """One local copy (``bytes``: the disk space it takes): ``id`` is its URL as shown (``?`` plus the URL's key for a copy made before the URL was
     recorded), ``published`` the hash prefix of the ``published.json`` it was made from; ``stale`` says why no
     online load picks it again (``None``: current, or not known)."""
 
@@ -119,6 +120,17 @@ def copy_dirs() -> list[Path]:
     return out
 
 
+def disk_bytes(copy: Path) -> int:
+    """Bytes ``copy`` takes on disk: its leaves are sparse files, of which only fetched chunks take space."""
+    total = 0
+    for root, _dirs, files in os.walk(copy):
+        for name in files:
+            with contextlib.suppress(OSError):
+                stat = os.lstat(os.path.join(root, name))
+                total += min(stat.st_size, stat.st_blocks * 512)
+    return total
+
+
 def last_use(copy: Path) -> float:
     """When ``copy`` was last opened (its marker), else when it was made: what ``--older-than`` compares."""
     used = last_used(copy)
@@ -137,7 +149,7 @@ def describe(copy: Path) -> RemoteCopy:
         url_key=folder.name,
         published=copy.name,
         path=copy,
-        bytes=dir_size(copy),
+        bytes=disk_bytes(copy),
         complete=(copy / COMPLETE).exists(),
         last_used=_iso(last_used(copy)),
         stale=stale,
@@ -166,7 +178,7 @@ def copy_locks(copy: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _exclusive(copy: Path):  # type: ignore[no-untyped-def]
+def _exclusive(copy: Path) -> Iterator[bool]:
     """Yield whether both of ``copy``'s locks could be had at once (never waits)."""
     from filelock import Timeout
 
@@ -206,3 +218,42 @@ def remove_copy(copy: Path, *, busy_ok: bool = False) -> bool:
             )
         remove_tree(copy)
     return True
+
+
+def prune_candidates(
+    cutoff: float | None, older_than_days: float | None, keep_stale: bool
+) -> Iterator[tuple[Path, str, list[Path]]]:
+    """Local copies of published builds: interrupted deletions, skeletons whose maker died, copies of an earlier
+    export of their URL (unless ``keep_stale``) and, with a cutoff, copies last used before it."""
+    root = remote_root()
+    if not root.is_dir():
+        return
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        for path in [folder] if DELETING_MARK in folder.name else sorted(folder.iterdir()):
+            if DELETING_MARK in path.name:
+                yield path, "interrupted deletion", []
+    for copy in copy_dirs():
+        if not (copy / PUBLISHED).exists():
+            yield copy, "unfinished local copy of a URL (its process died)", copy_locks(copy)
+            continue
+        entry = describe(copy)
+        if entry.stale and not keep_stale:
+            yield copy, f"local copy of an earlier export: {entry.stale}", copy_locks(copy)
+        elif cutoff is not None and last_use(copy) < cutoff:
+            yield copy, f"local copy of {entry.id} not used for {older_than_days:g} days", copy_locks(copy)
+
+
+def copies_to_remove(url: str, *, options: bool, must_exist: bool) -> list[Path]:
+    """The local copies ``cache rm URL`` and ``rm URL`` remove. ``options``: the caller was also given options that
+    pick among the builds of a dataset id (refused); ``must_exist``: a URL without a copy is a :class:`CacheError`."""
+    if options:
+        raise InvalidParameter(
+            f"{strip_url(url)} is a URL, which names its local copies: --param, --raw and --all-builds pick the "
+            "builds and raw files of a dataset id"
+        )
+    copies = copies_of(url)
+    if must_exist and not copies:
+        raise CacheError(
+            f"no local copy of {strip_url(url)} in the cache {cache_root()}; `datasets-hub cache ls` lists them"
+        )
+    return copies
