@@ -1,5 +1,7 @@
 """Load-by-name: the functions a training script calls (docs/reference/hub.md).
 
+This module holds one concept: the hub's public functions (load, download, info, mixture, offline_online).
+
 ``load`` finds the build for (id, params) in the cache — opening it costs milliseconds and no
 network — or downloads the upstream files, converts them once, and publishes the build atomically.
 """
@@ -86,6 +88,23 @@ class DatasetInfo:
     @property
     def stats(self) -> dict[str, Any]:
         return self.manifest.get("stats", {})
+
+    @property
+    def feature_stats(self) -> dict[str, dict[str, Any]] | None:
+        """Per-key statistics recorded while building (mean, std, min, max, q01, q99; see
+        :mod:`datasets_hub.buffers.feature_stats`), e.g. ``card.feature_stats["action"]["mean"]``.
+        None when the dataset is not built, or was built before statistics were recorded (rebuild with
+        ``download(id, force=True)``, or compute them with
+        :func:`~datasets_hub.buffers.feature_stats.compute_feature_stats` over ``load(id).storage``)."""
+        features = self.stats.get("features")
+        return features if isinstance(features, dict) else None
+
+    def lerobot_stats(self) -> dict[str, dict[str, Any]] | None:
+        """:attr:`feature_stats` in the layout of LeRobot's ``meta/stats.json`` (None as there)."""
+        from datasets_hub.buffers.feature_stats import lerobot_stats
+
+        features = self.feature_stats
+        return None if features is None else lerobot_stats(features)
 
     @property
     def notes(self) -> dict[str, Any]:
@@ -521,3 +540,107 @@ def _sample_keys(path: Path) -> dict[str, dict[str, Any]]:
 def list_datasets(loader: str | None = None, search: str | None = None) -> list[str]:
     """Known dataset ids, sorted; ``loader`` keeps one loader's, ``search`` filters by substring."""
     return list_ids(loader=loader, search=search)
+
+
+def _build_stats(rb: Any) -> dict[str, Any] | None:
+    """The feature statistics a buffer's build recorded, if it is over a build that did."""
+    manifest = getattr(getattr(rb, "storage", None), "manifest", None)
+    features = (manifest or {}).get("stats", {}).get("features") if isinstance(manifest, dict) else None
+    return features if isinstance(features, dict) else None
+
+
+def _build_id(rb: Any) -> str | None:
+    manifest = getattr(getattr(rb, "storage", None), "manifest", None)
+    return manifest.get("id") if isinstance(manifest, dict) else None
+
+
+def mixture(
+    datasets: Any,
+    *,
+    weights: Any = "size",
+    temperature: float = 1.0,
+    exact: bool = True,
+    key_maps: Any = None,
+    normalize: Any = None,
+    ids: bool = False,
+    batch_size: int | None = None,
+    sampler: Any = None,
+    generator: torch.Generator | None = None,
+    **load_kwargs: Any,
+):
+    """A :class:`~datasets_hub.buffers.mixture.Mixture` over ``datasets`` (ids, buffers, or both).
+
+    Each id is loaded with ``load(id, sampler=..., **load_kwargs)``: ``sampler`` is one sampler (each
+    dataset gets its own copy) or a list with one per dataset (e.g. windows whose offsets follow each
+    dataset's frame rate); with ``generator``, each dataset gets a generator seeded from it, so the
+    same seed gives the same batches. Buffers are used as they are. Statistics for ``normalize`` come
+    from each build's manifest; a build made before they were recorded (or a buffer over other data)
+    gets them computed once from its data. ``weights``, ``temperature``, ``exact``, ``key_maps``,
+    ``normalize``, ``ids`` and ``batch_size``: see the ``Mixture`` contract (docs/guide/mixtures.md).
+    """
+    import copy
+
+    from datasets_hub.buffers.mixture import Mixture
+
+    datasets = list(datasets)
+    if isinstance(sampler, (list, tuple)):
+        if len(sampler) != len(datasets):
+            raise InvalidParameter(f"sampler has {len(sampler)} entries for {len(datasets)} datasets")
+        samplers = list(sampler)
+    else:
+        samplers = [copy.deepcopy(sampler) for _ in datasets]
+    seeds = torch.randint(2**62, (len(datasets),), generator=generator).tolist() if generator is not None else None
+    buffers, names = [], []
+    for i, source in enumerate(datasets):
+        if isinstance(source, str):
+            member_gen = None if seeds is None else torch.Generator().manual_seed(int(seeds[i]))
+            buffers.append(load(source, sampler=samplers[i], generator=member_gen, **load_kwargs))
+            names.append(source)
+        else:
+            if samplers[i] is not None and isinstance(sampler, (list, tuple)):
+                raise InvalidParameter(f"dataset {i} is a buffer: it keeps its own sampler (give None for it)")
+            buffers.append(source)
+            names.append(_build_id(source) or f"dataset{i}")
+    return Mixture(
+        buffers,
+        names=names,
+        weights=weights,
+        temperature=temperature,
+        exact=exact,
+        key_maps=key_maps,
+        normalize=normalize,
+        stats=[_build_stats(rb) for rb in buffers],
+        ids=ids,
+        batch_size=batch_size,
+        generator=generator,
+    )
+
+
+def offline_online(
+    dataset: Any,
+    *,
+    capacity: int,
+    ratio: Any = 0.5,
+    scratch_dir: str | Path | None = None,
+    online_sampler: Any = None,
+    batch_size: int | None = None,
+    generator: torch.Generator | None = None,
+    **load_kwargs: Any,
+):
+    """An :class:`~datasets_hub.buffers.offline_online.OfflineOnlineBuffer`: the build of ``dataset`` (an
+    id, loaded with ``load(id, **load_kwargs)``, or a buffer) as its read-only offline part, and a
+    writable memory-mapped online part of ``capacity`` items under ``scratch_dir``; ``ratio`` (a number
+    or a function of the step) is the offline share of each batch. Seeding opens the build: nothing is
+    copied, whatever its size."""
+    from datasets_hub.buffers.offline_online import OfflineOnlineBuffer
+
+    offline = load(dataset, generator=generator, **load_kwargs) if isinstance(dataset, str) else dataset
+    return OfflineOnlineBuffer(
+        offline,
+        capacity=capacity,
+        ratio=ratio,
+        scratch_dir=scratch_dir,
+        online_sampler=online_sampler,
+        batch_size=batch_size,
+        generator=None if generator is None else torch.Generator().manual_seed(generator.initial_seed() + 1),
+    )

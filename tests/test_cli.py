@@ -110,6 +110,8 @@ def test_info_before_and_after_download(run):
         "budget_truncated_episodes",
         "provenance",
         "fingerprint",
+        "feature stats",
+        "q01",
     ):
         assert text in out, text
     code, out, _ = run("info", CARTPOLE, *SMALL, "--json")
@@ -118,6 +120,7 @@ def test_info_before_and_after_download(run):
     assert card["params"]["steps"] == 300 and Path(card["build_path"]).is_dir()
     assert card["built_bytes"] > 300 * 4 * 4  # at least the observations
     assert card["manifest"]["schema"]["obs/observation"]["shape"] == [4]
+    assert card["feature_stats"]["observation"]["shape"] == [4] and "next/reward" in card["feature_stats"]
 
 
 def test_info_plot_draws_a_png_from_the_build(run, tmp_path):

@@ -63,6 +63,7 @@ def test_dataset_card_has_front_matter_counts_schema_and_provenance(build_rb, tm
     assert "| transitions | 600 |" in body
     assert "`steps/action`" in body and "Episode returns" in body
     assert build_rb.storage.manifest["fingerprint"] in body
+    assert "## Feature statistics" in body and "| `observation` |" in body  # recorded while building
 
 
 def test_export_refuses_a_non_empty_folder_and_leaves_no_staging(build_rb, tmp_path):

@@ -1,8 +1,9 @@
 """The writer of the on-disk build format (lean TED, docs/design/on-disk.md): :class:`LeanTEDWriter`.
 
 It appends loader chunks to the leaf files of a build's ``data/`` folder and returns the manifest's
-content; the layout itself (constants, paths, the manifest checksum) and the one reader,
-:func:`~datasets_hub.build.reader.open_build`, belong to :mod:`datasets_hub.build.format`.
+content; the layout itself (constants, paths, the manifest checksum) belongs to
+:mod:`datasets_hub.build.format`, the one reader (:func:`~datasets_hub.build.reader.open_build`) to
+:mod:`datasets_hub.build.reader`. This module holds one concept: the build writer.
 
 The writer knows nothing about any loader; chunks are checked against the TED contract as they
 arrive, and each leaf is appended to its own file, so memory use is bounded by one chunk.
@@ -22,6 +23,7 @@ import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.feature_stats import FeatureStats
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
 from datasets_hub.build.format import EPISODES, FRAMES, HISTORY, LEAF_SUFFIX, OBS, STEPS
 from datasets_hub.build.frames import FrameCodec, FrameColumn, FrameEncoder, image_layout
@@ -237,6 +239,11 @@ class LeanTEDWriter:
         self._seen_ids: set[int] = set()
         self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] = {}  # from the first chunk
         self.history_rows = 0
+        self.feature_stats = FeatureStats()  # per-key statistics, in the same pass as the writes
+        # computed in a thread of their own, beside the loader and the writes (numpy and torch release
+        # the GIL in their loops); one chunk in flight at most, so memory stays bounded
+        self._stats_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="datasets_hub-build-stats")
+        self._stats_pending: Future | None = None
 
     # -- schema -------------------------------------------------------------------------------
     def _classify(self, chunk: TensorDictBase) -> None:
@@ -347,6 +354,7 @@ class LeanTEDWriter:
         self.flag_counts["truncated"] += int((truncated[ends] & ~terminated[ends]).sum())
         self.flag_counts["unflagged_end"] += int((~done[ends]).sum())
 
+        self._queue_stats(chunk)
         ep_local = torch.repeat_interleave(torch.arange(local.num_episodes), local.length)
         obs_rows = torch.arange(n) + ep_local  # where each time-t value lands in the T+1 layout
         final_rows = ends + torch.arange(local.num_episodes) + 1
@@ -379,6 +387,20 @@ class LeanTEDWriter:
         self.episode_ids.append(ids)
         self.episode_returns.append(returns)
         self.num_transitions += n
+
+    def _queue_stats(self, chunk: TensorDictBase) -> None:
+        if self._stats_pending is not None:
+            self._stats_pending.result()  # re-raises its error
+        self._stats_pending = self._stats_thread.submit(self._stats_of, chunk)
+
+    def _stats_of(self, chunk: TensorDictBase) -> None:
+        """The statistics of a chunk, then its memory-mapped frames dropped from memory again: the
+        statistics may read them after the writes did (the build's RSS stays one chunk of frames)."""
+        self.feature_stats.update(chunk)
+        for key in self.obs_keys:
+            for value in (chunk.get(key), chunk.get(("next", *key))):
+                if value.device.type == "cpu" and value.is_contiguous():
+                    _release(_to_numpy(value))
 
     def _write_history(self, history: TensorDictBase) -> None:
         """Append history rows (already checked by :func:`_split_history`): the root values of the
@@ -442,6 +464,8 @@ class LeanTEDWriter:
         packed = self._write_packed(starts.numpy())
         for frame_file in self.frame_files.values():
             self.files.update(frame_file.leaves())
+        if self._stats_pending is not None:
+            self._stats_pending.result()
         self.close()
         tree: dict[str, Any] = {}
         for (group, key), handle in self.files.items():
@@ -499,6 +523,7 @@ class LeanTEDWriter:
     def close(self) -> None:
         """Finish every queued write and close the files (also after a failed build)."""
         try:
+            self._stats_thread.shutdown(wait=True)
             self._io.close()
         finally:
             for handle in self.files.values():
@@ -546,7 +571,11 @@ class LeanTEDWriter:
                 "next_stored_per_step": [key_to_str(k) for k in self.split_next],
                 **({"history": [key_to_str(k) for k in self.obs_keys]} if self.history_rows else {}),
             },
-            "stats": {"episode_return": describe(returns), "episode_length": describe(lengths)},
+            "stats": {
+                "episode_return": describe(returns),
+                "episode_length": describe(lengths),
+                "features": self.feature_stats.result(),
+            },
         }
 
 
