@@ -53,6 +53,13 @@ from datasets_hub.cache.layout import (
     remove_tree,
 )
 from datasets_hub.cache.listing import stale_builds, variant_dirs, variant_manifest
+from datasets_hub.cache.remote_copies import (
+    copies_to_remove,
+    is_remote_copy,
+    prune_candidates,
+    remote_root,
+    remove_copy,
+)
 from datasets_hub.downloads.fetch import SIDE_SUFFIXES
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
@@ -181,6 +188,11 @@ def remove(
     a preprocessing result, a download) is refused with a :class:`CacheError`, never deleted.
     """
     removed: list[Path] = []
+    if "://" in dataset_id:  # a published build's URL: its local copies, whatever their published hash
+        copies = copies_to_remove(dataset_id, options=bool(params or raw), must_exist=False)
+        for copy in [] if dry_run else copies:
+            remove_copy(copy)
+        return copies
     if all_builds:
         from datasets_hub.catalogue import validate_id
 
@@ -272,6 +284,8 @@ def find_builds(name: str, *, params: dict[str, Any] | None = None, all_builds: 
     among them raises :class:`InvalidParameter` listing the candidates; one that matches nothing
     raises it with "did you mean".
     """
+    if isinstance(name, str) and "://" in name:  # a published build's URL: every local copy of it
+        return copies_to_remove(name, options=bool(params or all_builds), must_exist=True)
     name = _check_name(name)
     from datasets_hub.cache.listing import variant_dirs as variants_now
 
@@ -346,6 +360,10 @@ def remove_build(path: Path) -> list[Path]:
     names them, under the locks their writers hold; returns what went. One being built or computed
     right now is refused with a :class:`CacheError`, never deleted under its writer."""
     path = Path(path)
+    if is_remote_copy(path):
+        remove_copy(path)
+        _remove_empty_parents(path.parent, remote_root())
+        return [path]
     if is_variant(path):
         with _try_lock(path.with_name(path.name + ".lock")) as free:
             if not free:
@@ -502,6 +520,7 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
         if pre.is_dir():  # derived from that build; each variant under its own lock
             yield from _variant_items(pre, f"preprocessed results of that build ({dataset_id})")
         yield build, reason, [_build_lock(build), *_variant_locks(build.name)]
+    yield from prune_candidates(cutoff, older_than_days, keep_stale)
     if cutoff is not None:
         doomed_fps = {build.name for build in doomed}
         for variant in variant_dirs():
