@@ -18,6 +18,8 @@ that also derive from a built-in exception can be caught as that exception too::
     ├── CacheError                the cache is unwritable, full, locked, damaged or tampered with
     ├── TEDError                  (+ ValueError) data breaks the TorchRL Episode Data contract
     ├── InvalidParameter          (+ ValueError) a user argument is not acceptable
+    │   └── InvalidArgument       (+ RuntimeError) one that TorchRL refuses with RuntimeError
+    ├── WrongDataType             (+ TypeError, RuntimeError) data a buffer part cannot hold or transform
     ├── PreprocessError           the preprocessing fn failed or broke its contract
     └── ReadOnlyError             (+ RuntimeError) a write to a read-only buffer, storage or writer
 
@@ -85,6 +87,16 @@ class TEDError(HubError, ValueError):
 
 class InvalidParameter(HubError, ValueError):
     """A user-supplied argument (id, parameter, batch size) is not acceptable."""
+
+
+class InvalidArgument(InvalidParameter, RuntimeError):
+    """An argument of a buffer part that TorchRL refuses with ``RuntimeError`` (a ``ValueError`` here):
+    code ported from TorchRL that catches ``RuntimeError`` keeps working, and so does ``except ValueError``."""
+
+
+class WrongDataType(HubError, TypeError, RuntimeError):
+    """Data of a type a buffer part cannot hold or transform (e.g. a tensor given to a writer that ranks
+    TensorDicts). TorchRL raises ``RuntimeError`` there, Python's convention is ``TypeError``: both catch it."""
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
