@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from datasets_hub.buffers.storages import ListStorage, Storage, attach_extras
 from datasets_hub.buffers.tensordict_priorities import TensorDictPriorities
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
+from datasets_hub.errors import InvalidArgument
 
 _COMPONENTS = ("_storage", "_sampler", "_writer", "_collate_fn", "_transform", "_dim_extend")
 
@@ -241,6 +243,64 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         """Make ``generator`` the sampler's only source of randomness."""
         self._sampler.generator = generator
 
+    def set_storage(self, storage: Storage, collate_fn: Callable | None = None) -> Storage:
+        """Replace the storage and return the previous one, as TorchRL.
+
+        ``storage`` must be empty: the writer (registered with it) and the sampler start afresh, since their
+        cursor, priorities and epochs described the previous storage's rows. (TorchRL also takes a filled
+        storage and keeps the old cursor; build a new buffer around a filled storage instead.)
+        ``collate_fn`` replaces the collate function; by default it is reset to the default for ``storage``.
+        Batches already prefetched from the previous storage are collected first.
+        """
+        if len(storage):
+            raise InvalidArgument(
+                f"set_storage takes an empty storage, this one holds {len(storage)} items: the writer's cursor "
+                "and the sampler's state would describe other rows. Build a buffer around it instead: "
+                "ReplayBuffer(storage=storage, sampler=..., writer=...)"
+            )
+        self._drain()
+        with self._lock:
+            previous, self._storage = self._storage, storage
+            self._writer.register_storage(storage)
+            self._writer.empty()
+            self._sampler.empty()
+            if collate_fn is None and isinstance(storage, ListStorage):
+                collate_fn = _collate_list
+            self._collate_fn = collate_fn
+        return previous
+
+    def set_sampler(self, sampler: Sampler) -> Sampler:
+        """Replace the sampler and return the previous one (the buffer's generator, if set, moves to it)."""
+        self._drain()
+        with self._lock:
+            previous, self._sampler = self._sampler, sampler
+            if sampler.generator is None and previous.generator is not None:
+                sampler.generator = previous.generator
+        return previous
+
+    def set_writer(self, writer: Writer) -> Writer:
+        """Replace the writer (registered with the storage) and return the previous one."""
+        self._drain()
+        with self._lock:
+            previous, self._writer = self._writer, writer
+            writer.register_storage(self._storage)
+        return previous
+
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
+        """Run ``hook(data, path=path)`` on the storage's data before :meth:`dumps` writes it (e.g. ``TED2Flat()``).
+
+        Hooks belong to the storage's checkpointer and are not saved: register them again on a new buffer.
+        """
+        self._storage.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
+        """Run ``hook(data, path=path)`` on the data :meth:`loads` read, before the storage takes it."""
+        self._storage.register_load_hook(hook)
+
+    def save(self, path: str | Path) -> None:
+        """TorchRL's alias of :meth:`dumps`."""
+        self.dumps(path)
+
     def read_only_view(self, storage: Storage, *, transform: Any = None, prefetch: int | None = None) -> Any:
         """A read-only ``TensorDictReplayBuffer`` over ``storage`` (data derived from this buffer's: an
         episode subset, a preprocessing result) with a copy of this buffer's sampler (its caches follow
@@ -371,8 +431,13 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
             data = data.pin_memory()
         return data, info, ran_out
 
-    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
-        """A batch of ``batch_size`` items (default: the constructor's), and its info if ``return_info``."""
+    def sample(self, batch_size: int | None = None, return_info: bool = False, include_info: bool | None = None) -> Any:
+        """A batch of ``batch_size`` items (default: the constructor's), and its info if ``return_info``.
+
+        ``include_info=False`` (TorchRL's keyword): a TensorDict sample without the sampler's bookkeeping
+        entries (``"index"``, ``"_weight"``, ...); entries that are data in TED, such as the slice ends in
+        ``("next", "truncated")``, stay. ``None``/``True``: TensorDict buffers write them (the default).
+        """
         if batch_size is None:
             batch_size = self._batch_size
             if batch_size is None:
@@ -382,6 +447,8 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         elif not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")  # 0 gave an empty batch
         data, info, _ = self._draw(batch_size)
+        if include_info is False and isinstance(data, TensorDictBase):
+            data = data.exclude(*[k for k in info if isinstance(k, str) and (k == "index" or k.startswith("_"))])
         return (data, info) if return_info else data
 
     def __iter__(self) -> Iterator[Any]:

@@ -99,6 +99,14 @@ class Storage:
 
         return TensorStorageCheckpointer()
 
+    def register_save_hook(self, hook: Any) -> None:
+        """Run ``hook(data, path=path)`` on the data before :meth:`dumps` writes it (kept by the checkpointer)."""
+        self.checkpointer.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Any) -> None:
+        """Run ``hook(data, path=path)`` on the data :meth:`loads` read, before this storage takes it."""
+        self.checkpointer.register_load_hook(hook)
+
     def dumps(self, path: str | Path) -> None:
         """Write the storage under the directory ``path`` with its ``checkpointer``."""
         self.checkpointer.dumps(self, path)

@@ -7,11 +7,13 @@ lists the valid positions oldest first (what ``read_all_in_order`` reads).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from datasets_hub.buffers.shared_counters import SharedCounters
+from datasets_hub.buffers.state_files import dump_state, load_state
 from datasets_hub.buffers.storages import Storage, _slice_items
 from datasets_hub.errors import ReadOnlyError
 
@@ -67,6 +69,14 @@ class Writer:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         return None
+
+    def dumps(self, path: str | Path) -> None:
+        """Write :meth:`state_dict` to ``<path>/writer_state.pt`` (the directory is created)."""
+        dump_state(self, "writer", path)
+
+    def loads(self, path: str | Path) -> None:
+        """Restore what :meth:`dumps` wrote (refused from another kind of writer)."""
+        load_state(self, "writer", path)
 
 
 class RoundRobinWriter(SharedCounters, Writer):
