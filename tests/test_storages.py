@@ -276,3 +276,15 @@ def test_cpu_device_is_accepted_and_others_are_refused():
     LazyTensorStorage(4, device=torch.device("cpu"))
     with pytest.raises(NotImplementedError, match=r"\.to\(device\)"):
         LazyTensorStorage(4, device="meta")
+
+
+def test_list_storage_load_state_dict_copies_the_items():
+    source = ListStorage(4)
+    source.set([0, 1], [torch.arange(3), TensorDict(a=torch.arange(2) + 10, batch_size=[2])])
+    state = source.state_dict()
+    restored = ListStorage(4)
+    restored.load_state_dict(state)
+    source.get(0).fill_(-1)  # the source's live items change ...
+    source.get(1)["a"].fill_(-1)
+    assert restored.get(0).tolist() == [0, 1, 2]  # ... the restored storage does not
+    assert restored.get(1)["a"].tolist() == [10, 11]

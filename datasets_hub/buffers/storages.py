@@ -388,7 +388,9 @@ class ListStorage(Storage):
         return {"_storage": [_encode_item(x) for x in self._storage], "max_size": self.max_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        items = [_decode_item(x) for x in state_dict["_storage"]]
+        """Take the items of ``state_dict`` as copies: changing the source afterwards (another storage's
+        live items, a checkpoint loaded with ``mmap=True``) never changes this storage."""
+        items = [_decode_item(x, copy=True) for x in state_dict["_storage"]]
         if len(items) > self.max_size:
             raise ValueError(f"state holds {len(items)} items but this ListStorage holds {self.max_size}")
         self._storage = items
@@ -415,13 +417,16 @@ def _encode_item(x: Any) -> Any:
     )
 
 
-def _decode_item(x: Any) -> Any:
+def _decode_item(x: Any, copy: bool = False) -> Any:
     if isinstance(x, dict):
         if "__tensordict__" in x:
-            return TensorDict(x["__tensordict__"], batch_size=x["batch_size"])
-        return {k: _decode_item(v) for k, v in x.items()}
+            td = TensorDict(x["__tensordict__"], batch_size=x["batch_size"])
+            return td.clone() if copy else td
+        return {k: _decode_item(v, copy) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_decode_item(v) for v in x)
+        return type(x)(_decode_item(v, copy) for v in x)
+    if copy and isinstance(x, (torch.Tensor, TensorDictBase)):
+        return x.clone()
     return x
 
 
