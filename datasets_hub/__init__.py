@@ -78,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "Rename": "buffers.transforms",
     "Select": "buffers.transforms",
     "Exclude": "buffers.transforms",
+    "MultiStep": "buffers.multi_step",
     "ToTensorImage": "buffers.image_transforms",
     "Resize": "buffers.image_transforms",
     "GrayScale": "buffers.image_transforms",

@@ -147,3 +147,34 @@ def test_only_dataset_builds_convert(rb):
 def test_missing_torchrl_names_the_install_line(rb):
     with pytest.raises(MissingDependency, match="pip install torchrl"):
         rb.to_torchrl()
+
+
+@needs_torchrl
+@pytest.mark.parametrize("batch, steps, n", [((), 10, 3), ((2,), 12, 4), ((2, 3), 7, 1), ((3,), 9, 9)])
+def test_multi_step_equals_torchrls_value_by_value(batch, steps, n):
+    from tensordict import TensorDict
+    from torchrl.data.postprocs import MultiStep as TorchRLMultiStep
+
+    from datasets_hub.buffers.multi_step import MultiStep
+
+    gen = torch.Generator().manual_seed(sum(batch) + steps + n)
+    done = torch.rand(*batch, steps, 1, generator=gen) < 0.2
+    td = TensorDict(
+        {
+            "obs": torch.randn(*batch, steps, 2, generator=gen),
+            "next": {
+                "obs": torch.randn(*batch, steps, 2, generator=gen),
+                "reward": torch.randn(*batch, steps, 1, generator=gen),
+                "done": done,
+                "terminated": done.clone(),
+                "step": torch.arange(steps).expand(*batch, steps) + 1,
+            },
+            "collector": {"mask": torch.rand(*batch, steps, generator=gen) < 0.8},
+        },
+        [*batch, steps],
+    )
+    theirs, ours = TorchRLMultiStep(0.9, n)(td.clone()), MultiStep(0.9, n)(td.clone())
+    assert set(theirs.keys(True, True)) == set(ours.keys(True, True))
+    for key in theirs.keys(True, True):
+        assert ours[key].shape == theirs[key].shape and ours[key].dtype == theirs[key].dtype, key
+        assert torch.allclose(ours[key].double(), theirs[key].double(), atol=1e-6), key
