@@ -597,8 +597,8 @@ def test_writer_keywords():
     w = RoundRobinWriter(compilable=True)
     with pytest.raises(RuntimeError, match="compilable=True"):
         w.share()
-    with pytest.raises(NotImplementedError, match="track_generations"):
-        RoundRobinWriter(track_generations=True)
+    with pytest.raises(RuntimeError, match="cannot be shared between processes"):
+        RoundRobinWriter(track_generations=True).share()
 
 
 def _episodes_td(n: int = 200) -> TensorDict:

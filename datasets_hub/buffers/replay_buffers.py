@@ -26,6 +26,7 @@ from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.buffer_draws import OrderedDraws
 from datasets_hub.buffers.buffer_rows import RowAccess
 from datasets_hub.buffers.buffer_state import BufferState
+from datasets_hub.buffers.generations import ConditionalUpdate, update_if_present
 from datasets_hub.buffers.samplers.base import Sampler, as_index
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction
 from datasets_hub.buffers.samplers.random import RandomSampler
@@ -297,6 +298,14 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         """Run ``hook(data, path=path)`` on the data :meth:`loads` read, before the storage takes it."""
         self._storage.register_load_hook(hook)
 
+    def update_if_present(self, *, index: Any, generation: Any, patch: Any) -> ConditionalUpdate:
+        """Write ``patch`` into the items of ``index`` whose slots still hold the ``generation`` a sample reported
+        (``"index_generation"``); items overwritten since are left alone. Needs a writer with
+        ``track_generations=True``; see ``generations.py``."""
+        self._drain()
+        with self._lock:
+            return update_if_present(self._storage, self._writer, index, generation, patch)
+
     def save(self, path: str | Path) -> None:
         """TorchRL's alias of :meth:`dumps`."""
         self.dumps(path)
@@ -426,6 +435,8 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         if getattr(storage, "ndim", 1) > 1:  # items -> (t, e, ...) as TorchRL reports them
             items, index, rows = index, mdim.unravel(index, storage.shape), None
         info = {**info, "index": index}
+        if self._writer.tracks_generations:  # read under the lock: the stamps of the rows gathered
+            info["index_generation"] = self._writer.generations_of(index)
         data = self._gather(index, info, items, rows)
         if self._pin_memory:
             data = data.pin_memory()

@@ -80,6 +80,8 @@ class Storage:
 
     ndim: int = 1  # dims counted in the capacity (TorchRL's ``ndim``; see multidim.py)
     _checkpointer: Any = None
+    #: per-slot write stamps, made by the first writer with ``track_generations=True`` (``generations.py``)
+    slot_generations: Any = None
 
     @property
     def checkpointer(self) -> Any:
