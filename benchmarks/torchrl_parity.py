@@ -36,6 +36,7 @@ PINNED_COMMIT = "ae9719f17b1517af5c2523a36c4616f003ee55cf"
 # RPC and Ray tests start servers and processes of their own: opt in with --files test_rb_distributed.py
 DEFAULT_EXCLUDED = ("test_rb_distributed.py",)
 MISSING_MARK = "datasets_hub has no"
+SIDES = ("torchrl", "datasets_hub")
 
 
 def extract_tests(source: Path, commit: str, into: Path) -> list[str]:
@@ -54,22 +55,34 @@ def extract_tests(source: Path, commit: str, into: Path) -> list[str]:
     return sorted(p.name for p in (into / "test" / "rb").glob("test_*.py"))
 
 
-def run_side(side: str, root: Path, files: list[str], keyword: str | None, out: Path) -> tuple[dict, dict, float]:
-    """Run pytest over ``files`` for one side; return ({nodeid: result}, {name: mapping}, seconds)."""
+def start_side(
+    side: str, root: Path, files: list[str], args: argparse.Namespace, out: Path
+) -> tuple[subprocess.Popen, float]:
+    """Start pytest over ``files`` for one side (``torchrl`` or ``datasets_hub``)."""
     env = dict(os.environ)
+    env["TORCHRL_PARITY_TIMEOUT"] = str(args.timeout)
+    if args.shard:
+        env["TORCHRL_PARITY_SHARD"] = args.shard
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["TORCHRL_PARITY_REPORT"] = str(out)
     env["TORCHRL_PARITY_SIDE"] = side
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "torchrl_parity_plugin", "-p", "no:cacheprovider"]
     cmd += ["-o", "addopts=", "--tb=no", "--no-header", "-rN", "--rootdir", str(root)]
     cmd += [f"test/rb/{f}" for f in files]
-    if keyword:
-        cmd += ["-k", keyword]
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - started
+    if args.keyword:
+        cmd += ["-k", args.keyword]
+    log = open(root / f"{side}.log", "w")  # noqa: SIM115 - the child writes it; closed with the run
+    return subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT), time.perf_counter()
+
+
+def finish_side(side: str, started: tuple[subprocess.Popen, float], root: Path, out: Path) -> tuple[dict, dict, float]:
+    """Wait for one side; return ({nodeid: result}, {name: mapping}, seconds)."""
+    proc, t0 = started
+    proc.wait()
+    seconds = time.perf_counter() - t0
     if not out.exists():
-        raise SystemExit(f"pytest ({side}) wrote no report; its output ended with:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        tail = (root / f"{side}.log").read_text()[-3000:]
+        raise SystemExit(f"pytest ({side}) wrote no report; its output ended with:\n{tail}")
     names_file = Path(str(out) + ".names")
     names = json.loads(names_file.read_text()) if names_file.exists() else {}
     return json.loads(out.read_text()), names, seconds
@@ -121,7 +134,9 @@ def compare(theirs: dict, ours: dict) -> dict:
             "pass_rate": passed / len(theirs_passed) if theirs_passed else 0.0,
             "passed_anywhere": sum(r["outcome"] == "passed" for r in ours.values()),
         },
-        "by_file": {f: {"torchrl_passed": n, "datasets_hub_passed": passed_by_file[f]} for f, n in sorted(by_file.items())},
+        "by_file": {
+            f: {"torchrl_passed": n, "datasets_hub_passed": passed_by_file[f]} for f, n in sorted(by_file.items())
+        },
         "failure_causes": sorted(
             ({"cause": c, "tests": len(ts), "example": ts[0]} for c, ts in groups.items()), key=lambda g: -g["tests"]
         ),
@@ -135,27 +150,41 @@ def main() -> None:
     parser.add_argument("--files", nargs="*", help="test files of test/rb to run (default: all but distributed)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression, passed to both runs")
     parser.add_argument("--causes", type=int, default=40, help="failure causes to print")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds a test may run before it fails (0: none)")
+    parser.add_argument("--shard", help="i/n: run only the tests whose node id hashes to i mod n (both sides)")
+    parser.add_argument("--work-dir", help="keep the extracted tests and per-test progress (*.jsonl) here")
     parser.add_argument("--out", default=str(HERE / "results" / "torchrl_parity.json"))
     args = parser.parse_args()
     try:
         import torchrl
     except ImportError:
-        raise SystemExit("TorchRL is not installed in this interpreter: run `make bench-install` and use .venv-bench") from None
+        raise SystemExit(
+            "TorchRL is not installed in this interpreter: run `make bench-install` and use .venv-bench"
+        ) from None
 
     with tempfile.TemporaryDirectory(prefix="torchrl-parity-") as tmp:
-        root = Path(tmp)
+        root = Path(args.work_dir or tmp)
+        root.mkdir(parents=True, exist_ok=True)
         available = extract_tests(args.torchrl_src.expanduser(), args.commit, root)
         files = args.files or [f for f in available if f not in DEFAULT_EXCLUDED]
         unknown = sorted(set(files) - set(available))
         if unknown:
             raise SystemExit(f"not in test/rb at {args.commit[:12]}: {unknown}; there are {available}")
-        theirs, _, theirs_s = run_side("torchrl", root, files, args.keyword, root / "torchrl.json")
-        ours, names, ours_s = run_side("datasets_hub", root, files, args.keyword, root / "datasets_hub.json")
+        # the two sides are independent processes: run them side by side
+        running = {side: start_side(side, root, files, args, root / f"{side}.json") for side in SIDES}
+        theirs, _, theirs_s = finish_side("torchrl", running["torchrl"], root, root / "torchrl.json")
+        ours, names, ours_s = finish_side("datasets_hub", running["datasets_hub"], root, root / "datasets_hub.json")
 
     summary = compare(theirs, ours)
     t, o = summary["torchrl"], summary["datasets_hub"]
-    print(f"pytorch/rl test/rb at {args.commit[:12]}, files: {' '.join(files)}" + (f", -k {args.keyword}" if args.keyword else ""))
-    print(f"TorchRL {torchrl.__version__}: {t['passed']}/{t['run']} passed ({100 * t['pass_rate']:.1f}%), {theirs_s:.0f} s")
+    print(
+        f"pytorch/rl test/rb at {args.commit[:12]}, files: {' '.join(files)}"
+        + (f", -k {args.keyword}" if args.keyword else "")
+        + (f", shard {args.shard} of the tests" if args.shard else "")
+    )
+    print(
+        f"TorchRL {torchrl.__version__}: {t['passed']}/{t['run']} passed ({100 * t['pass_rate']:.1f}%), {theirs_s:.0f} s"
+    )
     print(
         f"datasets_hub: {o['passed']}/{o['of_torchrl_passed']} of the tests TorchRL passes "
         f"({100 * o['pass_rate']:.1f}%), {ours_s:.0f} s"
@@ -175,6 +204,7 @@ def main() -> None:
         "pytorch_rl_commit": args.commit,
         "files": files,
         "keyword": args.keyword,
+        "shard": args.shard,
         "seconds": {"torchrl": round(theirs_s, 1), "datasets_hub": round(ours_s, 1)},
         "names_not_exported": missing,
         **summary,

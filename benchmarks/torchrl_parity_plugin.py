@@ -19,8 +19,10 @@ import inspect
 import json
 import os
 import pkgutil
+import signal
 import sys
 import types
+import zlib
 from typing import Any
 
 import pytest
@@ -109,12 +111,20 @@ def map_names() -> dict[str, str]:
 
 
 class _Recorder:
+    """Outcomes by node id; each finished test is also appended to ``<path>.jsonl`` at once, so an
+    interrupted run still tells what it ran (and how long each test took)."""
+
     def __init__(self, path: str) -> None:
         self.path = path
-        self.results: dict[str, dict[str, str]] = {}
+        self.results: dict[str, dict[str, Any]] = {}
+        self.progress = open(path + ".jsonl", "a")  # noqa: SIM115 - open for the whole session, closed at its end
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        entry = self.results.setdefault(report.nodeid, {"outcome": "passed", "message": ""})
+        entry = self.results.setdefault(report.nodeid, {"outcome": "passed", "message": "", "seconds": 0.0})
+        entry["seconds"] = round(entry["seconds"] + report.duration, 3)
+        if report.when == "teardown":
+            self.progress.write(json.dumps({"test": report.nodeid, **entry}) + "\n")
+            self.progress.flush()
         if hasattr(report, "wasxfail"):
             entry["outcome"] = "xfailed" if report.skipped else "xpassed"
             return
@@ -135,8 +145,38 @@ class _Recorder:
             self.results[report.nodeid] = {"outcome": "collection error", "message": message}
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.progress.close()
         with open(self.path, "w") as f:
             json.dump(self.results, f)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        """A test running longer than ``TORCHRL_PARITY_TIMEOUT`` seconds fails with TimeoutError (both sides
+        alike), so one hung test (a child process waited for) does not stop the measurement."""
+        seconds = int(os.environ.get("TORCHRL_PARITY_TIMEOUT", "0"))
+
+        def expire(signum: int, frame: Any) -> None:
+            raise TimeoutError(f"the test ran past TORCHRL_PARITY_TIMEOUT={seconds} s")
+
+        previous = signal.signal(signal.SIGALRM, expire) if seconds else None
+        if seconds:
+            signal.alarm(seconds)
+        try:
+            yield
+        finally:
+            if seconds:
+                signal.alarm(0)
+                signal.signal(signal.SIGALRM, previous)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``TORCHRL_PARITY_SHARD=i/n`` keeps the tests whose node id hashes to ``i`` modulo ``n``: the same
+    deterministic subset on both sides, for machines where the whole suite takes too long."""
+    shard = os.environ.get("TORCHRL_PARITY_SHARD")
+    if not shard:
+        return
+    i, n = (int(x) for x in shard.split("/"))
+    items[:] = [item for item in items if zlib.crc32(item.nodeid.encode()) % n == i]
 
 
 def pytest_configure(config: pytest.Config) -> None:
