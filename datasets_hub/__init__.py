@@ -95,6 +95,7 @@ _EXPORTS: dict[str, str] = {
     "tensordict_collate": "interop.torch_data",
     "to_torchrl": "interop.torchrl",
     "RayReplayBuffer": "interop.ray",
+    "RemoteTensorDictReplayBuffer": "interop.torch_rpc",
     # errors
     "HubError": "errors",
     "UnknownDataset": "errors",
