@@ -88,6 +88,12 @@ class TensorDictMaxValueWriter(Writer):
     def write_count(self) -> int:
         return self._written
 
+    @property
+    def _cursor(self) -> int:
+        """TorchRL's attribute: the next row a write fills while the storage is not full (0 once full)."""
+        storage = self.storage
+        return len(storage) % storage.max_size
+
     def _ranks(self, data: Any, n: int) -> torch.Tensor:
         if not is_tensor_collection(data):
             raise WrongDataType(_NOT_A_COLLECTION.format(type(data).__name__))

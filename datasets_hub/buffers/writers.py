@@ -129,6 +129,15 @@ class RoundRobinWriter(SharedCounters, Writer):
     def write_count(self) -> int:
         return int(self._counts[1])
 
+    # TorchRL's attribute names, read by code written against it (checkpoint tools, tests): read-only here
+    @property
+    def _cursor(self) -> int:
+        return self.cursor
+
+    @property
+    def _write_count(self) -> int:
+        return self.write_count
+
     def add(self, data: Any) -> int:
         storage = self.storage
         index = int(self._counts[0])
