@@ -119,7 +119,7 @@ def chunks(transitions: int) -> Iterator[TensorDict]:
 
 def build_dataset(transitions: int) -> tuple[dh.DatasetStorage, dict[str, np.ndarray]]:
     """A hub build of ``transitions`` rows, and the same data as OGBench's regular in-RAM arrays."""
-    from datasets_hub.build import build
+    from datasets_hub.build.pipeline import build
     from datasets_hub.loader import DatasetSpec
     from datasets_hub.testing import FakeLoader
 

@@ -9,7 +9,7 @@ What it does: encodes textured RGB images (noise over gradients, so the IDCT mat
 quality 95 with 4:2:0 chroma subsampling (Pillow's default; TensorFlow's encoder makes the same
 layout) in the sizes Open X-Embodiment datasets use, then decodes every image with
 
-- ``tfds``: :func:`datasets_hub.loaders.image_decode.decode_uint8` with ``jpeg_decoder="tfds"``
+- ``tfds``: :func:`datasets_hub.loaders.formats.image_decode.decode_uint8` with ``jpeg_decoder="tfds"``
   (libjpeg-turbo via simplejpeg, fast IDCT: the loader's default);
 - ``pillow``: the same function with ``jpeg_decoder="pillow"`` (accurate IDCT, the loader's
   behaviour before ``jpeg_decoder`` existed);
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "jpeg_decode.json"))
     args = parser.parse_args()
 
-    from datasets_hub.loaders.image_decode import decode_uint8
+    from datasets_hub.loaders.formats.image_decode import decode_uint8
 
     decoders = {
         "tfds": lambda blob: decode_uint8(blob, 3, "tfds"),

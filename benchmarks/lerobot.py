@@ -215,9 +215,9 @@ def ours_rate(path: str, shape: str, workers: int, seconds: float, mode: str = "
     import torch
 
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
     from datasets_hub.interop.torch_data import SampledBatches
-    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler
+    from datasets_hub.loaders.lerobot.windows import delta_timestamps_sampler
 
     cfg = SHAPES[shape]
     delta = {cam: [i / cfg["fps"] for i in range(WINDOW)] for cam in cfg["cameras"]}

@@ -68,8 +68,9 @@ _OURS = (
 import sys, time, json
 t0 = time.perf_counter()
 import datasets_hub as dh
-from datasets_hub import hub, build  # the imports a build needs, timed apart from the build
-from datasets_hub.cache import dir_size
+from datasets_hub import hub
+from datasets_hub.build import pipeline as build  # the imports a build needs, timed apart from the build
+from datasets_hub.cache.layout import dir_size
 t1 = time.perf_counter()
 path = dh.download("minari/" + sys.argv[1])
 build_s = time.perf_counter() - t1

@@ -104,8 +104,8 @@ t0 = time.perf_counter()
 sys.path.insert(0, {root!r}); sys.path.insert(0, {here!r})
 import torch, tensordict, datasets_hub
 from datasets_hub import TensorDictReplayBuffer
-from datasets_hub.dataset_storage import DatasetStorage
-import datasets_hub.preprocess, datasets_hub.fingerprint, datasets_hub.buffers.replay_buffers
+from datasets_hub.build.storage import DatasetStorage
+import datasets_hub.preprocess.pipeline, datasets_hub.fingerprint, datasets_hub.buffers.replay_buffers
 import preprocess as bench
 t1 = time.perf_counter()
 rb = TensorDictReplayBuffer(storage=DatasetStorage({build!r}), batch_size=256)
@@ -120,8 +120,8 @@ print(t1 - t0, t2 - t1)
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import preprocess as bench  # this file by module name: the fn a fresh process can import too
 
-    from datasets_hub.build import build
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.pipeline import build
+    from datasets_hub.build.storage import DatasetStorage
     from datasets_hub.loader import DatasetSpec
 
     work = Path(tempfile.mkdtemp(prefix="datasets_hub_bench_pre_", dir=args.tmp))

@@ -290,7 +290,7 @@ def atari_build(work: Path, frames: int) -> tuple[Any, Path]:
     os.environ["DATASETS_HUB_CACHE"] = str(work / "local-cache")
     from datasets_hub import SliceSampler
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
 
     storage = DatasetStorage(built["path"])
     import torch
@@ -305,7 +305,7 @@ def run_case(name: str, rb: Any, build: Path, work: Path, args: argparse.Namespa
     import torch
 
     from datasets_hub import SliceSampler
-    from datasets_hub.publish import export
+    from datasets_hub.remote.publish import export
 
     local_rb = type(rb)(
         storage=rb.storage,

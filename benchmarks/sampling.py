@@ -63,7 +63,7 @@ from _report import command, environment, write_report
 from sampling_floor import PythonFloor, check_same
 
 import datasets_hub as dh
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
 
 try:
@@ -127,7 +127,7 @@ class _BenchLoader(Loader):
 
 
 def make_build(n: int, cache: Path) -> Path:
-    from datasets_hub.build import build
+    from datasets_hub.build.pipeline import build
 
     os.environ["DATASETS_HUB_CACHE"] = str(cache)
     return build(DatasetSpec(id="bench/d4rl-shaped", loader="bench", params={"n": n}), _BenchLoader(), {}, [])

@@ -43,7 +43,7 @@ from _report import command, environment, write_report
 from sampling import make_build, time_calls
 
 import datasets_hub as dh
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.storage import DatasetStorage
 
 SAMPLERS: dict[str, Callable[[], Any]] = {
     "uniform, batch 256": dh.RandomSampler,

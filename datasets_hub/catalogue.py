@@ -68,7 +68,7 @@ def validate_id(dataset_id: Any) -> tuple[str, str]:
                 f"dataset id {dataset_id!r}: path segment {segment!r} is not allowed (use letters, "
                 "digits and . _ - ( ) + = , ; no empty, '.' or '..' segments)"
             )
-        from datasets_hub.cache import reserved_name_problem
+        from datasets_hub.cache.layout import reserved_name_problem
 
         problem = reserved_name_problem(segment)
         if problem:
@@ -103,7 +103,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 def _parsed_copy(path: Path, key: tuple[str, int, int]) -> dict[str, Any]:
     """Parse a catalogue file, through a JSON copy in the cache: importing and running the YAML
     parser costs ~70 ms, which a script that only opens a cached build should not pay."""
-    from datasets_hub.cache import cache_root, fingerprint
+    from datasets_hub.cache.layout import cache_root, fingerprint
 
     copy = cache_root() / "catalogue" / f"{fingerprint(list(key))}.json"
     try:
@@ -255,13 +255,13 @@ def _hide(merged: dict[str, Any], name: str, exc: Exception) -> None:
 
 # -- remote catalogues: fetched on demand only, cached in <cache>/catalogue/remote-<loader>.json ------------
 def _remote_file(loader: str) -> Path:
-    from datasets_hub.cache import cache_root
+    from datasets_hub.cache.layout import cache_root
 
     return cache_root() / "catalogue" / f"remote-{loader}.json"
 
 
 def _remote_entries(loaders: list[str] | None) -> dict[str, tuple[dict[str, Any], str]]:
-    from datasets_hub.cache import cache_root
+    from datasets_hub.cache.layout import cache_root
 
     folder = cache_root() / "catalogue"
     out: dict[str, tuple[dict[str, Any], str]] = {}

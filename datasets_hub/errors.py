@@ -18,6 +18,7 @@ that also derive from a built-in exception can be caught as that exception too::
     ├── CacheError                the cache is unwritable, full, locked, damaged or tampered with
     ├── TEDError                  (+ ValueError) data breaks the TorchRL Episode Data contract
     ├── InvalidParameter          (+ ValueError) a user argument is not acceptable
+    │   ├── UnknownParameter      a dataset parameter its loader does not take
     │   └── InvalidArgument       (+ RuntimeError) one that TorchRL refuses with RuntimeError
     ├── WrongDataType             (+ TypeError, RuntimeError) data a buffer part cannot hold or transform
     ├── PreprocessError           the preprocessing fn failed or broke its contract
@@ -97,6 +98,14 @@ class InvalidArgument(InvalidParameter, RuntimeError):
 class WrongDataType(HubError, TypeError, RuntimeError):
     """Data of a type a buffer part cannot hold or transform (e.g. a tensor given to a writer that ranks
     TensorDicts). TorchRL raises ``RuntimeError`` there, Python's convention is ``TypeError``: both catch it."""
+
+
+class UnknownParameter(InvalidParameter):
+    """A dataset parameter its loader does not take; ``names`` lists the unknown names."""
+
+    def __init__(self, message: str, names: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.names = tuple(names)
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:

@@ -6,17 +6,20 @@ network — or downloads the upstream files, converts them once, and publishes t
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from datasets_hub.build import build, build_path
-from datasets_hub.cache import dir_size, raw_file_path, read_manifest
+from datasets_hub.build.pipeline import build, build_path
+from datasets_hub.cache.layout import dir_size, raw_file_path, read_manifest
 from datasets_hub.catalogue import list_ids, resolve
-from datasets_hub.errors import DownloadError, InvalidParameter
+from datasets_hub.errors import DownloadError, HubError, InvalidParameter, UnknownParameter
 from datasets_hub.loader import DatasetSpec, Loader, Resource
 from datasets_hub.plugins import check_requirements, get_loader
 from datasets_hub.redact import redact_url, redact_value
@@ -95,17 +98,9 @@ class DatasetInfo:
 
 def raw_path(loader: Loader, resource: Resource) -> Path:
     """Where ``resource`` of ``loader`` lives in the raw cache (keyed by the source's identity)."""
-    from datasets_hub.downloader import source_key
+    from datasets_hub.downloads.fetch import source_key
 
     return raw_file_path(loader.name, resource.name, source_key(resource))
-
-
-def _recorded_sha256(path: Path) -> str | None:
-    sidecar = path.with_name(path.name + ".sha256")
-    try:
-        return json.loads(sidecar.read_text()).get("sha256")
-    except (OSError, ValueError):
-        return None
 
 
 def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], list[dict[str, Any]]]:
@@ -113,7 +108,11 @@ def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], l
     files: dict[str, Path] = {}
     sources: list[dict[str, Any]] = []
     for resource in loader.resources(spec):
-        from datasets_hub.downloader import fetch, source_key  # requests & co. load only when something is fetched
+        from datasets_hub.downloads.fetch import (  # requests & co. load only when something is fetched
+            fetch,
+            recorded_sha256,
+            source_key,
+        )
 
         dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
@@ -123,7 +122,7 @@ def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], l
                 "name": resource.name,
                 "url": redact_url(resource.urls[0]),
                 "key": source_key(resource),
-                "sha256": resource.sha256 or _recorded_sha256(dest),
+                "sha256": resource.sha256 or recorded_sha256(dest),
                 "bytes": dest.stat().st_size,
             }
         )
@@ -176,7 +175,7 @@ def _open_storage(
                 f"a published build is loaded as it was built; loader params {sorted(params)} cannot change it "
                 "(build with them locally and export that build instead)"
             )
-        from datasets_hub.remote import open_remote
+        from datasets_hub.remote.open_url import open_remote
 
         return open_remote(dataset_id, resident=resident, **remote)
     if resident != "full" or any(v is not None for k, v in remote.items() if k != "pool_refresh_s"):
@@ -184,11 +183,100 @@ def _open_storage(
             "resident=, max_bytes= and pool_episodes= apply to published builds loaded by URL "
             "(hf://, https://, s3://, file://), not to catalogue ids"
         )
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
 
     return DatasetStorage(
         _ensure_build(dataset_id, force=False, allow_download=download, params=params), in_memory=in_memory
     )
+
+
+# Checks of load()'s own arguments, made before anything is opened or built.
+#
+# load(id, **params) passes unknown keywords to the loader as dataset parameters, where a typo of one of
+# load's keywords (batchsize=256) or a sampler setting (slice_len=32) would either be rejected as an unknown
+# *loader* parameter or, by a loader that accepts anything, select a new build. So a keyword that is not one
+# of the catalogue entry's own parameters and looks like one of load's is refused with the right spelling.
+
+# sampler settings people pass to load() directly, and what to write instead
+_SAMPLER_SETTINGS = {
+    "slice_len": "sampler=SliceSampler(slice_len={v})",
+    "slice_length": "sampler=SliceSampler(slice_len={v})",
+    "seq_len": "sampler=SliceSampler(slice_len={v})",
+    "sequence_length": "sampler=SliceSampler(slice_len={v})",
+    "num_slices": "sampler=SliceSampler(num_slices={v})",
+    "strict_length": "sampler=SliceSampler(..., strict_length={v})",
+    "shuffle": "sampler=SamplerWithoutReplacement() (epochs without repeats) or the default RandomSampler()",
+    "seed": "generator=torch.Generator().manual_seed({v})",
+    "replacement": "sampler=SamplerWithoutReplacement()",
+}
+
+
+def load_keywords() -> tuple[str, ...]:
+    """``load()``'s own keywords, read from its signature (one definition: a new keyword is known here at once)."""
+    return tuple(
+        name for name, p in inspect.signature(load).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
+    )
+
+
+def check_params_are_not_load_keywords(dataset_id: str, params: dict[str, Any], known: Iterable[str]) -> None:
+    """Refuse a parameter that is not one of the dataset's but looks like a ``load`` keyword.
+
+    ``known``: the catalogue entry's parameters. A sampler setting (``slice_len``) is refused whatever
+    the loader says (a loader that accepts anything would otherwise select a new build with it). A
+    near-miss of a ``load`` keyword (``batchsize``) is refused only when the loader does not accept it
+    either: ``episodes=`` is a LeRobot parameter, not a typo of ``pool_episodes=``.
+    """
+    known = set(known)
+    for key, value in params.items():
+        if key in known:
+            continue
+        if key in _SAMPLER_SETTINGS:
+            raise InvalidParameter(
+                f"load({dataset_id!r}, {key}={value!r}): {key!r} is a sampler setting, not a parameter of the dataset. "
+                f"Write {_SAMPLER_SETTINGS[key].format(v=value)!s} (from datasets_hub import SliceSampler, ...)"
+            )
+        close = difflib.get_close_matches(key, load_keywords(), n=1, cutoff=0.75)
+        if close and not _loader_accepts(dataset_id, key):
+            raise InvalidParameter(
+                f"load({dataset_id!r}, {key}={value!r}): unknown keyword {key!r}; did you mean {close[0]}={value!r}? "
+                "(keywords that are not load()'s own go to the loader as dataset parameters)"
+            )
+
+
+def _loader_accepts(dataset_id: str, key: str) -> bool:
+    """Whether the loader of ``dataset_id`` takes a parameter named ``key``: its ``check_params`` does not
+    raise :class:`UnknownParameter` naming it (a refused *value* is not a refusal of the name)."""
+    spec = resolve(dataset_id)
+    loader = get_loader(spec.loader)
+    probe = DatasetSpec(id=spec.id, loader=spec.loader, params={**spec.params, key: None}, resources=spec.resources)
+    try:
+        loader.check_params(probe)
+    except UnknownParameter as exc:
+        return key not in exc.names
+    except (HubError, TypeError, ValueError):  # the name is known; None is just not a value for it
+        return True
+    return True
+
+
+def check_sampler(sampler: Any, batch_size: int | None) -> None:
+    """A sampler instance (not a class), and a batch size it can split (``check_batch_size`` hook)."""
+    if sampler is None:
+        return
+    if isinstance(sampler, type):
+        raise InvalidParameter(
+            f"sampler={sampler.__name__} is a class; pass an instance, e.g. sampler={sampler.__name__}()"
+            + (" or sampler=SliceSampler(slice_len=32)" if "Slice" in sampler.__name__ else "")
+        )
+    if not callable(getattr(sampler, "sample", None)):
+        raise InvalidParameter(f"sampler must be a datasets_hub sampler instance, got {type(sampler).__name__}")
+    check = getattr(sampler, "check_batch_size", None)
+    if batch_size is not None and callable(check):
+        try:
+            check(batch_size)
+        except ValueError as exc:
+            raise InvalidParameter(
+                f"load(batch_size={batch_size}, sampler={type(sampler).__name__}(...)): {exc}"
+            ) from None
 
 
 def load(
@@ -216,16 +304,16 @@ def load(
     ``params`` override the catalogue's parameters (and so select a different build). The buffer
     samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
     ``preprocess`` (a function or a list of functions, applied in order) maps the stored transitions
-    once, cached by fingerprint (see :mod:`datasets_hub.preprocess`); ``transform`` then runs on samples.
+    once, cached by fingerprint (see :mod:`datasets_hub.preprocess.pipeline`); ``transform`` then runs on samples.
     ``preprocess_by="episode"`` hands those functions whole episodes (default: what each function
     declares in its ``by`` attribute, else ``"row"``).
 
     ``dataset_id`` may also be the URL of a published build (``hf://datasets/<org>/<repo>[@rev]``,
-    ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote`): ``resident="full"``
+    ``https://…``, ``s3://…``, ``file:///…``, see :mod:`datasets_hub.remote.open_url`): ``resident="full"``
     fetches all of it in the background, ``resident="lazy"`` only what batches touch (``max_bytes``
     bounds it); sampling is uniform over the whole dataset either way. ``resident="pool"`` keeps
     ``pool_episodes`` whole episodes resident, samples only from them and replaces one every
-    ``pool_refresh_s`` seconds: biased within a window of time, see :mod:`datasets_hub.remote_pool`
+    ``pool_refresh_s`` seconds: biased within a window of time, see :mod:`datasets_hub.remote.pool`
     (its default sampler draws uniform rows of the pool; samplers that draw rows over the whole
     dataset are refused). Pool draws are seeded from ``generator`` when it is given.
 
@@ -249,8 +337,6 @@ def load(
         raise InvalidParameter(f"batch_size must be a positive integer or None, got {batch_size!r}")
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
-    from datasets_hub.load_args import check_params_are_not_load_keywords, check_sampler
-
     check_sampler(sampler, batch_size)
     if device is not None:  # before any download or build: no CUDA is an error now, not after an hour
         from datasets_hub.buffers.device.memory import as_device
@@ -260,7 +346,7 @@ def load(
         check_params_are_not_load_keywords(dataset_id, params, resolve(dataset_id).params)
     remote = {"max_bytes": max_bytes, "pool_episodes": pool_episodes, "pool_refresh_s": pool_refresh_s}
     if resident == "pool":
-        from datasets_hub.remote_pool import PoolSampler, check_pool_sampler
+        from datasets_hub.remote.pool import PoolSampler, check_pool_sampler
 
         if device is not None:
             raise InvalidParameter(
@@ -296,7 +382,7 @@ def load(
         generator=generator,
     )
     if steps:
-        from datasets_hub.preprocess import preprocess_chain
+        from datasets_hub.preprocess.pipeline import preprocess_chain
 
         rb = preprocess_chain(rb, steps, transform=transform, by=preprocess_by)
     if device is not None:
@@ -336,7 +422,7 @@ def info(dataset_id: str, **params: Any) -> DatasetInfo:
 
 def _sample_keys(path: Path) -> dict[str, dict[str, Any]]:
     """Keys, dtypes and per-row shapes of one transition as ``load`` returns it (one row is read)."""
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
 
     storage = DatasetStorage(path)
     if not len(storage):

@@ -161,16 +161,17 @@ class Loader:
         return None
 
     def reject_unknown_params(self, spec: DatasetSpec, accepted: Iterable[str]) -> None:
-        """Raise ``InvalidParameter`` naming the first parameter of ``spec`` not in ``accepted``, with a
+        """Raise :class:`~datasets_hub.errors.UnknownParameter` naming the parameters of ``spec`` not in ``accepted``, with a
         did-you-mean and the accepted list: the usual first step of :meth:`check_params`."""
-        from datasets_hub.errors import InvalidParameter, did_you_mean
+        from datasets_hub.errors import UnknownParameter, did_you_mean
 
         accepted = sorted(accepted)
         unknown = sorted(set(spec.params) - set(accepted))
         if unknown:
-            raise InvalidParameter(
+            raise UnknownParameter(
                 f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the {self.name} loader "
-                f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}"
+                f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}",
+                unknown,
             )
 
     def resources(self, spec: DatasetSpec) -> list[Resource]:

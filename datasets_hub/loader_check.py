@@ -1,4 +1,4 @@
-"""``check_loader``: the whole plugin contract (DESIGN.md §5), checked for a plugin author.
+"""``check_loader``: the whole plugin contract (docs/design/plugins.md), checked for a plugin author.
 
 Two forms (both raise ``AssertionError`` naming the loader, the stage and the problem):
 
@@ -26,7 +26,7 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDictBase
 
-from datasets_hub.build_writer import LeanTEDWriter, equal_rows
+from datasets_hub.build.writer import LeanTEDWriter, equal_rows
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from datasets_hub.ted_contract import check_chunk, observation_keys
 
@@ -172,7 +172,7 @@ def _stage(dataset_id: str, stage: str, exc: BaseException) -> AssertionError:
 def _check_entry(
     dataset_id: str, params: dict[str, Any], *, runs: int, max_chunks: int | None, batch_size: int
 ) -> dict[str, Any]:
-    from datasets_hub.build import build
+    from datasets_hub.build.pipeline import build
     from datasets_hub.catalogue import resolve
     from datasets_hub.hub import fetch_sources, load
     from datasets_hub.plugins import check_requirements, get_loader

@@ -47,7 +47,7 @@ class RowProgress:
         self.is_bar = tty if show is None else bool(show) and tty
         self.lines = (not tty) if show is None else bool(show) and not tty
         if interval is None:
-            from datasets_hub.downloader import download_settings
+            from datasets_hub.downloads.fetch import download_settings
 
             interval = download_settings()["progress_interval"]  # DATASETS_HUB_PROGRESS_INTERVAL, checked there
         self.interval = float(interval)

@@ -7,7 +7,7 @@ parameters), so a message still names the file and the host. :func:`redact_text`
 every URL inside free text (an exception message), :func:`redact_value` to every string inside a
 JSON-like value (a manifest's ``params``).
 
-Redacted URLs also serve as a source's identity (:func:`datasets_hub.downloader.source_key`): two
+Redacted URLs also serve as a source's identity (:func:`datasets_hub.downloads.fetch.source_key`): two
 presigned URLs of the same object, or the same URL with another password, name the same file.
 Stdlib only (imported by the CLI's error path).
 """
@@ -74,6 +74,20 @@ def redact_url(url: str) -> str:
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     except ValueError:  # not parseable as a URL (a bad port, …): hide everything after the scheme
         return url.split("://", 1)[0] + "://" + REDACTED
+
+
+def strip_url(url: str) -> str:
+    """``scheme://host[:port]/path`` of ``url``: no user, password, query or fragment.
+
+    Where :func:`redact_url` keeps a URL readable (secrets masked, other parameters kept), this keeps
+    only what names the place: a published folder is the same folder whatever signature or token a
+    caller's URL carries, so its local copy and its messages use this form.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path}"
 
 
 def redact_text(text: Any) -> str:

@@ -1,6 +1,6 @@
-"""The loader's side of the TED contract, checked on every chunk a build receives (DESIGN.md §3, §5).
+"""The loader's side of the TED contract, checked on every chunk a build receives (docs/design/ted.md and docs/design/plugins.md).
 
-:class:`~datasets_hub.build_writer.LeanTEDWriter` checks what the on-disk layout needs (whole
+:class:`~datasets_hub.build.writer.LeanTEDWriter` checks what the on-disk layout needs (whole
 episodes, unique ids, done flags only at episode ends, a stable schema). This module checks the
 shapes and dtypes a *sample* relies on, which a loader can get wrong without the layout noticing:
 a ``[N]`` reward broadcasts silently against a ``[B, 1]`` value in a TD target, float done flags

@@ -18,8 +18,8 @@ import torch
 import datasets_hub
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.loaders.atari import UPSTREAM, AtariLoader
-from datasets_hub.loaders.atari_replay import NpyStream, checkpoint_file
+from datasets_hub.loaders.atari.loader import UPSTREAM, AtariLoader
+from datasets_hub.loaders.atari.replay import NpyStream, checkpoint_file
 from datasets_hub.testing import check_loader
 
 from fixtures.atari import (

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 import datasets_hub as dh
-from datasets_hub.cache import iter_builds
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.storage import DatasetStorage
+from datasets_hub.cache.layout import iter_builds
 
 # A slow loader (sleeps between chunks) that appends one line to LOG each time it starts converting.
 SLOW_BUILD = textwrap.dedent("""
     import os, sys, time
-    from datasets_hub.build import build
+    from datasets_hub.build.pipeline import build
     from datasets_hub.loader import DatasetSpec
     from datasets_hub.testing import FakeLoader, fake_episodes
 

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import LoaderError, TEDError
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader, check_loader, fake_episodes, naive_ted
@@ -205,17 +205,17 @@ def test_a_leaf_removed_between_its_checks_and_its_mapping_is_a_cache_error(tmp_
     is gone when it is mapped is a CacheError saying to load again, never a bare FileNotFoundError."""
     import numpy as np
 
-    from datasets_hub import build_format
+    from datasets_hub.build import reader as build_reader
     from datasets_hub.errors import CacheError
 
     leaf = tmp_path / "leaf.memmap"
     np.arange(6, dtype=np.float32).tofile(leaf)
-    assert build_format.open_leaf(leaf, "float32", (2,), 3).tolist() == [[0, 1], [2, 3], [4, 5]]
+    assert build_reader.open_leaf(leaf, "float32", (2,), 3).tolist() == [[0, 1], [2, 3], [4, 5]]
 
     def removed_meanwhile(path, *args, **kwargs):
         path.unlink()
         raise FileNotFoundError(2, "No such file or directory", str(path))
 
-    monkeypatch.setattr(build_format.np, "memmap", removed_meanwhile)
+    monkeypatch.setattr(build_reader.np, "memmap", removed_meanwhile)
     with pytest.raises(CacheError, match="disappeared while the build was opened"):
-        build_format.open_leaf(leaf, "float32", (2,), 3)
+        build_reader.open_leaf(leaf, "float32", (2,), 3)

@@ -12,8 +12,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader
 

@@ -1,4 +1,4 @@
-"""datasets_hub.cache_listing (what ``cache ls`` shows) and the last-use marker of datasets_hub.cache."""
+"""datasets_hub.cache.listing (what ``cache ls`` shows) and the last-use marker of datasets_hub.cache.layout."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 import datasets_hub as dh
-from datasets_hub import cache_listing as cl
-from datasets_hub import maintenance as mt
-from datasets_hub.build import build
-from datasets_hub.cache import LAST_USED, dir_size, last_used, mark_used
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
+from datasets_hub.cache import listing as cl
+from datasets_hub.cache import maintenance as mt
+from datasets_hub.cache.layout import LAST_USED, dir_size, last_used, mark_used
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.plugins import get_loader
 from datasets_hub.testing import FakeLoader

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from datasets_hub import catalogue
-from datasets_hub.build_format import write_manifest_checksum
+from datasets_hub.build.format import write_manifest_checksum
 
 from fixtures.cli import CARTPOLE, SMALL, build_small, one_line
 

@@ -37,7 +37,7 @@ def test_cache_ls_and_du(run, d4rl_id, isolated_cache):
     code, out, _ = run("cache", "du")
     assert code == 0
     sizes = {line.split()[0]: int(line.split()[-1].replace(",", "")) for line in out.splitlines()[2:]}
-    from datasets_hub.cache import dir_size
+    from datasets_hub.cache.layout import dir_size
 
     assert sizes["datasets"] == dir_size(isolated_cache / "datasets")
     assert sizes["preprocessed"] == 1000

@@ -20,7 +20,7 @@ import torch
 from datasets_hub import catalogue
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext, Resource
-from datasets_hub.loaders.d4rl import D4RLLoader
+from datasets_hub.loaders.d4rl.loader import D4RLLoader
 
 from fixtures.d4rl import ACT_DIM, EPISODES, QPOS_DIM, check_rows, convert, expected_rows, write_d4rl
 

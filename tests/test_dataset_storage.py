@@ -18,8 +18,8 @@ LENGTHS = [5, 1, 8, 3]
 
 @pytest.fixture
 def storage():
-    from datasets_hub.build import build
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.pipeline import build
+    from datasets_hub.build.storage import DatasetStorage
     from datasets_hub.loader import DatasetSpec
 
     chunk = fake_episodes(LENGTHS)
@@ -96,9 +96,9 @@ def test_a_2d_index_gives_items_shaped_like_it(storage):
 def _build_with_info(tmp_path, ids_from=0):
     """A build with nested per-step leaves (packed and, too wide to pack, unpacked), episode ids that
     are (``ids_from=0``) or are not their ordinals, and every kind of episode end."""
-    from datasets_hub.build import build
+    from datasets_hub.build.packed_steps import MAX_FIELD_BYTES
+    from datasets_hub.build.pipeline import build
     from datasets_hub.loader import DatasetSpec
-    from datasets_hub.packed_steps import MAX_FIELD_BYTES
 
     chunk = fake_episodes(LENGTHS, first_episode=ids_from, ends=["terminated", "truncated", "none", "truncated"])
     n = chunk.batch_size[0]
@@ -118,7 +118,7 @@ def _build_with_info(tmp_path, ids_from=0):
 @pytest.mark.parametrize("records", [True, False])
 @pytest.mark.parametrize("in_memory", [False, True])
 def test_every_sampled_leaf_is_the_naive_ted_value_and_contiguous(tmp_path, ids_from, records, in_memory):
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
 
     path, expected = _build_with_info(tmp_path, ids_from)
     if not records:
@@ -173,7 +173,7 @@ def test_rows_outside_the_dataset_are_refused_and_negative_rows_count_from_the_e
 
 
 def test_huge_pages_are_asked_for_the_files_a_batch_reads_when_they_fit_in_memory(tmp_path, monkeypatch):
-    from datasets_hub import dataset_storage as ds
+    from datasets_hub.build import storage as ds
 
     path, _ = _build_with_info(tmp_path)
     advised = []

@@ -1,4 +1,4 @@
-"""Download sizes before download (datasets_hub.download_sizes): the catalogue's, else a HEAD request
+"""Download sizes before download (datasets_hub.downloads.sizes): the catalogue's, else a HEAD request
 to a loopback server, cached; offline and DNS failures leave "unknown" without an error."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from datasets_hub import catalogue
-from datasets_hub import download_sizes as ds
+from datasets_hub.downloads import sizes as ds
 
 from fixtures.http_server import serve_files
 

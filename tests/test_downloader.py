@@ -1,4 +1,4 @@
-"""datasets_hub.downloader against the local test server (127.0.0.1 only): resume, retries, checksums,
+"""datasets_hub.downloads.fetch against the local test server (127.0.0.1 only): resume, retries, checksums,
 mirrors, offline mode, redirects, file:// copies, one download across processes, verify_file."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from datasets_hub import downloader as dl
+from datasets_hub.downloads import fetch as dl
 from datasets_hub.errors import ChecksumMismatch, DownloadError
 from datasets_hub.loader import Resource
 
@@ -414,7 +414,7 @@ def test_file_url_copy_works_offline(raw, tmp_path, monkeypatch):
 _WORKER = """
 import os, sys, time, types
 from pathlib import Path
-import datasets_hub.downloader as dl
+import datasets_hub.downloads.fetch as dl
 url, digest, size, dest, barrier = sys.argv[1:6]
 r = types.SimpleNamespace(name="x.bin", urls=(url,), sha256=digest, size=int(size))
 Path(barrier, str(os.getpid())).touch()  # start together, however slowly each process imported
@@ -490,10 +490,10 @@ def test_progress_bar_counts_bytes(raw, monkeypatch):
 
 
 def test_import_is_light_and_does_not_shadow_datasets_hub_download():
-    """``import datasets_hub.downloader`` loads no network library, and leaves the public function
+    """``import datasets_hub.downloads.fetch`` loads no network library, and leaves the public function
     ``datasets_hub.download`` alone (a submodule named ``download`` would replace it)."""
     script = (
-        "import sys, datasets_hub as dh, datasets_hub.downloader, datasets_hub.hf_source\n"
+        "import sys, datasets_hub as dh, datasets_hub.downloads.fetch, datasets_hub.downloads.huggingface\n"
         "heavy = [m for m in ('requests', 'tqdm', 'huggingface_hub', 'filelock') if m in sys.modules]\n"
         "print(heavy, type(dh.__dict__.get('download')).__name__)\n"
     )
@@ -519,3 +519,13 @@ def test_the_suite_cannot_reach_outside_hosts(raw):
         socket.create_connection(("192.0.2.1", 80), timeout=0.1)
     with serve_files({"x": b"ok"}) as server:  # the loopback still works
         assert dl.fetch(res("x.bin", server.url("x"), data=b"ok"), raw / "x.bin", loader="d4rl").read_bytes() == b"ok"
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "not json", '{"sha256": 5}', '"text"'])
+def test_a_sidecar_that_is_not_a_record_reads_as_none(tmp_path, content):
+    """One reader of the download sidecar: anything but a JSON object is no record (never an AttributeError)."""
+    dest = tmp_path / "file.bin"
+    dest.write_bytes(b"x")
+    dl.sidecar_path(dest).write_text(content)
+    assert dl.recorded_sha256(dest) is None
+    assert dl.read_sidecar(dest) is None or content.startswith("{")

@@ -86,8 +86,8 @@ def _anchor_samplers():
 def test_sample_many_of_anchor_samplers_equals_k_successive_samples(name, where, tmp_path):
     """sample_many draws k batches, then does the per-row work once over all of them: the values, and
     the generator's state after it, are those of k sample() calls."""
-    from datasets_hub.build import build
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.pipeline import build
+    from datasets_hub.build.storage import DatasetStorage
     from datasets_hub.loader import DatasetSpec
     from datasets_hub.testing import FakeLoader
 

@@ -8,8 +8,8 @@ import torch
 
 from datasets_hub import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 from datasets_hub.buffers.episodes import EpisodeSubsetStorage
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader, fake_episodes

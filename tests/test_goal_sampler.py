@@ -52,8 +52,8 @@ def online(sampler, lengths=LENGTHS, seed=5):
 
 
 def built(sampler, lengths=LENGTHS):
-    from datasets_hub.build import build
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.pipeline import build
+    from datasets_hub.build.storage import DatasetStorage
     from datasets_hub.loader import DatasetSpec
 
     chunk = fake_episodes(lengths)

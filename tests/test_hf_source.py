@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from datasets_hub import downloader as dl
+from datasets_hub.downloads import fetch as dl
+from datasets_hub.downloads.huggingface import HFRef, parse_hf_url
 from datasets_hub.errors import ChecksumMismatch, DownloadError
-from datasets_hub.hf_source import HFRef, parse_hf_url
 from datasets_hub.loader import Resource
 
 from fixtures.http_server import point_huggingface_hub_at, serve_files
@@ -159,7 +159,7 @@ def test_list_hf_files_online_and_offline(hub, monkeypatch):
 def test_hf_endpoint_set_before_import_in_a_fresh_process(raw, tmp_path):
     """The plain user setting: environment variables set before anything is imported."""
     script = (
-        "import sys, types\nfrom pathlib import Path\nimport datasets_hub.downloader as dl\n"
+        "import sys, types\nfrom pathlib import Path\nimport datasets_hub.downloads.fetch as dl\n"
         f"r = types.SimpleNamespace(name='FK1.h5', urls=({URL!r},), sha256={sha(DATA)!r}, size=None)\n"
         "print(dl.fetch(r, Path(sys.argv[1]), loader='roboset'))\n"
     )
@@ -186,7 +186,7 @@ def test_quiet_downloads_start_no_thread_per_file(hub, raw):
     per file, and a long test run or a many-file build ended with hundreds of threads."""
     import threading
 
-    from datasets_hub.hf_source import download_hf
+    from datasets_hub.downloads.huggingface import download_hf
 
     def monitors() -> int:
         return sum(t.name == "tqdm_monitor" and t.is_alive() for t in threading.enumerate())

@@ -132,7 +132,7 @@ def test_a_buffer_over_a_build_pickles_by_reference():
     manifest = rb.storage.path / "manifest.json"
     text = manifest.read_text()
     manifest.write_text(text.replace(rb.storage.manifest["fingerprint"], "0" * 16))
-    from datasets_hub.build_format import write_manifest_checksum
+    from datasets_hub.build.format import write_manifest_checksum
 
     write_manifest_checksum(rb.storage.path)  # a real rebuild publishes a consistent checksum
     with pytest.raises(CacheError, match="rebuilt or replaced"):
@@ -160,6 +160,8 @@ def test_card_shows_the_keys_of_a_sample_not_the_storage_layout():
         ({"slice_len": 32}, r"sampler=SliceSampler\(slice_len=32\)"),
         ({"num_slices": 4}, r"sampler=SliceSampler\(num_slices=4\)"),
         ({"prefech": 2}, r"did you mean prefetch=2"),
+        ({"pool_episode": 4}, r"did you mean pool_episodes=4"),
+        ({"cuda_graph": True}, r"did you mean cuda_graphs=True"),
         ({"sampler": SliceSampler}, r"is a class; pass an instance"),
         ({"sampler": SliceSampler(slice_len=32), "batch_size": 100}, r"not divisible by slice_len=32"),
         ({"sampler": SliceSampler(num_slices=3), "batch_size": 100}, r"not divisible by num_slices=3"),
@@ -169,6 +171,18 @@ def test_load_argument_mistakes_are_refused_before_building(kwargs, match, isola
     with pytest.raises(InvalidParameter, match=match):
         dh.load(ID, **SMALL, **kwargs)
     assert not (isolated_cache / "datasets").exists() or not list((isolated_cache / "datasets").rglob("manifest.json"))
+
+
+def test_load_keywords_are_read_from_the_signature():
+    """The did-you-mean list is load()'s signature itself: a keyword added to load() is known at once."""
+    import inspect
+
+    from datasets_hub.hub import load_keywords
+
+    signature = inspect.signature(dh.load).parameters
+    expected = {name for name, p in signature.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert set(load_keywords()) == expected
+    assert {"pool_episodes", "pool_refresh_s", "resident", "in_memory"} <= expected
 
 
 def test_dataset_params_close_to_load_keywords_still_work():

@@ -36,7 +36,7 @@ BUFFERS_MAY_IMPORT = {"datasets_hub.errors", "datasets_hub.files"}
 
 #: (importing module, enclosing function, imported module): ReplayBuffer's convenience methods
 CONVENIENCE_IMPORTS = {
-    ("datasets_hub.buffers.replay_buffers", "ReplayBuffer.preprocess", "datasets_hub.preprocess"),
+    ("datasets_hub.buffers.replay_buffers", "ReplayBuffer.preprocess", "datasets_hub.preprocess.pipeline"),
     ("datasets_hub.buffers.replay_buffers", "ReplayBuffer.to_torchrl", "datasets_hub.interop.torchrl"),
     ("datasets_hub.buffers.replay_buffers", "ReplayBuffer.as_map_dataset", "datasets_hub.interop.torch_data"),
     ("datasets_hub.buffers.replay_buffers", "ReplayBuffer.as_iterable_dataset", "datasets_hub.interop.torch_data"),
@@ -242,10 +242,10 @@ def test_the_walk_sees_lazy_imports_and_the_package_re_exports():
 
 def test_a_cycle_is_found():
     fake = [
-        Edge("datasets_hub.cache", "datasets_hub.build", 1, "f"),
-        Edge("datasets_hub.build", "datasets_hub.cache", 1, ""),
+        Edge("datasets_hub.cache.layout", "datasets_hub.build.pipeline", 1, "f"),
+        Edge("datasets_hub.build.pipeline", "datasets_hub.cache.layout", 1, ""),
     ]
-    assert _cycles(fake) == [["datasets_hub.build", "datasets_hub.cache"]]
+    assert _cycles(fake) == [["datasets_hub.build.pipeline", "datasets_hub.cache.layout"]]
 
 
 def test_no_import_cycle_between_modules():

@@ -14,8 +14,8 @@ import torch
 
 from datasets_hub.errors import CorruptFile, DownloadError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.loaders import lerobot as lr
-from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
+from datasets_hub.loaders.lerobot import loader as lr
+from datasets_hub.loaders.lerobot.loader import LeRobotLoader, decode_text
 
 from fixtures import lerobot_writer as lw
 
@@ -253,7 +253,7 @@ def test_any_repo_id_resolves_and_catalogue_lists_known_repos():
 
 # -- bad input: each a named error, and no build left behind -------------------------------------
 def _no_build_left(dataset_id: str = ID) -> None:
-    from datasets_hub.cache import dataset_dir
+    from datasets_hub.cache.layout import dataset_dir
 
     folder = dataset_dir(dataset_id)
     leftovers = [p.name for p in folder.iterdir()] if folder.exists() else []
@@ -376,7 +376,7 @@ def test_check_loader_contract(tmp_path, written):
 # -- delta_timestamps ----------------------------------------------------------------------------
 def test_delta_timestamps_windows(hub, written):
     import datasets_hub
-    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler
+    from datasets_hub.loaders.lerobot.windows import delta_timestamps_sampler
 
     root, spec, summary = written["v3.0"]
     hub(lw.files_of(root))
@@ -417,7 +417,7 @@ def test_delta_timestamps_windows(hub, written):
 
 
 def test_delta_timestamps_off_the_frame_grid_are_refused():
-    from datasets_hub.loaders.lerobot_windows import delta_indices
+    from datasets_hub.loaders.lerobot.windows import delta_indices
 
     assert delta_indices({"action": [0.0, 0.1, 0.2], "next.reward": [0.1]}, fps=10) == {
         ("action",): [0, 1, 2],

@@ -36,7 +36,7 @@ except Exception as exc:  # noqa: BLE001 - a broken install may raise anything a
     )
 
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.lerobot import LeRobotLoader, decode_text
+from datasets_hub.loaders.lerobot.loader import LeRobotLoader, decode_text
 
 from fixtures import lerobot_writer as lw
 
@@ -119,7 +119,7 @@ def test_delta_timestamps_windows_match(tmp_path):
 
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.tensor_storages import LazyTensorStorage
-    from datasets_hub.loaders.lerobot_windows import delta_timestamps_sampler, ted_key
+    from datasets_hub.loaders.lerobot.windows import delta_timestamps_sampler, ted_key
 
     root = tmp_path / REPO
     lw.write_dataset(root, lw.Spec(version="v3.0"))

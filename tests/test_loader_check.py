@@ -11,7 +11,7 @@ import torch
 
 import datasets_hub as dh
 from datasets_hub import plugins
-from datasets_hub.build import build
+from datasets_hub.build.pipeline import build
 from datasets_hub.errors import TEDError
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader, check_loader, fake_episodes

@@ -1,4 +1,4 @@
-"""datasets_hub.maintenance and cache_verify: verify, remove and prune the cache (function level; listing: test_cache_listing)."""
+"""datasets_hub.cache.maintenance and cache_verify: verify, remove and prune the cache (function level; listing: test_cache_listing)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from datasets_hub import cache_verify as cv
-from datasets_hub import maintenance as mt
-from datasets_hub.build import build
-from datasets_hub.build_format import write_manifest_checksum
+from datasets_hub.build.format import write_manifest_checksum
+from datasets_hub.build.pipeline import build
+from datasets_hub.cache import maintenance as mt
+from datasets_hub.cache import verify as cv
 from datasets_hub.errors import CacheError
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from datasets_hub import memory_advice as ma
+from datasets_hub.build import memory as ma
 
 
 def test_will_need_hints_each_run_of_large_rows(monkeypatch):

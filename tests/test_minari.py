@@ -22,7 +22,7 @@ import torch
 
 from datasets_hub.errors import DownloadError, InvalidParameter
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.minari import MinariLoader, decode_text
+from datasets_hub.loaders.minari.loader import MinariLoader, decode_text
 
 gym = pytest.importorskip("gymnasium")
 minari = pytest.importorskip("minari")
@@ -423,7 +423,7 @@ def test_catalogue_lists_the_local_store_without_network(minari_store):
 def test_registry_minari_entries_are_wellformed():
     import yaml
 
-    from datasets_hub.loaders.minari import _MINARI_ID_RE
+    from datasets_hub.loaders.minari.loader import _MINARI_ID_RE
 
     registry = yaml.safe_load((REPO_ROOT / "registry.yaml").read_text())
     ids = [k for k in registry if k.startswith("minari/")]
@@ -440,7 +440,7 @@ _CHILD = r"""
 import sys, torch
 from datasets_hub.errors import DownloadError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.minari import MinariLoader
+from datasets_hub.loaders.minari.loader import MinariLoader
 out = sys.argv[1]
 for i, dataset_id in enumerate(sys.argv[2:]):
     spec = DatasetSpec(id="minari/" + dataset_id, loader="minari")

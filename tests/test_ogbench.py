@@ -11,7 +11,7 @@ import torch
 
 from datasets_hub.errors import ChecksumMismatch, CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.ogbench import (
+from datasets_hub.loaders.ogbench.loader import (
     BASE_URL,
     HF_MIRROR,
     HUNDRED_M,

@@ -21,7 +21,7 @@ from PIL import Image
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.openx import UNKNOWN_KEY, OpenXLoader, parse_features
+from datasets_hub.loaders.openx.loader import UNKNOWN_KEY, OpenXLoader, parse_features
 
 from fixtures.openx import (
     DATASET,
@@ -251,8 +251,8 @@ def test_other_feature_kinds(tmp_path):
     # add the extra features' values to shard 1's records by rewriting it
     folder = tmp_path / PREFIX
     g, e, records = 8, 2, []
-    from datasets_hub.loaders.tf_example import parse_example
-    from datasets_hub.loaders.tfrecord import iter_records
+    from datasets_hub.loaders.formats.tf_example import parse_example
+    from datasets_hub.loaders.formats.tfrecord import iter_records
 
     for (length, _terminal), (_, rec) in zip(
         SHARDS[1], iter_records(folder / f"{DATASET}-train.tfrecord-00001-of-01024"), strict=True

@@ -36,3 +36,13 @@ def test_every_package_folder_is_listed_for_the_wheel():
 def test_every_listed_package_exists():
     stale = listed_packages() - packages_in_tree()
     assert not stale, f"pyproject.toml lists packages that have no folder with an __init__.py: {sorted(stale)}"
+
+
+def test_no_module_of_the_package_shadows_a_public_name():
+    """``dh.download`` is a function: a submodule ``datasets_hub/download/`` would replace it on the package
+    the moment anything imports the submodule. So no top-level module or package may take an exported name."""
+    import datasets_hub
+
+    names = {path.stem for path in (ROOT / "datasets_hub").glob("*.py")}
+    names |= {path.parent.name for path in (ROOT / "datasets_hub").glob("*/__init__.py")}
+    assert not names & set(datasets_hub.__all__), sorted(names & set(datasets_hub.__all__))

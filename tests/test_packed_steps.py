@@ -11,11 +11,12 @@ import pytest
 import torch
 
 import datasets_hub as dh
-from datasets_hub import ram
-from datasets_hub.build_format import FORMAT_VERSION, MANIFEST, open_build, write_manifest_checksum
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build import memory as ram
+from datasets_hub.build.format import FORMAT_VERSION, MANIFEST, write_manifest_checksum
+from datasets_hub.build.packed_steps import MAX_FIELD_BYTES, RECORD_NAME, PackedSteps
+from datasets_hub.build.reader import open_build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import CacheError, InvalidParameter
-from datasets_hub.packed_steps import MAX_FIELD_BYTES, RECORD_NAME, PackedSteps
 
 from fixtures.builds import as_format_version_1, assert_same_batches
 

@@ -118,7 +118,7 @@ def test_refresh_with_a_dead_network_gives_up_quietly(monkeypatch, capsys):
 
 
 def test_cached_remote_catalogue_is_listed_offline(isolated_cache, monkeypatch):
-    from datasets_hub.loaders.minari import MinariLoader
+    from datasets_hub.loaders.minari.loader import MinariLoader
 
     monkeypatch.setattr(
         MinariLoader, "remote_catalogue", lambda self: {"minari/ns/remote-thing-v0": {"description": "x"}}
@@ -130,7 +130,7 @@ def test_cached_remote_catalogue_is_listed_offline(isolated_cache, monkeypatch):
 
 
 def test_a_dns_failure_fails_at_once_with_a_hint(monkeypatch, tmp_path):
-    from datasets_hub import downloader
+    from datasets_hub.downloads import fetch as downloader
     from datasets_hub.loader import Resource
 
     calls = []

@@ -24,8 +24,8 @@ from datasets_hub import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency, PreprocessError, ReadOnlyError
 from datasets_hub.files import human_bytes
 from datasets_hub.fingerprint import UncachedPreprocessWarning
-from datasets_hub.preprocess_chunks import probe_calls
-from datasets_hub.preprocessed_storage import PreprocessedStorage
+from datasets_hub.preprocess.chunks import probe_calls
+from datasets_hub.preprocess.storage import PreprocessedStorage
 
 from fixtures.preprocess import LENGTHS, N, calls, counted, fails_on_row_170, fake_rb, obs_feature, published
 
@@ -314,8 +314,8 @@ def test_a_kill_midway_leaves_nothing_visible_and_workers_exit(tmp_path, isolate
     while time.time() < deadline and any(_alive(p) for p in workers):
         time.sleep(0.2)
     assert not any(_alive(p) for p in workers)
-    from datasets_hub.cache_listing import list_cache
-    from datasets_hub.maintenance import prune
+    from datasets_hub.cache.listing import list_cache
+    from datasets_hub.cache.maintenance import prune
 
     assert list_cache().preprocessed == []
     removed = prune()
@@ -364,8 +364,8 @@ def _alive(pid: int) -> bool:
 
 
 def test_cache_ls_rm_and_prune_cover_preprocessed_variants(isolated_cache, capsys):
-    from datasets_hub import cache_listing as cl
-    from datasets_hub import maintenance as mt
+    from datasets_hub.cache import listing as cl
+    from datasets_hub.cache import maintenance as mt
     from datasets_hub.cli import main
 
     rb = fake_rb()
@@ -398,11 +398,11 @@ def test_cache_ls_rm_and_prune_cover_preprocessed_variants(isolated_cache, capsy
 
 
 def test_orphaned_variants_are_pruned(isolated_cache):
-    from datasets_hub import maintenance as mt
+    from datasets_hub.cache import maintenance as mt
 
     rb = fake_rb()
     out = rb.preprocess(obs_feature, num_workers=0)
-    from datasets_hub.cache import remove_tree
+    from datasets_hub.cache.layout import remove_tree
 
     remove_tree(rb.storage.path)  # the build went away by other means
     items = mt.prune()

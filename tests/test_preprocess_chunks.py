@@ -11,11 +11,11 @@ import datasets_hub as dh
 from datasets_hub import LazyTensorStorage, TensorDictReplayBuffer
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.returns import ReturnToGo
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter, PreprocessError
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.preprocess_chunks import episode_chunks
+from datasets_hub.preprocess.chunks import episode_chunks
 from datasets_hub.testing import FakeLoader
 
 LENGTHS = [40, 25, 35, 50, 30, 20]

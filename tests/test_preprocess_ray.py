@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from datasets_hub.errors import PreprocessError
-from datasets_hub.preprocess_chunks import probe_calls
+from datasets_hub.preprocess.chunks import probe_calls
 
 from fixtures.preprocess import N, calls, counted, fails_on_row_170, fake_rb, obs_feature
 

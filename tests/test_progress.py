@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import datasets_hub as dh
-from datasets_hub.build import build
+from datasets_hub.build.pipeline import build
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.progress import RowProgress
 from datasets_hub.testing import FakeLoader

@@ -12,7 +12,7 @@ import pytest
 import datasets_hub as dh
 from datasets_hub.cli import main as cli_main
 from datasets_hub.errors import InvalidParameter
-from datasets_hub.publish import PUBLISHED, export
+from datasets_hub.remote.publish import PUBLISHED, export
 
 zarr = pytest.importorskip("zarr")  # an optional extra (datasets-hub[remote]); make test installs it
 

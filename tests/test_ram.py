@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import datasets_hub as dh
-from datasets_hub import ram
-from datasets_hub.build_format import open_build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build import memory as ram
+from datasets_hub.build.reader import open_build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 
 from fixtures.builds import assert_same_batches

@@ -15,8 +15,8 @@ from tensordict import TensorDict
 from datasets_hub.buffers.replay_buffers import TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.interop.ray import RayReplayBuffer
 from datasets_hub.loader import DatasetSpec
 from datasets_hub.testing import FakeLoader

@@ -17,8 +17,8 @@ import torch
 import datasets_hub as dh
 from datasets_hub import SliceSampler
 from datasets_hub.errors import DownloadError, InvalidParameter
-from datasets_hub.publish import PUBLISHED, export
-from datasets_hub.remote_storage import ResidentStorage
+from datasets_hub.remote.publish import PUBLISHED, export
+from datasets_hub.remote.storage import ResidentStorage
 
 from fixtures.remote import ID, PARAMS, local_build, publish
 from fixtures.remote import same as _same
@@ -344,7 +344,7 @@ def test_a_pickled_copy_that_is_gone_or_replaced_is_refused(published):
 def test_a_full_copy_pickled_before_completion_reopens_as_a_plain_build_after(published, local_rb):
     import pickle
 
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
 
     rb = dh.load(f"file://{published}")
     state = pickle.dumps(rb.storage)

@@ -1,4 +1,4 @@
-"""Residency of a local copy's chunks (datasets_hub.remote_chunks): the lock-free read path once chunks are
+"""Residency of a local copy's chunks (datasets_hub.remote.chunks): the lock-free read path once chunks are
 resident, and what keeps it right across processes (chunks fetched elsewhere, evictions elsewhere, a chunk
 whose bytes are there but which was never claimed, an eviction killed half-way)."""
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import datasets_hub as dh
-from datasets_hub.build_format import leaf_path
-from datasets_hub.remote_chunks import SEQUENCE
+from datasets_hub.build.format import leaf_path
+from datasets_hub.remote.chunks import SEQUENCE
 
 from fixtures.remote import local_build, publish
 from fixtures.remote import same as _same

@@ -13,8 +13,8 @@ import torch
 import datasets_hub as dh
 from datasets_hub import RandomSampler, SliceSampler, WindowSampler
 from datasets_hub.errors import DownloadError, InvalidParameter
-from datasets_hub.publish import PUBLISHED
-from datasets_hub.remote_pool import PoolStorage
+from datasets_hub.remote.pool import PoolStorage
+from datasets_hub.remote.publish import PUBLISHED
 
 from fixtures.remote import local_build, publish, same, serve_folder
 
@@ -355,7 +355,7 @@ def test_membership_files_of_killed_owners_are_swept_by_the_next_open(published)
     import subprocess
     import sys
 
-    from datasets_hub.remote_pool import POOL_DIR
+    from datasets_hub.remote.pool import POOL_DIR
 
     url = f"file://{published}"
     live = _pool(url, k=3)  # a pool of this (live) process: never swept

@@ -131,7 +131,7 @@ def test_inner_sampler_float32_column_and_errors():
 def test_on_a_build_with_a_cached_return_to_go_column():
     """The intended path: a hub build, rb.preprocess(ReturnToGo(gamma)) once, n-step at sample time."""
     import datasets_hub as dh
-    from datasets_hub.build import build
+    from datasets_hub.build.pipeline import build
     from datasets_hub.loader import DatasetSpec
     from datasets_hub.testing import FakeLoader
 

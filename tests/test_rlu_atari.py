@@ -17,7 +17,7 @@ import torch
 import datasets_hub
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.loaders.rlu_atari import UPSTREAM, RLUAtariLoader, shard_file
+from datasets_hub.loaders.rlu_atari.loader import UPSTREAM, RLUAtariLoader, shard_file
 from datasets_hub.testing import check_loader
 
 from fixtures.rlu_atari import (

@@ -16,8 +16,8 @@ import torch
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec
-from datasets_hub.loaders import roboset as rs
-from datasets_hub.loaders.roboset import RoboSetLoader
+from datasets_hub.loaders.roboset import loader as rs
+from datasets_hub.loaders.roboset.loader import RoboSetLoader
 
 from fixtures.roboset import (
     CAM,
@@ -114,7 +114,7 @@ def test_files_param_needs_no_listing_and_no_network(monkeypatch):
     res = RoboSetLoader().resources(spec)
     assert [r.name for r in res] == [f"{REPO}@abc123/{TASK}/part1.h5", f"{REPO}@abc123/{TASK}_0.h5"]
     assert res[0].urls == (f"hf://datasets/{REPO}/{TASK}/part1.h5@abc123",)
-    from datasets_hub.hf_source import parse_hf_url
+    from datasets_hub.downloads.huggingface import parse_hf_url
 
     ref = parse_hf_url(res[1].urls[0])
     assert (ref.repo_id, ref.path, ref.revision) == (REPO, f"{TASK}_0.h5", "abc123")

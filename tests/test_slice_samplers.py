@@ -337,8 +337,8 @@ def test_buffer_sample_carries_masks_and_episode_ids():
 
 
 def test_dataset_build_slices_use_its_episode_index():
-    from datasets_hub.build import build
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.pipeline import build
+    from datasets_hub.build.storage import DatasetStorage
     from datasets_hub.loader import DatasetSpec
     from datasets_hub.testing import FakeLoader, fake_episodes
 

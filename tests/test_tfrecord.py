@@ -1,7 +1,7 @@
 """TFRecord framing and ``tf.train.Example`` decoding, on bytes these tests encode themselves.
 
 The encoder below is written from the protobuf wire-format spec and TensorFlow's TFRecord framing,
-independently of ``loaders.tfrecord``; ``tests/test_openx.py`` imports it to write RLDS shards. A
+independently of ``datasets_hub.loaders.formats.tfrecord``; ``tests/test_openx.py`` imports it to write RLDS shards. A
 test checks that it writes exactly the bytes protobuf's own serializer writes for the same Example.
 Known vectors pin the CRC: CRC-32C("123456789") = 0xE3069283 (RFC 3720 check value).
 """
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from datasets_hub.errors import LoaderError
-from datasets_hub.loaders import tfrecord
-from datasets_hub.loaders.tf_example import example_class, parse_example
-from datasets_hub.loaders.tfrecord import iter_records, masked_crc32c
+from datasets_hub.loaders.formats import tfrecord
+from datasets_hub.loaders.formats.tf_example import example_class, parse_example
+from datasets_hub.loaders.formats.tfrecord import iter_records, masked_crc32c
 
 from fixtures.tfrecord import (
     _crc32c_bitwise,

@@ -10,8 +10,8 @@ import torch
 
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import SliceSampler
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import InvalidParameter
 from datasets_hub.interop.threaded_batches import ThreadedBatches
 from datasets_hub.interop.torch_data import SampledBatches

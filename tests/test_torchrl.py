@@ -14,8 +14,8 @@ import torch
 
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
-from datasets_hub.build import build
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import MissingDependency
 from datasets_hub.interop.torchrl import to_torchrl
 from datasets_hub.loader import DatasetSpec

@@ -21,8 +21,8 @@ def gen(seed):
 
 
 def build_buffer(lengths=LENGTHS, sampler=None):
-    from datasets_hub.build import build
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.pipeline import build
+    from datasets_hub.build.storage import DatasetStorage
     from datasets_hub.loader import DatasetSpec
 
     chunk = fake_episodes(lengths)

@@ -474,7 +474,7 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
             if ran_out:
                 return
 
-    # -- preprocessing (datasets_hub/preprocess.py owns it) ---------------------------------------
+    # -- preprocessing (datasets_hub/preprocess/pipeline.py owns it) ---------------------------------------
     def preprocess(
         self,
         fn: Callable,
@@ -486,9 +486,9 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         backend: str = "process",
     ) -> TensorDictReplayBuffer:
         """Map ``fn(batch of n transitions) -> TensorDict of n rows`` over every stored transition once,
-        cached by fingerprint; returns a read-only buffer over the result (see :mod:`datasets_hub.preprocess`).
+        cached by fingerprint; returns a read-only buffer over the result (see :mod:`datasets_hub.preprocess.pipeline`).
         ``by="episode"`` hands fn whole episodes (returns-to-go); the default ``"row"`` needs a row-wise fn."""
-        from datasets_hub.preprocess import preprocess
+        from datasets_hub.preprocess.pipeline import preprocess
 
         return preprocess(
             self, fn, by=by, num_workers=num_workers, chunk_size=chunk_size, version=version, backend=backend

@@ -1,7 +1,7 @@
 """Storages hold items; samplers choose indices and storages gather them (docs/guide/sampling.md).
 
 This file holds the ``Storage`` contract shared by every storage (the tensor and memmap storages
-in ``tensor_storages.py``, the read-only :class:`~datasets_hub.dataset_storage.DatasetStorage`)
+in ``tensor_storages.py``, the read-only :class:`~datasets_hub.build.storage.DatasetStorage`)
 and ``ListStorage`` for arbitrary Python objects.
 """
 

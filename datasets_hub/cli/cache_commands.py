@@ -1,4 +1,4 @@
-"""``datasets-hub cache ls|du|rm|prune``: inspect and clean the cache (the work is in :mod:`datasets_hub.maintenance`)."""
+"""``datasets-hub cache ls|du|rm|prune``: inspect and clean the cache (the work is in :mod:`datasets_hub.cache.maintenance`)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _params_text(params: dict[str, Any]) -> str:
 
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
-    from datasets_hub.cache_listing import list_cache
+    from datasets_hub.cache.listing import list_cache
     from datasets_hub.files import human_bytes
 
     listing = list_cache()
@@ -128,8 +128,8 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_du(args: argparse.Namespace) -> int:
-    from datasets_hub.cache import cache_root
-    from datasets_hub.cache_listing import usage
+    from datasets_hub.cache.layout import cache_root
+    from datasets_hub.cache.listing import usage
     from datasets_hub.files import human_bytes
 
     sizes = usage()
@@ -143,9 +143,9 @@ def cmd_cache_du(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_rm(args: argparse.Namespace) -> int:
-    from datasets_hub.cache import dir_size
+    from datasets_hub.cache.layout import dir_size
+    from datasets_hub.cache.maintenance import find_builds, is_variant, remove_build, variant_paths
     from datasets_hub.files import human_bytes
-    from datasets_hub.maintenance import find_builds, is_variant, remove_build, variant_paths
 
     # resolve every name first: an ambiguous or unknown one removes nothing at all
     targets = [p for name in args.names for p in find_builds(name, params=params_of(args), all_builds=args.all_builds)]
@@ -166,8 +166,8 @@ def cmd_cache_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
+    from datasets_hub.cache.maintenance import prune
     from datasets_hub.files import human_bytes
-    from datasets_hub.maintenance import prune
 
     items = prune(older_than_days=args.older_than, keep_stale=args.keep_stale, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"

@@ -33,12 +33,12 @@ def register(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from datasets_hub.cache import read_manifest
-    from datasets_hub.cache_listing import cached_ids
+    from datasets_hub.cache.layout import read_manifest
+    from datasets_hub.cache.listing import cached_ids
+    from datasets_hub.cache.maintenance import catalogue_build
     from datasets_hub.catalogue import all_entries, list_ids, refresh_remote_catalogues
-    from datasets_hub.download_sizes import cached_sizes, listed_size
+    from datasets_hub.downloads.sizes import cached_sizes, listed_size
     from datasets_hub.files import human_bytes
-    from datasets_hub.maintenance import catalogue_build
     from datasets_hub.plugins import loader_names
 
     if args.refresh:
@@ -155,11 +155,11 @@ def _fmt_stats(stats: dict[str, Any]) -> str:
 def cmd_info(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from datasets_hub.download_sizes import resource_sizes
-    from datasets_hub.download_sizes import total as download_total
+    from datasets_hub.cache.maintenance import catalogue_build
+    from datasets_hub.downloads.sizes import resource_sizes
+    from datasets_hub.downloads.sizes import total as download_total
     from datasets_hub.files import human_bytes
     from datasets_hub.hub import info as hub_info
-    from datasets_hub.maintenance import catalogue_build
 
     catalogue_build(args.id, params_of(args))  # checks the params with the loader (hub.info does not, yet)
     card = hub_info(args.id, **params_of(args))
@@ -291,7 +291,7 @@ def _plot(card: Any, target: Path) -> None:
         ) from exc
     if not card.cached:
         raise CacheError(f"{card.id!r} is not built yet, so there is nothing to plot; run `{PROG} download {card.id}`")
-    from datasets_hub.dataset_storage import DatasetStorage
+    from datasets_hub.build.storage import DatasetStorage
 
     storage = DatasetStorage(card.build_path)
     returns = storage.episode_returns.numpy()

@@ -59,7 +59,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from datasets_hub.cache_verify import verify
+    from datasets_hub.cache.verify import verify
 
     result = verify(args.id, params=params_of(args), all_builds=args.all_builds)
     if args.verbose:
@@ -77,7 +77,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from datasets_hub.maintenance import remove
+    from datasets_hub.cache.maintenance import remove
 
     removed = remove(args.id, params=params_of(args), all_builds=args.all_builds, raw=args.raw, dry_run=args.dry_run)
     if not removed:

@@ -1,4 +1,4 @@
-"""``datasets-hub export`` and ``push``: a build in publishable form (:mod:`datasets_hub.publish`)."""
+"""``datasets-hub export`` and ``push``: a build in publishable form (:mod:`datasets_hub.remote.publish`)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from datasets_hub.publish import export
+    from datasets_hub.remote.publish import export
 
     if not args.chunk_mb > 0:
         raise InvalidParameter(f"--chunk-mb must be positive, got {args.chunk_mb}")
@@ -47,7 +47,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    from datasets_hub.publish import push
+    from datasets_hub.remote.publish import push
 
     url = push(args.id, args.repo, revision=args.revision, private=args.private or None, **params_of(args))
     out(f"pushed {args.id} to {url}; load it with datasets_hub.load({url!r})")

@@ -43,14 +43,14 @@ from torch.utils.data import Sampler as _TorchSampler
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.storages import Storage
-from datasets_hub.dataset_storage import DatasetStorage, reopen_build
+from datasets_hub.build.storage import DatasetStorage, reopen_build
 from datasets_hub.errors import InvalidParameter
 
 # ----------------------------------------------------------------------------------------------
 # Pickling by reference: a build travels as (path, fingerprint), never as its bytes
 # ----------------------------------------------------------------------------------------------
 
-_TAG = "datasets_hub.build"
+_TAG = "datasets_hub.build.pipeline"
 _OPEN: weakref.WeakValueDictionary[tuple[str, Any], DatasetStorage] = weakref.WeakValueDictionary()
 
 

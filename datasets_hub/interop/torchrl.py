@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from datasets_hub.dataset_storage import DatasetStorage
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import MissingDependency
 
 _INSTALL = "pip install torchrl  (a torchrl release matching your tensordict, e.g. torchrl 0.14 with tensordict 0.14)"

@@ -13,9 +13,9 @@ import warnings
 import pytest
 
 import datasets_hub as dh
-from datasets_hub import cache_listing as cl
-from datasets_hub import maintenance as mt
-from datasets_hub.cache_verify import verify
+from datasets_hub.cache import listing as cl
+from datasets_hub.cache import maintenance as mt
+from datasets_hub.cache.verify import verify
 from datasets_hub.cli import main
 from datasets_hub.errors import CacheError, HubError, InvalidParameter
 
@@ -157,7 +157,7 @@ def test_a_regular_file_where_the_cache_expects_a_directory(catalogue, tmp_path,
 
 
 def test_a_healthy_build_of_another_version_passes_verify_all_builds(catalogue, monkeypatch, capsys):
-    from datasets_hub.loaders.gym import GymLoader
+    from datasets_hub.loaders.gym.loader import GymLoader
 
     catalogue({"gym/old": CARTPOLE})
     build = dh.download("gym/old")
@@ -183,7 +183,7 @@ def test_filelock_is_a_release_fixed_for_cve_2025_68146(tmp_path):
 
     from packaging.version import Version
 
-    from datasets_hub.cache import file_lock
+    from datasets_hub.cache.layout import file_lock
 
     fixed = Version("3.20.1")
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()

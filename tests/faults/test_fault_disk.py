@@ -80,7 +80,7 @@ def test_disk_full_during_a_download_keeps_a_resumable_partial(zygote, isolated_
 def test_disk_full_while_writing_a_large_leaf_of_a_d4rl_build(zygote, isolated_cache, d4rl_served):
     _server, payload = d4rl_served
     dh.download(D4RL)  # raw + build; then remove the build only
-    from datasets_hub.maintenance import remove
+    from datasets_hub.cache.maintenance import remove
 
     remove(D4RL)
     result = zygote.run(
@@ -130,7 +130,7 @@ def test_read_only_cache(zygote, isolated_cache, d4rl_served):
         # existing builds: load, sample and verify work
         for dataset_id, params, rows in ((GYM, {"steps": 300}, 300), (D4RL, {}, 20000)):
             code = LOAD.format(id=dataset_id, params=params) + (
-                "\nfrom datasets_hub.cache_verify import verify\n"
+                "\nfrom datasets_hub.cache.verify import verify\n"
                 f"RESULT['verified'] = verify({dataset_id!r}, params={params!r}).ok\n"
                 f"RESULT['sample'] = dh.load({dataset_id!r}, batch_size=8, **{params!r}).sample().batch_size[0]\n"
             )

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import datasets_hub as dh
-from datasets_hub import downloader
+from datasets_hub.downloads import fetch as downloader
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.loader import Resource
 

@@ -23,8 +23,8 @@ import pytest
 import torch
 
 import datasets_hub as dh
-from datasets_hub import downloader
-from datasets_hub.maintenance import remove
+from datasets_hub.cache.maintenance import remove
+from datasets_hub.downloads import fetch as downloader
 
 from fixtures.faults import TESTS, Zygote, cache_state_ok, check_rows, d4rl_entry, hub_env, register, write_d4rl
 from fixtures.http_server import serve_files
@@ -212,7 +212,7 @@ def test_kill_9_during_preprocess(zygote, isolated_cache):
 CONCURRENT = textwrap.dedent("""
     import hashlib, os, sys, time
     import datasets_hub as dh
-    import datasets_hub.build as build
+    import datasets_hub.build.pipeline as build
 
     convert = build._convert
     def logged(*args, **kwargs):

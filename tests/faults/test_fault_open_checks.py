@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import datasets_hub as dh
-from datasets_hub.build_format import write_manifest_checksum
-from datasets_hub.cache_verify import verify
+from datasets_hub.build.format import write_manifest_checksum
+from datasets_hub.cache.verify import verify
 from datasets_hub.errors import CacheError
 
 from fixtures.faults import double_observation

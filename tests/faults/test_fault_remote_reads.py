@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import datasets_hub as dh
-from datasets_hub.remote_chunks import SEQUENCE
+from datasets_hub.remote.chunks import SEQUENCE
 
 from fixtures.remote import local_build, publish
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import datasets_hub as dh
-from datasets_hub.cache_verify import verify
+from datasets_hub.cache.verify import verify
 from datasets_hub.cli import main as cli
 
 GYM = "gym/cartpole-random-v0"
@@ -233,7 +233,7 @@ def test_numpy_files_with_objects_are_refused_by_the_atari_reader(tmp_path):
     import gzip
 
     from datasets_hub.errors import LoaderError
-    from datasets_hub.loaders.atari_replay import NpyStream
+    from datasets_hub.loaders.atari.replay import NpyStream
 
     path = tmp_path / "$store$_observation_ckpt.0.gz"
     with gzip.open(path, "wb") as fh:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import datasets_hub as dh
-from datasets_hub import downloader
+from datasets_hub.downloads import fetch as downloader
 from datasets_hub.errors import ChecksumMismatch, CorruptFile, DownloadError, LoaderError
 
 from fixtures.faults import cache_state_ok, check_rows, d4rl_entry, register, sha256, write_d4rl
@@ -280,7 +280,7 @@ def test_a_mirror_list_falls_back_and_reports_every_failure(served, payload, iso
     monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(tmp_path / "extra.yaml"))
     check_rows(dh.load(ID))
     # both mirrors broken: one error naming both URLs
-    from datasets_hub.maintenance import remove
+    from datasets_hub.cache.maintenance import remove
 
     remove(ID, raw=True)
     server.fault(PATH, corrupt=True)
@@ -291,7 +291,7 @@ def test_a_mirror_list_falls_back_and_reports_every_failure(served, payload, iso
 
 # ---------------------------------------------------------------------------------------- gzip, TFRecord
 def test_truncated_gzip_atari_checkpoint_is_moved_aside(tmp_path, monkeypatch, isolated_cache):
-    from datasets_hub.loaders.atari_replay import checkpoint_file
+    from datasets_hub.loaders.atari.replay import checkpoint_file
 
     from fixtures import atari as atari_files
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shar
 from upstream_ref import upstream, upstream_required
 
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.ogbench import OGBenchLoader
+from datasets_hub.loaders.ogbench.loader import OGBenchLoader
 
 from fixtures.ogbench_files import write_ogbench, write_task_file
 

@@ -15,8 +15,8 @@ from PIL import Image
 from upstream_ref import upstream
 
 import datasets_hub
-from datasets_hub.loaders.image_decode import decode_uint8
-from datasets_hub.loaders.openx import decode_text
+from datasets_hub.loaders.formats.image_decode import decode_uint8
+from datasets_hub.loaders.openx.loader import decode_text
 
 EPISODES = (5, 3, 7)
 IMG, WRIST, STATE, ACT = (24, 32, 3), (8, 8, 1), 5, 3

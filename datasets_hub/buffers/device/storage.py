@@ -2,7 +2,7 @@
 
 Two layouts, both gathered on the device with no host synchronisation:
 
-- *lean TED* (a hub build, see :mod:`datasets_hub.device_build`): per-step columns of ``N`` rows,
+- *lean TED* (a hub build, see :mod:`datasets_hub.build.device`): per-step columns of ``N`` rows,
   observation-like *frames* stored once per episode with ``T + 1`` rows (``observation[t]`` and
   ``("next", observation)[t]`` are rows ``i + e`` and ``i + e + 1`` of the same array, one gather),
   and the derived keys of a build (``episode``, ``step``, root ``done``/``terminated``/``truncated``

@@ -1,4 +1,4 @@
-"""Returns at sample time from one stored reward-to-go column (DESIGN.md §6).
+"""Returns at sample time from one stored reward-to-go column (docs/guide/sampling.md).
 
 TorchRL computes n-step returns when data is written (``MultiStepTransform``), so a new ``n`` or
 ``gamma`` means rewriting the buffer. Here a build stores, once, the per-episode discounted

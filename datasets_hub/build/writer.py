@@ -1,0 +1,509 @@
+"""The writer of the on-disk build format (lean TED, docs/design/on-disk.md): :class:`LeanTEDWriter`.
+
+It appends loader chunks to the leaf files of a build's ``data/`` folder and returns the manifest's
+content; the layout itself (constants, paths, the manifest checksum) and the one reader,
+:func:`~datasets_hub.build.reader.open_build`, belong to :mod:`datasets_hub.build.format`.
+
+The writer knows nothing about any loader; chunks are checked against the TED contract as they
+arrive, and each leaf is appended to its own file, so memory use is bounded by one chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+
+from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
+from datasets_hub.build.format import EPISODES, HISTORY, LEAF_SUFFIX, OBS, STEPS
+from datasets_hub.build.memory import mapped_file, page_out
+from datasets_hub.build.packed_steps import RECORD_NAME, RecordLayout
+from datasets_hub.errors import TEDError
+
+# -- the chunk keys the writer reads ------
+FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
+# keys the core derives itself; if a loader sends them they are ignored
+DERIVED_KEYS = {("done",), ("terminated",), ("truncated",), ("step",), ("next", "done"), ("episode",)}
+# optional bool [N] key of a chunk: True on rows that are only history frames of their episode
+HISTORY_KEY = ("history",)
+
+
+def equal_rows(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.is_floating_point():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
+
+
+def _next_follows(now: torch.Tensor, nxt: torch.Tensor, episodes: EpisodeIndex) -> bool:
+    """Whether ``nxt[t] == now[t + 1]`` inside every episode (NaN equal to NaN)."""
+    if episodes.num_episodes <= 256:
+        # long episodes: one allocation-free comparison per episode
+        spans = zip(episodes.start.tolist(), episodes.end.tolist(), strict=True)
+        if all(torch.equal(nxt[s : e - 1], now[s + 1 : e]) for s, e in spans):
+            return True
+    inner = torch.ones(now.shape[0], dtype=torch.bool)
+    inner[episodes.end - 1] = False
+    rows = torch.nonzero(inner).reshape(-1)
+    return equal_rows(nxt[rows], now[rows + 1])
+
+
+_RELEASE_MIN = 8 * 2**20  # smaller buffers are not worth a look at the process's mappings
+_WRITE_SLICE = 32 * 2**20
+
+
+def _release(buffer: memoryview | np.ndarray) -> None:
+    """Drop the pages of a file-backed buffer from this process (the build's peak RSS stays one slice
+    of the frames a loader hands over memory-mapped, not a whole episode of them); anything else is
+    left alone. Best effort: nothing happens where the kernel lacks ``MADV_PAGEOUT``."""
+    array = np.asarray(buffer)
+    if array.nbytes >= _RELEASE_MIN and mapped_file(array.ctypes.data, array.nbytes):
+        page_out(array.ctypes.data, array.nbytes)
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy()
+
+
+class _BackgroundIO:
+    """One worker thread that hashes and writes chunks while the loader reads the next ones
+    (hashlib and file writes release the GIL). Writes run in submission order; at most
+    ``max_pending`` writes and ``max_bytes`` bytes are queued (the newest write always is), so
+    memory stays bounded by a few chunks, however large a chunk of image frames is."""
+
+    def __init__(self, max_pending: int = 64, max_bytes: int = 64 << 20) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="datasets_hub-build-io")
+        self._pending: deque[tuple[Future, int]] = deque()
+        self._pending_bytes = 0
+        self._max_pending = max_pending
+        self._max_bytes = max_bytes
+
+    def submit(self, fn: Callable[[], None], nbytes: int = 0) -> None:
+        self._pending.append((self._pool.submit(fn), nbytes))
+        self._pending_bytes += nbytes
+        while len(self._pending) > 1 and (
+            len(self._pending) > self._max_pending or self._pending_bytes > self._max_bytes
+        ):
+            self._wait_oldest()
+
+    def _wait_oldest(self) -> None:
+        future, nbytes = self._pending.popleft()
+        self._pending_bytes -= nbytes
+        future.result()
+
+    def drain(self) -> None:
+        """Wait for every queued write; re-raise the first error (e.g. a full disk)."""
+        while self._pending:
+            self._wait_oldest()
+
+    def close(self) -> None:
+        try:
+            self.drain()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+class _LeafFile:
+    """One append-only binary file per stored leaf, written by the background IO thread."""
+
+    def __init__(self, path: Path, dtype: torch.dtype, row_shape: tuple[int, ...], io: _BackgroundIO) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.dtype = dtype
+        self.row_shape = row_shape
+        self.rows = 0
+        self.sha256 = hashlib.sha256()  # recorded in the manifest so `datasets-hub verify` can spot tampering
+        self._fh = open(path, "wb")  # noqa: SIM115 - the column writer owns the handle until close()
+        self._io = io
+
+    def append(self, values: torch.Tensor) -> None:
+        """Queue ``values`` for writing; the caller must not modify them afterwards."""
+        buffer = _to_numpy(values).data.cast("B")
+        mapped = buffer.nbytes >= _RELEASE_MIN and mapped_file(np.asarray(buffer).ctypes.data, buffer.nbytes)
+
+        def write() -> None:
+            if not mapped:
+                self.sha256.update(buffer)
+                self._fh.write(buffer)
+                return
+            for start in range(0, buffer.nbytes, _WRITE_SLICE):  # memory-mapped frames: slice by slice,
+                part = buffer[start : start + _WRITE_SLICE]  # each slice's pages dropped once written
+                self.sha256.update(part)
+                self._fh.write(part)
+                page_out(np.asarray(part).ctypes.data, part.nbytes)
+
+        self._io.submit(write, buffer.nbytes)
+        self.rows += values.shape[0]
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            self._fh.close()
+
+    def read_back(self) -> torch.Tensor:
+        """What was written so far."""
+        self._io.drain()
+        self._fh.flush()
+        numel = self.rows * int(np.prod(self.row_shape, dtype=np.int64))
+        flat = torch.from_file(str(self.path), shared=False, size=numel, dtype=self.dtype)
+        return flat.view(self.rows, *self.row_shape)
+
+    def mapped(self, dtype: np.dtype) -> np.ndarray:
+        """What was written so far, mapped read-only (no copy in memory), as ``dtype``."""
+        self._io.drain()
+        self._fh.flush()
+        if not self.rows:
+            return np.zeros((0, *self.row_shape), dtype=dtype)
+        return np.memmap(self.path, dtype=dtype, mode="r", shape=(self.rows, *self.row_shape))
+
+
+class LeanTEDWriter:
+    """Append TED chunks (see :mod:`datasets_hub.loader`) to ``data_dir``; ``finish()`` seals it.
+
+    Contract: chunks hold whole episodes; an episode id never repeats; done flags are only set
+    on an episode's last row; every chunk has the same keys, dtypes and per-row shapes as the first.
+    Violations raise :class:`TEDError` naming the key and what differs.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.files: dict[tuple[str, Key], _LeafFile] = {}
+        self._io = _BackgroundIO()
+        self.obs_keys: list[Key] = []
+        self.step_keys: list[Key] = []
+        self.split_next: list[Key] = []  # obs-like keys whose next values are stored per step too
+        self.num_transitions = 0
+        self.episode_starts: list[torch.Tensor] = []
+        self.episode_lengths: list[torch.Tensor] = []
+        self.episode_ids: list[torch.Tensor] = []
+        self.episode_returns: list[torch.Tensor] = []
+        self.flag_counts = {"terminated": 0, "truncated": 0, "unflagged_end": 0}
+        self._seen_ids: set[int] = set()
+        self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] = {}  # from the first chunk
+        self.history_rows = 0
+
+    # -- schema -------------------------------------------------------------------------------
+    def _classify(self, chunk: TensorDictBase) -> None:
+        keys = [as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)]
+        keyset = set(keys)
+        for required in (("episode",), ("next", "reward"), *FLAG_KEYS):
+            if required not in keyset:
+                raise TEDError(
+                    f"a TED chunk must have the key {key_to_str(required)!r}; the loader sent {sorted(map(key_to_str, keys))}"
+                )
+        for key in keys:
+            if key in DERIVED_KEYS:
+                continue
+            if key[0] == "next":
+                inner = key[1:]
+                if inner in keyset and inner not in DERIVED_KEYS:
+                    self.obs_keys.append(inner)
+                else:
+                    self.step_keys.append(key)
+            elif ("next", *key) not in keyset:
+                self.step_keys.append(key)
+        self.obs_keys.sort()
+        self.step_keys.sort()
+        self._schema = {}
+        for key in keys:
+            value = chunk.get(key)
+            if not isinstance(value, torch.Tensor):
+                raise TEDError(f"key {key_to_str(key)!r} holds {type(value).__name__}; only tensors can be stored")
+            self._schema[key] = (value.dtype, tuple(value.shape[1:]))
+        for key in self.obs_keys:
+            if self._schema[key] != self._schema[("next", *key)]:
+                raise TEDError(
+                    f"{key_to_str(key)!r} and {key_to_str(('next', *key))!r} differ in dtype/shape "
+                    f"({self._schema[key]} vs {self._schema[('next', *key)]}); they must match"
+                )
+
+    def _check_schema(self, chunk: TensorDictBase) -> None:
+        keys = {as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
+        if keys != set(self._schema):
+            missing = sorted(map(key_to_str, set(self._schema) - keys))
+            extra = sorted(map(key_to_str, keys - set(self._schema)))
+            raise TEDError(f"chunk keys changed from the first chunk: missing {missing}, unexpected {extra}")
+        for key, (dtype, shape) in self._schema.items():
+            value = chunk.get(key)
+            if value.dtype != dtype or tuple(value.shape[1:]) != shape:
+                raise TEDError(
+                    f"key {key_to_str(key)!r} is {value.dtype} {tuple(value.shape[1:])} per row in this chunk "
+                    f"but was {dtype} {shape} in the first chunk"
+                )
+
+    def _file(self, group: str, key: Key) -> _LeafFile:
+        handle = self.files.get((group, key))
+        if handle is None:
+            source_key = ("next", *key[1:]) if group == STEPS and key[0] == "next" else key
+            dtype, shape = self._schema[source_key]
+            path = self.data_dir.joinpath(group, *key[:-1], key[-1] + LEAF_SUFFIX)
+            handle = self.files[(group, key)] = _LeafFile(path, dtype, shape, self._io)
+        return handle
+
+    # -- writing ------------------------------------------------------------------------------
+    def write(self, chunk: TensorDictBase) -> None:
+        if chunk.batch_dims != 1 or chunk.batch_size[0] == 0:
+            raise TEDError(f"a TED chunk must have batch size [N] with N >= 1, got {list(chunk.batch_size)}")
+        history = None
+        if HISTORY_KEY[0] in chunk.keys():
+            chunk, history = _split_history(chunk)
+        if not self._schema:  # the first chunk: classify its keys
+            self._classify(chunk)
+        else:
+            self._check_schema(chunk)
+        if history is not None and history.batch_size[0]:
+            self._write_history(history)
+        n = chunk.batch_size[0]
+        episode = chunk.get("episode").reshape(n).to(torch.int64)
+        local = EpisodeIndex.from_episode_ids(episode)
+        ids = episode[local.start]
+        self._check_episodes(ids)
+        ends = local.end - 1
+        terminated = chunk.get(("next", "terminated")).reshape(n).to(torch.bool)
+        truncated = chunk.get(("next", "truncated")).reshape(n).to(torch.bool)
+        done = terminated | truncated
+        inner = done.clone()
+        inner[ends] = False
+        if inner.any():
+            row = int(torch.nonzero(inner)[0])
+            raise TEDError(
+                f"episode {int(episode[row])} has a done flag at row {row} of its chunk but goes on; "
+                "a loader must end an episode where terminated or truncated is set"
+            )
+        self.flag_counts["terminated"] += int(terminated[ends].sum())
+        self.flag_counts["truncated"] += int((truncated[ends] & ~terminated[ends]).sum())
+        self.flag_counts["unflagged_end"] += int((~done[ends]).sum())
+
+        ep_local = torch.repeat_interleave(torch.arange(local.num_episodes), local.length)
+        obs_rows = torch.arange(n) + ep_local  # where each time-t value lands in the T+1 layout
+        final_rows = ends + torch.arange(local.num_episodes) + 1
+        for key in self.obs_keys:
+            now, nxt = chunk.get(key), chunk.get(("next", *key))
+            if key not in self.split_next and not _next_follows(now, nxt, local):
+                self._split(key)
+            if now.device.type == "cpu" and now.is_contiguous() and nxt.is_contiguous():
+                _release(_to_numpy(now))  # the comparison read every frame: drop memory-mapped ones
+                _release(_to_numpy(nxt))
+            if local.num_episodes == 1:
+                # one episode (e.g. a long one of camera frames, possibly memory-mapped): append the rows
+                # as views, without a T+1-row copy in memory
+                self._file(OBS, key).append(now)
+                self._file(OBS, key).append(nxt[n - 1 :])
+            else:
+                merged = torch.empty((n + local.num_episodes, *now.shape[1:]), dtype=now.dtype)
+                merged.index_copy_(0, obs_rows, now)
+                merged.index_copy_(0, final_rows, nxt[ends])
+                self._file(OBS, key).append(merged)
+            if key in self.split_next:
+                self._file(STEPS, ("next", *key)).append(nxt)
+        for key in self.step_keys:
+            self._file(STEPS, key).append(chunk.get(key))
+
+        reward = chunk.get(("next", "reward")).reshape(n, -1).sum(-1).to(torch.float64)
+        returns = torch.zeros(local.num_episodes, dtype=torch.float64).index_add_(0, ep_local, reward)
+        self.episode_starts.append(local.start + self.num_transitions)
+        self.episode_lengths.append(local.length)
+        self.episode_ids.append(ids)
+        self.episode_returns.append(returns)
+        self.num_transitions += n
+
+    def _write_history(self, history: TensorDictBase) -> None:
+        """Append history rows (already checked by :func:`_split_history`): the root values of the
+        observation-like keys, their episode id and their time (-k..-1 before the first transition)."""
+        n = history.batch_size[0]
+        episode = history.get("episode").reshape(n).to(torch.int64)
+        local = EpisodeIndex.from_episode_ids(episode)
+        time = torch.arange(n) - torch.repeat_interleave(local.end, local.length)
+        for key in self.obs_keys:
+            self._file(HISTORY, key).append(history.get(key))
+        for name, values in (("episode", episode), ("time", time)):
+            handle = self.files.get((HISTORY, (name,)))
+            if handle is None:
+                handle = self.files[(HISTORY, (name,))] = _LeafFile(
+                    self.data_dir / HISTORY / (name + LEAF_SUFFIX), torch.int64, (), self._io
+                )
+            handle.append(values)
+        self.history_rows += n
+
+    def _check_episodes(self, ids: torch.Tensor) -> None:
+        id_list = ids.tolist()
+        if len(set(id_list)) != len(id_list):
+            raise TEDError(
+                "a chunk holds an episode in two separate runs of rows; rows of an episode must be contiguous"
+            )
+        repeated = self._seen_ids.intersection(id_list)
+        if repeated:
+            raise TEDError(
+                f"episode id {min(repeated)} appears in two chunks; a loader must yield whole episodes "
+                "with ids unique over the dataset"
+            )
+        self._seen_ids.update(id_list)
+
+    def _split(self, key: Key) -> None:
+        """Upstream next values of ``key`` differ from the following rows: store them per step from
+        now on, and backfill the rows already written (where they did follow) from the obs file."""
+        self.split_next.append(key)
+        target = self._file(STEPS, ("next", *key))
+        if self.num_transitions:
+            stored = self._file(OBS, key).read_back()
+            starts = torch.cat(self.episode_starts)
+            lengths = torch.cat(self.episode_lengths)
+            ep = torch.repeat_interleave(torch.arange(starts.numel()), lengths)
+            target.append(stored[torch.arange(self.num_transitions) + ep + 1])
+
+    # -- sealing ------------------------------------------------------------------------------
+    def finish(self) -> dict[str, Any]:
+        """Close the files, write the tensordict metadata and the episode index; return the
+        counts, schema and statistics for the manifest."""
+        if self.num_transitions == 0:
+            raise TEDError("the loader produced no transitions; check the dataset's parameters")
+        starts = torch.cat(self.episode_starts)
+        lengths = torch.cat(self.episode_lengths)
+        returns = torch.cat(self.episode_returns)
+        episodes = {"start": starts, "length": lengths, "id": torch.cat(self.episode_ids), "return": returns}
+        for name, values in episodes.items():
+            self.files[(EPISODES, (name,))] = _LeafFile(
+                self.data_dir / EPISODES / (name + LEAF_SUFFIX), values.dtype, (), self._io
+            )
+            self.files[(EPISODES, (name,))].append(values)
+        packed = self._write_packed(starts.numpy())
+        self.close()
+        tree: dict[str, Any] = {}
+        for (group, key), handle in self.files.items():
+            node = tree.setdefault(group, {})
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = MemoryMappedTensor.from_filename(
+                str(handle.path), dtype=handle.dtype, shape=torch.Size([handle.rows, *handle.row_shape])
+            )
+        TensorDict(tree, batch_size=[]).memmap_(prefix=str(self.data_dir), existsok=True, robust_key=False)
+        summary = self._summary(lengths, returns)
+        if packed is not None:
+            summary["layout"]["packed"] = packed.to_json()
+        return summary
+
+    def _write_packed(self, starts: np.ndarray, block: int = 1 << 20) -> RecordLayout | None:
+        """Write the packed per-step records (``packed_steps.py``), block by block from the step files."""
+        columns = {}
+        for (group, key), handle in self.files.items():
+            if group != STEPS:
+                continue
+            try:
+                columns[key] = (handle, torch.empty(0, dtype=handle.dtype).numpy().dtype)
+            except TypeError:  # no numpy twin (bfloat16): the leaf keeps its own gather
+                continue
+        layout = RecordLayout.plan(
+            [(key, dtype, handle.row_shape) for key, (handle, dtype) in columns.items()], len(starts)
+        )
+        if layout is None:
+            return None
+        mapped = {f.key: columns[f.key][0].mapped(columns[f.key][1]) for f in layout.fields}
+        record = self.files[(STEPS, parse_key(RECORD_NAME)[1:])] = _LeafFile(
+            self.data_dir.joinpath(*parse_key(RECORD_NAME)).with_suffix(LEAF_SUFFIX),
+            torch.uint8,
+            (layout.width,),
+            self._io,
+        )
+        for a in range(0, self.num_transitions, block):
+            b = min(self.num_transitions, a + block)
+            record.append(torch.from_numpy(layout.pack({k: v[a:b] for k, v in mapped.items()}, starts, a)))
+        return layout
+
+    def close(self) -> None:
+        """Finish every queued write and close the files (also after a failed build)."""
+        try:
+            self._io.close()
+        finally:
+            for handle in self.files.values():
+                handle.close()
+
+    def abort(self) -> None:
+        """Stop after a failure: wait for the IO thread, ignore its errors, close the files."""
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - the error that made us abort is the one worth reporting
+            pass
+
+    def _summary(self, lengths: torch.Tensor, returns: torch.Tensor) -> dict[str, Any]:
+        def describe(values: torch.Tensor) -> dict[str, float]:
+            values = values.to(torch.float64)
+            return {
+                "mean": float(values.mean()),
+                "std": float(values.std(unbiased=False)),
+                "min": float(values.min()),
+                "max": float(values.max()),
+            }
+
+        schema = {}
+        for (group, key), handle in sorted(self.files.items()):
+            schema[f"{group}/{key_to_str(key)}"] = {
+                "dtype": str(handle.dtype).replace("torch.", ""),
+                "shape": list(handle.row_shape),
+                "rows": handle.rows,
+                "sha256": handle.sha256.hexdigest(),
+            }
+        return {
+            "counts": {
+                "transitions": self.num_transitions,
+                "episodes": int(lengths.numel()),
+                "episodes_terminated": self.flag_counts["terminated"],
+                "episodes_truncated": self.flag_counts["truncated"],
+                "episodes_unflagged_end": self.flag_counts["unflagged_end"],
+            },
+            "schema": schema,
+            "layout": {
+                "obs": [key_to_str(k) for k in self.obs_keys],
+                "steps": [key_to_str(k) for k in self.step_keys],
+                "next_stored_per_step": [key_to_str(k) for k in self.split_next],
+                **({"history": [key_to_str(k) for k in self.obs_keys]} if self.history_rows else {}),
+            },
+            "stats": {"episode_return": describe(returns), "episode_length": describe(lengths)},
+        }
+
+
+def _split_history(chunk: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+    """``chunk`` without its history rows (and without the history key), and those rows.
+
+    History rows must lead their episode: an episode's rows are k >= 0 history rows, then at least
+    one transition. Anything else raises :class:`TEDError`.
+    """
+    n = chunk.batch_size[0]
+    flag = chunk.get(HISTORY_KEY[0])
+    if not isinstance(flag, torch.Tensor) or flag.dtype != torch.bool or flag.numel() != n:
+        raise TEDError(
+            f"the chunk key 'history' must be a bool tensor [N] (True on history-only rows), got "
+            f"{getattr(flag, 'dtype', type(flag).__name__)} {list(getattr(flag, 'shape', []))}"
+        )
+    flag = flag.reshape(n)
+    rest = chunk.exclude(HISTORY_KEY[0])
+    if not flag.any():
+        return rest, rest[:0]
+    episode = chunk.get("episode").reshape(n).to(torch.int64)
+    local = EpisodeIndex.from_episode_ids(episode)
+    same = torch.zeros(n, dtype=torch.bool)
+    same[1:] = episode[1:] == episode[:-1]
+    late = flag & same & ~torch.cat([torch.zeros(1, dtype=torch.bool), flag[:-1]])
+    if late.any():
+        row = int(torch.nonzero(late)[0])
+        raise TEDError(
+            f"episode {int(episode[row])} has a history row (row {row} of its chunk) after one of its "
+            "transitions; history rows must come before an episode's first transition"
+        )
+    only = flag[local.end - 1]
+    if only.any():
+        raise TEDError(
+            f"episode {int(episode[local.start[torch.nonzero(only)[0]]])} holds history rows but no "
+            "transition; history frames belong to the episode whose first transition follows them"
+        )
+    return rest[~flag], rest[flag]

@@ -1,0 +1,1 @@
+"""The cache: its layout and locks, listing, verification and maintenance (``prune``, ``rm``)."""

@@ -1,0 +1,1 @@
+"""Downloads: HTTP with resume, retries and checksums, the Hugging Face Hub, sizes of remote files."""

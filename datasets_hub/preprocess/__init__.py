@@ -1,0 +1,1 @@
+"""Cached, fingerprinted preprocessing of a build (``rb.preprocess(fn)``), run in parallel workers."""

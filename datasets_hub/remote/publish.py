@@ -1,0 +1,199 @@
+"""Publish a build: ``export`` writes it in a form any node can load from a URL.
+
+A published build is a folder (a Hugging Face dataset repo, an S3 prefix, any HTTP directory):
+
+```
+manifest.json     the build's own manifest, byte for byte (so its hash still matches)
+published.json    how the data is laid out here: zarr format, chunk rows per array, and the sha256 and
+                  size of every file, so a reader verifies each chunk it fetches
+README.md         a dataset card in the Hugging Face convention (YAML front matter + text)
+data.zarr/        one zarr v3 array per stored leaf of the build (same names as the build's schema),
+                  chunked along rows, zstd-compressed, every chunk written (also all-zero ones)
+```
+
+Why zarr v3 without sharding: a chunk file is the unit a reader fetches and verifies, so every chunk has
+its own file and its own sha256 in ``published.json``; chunks are sized (``chunk_bytes``) so that one
+fetch is worth its latency. Nothing is converted again on the reading side: the chunks are decoded into
+the same memory-mapped build the hub makes locally (see :mod:`datasets_hub.remote.open_url`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datasets_hub import __version__
+from datasets_hub.build.format import MANIFEST
+from datasets_hub.build.reader import open_build
+from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
+from datasets_hub.files import sha256_file
+from datasets_hub.remote.format import (
+    DEFAULT_CHUNK_BYTES,
+    PUBLISHED,
+    PUBLISHED_FORMAT,
+    PUBLISHED_VERSION,
+    ZARR_DIR,
+    chunk_rows_for,
+    numpy_dtype,
+    require_zarr,
+)
+
+
+def _resolve_build(source: Any, params: dict[str, Any]) -> Path:
+    """A build directory from a dataset id, a build path, or a buffer over a build."""
+    storage = getattr(source, "storage", None)
+    from datasets_hub.remote.storage import ResidentStorage
+
+    if isinstance(storage, ResidentStorage):  # its sparse files read as zeros where chunks are missing
+        raise InvalidParameter(
+            f"{storage.url} is only partly resident here: export the build it was published from, or load it "
+            "with resident='full', call rb.storage.wait_complete(), and load it again (a complete copy)"
+        )
+    if storage is not None and getattr(storage, "path", None) is not None:
+        return Path(storage.path)
+    if isinstance(source, Path) or (isinstance(source, str) and os.path.isdir(source)):
+        return Path(source)
+    if isinstance(source, str):
+        from datasets_hub.hub import download
+
+        return download(source, **params)
+    raise InvalidParameter(
+        f"export() takes a dataset id, a build directory or a buffer loaded from a build, got {source!r}"
+    )
+
+
+def export(
+    source: Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    compression_level: int = 3,
+    overwrite: bool = False,
+    **params: Any,
+) -> Path:
+    """Write the build of ``source`` (an id, a build directory, or a loaded buffer) to ``out_dir`` in the
+    published form described in the module docstring; return ``out_dir``.
+
+    The folder is written as ``<out_dir>.incomplete`` and renamed into place when complete, so a reader
+    never sees half of it. An existing ``out_dir`` is refused unless ``overwrite=True``. ``params`` select
+    the build when ``source`` is an id (as in ``load``).
+    """
+    if not isinstance(chunk_bytes, int) or chunk_bytes < 1024:
+        raise InvalidParameter(f"chunk_bytes must be an integer of at least 1024, got {chunk_bytes!r}")
+    zarr = require_zarr()
+    from zarr.codecs import ZstdCodec
+
+    build = open_build(_resolve_build(source, params))  # the one reader: checks the build before a byte is copied
+    manifest = build.manifest
+    try:  # published byte for byte, so that its hash (and manifest.sha256) still match
+        manifest_bytes = (build.path / MANIFEST).read_bytes()
+    except OSError as exc:
+        raise CacheError(f"{build.path} holds no readable build manifest ({exc}); load the dataset again") from exc
+    if json.loads(manifest_bytes) != manifest:
+        raise CacheError(f"the manifest of {build.path} changed while it was being exported; export it again")
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise InvalidParameter(f"{out} exists and is not empty; choose another folder or pass overwrite=True")
+    staging = out.with_name(out.name + ".incomplete")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+
+    group = zarr.open_group(str(staging / ZARR_DIR), mode="w", zarr_format=3)
+    arrays: dict[str, dict[str, Any]] = {}
+    for name, leaf in build.leaves.items():
+        spec = manifest["schema"][name]
+        dtype = numpy_dtype(spec["dtype"])
+        rows, shape = int(leaf.shape[0]), tuple(int(d) for d in leaf.shape[1:])
+        row_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        chunk_rows = chunk_rows_for(row_bytes, chunk_bytes)
+        array = group.create_array(
+            name,
+            shape=(rows, *shape),
+            dtype=dtype,
+            chunks=(chunk_rows, *shape) if rows else (1, *shape),
+            compressors=ZstdCodec(level=compression_level),
+            fill_value=0,
+            config={"write_empty_chunks": True},
+        )
+        column = leaf.numpy()  # a read-only memory map of the leaf: chunks are read one at a time
+        for start in range(0, rows, chunk_rows):
+            array[start : start + chunk_rows] = column[start : start + chunk_rows]
+        del column
+        arrays[name] = {
+            "rows": rows,
+            "shape": list(shape),
+            "dtype": spec["dtype"],
+            "chunk_rows": chunk_rows,
+            "chunks": -(-rows // chunk_rows),
+        }
+
+    files: dict[str, dict[str, Any]] = {}
+    for path in sorted((staging / ZARR_DIR).rglob("*")):
+        if path.is_file():
+            files[path.relative_to(staging).as_posix()] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    (staging / "manifest.json").write_bytes(manifest_bytes)
+    published = {
+        "format": PUBLISHED_FORMAT,
+        "version": PUBLISHED_VERSION,
+        "zarr_format": 3,
+        "id": manifest.get("id"),
+        "fingerprint": manifest.get("fingerprint"),
+        "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
+        "arrays": arrays,
+        "files": files,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "hub_version": __version__,
+        "published_bytes": sum(f["bytes"] for f in files.values()) + len(manifest_bytes),
+    }
+    (staging / PUBLISHED).write_text(json.dumps(published, indent=1, sort_keys=True))
+    from datasets_hub.remote.card import render_card
+
+    returns = build.episodes["return"].tolist()
+    (staging / "README.md").write_text(render_card(manifest, published, episode_returns=returns))
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(staging, out)
+    return out
+
+
+def push(
+    source: Any,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    private: bool | None = None,
+    out_dir: str | os.PathLike[str] | None = None,
+    **params: Any,
+) -> str:
+    """Export ``source`` and upload it to the Hugging Face dataset repo ``repo_id``; return its
+    ``hf://datasets/<repo_id>`` URL, which ``datasets_hub.load`` opens.
+
+    The upload is huggingface_hub's ``upload_large_folder`` (resumable) where it exists, else ``upload_folder``; the token is
+    huggingface_hub's own (``huggingface-cli login`` or ``HF_TOKEN``) and never passes through this code.
+    """
+    try:
+        from huggingface_hub import HfApi
+    except ImportError as exc:  # pragma: no cover - huggingface_hub is a core dependency
+        raise MissingDependency("push needs huggingface_hub: pip install huggingface_hub") from exc
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="datasets_hub_push_") as scratch:
+        folder = Path(out_dir) if out_dir is not None else Path(scratch) / "build"
+        export(source, folder, overwrite=out_dir is not None, **params)
+        api = HfApi()
+        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        # upload_large_folder (resumable, multi-commit) where this huggingface_hub has it; upload_folder otherwise
+        upload = getattr(api, "upload_large_folder", None)
+        if upload is not None:
+            upload(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
+        else:
+            api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
+    suffix = f"@{revision}" if revision else ""
+    return f"hf://datasets/{repo_id}{suffix}"
