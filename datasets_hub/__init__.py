@@ -108,6 +108,7 @@ _EXPORTS: dict[str, str] = {
     "TEDError": "errors",
     "InvalidParameter": "errors",
     "InvalidArgument": "errors",
+    "UnknownParameter": "errors",
     "WrongDataType": "errors",
     "CorruptFile": "errors",
     "CatalogueError": "errors",
