@@ -59,8 +59,13 @@ class SlotGenerations:
 
 def of_storage(storage: Any, create: bool = False) -> SlotGenerations | None:
     """The stamps kept on ``storage`` (made when ``create``), or None when nobody tracks them."""
+    return on_storage(storage) if create else getattr(storage, "slot_generations", None)
+
+
+def on_storage(storage: Any) -> SlotGenerations:
+    """The stamps kept on ``storage``, made on first use."""
     stamps = getattr(storage, "slot_generations", None)
-    if stamps is None and create:
+    if stamps is None:
         stamps = SlotGenerations()
         storage.slot_generations = stamps
     return stamps

@@ -28,7 +28,9 @@ def _image(value: Any, who: str, min_dims: int = 3) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise WrongDataType(f"{who} transforms image tensors, got {type(value).__name__}")
     if value.ndim < min_dims:
-        raise InvalidArgument(f"{who} needs images of at least {min_dims} dims ([..., C, H, W]), got shape {list(value.shape)}")
+        raise InvalidArgument(
+            f"{who} needs images of at least {min_dims} dims ([..., C, H, W]), got shape {list(value.shape)}"
+        )
     return value
 
 
@@ -89,19 +91,21 @@ class Resize(Transform):
         in_keys: Sequence[Any] | None = None,
         out_keys: Sequence[Any] | None = None,
     ) -> None:
+        sizes: tuple[Any, ...]
         if isinstance(w, (list, tuple)):
             if len(w) != 2 or h is not None:
                 raise InvalidArgument(f"Resize takes Resize(w, h) or Resize((w, h)), got w={w!r}, h={h!r}")
-            w, h = w
-        h = w if h is None else h
-        for name, size in (("w", w), ("h", h)):
+            sizes = tuple(w)
+        else:
+            sizes = (w, w if h is None else h)
+        for name, size in zip(("w", "h"), sizes, strict=True):
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
                 raise InvalidArgument(f"Resize {name} must be a positive int, got {size!r}")
         interpolation = getattr(interpolation, "value", interpolation)  # torchvision's InterpolationMode
         if interpolation not in _INTERPOLATIONS:
             raise InvalidArgument(f"Resize interpolation must be one of {_INTERPOLATIONS}, got {interpolation!r}")
         super().__init__(in_keys=IMAGE_KEYS if in_keys is None else in_keys, out_keys=out_keys)
-        self.w, self.h = int(w), int(h)
+        self.w, self.h = (int(size) for size in sizes)
         self.interpolation = interpolation
 
     def _apply_transform(self, value: Any) -> torch.Tensor:

@@ -214,7 +214,7 @@ class Rename(Transform):
                 f"Rename needs as many out_keys as in_keys, got {len(self.in_keys)} and {len(self.out_keys)}"
             )
 
-    def _rename(self, data: Any, src: list, dst: list) -> Any:
+    def _rename(self, data: Any, src: Sequence[Any], dst: Sequence[Any]) -> Any:
         data = _require_td(data, "Rename").copy()  # shallow: never mutate the caller's TensorDict
         _missing(data, src, "Rename")
         for a, b in zip(src, dst, strict=True):

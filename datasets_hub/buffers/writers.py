@@ -118,7 +118,7 @@ class RoundRobinWriter(SharedCounters, Writer):
     def register_storage(self, storage: Storage) -> None:
         super().register_storage(storage)
         if self._loaded_stamps is not None:
-            generations.of_storage(storage, create=True).load(self._loaded_stamps)
+            generations.on_storage(storage).load(self._loaded_stamps)
             self._loaded_stamps = None
 
     @property
@@ -208,7 +208,7 @@ class RoundRobinWriter(SharedCounters, Writer):
             if self._storage is None:
                 self._loaded_stamps = list(saved)
             else:
-                generations.of_storage(self._storage, create=True).load(saved)
+                generations.on_storage(self._storage).load(saved)
 
     def __repr__(self) -> str:
         return f"RoundRobinWriter(cursor={self.cursor}, write_count={self.write_count})"
