@@ -453,7 +453,7 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
             batch_size = self._batch_size
             if batch_size is None:
                 raise RuntimeError(
-                    "sample() needs a batch size: pass sample(batch_size=...) or build the buffer with batch_size=..."
+                    "batch_size not specified: pass sample(batch_size=...) or build the buffer with batch_size=..."
                 )
         elif not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")  # 0 gave an empty batch

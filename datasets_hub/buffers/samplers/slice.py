@@ -413,7 +413,7 @@ class SliceSampler(Sampler):
         """``_sample_positions`` with the numpy rows of the full-slice path (``None`` elsewhere)."""
         num_slices, slice_len = self._shape(batch_size)
         if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         layout = self._layout(storage, slice_len)
         if layout.uniform_len:
             return self._sample_full(storage, layout, num_slices, slice_len)
@@ -530,7 +530,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     def _sample_positions(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         num_slices, slice_len = self._shape(batch_size)
         if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         sig = self._signature(storage, slice_len)
         todo, todo_lens = self._rows, self._lens
         if todo is None or todo_lens is None or todo.numel() == 0 or sig != self._epoch_sig:
