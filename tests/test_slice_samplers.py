@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -370,3 +373,14 @@ def test_prioritized_slices_through_the_buffer():
     starts = again["index"].reshape(-1, 5)[:, 0]
     assert (starts == start).float().mean() > 0.9
     assert (torch.diff(again["write"].reshape(-1, 5), dim=1) == 1).all()
+
+
+def test_replacement_false_is_the_sampler_without_replacement():
+    sampler = SliceSampler(slice_len=4, replacement=False, drop_last=True, shuffle=False)
+    assert type(sampler) is SliceSamplerWithoutReplacement
+    assert sampler.drop_last and not sampler.shuffle and sampler.slice_len == 4
+    assert type(SliceSampler(slice_len=4, replacement=True)) is SliceSampler
+    with pytest.raises(ValueError, match="for replacement=True use SliceSampler"):
+        SliceSamplerWithoutReplacement(slice_len=4, replacement=True)
+    assert type(pickle.loads(pickle.dumps(sampler))) is SliceSamplerWithoutReplacement
+    assert type(copy.deepcopy(SliceSampler(slice_len=2))) is SliceSampler

@@ -34,6 +34,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.samplers.base import Sampler, as_index
 from datasets_hub.buffers.samplers.slice_layout import SliceLayout, cached_arange, cached_arange_np, check_slice_shape
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.errors import InvalidArgument
 
 NestedKey = Any
 _AUTO_TRAJ_KEYS = ("episode", ("collector", "traj_ids"))
@@ -59,7 +60,15 @@ class SliceSampler(Sampler):
     exactly ``[num_slices * slice_len]``. ``strict_length=False``: such an episode counts as one
     valid start whose slice is the whole episode, so the output may be shorter than the batch
     size (the ``truncated`` mask tells where each slice ends), as in TorchRL.
+
+    ``SliceSampler(replacement=False, ...)`` is a :class:`SliceSamplerWithoutReplacement` (which also takes
+    ``drop_last`` and ``shuffle``), as in TorchRL.
     """
+
+    def __new__(cls, *args: Any, replacement: bool = True, **kwargs: Any) -> SliceSampler:
+        if cls is SliceSampler and not replacement:
+            return super().__new__(SliceSamplerWithoutReplacement)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -70,7 +79,11 @@ class SliceSampler(Sampler):
         strict_length: bool = True,
         cache_values: bool = True,
         truncated_key: NestedKey | None = ("next", "truncated"),
+        *,
+        replacement: bool = True,
     ) -> None:
+        if not replacement and not isinstance(self, SliceSamplerWithoutReplacement):
+            raise InvalidArgument("replacement=False is SliceSamplerWithoutReplacement: build that class")
         check_slice_shape(num_slices, slice_len)
         self.num_slices, self.slice_len = num_slices, slice_len
         self.traj_key, self.end_key = traj_key, end_key
@@ -486,7 +499,13 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         strict_length: bool = True,
         shuffle: bool = True,
         truncated_key: NestedKey | None = ("next", "truncated"),
+        *,
+        replacement: bool = False,
     ) -> None:
+        if replacement:
+            raise InvalidArgument(
+                "SliceSamplerWithoutReplacement samples each slice once per epoch: for replacement=True use SliceSampler"
+            )
         super().__init__(
             num_slices=num_slices,
             slice_len=slice_len,
