@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "StorageEnsemble": "buffers.ensemble_parts",
     "SamplerEnsemble": "buffers.ensemble_parts",
     "WriterEnsemble": "buffers.ensemble_parts",
+    "ConditionalUpdateResult": "buffers.generations",
     # storages
     "Storage": "buffers.storages",
     "ListStorage": "buffers.storages",

@@ -83,7 +83,7 @@ def slots_of(index: Any, ndim: int) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class ConditionalUpdate:
+class ConditionalUpdateResult:
     """What ``update_if_present`` did: ``updated[i]`` is True where ``index[i]`` was still live and was written."""
 
     updated: torch.Tensor
@@ -97,7 +97,7 @@ class ConditionalUpdate:
         return int(self.updated.numel() - self.updated.sum())
 
 
-def update_if_present(storage: Any, writer: Any, index: Any, generation: Any, patch: Any) -> ConditionalUpdate:
+def update_if_present(storage: Any, writer: Any, index: Any, generation: Any, patch: Any) -> ConditionalUpdateResult:
     """Write ``patch`` (a dict or TensorDict of entries for every item of ``index``) into the items of ``index``
     whose slot stamp equals ``generation``; stale items are left alone. Every key, shape and dtype is checked
     before anything is written. Callers hold the buffer's lock."""
@@ -137,4 +137,4 @@ def update_if_present(storage: Any, writer: Any, index: Any, generation: Any, pa
         for key, value in patch.items(include_nested=True, leaves_only=True):
             rows.set(key, value[live])
         storage.set(index[live], rows)
-    return ConditionalUpdate(updated=live)
+    return ConditionalUpdateResult(updated=live)

@@ -26,7 +26,7 @@ from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.buffer_draws import OrderedDraws
 from datasets_hub.buffers.buffer_rows import RowAccess
 from datasets_hub.buffers.buffer_state import BufferState
-from datasets_hub.buffers.generations import ConditionalUpdate, update_if_present
+from datasets_hub.buffers.generations import ConditionalUpdateResult, update_if_present
 from datasets_hub.buffers.samplers.base import Sampler, as_index
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction
 from datasets_hub.buffers.samplers.random import RandomSampler
@@ -298,7 +298,7 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         """Run ``hook(data, path=path)`` on the data :meth:`loads` read, before the storage takes it."""
         self._storage.register_load_hook(hook)
 
-    def update_if_present(self, *, index: Any, generation: Any, patch: Any) -> ConditionalUpdate:
+    def update_if_present(self, *, index: Any, generation: Any, patch: Any) -> ConditionalUpdateResult:
         """Write ``patch`` into the items of ``index`` whose slots still hold the ``generation`` a sample reported
         (``"index_generation"``); items overwritten since are left alone. Needs a writer with
         ``track_generations=True``; see ``generations.py``."""
