@@ -88,6 +88,7 @@ _EXPORTS: dict[str, str] = {
     "FrameStack": "buffers.frame_stack",
     "FullStackSampler": "buffers.samplers.frame_stack",
     "EpisodeIndex": "buffers.episode_index",
+    "find_start_stop_traj": "buffers.trajectory_bounds",
     "ReturnToGo": "buffers.returns",
     # interop (docs/guide/interop.md)
     "BufferDataset": "interop.torch_data",

@@ -178,3 +178,25 @@ def test_multi_step_equals_torchrls_value_by_value(batch, steps, n):
     for key in theirs.keys(True, True):
         assert ours[key].shape == theirs[key].shape and ours[key].dtype == theirs[key].dtype, key
         assert torch.allclose(ours[key].double(), theirs[key].double(), atol=1e-6), key
+
+
+@needs_torchrl
+def test_find_start_stop_traj_equals_torchrls_on_random_storages():
+    from torchrl.data import find_start_stop_traj as torchrl_find
+
+    from datasets_hub.buffers.trajectory_bounds import find_start_stop_traj
+
+    gen = torch.Generator().manual_seed(0)
+    for steps in (1, 2, 5, 17):
+        for shape in ((steps,), (steps, 3), (steps, 2, 2)):
+            for at_capacity in (True, False):
+                for cursor in (None, 0, steps - 1, steps // 2):
+                    inputs = {
+                        "end": torch.rand(shape, generator=gen) < 0.3,
+                        "trajectory": torch.randint(0, 3, shape, generator=gen),
+                    }
+                    for kind, rows in inputs.items():
+                        theirs = torchrl_find(**{kind: rows}, at_capacity=at_capacity, cursor=cursor)
+                        ours = find_start_stop_traj(**{kind: rows}, at_capacity=at_capacity, cursor=cursor)
+                        for a, b in zip(theirs, ours, strict=True):
+                            assert torch.equal(a, b), (shape, at_capacity, cursor, kind)
