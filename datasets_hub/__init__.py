@@ -112,6 +112,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidArgument": "errors",
     "UnknownParameter": "errors",
     "WrongDataType": "errors",
+    "StorageExists": "errors",
     "CorruptFile": "errors",
     "CatalogueError": "errors",
     "PluginError": "errors",

@@ -21,6 +21,7 @@ that also derive from a built-in exception can be caught as that exception too::
     │   ├── UnknownParameter      a dataset parameter its loader does not take
     │   └── InvalidArgument       (+ RuntimeError) one that TorchRL refuses with RuntimeError
     ├── WrongDataType             (+ TypeError, RuntimeError) data a buffer part cannot hold or transform
+    ├── StorageExists             (+ FileExistsError, RuntimeError) a scratch_dir already holds a storage
     ├── PreprocessError           the preprocessing fn failed or broke its contract
     └── ReadOnlyError             (+ RuntimeError) a write to a read-only buffer, storage or writer
 
@@ -98,6 +99,11 @@ class InvalidArgument(InvalidParameter, RuntimeError):
 class WrongDataType(HubError, TypeError, RuntimeError):
     """Data of a type a buffer part cannot hold or transform (e.g. a tensor given to a writer that ranks
     TensorDicts). TorchRL raises ``RuntimeError`` there, Python's convention is ``TypeError``: both catch it."""
+
+
+class StorageExists(HubError, FileExistsError, RuntimeError):
+    """A ``LazyMemmapStorage``'s ``scratch_dir`` already holds a storage and ``existsok`` is False. TorchRL raises
+    ``RuntimeError`` there; ``except FileExistsError`` catches it too."""
 
 
 class UnknownParameter(InvalidParameter):
