@@ -12,7 +12,7 @@ from tensordict import TensorDict
 
 from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
-from datasets_hub.buffers.samplers import RandomSampler, Sampler
+from datasets_hub.buffers.samplers import PrioritizedSampler, RandomSampler, Sampler, SamplerWithoutReplacement
 from datasets_hub.buffers.storages import ListStorage
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage, TensorStorage
 from datasets_hub.buffers.transforms import Compose
@@ -699,14 +699,15 @@ def test_set_storage_sampler_writer_return_the_previous_part_and_rewire():
     assert len(rb) == 3 and sorted(rb.sample()["obs"].tolist())[0] >= 100
     gen = torch.Generator().manual_seed(0)
     rb.set_rng(gen)
-    from datasets_hub.buffers.samplers import SamplerWithoutReplacement
-
     old_sampler = rb.set_sampler(SamplerWithoutReplacement())
     assert isinstance(old_sampler, RandomSampler)
     assert rb.sampler.generator is gen  # the buffer's generator follows the sampler change
     assert sorted(rb.sample(3)["obs"].tolist()) == [100.0, 101.0, 102.0]  # one epoch: every row once
     with pytest.raises(ValueError, match="set_storage takes an empty storage"):
         rb.set_storage(old_storage)
+    rb.set_sampler(PrioritizedSampler(max_capacity=10, alpha=1.0, beta=1.0))
+    drawn = torch.cat([rb.sample(3)["obs"] for _ in range(30)])
+    assert set(drawn.tolist()) == {100.0, 101.0, 102.0}  # the rows stored before the swap are drawn
     old_writer = rb.set_writer(RoundRobinWriter())
     assert isinstance(old_writer, RoundRobinWriter) and old_writer is not rb.writer
     rb.extend(rows(1, start=200))

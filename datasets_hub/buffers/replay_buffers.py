@@ -271,12 +271,18 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         return previous
 
     def set_sampler(self, sampler: Sampler) -> Sampler:
-        """Replace the sampler and return the previous one (the buffer's generator, if set, moves to it)."""
+        """Replace the sampler and return the previous one (the buffer's generator, if set, moves to it).
+
+        The new sampler is told about the items already stored, oldest first (a ``PrioritizedSampler`` gives
+        them the default priority), so none of them is left out of its draws.
+        """
         self._drain()
         with self._lock:
             previous, self._sampler = self._sampler, sampler
             if sampler.generator is None and previous.generator is not None:
                 sampler.generator = previous.generator
+            if len(self._storage):
+                sampler.extend(self._items_of_rows(self._writer.indices_in_order()))
         return previous
 
     def set_writer(self, writer: Writer) -> Writer:
@@ -435,7 +441,7 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         if getattr(storage, "ndim", 1) > 1:  # items -> (t, e, ...) as TorchRL reports them
             items, index, rows = index, mdim.unravel(index, storage.shape), None
         info = {**info, "index": index}
-        if self._writer.tracks_generations:  # read under the lock: the stamps of the rows gathered
+        if getattr(self._writer, "tracks_generations", False):  # read under the lock: the stamps of the rows gathered
             info["index_generation"] = self._writer.generations_of(index)
         data = self._gather(index, info, items, rows)
         if self._pin_memory:
