@@ -38,6 +38,7 @@ demo: install
 # Ported training loops (replay-buffer code of TorchRL scripts on the local gym data, no network; < 1 min).
 examples: install
 	$(PY) examples/sac_ndim2.py
+	$(PY) examples/torchrl_names.py
 
 test: install
 	$(PY) -m pytest -q -m "not ray and not slow and not upstream"
