@@ -59,7 +59,7 @@ def run(rl: object) -> list[str]:
     multi = rl.MultiStep(gamma=0.5, n_steps=2)(data.clone())
     out.append(f"2-step rewards {multi['next', 'reward'].squeeze(-1).tolist()}")
     start, stop, lengths = rl.find_start_stop_traj(end=data["next", "done"].squeeze(-1), at_capacity=False)
-    out.append(f"trajectories start {start.squeeze(-1).tolist()} length {lengths.tolist()}")
+    out.append(f"trajectories {start.squeeze(-1).tolist()} to {stop.squeeze(-1).tolist()}, lengths {lengths.tolist()}")
 
     writer = rl.TensorDictMaxValueWriter(rank_key="reward")
     writer.register_storage(rl.LazyTensorStorage(4))
