@@ -16,7 +16,10 @@ BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat pyproject.toml constraints.t
 # tests/upstream/requirements*.txt list them; our package is installed into it too.
 UPSTREAM_VENV := .venv-upstream
 UPSTREAM_PY := $(UPSTREAM_VENV)/bin/python
-UPSTREAM_REQS := tests/upstream/requirements.txt tests/upstream/requirements-nodeps.txt
+UPSTREAM_REQS := tests/upstream/requirements.txt tests/upstream/requirements-nodeps.txt tests/upstream/requirements-sdist.txt
+# OGBench's training code (impls/, with GCDataset/HGCDataset) is not in its wheel but is in its PyPI sdist:
+# the sdist is fetched by pip at install time (hash-pinned) and impls/ unpacked into the venv, never at test time.
+OGBENCH_IMPLS := $(UPSTREAM_VENV)/ogbench-impls
 UPSTREAM_STAMP := $(UPSTREAM_VENV)/.installed-$(shell cat pyproject.toml constraints.txt $(UPSTREAM_REQS) | cksum | cut -d' ' -f1)
 
 .PHONY: demo examples test test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl torchrl-parity bench bench-install install lint lint-install docs docs-install clean
@@ -66,6 +69,10 @@ $(UPSTREAM_STAMP): $(UPSTREAM_PY) pyproject.toml constraints.txt $(UPSTREAM_REQS
 	$(UPSTREAM_PY) -m pip install -q --constraint constraints.txt torch==2.13.0
 	$(UPSTREAM_PY) -m pip install -q --constraint constraints.txt -e '.[test,openx]' -r tests/upstream/requirements.txt
 	$(UPSTREAM_PY) -m pip install -q --constraint constraints.txt --no-deps -r tests/upstream/requirements-nodeps.txt
+	rm -rf $(UPSTREAM_VENV)/sdists $(OGBENCH_IMPLS) && mkdir -p $(OGBENCH_IMPLS)
+	$(UPSTREAM_PY) -m pip download -q --no-deps --no-binary :all: --require-hashes \
+		-r tests/upstream/requirements-sdist.txt -d $(UPSTREAM_VENV)/sdists
+	tar -xzf $(UPSTREAM_VENV)/sdists/ogbench-*.tar.gz -C $(OGBENCH_IMPLS) --strip-components=1 --wildcards '*/impls'
 	rm -f $(UPSTREAM_VENV)/.installed-* && touch $@
 
 upstream-install: $(UPSTREAM_STAMP)

@@ -12,8 +12,8 @@ Run (TorchRL lives in its own venv, see the README; without it the TorchRL rows 
    memory-mapped build, and on a RAM-resident copy of it (``in_memory=True``, as the reference's arrays
    are). Reference: OGBench's ``GCDataset`` sampling in numpy on the same arrays in RAM, in the
    regular layout (``ogbench.load_dataset``'s default; the compact layout OGBench's ``impls/`` train on
-   measured 3-5% faster). OGBench's own class needs jax and flax (``impls/utils/datasets.py``, not on
-   PyPI), so the reference here is ``OGBenchGCSampler`` below, written from its documented rules: uniform
+   measured 3-5% faster). OGBench's own class needs jax and flax (``impls/utils/datasets.py``, in its sdist,
+   not its wheel; ``make test-upstream`` checks GoalSampler's laws against it), so the reference here is ``OGBenchGCSampler`` below, written from its documented rules: uniform
    transition indices; ``Dataset.get_subset`` gathers of every array; value and actor goals with
    ``sample_goals`` (random / future with geometric or uniform offsets clipped at the trajectory's
    final index / current, mixed as there); ``successes``, ``masks``, ``rewards``.

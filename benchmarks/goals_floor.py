@@ -10,7 +10,8 @@ closure with no checks, no locks, no dispatch and no plan caches, for the benchm
 (``GoalSampler(p_current, p_future, p_random, future="geometric", gamma=gamma, actor={"p_future": 1.0,
 "future": "uniform"}, negative_reward=True)`` on a ``TensorDictReplayBuffer``): the same one
 ``torch.rand((5, B), float64)`` per call (row 0 the anchors, rows 1-3 the value goal's kind, geometric
-offset and random row, row 4 the actor goal's uniform offset), the laws in numpy, one ``take`` of the
+offset and random row, row 4 the actor goal's uniform offset), the laws in numpy (OGBench's: goals end at an
+episode's last stored observation, geometric offsets truncated there, uniform ones rounded), one ``take`` of the
 records, one ``take`` of the frames for every state of the batch (the anchor's, the next one, the
 value goal's and the actor goal's), ``torch.from_numpy`` and unchecked TensorDict builds. It returns
 exactly the batch the buffer returns for the same seed (keys, dtypes, shapes, values): :func:`check_same`
@@ -93,7 +94,7 @@ class GoalFloor:
             rows = x.astype(np.int64)  # floor(u * total): uniform over every row
             episode = rows // length
             step = rows - episode * length
-            left = length - step  # steps to the episode's final state (>= 1)
+            left = length - 1 - step  # steps to the episode's last stored observation (>= 0)
             at = np.empty((4, batch), dtype=np.int64)  # frame rows: t, t + 1, value goal, actor goal
             base = np.add(rows, episode, out=at[0])  # the state at time t of episode e is frame row t + e
             np.add(base, 1, out=at[1])
@@ -116,11 +117,11 @@ class GoalFloor:
             in_episode = goal_episode == episode
             distance = np.where(in_episode, goal_time - rows, -1)
             np.add(goal_time, goal_episode, out=at[2])
-            # actor goal: a uniform offset from u[4]
-            x = u[4] * left
+            # actor goal: OGBench's rounded uniform offset from u[4] (between 1 and left; 0 when left is 0)
+            x = u[4] * (left - np.minimum(left, 1))
+            np.subtract(left, x, out=x)
+            np.rint(x, out=x)
             actor_offset = x.astype(np.int64)
-            actor_offset += 1
-            np.minimum(actor_offset, left, out=actor_offset)
             np.add(base, actor_offset, out=at[3])
             states = frames.take(at, axis=0)  # every state of the batch in one read
             block = records.take(rows, axis=0)  # every per-step leaf in one read

@@ -23,6 +23,8 @@ _EXPORTS: dict[str, str] = {
     "export": "remote.publish",
     "push": "remote.publish",
     "normalized_score": "scores",
+    "diagnose": "doctor.diagnosis",
+    "DoctorReport": "doctor.findings",
     "DatasetInfo": "hub",
     # plugin contract
     "Loader": "loader",

@@ -18,7 +18,7 @@ that also derive from a built-in exception can be caught as that exception too::
     ├── CacheError                the cache is unwritable, full, locked, damaged or tampered with
     ├── TEDError                  (+ ValueError) data breaks the TorchRL Episode Data contract
     ├── InvalidParameter          (+ ValueError) a user argument is not acceptable
-    │   ├── UnknownParameter      a dataset parameter its loader does not take
+    │   ├── UnknownParameter      a dataset parameter its loader does not take (``names``)
     │   └── InvalidArgument       (+ RuntimeError) one that TorchRL refuses with RuntimeError
     ├── WrongDataType             (+ TypeError, RuntimeError) data a buffer part cannot hold or transform
     ├── StorageExists             (+ FileExistsError, RuntimeError) a scratch_dir already holds a storage

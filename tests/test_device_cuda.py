@@ -195,10 +195,12 @@ def test_goals_are_observations_of_their_episode(future):
     data = host.get(index)
     length = torch.tensor(LENGTHS)[data["episode"]]
     fut = kind == 1
-    assert (distance[fut] >= 1).all() and (data["step"] + distance <= length)[fut].all()
-    # a future goal is the state `distance` steps after the anchor: the state after row index + distance - 1
-    rows = (index + distance - 1)[fut].numpy()
-    expected = host.gather_states(("observation",), rows, np.ones_like(rows))
+    # OGBench's law: a future goal is a stored observation of the episode (time <= L - 1), the current
+    # state only at the episode's last transition
+    assert (distance[fut] >= 0).all() and (data["step"] + distance <= length - 1)[fut].all()
+    assert ((distance == 0) == (data["step"] == length - 1))[fut].all()
+    rows = (index + distance)[fut].numpy()
+    expected = host.gather_states(("observation",), rows, np.zeros_like(rows, dtype=bool))
     assert torch.equal(goal[fut], expected)
     current = kind == 0
     assert torch.equal(goal[current], data["observation"][current])

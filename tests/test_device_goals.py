@@ -23,6 +23,24 @@ SETTINGS = {
     "current only, negative reward": {"p_current": 1.0, "p_future": 0.0, "negative_reward": True},
     "geometric gamma 0": {"gamma": 0.0},
     "over slices": {"sampler": SliceSampler(slice_len=8), "p_future": 0.7, "p_random": 0.3},
+    "HIQL (value goals, high actor goals and targets, subgoals)": {
+        "p_current": 0.2,
+        "p_future": 0.5,
+        "p_random": 0.3,
+        "actor": {"p_future": 0.5, "p_random": 0.5, "future": "uniform"},
+        "subgoal_steps": 4,
+        "negative_reward": True,
+    },
+    "her: mixture, uniform, actor goals and subgoals": {
+        "convention": "her",
+        "p_current": 0.2,
+        "p_future": 0.5,
+        "p_random": 0.3,
+        "future": "uniform",
+        "actor": {"p_future": 0.5, "p_random": 0.5, "future": "episode"},
+        "subgoal_steps": 5,
+    },
+    "her: geometric gamma 0": {"convention": "her", "gamma": 0.0},
 }
 
 
@@ -57,13 +75,15 @@ def test_future_goals_stay_in_their_episode_and_random_goals_are_rows(storages):
     index, info = d.sample(dev, 2000)
     kind, distance = info[("goal", "kind")], info[("goal", "distance")]
     future = kind == 1
-    assert (distance[future] >= 1).all() and info[("goal", "in_episode")][future].all()
+    assert (distance[future] >= 0).all() and info[("goal", "in_episode")][future].all()
     # a goal observation is an observation of the dataset: the fake build's values are row * 100 + d
     goal = info[("goal", "observation")]
     assert torch.equal(goal[:, 1] - goal[:, 0], torch.ones(len(goal)))
     data = dev.get(index)
     length = torch.tensor(LENGTHS)[data["episode"]]
-    assert (data["step"] + distance <= length)[future].all()  # time L is the final state, never beyond
+    # OGBench's law: goals end at the last stored observation (time L - 1), reached from the last row itself
+    assert (data["step"] + distance <= length - 1)[future].all()
+    assert ((distance == 0) == (data["step"] == length - 1))[future].all()
 
 
 def test_a_success_fn_runs_on_device_tensors(storages):

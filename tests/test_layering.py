@@ -18,8 +18,12 @@ Rules:
 4. No module reads another object's private attribute (``obj._x`` where ``obj`` is not
    ``self``/``cls``) unless the class is defined in the same module, or the pair is in
    ``PRIVATE_ACCESS_ALLOWED`` with its reason.
-5. No module of ``datasets_hub/`` or ``loaders/`` is longer than ``MAX_LINES`` lines, except the ones
-   in ``LONG_MODULES_ALLOWED``, each with the reason it is still long.
+5. A module of ``datasets_hub/`` or ``loaders/`` longer than ``MAX_LINES`` lines holds one concept and
+   says which in its docstring (``ONE_CONCEPT``): files are split along concepts, never to meet a count.
+6. The hub's packages stand in the order of ``LAYERS``: a module imports modules of its own layer or
+   of layers below it, never above (the convenience imports of rule 2 excepted).
+7. A loader imports, of the hub, only the plugin contract's modules (``LOADER_MAY_IMPORT``): never a
+   private module of the pipeline (downloads, builds, the cache).
 """
 
 from __future__ import annotations
@@ -55,14 +59,33 @@ PRIVATE_ACCESS_ALLOWED: dict[tuple[str, str], str] = {
     ("datasets_hub.interop.torchrl", "_find_start_stop_traj"): "TorchRL SliceSampler's boundary finder",
 }
 
-#: the size cap of a module (house style: one concern per file, under ~600 lines)
-MAX_LINES = 600
+#: the hub's layers, bottom first: module-name prefixes (the longest matching prefix places a module)
+LAYERS: list[tuple[str, ...]] = [
+    # leaves: errors, files, environment, redaction, the build format's facts, the loader contract
+    (PACKAGE, f"{PACKAGE}.errors", f"{PACKAGE}.files", f"{PACKAGE}.env", f"{PACKAGE}.redact",
+     f"{PACKAGE}.build.format", f"{PACKAGE}.ted_contract", f"{PACKAGE}.fingerprint", f"{PACKAGE}.loader"),
+    # the buffer layer; downloads; finding plugins; what a loader may use to reach its upstream
+    (f"{PACKAGE}.buffers", f"{PACKAGE}.downloads", f"{PACKAGE}.progress", f"{PACKAGE}.plugins", f"{PACKAGE}.sources"),
+    # the cache's layout and locks; the catalogue (which caches remote catalogues there)
+    (f"{PACKAGE}.cache.layout", f"{PACKAGE}.catalogue", f"{PACKAGE}.scores"),
+    (f"{PACKAGE}.build",),  # writing and reading builds
+    # listing, verifying, pruning builds; preprocessing them; the data doctor (verify --deep) reading them
+    (f"{PACKAGE}.cache", f"{PACKAGE}.preprocess", f"{PACKAGE}.doctor"),
+    (f"{PACKAGE}.remote",),  # published builds
+    # the public API: load-by-name, export and push of a build by name, interop, the plugin author's checks
+    (f"{PACKAGE}.hub", f"{PACKAGE}.remote.publish", f"{PACKAGE}.interop", f"{PACKAGE}.loader_check", f"{PACKAGE}.testing"),
+    (f"{PACKAGE}.cli",),
+]  # fmt: skip
 
-#: modules still over the cap; their owners split them and remove them from this list
-LONG_MODULES_ALLOWED: dict[str, str] = {
-    "datasets_hub.buffers.replay_buffers": "one concept, ReplayBuffer, kept whole with TorchRL's whole API "
-    "(set_storage/set_sampler/set_writer, hooks, include_info); never split into mixin files",
-}
+#: what a loader may import of the hub (docs/plugins.md): the contract, errors, the catalogue, the
+#: buffer layer, the upstream helpers (sources) and the plugin author's test kit
+LOADER_MAY_IMPORT = (
+    f"{PACKAGE}.loader", f"{PACKAGE}.errors", f"{PACKAGE}.catalogue", f"{PACKAGE}.buffers", f"{PACKAGE}.sources",
+    f"{PACKAGE}.testing", f"{PACKAGE}.loaders",
+)  # fmt: skip
+
+#: past this many lines a module must name its one concept in its docstring (rule 5)
+MAX_LINES = 600
 
 
 @dataclass(frozen=True)
@@ -290,6 +313,47 @@ def test_the_hub_reaches_loaders_only_through_entry_points():
     assert not direct, "\n".join(map(_where, direct))
 
 
+def _layer(module: str) -> int | None:
+    """The index in ``LAYERS`` of the longest prefix naming ``module``; ``None`` for loaders."""
+    if module.startswith(f"{PACKAGE}.loaders"):
+        return None
+    best, found = -1, None
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, found = len(prefix), index
+    return found
+
+
+def test_every_hub_module_has_a_layer():
+    missing = [m for m in MODULES if not m.startswith(f"{PACKAGE}.loaders") and _layer(m) is None]
+    assert not missing, f"modules in no layer (add them to LAYERS): {missing}"
+
+
+def test_the_packages_import_only_their_own_layer_and_those_below():
+    upward = [
+        e
+        for e in EDGES
+        if not _is_convenience(e)
+        and (source := _layer(e.source)) is not None
+        and (target := _layer(e.target)) is not None
+        and target > source
+    ]
+    assert not upward, "imports of a higher layer (see LAYERS):\n" + "\n".join(map(_where, upward))
+
+
+def test_loaders_import_only_the_plugin_contract():
+    private = [
+        e
+        for e in EDGES
+        if e.source.startswith(f"{PACKAGE}.loaders")
+        and not any(e.target == m or e.target.startswith(m + ".") for m in LOADER_MAY_IMPORT)
+    ]
+    assert not private, "loaders importing hub internals (use datasets_hub.sources):\n" + "\n".join(
+        map(_where, private)
+    )
+
+
 # ------------------------------------------------------------------------------ private attributes
 def _classes_defined(tree: ast.AST) -> set[str]:
     return {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
@@ -390,32 +454,38 @@ def test_every_private_access_allowance_is_still_needed():
 
 
 # ------------------------------------------------------------------------------------- module size
+ONE_CONCEPT = "This module holds one concept:"
+
+
 def _line_count(path: Path) -> int:
     return len(path.read_text().splitlines())
 
 
-def _too_long(files: dict[str, Path], limit: int = MAX_LINES) -> list[tuple[str, int]]:
-    """``(module, lines)`` of every module over ``limit`` lines."""
-    return [(module, n) for module, path in files.items() if (n := _line_count(path)) > limit]
+def _long_without_a_concept(files: dict[str, Path], limit: int = MAX_LINES) -> list[tuple[str, int]]:
+    """``(module, lines)`` of every module over ``limit`` lines whose docstring does not name its one concept."""
+    found = []
+    for module, path in files.items():
+        text = path.read_text()
+        n = len(text.splitlines())
+        if n > limit and ONE_CONCEPT not in (ast.get_docstring(ast.parse(text)) or ""):
+            found.append((module, n))
+    return found
 
 
-def test_a_module_over_the_size_cap_is_found(tmp_path):
-    """The checker itself: a module one line over the cap is reported, one at the cap is not."""
-    over, at = tmp_path / "over.py", tmp_path / "at.py"
-    over.write_text("x = 1\n" * (MAX_LINES + 1))
+def test_a_long_module_without_its_concept_is_found(tmp_path):
+    """The checker itself: a long module is reported unless its docstring names its one concept."""
+    over, named, at = tmp_path / "over.py", tmp_path / "named.py", tmp_path / "at.py"
+    over.write_text('"""Things."""\n' + "x = 1\n" * MAX_LINES)
+    named.write_text(f'"""{ONE_CONCEPT} the thing."""\n' + "x = 1\n" * MAX_LINES)
     at.write_text("x = 1\n" * MAX_LINES)
-    assert _too_long({"pkg.over": over, "pkg.at": at}) == [("pkg.over", MAX_LINES + 1)]
+    assert _long_without_a_concept({"pkg.over": over, "pkg.named": named, "pkg.at": at}) == [
+        ("pkg.over", MAX_LINES + 1)
+    ]
 
 
-def test_no_module_is_over_the_size_cap():
-    long = [(m, n) for m, n in _too_long(MODULES) if m not in LONG_MODULES_ALLOWED]
-    assert not long, f"modules over {MAX_LINES} lines (split them along a concern):\n" + "\n".join(
+def test_a_long_module_holds_one_concept_named_in_its_docstring():
+    """House style: split along concepts, never to meet a line count; a long file says what its one concept is."""
+    long = _long_without_a_concept(MODULES)
+    assert not long, f"modules over {MAX_LINES} lines whose docstring does not say '{ONE_CONCEPT} ...':\n" + "\n".join(
         f"    {MODULES[m].relative_to(ROOT)}: {n} lines" for m, n in long
     )
-
-
-def test_every_size_allowance_is_still_needed():
-    for module in LONG_MODULES_ALLOWED:
-        assert module in MODULES, f"{module} no longer exists; remove it from LONG_MODULES_ALLOWED"
-        n = _line_count(MODULES[module])
-        assert n > MAX_LINES, f"{module} has {n} lines now; remove it from LONG_MODULES_ALLOWED"

@@ -52,6 +52,22 @@ def test_threads_give_the_batches_worker_processes_give(rb, workers):
         assert (steps[:, 1:] - steps[:, :-1] == 1).all()
 
 
+def test_one_generator_gives_the_same_batches_with_threads_and_processes(rb):
+    """dataloader(generator=g) without seed=: threads draw the base seed from g exactly as a DataLoader does."""
+    ds = SampledBatches(rb, num_batches=6)
+    threaded = ds.dataloader(num_workers=2, generator=torch.Generator().manual_seed(1))
+    processes = ds.dataloader(
+        num_workers=2, workers="processes", multiprocessing_context="spawn", generator=torch.Generator().manual_seed(1)
+    )
+    a, b = _all(threaded), _all(processes)
+    assert len(a) == len(b) == 6
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x["index"], y["index"])
+        assert torch.equal(x["observation"], y["observation"])
+    other = _all(ds.dataloader(num_workers=2, generator=torch.Generator().manual_seed(2)))
+    assert [x["index"].tolist() for x in a] != [x["index"].tolist() for x in other]
+
+
 def test_generator_seeds_the_streams_and_endless_streams_stop(rb):
     def first(seed, n=4):
         out = []

@@ -10,6 +10,13 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.samplers import (
+    FullStackSampler,
+    GoalSampler,
+    NStepReturnSampler,
+    PrioritizedSampler,
+    WindowSampler,
+)
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.build.pipeline import build
 from datasets_hub.build.storage import DatasetStorage
@@ -74,8 +81,11 @@ def test_map_dataset_items_and_one_gather_per_batch(rb, monkeypatch):
         ds[n]
 
     calls = []
-    real_get = rb.storage.get
+    real_get, real_gather = rb.storage.get, rb.storage.gather
     monkeypatch.setattr(rb.storage, "get", lambda index: calls.append(index) or real_get(index))
+    monkeypatch.setattr(
+        rb.storage, "gather", lambda index, extras=None: calls.append(index) or real_gather(index, extras)
+    )
     loader = ds.dataloader(batch_size=10, shuffle=True, generator=torch.Generator().manual_seed(0))
     seen = []
     for batch in loader:
@@ -84,6 +94,100 @@ def test_map_dataset_items_and_one_gather_per_batch(rb, monkeypatch):
         seen.append(batch["index"])
     assert len(calls) == len(loader) == -(-n // 10)  # __getitems__: one gather per batch, not per item
     assert sorted(torch.cat(seen).tolist()) == list(range(n))
+
+
+# samplers whose item at anchor i is a whole sample row: the map-style view gives exactly that row
+ANCHORED = {
+    "window": lambda: WindowSampler(range(-2, 6), keys=["observation", "action"]),
+    "window with stride and burn-in": lambda: WindowSampler(
+        {"observation": [-1, 0], "action": range(4)}, stride=2, burn_in=1
+    ),
+    "n-step, fixed n": lambda: NStepReturnSampler(0.9, 3, rtg_key=("next", "reward")),
+    "goals, current only": lambda: GoalSampler(p_current=1.0, p_future=0.0, subgoal_steps=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ANCHORED))
+def test_map_dataset_gives_the_sample_at_each_anchor(build_path, name):
+    """Issue 27: DataLoader(rb.as_map_dataset()) with a window sampler gave single steps ((16, 6) where
+    rb.sample() gives (16, 8, 6)) with no pad flags. Now item i is rb.sample()'s row for anchor i."""
+    rb = TensorDictReplayBuffer(
+        storage=DatasetStorage(build_path),
+        sampler=ANCHORED[name](),
+        batch_size=16,
+        generator=torch.Generator().manual_seed(3),
+    )
+    sampled = rb.sample(64)
+    ds = rb.as_map_dataset()
+    for j in range(64):  # every sampled row is the dataset's item at its anchor, key by key
+        i = int(sampled["index"][j])
+        _same(ds[i], sampled[j])
+    batches = list(ds.dataloader(batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0)))
+    assert sorted(torch.cat([b["index"] for b in batches]).tolist()) == list(range(len(ds)))
+    for batch in batches[:-1]:  # same keys and per-row shapes as rb.sample()
+        assert set(batch.keys(True, True)) == set(sampled.keys(True, True))
+        for key in sampled.keys(True, True):
+            assert batch.get(key).shape[1:] == sampled.get(key).shape[1:], key
+    if name.startswith("window"):  # the pad flags come along
+        assert "observation_is_pad" in batches[0].keys() and batches[0]["observation_is_pad"].any()
+
+
+@pytest.mark.parametrize("name", sorted(ANCHORED))
+def test_iterable_view_gives_the_samplers_batches(build_path, name):
+    """The iterable view samples with the buffer's own sampler: the batches rb.sample() gives, seed for seed."""
+    rb = TensorDictReplayBuffer(storage=DatasetStorage(build_path), sampler=ANCHORED[name](), batch_size=16)
+    batches = list(rb.as_iterable_dataset(num_batches=2, seed=4).dataloader())
+    again = list(rb.as_iterable_dataset(num_batches=2, seed=4).dataloader())
+    sampled = rb.sample(16)
+    for batch, same in zip(batches, again, strict=True):
+        _same(batch, same)
+        assert set(batch.keys(True, True)) == set(sampled.keys(True, True))
+        for key in sampled.keys(True, True):
+            assert batch.get(key).shape == sampled.get(key).shape, key
+
+
+def test_map_dataset_draws_goals_per_anchor(build_path):
+    """Goals of item i are drawn for anchor i (from the worker's generator): valid goals of its episode,
+    the same with the same seed, other goals with another seed."""
+    sampler = GoalSampler(0.2, 0.5, 0.3, actor={"future": "uniform"}, subgoal_steps=4)
+    rb = TensorDictReplayBuffer(storage=DatasetStorage(build_path), sampler=sampler, batch_size=8)
+    sampled = rb.sample(8)
+
+    def goals(seed, workers=0):
+        ds = rb.as_map_dataset(seed=seed)
+        loader = ds.dataloader(batch_size=20, num_workers=workers)
+        return torch.cat([b["goal", "observation"] for b in loader]), next(iter(loader))
+
+    a, first = goals(1)
+    b, _ = goals(1)
+    assert torch.equal(a, b) and not torch.equal(a, goals(2)[0])
+    # worker processes: each draws with its own generator (seed, worker id), the same again with the same seed
+    w1, w2 = goals(1, workers=2)[0], goals(1, workers=2)[0]
+    assert torch.equal(w1, w2) and w1.shape == a.shape
+    assert set(first.keys(True, True)) == set(sampled.keys(True, True))
+    # a future or current goal is a state of the anchor's own episode, distance steps ahead
+    in_episode = first["goal", "in_episode"]
+    want = (first["observation"] + 100 * first["goal", "distance"][:, None])[in_episode]
+    assert torch.equal(first["goal", "observation"][in_episode], want)
+    assert torch.equal(first["index"], torch.arange(20))
+
+
+@pytest.mark.parametrize(
+    "sampler, name",
+    [
+        (lambda: SliceSampler(slice_len=4), "SliceSampler"),
+        (lambda: PrioritizedSampler(1000, alpha=0.7, beta=0.5), "PrioritizedSampler"),
+        (lambda: FullStackSampler(3), "FullStackSampler"),
+        (lambda: WindowSampler(range(4), pad=False), "pad=False"),
+        (lambda: GoalSampler(sampler=SliceSampler(slice_len=4)), "SliceSampler"),
+    ],
+)
+def test_map_dataset_refuses_samplers_without_an_item_at_a_row(build_path, sampler, name):
+    rb = TensorDictReplayBuffer(storage=DatasetStorage(build_path), sampler=sampler(), batch_size=8)
+    with pytest.raises(InvalidParameter, match=name):
+        rb.as_map_dataset()
+    rows = rb.as_map_dataset(view="rows")  # the stored rows, whatever the sampler
+    _same(rows[5].exclude("index"), rb.storage.get(5))
 
 
 def test_map_dataset_with_workers_visits_every_row_once(rb):

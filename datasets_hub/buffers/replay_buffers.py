@@ -1,40 +1,59 @@
 """Replay buffers: a storage, a sampler and a writer behind TorchRL's API (docs/guide/buffers.md).
 
-``ReplayBuffer`` works with any data its storage holds; ``TensorDictReplayBuffer`` adds ``"index"``
-(and the sampler's per-item info such as ``"_weight"``) to every sample; ``PrioritizedReplayBuffer``
-and ``TensorDictPrioritizedReplayBuffer`` build their own ``PrioritizedSampler``.
+This module holds one concept: the replay buffer. ``ReplayBuffer`` works with any data its storage
+holds; ``TensorDictReplayBuffer`` adds ``"index"`` (and the sampler's per-item info such as
+``"_weight"``) to every sample; ``PrioritizedReplayBuffer`` and ``TensorDictPrioritizedReplayBuffer``
+build their own ``PrioritizedSampler``.
 
-A buffer is assembled from parts, one concern each: :class:`~datasets_hub.buffers.buffer_draws.OrderedDraws`
-(the lock, prefetching, draws in ticket order), :class:`~datasets_hub.buffers.buffer_rows.RowAccess`
-(``rb[i]``, ``rb[i] = x``, ``read_all_in_order``/``write_all``),
-:class:`~datasets_hub.buffers.buffer_state.BufferState` (``state_dict``, ``dumps``/``loads``) and, for
-TensorDict buffers, :class:`~datasets_hub.buffers.tensordict_priorities.TensorDictPriorities`.
+Contracts, by section of the class:
+
+- *Draws.* One lock guards writes and draws. With ``prefetch=N`` a thread pool keeps N batches in
+  flight; draws take numbered tickets and run in ticket order, so a seeded ``generator`` gives the
+  same batches with or without prefetching. Batches in flight are dropped when the contents change
+  under them (``empty``, ``load_state_dict``, ``loads``); pickling leaves the threads behind and makes
+  new ones. ``sample_many(k)`` draws ``k`` batches under one lock hold and gathers them in one read.
+- *Items by position.* ``rb[i]`` and ``rb[i] = x`` apply the transforms as samples and writes do;
+  ``read_all_in_order`` / ``write_all`` move the raw storage contents, oldest first. A read-only
+  buffer refuses every write with :class:`~datasets_hub.errors.ReadOnlyError`.
+- *State.* ``state_dict`` / ``load_state_dict`` in memory; ``dumps(path)`` writes ``buffer.json``
+  (format ``datasets_hub.replay_buffer``, version 1), ``storage/`` (the storage's own dump, with its
+  checkpointer; absent for read-only builds, which are never copied), ``sampler.pt``, ``generator.pt``
+  (when the sampler has a generator) and ``writer.json``; ``loads(path)`` reads them back.
+- *Priorities in TensorDicts* (``TensorDictReplayBuffer``): with a prioritized sampler, ``add`` /
+  ``extend`` set the priorities the data holds under ``priority_key`` (refusing NaN, infinite or
+  negative ones before anything is written), and ``update_tensordict_priority(td)`` reads ``"index"``
+  and ``priority_key`` from a sample; extra priority dims are reduced with ``reduction``.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
+import json
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase, is_tensorclass
+from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
-from datasets_hub.buffers.buffer_draws import OrderedDraws
-from datasets_hub.buffers.buffer_rows import RowAccess
-from datasets_hub.buffers.buffer_state import BufferState
 from datasets_hub.buffers.generations import ConditionalUpdateResult, update_if_present
 from datasets_hub.buffers.samplers.base import Sampler, as_index
-from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction
+from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction, reduce_trailing
 from datasets_hub.buffers.samplers.random import RandomSampler
-from datasets_hub.buffers.storages import ListStorage, Storage, attach_extras
-from datasets_hub.buffers.tensordict_priorities import TensorDictPriorities
+from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
-from datasets_hub.errors import InvalidArgument
+from datasets_hub.errors import InvalidArgument, ReadOnlyError
+from datasets_hub.files import write_json_atomic
+
+_FORMAT = "datasets_hub.replay_buffer"
+
 
 _COMPONENTS = ("_storage", "_sampler", "_writer", "_collate_fn", "_transform", "_dim_extend")
 
@@ -57,7 +76,7 @@ def _collate_list(items: list[Any]) -> Any:
         return items  # arbitrary objects: the list itself is the batch
 
 
-class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
+class ReplayBuffer:
     """A composable replay buffer (TorchRL's ``ReplayBuffer``).
 
     Defaults: ``ListStorage(1000)``, ``RandomSampler()``, ``RoundRobinWriter()`` (an
@@ -516,7 +535,7 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         with self._lock:
             self._sampler.update_priority(index, torch.as_tensor(priority))
 
-    # -- interop (datasets_hub/torch_data.py, torchrl_interop.py) --------------------------------
+    # -- interop (datasets_hub/interop/) ---------------------------------------------------------
     def to_torchrl(self, **kwargs: Any) -> Any:
         """A TorchRL ``TensorDictReplayBuffer`` over this buffer's build, no copy (see ``torchrl_interop.to_torchrl``)."""
         from datasets_hub.interop.torchrl import to_torchrl
@@ -524,7 +543,8 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
         return to_torchrl(self, **kwargs)
 
     def as_map_dataset(self, **kwargs: Any) -> Any:
-        """A map-style PyTorch dataset over the items (``torch_data.BufferDataset``)."""
+        """A map-style PyTorch dataset: ``ds[i]`` is the sample at anchor ``i`` (``sample_at``; windows, goals
+        and n-step returns included), or with ``view="rows"`` the stored row (``torch_data.BufferDataset``)."""
         from datasets_hub.interop.torch_data import BufferDataset
 
         return BufferDataset(self, **kwargs)
@@ -541,8 +561,374 @@ class ReplayBuffer(OrderedDraws, RowAccess, BufferState):
             f"writer={self._writer!r}, batch_size={self._batch_size}, transform={self._transform!r})"
         )
 
+    # -- draws: under the lock, or prefetched in ticket order ------------------------------------
 
-class TensorDictReplayBuffer(TensorDictPriorities, ReplayBuffer):
+    def _init_threading(self) -> None:
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._next_ticket = 0  # next draw number to hand out
+        self._turn = 0  # draw number allowed to use the sampler now
+        self._queue: collections.deque = collections.deque()
+        self._executor: ThreadPoolExecutor | None = None
+
+    def _job(self, batch_size: int, ticket: int) -> tuple[Any, dict[str, Any], bool]:
+        with self._cond:
+            while self._turn != ticket:
+                self._cond.wait()
+            try:
+                data, info, ran_out = self._sample_now(batch_size)
+            finally:
+                self._turn += 1
+                self._cond.notify_all()
+        return self._fwd(data), info, ran_out
+
+    def _ticket(self) -> int:
+        with self._lock:
+            t = self._next_ticket
+            self._next_ticket += 1
+            return t
+
+    def _draw(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
+        if self._compilable and torch.compiler.is_compiling():
+            data, info, ran_out = self._sample_now(batch_size)  # no lock: dynamo cannot trace one
+            return self._fwd(data), info, ran_out
+        if not self._prefetch:
+            with self._lock:
+                data, info, ran_out = self._sample_now(batch_size)
+            transform = self._transform  # inlined _fwd: this runs for every batch
+            return (transform(data) if transform.transforms else data), info, ran_out
+        if batch_size != self._batch_size or not self._queue:
+            result = self._job(batch_size, self._ticket())
+        else:
+            result = self._queue.popleft().result()
+        if batch_size == self._batch_size:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self._prefetch, thread_name_prefix="datasets_hub_prefetch")
+            while len(self._queue) < self._prefetch:
+                self._queue.append(self._executor.submit(self._job, batch_size, self._ticket()))
+        return result
+
+    def sample_many(self, k: int, batch_size: int | None = None) -> Any:
+        """``k`` batches in one call, stacked: a ``[k, batch_size]`` TensorDict (or tensor).
+
+        The values are exactly those of ``k`` successive ``sample(batch_size)`` calls (the sampler draws
+        the same indices from the same generator, ``Sampler.sample_many_rows``), but the storage gathers
+        all ``k * batch_size`` items at once, and anchor samplers (goals, n-step returns, windows) do
+        their per-row work once over all of them, so the per-call work is paid once. Buffers with
+        transforms, a ``collate_fn``, ``prefetch`` or a multi-dimensional storage (and data that is not
+        a tensor or TensorDict) stack ``k`` ``sample()`` calls. Batches must have equal sizes: an epoch sampler's short last batch
+        is refused (use ``drop_last=True``).
+        """
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"sample_many needs a number of batches k >= 1, got {k!r}")
+        batch_size = self._batch_size if batch_size is None else batch_size
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(
+                f"sample_many needs a positive batch_size (here or in the constructor), got {batch_size!r}"
+            )
+        if not self._plain_gathers():
+            return _stack([self.sample(batch_size) for _ in range(k)])
+        with self._lock:
+            index, info, rows = self._sampler.sample_many_rows(self._storage, k, batch_size)
+            info = {**info, "index": index}
+            if rows is not None and getattr(self._storage, "gathers_batches", False):
+                # promised rows (every info entry per item) of a storage that gathers [k, m] batches: shaped
+                # before the gather, so the batch comes out [k, batch_size] with no reshape of the result
+                lead = (k, batch_size)
+                info = {key: value.reshape(*lead, *value.shape[1:]) for key, value in info.items()}
+                return self._gather(index.reshape(lead), info, None, rows.reshape(lead))
+            data = self._gather(index, info, None, rows)
+        if isinstance(data, (torch.Tensor, TensorDictBase)):
+            return data.reshape(k, batch_size, *data.shape[1:])
+        return _stack([data[i * batch_size : (i + 1) * batch_size] for i in range(k)])
+
+    def _plain_gathers(self) -> bool:
+        """True when a batch is exactly the storage's gather of the sampled index: no prefetch, pinning,
+        ``collate_fn``, transform or multi-dimensional storage in between."""
+        return (
+            not self._prefetch
+            and not self._pin_memory
+            and self._collate_fn is None
+            and not self._transform.transforms
+            and getattr(self._storage, "ndim", 1) == 1
+        )
+
+    def sample_at(self, index: Any, *, generator: torch.Generator | None = None, return_info: bool = False) -> Any:
+        """The batch ``sample()`` returns where the sampler's draw lands on the rows ``index``: one item per
+        row with a sampled row's keys and shapes (a window with its ``<key>_is_pad`` masks, goals, n-step
+        returns), transforms applied. What the sampler draws beyond the anchor (goals, a random ``n``)
+        comes from ``generator`` (default: the buffer's). A sampler with no item at a given row (slices,
+        ``FullStackSampler``, ``WindowSampler(pad=False)``, priorities) refuses by name
+        (``Sampler.sample_at``): this is what a map-style view (``as_map_dataset``) serves at ``ds[i]``."""
+        if getattr(self._storage, "ndim", 1) > 1:
+            raise ValueError(
+                "sample_at indexes the rows of a one-dimensional storage; a multi-dimensional one (ndim > 1) has "
+                "items of several rows: index it with rb[...], or sample()"
+            )
+        with self._lock:
+            rows = self._check_index(as_index(index).reshape(-1))
+            sampler = self._sampler
+            drawn, info = sampler.sample_at(
+                self._storage, rows, generator if generator is not None else sampler.generator
+            )
+            info = {**info, "index": drawn}
+            data = self._gather(drawn, info)
+            if self._pin_memory:
+                data = data.pin_memory()
+        data = self._fwd(data)
+        return (data, info) if return_info else data
+
+    def draw_index(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]] | None:
+        """The sampler's ``(index, info)`` for one batch of ``batch_size``, drawn under the buffer's lock
+        exactly as ``sample`` draws it, without reading the storage; ``None`` (nothing drawn) when a
+        batch is more than a plain gather (see ``sample_many``). With :meth:`gather_drawn`, a caller
+        that reads several buffers over one storage (``ReplayBufferEnsemble``) reads it once."""
+        if not self._plain_gathers():
+            return None
+        with self._lock:
+            return self._sampler.sample(self._storage, batch_size)
+
+    def draw_rows(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None] | None:
+        """:meth:`draw_index` with the sampler's promise (``Sampler.sample_rows``): ``(index, info, rows)``,
+        ``rows`` the index as numpy rows, all valid, and every ``info`` entry a per-item tensor (``None``:
+        no promise); ``None`` (nothing drawn) where :meth:`draw_index` gives ``None``."""
+        if not self._plain_gathers():
+            return None
+        with self._lock:
+            return self._sampler.sample_rows(self._storage, batch_size)
+
+    def gather_drawn(self, index: torch.Tensor, info: dict[str, Any], rows: np.ndarray | None = None) -> Any:
+        """What ``sample`` returns for a drawn 1-D ``index`` and its ``info`` (:meth:`draw_index`;
+        the index of several draws of buffers sharing this storage may be concatenated). ``rows``: the
+        index as numpy rows (shaped as ``index``) when every draw came with the promise of :meth:`draw_rows` (then ``info``
+        must hold only per-item tensors), for a storage that can skip its checks (``Storage.gather_valid``)."""
+        with self._lock:
+            return self._gather(index, info, None, rows)
+
+    def _drain(self) -> None:
+        """Wait for in-flight prefetches and drop them (after empty/load, they would be stale)."""
+        while self._queue:
+            try:
+                self._queue.popleft().result()
+            except Exception:  # noqa: BLE001 - a failed stale batch is dropped with the others
+                pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in ("_lock", "_cond", "_queue", "_executor", "_next_ticket", "_turn"):
+            state.pop(k)
+        state.pop("_episodes_cache", None)  # derived (ReplayBuffer.episodes); recomputed on first use
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_threading()
+
+    def __del__(self) -> None:
+        executor = getattr(self, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+    # -- items by position: rb[i], rb[i] = x, all of them in write order --------------------------
+
+    def _items_of_rows(self, rows: Any) -> Any:
+        """Samplers number items; the writer of a multi-dimensional storage returns whole rows."""
+        if getattr(self._storage, "ndim", 1) == 1:
+            return rows
+        return mdim.rows_to_items(torch.as_tensor(rows), self._storage.shape[1:].numel())
+
+    def _refuse_if_read_only(self) -> None:
+        if isinstance(self._writer, ImmutableDatasetWriter) or getattr(self._storage, "read_only", False):
+            raise ReadOnlyError("buffer (a read-only dataset: ImmutableDatasetWriter)")
+
+    def __setitem__(self, index: Any, data: Any) -> None:
+        """Overwrite items in place (``rb[:] = data`` on an empty buffer fills it like ``extend``)."""
+        self._refuse_if_read_only()
+        data = self._inv(data)
+        if getattr(self._storage, "ndim", 1) > 1 and not (len(self) == 0 and index == slice(None)):
+            with self._lock:  # as TorchRL: index the data in the layout extend() takes
+                full = index if isinstance(index, tuple) else (slice(None),) * self._dim_extend + (index,)
+                self._storage.set(full, mdim.transpose_data(data, self._dim_extend))
+            return
+        with self._lock:
+            if len(self) == 0 and isinstance(index, slice) and index == slice(None):
+                if self._dim_extend:
+                    data = mdim.transpose_data(data, self._dim_extend)
+                self._sampler.extend(self._items_of_rows(self._writer.extend(data)))
+                return
+            index = self._check_index(index)
+            if isinstance(index, slice):
+                want, got = len(range(index.start, index.stop, index.step)), self._storage.num_items(data)
+                if want != got:
+                    raise ValueError(f"rb[{index.start}:{index.stop}] = data needs {want} items, got {got}")
+            self._storage.set(index, data)
+
+    def write_all(self, data: Any, end: int | None = None) -> torch.Tensor:
+        """Overwrite the items ``read_all_in_order(end)`` returns, in that order (raw, no transforms).
+
+        On an empty buffer this writes ``data[:end]`` like ``extend``. Length and write cursor are
+        unchanged otherwise; returns the positions written.
+        """
+        self._refuse_if_read_only()
+        if getattr(self._storage, "ndim", 1) > 1:
+            raise NotImplementedError(
+                "write_all on a multi-dimensional storage is not supported: overwrite rows with rb[idx] = data "
+                "(indexed in the layout extend() takes)"
+            )
+        with self._lock:
+            if len(self) == 0:
+                if end is not None:
+                    data = _slice_items(data, 0, end)
+                index = self._writer.extend(data)
+                self._sampler.extend(index)
+                return index
+            order = self._writer.indices_in_order()
+            if end is not None:
+                order = order[:end]
+            n = self._storage.num_items(data)
+            if n != order.numel():
+                raise ValueError(
+                    f"write_all got {n} items but the buffer's in-order range holds {order.numel()}: "
+                    "pass exactly what read_all_in_order(end) returned, transformed item by item"
+                )
+            self._storage.set(order, data)
+            return order
+
+    def _check_index(self, index: Any) -> Any:
+        n = len(self)
+        index = _as_index(index, n)
+        if isinstance(index, torch.Tensor) and index.numel():
+            if int(index.min()) < -n or int(index.max()) >= n:
+                raise IndexError(f"index out of range for a buffer holding {n} items")
+            if int(index.min()) < 0:
+                index = torch.where(index < 0, index + n, index)
+        return index
+
+    def __getitem__(self, index: Any) -> Any:
+        """``rb[i]`` one item, ``rb[a:b]``/``rb[tensor]`` a batch, ``rb["key"]`` one column of ``rb[:]``."""
+        if isinstance(index, str) or (isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)):
+            return self[:][index]
+        if getattr(self._storage, "ndim", 1) > 1:
+            return self._fwd(self._get_md(index))
+        with self._lock:
+            index = self._check_index(index)
+            data = self._storage.get(index)
+        if not isinstance(index, int) and self._collate_fn is not None:
+            data = self._collate_fn(data)
+        return self._fwd(data)
+
+    def _get_md(self, index: Any) -> Any:
+        """``rb[idx]`` on a multi-dimensional storage, as TorchRL: the storage read as the data was
+        given to ``extend`` (dim ``dim_extend`` back in place), then indexed along its first dim."""
+        if isinstance(index, tuple):
+            return self[:][index]
+        if isinstance(index, list):
+            index = torch.as_tensor(index)
+        full = (slice(None),) * self._dim_extend + (index,)
+        with self._lock:
+            data = self._storage.get(full)
+        return mdim.transpose_data(data, self._dim_extend) if data.ndim > self._dim_extend else data
+
+    def read_all_in_order(self, end: int | None = None) -> Any:
+        """Every item oldest first (the first ``end`` of them), raw from storage (no transforms).
+
+        When the items are contiguous in storage this is one slice read (zero-copy for tensor storages).
+        """
+        with self._lock:
+            order = self._writer.indices_in_order()
+            if end is not None:
+                order = order[:end]
+            n = order.numel()
+            if n and int(order[-1]) - int(order[0]) == n - 1:
+                first = int(order[0])
+                data = self._storage.get(slice(first, first + n))
+            else:
+                data = self._storage.get(order)
+        if self._dim_extend:
+            data = mdim.transpose_data(data, self._dim_extend)
+        if self._collate_fn is not None:
+            data = self._collate_fn(data)
+        return data
+
+    # -- state: state_dict / load_state_dict, dumps / loads ---------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "_storage": self._storage.state_dict(),
+                "_sampler": self._sampler.state_dict(),
+                "_writer": self._writer.state_dict(),
+                "_batch_size": self._batch_size,
+            }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._drain()
+        with self._lock:
+            self._storage.load_state_dict(state_dict["_storage"])
+            self._sampler.load_state_dict(state_dict["_sampler"])
+            self._writer.load_state_dict(state_dict["_writer"])
+
+    def dumps(self, path: str | Path) -> None:
+        """Save storage, sampler, writer (and generator) state under the directory ``path``.
+
+        Tensor storages are written as a tensordict memmap tree, metadata as JSON, sampler state with
+        ``torch.save`` (loaded back with ``weights_only=True``). Read-only dataset storages are not
+        copied: only the sampler and writer state are saved. With ``prefetch``, the saved sampler
+        state is the one after the batches already in flight.
+        """
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            if not getattr(self._storage, "read_only", False):  # read-only builds are not copied
+                self._storage.dumps(path / "storage")  # with the storage's checkpointer
+            torch.save(self._sampler.state_dict(), path / "sampler.pt")
+            gen = self._sampler.generator
+            if gen is not None:
+                torch.save({"state": gen.get_state()}, path / "generator.pt")
+            write_json_atomic(path / "writer.json", self._writer.state_dict())
+            write_json_atomic(
+                path / "buffer.json",
+                {
+                    "format": _FORMAT,
+                    "version": 1,
+                    "storage": type(self._storage).__name__,
+                    "sampler": type(self._sampler).__name__,
+                    "writer": type(self._writer).__name__,
+                    "batch_size": self._batch_size,
+                    "len": len(self),
+                    "write_count": self.write_count,
+                },
+            )
+
+    def loads(self, path: str | Path) -> None:
+        """Restore what :meth:`dumps` saved into this buffer (built with the same component kinds)."""
+        path = Path(path)
+        meta_path = path / "buffer.json"
+        if not meta_path.exists():
+            raise FileNotFoundError(
+                f"{path} holds no dumped replay buffer (no buffer.json): pass a path written by dumps()"
+            )
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != _FORMAT:
+            raise ValueError(f"{meta_path} is not a datasets_hub replay-buffer dump")
+        for part, obj in (("sampler", self._sampler), ("writer", self._writer)):
+            if meta[part] != type(obj).__name__:
+                raise ValueError(
+                    f"{path} was dumped with a {meta[part]} but this buffer has a {type(obj).__name__}: "
+                    f"build the buffer with a {meta[part]} to load it"
+                )
+        self._drain()
+        with self._lock:
+            if (path / "storage").exists() and not getattr(self._storage, "read_only", False):
+                self._storage.loads(path / "storage")
+            self._sampler.load_state_dict(torch.load(path / "sampler.pt", weights_only=True))
+            gen = self._sampler.generator
+            if gen is not None and (path / "generator.pt").exists():
+                gen.set_state(torch.load(path / "generator.pt", weights_only=True)["state"])
+            self._writer.load_state_dict(json.loads((path / "writer.json").read_text()))
+
+
+class TensorDictReplayBuffer(ReplayBuffer):
     """A ``ReplayBuffer`` of TensorDicts whose samples carry ``"index"`` and the sampler's info.
 
     Every tensor in the sampler's info whose first dim equals the batch (``"_weight"``,
@@ -610,6 +996,67 @@ class TensorDictReplayBuffer(TensorDictPriorities, ReplayBuffer):
                     pass  # a read-only or exotic TensorDict: the index is still returned
         return index
 
+    # -- priorities carried by TensorDicts --------------------------------------------------------
+
+    @property
+    def priority_key(self) -> str | tuple[str, ...]:
+        return self._priority_key
+
+    def _has_priorities(self) -> bool:
+        return type(self._sampler).update_priority is not Sampler.update_priority
+
+    def _check_priorities(self, data: Any) -> None:
+        """Refuse NaN, infinite or negative priorities in ``data`` before anything is written."""
+        if not isinstance(data, TensorDictBase) or not self._has_priorities():
+            return
+        priority = data.get(self._priority_key, None)
+        if priority is None:
+            return
+        priority = torch.as_tensor(priority).detach()
+        if priority.is_floating_point() and (not torch.isfinite(priority).all() or (priority < 0).any()):
+            raise ValueError(
+                f"{self._priority_key!r} holds NaN, inf or a negative value: priorities must be finite and >= 0 "
+                "(pass absolute TD errors, e.g. td_error.abs()); nothing was written"
+            )
+
+    def _priorities_from(self, data: Any, index: torch.Tensor, single: bool = False) -> None:
+        if not isinstance(data, TensorDictBase) or not self._has_priorities():
+            return
+        priority = data.get(self._priority_key, None)
+        if priority is None:
+            return
+        priority = priority.reshape(1, *priority.shape) if single else priority
+        if getattr(self._storage, "ndim", 1) > 1:
+            raise NotImplementedError(
+                f"priorities in the data ({self._priority_key!r}) on a multi-dimensional storage are not supported: "
+                "extend without them, then call update_priority(index, priority) with the returned index"
+            )
+        priority = _reduce(priority, self._reduction)[-index.numel() :]
+        if self._writer.may_drop_items:  # items a TensorDictMaxValueWriter declined have no row
+            kept = index >= 0
+            index, priority = index[kept], priority[kept]
+        self.update_priority(index, priority)
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Update priorities from a sample: reads ``"index"`` and ``priority_key``, one value per item
+        (extra dims reduced with ``reduction``)."""
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"update_tensordict_priority needs a TensorDict, got {type(data).__name__}")
+        index = data.get("index", None)
+        if index is None:
+            raise KeyError(
+                "the TensorDict has no 'index' entry: pass a sample from this buffer (samples carry 'index')"
+            )
+        priority = data.get(self._priority_key, None)
+        if priority is None:
+            raise KeyError(
+                f"the TensorDict has no {self._priority_key!r} entry (this buffer's priority_key): "
+                "write the new priorities there, e.g. td.set('td_error', loss.detach())"
+            )
+        if index.ndim > 1 and getattr(self._storage, "ndim", 1) == 1:
+            index = index.reshape(index.shape[0], -1)[:, 0]
+        self.update_priority(index, _reduce(priority.detach(), self._reduction))
+
 
 def _prioritized_sampler(
     storage: Storage, alpha: float, beta: float, eps: float, reduction: str, dtype: torch.dtype
@@ -663,3 +1110,15 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
             reduction=reduction,
             **kwargs,
         )
+
+
+def _stack(batches: list[Any]) -> Any:
+    """``k`` batches of equal size stacked along a new first dim (``sample_many``)."""
+    if isinstance(batches[0], (torch.Tensor, TensorDictBase)):
+        return torch.stack(batches)
+    return _pytree.tree_map(lambda *xs: torch.stack(xs), *batches)
+
+
+def _reduce(priority: torch.Tensor, reduction: str) -> torch.Tensor:
+    """One priority per item: reduce every dim after the first."""
+    return priority if priority.ndim <= 1 else reduce_trailing(priority.reshape(priority.shape[0], -1), reduction)

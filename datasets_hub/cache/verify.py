@@ -39,6 +39,8 @@ class VerifyResult:
     checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: with ``deep=True``: the data doctor's report on each build (or on the raw files) verified
+    doctor: list[Any] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -271,12 +273,25 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
     return result
 
 
-def verify(dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False) -> VerifyResult:
+def verify(
+    dataset_id: str, *, params: dict[str, Any] | None = None, all_builds: bool = False, deep: bool = False
+) -> VerifyResult:
     """Verify the build of ``dataset_id`` for ``params`` (or every build), and its raw files.
 
     Without a build, the raw files the catalogue names are verified. Nothing in the cache at all
-    is a :class:`CacheError` (there is nothing to vouch for).
+    is a :class:`CacheError` (there is nothing to vouch for). ``deep=True`` also looks at the data:
+    the data doctor (:func:`datasets_hub.doctor.diagnosis.diagnose`) examines every build verified, or the raw
+    files when there is no build, and its reports are in ``result.doctor``.
     """
+    result = _verify_bytes(dataset_id, params=params, all_builds=all_builds)
+    if deep:
+        from datasets_hub.doctor.diagnosis import diagnose_cached
+
+        result.doctor = diagnose_cached(dataset_id, params=params, all_builds=all_builds)
+    return result
+
+
+def _verify_bytes(dataset_id: str, *, params: dict[str, Any] | None, all_builds: bool) -> VerifyResult:
     result = VerifyResult(dataset_id)
     if all_builds:
         builds = builds_of(dataset_id)

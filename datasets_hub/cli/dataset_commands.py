@@ -18,10 +18,13 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_download)
 
     p = sub.add_parser("verify", help="rehash raw files and the build against their recorded checksums")
-    p.add_argument("id")
+    p.add_argument("id", help="a dataset id; with --deep also a path (build, LeRobot root, HDF5/npz/TFRecord files)")
     add_param(p)
     p.add_argument("--all-builds", action="store_true", help="verify every build of the id, whatever its params")
     p.add_argument("--verbose", "-v", action="store_true", help="also list the files that are fine")
+    from datasets_hub.cli.doctor_command import add_deep_options
+
+    add_deep_options(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("rm", help="remove an id's build (raw files kept unless --raw)")
@@ -61,6 +64,10 @@ def cmd_download(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from datasets_hub.cache.verify import verify
 
+    if args.deep:
+        from datasets_hub.cli.doctor_command import cmd_verify_deep
+
+        return cmd_verify_deep(args)
     result = verify(args.id, params=params_of(args), all_builds=args.all_builds)
     if args.verbose:
         out([f"ok      {line}" for line in result.checked])

@@ -7,6 +7,8 @@
   cache is unusable, a dependency is missing (any other ``HubError`` or ``OSError``);
 - ``2``: the command line is wrong: unknown command or option, malformed ``--param``, unknown
   dataset id or loader (with "did you mean"), a parameter the library rejects (``ValueError``);
+- ``3``: ``verify --deep`` found a warning-level defect in the data (``4``: an info one, with
+  ``--fail-on info``; an error-level one is ``1``), see :mod:`.doctor_command`;
 - ``130``: interrupted (Ctrl-C).
 
 Every error is ONE line on stderr, ``datasets-hub: error: <what and how to fix it>``, no traceback
@@ -57,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Offline-RL datasets by name: list, inspect, download, verify, sample, and manage the cache.",
         epilog="exit codes: 0 ok, 1 failed (verify mismatch, download/build/cache error), 2 bad "
-        "arguments or unknown id. Environment: DATASETS_HUB_CACHE (cache root), "
+        "arguments or unknown id, 3 verify --deep found a warning. Environment: DATASETS_HUB_CACHE (cache root), "
         "DATASETS_HUB_OFFLINE=1 (never connect), DATASETS_HUB_REGISTRY (extra catalogues).",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")

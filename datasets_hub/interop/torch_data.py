@@ -186,6 +186,13 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tupl
     return rank, world_size
 
 
+def loader_base_seed(generator: torch.Generator | None) -> int:
+    """The base seed a ``DataLoader(generator=generator)`` draws when an iteration starts its workers
+    (one ``random_`` over int64, torch's own draw): worker ``w`` then gets ``base + w``. Thread workers
+    draw it the same way, so one generator gives the same batches with threads and with processes."""
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
 def stream_seed(*parts: int) -> int:
     """A 63-bit seed mixing ``parts`` (base seed, rank, worker, epoch...) so that streams differing in
     any part are independent (``SeedSequence`` hashing, not ``base + rank``, which would collide
@@ -201,14 +208,23 @@ def stream_seed(*parts: int) -> int:
 class BufferDataset(_MapStyle):
     """Map-style dataset over a buffer's valid items (or a build directory).
 
-    ``ds[i]`` is ``buffer[i]`` (the buffer's transforms applied) with an ``"index"`` entry;
-    ``ds.__getitems__(indices)`` gathers a whole batch in one read per stored leaf, which
-    ``DataLoader(ds, batch_size=B, collate_fn=tensordict_collate)`` uses (see :meth:`dataloader`).
-    ``len(ds)`` is fixed when the dataset is made, so an online buffer that keeps growing is seen
-    as of that moment. Pickled to a worker, a build travels by reference (no copy).
+    ``view="sample"`` (default): ``ds[i]`` is what ``buffer.sample()`` gives for a draw landing on row
+    ``i`` (``ReplayBuffer.sample_at``): the same keys and per-row shapes, so with a window sampler the
+    window at anchor ``i`` with its ``<key>_is_pad`` flags (LeRobot's ``dataset[i]``), with a goal sampler
+    the goals of anchor ``i``, with an n-step sampler its return. Samplers with no item at a given row
+    (slices, ``FullStackSampler``, ``WindowSampler(pad=False)``, priorities) are refused by name when the
+    dataset is made. What the sampler draws beyond the anchor (goals, a random ``n``) comes from a
+    generator of each DataLoader worker, seeded from the loader's base seed and the worker id (or from
+    ``seed=`` and the worker id), in the main process from the buffer's own generator.
+    ``view="rows"``: ``ds[i]`` is the stored row ``buffer[i]``, whatever the sampler.
+
+    Every item carries an ``"index"`` entry (``with_index``); ``ds.__getitems__(indices)`` gathers a whole
+    batch in one read per stored leaf, which ``DataLoader(ds, batch_size=B, collate_fn=tensordict_collate)``
+    uses (see :meth:`dataloader`). ``len(ds)`` is fixed when the dataset is made, so an online buffer that
+    keeps growing is seen as of that moment. Pickled to a worker, a build travels by reference (no copy).
     """
 
-    def __init__(self, source: Any, *, with_index: bool = True) -> None:
+    def __init__(self, source: Any, *, with_index: bool = True, view: str = "sample", seed: int | None = None) -> None:
         buffer = as_buffer(source)
         from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 
@@ -217,9 +233,26 @@ class BufferDataset(_MapStyle):
                 f"BufferDataset indexes one buffer's items; a {type(buffer).__name__} has none of its own. "
                 "Use SampledBatches(ensemble, batch_size) to iterate over its sampled batches"
             )
+        if view not in ("sample", "rows"):
+            raise InvalidParameter(
+                f"view must be 'sample' (ds[i] = the sample at anchor i) or 'rows' (the stored row), got {view!r}"
+            )
+        if view == "sample" and not hasattr(buffer, "sample_at"):
+            raise InvalidParameter(
+                f"a {type(buffer).__name__} has no sample_at(): view='sample' needs a datasets_hub replay buffer; "
+                "pass view='rows' for its stored rows"
+            )
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise InvalidParameter(f"seed must be an int or None, got {seed!r}")
         self._ref = _LazyBuffer(buffer)
         self._len = len(self._ref.get())
         self.with_index = with_index
+        self.view, self.seed = view, seed
+        self._draws: tuple[tuple[int, int | None], torch.Generator] | None = None
+        if view == "sample" and self._len:
+            # refuse a sampler with no item at a given row now, not in the middle of an epoch (a generator
+            # of its own: the probe leaves the buffer's stream as it was)
+            buffer.sample_at(torch.zeros(1, dtype=torch.int64), generator=torch.Generator().manual_seed(0))
 
     @property
     def buffer(self) -> Any:
@@ -229,26 +262,49 @@ class BufferDataset(_MapStyle):
     def __len__(self) -> int:
         return self._len
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_draws"] = None  # each process seeds its own
+        return state
+
+    def _generator(self) -> torch.Generator | None:
+        """The generator of this process's draws beyond the anchors (``None``: the buffer's own)."""
+        info = get_worker_info()
+        if info is None and self.seed is None:
+            return None
+        key = (os.getpid(), info.id if info is not None else None)
+        if self._draws is None or self._draws[0] != key:
+            worker = info.id if info is not None else 0
+            seed = stream_seed(self.seed, worker) if self.seed is not None else stream_seed(info.seed)  # type: ignore[union-attr]
+            self._draws = (key, torch.Generator().manual_seed(seed))
+        return self._draws[1]
+
     def _check(self, index: torch.Tensor) -> torch.Tensor:
         if index.numel() and (int(index.min()) < -self._len or int(index.max()) >= self._len):
             raise IndexError(f"index out of range for a dataset of {self._len} items")
         return torch.where(index < 0, index + self._len, index)
 
+    def _read(self, index: torch.Tensor) -> Any:
+        if self.view == "rows":
+            batch = self.buffer[index]
+            if self.with_index and isinstance(batch, TensorDictBase):
+                batch.set("index", index)
+            return batch
+        batch = self.buffer.sample_at(index, generator=self._generator())
+        if isinstance(batch, TensorDictBase):
+            if self.with_index:
+                batch.set("index", index)
+            elif "index" in batch.keys():
+                batch = batch.exclude("index")
+        return batch
+
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, (list, tuple, torch.Tensor, np.ndarray)):
             return self.__getitems__(index)
-        i = int(self._check(torch.tensor([int(index)]))[0])
-        item = self.buffer[i]
-        if self.with_index and isinstance(item, TensorDictBase):
-            item.set("index", torch.tensor(i))
-        return item
+        return self._read(self._check(torch.tensor([int(index)])))[0]
 
     def __getitems__(self, indices: Any) -> Any:
-        index = self._check(torch.as_tensor(indices, dtype=torch.int64).reshape(-1))
-        batch = self.buffer[index]
-        if self.with_index and isinstance(batch, TensorDictBase):
-            batch.set("index", index)
-        return batch
+        return self._read(self._check(torch.as_tensor(indices, dtype=torch.int64).reshape(-1)))
 
     def dataloader(self, batch_size: int = 1, **kwargs: Any) -> torch.utils.data.DataLoader:
         """``DataLoader(self, batch_size, collate_fn=tensordict_collate, **kwargs)``."""
@@ -430,15 +486,15 @@ class SampledBatches(IterableDataset):
         elif info is not None:
             base = info.seed  # the DataLoader's base seed + worker id
         else:
-            base = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+            base = loader_base_seed(None)
         return stream_seed(base, self.rank, self.epoch), worker, workers
 
     def base_seed(self, generator: torch.Generator | None = None) -> int:
         """The base of a set of worker streams (``seed=``, else a draw from ``generator`` or torch's
-        global generator, as a DataLoader draws its base seed)."""
+        global generator, exactly as a DataLoader draws its base seed: see :func:`loader_base_seed`)."""
         if self.seed is not None:
             return self.seed
-        return int(torch.randint(0, 2**62, (), dtype=torch.int64, generator=generator))
+        return loader_base_seed(generator)
 
     def stream(self, base: int, worker: int, workers: int) -> Iterator[Any]:
         """The batches of worker ``worker`` of ``workers`` sampling from base seed ``base`` (what a
@@ -534,6 +590,7 @@ __all__ = [
     "SampledBatches",
     "as_buffer",
     "dumps_by_reference",
+    "loader_base_seed",
     "loads_by_reference",
     "open_build",
     "resolve_rank",

@@ -257,27 +257,26 @@ class _Source:
         """A readable local copy of ``path`` (the Hugging Face cache for Hub files)."""
         if self.root is not None:
             return self.root / path
-        from datasets_hub.downloads.huggingface import download_hf
+        from datasets_hub.sources import hf_download
 
         resource = self.resource(path)
-        return download_hf(resource.urls[0], resource_name=resource.name)
+        return hf_download(resource.urls[0], resource_name=resource.name)
 
     def list_meta(self) -> list[str]:
         if self.root is not None:
             return sorted(p.relative_to(self.root).as_posix() for p in (self.root / "meta").rglob("*") if p.is_file())
-        from datasets_hub.downloads.huggingface import list_hf_files
+        from datasets_hub.sources import hf_list_files
 
-        return list_hf_files(self.repo, repo_type="dataset", revision=self.revision, prefix="meta/")
+        return hf_list_files(self.repo, revision=self.revision, prefix="meta/")
 
 
 def _metadata(spec: DatasetSpec) -> tuple[dict[str, Any], dict[str, Path]]:
     """``(info, {metadata path: local copy})`` of the spec's repo (or root), fetched once per process
     (``resources()`` runs on every ``load``: a cached build must open without a request per file)."""
-    from datasets_hub.downloads.fetch import is_offline
-    from datasets_hub.downloads.huggingface import hf_endpoint, hf_offline
+    from datasets_hub.sources import hf_endpoint, offline
 
     source = _Source.of(spec)
-    key = (hf_endpoint(), source.repo, source.revision, str(source.root), is_offline() or hf_offline())
+    key = (hf_endpoint(), source.repo, source.revision, str(source.root), offline())
     with _metas_lock:
         if key not in _metas or source.root is not None:  # a local root is re-read: it may change
             try:

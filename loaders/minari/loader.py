@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from datasets_hub import env
+from datasets_hub import sources
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from datasets_hub.loaders.formats.text import decode_text
@@ -56,7 +56,7 @@ _remote_ids_cache: dict[tuple[str, str], list[str]] = {}
 
 def offline() -> bool:
     """True when no connection may be opened (``DATASETS_HUB_OFFLINE`` or ``HF_HUB_OFFLINE``)."""
-    return env.offline() or env.hf_offline()
+    return sources.offline()
 
 
 def store_root() -> Path:
@@ -181,7 +181,7 @@ def open_dataset(minari_id: str) -> Any:
     """The ``MinariDataset`` for ``minari_id``, downloaded into the local store first if needed."""
     if not is_local(minari_id):
         if offline():
-            flag = "DATASETS_HUB_OFFLINE" if env.offline() else "HF_HUB_OFFLINE"
+            flag = sources.offline_flag()
             raise DownloadError(
                 f"the Minari dataset {minari_id!r} is not in the local Minari store ({store_root()}) and "
                 f"{flag}=1 forbids downloading it. Fix: unset {flag}, or download it once while online "

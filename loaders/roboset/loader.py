@@ -204,10 +204,9 @@ def _file_list_source(spec: DatasetSpec) -> str:
         return "the files parameter"
     if spec.resources:
         return "the catalogue entry's resources"
-    from datasets_hub.env import hf_offline
-    from datasets_hub.env import offline as is_offline
+    from datasets_hub.sources import offline
 
-    if is_offline() or hf_offline():
+    if offline():
         return (
             "listed offline from the Hugging Face cache: only the task's files fetched before; pass "
             "files=[...] or list online for the full task"
@@ -237,16 +236,14 @@ def matches_task(path: str, prefix: str) -> bool:
 
 def task_files(repo: str, prefix: str, revision: str | None = None) -> list[str]:
     """Sorted ``.h5`` paths of the task at ``prefix``, listed once per process (see module doc)."""
-    from datasets_hub.downloads.huggingface import list_hf_files
-    from datasets_hub.env import hf_endpoint, hf_offline
-    from datasets_hub.env import offline as is_offline
+    from datasets_hub.sources import hf_endpoint, hf_list_files, offline
 
-    offline = is_offline() or hf_offline()
-    key = (hf_endpoint(), repo, revision, prefix, offline)
+    is_offline = offline()
+    key = (hf_endpoint(), repo, revision, prefix, is_offline)
     with _listings_lock:
         if key not in _listings:
             try:
-                listed = list_hf_files(repo, repo_type="dataset", revision=revision, prefix=prefix)
+                listed = hf_list_files(repo, revision=revision, prefix=prefix)
             except DownloadError as exc:
                 raise DownloadError(
                     f"cannot find the files of RoboSet task {prefix!r}: {exc} Or name them: "

@@ -113,5 +113,6 @@ def _goal_twin(sampler: GoalSampler, device: torch.device) -> DeviceGoalSampler:
         success_fn=sampler.success_fn,
         success_on=sampler.success_on,
         negative_reward=sampler.negative_reward,
+        convention=sampler.convention,
         sampler=device_sampler(inner, device) if inner is not None else None,
     )

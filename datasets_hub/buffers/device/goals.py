@@ -5,7 +5,8 @@ each row (current / future / random with the mixture's probabilities), future of
 uniform, final, episode), random goals, subgoals, distances, success and reward are all tensor ops on
 the storage's device with host-known shapes; goal states are gathered from the build's per-episode
 frames (time ``L`` is the final next observation, one gather). The rules are the host sampler's (see
-its module docstring); with the same seed on ``device="cpu"`` the batches equal the host sampler's.
+its module docstring), under either ``convention`` (OGBench's goals end at the last stored observation,
+``L - 1``; HER's at ``L``); with the same seed on ``device="cpu"`` the batches equal the host sampler's.
 A ``success_fn`` runs on device tensors: it must not synchronise itself.
 """
 
@@ -95,8 +96,12 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
         success_fn: Callable[[Any, Any], torch.Tensor] | None = None,
         success_on: str = "observation",
         negative_reward: bool = False,
+        convention: str = "ogbench",
         sampler: DeviceSampler | None = None,
     ) -> None:
+        if convention not in ("ogbench", "her"):
+            raise ValueError(f"convention must be 'ogbench' or 'her', got {convention!r}")
+        self.convention = convention
         self.value, self.actor, self.subgoal_steps = value, actor, subgoal_steps
         self.goal_keys = [tuple(k) for k in goal_keys]
         self.success_fn, self.success_on, self.negative_reward = success_fn, success_on, bool(negative_reward)
@@ -151,21 +156,26 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
         else:
             only = CURRENT if mix.p_current > 0.0 else FUTURE if mix.p_future > 0.0 else RANDOM
             kind = torch.full((b,), only, dtype=torch.int64, device=episode.device)
-        left = length - step  # >= 1: the final state is time L
+        left = self._left(step, length)
         if mix.p_future == 0.0:
             time = step
         elif mix.future == "geometric":
             if mix.gamma == 0.0:
-                time = step + 1
+                time = step + torch.clamp_max(left, 1)
             else:  # inverse CDF, as on the host: P(floor(log(1-U) / log(gamma)) >= k) = gamma^k
                 d = torch.log(1.0 - u[i]) / math.log(mix.gamma)
                 time = step + torch.minimum(d.to(torch.int64) + 1, left)
         elif mix.future == "uniform":
-            time = step + torch.minimum((u[i] * left).to(torch.int64) + 1, left)
+            if self.convention == "ogbench":  # OGBench's rounded law, as on the host (half to even)
+                x = left - u[i] * (left - torch.clamp_max(left, 1))
+                time = step + torch.round(x).to(torch.int64)
+            else:
+                time = step + torch.minimum((u[i] * left).to(torch.int64) + 1, left)
         elif mix.future == "final":
-            time = length.clone()
-        else:  # episode: any state 0..L
-            time = torch.minimum((u[i] * (length + 1)).to(torch.int64), length)
+            time = step + left
+        else:  # episode: any time 0 .. E
+            end = step + left
+            time = torch.minimum((u[i] * (end + 1)).to(torch.int64), end)
         if mix.draws_offset:
             i += 1
         time = torch.where(kind == CURRENT, step, time)
@@ -177,6 +187,10 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
             goal_episode = torch.where(random, other_episode, episode)
             time = torch.where(random, other - torch.index_select(eps.start, 0, other_episode), time)
         return goal_episode, time, kind
+
+    def _left(self, step: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+        """Steps to the last goal time: ``L - 1`` (OGBench's last stored observation) or ``L`` (HER)."""
+        return length - step - (1 if self.convention == "ogbench" else 0)
 
     def _states(
         self, st: DeviceStorage, episode: torch.Tensor, time: torch.Tensor
@@ -196,7 +210,7 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
         length: torch.Tensor,
         info: dict[Any, Any],
         u: torch.Tensor,
-    ) -> tuple[torch.Tensor, dict[tuple[str, ...], torch.Tensor]]:
+    ) -> tuple[torch.Tensor, dict[tuple[str, ...], torch.Tensor], torch.Tensor]:
         goal_episode, time, kind = self._draw(mix, eps, u, episode, step, length)
         in_episode = goal_episode == episode
         distance = torch.where(in_episode, time - step, -1)
@@ -206,7 +220,7 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
         info[(name, "distance")] = distance
         info[(name, "in_episode")] = in_episode
         info[(name, "kind")] = kind.to(torch.int64)
-        return distance, states
+        return distance, states, kind
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[Any, Any]]:
         st, eps = self._bind(storage)
@@ -226,7 +240,7 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
         start = torch.index_select(eps.start, 0, episode)
         length = torch.index_select(eps.length, 0, episode)
         step = index - start
-        distance, goals = self._goal(st, eps, "goal", value, episode, step, length, info, u[: value.uniforms])
+        distance, goals, _ = self._goal(st, eps, "goal", value, episode, step, length, info, u[: value.uniforms])
         if self.success_fn is None:
             success = distance == 0
         else:
@@ -249,12 +263,19 @@ class DeviceGoalSampler(DeviceSampler, WrapsSampler):
         info[("goal", "success")] = success
         info[("goal", "reward")] = success.to(torch.float32) - (1.0 if self.negative_reward else 0.0)
         if actor is not None:
-            self._goal(st, eps, "actor_goal", actor, episode, step, length, info, u[value.uniforms :])
+            actor_distance, _, actor_kind = self._goal(
+                st, eps, "actor_goal", actor, episode, step, length, info, u[value.uniforms :]
+            )
         if self.subgoal_steps is not None:
-            time = torch.minimum(step + self.subgoal_steps, length)
-            for key, frames in self._states(st, episode, time).items():
-                info[("subgoal", *key)] = frames
-            info[("subgoal", "distance")] = time - step
+            ahead = torch.clamp_max(self._left(step, length), self.subgoal_steps)
+            aheads = [("subgoal", ahead)]
+            if actor is not None:  # HGCDataset's high_actor_targets, as on the host
+                toward = torch.where(actor_kind == RANDOM, ahead, torch.clamp_max(actor_distance, self.subgoal_steps))
+                aheads.append(("actor_target", toward))
+            for name, offset in aheads:
+                for key, frames in self._states(st, episode, step + offset).items():
+                    info[(name, *key)] = frames
+                info[(name, "distance")] = offset
         return index, info
 
     def empty(self) -> None:

@@ -13,6 +13,7 @@ import torch
 
 from datasets_hub.buffers.state_files import dump_state, load_state
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.errors import InvalidParameter
 
 
 class Sampler:
@@ -25,6 +26,9 @@ class Sampler:
       seed gives the same batches, in every process.
     - ``add(index)`` / ``extend(index)`` are called by the buffer after its writer wrote rows.
     - ``ran_out`` is True when an epoch-style sampler has nothing left for the current epoch.
+    - ``sample_at(storage, index, generator)``: the ``(index, info)`` a sample holds where the draw lands
+      on the rows ``index`` (the item at anchor ``i`` of a map-style view, ``ReplayBuffer.sample_at``);
+      a sampler whose sample is not one item per drawn row refuses it by name (the default).
     """
 
     generator: torch.Generator | None = None
@@ -50,6 +54,19 @@ class Sampler:
         shorter than ``batch_size`` (the end of an epoch) is a ``ValueError``. Samplers whose per-row
         work can run once over all ``k`` draws (``AnchorSampler``) override this."""
         return concat_draws([self.sample_rows(storage, batch_size) for _ in range(k)], batch_size)
+
+    def sample_at(
+        self, storage: Storage, index: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The sample's ``(index, info)`` where this sampler's draw lands on the rows ``index``, any further
+        per-row draws made with ``generator``. This default refuses: only samplers that say what their item
+        at a given row is (uniform rows, windows, goals, n-step returns) have one."""
+        raise InvalidParameter(
+            f"{type(self).__name__} has no item at a given row (its sample is not one item per drawn row, or it "
+            "draws only some rows): a map-style view cannot index its samples. Iterate sampled batches instead "
+            "(rb.as_iterable_dataset(), SampledBatches), or view the stored rows as they are with "
+            "rb.as_map_dataset(view='rows')"
+        )
 
     def add(self, index: int) -> None:
         return None

@@ -282,6 +282,31 @@ class AnchorSampler(WrapsSampler):
             return AnchorDraw(index, rows, episode, info, None, promised, batch_size)
         return AnchorDraw.concat([self.draw_batch(storage, batch_size) for _ in range(k)], batch_size)
 
+    def draws_at(self, rows: int, generator: torch.Generator | None) -> np.ndarray | None:
+        """The per-row draws (``AnchorDraw.draws``) of ``rows`` anchors that are given, not drawn, from
+        ``generator`` (the default draws nothing more)."""
+        return None
+
+    def sample_at(
+        self, storage: Storage, index: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
+        """The sample at anchors ``index`` (rows inside an episode): the inner sampler's item at those rows
+        (refused by name where it has none), then this sampler's work around them (windows, goals,
+        returns), with its per-row draws (goals, a random ``n``) from ``generator``."""
+        if len(storage) == 0:
+            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+        info: dict[NestedKey, Any] = {}
+        if self.sampler is not None:
+            index, inner = self.sampler.sample_at(storage, index, generator)
+            info = dict(inner)
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+        rows = index.numpy()
+        eps = self.episodes
+        eps.refresh(storage)
+        drawn = AnchorDraw(index, rows, eps.locate(rows), info, self.draws_at(rows.size, generator), False)
+        index, info, _ = self.finish(storage, drawn)
+        return index, info
+
     def anchors(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, dict]:
         """``(index, rows, episode, info)``: the anchors as a tensor and numpy rows, their episode
         ordinals, and the inner sampler's info (empty without one)."""

@@ -133,6 +133,11 @@ class NStepReturnSampler(AnchorSampler):
         n = None if low == high else torch.randint(low, high + 1, (rows.size,), generator=self.generator).numpy()
         return AnchorDraw(index, rows, episode, info, n, promised)
 
+    def draws_at(self, rows: int, generator: torch.Generator | None) -> np.ndarray | None:
+        """Each given anchor's ``n`` (for ``n=(low, high)``; nothing for a fixed ``n``)."""
+        low, high = self.n_range
+        return None if low == high else torch.randint(low, high + 1, (rows,), generator=generator).numpy()
+
     def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
         """``k`` batches' draws; with a fixed ``n`` and no inner sampler, the anchors of all ``k`` in one draw."""
         low, high = self.n_range

@@ -21,6 +21,12 @@ class RandomSampler(Sampler):
         index = torch.randint(n, (batch_size,), generator=self.generator)
         return index, {}
 
+    def sample_at(
+        self, storage: Storage, index: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The item at row ``i`` is row ``i`` (what a draw landing there samples)."""
+        return index, {}
+
     def sample_rows(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None]:
         index, info = self.sample(storage, batch_size)
         if type(self).sample is not RandomSampler.sample:  # a subclass draws its own way: no promise
@@ -51,6 +57,12 @@ class SamplerWithoutReplacement(Sampler):
         self._remaining: torch.Tensor | None = None  # rows still to visit this epoch, in order
         self._len_seen = 0  # len(storage) the remaining rows were drawn from
         self._ran_out = False
+
+    def sample_at(
+        self, storage: Storage, index: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The item at row ``i`` is row ``i`` (an epoch visits each row once, as a map-style view does)."""
+        return index, {}
 
     def _order(self, rows: torch.Tensor) -> torch.Tensor:
         if not self.shuffle or rows.numel() <= 1:

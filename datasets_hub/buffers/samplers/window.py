@@ -31,6 +31,7 @@ import torch
 from datasets_hub.buffers.samplers.base import Sampler
 from datasets_hub.buffers.samplers.episode_rows import AnchorDraw, AnchorSampler
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.errors import InvalidParameter
 
 NestedKey = Any
 
@@ -154,6 +155,18 @@ class WindowSampler(AnchorSampler):
             return super().draw_batch(storage, batch_size)
         index, rows, episode, info = self._fitting(storage, batch_size)
         return AnchorDraw(index, rows, episode, info, None, False)
+
+    def sample_at(
+        self, storage: Storage, index: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, dict[NestedKey, Any]]:
+        """The windows at anchors ``index`` (``pad=True``: every row of an episode is an anchor)."""
+        if not self.pad:
+            raise InvalidParameter(
+                "WindowSampler(pad=False) draws only the anchors whose windows fit in their episode, so a map-style "
+                "view of every row has no item at the others: use pad=True (edge rows repeated, flagged in "
+                "<key>_is_pad, as LeRobot's dataset[i] gives them), or iterate sampled batches (rb.as_iterable_dataset())"
+            )
+        return super().sample_at(storage, index, generator)
 
     def draw_batches(self, storage: Storage, k: int, batch_size: int) -> AnchorDraw:
         """``k`` batches' anchors; without an inner sampler, in one draw of ``k * batch_size`` rows."""
