@@ -736,7 +736,7 @@ def test_save_and_hooks_run_on_dumps_and_loads(tmp_path):
     assert [c[0] for c in calls] == ["save", "load"]
     assert torch.equal(rb2[:4]["obs"], torch.arange(4.0))  # doubled on disk, halved back
     rb3 = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
-    rb3.loads(tmp_path / "ckpt")  # no load hook: what the save hook wrote
+    rb3.load(tmp_path / "ckpt")  # TorchRL's alias; no load hook: what the save hook wrote
     assert torch.equal(rb3[:4]["obs"], torch.arange(4.0) * 2)
 
 

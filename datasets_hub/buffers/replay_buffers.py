@@ -335,6 +335,14 @@ class ReplayBuffer:
         """TorchRL's alias of :meth:`dumps`."""
         self.dumps(path)
 
+    def dump(self, path: str | Path) -> None:
+        """TorchRL's alias of :meth:`dumps`."""
+        self.dumps(path)
+
+    def load(self, path: str | Path) -> None:
+        """TorchRL's alias of :meth:`loads`."""
+        self.loads(path)
+
     def read_only_view(self, storage: Storage, *, transform: Any = None, prefetch: int | None = None) -> Any:
         """A read-only ``TensorDictReplayBuffer`` over ``storage`` (data derived from this buffer's: an
         episode subset, a preprocessing result) with a copy of this buffer's sampler (its caches follow
