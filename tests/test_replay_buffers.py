@@ -747,3 +747,14 @@ def test_sample_include_info_false_drops_bookkeeping_only():
     sample, info = rb.sample(include_info=False, return_info=True)
     assert "index" not in sample.keys() and "index" in info
     assert ("next", "obs") in sample.keys(include_nested=True)
+
+
+def test_rng_is_torchrls_name_for_the_generator():
+    rb = ReplayBuffer(storage=LazyTensorStorage(100), generator=torch.Generator())
+    rb.extend(torch.arange(100))
+    state = torch.random.get_rng_state()
+    rb._rng.set_state(state)
+    a = rb.sample(32)
+    rb._rng.set_state(state)
+    assert torch.equal(rb.sample(32), a)
+    assert ReplayBuffer(storage=LazyTensorStorage(4))._rng is None  # no generator: torch's global one

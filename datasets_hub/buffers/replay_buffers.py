@@ -263,6 +263,11 @@ class ReplayBuffer:
         """Make ``generator`` the sampler's only source of randomness."""
         self._sampler.generator = generator
 
+    @property
+    def _rng(self) -> torch.Generator | None:
+        """TorchRL's attribute name for the buffer's generator (``rb._rng.set_state(...)`` in ported code)."""
+        return self._sampler.generator
+
     def set_storage(self, storage: Storage, collate_fn: Callable | None = None) -> Storage:
         """Replace the storage and return the previous one, as TorchRL.
 
