@@ -27,7 +27,9 @@ def test_to_tensor_image_moves_channels_first_and_scales_integers():
     floats = ToTensorImage(in_keys=["obs"], out_keys=["obs_chw"])(TensorDict(obs=frames.float(), batch_size=[3]))
     assert floats["obs_chw"][1, 2, 3, 5].item() == 151.0  # floating input is not rescaled
     assert floats["obs"].shape == (3, 4, 6, 3)  # the source key is kept
-    assert ToTensorImage(dtype=torch.float64)(TensorDict(pixels=frames, batch_size=[3]))["pixels"].dtype == torch.float64
+    assert (
+        ToTensorImage(dtype=torch.float64)(TensorDict(pixels=frames, batch_size=[3]))["pixels"].dtype == torch.float64
+    )
 
 
 def test_to_tensor_image_unsqueeze_and_shape_tolerant():
