@@ -43,8 +43,9 @@ examples: install
 	$(PY) examples/sac_ndim2.py
 	$(PY) examples/torchrl_names.py
 
+# One worker per core (pytest-xdist): the suite is mostly subprocesses and I/O waits.
 test: install
-	$(PY) -m pytest -q -m "not ray and not slow and not upstream"
+	$(PY) -m pytest -q -n auto -m "not ray and not slow and not upstream"
 
 # Fault injection: seeded kill -9 trials, concurrent loaders, rm while sampling (~2-3 min).
 test-faults: install

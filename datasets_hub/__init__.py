@@ -19,6 +19,8 @@ _EXPORTS: dict[str, str] = {
     "download": "hub",
     "info": "hub",
     "list_datasets": "hub",
+    "mixture": "hub",
+    "offline_online": "hub",
     "register_dataset": "catalogue",
     "export": "remote.publish",
     "push": "remote.publish",
@@ -40,6 +42,9 @@ _EXPORTS: dict[str, str] = {
     "StorageEnsemble": "buffers.ensemble_parts",
     "SamplerEnsemble": "buffers.ensemble_parts",
     "WriterEnsemble": "buffers.ensemble_parts",
+    "Mixture": "buffers.mixture",
+    "OfflineOnlineBuffer": "buffers.offline_online",
+    "compute_feature_stats": "buffers.feature_stats",
     "ConditionalUpdateResult": "buffers.generations",
     # storages
     "Storage": "buffers.storages",

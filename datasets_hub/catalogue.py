@@ -30,6 +30,7 @@ from datasets_hub.errors import (
 )
 from datasets_hub.files import write_json_atomic
 from datasets_hub.loader import DatasetSpec, Loader, Resource
+from datasets_hub.redact import redact_value
 
 MAX_ID_LENGTH = 200
 _LOADER_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -108,19 +109,29 @@ def _parsed_copy(path: Path, key: tuple[str, int, int]) -> dict[str, Any]:
     copy = cache_root() / "catalogue" / f"{fingerprint(list(key))}.json"
     try:
         with open(copy) as fh:
-            return json.load(fh)
+            cached = json.load(fh)
+        if path == builtin_registry() or not _holds_secrets(cached):
+            return cached
+        copy.unlink()  # a copy written before secrets were kept out of the cache
     except (OSError, ValueError):
         pass
     data = _parse_yaml(path)
     for dataset_id, entry in data.items():  # checked once per file version; the JSON copy is trusted
         _check_entry(dataset_id, entry, str(path))
+    if path != builtin_registry() and _holds_secrets(data):
+        # a password or a presigned URL's signature is never stored at rest: this file is parsed every time
+        return data
     try:
         copy.parent.mkdir(parents=True, exist_ok=True)
-        # the user's catalogue can hold credentials (user:pass@ URLs): readable by its owner only
         write_json_atomic(copy, data, indent=None, sort_keys=False, mode=0o600)  # a cut copy is removed on failure
     except OSError:  # a read-only or full cache still works, only slower
         pass
     return data
+
+
+def _holds_secrets(data: Any) -> bool:
+    """Whether a parsed catalogue holds a URL credential or signature (what redaction would change)."""
+    return redact_value(data) != data
 
 
 def _parse_yaml(path: Path) -> dict[str, Any]:

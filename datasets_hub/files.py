@@ -7,7 +7,8 @@
 - :func:`sha256_file` / :func:`hash_file`: the sha256 of a file's bytes, read in 1 MiB blocks
   (bounded memory); :func:`sha256_json`: of a JSON-able value, keys sorted.
 
-- :func:`open_nofollow`: open a cache file for writing without following a symlink.
+- :func:`open_nofollow` / :func:`open_rw_nofollow`: open a cache file for writing without following a
+  symlink; :func:`real_dirs`: create a cache directory, refusing a symlink at any of its components.
 - :func:`human_bytes`: a size as ``du -h`` shows it.
 
 Only the standard library and :mod:`datasets_hub.errors`: anything may import this module.
@@ -15,6 +16,7 @@ Only the standard library and :mod:`datasets_hub.errors`: anything may import th
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -114,6 +116,42 @@ def open_nofollow(path: Path, mode: str = "wb") -> Any:
             ) from exc
         raise
     return os.fdopen(fd, mode if "b" in mode else mode + "b")
+
+
+def real_dirs(root: Path, path: Path) -> Path:
+    """Create ``path`` (a directory at or below ``root``) and refuse a symbolic link at any component
+    below ``root``: a directory link planted in the cache (``data -> /home/me``) would make every file
+    written below it land outside the cache, which ``O_NOFOLLOW`` (last component only) does not
+    catch. ``root`` itself (the cache root, or a folder already checked) may be a link: a user's
+    ``~/.cache`` on another disk. Returns ``path``; a link is a :class:`CacheError` naming it."""
+    root, path = Path(root), Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(current)
+        if os.path.islink(current) or not current.is_dir():
+            raise CacheError(
+                f"{current} is a symbolic link or not a folder; the cache never writes through links (someone "
+                f"planted it, or the cache was copied with links): delete {current} and try again"
+            )
+    return path
+
+
+def open_rw_nofollow(path: Path) -> Any:
+    """Open an existing cache file for reading and writing (``"r+b"``, no truncation) without following
+    a symlink; a link is a :class:`CacheError` naming it (as :func:`open_nofollow`)."""
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise CacheError(
+                f"{path} is a symbolic link; the cache never writes through links (someone "
+                f"planted it, or the cache was copied with links): delete {path} and try again"
+            ) from exc
+        raise
+    return os.fdopen(fd, "r+b")
 
 
 def human_bytes(n: int | float) -> str:

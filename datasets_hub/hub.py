@@ -1,5 +1,7 @@
 """Load-by-name: the functions a training script calls (docs/reference/hub.md).
 
+This module holds one concept: the hub's public functions (load, download, info, mixture, offline_online).
+
 ``load`` finds the build for (id, params) in the cache — opening it costs milliseconds and no
 network — or downloads the upstream files, converts them once, and publishes the build atomically.
 """
@@ -88,8 +90,32 @@ class DatasetInfo:
         return self.manifest.get("stats", {})
 
     @property
+    def feature_stats(self) -> dict[str, dict[str, Any]] | None:
+        """Per-key statistics recorded while building (mean, std, min, max, q01, q99; see
+        :mod:`datasets_hub.buffers.feature_stats`), e.g. ``card.feature_stats["action"]["mean"]``.
+        None when the dataset is not built, or was built before statistics were recorded (rebuild with
+        ``download(id, force=True)``, or compute them with
+        :func:`~datasets_hub.buffers.feature_stats.compute_feature_stats` over ``load(id).storage``)."""
+        features = self.stats.get("features")
+        return features if isinstance(features, dict) else None
+
+    def lerobot_stats(self) -> dict[str, dict[str, Any]] | None:
+        """:attr:`feature_stats` in the layout of LeRobot's ``meta/stats.json`` (None as there)."""
+        from datasets_hub.buffers.feature_stats import lerobot_stats
+
+        features = self.feature_stats
+        return None if features is None else lerobot_stats(features)
+
+    @property
     def notes(self) -> dict[str, Any]:
         return self.manifest.get("notes", {})
+
+    @property
+    def frames(self) -> dict[str, Any]:
+        """Per compressed camera key: codec, quality, stored and decoded bytes, and the PSNR (dB) of the
+        stored frames against the frames the loader handed over (measured on every 16th row at build
+        time); ``{}`` for a build whose frames are raw (or a build not made yet)."""
+        return self.stats.get("frames", {})
 
     @property
     def description(self) -> str:
@@ -129,11 +155,30 @@ def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], l
     return files, sources
 
 
-def _ensure_build(dataset_id: str, *, force: bool, allow_download: bool, params: dict[str, Any]) -> Path:
+def _frame_codec(spec: Any, loader: Any, frames: str | None, frame_quality: int | None) -> Any:
+    """The frame codec of a build (``frames=None``: by the loader's estimate of the decoded frame bytes)."""
+    from datasets_hub.build.frames import resolve_frames
+
+    estimate = loader.frame_bytes(spec) if frames in (None, "auto") else None
+    return resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})")
+
+
+def _ensure_build(
+    dataset_id: str,
+    *,
+    force: bool,
+    allow_download: bool,
+    params: dict[str, Any],
+    frames: str | None = None,
+    frame_quality: int | None = None,
+) -> Path:
     spec = resolve(dataset_id, **params)
     loader = get_loader(spec.loader)
     loader.check_params(spec)
-    path = build_path(spec, loader)
+    if spec.resources:  # an entry's own files are fetched, or refused by name: never silently replaced
+        loader.check_catalogue_resources(spec, loader.resources(spec))
+    codec = _frame_codec(spec, loader, frames, frame_quality)
+    path = build_path(spec, loader, codec)
     if not force and read_manifest(path) is not None:
         return path
     if not allow_download:
@@ -143,15 +188,20 @@ def _ensure_build(dataset_id: str, *, force: bool, allow_download: bool, params:
         )
     check_requirements(loader)
     files, sources = fetch_sources(spec, loader)
-    return build(spec, loader, files, sources, force=force)
+    return build(spec, loader, files, sources, force=force, frames=codec)
 
 
-def download(dataset_id: str, *, force: bool = False, **params: Any) -> Path:
+def download(
+    dataset_id: str, *, force: bool = False, frames: str | None = None, frame_quality: int | None = None, **params: Any
+) -> Path:
     """Fetch and convert ``dataset_id`` into the cache; return the build directory.
 
     ``force=True`` rebuilds even when a build exists (raw files are re-verified, not re-fetched).
+    ``frames``/``frame_quality``: how camera frames are stored, as for :func:`load`.
     """
-    return _ensure_build(dataset_id, force=force, allow_download=True, params=params)
+    return _ensure_build(
+        dataset_id, force=force, allow_download=True, params=params, frames=frames, frame_quality=frame_quality
+    )
 
 
 def _open_storage(
@@ -162,6 +212,9 @@ def _open_storage(
     remote: dict[str, Any],
     params: dict[str, Any],
     in_memory: bool = False,
+    frames: str | None = None,
+    frame_quality: int | None = None,
+    decode_device: Any = None,
 ) -> Any:
     """The read-only storage ``load`` wraps: a local build of a catalogue id, or a published build by URL."""
     if isinstance(dataset_id, str) and "://" in dataset_id:  # a published build's URL, never a catalogue id
@@ -169,6 +222,15 @@ def _open_storage(
             raise InvalidParameter(
                 "in_memory=True applies to builds loaded by id; a published build loaded by URL is read through "
                 "its local chunk cache (resident='full' fetches all of it)"
+            )
+        if decode_device is not None:
+            raise InvalidParameter(
+                "decode_device= applies to builds loaded by id; a published build's frames are decoded on the host"
+            )
+        if frames is not None or frame_quality is not None:
+            raise InvalidParameter(
+                "a published build is loaded as it was built: its frames are stored as its manifest says "
+                "(frames= and frame_quality= choose how a local build stores them)"
             )
         if params:
             raise InvalidParameter(
@@ -186,7 +248,16 @@ def _open_storage(
     from datasets_hub.build.storage import DatasetStorage
 
     return DatasetStorage(
-        _ensure_build(dataset_id, force=False, allow_download=download, params=params), in_memory=in_memory
+        _ensure_build(
+            dataset_id,
+            force=False,
+            allow_download=download,
+            params=params,
+            frames=frames,
+            frame_quality=frame_quality,
+        ),
+        in_memory=in_memory,
+        decode_device=decode_device,
     )
 
 
@@ -297,6 +368,9 @@ def load(
     device: str | torch.device | None = None,
     cuda_graphs: bool = False,
     in_memory: bool = False,
+    frames: str | None = None,
+    frame_quality: int | None = None,
+    decode_device: str | torch.device | None = None,
     **params: Any,
 ):
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
@@ -329,6 +403,14 @@ def load(
     the OS offers them) instead of sampling from its memory-mapped files: the same values under the
     same seed, fewer cycles per batch. It refuses with ``InvalidParameter`` naming the size needed
     and the memory available when the copy would not fit (see ``docs/guide/sampling.md``).
+
+    ``frames`` chooses how camera frames (uint8 image keys) are stored (see ``docs/guide/compressed-frames.md``):
+    ``"raw"`` (decoded once, fastest to sample), ``"jpeg"`` (each frame on its own, ``frame_quality``
+    1..100, default 90) or ``"png"`` (exact); ``None`` stores them raw while the loader's estimate of their
+    decoded size stays at or below ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` (16 GiB), JPEG above. The codec
+    enters the build's fingerprint; compressed frames are decoded at sample time, only those sampled, in
+    host threads, or with ``decode_device="cuda"`` by nvJPEG (torchvision) into that device's memory: the
+    sampled frames then arrive on the device, the other leaves on the host.
     """
     steps = [] if preprocess is None else list(preprocess) if isinstance(preprocess, (list, tuple)) else [preprocess]
     if not all(callable(fn) for fn in steps):
@@ -338,6 +420,9 @@ def load(
     if not isinstance(prefetch, int) or prefetch < 0:
         raise InvalidParameter(f"prefetch must be a non-negative integer, got {prefetch!r}")
     check_sampler(sampler, batch_size)
+    from datasets_hub.buffers.samplers.base import check_generator
+
+    check_generator(generator)  # before any download or build, not at the first sample()
     if device is not None:  # before any download or build: no CUDA is an error now, not after an hour
         from datasets_hub.buffers.device.memory import as_device
 
@@ -360,13 +445,26 @@ def load(
         raise InvalidParameter(f"in_memory must be True or False, got {in_memory!r}")
     if cuda_graphs and device is None:
         raise InvalidParameter("cuda_graphs=True replays draws on a CUDA device: pass device='cuda' with it")
+    if decode_device is not None and device is not None:
+        raise InvalidParameter(
+            "device= copies the whole build into device memory, decoded; decode_device= decodes the sampled frames "
+            "of a compressed build there: pass one of them"
+        )
     if in_memory and device is not None:
         raise InvalidParameter(
             "in_memory=True and device= both copy the build: device= already holds it in that device's memory; "
             "pass one of them"
         )
     storage = _open_storage(
-        dataset_id, download=download, resident=resident, remote=remote, params=params, in_memory=in_memory
+        dataset_id,
+        download=download,
+        resident=resident,
+        remote=remote,
+        params=params,
+        in_memory=in_memory,
+        frames=frames,
+        frame_quality=frame_quality,
+        decode_device=decode_device,
     )
     from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
     from datasets_hub.buffers.samplers.random import RandomSampler
@@ -392,12 +490,15 @@ def load(
     return rb
 
 
-def info(dataset_id: str, **params: Any) -> DatasetInfo:
-    """The card of ``dataset_id``: catalogue facts, plus counts, schema and statistics once built."""
+def info(dataset_id: str, *, frames: str | None = None, frame_quality: int | None = None, **params: Any) -> DatasetInfo:
+    """The card of ``dataset_id``: catalogue facts, plus counts, schema and statistics once built
+    (``frames``/``frame_quality`` select the build as for :func:`load`)."""
     spec = resolve(dataset_id, **params)
     loader = get_loader(spec.loader)
     loader.check_params(spec)
-    path = build_path(spec, loader)
+    if spec.resources:
+        loader.check_catalogue_resources(spec, loader.resources(spec))
+    path = build_path(spec, loader, _frame_codec(spec, loader, frames, frame_quality))
     manifest = read_manifest(path)
     raw = 0
     for resource in loader.resources(spec):
@@ -439,3 +540,107 @@ def _sample_keys(path: Path) -> dict[str, dict[str, Any]]:
 def list_datasets(loader: str | None = None, search: str | None = None) -> list[str]:
     """Known dataset ids, sorted; ``loader`` keeps one loader's, ``search`` filters by substring."""
     return list_ids(loader=loader, search=search)
+
+
+def _build_stats(rb: Any) -> dict[str, Any] | None:
+    """The feature statistics a buffer's build recorded, if it is over a build that did."""
+    manifest = getattr(getattr(rb, "storage", None), "manifest", None)
+    features = (manifest or {}).get("stats", {}).get("features") if isinstance(manifest, dict) else None
+    return features if isinstance(features, dict) else None
+
+
+def _build_id(rb: Any) -> str | None:
+    manifest = getattr(getattr(rb, "storage", None), "manifest", None)
+    return manifest.get("id") if isinstance(manifest, dict) else None
+
+
+def mixture(
+    datasets: Any,
+    *,
+    weights: Any = "size",
+    temperature: float = 1.0,
+    exact: bool = True,
+    key_maps: Any = None,
+    normalize: Any = None,
+    ids: bool = False,
+    batch_size: int | None = None,
+    sampler: Any = None,
+    generator: torch.Generator | None = None,
+    **load_kwargs: Any,
+):
+    """A :class:`~datasets_hub.buffers.mixture.Mixture` over ``datasets`` (ids, buffers, or both).
+
+    Each id is loaded with ``load(id, sampler=..., **load_kwargs)``: ``sampler`` is one sampler (each
+    dataset gets its own copy) or a list with one per dataset (e.g. windows whose offsets follow each
+    dataset's frame rate); with ``generator``, each dataset gets a generator seeded from it, so the
+    same seed gives the same batches. Buffers are used as they are. Statistics for ``normalize`` come
+    from each build's manifest; a build made before they were recorded (or a buffer over other data)
+    gets them computed once from its data. ``weights``, ``temperature``, ``exact``, ``key_maps``,
+    ``normalize``, ``ids`` and ``batch_size``: see the ``Mixture`` contract (docs/guide/mixtures.md).
+    """
+    import copy
+
+    from datasets_hub.buffers.mixture import Mixture
+
+    datasets = list(datasets)
+    if isinstance(sampler, (list, tuple)):
+        if len(sampler) != len(datasets):
+            raise InvalidParameter(f"sampler has {len(sampler)} entries for {len(datasets)} datasets")
+        samplers = list(sampler)
+    else:
+        samplers = [copy.deepcopy(sampler) for _ in datasets]
+    seeds = torch.randint(2**62, (len(datasets),), generator=generator).tolist() if generator is not None else None
+    buffers, names = [], []
+    for i, source in enumerate(datasets):
+        if isinstance(source, str):
+            member_gen = None if seeds is None else torch.Generator().manual_seed(int(seeds[i]))
+            buffers.append(load(source, sampler=samplers[i], generator=member_gen, **load_kwargs))
+            names.append(source)
+        else:
+            if samplers[i] is not None and isinstance(sampler, (list, tuple)):
+                raise InvalidParameter(f"dataset {i} is a buffer: it keeps its own sampler (give None for it)")
+            buffers.append(source)
+            names.append(_build_id(source) or f"dataset{i}")
+    return Mixture(
+        buffers,
+        names=names,
+        weights=weights,
+        temperature=temperature,
+        exact=exact,
+        key_maps=key_maps,
+        normalize=normalize,
+        stats=[_build_stats(rb) for rb in buffers],
+        ids=ids,
+        batch_size=batch_size,
+        generator=generator,
+    )
+
+
+def offline_online(
+    dataset: Any,
+    *,
+    capacity: int,
+    ratio: Any = 0.5,
+    scratch_dir: str | Path | None = None,
+    online_sampler: Any = None,
+    batch_size: int | None = None,
+    generator: torch.Generator | None = None,
+    **load_kwargs: Any,
+):
+    """An :class:`~datasets_hub.buffers.offline_online.OfflineOnlineBuffer`: the build of ``dataset`` (an
+    id, loaded with ``load(id, **load_kwargs)``, or a buffer) as its read-only offline part, and a
+    writable memory-mapped online part of ``capacity`` items under ``scratch_dir``; ``ratio`` (a number
+    or a function of the step) is the offline share of each batch. Seeding opens the build: nothing is
+    copied, whatever its size."""
+    from datasets_hub.buffers.offline_online import OfflineOnlineBuffer
+
+    offline = load(dataset, generator=generator, **load_kwargs) if isinstance(dataset, str) else dataset
+    return OfflineOnlineBuffer(
+        offline,
+        capacity=capacity,
+        ratio=ratio,
+        scratch_dir=scratch_dir,
+        online_sampler=online_sampler,
+        batch_size=batch_size,
+        generator=None if generator is None else torch.Generator().manual_seed(generator.initial_seed() + 1),
+    )

@@ -41,13 +41,16 @@ class Resource:
     ``name`` is the file's path under ``<cache>/raw/<loader>/`` (relative, no ``..``); ``urls`` are
     mirrors tried in order: ``http(s)://…``, ``hf://<repo_type>s/<repo_id>/<path>[@<revision>]`` for
     the Hugging Face Hub, or ``file://…`` for a local copy. ``sha256`` and ``size`` are checked
-    when known.
+    when known. ``identity`` tells versions of the bytes behind the same URLs apart when no sha256 is
+    known (a local file's inode and modification time): it enters the raw cache key and the build
+    fingerprint, so a file rewritten in place (even with the same size) is copied and converted again.
     """
 
     name: str
     urls: tuple[str, ...]
     sha256: str | None = None
     size: int | None = None
+    identity: str | None = None
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, Any]) -> Resource:
@@ -74,6 +77,8 @@ class Resource:
             out["sha256"] = self.sha256
         if self.size is not None:
             out["size"] = self.size
+        if self.identity is not None:
+            out["identity"] = self.identity
         return out
 
 
@@ -174,11 +179,86 @@ class Loader:
                 unknown,
             )
 
+    def frame_bytes(self, spec: DatasetSpec) -> int | None:
+        """The decoded bytes of the camera frames the build of ``spec`` would hold (every uint8 image key,
+        T + 1 rows per episode), from metadata alone, or ``None`` when unknown (the default).
+
+        ``load(..., frames=None)`` stores frames raw up to ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` of them
+        and as JPEG above; without an estimate it stores them raw."""
+        return None
+
     def resources(self, spec: DatasetSpec) -> list[Resource]:
-        """What to fetch for ``spec``; the default is the catalogue entry's resources."""
+        """What to fetch for ``spec``; the default is the catalogue entry's resources.
+
+        A loader that derives its own URLs must honour the entry's ``resources`` (see
+        :meth:`apply_catalogue_resources`) or refuse them; the core refuses an entry whose resource
+        the returned list does not fetch (:meth:`check_catalogue_resources`)."""
         return list(spec.resources)
+
+    def check_catalogue_resources(self, spec: DatasetSpec, fetched: list[Resource]) -> None:
+        """Refuse a catalogue entry whose ``resources`` this loader would not fetch (a loader that
+        derives its URLs and ignored the user's copy would otherwise download upstream's file
+        without a word). The core calls it with what :meth:`resources` returned for ``spec``.
+
+        Every URL of every entry resource must be among the URLs of ``fetched``; else
+        ``InvalidParameter`` names the resource, its URL (redacted) and the files the loader fetches.
+        A loader whose call-time parameter replaces the entry's files (``url=``) skips the check
+        when that parameter is given."""
+        fetched_urls = {url for r in fetched for url in r.urls}
+        for pin in spec.resources:
+            if not set(pin.urls) <= fetched_urls and not all(map(self.is_upstream_url, pin.urls)):
+                _refuse_unused_resource(spec, self.name, pin, fetched)
+
+    def is_upstream_url(self, url: str) -> bool:
+        """Whether ``url`` is one this loader derives itself (upstream's host or its known mirrors).
+        An entry resource at such a URL only pins ``sha256``/``size`` (the built-in catalogue's
+        form), so it may go unused when call-time parameters pick another file; the default knows
+        no such URL."""
+        return False
+
+    def apply_catalogue_resources(self, spec: DatasetSpec, derived: list[Resource]) -> list[Resource]:
+        """``derived`` (the files this loader fetches for ``spec``, with the URLs it knows) with the
+        catalogue entry's ``resources`` applied, matched by file name.
+
+        An entry resource at upstream's URLs (:meth:`is_upstream_url`: the built-in catalogue's form)
+        pins its file's ``sha256``/``size`` and keeps the loader's mirrors; one with a URL of its own
+        (a local ``file://`` copy, a private mirror) replaces the file's URLs, so the user's copy and
+        nothing else is fetched. An entry resource of the user's own that names no derived file is
+        refused (``InvalidParameter`` naming its URL and the file names the loader reads)."""
+        names = {r.name for r in derived}
+        out = []
+        for resource in derived:
+            pin = next((r for r in spec.resources if r.name == resource.name), None)
+            if pin is None:
+                out.append(resource)
+            elif all(url in resource.urls or self.is_upstream_url(url) for url in pin.urls):
+                out.append(Resource(resource.name, resource.urls, pin.sha256, pin.size))
+            else:
+                out.append(pin)
+        for pin in spec.resources:
+            if pin.name not in names and not all(map(self.is_upstream_url, pin.urls)):
+                _refuse_unused_resource(spec, self.name, pin, derived)
+        return out
 
     def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
         """Yield TED chunks of whole episodes (see the module docstring); ``files`` maps each
         resource name to its verified local path."""
         raise NotImplementedError
+
+
+def _refuse_unused_resource(spec: DatasetSpec, loader_name: str, pin: Resource, fetched: list[Resource]) -> None:
+    from datasets_hub.errors import InvalidParameter
+    from datasets_hub.redact import redact_url
+
+    names = [r.name for r in fetched]
+    shown = ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    raise InvalidParameter(
+        f"{spec.id} ({spec.source}): the {loader_name} loader does not fetch the entry's resource {pin.name!r} "
+        f"({', '.join(redact_url(u) for u in pin.urls)}); "
+        + (
+            f"it fetches {shown}: give the resource the name of the file it replaces "
+            f"(name: {names[0]!r}) or remove it from the entry"
+            if names
+            else "it fetches no file (its data comes from elsewhere): remove the entry's resources"
+        )
+    )

@@ -321,3 +321,16 @@ def test_frame_stacks_equal_dopamine_states(replay):
     assert (steps < STACK - 1).any()
     stacked = FrameStack(4).bind(rb)(rb[rows])["observation"]
     assert (stacked.reshape(len(rows), STACK, -1) != 0).any(-1).all()  # no zero (padded) frame
+
+
+def test_a_user_entrys_copy_of_a_checkpoint_file_replaces_its_url():
+    """An entry resource named like a file the loader derives is fetched from the entry's URL (issue 27)."""
+    from datasets_hub.loader import DatasetSpec, Resource
+    from datasets_hub.loaders.atari import AtariLoader
+
+    name = "Pong/1/replay_logs/$store$_action_ckpt.0.gz"
+    mine = Resource(name=name, urls=("file:///srv/mine/action.gz",))
+    spec = DatasetSpec(id="atari/Pong/1", loader="atari", params={"checkpoints": [0]}, resources=[mine])
+    fetched = {r.name: r for r in AtariLoader().resources(spec)}
+    assert fetched[name].urls == ("file:///srv/mine/action.gz",)
+    assert all(r.urls[0].startswith("https://") for n, r in fetched.items() if n != name)

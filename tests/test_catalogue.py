@@ -128,3 +128,45 @@ def test_search_filters_ids_and_descriptions():
     assert dh.list_datasets(loader="gym", search="pendulum") == ["gym/pendulum-random-v0"]
     assert "gym/cartpole-random-v0" not in dh.list_datasets(search="pendulum")
     assert "gym/mountaincar-random-v0" in dh.list_datasets(search="MOUNTAINCAR")
+
+
+HONOURS_ENTRY_FILES = {"calvin", "d4rl", "robomimic", "roboset", "tdmpc2"}  # files: the entry's resources as listed
+
+
+@pytest.mark.parametrize("loader", sorted({i.split("/", 1)[0] for i in ENTRIES}))
+def test_every_loader_fetches_a_users_resource_or_refuses_it_by_name(loader):
+    """An entry's resource of the user's own is fetched, or refused naming its URL: never ignored
+    while the loader downloads upstream's file instead (issue 27)."""
+    first = next(i for i in ENTRIES if i.startswith(loader + "/"))
+    entry = ENTRIES[first]
+    params = dict(entry.get("params") or {})
+    if loader in ("atari", "rlu_atari"):  # their ids name the game and run; these params do too
+        params.update(game="Pong", run=1)
+    users = {"name": "a-file-it-does-not-read.bin", "url": "file:///srv/mine/users-copy.bin"}
+    dataset_id = f"{loader}/mine/users-entry-v0" if loader == "minari" else f"{loader}/users-entry"  # minari's id form
+    dh.register_dataset(dataset_id, loader=loader, params=params, resources=[*(entry.get("resources") or []), users])
+    if loader in HONOURS_ENTRY_FILES:
+        fetched = get_loader(loader).resources(catalogue.resolve(dataset_id))
+        assert any(users["url"] in r.urls for r in fetched)
+        return
+    with pytest.raises(InvalidParameter, match=r"does not fetch the entry's resource 'a-file-it-does-not-read\.bin' "
+                                               r"\(file:///srv/mine/users-copy\.bin\)"):  # fmt: skip
+        dh.info(dataset_id)
+
+
+def test_the_catalogue_cache_never_stores_a_password_or_a_signature(tmp_path, monkeypatch):
+    """A user's catalogue with a user:password@ URL and a presigned URL is read correctly, every time,
+    and no copy of it in <cache>/catalogue holds either secret (issue 27)."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        "d4rl/with-password: {loader: d4rl, resources: [{url: 'https://me:hunter2@host.example/a.hdf5'}]}\n"
+        "d4rl/presigned: {loader: d4rl, resources: [{url: 'https://b.example/x.hdf5?X-Amz-Signature=s3cr3t'}]}\n"
+    )
+    monkeypatch.setenv("DATASETS_HUB_REGISTRY", str(mine))
+    for _ in range(2):  # the second read finds no copy to trust: it parses again
+        assert catalogue.resolve("d4rl/with-password").resources[0].urls == ("https://me:hunter2@host.example/a.hdf5",)
+        assert "s3cr3t" in catalogue.resolve("d4rl/presigned").resources[0].urls[0]
+    from datasets_hub.env import cache_root
+
+    stored = [p.read_text() for p in (cache_root() / "catalogue").rglob("*") if p.is_file()]
+    assert not any("hunter2" in text or "s3cr3t" in text for text in stored)

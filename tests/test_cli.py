@@ -110,6 +110,8 @@ def test_info_before_and_after_download(run):
         "budget_truncated_episodes",
         "provenance",
         "fingerprint",
+        "feature stats",
+        "q01",
     ):
         assert text in out, text
     code, out, _ = run("info", CARTPOLE, *SMALL, "--json")
@@ -118,6 +120,7 @@ def test_info_before_and_after_download(run):
     assert card["params"]["steps"] == 300 and Path(card["build_path"]).is_dir()
     assert card["built_bytes"] > 300 * 4 * 4  # at least the observations
     assert card["manifest"]["schema"]["obs/observation"]["shape"] == [4]
+    assert card["feature_stats"]["observation"]["shape"] == [4] and "next/reward" in card["feature_stats"]
 
 
 def test_info_plot_draws_a_png_from_the_build(run, tmp_path):
@@ -384,3 +387,27 @@ def test_no_broken_pipe_traceback_when_piped_to_head(isolated_cache):
         timeout=120,
     )
     assert proc.stdout.startswith("id ") and "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_param_nested_too_deep_is_a_usage_error(run):
+    """A --param value nested 50,000 levels deep (a RecursionError in the JSON parser) or 33 levels: one
+    usage line, no traceback (issue 27)."""
+    for depth in (50_000, 33):
+        code, _, err = run("info", CARTPOLE, "-p", "x=" + "[" * depth + "]" * depth)
+        assert code == 2 and "nested more than 32 levels deep" in err and "Traceback" not in err
+    from datasets_hub.cli import parse_param
+
+    assert parse_param("x=" + "[" * 32 + "]" * 32)[0] == "x"
+
+
+def test_frames_options_reach_the_build(run):
+    """--frames/--frame-quality are load()'s frames=/frame_quality=: a dataset without camera keys refuses
+    compression (never silently raw), a bad choice is refused by the parser, raw is the usual build."""
+    code, _, err = run("download", CARTPOLE, *SMALL, "--frames", "jpeg")
+    assert code != 0 and "no camera key" in one_line(err)
+    code, _, err = run("download", CARTPOLE, *SMALL, "--frames", "webp")
+    assert code != 0 and "'webp'" in err and "jpeg, png" in err
+    code, out, _ = run("download", CARTPOLE, *SMALL, "--frames", "raw")
+    assert code == 0 and Path(out.split(": ", 1)[1].strip()) == build_small(run)
+    code, out, _ = run("info", CARTPOLE, *SMALL, "--frames", "raw")
+    assert code == 0 and "frames " not in out  # a raw build lists no compressed keys

@@ -305,7 +305,8 @@ def test_parquet_disagreeing_with_episode_metadata(tmp_path, hub, written):
     _no_build_left()
 
 
-def test_video_shorter_than_its_episode(tmp_path, hub):
+@pytest.mark.parametrize("stored_as", [None, "jpeg"])
+def test_video_shorter_than_its_episode(tmp_path, hub, stored_as):
     import datasets_hub
 
     spec = lw.Spec(version="v2.1")
@@ -319,7 +320,7 @@ def test_video_shorter_than_its_episode(tmp_path, hub):
         match=r"episode 1, camera 'observation.images.top'.*timestamp 0\.600000 s "
         r"\(row 6 of 8; 2 rows without a frame",
     ):
-        datasets_hub.load(ID, num_workers=1)
+        datasets_hub.load(ID, num_workers=1, frames=stored_as)
     _no_build_left()
 
 
@@ -449,3 +450,101 @@ def test_cached_build_reopens_without_requests(hub, written):
     assert datasets_hub.download(ID) == first
     assert len(datasets_hub.load(ID)) == sum(lw.Spec().lengths)
     assert server.total_requests() == 0
+
+
+def test_a_user_entrys_resources_are_refused_by_name(written):
+    """The lerobot loader derives its files from the dataset's metadata: an entry's own resource is
+    refused naming its URL, never ignored (issue 27)."""
+    import datasets_hub
+    from datasets_hub import catalogue
+
+    root, _, _ = written["v2.1"]
+    catalogue.register_dataset("lerobot/local/mine", params={"root": str(root)},
+                               resources=[{"url": "file:///srv/mine/episode_000000.parquet"}])  # fmt: skip
+    try:
+        with pytest.raises(InvalidParameter, match=r"does not fetch .*file:///srv/mine/episode_000000\.parquet"):
+            datasets_hub.load("lerobot/local/mine")
+    finally:
+        catalogue.unregister_dataset("lerobot/local/mine")
+
+
+def test_a_local_root_rewritten_with_same_size_files_is_converted_again(written, tmp_path):
+    """A parquet file of a root= dataset rewritten with other values and the very same size: the next load
+    converts the new values, never the old build (issue 27)."""
+    import shutil
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import datasets_hub
+
+    source, _, _ = written["v2.1"]
+    root = tmp_path / "root"
+    shutil.copytree(source, root)
+    first = sorted((root / "data").rglob("*.parquet"))[0]
+    plain = {"compression": "none", "use_dictionary": False, "write_statistics": False}  # fixed-width values
+    table = pq.read_table(first)
+    pq.write_table(table, first, **plain)
+    before = datasets_hub.load("lerobot/local/koch", root=str(root), num_workers=1)[:]
+    action = table.column("action")
+    doubled = pa.array([list(np.asarray(row, np.float32) * 2 + 1) for row in action.to_pylist()], type=action.type)
+    size = first.stat().st_size
+    pq.write_table(table.set_column(table.schema.get_field_index("action"), "action", doubled), first, **plain)
+    assert first.stat().st_size == size
+    rows = before["episode"] == int(table.column("episode_index")[0].as_py())
+    after = datasets_hub.load("lerobot/local/koch", root=str(root), num_workers=1)[:]
+    assert torch.equal(after["action"][rows], before["action"][rows] * 2 + 1)
+    assert torch.equal(after["action"][~rows], before["action"][~rows])
+
+
+# -- compressed frames ---------------------------------------------------------------------------
+@pytest.mark.parametrize("codec", ["jpeg", "png"])
+def test_frames_compressed_from_the_videos(hub, written, codec, capsys):
+    """Built from the MP4s episode by episode and stored one image per frame: every row still reads its
+    own frame (the index drawn into it), PNG exactly as the raw build, JPEG within the PSNR floor."""
+    import datasets_hub
+    from datasets_hub.build.frames import PSNR_FLOOR_DB
+
+    root, spec, summary = written["v3.0"]
+    hub(lw.files_of(root))
+    td = datasets_hub.load(ID, num_workers=1, frames=codec)[:]
+    check(td, spec, summary)
+    card = datasets_hub.info(ID, frames=codec)
+    assert card.manifest["version"] == 3 and set(card.frames) == {f"observation/images/{c}" for c in ("top", "wrist")}
+    top = card.frames["observation/images/top"]
+    assert top["codec"] == codec and top["quality"] == (90 if codec == "jpeg" else None)
+    assert top["decoded_bytes"] == top["rows"] * spec.height * spec.width * 3 > top["bytes"]
+    assert top["rows"] == sum(spec.lengths) + len(spec.lengths)
+    raw = datasets_hub.load(ID, num_workers=1)[:]
+    if codec == "png":
+        for cam in ("top", "wrist"):
+            for key in (("observation", "images", cam), ("next", "observation", "images", cam)):
+                assert torch.equal(td[key], raw[key])
+        assert top["psnr_db"] is None
+    else:
+        # the fixture's texture is a random colour per 8x8 cell: the worst case for 4:2:0 chroma (about 28 dB
+        # at quality 90); camera-like content holds PSNR_FLOOR_DB (tests/test_frames.py). Identity: check() above
+        assert 25 <= top["psnr_db"]["min"] < PSNR_FLOOR_DB
+        assert not torch.equal(td["observation", "images", "top"], raw["observation", "images", "top"])
+    assert LeRobotLoader().frame_bytes(DatasetSpec(id=ID, loader="lerobot")) == 2 * top["decoded_bytes"]
+    assert datasets_hub.info(ID).frames == {}  # the raw build is another build
+    from datasets_hub.cli import main
+
+    assert main(["info", ID, "--frames", codec]) == 0
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("frames ")]
+    assert len(shown) == 2 and f"observation/images/top: {codec}" in shown[0]
+    assert ("exact" in shown[0]) == (codec == "png") and ("q90" in shown[0]) == (codec == "jpeg")
+
+
+def test_frames_auto_compresses_above_the_limit(hub, written, monkeypatch):
+    import datasets_hub
+    from datasets_hub.build import frames as fr
+
+    root, _, _ = written["v3.0"]
+    hub(lw.files_of(root))
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", 1000)  # the fixture's frames are ~100 kB decoded
+    rb = datasets_hub.load(ID, num_workers=1)
+    assert rb.storage.manifest["frames"] == {"codec": "jpeg", "quality": fr.DEFAULT_QUALITY}
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", 10**12)
+    assert datasets_hub.load(ID, num_workers=1).storage.manifest["frames"] == {"codec": "raw", "quality": None}

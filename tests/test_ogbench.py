@@ -430,3 +430,60 @@ def test_task_is_part_of_the_fingerprint(tmp_path, monkeypatch):
     assert torch.isnan(plain[:]["next", "reward"]).all()
     assert not torch.equal(two[:]["next", "reward"], four[:]["next", "reward"])
     assert (two[:]["next", "reward"] <= 0).all() and two[:]["info", "success"].shape == (15, 1)
+
+
+# -- a user's catalogue entry: its resources are fetched, or refused by name (issue 27) ------------
+def test_user_entry_resource_url_is_fetched_instead_of_upstream(tmp_path, monkeypatch):
+    """An entry in the form docs/guide/catalogue.md shows (`resources: [{url: file:///…}]`) loads the
+    user's file; upstream (its host rewritten to a local server) is never asked."""
+    import datasets_hub as dh
+    from datasets_hub import catalogue
+
+    from fixtures.http_server import serve_files
+
+    arrays = write_ogbench(tmp_path / "antmaze-large-navigate-v0.npz", [4, 3])
+    url = (tmp_path / "antmaze-large-navigate-v0.npz").as_uri()
+    catalogue.register_dataset("ogbench/my-antmaze", params={"dataset": "antmaze-large-navigate-v0"},
+                               resources=[{"url": url}])  # fmt: skip
+    try:
+        (res,) = OGBenchLoader().resources(catalogue.resolve("ogbench/my-antmaze"))
+        assert res.urls == (url,)  # the user's copy and nothing else
+        with serve_files() as server:
+            monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OGBENCH", server.base_url)
+            check(dh.load("ogbench/my-antmaze")[:], expected_transitions([arrays]))
+            assert server.total_requests() == 0  # upstream never asked
+        assert dh.info("ogbench/my-antmaze").resources[0]["urls"] == [url]
+    finally:
+        catalogue.unregister_dataset("ogbench/my-antmaze")
+
+
+def test_user_entry_resource_of_another_name_is_refused_naming_its_url(tmp_path):
+    import datasets_hub as dh
+    from datasets_hub import catalogue
+
+    url = (tmp_path / "my-copy.npz").as_uri()
+    catalogue.register_dataset("ogbench/my-copy", params={"dataset": "scene-play-v0"}, resources=[{"url": url}])
+    try:
+        for call in (dh.download, dh.info):
+            with pytest.raises(
+                InvalidParameter, match=r"does not fetch .*'my-copy.npz'.*my-copy\.npz.*scene-play-v0\.npz"
+            ):
+                call("ogbench/my-copy")
+    finally:
+        catalogue.unregister_dataset("ogbench/my-copy")
+
+
+def test_user_entry_resource_missing_file_error_names_its_url(tmp_path):
+    import datasets_hub as dh
+    from datasets_hub import catalogue
+    from datasets_hub.errors import DownloadError
+
+    url = (tmp_path / "absent" / "scene-play-v0.npz").as_uri()
+    catalogue.register_dataset("ogbench/my-absent", params={"dataset": "scene-play-v0"}, resources=[{"url": url}])
+    try:
+        with pytest.raises(DownloadError) as err:
+            dh.download("ogbench/my-absent")
+        assert str(tmp_path / "absent" / "scene-play-v0.npz") in str(err.value)
+        assert BASE_URL not in str(err.value)  # no fallback to upstream's copy
+    finally:
+        catalogue.unregister_dataset("ogbench/my-absent")

@@ -311,3 +311,23 @@ def test_jpeg_decoded_as_tfds_by_default_pillow_on_request(tmp_path):
     assert "fast IDCT" in notes["jpeg_decoder"] and "accurate IDCT" in pillow_notes["jpeg_decoder"]
     with pytest.raises(InvalidParameter, match="jpeg_decoder must be one of"):
         convert(files, shards=[0], jpeg_decoder="turbo")
+
+
+def test_camera_keys_stored_compressed_read_back_exactly(tmp_path, monkeypatch):
+    """frames="png" (datasets_hub/build/frames.py): the writer compresses the loader's image keys, no loader code
+    involved; images under 8 pixels a side stay raw; every value reads back as the raw build's."""
+    import datasets_hub
+
+    from fixtures.http_server import serve_files
+
+    files = write_release(tmp_path / "mirror")
+    with serve_files({path: file.read_bytes() for path, file in files.items()}) as server:
+        monkeypatch.setenv("DATASETS_HUB_ENDPOINT_OPENX", server.base_url)
+        raw = datasets_hub.load(f"openx/{DATASET}", shards=[0])
+        png = datasets_hub.load(f"openx/{DATASET}", shards=[0], frames="png")
+    assert list(png.storage.manifest["layout"]["frames"]) == ["observation/image"]  # wrist_image is 4x6: raw
+    a, b = raw[:], png[:]
+    for key in a.keys(include_nested=True, leaves_only=True):
+        assert torch.equal(a[key], b[key]) or (
+            a[key].is_floating_point() and torch.allclose(a[key], b[key], equal_nan=True)
+        )

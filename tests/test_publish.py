@@ -63,6 +63,7 @@ def test_dataset_card_has_front_matter_counts_schema_and_provenance(build_rb, tm
     assert "| transitions | 600 |" in body
     assert "`steps/action`" in body and "Episode returns" in body
     assert build_rb.storage.manifest["fingerprint"] in body
+    assert "## Feature statistics" in body and "| `observation` |" in body  # recorded while building
 
 
 def test_export_refuses_a_non_empty_folder_and_leaves_no_staging(build_rb, tmp_path):
@@ -112,3 +113,74 @@ def test_push_exports_then_uploads_the_folder_through_huggingface_hub(build_rb, 
     assert calls["create"] == ("org/pendulum", {"repo_type": "dataset", "private": None, "exist_ok": True})
     assert calls["upload"] == ("org/pendulum", "dataset", "v1")
     assert {"manifest.json", PUBLISHED, "data.zarr/zarr.json"} <= set(calls["files"])
+
+
+# -- issue 27: no user data is deleted, every refusal is clear -----------------------------------
+def test_an_incomplete_folder_not_left_by_export_is_refused_not_deleted(build_rb, tmp_path):
+    staging = tmp_path / "results.incomplete"
+    staging.mkdir()
+    (staging / "notes.txt").write_text("mine")
+    with pytest.raises(InvalidParameter, match=r"results\.incomplete exists and was not left by an interrupted export"):
+        export(build_rb, tmp_path / "results")
+    assert (staging / "notes.txt").read_text() == "mine" and not (tmp_path / "results").exists()
+
+
+def test_a_staging_folder_an_interrupted_export_left_is_replaced(build_rb, tmp_path, monkeypatch):
+    import datasets_hub.remote.publish as publish
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(publish, "sha256_file", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export(build_rb, tmp_path / "results")
+    assert (tmp_path / "results.incomplete" / publish.STAGING_MARK).exists()
+    monkeypatch.undo()
+    out = export(build_rb, tmp_path / "results")
+    assert (out / PUBLISHED).exists() and not (out / publish.STAGING_MARK).exists()
+    assert not (tmp_path / "results.incomplete").exists()
+
+
+def test_export_into_a_regular_file_is_a_clear_error(build_rb, tmp_path):
+    (tmp_path / "results").write_text("a file")
+    for overwrite in (False, True):
+        with pytest.raises(InvalidParameter, match="is not a folder"):
+            export(build_rb, tmp_path / "results", overwrite=overwrite)
+    assert (tmp_path / "results").read_text() == "a file"
+
+
+def test_push_never_empties_a_users_out_dir(build_rb, monkeypatch, tmp_path):
+    """A folder of the user's own is refused before anything is written; a token the Hub refuses fails
+    before out_dir is touched (the repo is created first)."""
+    import huggingface_hub
+
+    class RefusingApi:
+        def create_repo(self, repo_id, **kw):
+            raise PermissionError("401 Unauthorized")
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    monkeypatch.setattr(huggingface_hub, "HfApi", RefusingApi)
+    with pytest.raises(InvalidParameter, match="not an earlier export"):
+        dh.push(build_rb, "org/x", out_dir=mine)
+    assert (mine / "thesis.tex").read_text() == "years of work"
+    earlier = export(build_rb, tmp_path / "earlier")
+    before = (earlier / PUBLISHED).read_bytes()
+    with pytest.raises(PermissionError):
+        dh.push(build_rb, "org/x", out_dir=earlier)
+    assert (earlier / PUBLISHED).read_bytes() == before
+
+
+@pytest.mark.parametrize("chunk_mb", ["1e9", "inf", "nan", "-1"])
+def test_cli_export_refuses_a_chunk_size_that_cannot_be_allocated(tmp_path, capsys, chunk_mb):
+    assert (
+        cli_main(["export", ID, str(tmp_path / "out"), "-p", "steps=600", "-p", "seed=4", "--chunk-mb", chunk_mb]) == 2
+    )
+    assert "--chunk-mb must be a number of MB above 0 and at most 1024" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_refuses_a_chunk_size_above_one_gib(build_rb, tmp_path):
+    with pytest.raises(InvalidParameter, match="from 1024 to"):
+        export(build_rb, tmp_path / "pub", chunk_bytes=10**15)

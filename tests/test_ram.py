@@ -123,3 +123,29 @@ def test_sample_many_over_a_build_equals_successive_samples(in_memory):
     many = buffer().sample_many(3)
     assert many.batch_size == (3, 32)
     assert_same_batches(list(many.unbind(0)), _batches(buffer(), 3))
+
+
+def test_an_address_space_limit_is_a_clear_refusal_not_enomem(monkeypatch):
+    """Under ``ulimit -v`` MemAvailable may be plenty while the mapping fails: both checks name the fix."""
+    from datasets_hub.build import memory
+
+    monkeypatch.setattr(memory, "address_space_left", lambda: 1 << 20)
+    with pytest.raises(InvalidParameter, match="address-space limit"):
+        memory.check_fits(1 << 30, "the build 'x'")
+
+    def refused(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(memory.mmap, "mmap", refused)
+    with pytest.raises(InvalidParameter, match="in_memory=False"):
+        memory.anonymous_copy(torch.arange(10))
+
+
+def test_the_address_space_left_is_read_from_the_process_limit():
+    import resource
+
+    from datasets_hub.build import memory
+
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    left = memory.address_space_left()
+    assert (left is None) == (soft == resource.RLIM_INFINITY)

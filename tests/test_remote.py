@@ -352,3 +352,168 @@ def test_a_full_copy_pickled_before_completion_reopens_as_a_plain_build_after(pu
     again = pickle.loads(state)
     assert type(again) is DatasetStorage
     assert _same(again[:], local_rb[:])
+
+
+# -- issue 27: adversarial inputs ------------------------------------------------------------------
+def _copy_dir(published: Path) -> Path:
+    """Where the first load of ``published`` puts its local copy (follows from the URL and published.json)."""
+    import hashlib
+
+    from datasets_hub.remote.open_url import local_dir
+
+    return local_dir(f"file://{published}", hashlib.sha256((published / PUBLISHED).read_bytes()).hexdigest())
+
+
+@pytest.mark.parametrize("planted", ["leaf", "map", "folder"])
+def test_symlinks_planted_where_the_local_copy_will_write_are_refused(published, tmp_path, planted):
+    """A link at a leaf's data file, at its residency map, or at the copy's data folder: the load is a
+    CacheError naming the link, and the file outside the cache is not touched (issue 27)."""
+    from datasets_hub.build.format import leaf_path
+    from datasets_hub.errors import CacheError
+    from datasets_hub.remote.chunks import map_path
+
+    name = next(iter(json.loads((published / PUBLISHED).read_text())["arrays"]))
+    copy = _copy_dir(published)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious").write_bytes(b"keep me")
+    link = {"leaf": leaf_path(copy, name), "map": map_path(copy, name), "folder": copy / "data"}[planted]
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(victim if planted == "folder" else victim / "precious")
+    with pytest.raises(CacheError, match="symbolic link"):
+        dh.load(f"file://{published}", resident="lazy")
+    assert (victim / "precious").read_bytes() == b"keep me" and [p.name for p in victim.iterdir()] == ["precious"]
+
+
+def _rewrite_published(published: Path, change) -> None:
+    record = json.loads((published / PUBLISHED).read_text())
+    change(record)
+    (published / PUBLISHED).write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("factor", [0.5, 2])
+@pytest.mark.parametrize("resident", ["lazy", "full"])
+def test_chunk_rows_that_disagree_with_the_zarr_metadata_are_refused(published, factor, resident):
+    """published.json's chunk_rows halved or doubled (its chunk count made to match): the hash-checked zarr
+    metadata says otherwise, so the load is refused instead of serving zeros or other rows (issue 27)."""
+    from datasets_hub.errors import CacheError
+
+    def change(record):
+        spec = next(s for n, s in record["arrays"].items() if n.startswith("steps/"))
+        spec["chunk_rows"] = max(1, int(spec["chunk_rows"] * factor))
+        spec["chunks"] = -(-spec["rows"] // spec["chunk_rows"])
+
+    _rewrite_published(published, change)
+    with pytest.raises(CacheError, match=r"inconsistent: published\.json says leaf 'steps/.*' has chunks"):
+        dh.load(f"file://{published}", resident=resident)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r.update(arrays=[]), "'arrays' is not a non-empty mapping"),
+        (lambda r: r.update(files=None), "'files' is not a mapping"),
+        (lambda r: r.update(manifest_sha256=5), "'manifest_sha256' is not a sha256"),
+        (lambda r: next(iter(r["arrays"].values())).pop("rows"), "needs integer rows"),
+        (lambda r: next(iter(r["arrays"].values())).update(shape="x"), r"\['shape'\] is not a list"),
+        (lambda r: next(iter(r["arrays"].values())).update(dtype="complex64"), r"\['dtype'\] is 'complex64'"),
+        (lambda r: next(iter(r["arrays"].values())).update(chunks=10**9), "declares 1000000000 chunks"),
+        (lambda r: next(iter(r["arrays"].values())).update(rows=10**12, chunk_rows=1, chunks=10**12), "more than"),
+        (lambda r: next(iter(r["arrays"].values())).update(shape=[10**9, 10**9]), "more than"),
+        (lambda r: r["files"].update({"data.zarr/x": {"sha256": "zz"}}), r"files\['data.zarr/x'\] needs"),
+        (lambda r: r["arrays"].update({"x": 1}), r"arrays\['x'\] is not a mapping"),
+    ],
+)
+def test_a_crafted_publishing_record_is_a_clear_cache_error(published, change, message):
+    from datasets_hub.errors import CacheError
+
+    _rewrite_published(published, change)
+    with pytest.raises(CacheError, match=message):
+        dh.load(f"file://{published}", resident="lazy")
+
+
+def test_a_deeply_nested_publishing_record_is_a_clear_cache_error(published):
+    from datasets_hub.errors import CacheError
+
+    (published / PUBLISHED).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CacheError, match="is not JSON"):
+        dh.load(f"file://{published}", resident="lazy")
+
+
+def test_no_password_in_the_error_or_its_chain_when_published_json_is_missing(published):
+    """A 404 on published.json over HTTP with user:password@: the error, its chain and the CLI's output hold
+    no password (issue 27)."""
+    import traceback
+
+    from datasets_hub.cli import main as cli_main
+
+    from fixtures.http_server import serve_files
+
+    with serve_files() as server:
+        url = server.base_url.replace("://", "://me:hunter2@") + "/nothing"
+        with pytest.raises(DownloadError) as err:
+            dh.load(url, resident="lazy")
+        shown = "".join(traceback.format_exception(err.value))
+        assert "does not exist" in shown and "hunter2" not in shown
+        _serve(server, published)
+        good = server.base_url.replace("://", "://me:hunter2@") + "/pub"
+        import contextlib
+        import io
+
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            assert cli_main(["sample", good, "--batch-size", "4"]) == 0
+            assert cli_main(["sample", url, "--batch-size", "4"]) == 1
+    assert "batch of 4" in printed.getvalue() and "hunter2" not in printed.getvalue()
+
+
+def _first_chunk(published: Path) -> str:
+    files = json.loads((published / PUBLISHED).read_text())["files"]
+    return next(p for p in sorted(files) if "/steps/" in f"/{p}" and not p.endswith("zarr.json"))
+
+
+def test_a_chunk_with_an_endless_body_is_cut_at_its_published_size(published):
+    """The server answers a chunk with garbage forever (no Content-Length): the read stops at the size
+    published.json gives that chunk and fails by name, instead of growing without bound (issue 27)."""
+    from fixtures.http_server import serve_files
+
+    with serve_files() as server:
+        url = _serve(server, published)
+        chunk = _first_chunk(published)
+        server.fault(f"pub/{chunk}", endless=True)
+        rb = dh.load(url, resident="lazy")
+        started = time.monotonic()
+        with pytest.raises(DownloadError, match=r"sent more than the [\d,]+ bytes its publishing record allows"):
+            rb[:]
+        assert time.monotonic() - started < 30
+
+
+def test_a_chunk_that_stalls_after_its_headers_fails_within_the_rate_window(published, monkeypatch):
+    """Headers, then silence: the read fails after DATASETS_HUB_RATE_WINDOW seconds (the download layer's
+    minimum-rate rule), not after a backend's minutes-long default (issue 27)."""
+    from fixtures.http_server import serve_files
+
+    with serve_files() as server:
+        url = _serve(server, published)
+        chunk = _first_chunk(published)
+        rb = dh.load(url, resident="lazy")
+        monkeypatch.setenv("DATASETS_HUB_RATE_WINDOW", "0.5")  # read at each read, as downloads do
+        server.fault(f"pub/{chunk}", drop_after=0, drop_times=10, stall=20)
+        started = time.monotonic()
+        with pytest.raises(DownloadError, match=r"no byte for 0.5 s"):
+            rb[:]
+        assert time.monotonic() - started < 15  # 3 tries of 0.5 s, not 3 x 20 s
+
+
+def test_a_trickling_chunk_fails_below_the_minimum_rate(published, monkeypatch):
+    from fixtures.http_server import serve_files
+
+    with serve_files() as server:
+        url = _serve(server, published)
+        chunk = _first_chunk(published)
+        rb = dh.load(url, resident="lazy")
+        monkeypatch.setenv("DATASETS_HUB_RATE_WINDOW", "0.3")
+        monkeypatch.setenv("DATASETS_HUB_MIN_RATE", "100000")
+        server.fault(f"pub/{chunk}", trickle=0.1, trickle_chunk=64)
+        with pytest.raises(DownloadError, match="below the minimum of 100000 bytes/s"):
+            rb[:]

@@ -177,8 +177,9 @@ def test_pool_refusals(published):
     for bad in (0, -2, "3", 2.5, True):
         with pytest.raises(InvalidParameter, match="pool_episodes"):
             _pool(url, k=bad)
-    with pytest.raises(InvalidParameter, match="pool_refresh_s"):
-        _pool(url, refresh=-1)
+    for bad in (-1, float("nan"), float("inf"), 1e300):  # nan busy-looped, inf killed the refresh thread
+        with pytest.raises(InvalidParameter, match="pool_refresh_s must be a finite number"):
+            _pool(url, refresh=bad)
     with pytest.raises(InvalidParameter, match="RandomSampler draws rows over the whole dataset"):
         _pool(url, sampler=RandomSampler())
     with pytest.raises(InvalidParameter, match="RandomSampler"):  # the anchors of a window sampler too

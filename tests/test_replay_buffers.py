@@ -758,3 +758,32 @@ def test_rng_is_torchrls_name_for_the_generator():
     rb._rng.set_state(state)
     assert torch.equal(rb.sample(32), a)
     assert ReplayBuffer(storage=LazyTensorStorage(4))._rng is None  # no generator: torch's global one
+
+
+# -- issue 27: sizes that cannot be allocated, and generators that are not torch's, refused up front ----
+def _small_buffer(**kw):
+    rb = ReplayBuffer(storage=LazyTensorStorage(100), **kw)
+    rb.extend(torch.arange(100))
+    return rb
+
+
+def test_a_batch_that_cannot_be_allocated_is_refused_by_name():
+    rb = _small_buffer(batch_size=4)
+    with pytest.raises(ValueError, match=r"sample\(1000000000000\) asks for 1,000,000,000,000 items"):
+        rb.sample(10**12)
+    with pytest.raises(ValueError, match=r"sample_many\(10000000, batch_size=256\) asks for 2,560,000,000 items"):
+        rb.sample_many(10**7, batch_size=256)
+    with pytest.raises(ValueError, match="batch_size=1000000000000 asks for"):
+        ReplayBuffer(storage=LazyTensorStorage(10), batch_size=10**12)
+    assert rb.sample().shape == (4,) and rb.sample_many(3).shape == (3, 4)
+
+
+def test_a_generator_that_is_not_torch_s_is_refused_when_given():
+    import numpy as np
+
+    for bad in (np.random.default_rng(0), 7):
+        with pytest.raises(TypeError, match=r"generator must be a torch\.Generator"):
+            _small_buffer(batch_size=4, generator=bad)
+    rb = _small_buffer(batch_size=4, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(TypeError, match=r"pass torch.Generator\(\).manual_seed\(seed\)"):
+        rb.set_rng(3)

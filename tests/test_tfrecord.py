@@ -109,3 +109,29 @@ def test_parse_example_skips_unknown_fields_and_rejects_garbage():
     assert parse_example(extra) == {"x": [b"v"]}
     with pytest.raises(ValueError, match=r"not a tf\.train\.Example"):
         parse_example(b"\x0a\x05ab")  # length runs past the message
+
+
+@pytest.mark.parametrize("length", [2**40, 5 << 30])
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_a_huge_length_header_with_a_valid_crc_is_a_clear_error(tmp_path, length, compression):
+    """A length of 2**40 (or 5 GiB, above the record cap) with a correct length CRC: a CorruptFile naming
+    the file and offset, never a MemoryError (issue 27)."""
+    import gzip
+    import struct
+
+    header = struct.pack("<Q", length)
+    raw = frame(b"good") + header + struct.pack("<I", masked_crc32c(header)) + b"only a few bytes"
+    path = tmp_path / "t.tfrecord"
+    path.write_bytes(gzip.compress(raw) if compression else raw)
+    with pytest.raises(LoaderError, match=r"t\.tfrecord.*offset 20.*(more than|ends inside)"):
+        list(iter_records(path, compression=compression))
+
+
+def test_a_length_past_the_end_reads_what_is_there_and_fails(tmp_path):
+    import struct
+
+    header = struct.pack("<Q", 100 << 20)  # under the cap, beyond the file: read in blocks, then refused
+    path = tmp_path / "t.tfrecord"
+    path.write_bytes(header + struct.pack("<I", masked_crc32c(header)) + b"x" * 10)
+    with pytest.raises(LoaderError, match="ends inside a record of 104857600 bytes"):
+        list(iter_records(path))

@@ -42,8 +42,9 @@ from tensordict import TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
+from datasets_hub.buffers.batch_size import check_batch_items
 from datasets_hub.buffers.generations import ConditionalUpdateResult, update_if_present
-from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.samplers.base import Sampler, as_index, check_generator
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction, reduce_trailing
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
@@ -108,6 +109,8 @@ class ReplayBuffer:
     ) -> None:
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        if batch_size is not None:
+            check_batch_items(batch_size, f"batch_size={batch_size}")
         self._batch_size = batch_size
         prefetch = 0 if prefetch is None else prefetch
         if not isinstance(prefetch, int) or prefetch < 0:
@@ -261,6 +264,7 @@ class ReplayBuffer:
 
     def set_rng(self, generator: torch.Generator) -> None:
         """Make ``generator`` the sampler's only source of randomness."""
+        check_generator(generator)
         self._sampler.generator = generator
 
     @property
@@ -495,6 +499,8 @@ class ReplayBuffer:
                 )
         elif not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")  # 0 gave an empty batch
+        else:
+            check_batch_items(batch_size, f"sample({batch_size})")
         data, info, _ = self._draw(batch_size)
         if include_info is False and isinstance(data, TensorDictBase):
             data = data.exclude(*[k for k in info if isinstance(k, str) and (k == "index" or k.startswith("_"))])
@@ -639,6 +645,7 @@ class ReplayBuffer:
             raise ValueError(
                 f"sample_many needs a positive batch_size (here or in the constructor), got {batch_size!r}"
             )
+        check_batch_items(k * batch_size, f"sample_many({k}, batch_size={batch_size})")
         if not self._plain_gathers():
             return _stack([self.sample(batch_size) for _ in range(k)])
         with self._lock:

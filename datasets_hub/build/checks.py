@@ -30,6 +30,9 @@ from datasets_hub.build.format import (
     DATA_DIR,
     EPISODES,
     FORMAT,
+    FRAME_CODECS,
+    FRAME_LAYOUTS,
+    FRAMES,
     HISTORY,
     ITEMSIZE,
     LEAF_SUFFIX,
@@ -153,7 +156,8 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
                            f"{FORMAT} build of a version this reader knows {READABLE_VERSIONS}")  # fmt: skip
     schema, layout, counts = (_object_field(manifest, field, where) for field in ("schema", "layout", "counts"))
     n, e = _count(counts, "transitions", where), _count(counts, "episodes", where)
-    want = {STEPS: n, EPISODES: e, OBS: n + e, HISTORY: None}  # history: frames before episodes, any count
+    # history: frames before episodes, any count; frames: compressed leaves, checked by _check_frames
+    want = {STEPS: n, EPISODES: e, OBS: n + e, HISTORY: None, FRAMES: None}
     history_rows = set()
     columns = {}
     for name, entry in schema.items():
@@ -164,6 +168,8 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
             raise _fail(where, f"column {name!r} is in no known group (steps/, obs/, episodes/, history/)")
         if group == HISTORY:
             history_rows.add(rows)
+        elif group == FRAMES:
+            pass
         elif rows != want[group]:
             raise _fail(where, f"column {name!r} has {rows} rows but counts say {want[group]}")
         _size_matches(path, dtype, shape, rows, name, where)
@@ -181,14 +187,60 @@ def check_build(build: Path, manifest: dict[str, Any]) -> dict[str, tuple[str, t
         keys = layout.get(field)
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise _fail(where, f"layout.{field} is {keys!r}, not a list of key names")
+    frames = _check_frames(build, layout, columns, n + e, where)
     for key in layout["obs"]:
-        if f"{OBS}/{key}" not in columns:
+        if f"{OBS}/{key}" not in columns and key not in frames:
             raise _fail(where, f"layout.obs names {key!r} but there is no column 'obs/{key}'")
     for key in layout["next_stored_per_step"]:
         if f"{STEPS}/next/{key}" not in columns:
             raise _fail(where, f"layout.next_stored_per_step names {key!r} but there is no column 'steps/next/{key}'")
     _check_episode_index(build, n, e, where)
     return columns
+
+
+def _check_frames(
+    build: Path, layout: dict[str, Any], columns: dict[str, tuple[str, tuple[int, ...], int]], rows: int, where: Path
+) -> dict[str, Any]:
+    """``layout.frames`` (format 3): each compressed key is observation-like, has exactly its ``blob``
+    (uint8) and ``offsets`` (int64, one more than the key's rows, 0 first, the blob's size last) and no
+    raw column, a known codec and layout; no frames column is unaccounted for. Returns the entries."""
+    frames = layout.get("frames", {})
+    if not isinstance(frames, dict):
+        raise _fail(where, f"layout.frames is {type(frames).__name__}, not an object")
+    claimed: set[str] = set()
+    for key, spec in frames.items():
+        if key not in layout["obs"]:
+            raise _fail(where, f"layout.frames names {key!r}, which layout.obs does not list")
+        if not isinstance(spec, dict) or spec.get("codec") not in FRAME_CODECS or spec.get("dtype") != "uint8":
+            raise _fail(where, f"layout.frames[{key!r}] is {spec!r}: a uint8 key with codec jpeg or png is required")
+        shape = spec.get("shape")
+        if (
+            spec.get("layout") not in FRAME_LAYOUTS
+            or not isinstance(shape, list)
+            or len(shape) != FRAME_LAYOUTS[spec["layout"]]
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)
+        ):
+            raise _fail(where, f"layout.frames[{key!r}] has layout {spec.get('layout')!r} and shape {shape!r}, "
+                               "which do not go together")  # fmt: skip
+        if f"{OBS}/{key}" in columns:
+            raise _fail(where, f"{key!r} is both compressed (layout.frames) and raw (column 'obs/{key}')")
+        blob, offsets = f"{FRAMES}/{key}/blob", f"{FRAMES}/{key}/offsets"
+        if columns.get(blob, ("",))[:2] != ("uint8", ()) or columns.get(offsets, ("",))[:2] != ("int64", ()):
+            raise _fail(where, f"the compressed key {key!r} needs columns {blob!r} (uint8) and {offsets!r} (int64)")
+        if columns[offsets][2] != rows + 1:
+            raise _fail(where, f"column {offsets!r} has {columns[offsets][2]} rows but the key has {rows} frames "
+                               f"(so {rows + 1} offsets)")  # fmt: skip
+        with open(checked_leaf_path(build, offsets, where), "rb") as fh:
+            first = np.frombuffer(fh.read(8), dtype="<i8")
+            fh.seek(-8, os.SEEK_END)
+            last = np.frombuffer(fh.read(8), dtype="<i8")
+        if first.size != 1 or last.size != 1 or int(first[0]) != 0 or int(last[0]) != columns[blob][2]:
+            raise _fail(where, f"the offsets of {key!r} do not run from 0 to the {columns[blob][2]} bytes of its blob")
+        claimed.update((blob, offsets))
+    stray = sorted(name for name in columns if name.startswith(FRAMES + "/") and name not in claimed)
+    if stray:
+        raise _fail(where, f"column {stray[0]!r} belongs to no compressed key of layout.frames")
+    return frames
 
 
 def _check_episode_index(build: Path, n: int, e: int, where: Path) -> None:

@@ -26,12 +26,20 @@ def build_on_device(path: str | Path, device: str | torch.device) -> DeviceStora
             f"the build at {path} keeps history frames (frames before episode starts, for frame stacking), "
             "which device sampling does not serve: sample it on the host (drop device=)"
         )
+    frames = {key: column for key, column in build.obs.items() if isinstance(column, torch.Tensor)}
+    if len(frames) != len(build.obs):
+        compressed = "/".join(next(key for key in build.obs if key not in frames))
+        raise InvalidParameter(
+            f"device= copies the whole build, decoded, into device memory, but {build.manifest.get('id', path)!r} "
+            f"stores {compressed!r} as compressed frames (a build too large to hold decoded). Sample on the host and "
+            "decode the sampled frames on the device: load(..., decode_device='cuda'); or build it with frames='raw'"
+        )
     episodes = EpisodeIndex(build.episodes["start"], build.episodes["length"])
     return DeviceStorage(
         device,
         build.transitions,
         build.steps,
-        frames=build.obs,
+        frames=frames,
         next_frames=build.shared_next,
         episodes=episodes,
         episode_ids=build.episodes["id"],

@@ -72,10 +72,36 @@ def margin_bytes(total: int | None) -> int:
     return max(MIN_MARGIN, int(MARGIN_SHARE * total)) if total else MIN_MARGIN
 
 
+def address_space_left() -> int | None:
+    """Bytes this process may still map under its address-space limit (``ulimit -v``, ``RLIMIT_AS``);
+    ``None`` without a limit (or where the OS does not say)."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    if limit == resource.RLIM_INFINITY or limit < 0:
+        return None
+    used = 0
+    for line in Path("/proc/self/status").read_text().splitlines() if Path("/proc/self/status").exists() else []:
+        if line.startswith("VmSize:"):
+            used = int(line.split()[1]) * 1024
+    return max(0, int(limit) - used)
+
+
 def check_fits(nbytes: int, what: str) -> None:
     """Refuse with :class:`InvalidParameter` when ``nbytes`` of anonymous memory would not leave the
-    margin free; the message names the size needed, what is available and the fix. Where the OS
-    reports no figure, the copy is attempted (a ``MemoryError`` then says it did not fit)."""
+    margin free, or would pass the process's address-space limit; the message names the size needed,
+    what is available and the fix. Where the OS reports no figure, the copy is attempted
+    (:func:`anonymous_copy` then says it did not fit)."""
+    left = address_space_left()
+    if left is not None and nbytes > left:
+        raise InvalidParameter(
+            f"in_memory=True: {what} needs {nbytes / GIB:.2f} GiB of RAM, and this process may map only "
+            f"{left / GIB:.2f} GiB more under its address-space limit (ulimit -v / RLIMIT_AS). Use "
+            "in_memory=False (the default: pages are read from the memory-mapped build on demand), or raise the limit"
+        )
     available, total = available_memory()
     if available is None:
         return
@@ -98,7 +124,14 @@ def anonymous_copy(tensor: torch.Tensor) -> torch.Tensor:
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes == 0:
         return torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (OSError, MemoryError) as exc:  # ENOMEM: an address-space limit or the overcommit policy said no
+        raise InvalidParameter(
+            f"in_memory=True: a copy of {nbytes / GIB:.2f} GiB could not be mapped ({exc}): the address-space "
+            "limit (ulimit -v) or the kernel's overcommit policy refused it. Use in_memory=False (the default), "
+            "or free memory first"
+        ) from exc
     advise = getattr(region, "madvise", None)
     hugepage = getattr(mmap, "MADV_HUGEPAGE", None)
     if advise is not None and hugepage is not None:

@@ -25,7 +25,14 @@ from typing import Any
 import torch
 
 from datasets_hub import __version__
-from datasets_hub.build.format import FORMAT, FORMAT_VERSION, MANIFEST, STORAGE_FORMAT_VERSION, write_manifest_checksum
+from datasets_hub.build.format import (
+    FORMAT,
+    MANIFEST,
+    STORAGE_FORMAT_VERSION,
+    format_version_of,
+    write_manifest_checksum,
+)
+from datasets_hub.build.frames import FrameCodec, require_codec_libraries
 from datasets_hub.build.writer import LeanTEDWriter
 from datasets_hub.cache.layout import (
     INCOMPLETE_SUFFIX,
@@ -46,8 +53,11 @@ from datasets_hub.redact import redact_value
 from datasets_hub.ted_contract import check_chunk
 
 
-def build_fingerprint(spec: DatasetSpec, loader: Loader) -> str:
-    """hash(id, params, sources, loader format_version, storage format version).
+def build_fingerprint(spec: DatasetSpec, loader: Loader, frames: FrameCodec | None = None) -> str:
+    """hash(id, params, sources, loader format_version, storage format version[, frame codec]).
+
+    A build with compressed frames (``frames``: JPEG and its quality, or PNG) adds its codec; a raw build
+    hashes exactly as before frame codecs existed, so existing builds are found again.
 
     Sources enter by identity (name, :func:`~datasets_hub.downloads.fetch.source_key`: the catalogue's
     sha256, else the URL without credentials or signatures, and the size), so a build can be found
@@ -57,20 +67,21 @@ def build_fingerprint(spec: DatasetSpec, loader: Loader) -> str:
     """
     from datasets_hub.downloads.fetch import source_key
 
-    return fingerprint(
-        {
-            "id": spec.id,
-            "loader": loader.name,
-            "params": redact_value(spec.params),
-            "sources": [[r.name, r.sha256, r.size, source_key(r)] for r in loader.resources(spec)],
-            "loader_format_version": loader.format_version,
-            "storage_format_version": STORAGE_FORMAT_VERSION,
-        }
-    )
+    identity = {
+        "id": spec.id,
+        "loader": loader.name,
+        "params": redact_value(spec.params),
+        "sources": [[r.name, r.sha256, r.size, source_key(r)] for r in loader.resources(spec)],
+        "loader_format_version": loader.format_version,
+        "storage_format_version": STORAGE_FORMAT_VERSION,
+    }
+    if frames is not None and frames.compressed:
+        identity["frames"] = frames.to_json()
+    return fingerprint(identity)
 
 
-def build_path(spec: DatasetSpec, loader: Loader) -> Path:
-    return dataset_dir(spec.id) / build_fingerprint(spec, loader)
+def build_path(spec: DatasetSpec, loader: Loader, frames: FrameCodec | None = None) -> Path:
+    return dataset_dir(spec.id) / build_fingerprint(spec, loader, frames)
 
 
 def catalogue_rows(spec: DatasetSpec) -> int | None:
@@ -87,13 +98,15 @@ def build(
     *,
     force: bool = False,
     chunk_rows: int = 65536,
+    frames: FrameCodec | None = None,
 ) -> Path:
     """Convert ``files`` with ``loader`` into the build directory of ``spec`` and return it.
 
     Returns at once if a complete build exists (unless ``force``). ``sources`` is the provenance
-    recorded in the manifest (url, sha256, bytes per raw file).
+    recorded in the manifest (url, sha256, bytes per raw file). ``frames`` stores the camera keys
+    compressed (:mod:`datasets_hub.build.frames`); default raw.
     """
-    final = build_path(spec, loader)
+    final = build_path(spec, loader, frames)
     if not force and read_manifest(final) is not None:
         return final
     ensure_writable_dir(final.parent)
@@ -107,7 +120,7 @@ def build(
         if incomplete.exists():
             remove_tree(incomplete)  # left by a process that was killed mid-build
         try:
-            manifest = _convert(spec, loader, files, sources, incomplete, final.name, chunk_rows)
+            manifest = _convert(spec, loader, files, sources, incomplete, final.name, chunk_rows, frames)
             write_json_atomic(incomplete / MANIFEST, manifest)
             write_manifest_checksum(incomplete)  # published with the manifest by the same rename
             if final.exists():
@@ -191,9 +204,12 @@ def _convert(
     target: Path,
     build_fp: str,
     chunk_rows: int,
+    frames: FrameCodec | None = None,
 ) -> dict[str, Any]:
     started = time.time()
-    writer = LeanTEDWriter(target / "data")
+    if frames is not None:
+        require_codec_libraries(frames)
+    writer = LeanTEDWriter(target / "data", frames=frames)
     # A build's tensor ops are small per chunk; torch's intra-op thread pool then spins against the
     # writer's IO thread and made a 1M-row build ~1.5x slower on 2 cores. One thread while building.
     threads = torch.get_num_threads()
@@ -222,13 +238,14 @@ def _convert(
         torch.set_num_threads(threads)
     return {
         "format": FORMAT,
-        "version": FORMAT_VERSION,
+        "version": format_version_of(summary["layout"]),
         "id": spec.id,
         "fingerprint": build_fp,
         "loader": loader.name,
         "loader_format_version": loader.format_version,
         "storage_format_version": STORAGE_FORMAT_VERSION,
         "params": redact_value(spec.params),
+        "frames": (frames or FrameCodec()).to_json(),
         "sources": redact_value(sources),
         "metadata": redact_value(spec.metadata),
         "notes": ctx.notes,

@@ -18,7 +18,8 @@ import torch
 
 from datasets_hub.buffers.nested_keys import Key, parse_key
 from datasets_hub.build.checks import check_build, checked_leaf_path
-from datasets_hub.build.format import EPISODE_COLUMNS, EPISODES, HISTORY, MANIFEST, OBS, STEPS, leaf_nbytes
+from datasets_hub.build.format import EPISODE_COLUMNS, EPISODES, FRAMES, HISTORY, MANIFEST, OBS, STEPS, leaf_nbytes
+from datasets_hub.build.frames import FrameColumn
 from datasets_hub.build.memory import anonymous_copy, check_fits
 from datasets_hub.build.packed_steps import RECORD_NAME, PackedSteps, RecordLayout
 from datasets_hub.errors import CacheError
@@ -84,7 +85,9 @@ def open_leaf(
 class OpenedBuild:
     """One build, every leaf mapped copy-on-write, grouped by role (see the module docstring).
 
-    - ``obs[k]``: ``[N + E, *shape]``, row ``episodes["start"][e] + e + t`` = time t of episode e;
+    - ``obs[k]``: ``[N + E, *shape]``, row ``episodes["start"][e] + e + t`` = time t of episode e; a
+      compressed camera key (format 3) is a :class:`~datasets_hub.build.frames.FrameColumn` read the same way
+      (``take(rows)`` decodes those rows only), its two files are in ``leaves``;
     - ``shared_next``: the obs keys whose next value is the following row of ``obs[k]``; for the
       others, ``steps[("next", *k)]`` holds the next values;
     - ``steps[k]``: ``[N, *shape]`` per-step leaves, in the manifest's (sorted) order;
@@ -101,7 +104,7 @@ class OpenedBuild:
     path: Path
     manifest: dict[str, Any]
     transitions: int
-    obs: dict[Key, torch.Tensor]
+    obs: dict[Key, torch.Tensor | FrameColumn]
     shared_next: frozenset[Key]
     steps: dict[Key, torch.Tensor]
     episodes: dict[str, torch.Tensor]
@@ -132,6 +135,29 @@ def read_build_manifest(build_dir: Path) -> dict[str, Any]:
     return manifest
 
 
+def _frame_column(
+    key: str, spec: dict[str, Any], columns: dict[str, torch.Tensor], manifest: dict[str, Any]
+) -> FrameColumn:
+    """The compressed leaf ``key`` (already checked by ``check_build``), naming episode and time on errors."""
+    start = columns[f"{EPISODES}/start"].numpy()
+    ids = columns[f"{EPISODES}/id"].numpy()
+    first_rows = start + np.arange(start.size)  # obs row of each episode's first frame (T + 1 rows each)
+
+    def locate(row: int) -> tuple[int, int]:
+        e = int(np.searchsorted(first_rows, row, side="right")) - 1
+        return int(ids[e]), int(row - first_rows[e])
+
+    return FrameColumn(
+        key,
+        columns[f"{FRAMES}/{key}/blob"].numpy(),
+        columns[f"{FRAMES}/{key}/offsets"].numpy(),
+        spec["codec"],
+        spec["layout"],
+        tuple(spec["shape"]),
+        locate,
+    )
+
+
 def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild:
     """Open the build at ``build_dir`` read-only: the one reader of the format.
 
@@ -159,7 +185,11 @@ def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild
         if in_memory:  # the file mappings are dropped with this dict once every leaf is copied
             columns = {name: anonymous_copy(column) for name, column in columns.items()}
         per_step_next = {parse_key(k) for k in layout["next_stored_per_step"]}
-        obs = {parse_key(k): columns[f"{OBS}/{k}"] for k in layout["obs"]}
+        frames = layout.get("frames", {})
+        obs: dict[Key, torch.Tensor | FrameColumn] = {
+            parse_key(k): _frame_column(k, frames[k], columns, manifest) if k in frames else columns[f"{OBS}/{k}"]
+            for k in layout["obs"]
+        }
         steps = {
             parse_key(name)[1:]: col
             for name, col in columns.items()

@@ -17,20 +17,23 @@ from tensordict import TensorDict
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, nest, parse_key, put
 from datasets_hub.buffers.storages import ReadOnlyStorage
+from datasets_hub.build.frames import FrameColumn, decode_on_device
 from datasets_hub.build.memory import LARGE_ROW, available_memory, huge_pages, margin_bytes, will_need
 from datasets_hub.build.packed_steps import PackedSteps
 from datasets_hub.build.reader import open_build
 from datasets_hub.cache.layout import mark_used
-from datasets_hub.errors import CacheError
+from datasets_hub.errors import CacheError, InvalidParameter
 
 _TERMINATED, _TRUNCATED = ("next", "terminated"), ("next", "truncated")
 _AT_T_AND_NEXT = np.array([[0], [1]], dtype=np.int64)
 
 
-def reopen_build(path: str, fingerprint: str | None, in_memory: bool = False) -> DatasetStorage:
+def reopen_build(
+    path: str, fingerprint: str | None, in_memory: bool = False, decode_device: str | None = None
+) -> DatasetStorage:
     """Open the build at ``path`` again (how a pickled :class:`DatasetStorage` comes back), refusing a
     build whose fingerprint is no longer ``fingerprint``: it was rebuilt or replaced in between."""
-    storage = DatasetStorage(path, in_memory=in_memory)
+    storage = DatasetStorage(path, in_memory=in_memory, decode_device=decode_device)
     found = storage.manifest.get("fingerprint")
     if fingerprint is not None and found != fingerprint:
         raise CacheError(
@@ -51,16 +54,28 @@ class DatasetStorage(ReadOnlyStorage):
     read_only_what = "dataset build"
     gathers_batches = True
 
-    def __init__(self, path: str | Path, *, in_memory: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, in_memory: bool = False, decode_device: str | torch.device | None = None
+    ) -> None:
         self.path = Path(path)
         self.in_memory = bool(in_memory)
+        # compressed frames decoded on this device (nvJPEG on CUDA, see frames.decode_on_device); None: host threads
+        self.decode_device = None if decode_device is None else torch.device(decode_device)
         # the one reader of the format (checks the files against the manifest; copies them into RAM)
         build = open_build(self.path, in_memory=self.in_memory)
         self.manifest = build.manifest
-        self._obs: list[tuple[Key, np.ndarray, bool]] = [
-            (key, column.numpy(), key in build.shared_next) for key, column in build.obs.items()
+        # a compressed camera key is a FrameColumn: its take() decodes the rows asked for (frames.py)
+        self._obs: list[tuple[Key, np.ndarray | FrameColumn, bool]] = [
+            (key, column if isinstance(column, FrameColumn) else column.numpy(), key in build.shared_next)
+            for key, column in build.obs.items()
         ]
         self._frames = build.obs
+        if self.decode_device is not None and not any(isinstance(c, FrameColumn) for _, c, _ in self._obs):
+            raise InvalidParameter(
+                f"decode_device={str(self.decode_device)!r}: the build {self.manifest.get('id')!r} holds no compressed "
+                "frames to decode (its frames are raw); drop decode_device=, copy the build with device=, or build it "
+                "with frames='jpeg'"
+            )
         self._steps: list[tuple[Key, torch.Tensor]] = list(build.steps.items())
         self._start = build.episodes["start"]
         self._start_np = np.ascontiguousarray(self._start.numpy())
@@ -97,7 +112,8 @@ class DatasetStorage(ReadOnlyStorage):
         """Transparent huge pages for the files every batch reads at random rows, when they fit in the
         memory available (they end up cached whole): fewer TLB misses per row. Not for larger builds,
         where a fault would read 2 MiB of the file for one row."""
-        columns = [column for _, column, _ in self._obs] + [column for _, column in self._unpacked_np]
+        columns = [column for _, column, _ in self._obs if isinstance(column, np.ndarray)]
+        columns += [column for _, column in self._unpacked_np]
         if self._packed is not None:
             columns.append(self._packed.records)
         available, total = available_memory()
@@ -106,15 +122,22 @@ class DatasetStorage(ReadOnlyStorage):
         for column in columns:
             huge_pages(column)
 
-    def __reduce__(self) -> tuple[Any, tuple[str, str | None, bool]]:
+    def __reduce__(self) -> tuple[Any, tuple[str, str | None, bool, str | None]]:
         # Pickled by reference (path + fingerprint), never by value: a buffer over a 10 GB build
         # reaches DataLoader workers, Ray actors and preprocess workers as a few hundred bytes,
         # and each process maps the files itself (the build must be on a filesystem it sees).
         # An in-memory storage is copied into RAM again by each receiving process (its own check).
-        return reopen_build, (str(self.path), self.manifest.get("fingerprint"), self.in_memory)
+        device = None if self.decode_device is None else str(self.decode_device)
+        return reopen_build, (str(self.path), self.manifest.get("fingerprint"), self.in_memory, device)
 
     def __len__(self) -> int:
         return self._len
+
+    def _decoded(self, column: FrameColumn, rows: np.ndarray) -> torch.Tensor:
+        """The frames of a compressed column at ``rows`` (any shape): decoded on ``decode_device`` if set."""
+        if self.decode_device is None:
+            return torch.from_numpy(column.take(rows))
+        return decode_on_device(column, rows, self.decode_device)
 
     def episode_index(self) -> EpisodeIndex:
         return self._index
@@ -151,7 +174,10 @@ class DatasetStorage(ReadOnlyStorage):
             hist_rows = (first[ordinal][:, None] + n_hist + times)[has]
         for key in keys:
             column = self._frames[key]
-            window = torch.index_select(column, 0, rows.reshape(-1)).reshape(*times.shape, *column.shape[1:])
+            if isinstance(column, FrameColumn):  # compressed: decode the window's frames only
+                window = self._decoded(column, rows.numpy())
+            else:
+                window = torch.index_select(column, 0, rows.reshape(-1)).reshape(*times.shape, *column.shape[1:])
             mask = ~before
             if key in with_history and before.any():
                 if hist_rows.numel():
@@ -328,6 +354,14 @@ class DatasetStorage(ReadOnlyStorage):
             at = _AT_T_AND_NEXT if lead is None else _AT_T_AND_NEXT.reshape((2,) + (1,) * len(lead))
             both = rows + episode + at
             for column, at_t, at_next, advise in plan.obs:
+                if type(column) is FrameColumn and self.decode_device is not None:
+                    frames = self._decoded(column, both if at_t and at_next else both[0] if at_t else both[1])
+                    if at_t and at_next:
+                        _set(root, at_t, frames[0])
+                        _set(nxt, at_next, frames[1])
+                    else:
+                        _set(root if at_t else nxt, at_t or at_next, frames)
+                    continue
                 if at_t and at_next:
                     if advise:
                         will_need(column, both)
@@ -389,7 +423,7 @@ class DatasetStorage(ReadOnlyStorage):
             at_t = name if key not in replaced else None
             at_next = name if shared_next and ("next", *key) not in replaced else None
             if at_t or at_next:
-                advise = column.ndim > 0 and column.strides[0] >= LARGE_ROW
+                advise = isinstance(column, np.ndarray) and column.ndim > 0 and column.strides[0] >= LARGE_ROW
                 obs.append((column, at_t, at_next, advise))
         unpacked = [
             (key, column, *_place(key), key in flag_keys)
@@ -436,13 +470,15 @@ class DatasetStorage(ReadOnlyStorage):
                 return torch.from_numpy(column.take(rows_np, axis=0))
         is_next = key[0] == "next"
         obs_key = key[1:] if is_next else key
-        for stored, column, shared_next in self._obs:
+        for stored, frame_column, shared_next in self._obs:
             if stored == obs_key and (shared_next or not is_next):
                 if episodes is None:
                     episodes = np.searchsorted(self._start_np, rows_np, side="right") - 1
                 frames = rows_np + episodes + int(is_next)
-                will_need(column, frames)  # large rows (camera frames): the kernel reads each run ahead
-                return torch.from_numpy(column.take(frames, axis=0))
+                if isinstance(frame_column, FrameColumn):
+                    return self._decoded(frame_column, frames)
+                will_need(frame_column, frames)  # large rows (camera frames): the kernel reads each run ahead
+                return torch.from_numpy(frame_column.take(frames, axis=0))
         value = self.get(torch.from_numpy(rows_np)).get(key, None)
         if value is None:
             raise KeyError(key)
@@ -472,6 +508,8 @@ class DatasetStorage(ReadOnlyStorage):
                 frame = rows + episodes
                 if after is not None:
                     frame += after
+                if isinstance(column, FrameColumn):
+                    return self._decoded(column, frame)
                 will_need(column, frame)
                 return torch.from_numpy(column.take(frame, axis=0))
         return super().gather_states(key, rows, after, episodes=episodes)
@@ -493,6 +531,7 @@ class DatasetStorage(ReadOnlyStorage):
 
     def __repr__(self) -> str:
         where = ", in_memory=True" if self.in_memory else ""
+        where += f", decode_device={str(self.decode_device)!r}" if self.decode_device is not None else ""
         return f"DatasetStorage({self.manifest.get('id')!r}, transitions={self._len}, path={str(self.path)!r}{where})"
 
 

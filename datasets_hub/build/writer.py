@@ -1,8 +1,9 @@
 """The writer of the on-disk build format (lean TED, docs/design/on-disk.md): :class:`LeanTEDWriter`.
 
 It appends loader chunks to the leaf files of a build's ``data/`` folder and returns the manifest's
-content; the layout itself (constants, paths, the manifest checksum) and the one reader,
-:func:`~datasets_hub.build.reader.open_build`, belong to :mod:`datasets_hub.build.format`.
+content; the layout itself (constants, paths, the manifest checksum) belongs to
+:mod:`datasets_hub.build.format`, the one reader (:func:`~datasets_hub.build.reader.open_build`) to
+:mod:`datasets_hub.build.reader`. This module holds one concept: the build writer.
 
 The writer knows nothing about any loader; chunks are checked against the TED contract as they
 arrive, and each leaf is appended to its own file, so memory use is bounded by one chunk.
@@ -22,11 +23,13 @@ import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.feature_stats import FeatureStats
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
-from datasets_hub.build.format import EPISODES, HISTORY, LEAF_SUFFIX, OBS, STEPS
+from datasets_hub.build.format import EPISODES, FRAMES, HISTORY, LEAF_SUFFIX, OBS, STEPS
+from datasets_hub.build.frames import FrameCodec, FrameColumn, FrameEncoder, image_layout
 from datasets_hub.build.memory import mapped_file, page_out
 from datasets_hub.build.packed_steps import RECORD_NAME, RecordLayout
-from datasets_hub.errors import TEDError
+from datasets_hub.errors import InvalidParameter, TEDError
 
 # -- the chunk keys the writer reads ------
 FLAG_KEYS = (("next", "terminated"), ("next", "truncated"))
@@ -167,6 +170,47 @@ class _LeafFile:
         return np.memmap(self.path, dtype=dtype, mode="r", shape=(self.rows, *self.row_shape))
 
 
+class _FrameFile:
+    """A compressed frame leaf being written (:mod:`datasets_hub.build.frames`): every row encoded on its own
+    into ``frames/<key>/blob``, its end offset into ``frames/<key>/offsets`` (which starts with a 0)."""
+
+    def __init__(self, data_dir: Path, key: Key, encoder: FrameEncoder, io: _BackgroundIO) -> None:
+        folder = data_dir.joinpath(FRAMES, *key)
+        self.key, self.encoder = key, encoder
+        self.blob = _LeafFile(folder / ("blob" + LEAF_SUFFIX), torch.uint8, (), io)
+        self.offsets = _LeafFile(folder / ("offsets" + LEAF_SUFFIX), torch.int64, (), io)
+        self.offsets.append(torch.zeros(1, dtype=torch.int64))
+        self.end = 0
+        self.rows = 0
+
+    def append(self, values: torch.Tensor) -> None:
+        blobs, lengths = self.encoder.encode_rows(_to_numpy(values))
+        ends = self.end + np.cumsum(lengths)
+        self.end = int(ends[-1]) if ends.size else self.end
+        self.blob.append(torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8))
+        self.offsets.append(torch.from_numpy(ends))
+        self.rows += values.shape[0]
+
+    def read_back(self) -> torch.Tensor:
+        """Every frame written so far, decoded."""
+        column = FrameColumn(
+            "/".join(self.key),
+            self.blob.read_back().numpy(),
+            self.offsets.read_back().numpy(),
+            self.encoder.codec.codec,
+            self.encoder.layout,
+            self.encoder.frame_shape,
+        )
+        return torch.from_numpy(column.take(np.arange(self.rows)))
+
+    def leaves(self) -> dict[tuple[str, Key], _LeafFile]:
+        return {(FRAMES, (*self.key, "blob")): self.blob, (FRAMES, (*self.key, "offsets")): self.offsets}
+
+    def close(self) -> None:
+        self.blob.close()
+        self.offsets.close()
+
+
 class LeanTEDWriter:
     """Append TED chunks (see :mod:`datasets_hub.loader`) to ``data_dir``; ``finish()`` seals it.
 
@@ -175,8 +219,11 @@ class LeanTEDWriter:
     Violations raise :class:`TEDError` naming the key and what differs.
     """
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, frames: FrameCodec | None = None) -> None:
         self.data_dir = Path(data_dir)
+        # camera keys (uint8 images, see frames.image_layout) are encoded row by row with this codec
+        self.frames = frames if frames is not None and frames.compressed else None
+        self.frame_files: dict[Key, _FrameFile] = {}
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.files: dict[tuple[str, Key], _LeafFile] = {}
         self._io = _BackgroundIO()
@@ -192,6 +239,11 @@ class LeanTEDWriter:
         self._seen_ids: set[int] = set()
         self._schema: dict[Key, tuple[torch.dtype, tuple[int, ...]]] = {}  # from the first chunk
         self.history_rows = 0
+        self.feature_stats = FeatureStats()  # per-key statistics, in the same pass as the writes
+        # computed in a thread of their own, beside the loader and the writes (numpy and torch release
+        # the GIL in their loops); one chunk in flight at most, so memory stays bounded
+        self._stats_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="datasets_hub-build-stats")
+        self._stats_pending: Future | None = None
 
     # -- schema -------------------------------------------------------------------------------
     def _classify(self, chunk: TensorDictBase) -> None:
@@ -227,6 +279,21 @@ class LeanTEDWriter:
                     f"{key_to_str(key)!r} and {key_to_str(('next', *key))!r} differ in dtype/shape "
                     f"({self._schema[key]} vs {self._schema[('next', *key)]}); they must match"
                 )
+        if self.frames is not None:
+            for key in self.obs_keys:
+                dtype, shape = self._schema[key]
+                layout = image_layout(dtype, shape)
+                if layout is not None:
+                    encoder = FrameEncoder(self.frames, layout, shape)
+                    self.frame_files[key] = _FrameFile(self.data_dir, key, encoder, self._io)
+            if not self.frame_files:  # asked for, and nothing to honour it on: never ignored silently
+                found = {key_to_str(k): f"{str(self._schema[k][0]).replace('torch.', '')} {list(self._schema[k][1])}"
+                         for k in self.obs_keys}  # fmt: skip
+                raise InvalidParameter(
+                    f"frames={self.frames.codec!r}: this dataset has no camera key to store compressed (an "
+                    "observation-like uint8 image [H, W], [H, W, 1|3] or [1|3, H, W], at least 8 pixels a side); its "
+                    f"observation-like keys are {found}. Load it without frames= (or frames='raw')"
+                )
 
     def _check_schema(self, chunk: TensorDictBase) -> None:
         keys = {as_key(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
@@ -242,7 +309,9 @@ class LeanTEDWriter:
                     f"but was {dtype} {shape} in the first chunk"
                 )
 
-    def _file(self, group: str, key: Key) -> _LeafFile:
+    def _file(self, group: str, key: Key) -> _LeafFile | _FrameFile:
+        if group == OBS and key in self.frame_files:
+            return self.frame_files[key]
         handle = self.files.get((group, key))
         if handle is None:
             source_key = ("next", *key[1:]) if group == STEPS and key[0] == "next" else key
@@ -285,6 +354,7 @@ class LeanTEDWriter:
         self.flag_counts["truncated"] += int((truncated[ends] & ~terminated[ends]).sum())
         self.flag_counts["unflagged_end"] += int((~done[ends]).sum())
 
+        self._queue_stats(chunk)
         ep_local = torch.repeat_interleave(torch.arange(local.num_episodes), local.length)
         obs_rows = torch.arange(n) + ep_local  # where each time-t value lands in the T+1 layout
         final_rows = ends + torch.arange(local.num_episodes) + 1
@@ -317,6 +387,20 @@ class LeanTEDWriter:
         self.episode_ids.append(ids)
         self.episode_returns.append(returns)
         self.num_transitions += n
+
+    def _queue_stats(self, chunk: TensorDictBase) -> None:
+        if self._stats_pending is not None:
+            self._stats_pending.result()  # re-raises its error
+        self._stats_pending = self._stats_thread.submit(self._stats_of, chunk)
+
+    def _stats_of(self, chunk: TensorDictBase) -> None:
+        """The statistics of a chunk, then its memory-mapped frames dropped from memory again: the
+        statistics may read them after the writes did (the build's RSS stays one chunk of frames)."""
+        self.feature_stats.update(chunk)
+        for key in self.obs_keys:
+            for value in (chunk.get(key), chunk.get(("next", *key))):
+                if value.device.type == "cpu" and value.is_contiguous():
+                    _release(_to_numpy(value))
 
     def _write_history(self, history: TensorDictBase) -> None:
         """Append history rows (already checked by :func:`_split_history`): the root values of the
@@ -378,6 +462,10 @@ class LeanTEDWriter:
             )
             self.files[(EPISODES, (name,))].append(values)
         packed = self._write_packed(starts.numpy())
+        for frame_file in self.frame_files.values():
+            self.files.update(frame_file.leaves())
+        if self._stats_pending is not None:
+            self._stats_pending.result()
         self.close()
         tree: dict[str, Any] = {}
         for (group, key), handle in self.files.items():
@@ -391,6 +479,18 @@ class LeanTEDWriter:
         summary = self._summary(lengths, returns)
         if packed is not None:
             summary["layout"]["packed"] = packed.to_json()
+        if self.frame_files:  # format 3: compressed frame leaves (datasets_hub.build.frames)
+            summary["layout"]["frames"] = {
+                key_to_str(key): {
+                    "codec": f.encoder.codec.codec,
+                    "quality": f.encoder.codec.quality,
+                    "layout": f.encoder.layout,
+                    "dtype": "uint8",
+                    "shape": list(f.encoder.frame_shape),
+                }
+                for key, f in self.frame_files.items()
+            }
+            summary["stats"]["frames"] = {key_to_str(key): f.encoder.stats() for key, f in self.frame_files.items()}
         return summary
 
     def _write_packed(self, starts: np.ndarray, block: int = 1 << 20) -> RecordLayout | None:
@@ -423,10 +523,13 @@ class LeanTEDWriter:
     def close(self) -> None:
         """Finish every queued write and close the files (also after a failed build)."""
         try:
+            self._stats_thread.shutdown(wait=True)
             self._io.close()
         finally:
             for handle in self.files.values():
                 handle.close()
+            for frame_file in self.frame_files.values():
+                frame_file.close()
 
     def abort(self) -> None:
         """Stop after a failure: wait for the IO thread, ignore its errors, close the files."""
@@ -468,7 +571,11 @@ class LeanTEDWriter:
                 "next_stored_per_step": [key_to_str(k) for k in self.split_next],
                 **({"history": [key_to_str(k) for k in self.obs_keys]} if self.history_rows else {}),
             },
-            "stats": {"episode_return": describe(returns), "episode_length": describe(lengths)},
+            "stats": {
+                "episode_return": describe(returns),
+                "episode_length": describe(lengths),
+                "features": self.feature_stats.result(),
+            },
         }
 
 

@@ -120,8 +120,9 @@ def builds_of(dataset_id: str) -> list[Path]:
     )
 
 
-def catalogue_build(dataset_id: str, params: dict[str, Any] | None = None) -> tuple[Any, Any, Path]:
-    """``(spec, loader, build path)`` of ``dataset_id`` with ``params`` over the catalogue's."""
+def catalogue_build(dataset_id: str, params: dict[str, Any] | None = None, frames: Any = None) -> tuple[Any, Any, Path]:
+    """``(spec, loader, build path)`` of ``dataset_id`` with ``params`` over the catalogue's (``frames``: the
+    build's :class:`~datasets_hub.build.frames.FrameCodec`, default raw)."""
     from datasets_hub.build.pipeline import build_path
     from datasets_hub.catalogue import resolve
     from datasets_hub.plugins import get_loader
@@ -129,7 +130,7 @@ def catalogue_build(dataset_id: str, params: dict[str, Any] | None = None) -> tu
     spec = resolve(dataset_id, **(params or {}))
     loader = get_loader(spec.loader)
     loader.check_params(spec)
-    return spec, loader, build_path(spec, loader)
+    return spec, loader, build_path(spec, loader, frames)
 
 
 # ------------------------------------------------------------------------------------------ remove

@@ -179,8 +179,14 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
     if not isinstance(dataset_id, str) or not isinstance(params, dict):
         result.problems.append(f"{build / MANIFEST}: no id/params; the manifest is not a datasets_hub build manifest")
         return
+    recorded = manifest.get("frames")  # a compressed build's codec enters its fingerprint
+    frames = None
+    if isinstance(recorded, dict) and recorded.get("codec") in ("jpeg", "png"):
+        from datasets_hub.build.frames import FrameCodec
+
+        frames = FrameCodec(recorded["codec"], recorded.get("quality"))
     try:
-        _spec, loader, expected = catalogue_build(dataset_id, params)
+        _spec, loader, expected = catalogue_build(dataset_id, params, frames)
     except HubError as exc:  # loader not installed, id only registered in another process…
         result.notes.append(f"{build}: fingerprint not recomputed ({exc})")
         return

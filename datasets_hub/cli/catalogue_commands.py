@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.cli.common import PROG, add_param, note, out, params_of, table
+from datasets_hub.cli.common import PROG, add_frames, add_param, frames_of, note, out, params_of, table
 from datasets_hub.errors import HubError, UnknownLoader, did_you_mean
 
 
@@ -27,6 +27,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("info", help="the dataset card")
     p.add_argument("id")
     add_param(p)
+    add_frames(p)
     p.add_argument("--json", action="store_true", help="print the card as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw episode return and length histograms (needs matplotlib)")
     p.set_defaults(func=cmd_info)
@@ -137,6 +138,7 @@ def _card(info: Any) -> dict[str, Any]:
         "build_path": str(info.build_path) if info.build_path else None,
         "raw_bytes": info.raw_bytes,
         "built_bytes": info.built_bytes,
+        "feature_stats": info.feature_stats,
         "sample_keys": info.sample_keys,
         "spaces": info.spaces,
         "manifest": info.manifest,
@@ -152,6 +154,45 @@ def _fmt_stats(stats: dict[str, Any]) -> str:
     )
 
 
+def _fmt_values(values: Any, most: int = 4) -> str:
+    """``0.1 -2.3 4.5 ... (17)``: a statistic's values, flattened, at most ``most`` shown."""
+    flat: list[Any] = []
+    stack = [values]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        else:
+            flat.append(item)
+    shown = " ".join("nan" if v is None else f"{v:.4g}" for v in flat[:most])
+    return shown + (f" ... ({len(flat)})" if len(flat) > most else "")
+
+
+def _feature_rows(features: dict[str, Any] | None) -> list[str]:
+    """The ``info`` lines of the per-key statistics (or why there are none)."""
+    if features is None:
+        return ["  feature stats   - (built before statistics were recorded: download it again with --force)"]
+    exact = all(not entry.get("q_rel_error") for entry in features.values())
+    lines = [
+        "  feature stats   (per element; images per channel; q01/q99 "
+        + ("exact)" if exact else "exact, or within 0.4% where marked ~)")
+    ]
+    rows = []
+    for key, entry in sorted(features.items()):
+        mark = "~" if entry.get("q_rel_error") else ""
+        rows.append(
+            (
+                key,
+                str(entry.get("shape")),
+                *(_fmt_values(entry.get(name)) for name in ("mean", "std", "min", "max")),
+                mark + _fmt_values(entry.get("q01")),
+                mark + _fmt_values(entry.get("q99")),
+            )
+        )
+    lines += ["    " + line for line in table(("key", "shape", "mean", "std", "min", "max", "q01", "q99"), rows)]
+    return lines
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -162,7 +203,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from datasets_hub.hub import info as hub_info
 
     catalogue_build(args.id, params_of(args))  # checks the params with the loader (hub.info does not, yet)
-    card = hub_info(args.id, **params_of(args))
+    card = hub_info(args.id, **frames_of(args), **params_of(args))
     # before a download: the catalogue's sizes, else the server's (HEAD, cached); never an error offline
     sizes = resource_sizes(
         card.resources,
@@ -226,6 +267,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     )
     row("episode return", _fmt_stats(card.stats.get("episode_return", {})))
     row("episode length", _fmt_stats(card.stats.get("episode_length", {})))
+    for key, f in sorted(card.frames.items()):  # compressed camera keys: codec, bytes, loss
+        psnr = f.get("psnr_db")
+        loss = "exact" if psnr is None else f"PSNR {psnr.get('mean')} dB mean, {psnr.get('min')} min"
+        quality = f" q{f['quality']}" if f.get("quality") is not None else ""
+        row(
+            "frames",
+            f"{key}: {f.get('codec')}{quality}, {human_bytes(f.get('bytes', 0))} "
+            f"(decoded {human_bytes(f.get('decoded_bytes', 0))}), {loss}",
+        )
+    lines += _feature_rows(card.feature_stats)
     lines.append("  sample (one transition; a batch of B adds a leading B)")
     sample_rows = [(name, spec["dtype"], tuple(spec["shape"])) for name, spec in card.sample_keys.items()]
     lines += ["    " + line for line in table(("key", "dtype", "shape"), sample_rows)]

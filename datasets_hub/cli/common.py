@@ -22,10 +22,29 @@ def parse_param(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"--param takes key=value (e.g. steps=300), got {text!r}")
+    too_deep = argparse.ArgumentTypeError(
+        f"--param {key}=… is nested more than {MAX_PARAM_DEPTH} levels deep; no dataset parameter is"
+    )
     try:
-        return key, json.loads(value)
+        parsed = json.loads(value)
     except ValueError:
         return key, value
+    except RecursionError:  # nested deeper than the parser's stack
+        raise too_deep from None
+    if _depth(parsed) > MAX_PARAM_DEPTH:
+        raise too_deep
+    return key, parsed
+
+
+MAX_PARAM_DEPTH = 32  # lists and objects in one --param value: far beyond any loader's parameter
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    """How deeply lists and dicts nest in ``value`` (stops counting past :data:`MAX_PARAM_DEPTH`)."""
+    if level > MAX_PARAM_DEPTH or not isinstance(value, (list, dict)):
+        return level
+    items = value.values() if isinstance(value, dict) else value
+    return max((_depth(v, level + 1) for v in items), default=level + 1)
 
 
 def params_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -43,6 +62,22 @@ def add_param(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a catalogue parameter (value parsed as JSON when possible); repeatable",
     )
+
+
+def add_frames(p: argparse.ArgumentParser) -> None:
+    """Give a command ``--frames`` and ``--frame-quality`` (how camera frames are stored, as ``load``'s)."""
+    p.add_argument(
+        "--frames",
+        choices=["auto", "raw", "jpeg", "png"],
+        help="store camera frames raw, as JPEG or PNG per frame (default auto: raw up to 16 GiB decoded, JPEG above)",
+    )
+    p.add_argument("--frame-quality", type=int, metavar="1-100", help="JPEG quality (default 90)")
+
+
+def frames_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--frames``/``--frame-quality`` of a parsed command line, as ``load`` keywords (none when unset)."""
+    chosen = {"frames": getattr(args, "frames", None), "frame_quality": getattr(args, "frame_quality", None)}
+    return {k: v for k, v in chosen.items() if v is not None}
 
 
 def width() -> int:
@@ -63,8 +98,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, truncate_las
 
 
 def out(lines: str | Sequence[str] = "") -> None:
-    """Print one string, or lines (an empty sequence prints nothing but a newline)."""
-    print(lines if isinstance(lines, str) else "\n".join(lines))
+    """Print one string, or lines (an empty sequence prints nothing but a newline), credentials redacted:
+    an id given as a URL with a password (``http://user:pw@host/…``) is echoed without it."""
+    from datasets_hub.redact import redact_text
+
+    print(redact_text(lines if isinstance(lines, str) else "\n".join(lines)))
 
 
 def err(message: object) -> None:

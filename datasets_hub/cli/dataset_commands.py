@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from datasets_hub.cli.common import PROG, add_param, err, out, params_of, table
+from datasets_hub.cli.common import PROG, add_frames, add_param, err, frames_of, out, params_of, table
 from datasets_hub.errors import HubError, InvalidParameter
 
 
@@ -15,6 +15,7 @@ def register(sub: Any) -> None:
     p.add_argument("ids", nargs="+", metavar="ID")
     p.add_argument("--force", action="store_true", help="rebuild even if a build exists")
     add_param(p)
+    add_frames(p)
     p.set_defaults(func=cmd_download)
 
     p = sub.add_parser("verify", help="rehash raw files and the build against their recorded checksums")
@@ -50,7 +51,7 @@ def cmd_download(args: argparse.Namespace) -> int:
     failures = 0
     for dataset_id in args.ids:
         try:
-            path = download(dataset_id, force=args.force, **params_of(args))
+            path = download(dataset_id, force=args.force, **frames_of(args), **params_of(args))
         except HubError as exc:
             if len(args.ids) == 1:
                 raise

@@ -31,8 +31,8 @@ def register(sub: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from datasets_hub.remote.publish import export
 
-    if not args.chunk_mb > 0:
-        raise InvalidParameter(f"--chunk-mb must be positive, got {args.chunk_mb}")
+    if not 0 < args.chunk_mb <= 1024:  # also refuses nan and inf
+        raise InvalidParameter(f"--chunk-mb must be a number of MB above 0 and at most 1024, got {args.chunk_mb}")
     folder = export(
         args.id,
         args.dir,

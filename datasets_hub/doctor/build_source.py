@@ -48,6 +48,7 @@ def _chosen_episodes(length: np.ndarray, max_rows: int, seed: int) -> tuple[np.n
 
 def read_build(path: str | Path, *, max_rows: int, seed: int = 0) -> SourceRead:
     """The build at ``path`` as a :class:`SourceRead` (``kind="build"``)."""
+    from datasets_hub.build.frames import FrameColumn
     from datasets_hub.build.reader import open_build
 
     build = open_build(path)
@@ -64,6 +65,11 @@ def read_build(path: str | Path, *, max_rows: int, seed: int = 0) -> SourceRead:
     table = StepTable(episode=np.repeat(ids[chosen], lens), step=within)
     for key, column in build.obs.items():
         name = _name(key)
+        if isinstance(column, FrameColumn):  # compressed camera frames: decode only the sampled ones
+            if total:
+                picks = obs_rows[np.linspace(0, total - 1, min(FRAMES, total)).astype(np.int64)]
+                table.frames[name] = column.take(picks)
+            continue
         per_row = int(np.prod(column.shape[1:], dtype=np.int64))
         if per_row > LOW_DIM or (column.dtype.is_floating_point is False and len(column.shape) >= 3):
             if total:

@@ -188,11 +188,13 @@ def source_key(resource: Resource) -> str:
     URL), else ``url-<16 hex>`` hashed from the first URL with credentials and signatures removed
     (:func:`datasets_hub.redact.redact_url`: a presigned URL's changing signature or a password is
     not part of what the file is). Never the basename alone: two URLs ending in ``data.hdf5`` are
-    two files.
+    two files. A resource's ``identity`` (a local file's inode and mtime) enters the URL's hash: a file
+    rewritten in place is another source.
     """
     if resource.sha256:
         return "sha-" + resource.sha256.lower()[:16]
-    return "url-" + hashlib.sha256(redact_url(resource.urls[0]).encode()).hexdigest()[:16]
+    seed = redact_url(resource.urls[0]) + (f"\n{resource.identity}" if resource.identity else "")
+    return "url-" + hashlib.sha256(seed.encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------- sidecar

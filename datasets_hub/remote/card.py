@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+
 # licence names as catalogues write them -> Hugging Face licence identifiers
 _HF_LICENSES = {
     "mit": "mit",
@@ -56,6 +58,30 @@ def _histogram(values: list[float], bins: int = 10, width: int = 40) -> list[str
         left = low + span * i / bins
         lines.append(f"{left:>12.4g} | {'#' * round(width * count / top) if top else ''} {count}")
     return lines
+
+
+def _feature_table(features: Any) -> list[str]:
+    """The card's per-key statistics (recorded while building; absent in older builds)."""
+    if not isinstance(features, dict) or not features:
+        return []
+
+    def cell(values: Any) -> str:
+        flat = np.asarray(values, dtype=np.float64).reshape(-1)
+        shown = ", ".join(f"{v:.4g}" for v in flat[:6])
+        return f"[{shown}{', ...' if flat.size > 6 else ''}]"
+
+    lines = [
+        "## Feature statistics",
+        "",
+        "Per element (images: per channel); q01/q99 exact where `q_rel_error` is 0, else within that relative error.",
+        "",
+        "| key | mean | std | min | max | q01 | q99 | q_rel_error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, entry in sorted(features.items()):
+        columns = [cell(entry.get(name, [])) for name in ("mean", "std", "min", "max", "q01", "q99")]
+        lines.append(f"| `{key}` | " + " | ".join(columns) + f" | {entry.get('q_rel_error', '')} |")
+    return [*lines, ""]
 
 
 def render_card(manifest: dict[str, Any], published: dict[str, Any], episode_returns: list[float] | None = None) -> str:
@@ -118,6 +144,29 @@ def render_card(manifest: dict[str, Any], published: dict[str, Any], episode_ret
     lines = _histogram(episode_returns or [])
     if lines:
         body += ["## Episode returns", "", "```", *lines, "```", ""]
+    frames = stats.get("frames") or {}
+    if frames:  # compressed camera keys (datasets_hub/build/frames.py): what was lost, and what it saved
+        body += [
+            "## Compressed frames",
+            "",
+            (
+                "Each frame of these keys is stored as an image of its own and decoded when sampled. PSNR is "
+                "measured against the frames the loader handed over, on every 16th frame."
+            ),
+            "",
+            "| key | codec | quality | stored bytes | decoded bytes | PSNR mean / min (dB) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for key, f in sorted(frames.items()):
+            quality = "" if f.get("quality") is None else f["quality"]
+            psnr = f.get("psnr_db")
+            shown = "exact" if psnr is None else f"{psnr.get('mean')} / {psnr.get('min')}"
+            body.append(
+                f"| `{key}` | {f.get('codec')} | {quality} | {f.get('bytes', 0):,} | {f.get('decoded_bytes', 0):,} | "
+                f"{shown} |"
+            )
+        body.append("")
+    body += _feature_table(stats.get("features"))
     body += ["## Schema (stored leaves)", "", "| leaf | dtype | shape | rows |", "|---|---|---|---|"]
     for name, spec in sorted(manifest.get("schema", {}).items()):
         body.append(f"| `{name}` | {spec.get('dtype')} | {tuple(spec.get('shape', []))} | {spec.get('rows'):,} |")

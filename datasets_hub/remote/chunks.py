@@ -37,9 +37,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from datasets_hub.build.format import EPISODES, HISTORY, leaf_path
+from datasets_hub.build.format import EPISODES, FRAMES, HISTORY, leaf_path
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
-from datasets_hub.files import write_bytes_atomic
+from datasets_hub.files import open_rw_nofollow, real_dirs, write_bytes_atomic
 from datasets_hub.remote.files import RemoteFolder
 from datasets_hub.remote.format import PUBLISHED, numpy_dtype, require_zarr
 
@@ -70,8 +70,11 @@ def row_bytes_of(spec: dict[str, Any]) -> int:
 
 def always_resident(name: str) -> bool:
     """Leaves fetched whole when a copy is opened and never evicted: the episode index (samplers need all
-    of it) and history frames (a few per episode at most)."""
-    return name.startswith((EPISODES + "/", HISTORY + "/"))
+    of it), history frames (a few per episode at most) and the offsets of compressed frames (8 bytes a
+    frame: a read must know which bytes of the blob hold its frames before it can fetch them)."""
+    return name.startswith((EPISODES + "/", HISTORY + "/")) or (
+        name.startswith(FRAMES + "/") and name.endswith("/offsets")
+    )
 
 
 class Chunks:
@@ -107,9 +110,11 @@ class Chunks:
         self._used: dict[str, np.ndarray] = {}
         self._tick = 0
         for name, spec in self.arrays.items():
-            self.maps[name] = np.memmap(
-                map_path(path, name), dtype=np.uint8, mode="r+", shape=(max(1, int(spec["chunks"])),)
-            )
+            residency = map_path(path, name)
+            real_dirs(path, residency.parent)  # refuses a symlinked folder on the way (and the leaf's, below)
+            real_dirs(path, leaf_path(path, name).parent)
+            with open_rw_nofollow(residency) as handle:  # a planted link is refused, never written through
+                self.maps[name] = np.memmap(handle, dtype=np.uint8, mode="r+", shape=(max(1, int(spec["chunks"])),))
             self._views[name] = self.maps[name].view(np.ndarray)
             self._used[name] = np.zeros(max(1, int(spec["chunks"])), np.int64)
             self.row_bytes[name] = row_bytes_of(spec)
@@ -131,7 +136,7 @@ class Chunks:
         self._pid = os.getpid()
         self._thread_lock = threading.RLock()
         self._decode_lock = threading.Lock()
-        self._lock_fd = os.open(self.path / "residency.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock_fd = os.open(self.path / "residency.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
 
     @contextlib.contextmanager
     def locked(self, exclusive: bool) -> Iterator[None]:
@@ -232,14 +237,44 @@ class Chunks:
         meta_path = f"data.zarr/{name}/zarr.json"
         meta = self._local_metadata(name)
         if meta is None:
-            self.keep_metadata(meta_path, self.folder.read(meta_path))
+            self.keep_metadata(meta_path, self.folder.read(meta_path, self._declared_bytes(meta_path)))
             meta = self._local_metadata(name)
         meta = self._verified(meta_path, meta or b"")
         self._prototype = default_buffer_prototype()
         contents: dict[str, Any] = {"zarr.json": self._prototype.buffer.from_bytes(meta)}
-        array = zarr.open_array(MemoryStore(contents), mode="r")
+        try:
+            array = zarr.open_array(MemoryStore(contents), mode="r")
+        except Exception as exc:  # noqa: BLE001 - zarr's errors on bad metadata vary: one clear refusal
+            raise CacheError(
+                f"{self.folder.shown}: {meta_path} is not zarr v3 array metadata ({type(exc).__name__}: {exc}); "
+                "export the build again"
+            ) from None
+        self._check_layout(name, array)
         self._decoders[name] = (array, contents)
         return array, contents
+
+    def _check_layout(self, name: str, array: Any) -> None:
+        """Refuse a leaf whose publishing record disagrees with its hash-checked zarr metadata: rows would be
+        read at the wrong offsets (zeros, or other rows) without a word."""
+        spec = self.arrays[name]
+        rows, shape = int(spec["rows"]), tuple(int(d) for d in spec["shape"])
+        want_chunks = (int(spec["chunk_rows"]) if rows else 1, *shape)
+        got = {"shape": tuple(array.shape), "chunks": tuple(array.chunks), "dtype": str(array.dtype)}
+        want = {"shape": (rows, *shape), "chunks": want_chunks, "dtype": str(numpy_dtype(spec["dtype"]))}
+        wrong = [k for k in want if got[k] != want[k]]
+        if wrong:
+            raise CacheError(
+                f"{self.folder.shown}: the published build is inconsistent: {PUBLISHED} says leaf {name!r} has "
+                + ", ".join(f"{k} {want[k]}" for k in wrong)
+                + ", its sha256-checked zarr metadata says "
+                + ", ".join(f"{k} {got[k]}" for k in wrong)
+                + "; nothing was served: export the build again"
+            )
+
+    def check_layouts(self) -> None:
+        """Check every leaf's zarr metadata against the publishing record (see :meth:`_check_layout`)."""
+        for name in self.arrays:
+            self._decoder(name)
 
     def _metadata_path(self, name: str) -> Path:
         return self.path / "zarr-meta" / (name.replace("/", "__") + ".json")
@@ -255,8 +290,14 @@ class Chunks:
         name = relpath[len("data.zarr/") : -len("/zarr.json")]
         self._verified(relpath, data)
         target = self._metadata_path(name)
-        target.parent.mkdir(exist_ok=True)
+        real_dirs(self.path, target.parent)
         write_bytes_atomic(target, data)
+
+    def _declared_bytes(self, relpath: str) -> int | None:
+        """The size the publishing record gives ``relpath``: no read accepts more (None for a file it does not
+        list, which :meth:`_verified` refuses by name)."""
+        entry = self.files.get(relpath)
+        return int(entry["bytes"]) if entry is not None else None
 
     def _verified(self, relpath: str, data: bytes) -> bytes:
         expected = self.files.get(relpath)
@@ -401,7 +442,8 @@ class Chunks:
         for _ in range(FETCH_TRIES):
             if not pending:
                 break
-            got = self.folder.read_many(list(pending))
+            limits = {p: size for p in pending if (size := self._declared_bytes(p)) is not None}
+            got = self.folder.read_many(list(pending), limits)
             for relpath, data in got.items():
                 if relpath not in pending:
                     continue

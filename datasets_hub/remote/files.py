@@ -1,9 +1,11 @@
 """The files of a published build, read through fsspec (see :mod:`datasets_hub.remote.open_url`).
 
 One :class:`RemoteFolder` per URL: ``hf://`` through huggingface_hub's ``HfFileSystem`` (it honours
-``HF_ENDPOINT``), ``http(s)://`` through fsspec's HTTP filesystem (aiohttp), ``s3://`` through ``s3fs``,
-``file://`` through the local filesystem. Every failure is a :class:`DownloadError` naming the file and
-the URL without its secrets; ``DATASETS_HUB_OFFLINE=1`` refuses every read.
+``HF_ENDPOINT``), ``http(s)://`` by :mod:`datasets_hub.remote.http_reads` (aiohttp, under the download
+layer's size caps, minimum rate and deadline), ``s3://`` through ``s3fs``, ``file://`` through the local
+filesystem. No file is accepted past the size its publishing record gives. Every failure is a
+:class:`DownloadError` naming the file and the URL without its secrets (the backend's exception, which
+holds the whole URL, is not chained); ``DATASETS_HUB_OFFLINE=1`` refuses every read.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from datasets_hub import env
 from datasets_hub.errors import DownloadError, InvalidParameter, MissingDependency
-from datasets_hub.redact import strip_url
+from datasets_hub.redact import redact_text, strip_url
+from datasets_hub.remote.format import PUBLISHED
+from datasets_hub.remote.http_reads import MAX_UNLISTED_BYTES, HttpFiles
 
 REMOTE_SCHEMES = ("hf://", "http://", "https://", "s3://", "file://")
 
@@ -37,6 +42,8 @@ class RemoteFolder:
         self.shown = strip_url(url)
         self._fs, self.root = _filesystem(url)
         self._pid = os.getpid()
+        # http(s): read under the download layer's rules (size caps, minimum rate, deadline)
+        self._http = HttpFiles(self.root, self.shown) if url.startswith(("http://", "https://")) else None
 
     @property
     def fs(self) -> Any:
@@ -50,37 +57,77 @@ class RemoteFolder:
     def path(self, relpath: str) -> str:
         return f"{self.root.rstrip('/')}/{relpath}"
 
-    def read(self, relpath: str) -> bytes:
+    def read(self, relpath: str, max_bytes: int | None = None) -> bytes:
+        """The bytes of ``relpath``; more than ``max_bytes`` (the size its publishing record gives; default
+        :data:`~datasets_hub.remote.http_reads.MAX_UNLISTED_BYTES`) is a :class:`DownloadError`. Over
+        http(s) the body is never read past that size, and reads follow the download rules
+        (:mod:`datasets_hub.remote.http_reads`)."""
         if env.offline():
             raise DownloadError(
                 f"{self.shown}/{relpath} is needed but DATASETS_HUB_OFFLINE=1: load it once with the network on "
                 "(resident='full' keeps a complete copy), or unset DATASETS_HUB_OFFLINE"
             )
         try:
-            return bytes(self.fs.cat_file(self.path(relpath)))
-        except FileNotFoundError as exc:
+            if self._http is not None:
+                return self._http.read(relpath, max_bytes)
+            return self._capped(relpath, bytes(self.fs.cat_file(self.path(relpath))), max_bytes)
+        except FileNotFoundError:
+            # not chained: fsspec's error holds the whole URL, password and signature included
             raise DownloadError(
                 f"{self.shown}/{relpath} does not exist: is {self.shown} a build published by `datasets-hub export`?"
-            ) from exc
-        except Exception as exc:
-            raise DownloadError(f"could not read {self.shown}/{relpath}: {type(exc).__name__}: {exc}") from exc
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - every backend's failure becomes one DownloadError
+            raise self._failure(relpath, exc) from None
 
-    def read_many(self, relpaths: list[str]) -> dict[str, bytes | Exception]:
-        """Fetch several files concurrently (one fsspec call); errors are returned per file, not raised."""
+    def _failure(self, relpath: str, exc: BaseException) -> DownloadError:
+        """A :class:`DownloadError` for a failed read, with every URL in the backend's message redacted (the
+        original is not chained: a traceback would show its text, secrets included)."""
+        if isinstance(exc, DownloadError):
+            return exc
+        if isinstance(exc, FileNotFoundError):
+            return DownloadError(f"{self.shown}/{relpath} does not exist (a file {PUBLISHED} lists)")
+        text = redact_text(str(exc)).replace(self.url, self.shown)
+        return DownloadError(f"could not read {self.shown}/{relpath}: {type(exc).__name__}: {text}")
+
+    def _capped(self, relpath: str, data: bytes, max_bytes: int | None) -> bytes:
+        limit = MAX_UNLISTED_BYTES if max_bytes is None else max_bytes
+        if len(data) > limit:
+            raise DownloadError(
+                f"{self.shown}/{relpath} holds {len(data):,} bytes, more than the {limit:,} its publishing record allows"
+            )
+        return data
+
+    def read_many(self, relpaths: list[str], limits: Mapping[str, int] | None = None) -> dict[str, bytes | Exception]:
+        """Fetch several files concurrently, each capped at its ``limits`` entry (as :meth:`read`); errors are
+        returned per file, not raised."""
+        limits = limits or {}
         if len(relpaths) == 1:
             try:
-                return {relpaths[0]: self.read(relpaths[0])}
+                return {relpaths[0]: self.read(relpaths[0], limits.get(relpaths[0]))}
             except DownloadError as exc:
                 return {relpaths[0]: exc}
         if env.offline():
             refused: Exception = DownloadError(f"chunks of {self.shown} are needed but DATASETS_HUB_OFFLINE=1")
             return dict.fromkeys(relpaths, refused)
+        if self._http is not None:
+            got_http = self._http.read_many(relpaths, limits)
+            return {p: self._failure(p, v) if isinstance(v, Exception) else v for p, v in got_http.items()}
         paths = {self.path(p): p for p in relpaths}
         try:
             got = self.fs.cat(list(paths), on_error="return")
         except Exception as exc:  # noqa: BLE001 - a backend that fails the whole call: reported per file
-            return dict.fromkeys(relpaths, exc)
-        return {paths.get(k, k): (v if isinstance(v, Exception) else bytes(v)) for k, v in got.items()}
+            return {p: self._failure(p, exc) for p in relpaths}
+        out: dict[str, bytes | Exception] = {}
+        for key, value in got.items():
+            relpath = paths.get(key, key)
+            if isinstance(value, Exception):
+                out[relpath] = self._failure(relpath, value)
+                continue
+            try:
+                out[relpath] = self._capped(relpath, bytes(value), limits.get(relpath))
+            except DownloadError as exc:
+                out[relpath] = exc
+        return out
 
 
 def _filesystem(url: str) -> tuple[Any, str]:
@@ -101,9 +148,7 @@ def _filesystem(url: str) -> tuple[Any, str]:
             raise InvalidParameter(f"{url!r}: a Hugging Face URL reads hf://datasets/<org>/<repo>[@revision]")
         return HfFileSystem(endpoint=env.hf_endpoint()), rest  # read at call time
     if url.startswith(("http://", "https://")):
-        if importlib.util.find_spec("aiohttp") is None:  # fsspec's HTTP filesystem needs it
-            raise MissingDependency("loading a build over HTTP needs aiohttp: pip install 'datasets-hub[remote]'")
-        return fsspec.filesystem("http", block_size=0), url.rstrip("/")
+        return None, url.rstrip("/")  # read by datasets_hub.remote.http_reads, under the download rules
     if url.startswith("s3://"):
         if importlib.util.find_spec("s3fs") is None:  # fsspec loads it by protocol
             raise MissingDependency("loading a build from S3 needs s3fs: pip install s3fs")

@@ -40,11 +40,11 @@ from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.cache.layout import cache_root, file_lock
 from datasets_hub.env import offline
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
-from datasets_hub.files import write_bytes_atomic
+from datasets_hub.files import open_nofollow, real_dirs, write_bytes_atomic
 from datasets_hub.redact import strip_url
 from datasets_hub.remote.chunks import Chunks, always_resident, map_path, row_bytes_of, sha256_bytes
 from datasets_hub.remote.files import REMOTE_SCHEMES, RemoteFolder, url_key
-from datasets_hub.remote.format import PUBLISHED, parse_published, require_zarr
+from datasets_hub.remote.format import MAX_PUBLISHED_BYTES, PUBLISHED, parse_published, require_zarr
 from datasets_hub.remote.storage import COMPLETE, ResidentStorage
 
 __all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "is_remote_url", "local_dir", "open_remote", "strip_url"]
@@ -83,7 +83,7 @@ def open_remote(
         return DatasetStorage(complete)
     require_zarr()
     folder = RemoteFolder(url)
-    published_bytes = folder.read(PUBLISHED)
+    published_bytes = folder.read(PUBLISHED, MAX_PUBLISHED_BYTES)
     published = parse_published(published_bytes, folder.shown)
     path = local_dir(url, sha256_bytes(published_bytes))
     _prepare(path, folder, published, published_bytes)
@@ -133,7 +133,7 @@ def _complete_copy(url: str) -> Path | None:
 def _prepare(path: Path, folder: RemoteFolder, published: dict, published_bytes: bytes) -> None:
     """Create the local copy's skeleton once (under a lock): manifest, sparse leaves, empty maps, episode
     index; then open it with ``open_build``, which checks it against the manifest, before it counts."""
-    path.mkdir(parents=True, exist_ok=True)
+    real_dirs(cache_root(), path)  # no symlinked folder on the way: every write below stays in the cache
     with file_lock(path.with_name(path.name + ".lock")):
         if (path / PUBLISHED).exists():
             return
@@ -145,12 +145,13 @@ def _prepare(path: Path, folder: RemoteFolder, published: dict, published_bytes:
             )
         for name, spec in published["arrays"].items():
             leaf = leaf_path(path, name)  # refuses a name that would leave the copy
-            leaf.parent.mkdir(parents=True, exist_ok=True)
-            with open(leaf, "wb") as handle:  # sparse: only fetched chunks take disk space
+            real_dirs(path, leaf.parent)
+            # never through a planted symlink (it would truncate the link's target, outside the cache)
+            with open_nofollow(leaf, "wb") as handle:  # sparse: only fetched chunks take disk space
                 handle.truncate(int(spec["rows"]) * row_bytes_of(spec))
             residency = map_path(path, name)
-            residency.parent.mkdir(parents=True, exist_ok=True)
-            with open(residency, "wb") as handle:
+            real_dirs(path, residency.parent)
+            with open_nofollow(residency, "wb") as handle:
                 handle.truncate(max(1, int(spec["chunks"])))
         write_bytes_atomic(path / MANIFEST, manifest_bytes)
         write_manifest_checksum(path)  # every later open checks the manifest against its published hash
@@ -158,10 +159,12 @@ def _prepare(path: Path, folder: RemoteFolder, published: dict, published_bytes:
         metadata_files = [f"data.zarr/{name}/zarr.json" for name in published["arrays"]]
         chunks = Chunks(path, folder, published)
         try:
-            for relpath, payload in folder.read_many(metadata_files).items():
+            limits = {p: int(published["files"][p]["bytes"]) for p in metadata_files if p in published["files"]}
+            for relpath, payload in folder.read_many(metadata_files, limits).items():
                 if isinstance(payload, BaseException):
-                    raise DownloadError(f"could not read {folder.shown}/{relpath}: {payload}") from payload
+                    raise payload  # a DownloadError naming the file, its URL redacted
                 chunks.keep_metadata(relpath, payload)
+            chunks.check_layouts()  # a record that disagrees with the arrays it describes serves wrong rows
             # the episode index (kilobytes) comes now: samplers need all of it before the first batch
             chunks.ensure(
                 {name: np.arange(spec["chunks"]) for name, spec in published["arrays"].items() if always_resident(name)}

@@ -61,6 +61,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.samplers import AnchorSampler, Sampler
 from datasets_hub.buffers.samplers.episode_rows import EpisodeRows
 from datasets_hub.errors import CacheError, InvalidParameter
+from datasets_hub.files import open_nofollow, open_rw_nofollow, real_dirs
 from datasets_hub.remote.chunks import always_resident
 from datasets_hub.remote.files import RemoteFolder
 from datasets_hub.remote.storage import ResidentStorage
@@ -74,11 +75,13 @@ def check_pool_params(pool_episodes: Any, pool_refresh_s: Any) -> None:
     if isinstance(pool_episodes, bool) or not isinstance(pool_episodes, int) or pool_episodes < 1:
         raise InvalidParameter(f"pool_episodes must be a positive number of episodes, got {pool_episodes!r}")
     if pool_refresh_s is not None and (
-        isinstance(pool_refresh_s, bool) or not isinstance(pool_refresh_s, (int, float)) or pool_refresh_s < 0
+        isinstance(pool_refresh_s, bool)
+        or not isinstance(pool_refresh_s, (int, float))
+        or not 0 <= pool_refresh_s <= threading.TIMEOUT_MAX  # refuses nan (a busy loop) and inf (a dead thread)
     ):
         raise InvalidParameter(
-            f"pool_refresh_s must be a number of seconds >= 0 (or None: refresh by calling refresh_pool()), "
-            f"got {pool_refresh_s!r}"
+            f"pool_refresh_s must be a finite number of seconds >= 0 (or None: refresh only by calling "
+            f"refresh_pool()), got {pool_refresh_s!r}"
         )
 
 
@@ -176,9 +179,12 @@ class PoolStorage(ResidentStorage):
         self.chunks.ensure(self._chunks_of(initial))  # one concurrent fetch for the whole first pool
         self._members = [int(e) for e in initial]
         self.draws[initial] += 1
-        members_path.parent.mkdir(exist_ok=True)
+        real_dirs(path, members_path.parent)
         with _pools_lock(members_path.parent):  # a sweep never sees the file before its owner holds it
-            self._members_file = np.memmap(members_path, dtype=np.int64, mode="w+", shape=(_HEADER + pool_episodes,))
+            with open_nofollow(members_path, "wb") as handle:  # never through a planted link
+                handle.truncate((_HEADER + pool_episodes) * 8)
+            with open_rw_nofollow(members_path) as handle:
+                self._members_file = np.memmap(handle, dtype=np.int64, mode="r+", shape=(_HEADER + pool_episodes,))
             # held (shared) for the owner's life, by its forked workers too: while any holds it, no sweep removes
             # the file; when the last one dies (kill -9 included) the kernel lets go and a later sweep may
             self._owner_fd = os.open(members_path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -215,7 +221,10 @@ class PoolStorage(ResidentStorage):
         first, last = {}, {}
         for name in self._obs_leaves + self._step_leaves:
             rows = int(self.chunks.arrays[name]["chunk_rows"])
-            if name in self._obs_leaves:
+            if name in self._blob_set:  # a compressed key: the bytes of the episode's T + 1 frames
+                offsets = self._offsets[name]
+                low, high = offsets[start + ordinal], np.maximum(offsets[start + ordinal + length + 1] - 1, 0)
+            elif name in self._obs_leaves:
                 low, high = start + ordinal, start + ordinal + length
             else:
                 low, high = start, start + length - 1

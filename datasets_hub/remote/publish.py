@@ -36,6 +36,7 @@ from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
 from datasets_hub.files import sha256_file
 from datasets_hub.remote.format import (
     DEFAULT_CHUNK_BYTES,
+    MAX_CHUNK_BYTES,
     PUBLISHED,
     PUBLISHED_FORMAT,
     PUBLISHED_VERSION,
@@ -44,6 +45,8 @@ from datasets_hub.remote.format import (
     numpy_dtype,
     require_zarr,
 )
+
+STAGING_MARK = ".datasets_hub-export-staging"  # in <out>.incomplete while export writes it
 
 
 def _resolve_build(source: Any, params: dict[str, Any]) -> Path:
@@ -82,11 +85,16 @@ def export(
     published form described in the module docstring; return ``out_dir``.
 
     The folder is written as ``<out_dir>.incomplete`` and renamed into place when complete, so a reader
-    never sees half of it. An existing ``out_dir`` is refused unless ``overwrite=True``. ``params`` select
-    the build when ``source`` is an id (as in ``load``).
+    never sees half of it; an ``<out_dir>.incomplete`` that an interrupted export did not leave (it has no
+    :data:`STAGING_MARK`) is refused, never deleted. An existing non-empty ``out_dir`` is refused unless
+    ``overwrite=True``, a file at ``out_dir`` always. ``params`` select the build when ``source`` is an id
+    (as in ``load``).
     """
-    if not isinstance(chunk_bytes, int) or chunk_bytes < 1024:
-        raise InvalidParameter(f"chunk_bytes must be an integer of at least 1024, got {chunk_bytes!r}")
+    if not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool) or not 1024 <= chunk_bytes <= MAX_CHUNK_BYTES:
+        raise InvalidParameter(
+            f"chunk_bytes must be an integer from 1024 to {MAX_CHUNK_BYTES:,} (1 GiB: a chunk is fetched and decoded "
+            f"whole, in memory), got {chunk_bytes!r}"
+        )
     zarr = require_zarr()
     from zarr.codecs import ZstdCodec
 
@@ -99,11 +107,14 @@ def export(
     if json.loads(manifest_bytes) != manifest:
         raise CacheError(f"the manifest of {build.path} changed while it was being exported; export it again")
     out = Path(out_dir)
+    if os.path.lexists(out) and not out.is_dir():
+        raise InvalidParameter(f"{out} exists and is not a folder; export writes a folder: choose another path")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise InvalidParameter(f"{out} exists and is not empty; choose another folder or pass overwrite=True")
     staging = out.with_name(out.name + ".incomplete")
-    shutil.rmtree(staging, ignore_errors=True)
+    _clear_staging(staging)
     staging.mkdir(parents=True)
+    (staging / STAGING_MARK).write_bytes(b"")  # first: a leftover of this export is known as one
 
     group = zarr.open_group(str(staging / ZARR_DIR), mode="w", zarr_format=3)
     arrays: dict[str, dict[str, Any]] = {}
@@ -157,10 +168,39 @@ def export(
 
     returns = build.episodes["return"].tolist()
     (staging / "README.md").write_text(render_card(manifest, published, episode_returns=returns))
+    (staging / STAGING_MARK).unlink()
     if out.exists():
         shutil.rmtree(out)
     os.replace(staging, out)
     return out
+
+
+def _clear_staging(staging: Path) -> None:
+    """Remove a staging folder an interrupted export left (it holds :data:`STAGING_MARK`); refuse any other
+    file or folder at that path, which is someone's data, not ours to delete."""
+    if not os.path.lexists(staging):
+        return
+    if staging.is_symlink() or not staging.is_dir() or not (staging / STAGING_MARK).is_file():
+        raise InvalidParameter(
+            f"{staging} exists and was not left by an interrupted export (no {STAGING_MARK} in it); export "
+            f"writes the folder there before renaming it into place: move {staging} away or delete it, or "
+            "export to another folder"
+        )
+    shutil.rmtree(staging)
+
+
+def _holds_an_export(folder: Path) -> bool:
+    """Whether ``folder`` is absent, empty, or a folder an earlier ``export`` wrote (its ``published.json``)."""
+    if not os.path.lexists(folder):
+        return True
+    if not folder.is_dir() or folder.is_symlink():
+        return False
+    if not any(folder.iterdir()):
+        return True
+    try:
+        return json.loads((folder / PUBLISHED).read_text()).get("format") == PUBLISHED_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def push(
@@ -175,6 +215,10 @@ def push(
     """Export ``source`` and upload it to the Hugging Face dataset repo ``repo_id``; return its
     ``hf://datasets/<repo_id>`` URL, which ``datasets_hub.load`` opens.
 
+    ``out_dir`` keeps the exported folder: it must be new, empty, or an earlier export (anything else is
+    refused before a byte is written); the repo is created before the export, so a refused token fails
+    before ``out_dir`` is touched.
+
     The upload is huggingface_hub's ``upload_large_folder`` (resumable) where it exists, else ``upload_folder``; the token is
     huggingface_hub's own (``huggingface-cli login`` or ``HF_TOKEN``) and never passes through this code.
     """
@@ -184,11 +228,17 @@ def push(
         raise MissingDependency("push needs huggingface_hub: pip install huggingface_hub") from exc
     import tempfile
 
+    if out_dir is not None and not _holds_an_export(Path(out_dir)):
+        raise InvalidParameter(
+            f"out_dir={str(out_dir)!r} holds files that are not an earlier export; push replaces out_dir by the "
+            "export it uploads: pass an empty or new folder"
+        )
+    api = HfApi()
+    # first: a refused token or repo name fails before anything is written
+    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="datasets_hub_push_") as scratch:
         folder = Path(out_dir) if out_dir is not None else Path(scratch) / "build"
         export(source, folder, overwrite=out_dir is not None, **params)
-        api = HfApi()
-        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         # upload_large_folder (resumable, multi-commit) where this huggingface_hub has it; upload_folder otherwise
         upload = getattr(api, "upload_large_folder", None)
         if upload is not None:

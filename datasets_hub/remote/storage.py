@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from datasets_hub.build.format import OBS, STEPS, leaf_path
+from datasets_hub.build.format import FRAMES, OBS, STEPS, leaf_path
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.files import sha256_file, write_bytes_atomic
@@ -64,9 +64,13 @@ class ResidentStorage(DatasetStorage):
         self.resident_mode = resident or ("full" if fill else "lazy")
         self.chunks = Chunks(path, folder, published, max_bytes=max_bytes)
         names = list(self.manifest["schema"])  # read by open_build, checked against the files
-        self._obs_leaves = [name for name in names if name.startswith(OBS + "/")]
+        # a compressed camera key is read from its blob (its offsets are always resident: remote_chunks.py)
+        self._blobs = {f"{OBS}/{key}": f"{FRAMES}/{key}/blob" for key in self.manifest["layout"].get("frames", {})}
+        self._obs_leaves = [name for name in names if name.startswith(OBS + "/")] + list(self._blobs.values())
         self._step_leaves = [name for name in names if name.startswith(STEPS + "/")]
         self._obs_set, self._step_set = frozenset(self._obs_leaves), frozenset(self._step_leaves)
+        self._blob_set = frozenset(self._blobs.values())
+        self._offsets_of: dict[str, np.ndarray] | None = None
         self._batch_leaves = self._leaves_of_batches()
         self._filler: threading.Thread | None = None
         self._fill_error: BaseException | None = None
@@ -118,10 +122,32 @@ class ResidentStorage(DatasetStorage):
                 if obs_rows is None:
                     episode = np.searchsorted(self._start_np, rows, side="right") - 1
                     obs_rows = np.concatenate([rows + episode, rows + episode + 1])
-                needed[name] = self.chunks.chunks_of_rows(name, obs_rows)
+                needed[name] = self._chunks_of_frames(name, obs_rows)
             else:
                 needed[name] = self.chunks.chunks_of_rows(name, rows)
         return needed
+
+    def _chunks_of_frames(self, name: str, obs_rows: np.ndarray) -> np.ndarray:
+        """The chunks of observation leaf ``name`` holding frame rows ``obs_rows``: of a compressed key's
+        blob, every chunk its rows' bytes (``offsets[r]`` to ``offsets[r + 1]``) lie in."""
+        if name not in self._blob_set:
+            return self.chunks.chunks_of_rows(name, obs_rows)
+        offsets = self._offsets[name]
+        lo, hi = offsets[obs_rows], offsets[obs_rows + 1]
+        size = self.chunks.chunk_rows[name]
+        first, last = lo // size, np.maximum(hi - 1, lo) // size
+        spans = last - first + 1
+        return np.repeat(first, spans) + (np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans))
+
+    @property
+    def _offsets(self) -> dict[str, np.ndarray]:
+        """Each blob's offsets (always resident, so readable as they are)."""
+        if self._offsets_of is None:
+            self._offsets_of = {
+                blob: np.fromfile(leaf_path(self.path, blob[: -len("blob")] + "offsets"), dtype=np.int64)
+                for blob in self._blob_set
+            }
+        return self._offsets_of
 
     def _read(self, rows: np.ndarray, gather: Callable[[], T], names: tuple[str, ...] | None = None) -> T:
         """``gather()`` once the chunks of ``names`` (default: a batch's leaves) at ``rows`` are resident."""
@@ -156,6 +182,7 @@ class ResidentStorage(DatasetStorage):
         wanted = "/".join((key,) if isinstance(key, str) else key)
         sources = {"next/done": ("next/terminated", "next/truncated")}.get(wanted, (wanted,))
         names = tuple(name for name in self._step_leaves + self._obs_leaves if name.split("/", 1)[1] in sources)
+        names += tuple(self._blobs[f"{OBS}/{source}"] for source in sources if f"{OBS}/{source}" in self._blobs)
         read = super().read_key
 
         def every_chunk() -> dict[str, np.ndarray]:
@@ -169,6 +196,7 @@ class ResidentStorage(DatasetStorage):
         leaf = f"{STEPS}/{path}"
         if leaf not in self._step_set:
             leaf = f"{OBS}/{path[len('next/') :] if path.startswith('next/') else path}"
+            leaf = self._blobs.get(leaf, leaf)
             if leaf not in self._obs_set:  # a derived key (episode, step, flags): read through get, which fetches
                 return read(key, rows, **kw)
         rows_np, _ = self._rows(rows)
@@ -180,14 +208,14 @@ class ResidentStorage(DatasetStorage):
         ordinal = self._episode_ordinal(torch.as_tensor(episode).reshape(-1).to(torch.int64)).numpy()
         starts = self._start_np[ordinal] + ordinal
         lengths = self._length.numpy()[ordinal]
-        wanted = {"/".join(k) if not isinstance(k, str) else k for k in keys}
-        names = tuple(name for name in self._obs_leaves if name[len(OBS) + 1 :] in wanted)
+        wanted = [f"{OBS}/" + ("/".join(k) if not isinstance(k, str) else k) for k in keys]
+        names = tuple(name for name in (self._blobs.get(w, w) for w in wanted) if name in self._obs_set)
 
         def needed() -> dict[str, np.ndarray]:
             rows = np.concatenate(
                 [np.arange(a, a + n + 1) for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
             )
-            return {name: self.chunks.chunks_of_rows(name, rows) for name in names}
+            return {name: self._chunks_of_frames(name, rows) for name in names}
 
         read = super().episode_frames
         return self.chunks.read(names, needed, lambda: read(keys, episode, times))

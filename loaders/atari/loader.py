@@ -191,7 +191,7 @@ class AtariLoader(Loader):
                         urls=(f"{base}/{quote(game)}/{quote(run)}/replay_logs/{quote(fname)}",),
                     )
                 )
-        return out
+        return self.apply_catalogue_resources(spec, out)  # an entry's copy of a file replaces its URL
 
     # -- conversion ---------------------------------------------------------------------------
     def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:

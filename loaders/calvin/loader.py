@@ -127,6 +127,10 @@ class CalvinLoader(Loader):
             )
         return list(spec.resources)
 
+    def check_catalogue_resources(self, spec: DatasetSpec, fetched: list[Resource]) -> None:
+        if spec.params.get("root") is None:  # root= reads an extracted folder in place of the entry's zip
+            super().check_catalogue_resources(spec, fetched)
+
     def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
         self.check_params(spec)
         split = spec.params["split"]

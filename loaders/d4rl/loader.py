@@ -112,6 +112,10 @@ class D4RLLoader(Loader):
             )
         return list(spec.resources)
 
+    def check_catalogue_resources(self, spec: DatasetSpec, fetched: list[Resource]) -> None:
+        if spec.params.get("url") is None:  # url= replaces the entry's file on purpose
+            super().check_catalogue_resources(spec, fetched)
+
     def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:
         self.check_params(spec)
         if len(files) != 1:

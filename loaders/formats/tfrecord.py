@@ -98,6 +98,10 @@ def masked_crc32c(data: bytes) -> int:
 
 
 # ---------------------------------------------------------------------------------------- records
+MAX_RECORD_BYTES = 1 << 32  # one record (an episode with its frames) beyond 4 GiB is a damaged length header
+_READ_BLOCK = 64 << 20
+
+
 def iter_records(
     path: Path | str, *, check_crc: bool = True, compression: str | None = None
 ) -> Iterator[tuple[int, bytes]]:
@@ -128,7 +132,12 @@ def iter_records(
                 length, length_crc = _HEADER.unpack(header)
                 if check_crc and masked_crc32c(header[:8]) != length_crc:
                     raise CorruptFile(_bad(path, offset, "the CRC of the record length does not match"), path=path)
-                data = f.read(length)
+                if length > MAX_RECORD_BYTES:
+                    raise CorruptFile(
+                        _bad(path, offset, f"a record of {length:,} bytes is declared, more than {MAX_RECORD_BYTES:,}"),
+                        path=path,
+                    )
+                data = _read_up_to(f, length)  # a length past the end fails below, without allocating it first
                 trailer = f.read(4)
                 if len(data) < length or len(trailer) < 4:
                     raise CorruptFile(_bad(path, offset, f"the file ends inside a record of {length} bytes"), path=path)
@@ -140,6 +149,21 @@ def iter_records(
                 offset += _HEADER.size + length + 4
         except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise CorruptFile(_bad(path, offset, f"the gzip stream is damaged ({exc})"), path=path) from exc
+
+
+def _read_up_to(f: Any, length: int) -> bytes:
+    """``length`` bytes of ``f``, fewer at its end; read in blocks, so a length header larger than what
+    follows (a damaged file) costs no allocation of that size."""
+    if length <= _READ_BLOCK:
+        return bytes(f.read(length))
+    parts = []
+    while length > 0:
+        part = f.read(min(length, _READ_BLOCK))
+        if not part:
+            break
+        parts.append(part)
+        length -= len(part)
+    return b"".join(parts)
 
 
 def _bad(path: Path, offset: int, what: str) -> str:

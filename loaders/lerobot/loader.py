@@ -192,6 +192,23 @@ class LeRobotLoader(Loader):
         if tol is not None and (not isinstance(tol, (int, float)) or isinstance(tol, bool) or not tol > 0):
             raise InvalidParameter(f"{spec.id}: tolerance_s must be a positive number of seconds, got {tol!r}")
 
+    def frame_bytes(self, spec: DatasetSpec) -> int | None:
+        """Decoded bytes of every camera's frames (T + 1 rows per selected episode), from the metadata."""
+        self.check_params(spec)
+        info, local = _metadata(spec)
+        meta = lm.read_meta(info, local, spec.id)
+        rows = sum(e.length + 1 for e in meta.select(spec.params.get("episodes"), spec.id))
+        size = spec.params.get("image_size")
+        total = 0
+        for key in meta.video_keys + meta.image_keys:
+            shape = [int(v) for v in meta.features[key].get("shape") or []]
+            if len(shape) != 3:
+                return None  # the build refuses such a camera anyway
+            # stored as 3-channel uint8 (see lerobot_video.output_shape): height x width are the two largest dims
+            pixels = int(size[0]) * int(size[1]) if size else int(np.prod(sorted(shape)[1:]))
+            total += rows * pixels * 3
+        return total
+
     # -- what to fetch -----------------------------------------------------------------------------
     def resources(self, spec: DatasetSpec) -> list[Resource]:
         self.check_params(spec)
@@ -248,8 +265,12 @@ class _Source:
             local = self.root / path
             if not local.is_file():
                 raise LoaderError(f"{self.repo}: {path} is not in the local dataset {self.root}")
-            # the size enters the fingerprint: a local file rewritten with another size is another build
-            return Resource(name=name, urls=(local.as_uri(),), size=local.stat().st_size)
+            # size, inode and mtime enter the fingerprint: a local file rewritten (even with the same size,
+            # or renamed over) is another build; hashing every file on each load would cost seconds per GB
+            st = local.stat()
+            return Resource(
+                name=name, urls=(local.as_uri(),), size=st.st_size, identity=f"ino{st.st_ino}-mtime{st.st_mtime_ns}"
+            )
         url = f"hf://datasets/{self.repo}/{quote(path, safe='/()+,=-_.~')}"
         return Resource(name=name, urls=(url + (f"@{self.revision}" if self.revision else ""),))
 

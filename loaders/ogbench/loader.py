@@ -200,31 +200,31 @@ class OGBenchLoader(Loader):
 
     def resources(self, spec: DatasetSpec) -> list[Resource]:
         """Per file: the ``mirror`` copy (when given), upstream, then the Hugging Face mirror
-        :data:`HF_MIRROR` (single files only). ``sha256``/``size`` come from the catalogue entry's
-        ``resources`` of the same file name (the same bytes on every mirror); ``url=`` pins nothing."""
+        :data:`HF_MIRROR` (single files only). The catalogue entry's ``resources`` apply by file name
+        (:meth:`~datasets_hub.loader.Loader.apply_catalogue_resources`): upstream's URL pins
+        ``sha256``/``size`` (the same bytes on every mirror), a URL of the entry's own (``file:///…``)
+        replaces the file's URLs; ``url=`` replaces everything and pins nothing."""
         self.check_params(spec)
         if spec.params.get("url") is not None:
             return [Resource.from_dict({"urls": [spec.params["url"]]})]
         name = self._name(spec)
         shards = spec.params.get("shards")
         mirror = spec.params.get("mirror")
-        known = {r.name: r for r in spec.resources}  # catalogue entries may pin sha256/size
-        out = []
+        derived = []
         for path in _files(name, spec.params.get("split", "train"), sorted(shards) if shards else None):
             urls = [f"{mirror.rstrip('/')}/{path}"] if mirror else []
             urls.append(f"{BASE_URL}/{path}")
             if name not in HUNDRED_M:  # the 100M sets are not on the Hugging Face mirror
                 urls.append(f"{HF_MIRROR}/{path}")
-            pin = known.get(path)
-            out.append(
-                Resource(
-                    name=path,
-                    urls=tuple(urls),
-                    sha256=pin.sha256 if pin else None,
-                    size=pin.size if pin else None,
-                )
-            )
-        return out
+            derived.append(Resource(name=path, urls=tuple(urls)))
+        return self.apply_catalogue_resources(spec, derived)
+
+    def check_catalogue_resources(self, spec: DatasetSpec, fetched: list[Resource]) -> None:
+        if spec.params.get("url") is None:  # url= replaces the entry's files on purpose
+            super().check_catalogue_resources(spec, fetched)
+
+    def is_upstream_url(self, url: str) -> bool:
+        return url.startswith((f"{BASE_URL}/", f"{HF_MIRROR}/"))
 
     # -- conversion ------------------------------------------------------------------------------------
     def episodes(self, spec: DatasetSpec, files: Mapping[str, Path], ctx: LoaderContext) -> Iterator[TensorDictBase]:

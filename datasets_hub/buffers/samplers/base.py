@@ -16,6 +16,17 @@ from datasets_hub.buffers.storages import Storage
 from datasets_hub.errors import InvalidParameter
 
 
+def check_generator(generator: Any) -> None:
+    """Refuse anything but a ``torch.Generator`` (or ``None``) as the source of randomness, when it is
+    given: a numpy ``Generator`` or an int seed would otherwise fail inside torch at the first draw."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator (e.g. torch.Generator().manual_seed(0)) or None, got "
+            f"{type(generator).__module__}.{type(generator).__qualname__}"
+            + (": pass torch.Generator().manual_seed(seed)" if isinstance(generator, int) else "")
+        )
+
+
 class Sampler:
     """Base contract of every sampler.
 

@@ -1,0 +1,437 @@
+"""Per-feature statistics computed in one pass: mean, std, min, max and the 1st/99th percentiles.
+
+:class:`FeatureStats` takes TED batches (a build's chunks as a loader hands them over, or the rows of
+any storage) one after the other and never looks at a row twice; :meth:`FeatureStats.result` gives,
+per numeric key (``"observation"``, ``"action"``, ``"next/reward"``, ``"observation/image"``, ...)::
+
+    {"mean": [...], "std": [...], "min": [...], "max": [...], "q01": [...], "q99": [...],
+     "shape": [...], "dtype": "float32", "count": rows, "nonfinite": values left out, "q_rel_error": 0.0 or 0.0039}
+
+How each value is computed (the contract the tests check against numpy over the whole data):
+
+- Which keys: every tensor leaf that is neither bool (flags) nor derived by the build (``episode``,
+  ``step``, ``done``/``terminated``/``truncated``), and not ``next/<key>`` of a key also stored at the
+  root (``next/observation`` has the statistics of ``observation``). Statistics are over the rows of
+  the transitions (``observation`` at every ``t``: what ``rb[:]["observation"]`` holds).
+- Which axis: per element for scalars and for items of at most :data:`MAX_ELEMENTS` values (a state
+  of 17 values has 17 means); per channel for images (3-d items with 1, 3 or 4 channels first or
+  last: HWC gives shape ``[1, 1, C]``, CHW ``[C, 1, 1]``, so the arrays broadcast against an item);
+  over all values for any other large item (shape ``[]``). ``shape`` records which.
+- mean and std (population, numpy's ``ddof=0``): float64 moments of each batch merged with Chan's
+  pairwise update (numerically stable; equal to numpy's two-pass results to about 1e-9 relative or better).
+- min, max: exact.
+- percentiles: numpy's default (linear interpolation between order statistics) at 1 and 99.
+  *Exact* for integer dtypes of at most 16 bits (uint8 images: a 256-bin count per channel) and, for
+  other dtypes, while each channel has at most :data:`EXACT_DISTINCT` distinct values (counts of
+  every distinct value). Past that, values are counted in buckets of relative width 2**-7 (a
+  float64's exponent and the 7 leading bits of its mantissa; an HDR-histogram-like scheme): each
+  order statistic comes back within ``q_rel_error`` = :data:`RELATIVE_ERROR` (about 0.39%) of its
+  magnitude, plus :data:`ZERO_BAND` (7.5e-9) absolute near zero, and inside the exact [min, max];
+  numpy's interpolation between two order statistics keeps that bound relative to the larger of
+  the two. ``q_rel_error`` records which case a key is in.
+- NaN and +-inf values are left out of every statistic and counted in ``nonfinite`` (as numpy's
+  ``nan*`` functions do for NaN).
+
+Memory is bounded per key whatever the dataset size (the counts of :data:`EXACT_DISTINCT` values, or
+a few thousand buckets, per channel), and each batch is converted in blocks of at most
+:data:`_BLOCK_VALUES` values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str
+
+#: percentiles every key gets, with the names they are stored under
+PERCENTILES = {"q01": 1.0, "q99": 99.0}
+#: items with more values than this (and not images) get one statistic over all their values
+MAX_ELEMENTS = 4096
+#: per channel: distinct values counted exactly before switching to buckets
+EXACT_DISTINCT = 1 << 14
+#: relative error bound of an order statistic once a channel is in buckets: half a bucket
+RELATIVE_ERROR = 2**-8
+#: values of smaller magnitude share the zero bucket (absolute error bound there)
+ZERO_BAND = 2.0**-27
+#: keys the build derives itself (never statistics: ids, time, flags)
+DERIVED = frozenset({("episode",), ("step",), ("done",), ("terminated",), ("truncated",), ("next", "done")})
+_BLOCK_VALUES = 1 << 22
+_MANTISSA_SHIFT = 52 - 7  # a float64's bits past its 7 leading mantissa bits
+_ZERO_BUCKET = int(np.array(ZERO_BAND, np.float64).view(np.int64)) >> _MANTISSA_SHIFT  # first above the zero band
+_SMALL_INTS = {np.dtype(t): (int(np.iinfo(t).min), 1 << (8 * np.dtype(t).itemsize)) for t in ("u1", "i1", "u2", "i2")}
+
+
+def stats_keys(keys: Iterable[Any], dtypes: Mapping[Key, torch.dtype]) -> list[Key]:
+    """The keys of a TED batch (``keys``, with their ``dtypes``) that get statistics (module docstring)."""
+    keyset = {as_key(k) for k in keys}
+    out = []
+    for key in sorted(keyset):
+        if key in DERIVED or key == ("history",) or dtypes[key] == torch.bool:
+            continue
+        if key[0] == "next" and key[1:] in keyset:
+            continue
+        if dtypes[key].is_complex:
+            continue
+        out.append(key)
+    return out
+
+
+def _layout(item_shape: tuple[int, ...]) -> tuple[list[int], int, list[int]]:
+    """``(axes, channels, stats shape)``: how an item of ``item_shape`` is read as rows of channels.
+
+    ``axes`` is the permutation of the item axes that puts the channel axis last (empty: no change).
+    """
+    numel = math.prod(item_shape)
+    if len(item_shape) == 3:
+        if item_shape[-1] in (1, 3, 4):
+            return [], item_shape[-1], [1, 1, item_shape[-1]]
+        if item_shape[0] in (1, 3, 4):
+            return [1, 2, 0], item_shape[0], [item_shape[0], 1, 1]
+    if numel <= MAX_ELEMENTS:
+        return [], max(1, numel), list(item_shape)
+    return [], 1, []
+
+
+class _KeyStats:
+    """The running statistics of one key (see the module docstring)."""
+
+    def __init__(self, item_shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.item_shape = item_shape
+        self.axes, self.channels, self.shape = _layout(item_shape)
+        self.dtype = dtype
+        self.rows = 0
+        self.nonfinite = 0
+        c = self.channels
+        small = _SMALL_INTS.get(dtype)  # (offset, bins): exact counts of every value
+        self.small = small is not None
+        self.offset, self.bins = small if small is not None else (0, 0)
+        if self.small:
+            self.hist = np.zeros((c, self.bins), dtype=np.int64)
+            return
+        self.count = np.zeros(c, dtype=np.int64)
+        self.mean = np.zeros(c)
+        self.m2 = np.zeros(c)
+        self.min = np.full(c, np.inf)
+        self.max = np.full(c, -np.inf)
+        self.exact: list[tuple[np.ndarray, np.ndarray]] | None = [(np.zeros(0), np.zeros(0, np.int64))] * c
+        self.buckets = np.zeros((c, 0), dtype=np.int64)
+        self.lo = 0  # bucket index of column 0
+
+    def _by_channel(self, values: np.ndarray) -> np.ndarray:
+        """``[channels, values]``, each channel's values contiguous (reductions along a contiguous axis
+        run an order of magnitude faster than down the columns of ``[rows, channels]``)."""
+        if self.axes:
+            values = values.transpose(0, *[a + 1 for a in self.axes])
+        return np.ascontiguousarray(values.reshape(-1, self.channels).T)
+
+    def update(self, values: np.ndarray) -> None:
+        n = values.shape[0]
+        self.rows += n
+        per_row = max(1, math.prod(self.item_shape))
+        step = max(1, _BLOCK_VALUES // per_row)
+        for a in range(0, n, step):
+            block = self._by_channel(values[a : a + step])
+            if self.small:
+                self._count_small(block)
+            else:
+                self._update_moments(block)
+
+    # -- integers of at most 16 bits: every value counted ---------------------------------------------
+    def _count_small(self, block: np.ndarray) -> None:
+        if self.offset:  # signed: flipping the sign bit orders the values from 0 (value - offset)
+            unsigned = np.uint8 if self.bins == 256 else np.uint16
+            block = np.bitwise_xor(block.view(unsigned), np.array(-self.offset).astype(unsigned))
+        values = torch.from_numpy(block.astype(np.int32) if block.dtype == np.uint16 else block)
+        for c in range(self.channels):  # torch's bincount: the fastest single-threaded count of uint8
+            self.hist[c] += torch.bincount(values[c], minlength=self.bins).numpy()
+
+    # -- other dtypes: merged moments, then exact or bucketed counts ---------------------------------
+    def _update_moments(self, block: np.ndarray) -> None:
+        x = block.astype(np.float64)  # [channels, values]
+        with np.errstate(invalid="ignore", over="ignore"):
+            all_finite = bool(np.isfinite(x.sum()))  # one cheap pass; NaN, inf and inf - inf all show
+        if all_finite:
+            count = np.full(self.channels, x.shape[1], dtype=np.int64)
+            mean = x.sum(axis=1) / x.shape[1]
+            centred = x - mean[:, None]
+            np.square(centred, out=centred)
+            m2 = centred.sum(axis=1)
+            lo, hi = x.min(axis=1), x.max(axis=1)
+            columns = list(x) if self.exact is not None else []
+        else:
+            finite = np.isfinite(x)
+            self.nonfinite += int((~finite).sum())
+            count = finite.sum(axis=1)
+            safe = np.where(finite, x, 0.0)
+            mean = np.divide(safe.sum(axis=1), count, out=np.zeros(self.channels), where=count > 0)
+            m2 = (np.where(finite, x - mean[:, None], 0.0) ** 2).sum(axis=1)
+            lo = np.where(finite, x, np.inf).min(axis=1)
+            hi = np.where(finite, x, -np.inf).max(axis=1)
+            columns = [x[c, finite[c]] for c in range(self.channels)]
+        # Chan et al.'s merge of (count, mean, M2): stable for any split of the data
+        total = self.count + count
+        delta = mean - self.mean
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(total > 0, count / np.maximum(total, 1), 0.0)
+            self.m2 = self.m2 + m2 + delta**2 * self.count * share
+        self.mean = self.mean + delta * share
+        self.count = total
+        self.min = np.minimum(self.min, lo)
+        self.max = np.maximum(self.max, hi)
+        self._count_values(x, columns, all_finite)
+
+    def _count_values(self, block: np.ndarray, columns: list[np.ndarray], all_finite: bool) -> None:
+        if self.exact is not None:
+            merged: list[tuple[np.ndarray, np.ndarray]] = []
+            for (values, counts), column in zip(self.exact, columns, strict=True):
+                # a prefix with too many distinct values settles it for the price of a small sort
+                if column.size > EXACT_DISTINCT and np.unique(column[: EXACT_DISTINCT + 1]).size > EXACT_DISTINCT:
+                    merged = []
+                    break
+                new, new_counts = np.unique(column, return_counts=True)
+                both, inverse = np.unique(np.concatenate([values, new]), return_inverse=True)
+                total = np.bincount(inverse, weights=np.concatenate([counts, new_counts]), minlength=both.size)
+                merged.append((both, total.astype(np.int64)))
+                if both.size > EXACT_DISTINCT:
+                    merged = []
+                    break
+            if merged:
+                self.exact = merged
+                return
+            # too many distinct values: count everything in buckets from now on
+            for c, (values, counts) in enumerate(self.exact):
+                self._bucket(values, counts, channel=c)
+            self.exact = None
+        if all_finite:
+            self._bucket(block, None, channel=None)
+        else:
+            for c, column in enumerate(columns):
+                self._bucket(column, None, channel=c)
+
+    def _bucket(self, values: np.ndarray, weights: np.ndarray | None, channel: int | None) -> None:
+        """Count ``values`` (one channel's, or ``[rows, channels]`` when ``channel`` is None) in buckets."""
+        if not values.size:
+            return
+        index = _bucket_index(values)
+        lo, hi = int(index.min()), int(index.max())
+        width = self.buckets.shape[1]
+        if width == 0:
+            self.lo = lo
+        start, stop = min(self.lo, lo), max(self.lo + width, hi + 1)
+        if start < self.lo or stop > self.lo + width:
+            grown = np.zeros((self.channels, stop - start), dtype=np.int64)
+            grown[:, self.lo - start : self.lo - start + width] = self.buckets
+            self.buckets, self.lo = grown, start
+        width = self.buckets.shape[1]
+        if channel is None:  # every channel ([channels, values]) in one count: bucket + channel * width
+            flat = (index - self.lo) + np.arange(self.channels, dtype=np.int64)[:, None] * width
+            counted = np.bincount(flat.reshape(-1), minlength=self.channels * width)
+            self.buckets += counted.reshape(self.channels, width)
+            return
+        counted = np.bincount(index - self.lo, weights=weights, minlength=width)
+        self.buckets[channel] += counted.astype(np.int64)
+
+    # -- the result -----------------------------------------------------------------------------------
+    def result(self) -> dict[str, Any]:
+        if self.small:
+            out = self._small_result()
+        else:
+            out = self._moment_result()
+        # NaN (a channel with no finite value) is written null: manifests are strict JSON
+        shaped = {k: _json_values(v, self.shape) for k, v in out.items()}
+        return {
+            **shaped,
+            "shape": list(self.shape),
+            "dtype": self.dtype.name,
+            "count": self.rows,
+            "nonfinite": self.nonfinite,
+            "q_rel_error": 0.0 if (self.small or self.exact is not None) else RELATIVE_ERROR,
+        }
+
+    def _small_result(self) -> dict[str, np.ndarray]:
+        offset, bins = self.offset, self.bins
+        values = np.arange(bins, dtype=np.float64) + offset
+        hist = self.hist.astype(np.float64)
+        total = hist.sum(axis=1)
+        mean = (hist * values).sum(axis=1) / total
+        var = (hist * (values - mean[:, None]) ** 2).sum(axis=1) / total
+        seen = self.hist > 0
+        out = {
+            "mean": mean,
+            "std": np.sqrt(var),
+            "min": np.array([values[np.argmax(row)] for row in seen]),
+            "max": np.array([values[bins - 1 - np.argmax(row[::-1])] for row in seen]),
+        }
+        for name, q in PERCENTILES.items():
+            out[name] = np.array(
+                [_percentile(values[row > 0], self.hist[c][row > 0], q) for c, row in enumerate(self.hist)]
+            )
+        return out
+
+    def _moment_result(self) -> dict[str, np.ndarray]:
+        empty = self.count == 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            std = np.sqrt(self.m2 / self.count)
+        out = {
+            "mean": np.where(empty, np.nan, self.mean),
+            "std": np.where(empty, np.nan, std),
+            "min": np.where(empty, np.nan, self.min),
+            "max": np.where(empty, np.nan, self.max),
+        }
+        for name, q in PERCENTILES.items():
+            column = []
+            for c in range(self.channels):
+                if self.exact is not None:
+                    values, counts = self.exact[c]
+                    column.append(_percentile(values, counts, q))
+                else:
+                    column.append(self._bucket_percentile(c, q))
+            out[name] = np.array(column)
+        return out
+
+    def _bucket_percentile(self, channel: int, q: float) -> float:
+        counts = self.buckets[channel]
+        nonzero = np.nonzero(counts)[0]
+        if not nonzero.size:
+            return math.nan
+        values = _bucket_value(nonzero + self.lo)
+        values = np.clip(values, self.min[channel], self.max[channel])  # the true value is inside both
+        return _percentile(values, counts[nonzero], q)
+
+
+def _json_values(values: np.ndarray, shape: list[int]) -> Any:
+    """Nested lists of ``shape``, NaN as None."""
+    numbers = np.asarray(values, dtype=np.float64).reshape(shape)
+    out = numbers.astype(object)
+    out[np.isnan(numbers)] = None
+    return out.tolist()
+
+
+def _bucket_index(values: np.ndarray) -> np.ndarray:
+    """The signed bucket of each value: 0 for ``|x| < ZERO_BAND``, else ``sign(x) * k``, ``k >= 1``
+    growing with ``|x|``. A bucket is a float64 exponent and the 7 leading bits of its mantissa (the
+    upper 18 bits of ``|x|``), so it spans at most 2**-7 of its lower bound: integer work, no logarithm."""
+    magnitude = np.abs(values.astype(np.float64, copy=False))
+    k = magnitude.view(np.int64) >> _MANTISSA_SHIFT
+    k -= _ZERO_BUCKET - 1
+    np.maximum(k, 0, out=k)
+    np.negative(k, where=values < 0, out=k)
+    return k
+
+
+def _bucket_value(index: np.ndarray) -> np.ndarray:
+    """The value standing for each bucket: the middle of its range, within 2**-8 of every value in it."""
+    upper = np.abs(index).astype(np.int64) + _ZERO_BUCKET - 1
+    low = (upper << _MANTISSA_SHIFT).view(np.float64)
+    high = ((upper + 1) << _MANTISSA_SHIFT).view(np.float64)
+    return np.where(index == 0, 0.0, np.sign(index) * (low + high) / 2)
+
+
+def _percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """numpy's default percentile (linear interpolation) of the multiset ``values`` (sorted) x ``counts``."""
+    total = int(counts.sum())
+    if total == 0:
+        return math.nan
+    h = (total - 1) * q / 100.0
+    below = math.floor(h)
+    above = min(below + 1, total - 1)
+    cumulative = np.cumsum(counts)
+    a = float(values[np.searchsorted(cumulative, below, side="right")])
+    b = float(values[np.searchsorted(cumulative, above, side="right")])
+    t = h - below
+    # numpy's own lerp (numpy/lib/_function_base_impl.py: _lerp): the same float result
+    return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t
+
+
+class FeatureStats:
+    """One pass of per-feature statistics over TED batches (see the module docstring).
+
+    ``update(batch)`` adds the rows of a TensorDict whose batch dimension is the rows; the first
+    batch fixes the keys (later ones must hold them with the same per-row shapes). ``result()`` gives
+    ``{key: {"mean": ..., ...}}`` with keys written ``"next/reward"``.
+    """
+
+    def __init__(self) -> None:
+        self._keys: dict[Key, _KeyStats] | None = None
+
+    def update(self, batch: TensorDictBase) -> None:
+        if batch.batch_dims < 1:
+            raise ValueError(f"FeatureStats takes batches of rows, got batch size {list(batch.batch_size)}")
+        if self._keys is None:
+            leaves = {as_key(k): batch.get(k) for k in batch.keys(include_nested=True, leaves_only=True)}
+            tensors = {k: v for k, v in leaves.items() if isinstance(v, torch.Tensor)}
+            chosen = stats_keys(tensors, {k: v.dtype for k, v in tensors.items()})
+            self._keys = {
+                k: _KeyStats(tuple(tensors[k].shape[batch.batch_dims :]), _numpy(tensors[k][:0]).dtype) for k in chosen
+            }
+        for key, stats in self._keys.items():
+            value = batch.get(key, None)
+            if not isinstance(value, torch.Tensor):
+                raise ValueError(f"FeatureStats: this batch lacks {key_to_str(key)!r}, which the first batch held")
+            value = value.reshape(-1, *value.shape[batch.batch_dims :])
+            if tuple(value.shape[1:]) != stats.item_shape:
+                raise ValueError(
+                    f"FeatureStats: {key_to_str(key)!r} has per-row shape {list(value.shape[1:])} here but "
+                    f"{list(stats.item_shape)} in the first batch"
+                )
+            stats.update(_numpy(value))
+
+    def result(self) -> dict[str, dict[str, Any]]:
+        return {key_to_str(k): s.result() for k, s in (self._keys or {}).items()}
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype in (torch.bfloat16, torch.float16):
+        t = t.to(torch.float32)
+    return t.numpy()
+
+
+def compute_feature_stats(storage: Any, block_rows: int = 65536) -> dict[str, dict[str, Any]]:
+    """The statistics of every row of ``storage`` (anything that reads ``storage[a:b]`` as a TED
+    TensorDict of rows, e.g. a build's storage or a buffer): what a build records, computed on demand
+    for a build made before statistics were recorded (it reads all of the data once)."""
+    stats = FeatureStats()
+    n = len(storage)
+    if n == 0:
+        raise ValueError("cannot compute statistics of an empty storage")
+    for a in range(0, n, block_rows):
+        stats.update(storage[a : min(n, a + block_rows)])
+    return stats.result()
+
+
+def stats_arrays(entry: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """One key's statistics as float64 arrays of their recorded ``shape`` (broadcastable against an item)."""
+    shape = tuple(entry.get("shape", ()))
+    return {
+        name: np.asarray(entry[name], dtype=np.float64).reshape(shape)
+        for name in ("mean", "std", "min", "max", *PERCENTILES)
+        if name in entry
+    }
+
+
+def lerobot_stats(features: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``features`` in the layout of LeRobot's ``meta/stats.json``: keys with dots
+    (``observation.state``), per key ``mean``/``std``/``min``/``max``/``q01``/``q99`` as nested lists and
+    ``count`` as ``[rows]``; per-channel image statistics as ``[C, 1, 1]`` and, for uint8 images, on
+    the [0, 1] scale LeRobot computes them on (divided by 255)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, entry in features.items():
+        arrays = stats_arrays(entry)
+        shape = list(entry.get("shape", []))
+        image = len(shape) == 3 and shape.count(1) == 2
+        if image:
+            channels = max(shape)
+            arrays = {k: v.reshape(channels, 1, 1) for k, v in arrays.items()}
+            if entry.get("dtype") == "uint8":
+                arrays = {k: v / 255.0 for k, v in arrays.items()}  # std scales with the values too
+        record: dict[str, Any] = {k: v.tolist() for k, v in arrays.items()}
+        record["count"] = [int(entry.get("count", 0))]
+        out[key.replace("/", ".")] = record
+    return out

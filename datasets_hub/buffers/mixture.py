@@ -1,0 +1,521 @@
+"""Mixtures of datasets whose schemas differ (docs/guide/mixtures.md): :class:`Mixture`.
+
+Each member keeps its own build, sampler and generator; the mixture maps every member's batch to one
+schema at sample time and concatenates them. Contract of ``Mixture.sample(n)``:
+
+- Shares: member ``i`` gets ``c_i`` items of the ``n``. ``exact=True`` (default): ``c_i`` is
+  ``round(p_i * n)`` by largest remainders, so every batch holds its proportions (up to one item);
+  ``exact=False``: ``(c_0, ..., c_k)`` is multinomial(``n``, ``p``) drawn with the mixture's
+  generator, so each item picks its dataset independently and the proportions hold in expectation.
+  Members whose sampler draws whole slices (``SliceSampler(slice_len=L)``) are shared in slices: ``n``
+  must then be a multiple of ``L``, and every member must use the same ``L``.
+- Weights ``p``: explicit (``weights=[...]``, normalised), ``"uniform"``, or ``"size"``: proportional
+  to ``len(member) ** (1 / temperature)`` (``temperature=1``: the natural, size-proportional mixture of
+  Open X-Embodiment; larger temperatures move towards uniform).
+- Key maps: ``key_maps[i]`` selects and renames member ``i``'s keys (``{source: target}``; a list of
+  keys selects without renaming; ``None`` keeps every key). A key may name a sub-tree (``"goal"``: every
+  leaf under it, renamed with it). A window mask ``<source>_is_pad`` follows its key. Keys of the result must be the same in every member, with the same dtype.
+- Padding: a key whose per-item shape differs between members only in its last dimension, with at
+  most two dimensions per item (a state ``[D]``, a window of them ``[T, D]``) and a numeric dtype, is
+  zero-padded to the widest; ``<key>_dim_is_pad`` (bool ``[batch, D_max]``, True on padded entries)
+  is added for it in every member. Anything else that differs (dtype, image size, number of dims) is
+  refused at construction, naming the dataset and the key.
+- Normalisation: ``normalize={target key: mode}`` with ``mode`` ``"mean_std"`` (``(x - mean) / std``),
+  ``"min_max"`` (to ``[-1, 1]``) or ``"q01_q99"`` (to ``[-1, 1]`` between the 1st and 99th percentiles,
+  then clipped to ``[-1, 1]``): each member with its own statistics of the source key (see
+  :mod:`datasets_hub.buffers.feature_stats`), before padding (padded entries stay 0). The result is
+  float32 (float64 stays float64). ``stats[i]`` gives member ``i``'s statistics; a member without them
+  gets them computed once from its storage at construction (one read of its data).
+- Every batch holds ``("dataset", "index")`` (int64 ``[batch]``: which member each item comes from;
+  ``mixture.names[index]`` is its id) and, with ``ids=True``, ``("dataset", "id")`` (the id of each
+  item as a string; this costs about a millisecond per batch).
+- The result is the members' batches concatenated in member order (each member's items contiguous,
+  so slices stay whole), with the same batch dimensions as theirs.
+
+Construction draws one small probe batch from every member to learn its schema (it advances that
+member's generator).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import numpy as np
+import torch
+from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
+
+from datasets_hub.buffers.feature_stats import compute_feature_stats, stats_arrays
+from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, nest
+from datasets_hub.errors import InvalidParameter, did_you_mean
+
+NORMALIZE_MODES = ("mean_std", "min_max", "q01_q99")
+_EPS = 1e-8
+
+
+def mixture_weights(
+    sizes: Sequence[int],
+    weights: Sequence[float] | str | None = "size",
+    temperature: float = 1.0,
+    names: Sequence[str] | None = None,
+) -> np.ndarray:
+    """The normalised sampling probabilities of members of ``sizes`` (see the module docstring);
+    errors name the member (``names[i]``, else its position)."""
+    n = len(sizes)
+    names = [str(i) for i in range(n)] if names is None else [repr(str(x)) for x in names]
+    if isinstance(weights, str) or weights is None:
+        if weights in (None, "uniform"):
+            return np.full(n, 1.0 / n)
+        if weights != "size":
+            raise InvalidParameter(f"weights must be a list of numbers, 'uniform' or 'size', got {weights!r}")
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
+            raise InvalidParameter(f"temperature must be a positive number, got {temperature!r}")
+        if any(s <= 0 for s in sizes):
+            empty = ", ".join(names[i] for i, s in enumerate(sizes) if s <= 0)
+            raise InvalidParameter(f"weights='size' needs non-empty datasets; dataset {empty} holds no items")
+        raw = np.asarray(sizes, dtype=np.float64) ** (1.0 / temperature)
+    else:
+        raw = np.asarray(list(weights), dtype=np.float64).reshape(-1)
+        if raw.size != n:
+            raise InvalidParameter(f"weights has {raw.size} values for {n} datasets: give one per dataset")
+        bad = [i for i, w in enumerate(raw) if not math.isfinite(w) or w < 0]
+        if bad:
+            raise InvalidParameter(
+                f"weights must be finite and non-negative; dataset {names[bad[0]]} has weight {float(raw[bad[0]])}"
+            )
+        if temperature != 1.0:
+            raise InvalidParameter("temperature applies to weights='size'; explicit weights are used as given")
+    if not raw.sum() > 0:
+        raise InvalidParameter(f"weights must not all be zero, got {raw.tolist()}")
+    return raw / raw.sum()
+
+
+def largest_remainder(p: np.ndarray, total: int) -> list[int]:
+    """``round(p_i * total)`` summing to ``total``: floors, then one more for the largest remainders
+    (ties to the lower index)."""
+    exact = p * total
+    counts = np.floor(exact).astype(np.int64)
+    rest = total - int(counts.sum())
+    order = sorted(range(len(p)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in order[:rest]:
+        counts[i] += 1
+    return [int(c) for c in counts]
+
+
+def _unit(buffer: Any) -> int:
+    """Items a member draws at once: its slice length for slice samplers, else 1."""
+    sampler = getattr(buffer, "sampler", None)
+    slice_len = getattr(sampler, "slice_len", None)
+    if hasattr(sampler, "check_batch_size") and getattr(sampler, "num_slices", None) is not None:
+        raise InvalidParameter(
+            "a mixture shares batches in whole slices: give slice samplers slice_len=..., not num_slices=..."
+        )
+    return int(slice_len) if isinstance(slice_len, int) and slice_len > 0 else 1
+
+
+def _spec(value: Any, batch_dims: int) -> tuple[str, Any, tuple[int, ...]]:
+    if is_non_tensor(value) or not isinstance(value, torch.Tensor):
+        return ("text", None, ())
+    return ("tensor", value.dtype, tuple(value.shape[batch_dims:]))
+
+
+class _Member:
+    """One member's sample-time plan: which leaf goes to which key, and its normalisation."""
+
+    def __init__(self, name: str, buffer: Any, key_map: Any) -> None:
+        self.name = name
+        self.buffer = buffer
+        self.unit = _unit(buffer)
+        self.key_map = key_map
+        self.plan: list[tuple[Key, Key]] = []  # (leaf of a sample, key in the mixture), from the probe
+        self.norm: dict[Key, tuple[str, dict[str, np.ndarray]]] = {}
+        self.norm_tensors: dict[tuple[Key, Any], tuple[torch.Tensor, ...]] = {}
+        self.width: dict[Key, int] = {}  # padded keys: this member's last dimension
+
+    def learn(self, probe: TensorDictBase) -> dict[Key, Any]:
+        """Plan the key map on a probe batch (errors name the missing keys); the probe's mapped leaves."""
+        leaves = sample_leaves(probe)
+        if self.key_map is None:
+            self.plan = [(k, k) for k in leaves]
+            return leaves
+        plan = []
+        for source, target in self.key_map.items():
+            if source in leaves:
+                plan.append((source, target))
+            else:  # a sub-tree: every leaf under it, renamed with it
+                under = [k for k in leaves if k[: len(source)] == source]
+                if not under:
+                    known = sorted(key_to_str(k) for k in leaves)
+                    raise InvalidParameter(
+                        f"dataset {self.name!r}: the key map names {key_to_str(source)!r}, which its samples do "
+                        f"not hold.{did_you_mean(key_to_str(source), known)} Its keys: {known}"
+                    )
+                plan += [(k, (*target, *k[len(source) :])) for k in under]
+            mask = (*source[:-1], source[-1] + "_is_pad")
+            if mask in leaves and mask not in self.key_map:
+                plan.append((mask, (*target[:-1], target[-1] + "_is_pad")))
+        self.plan = plan
+        return {target: leaves[source] for source, target in plan}
+
+    def mapped(self, td: TensorDictBase) -> dict[Key, Any]:
+        """The leaves of a batch under their keys in the mixture, normalised."""
+        leaves = sample_leaves(td)
+        try:
+            out = {target: leaves[source] for source, target in self.plan}
+        except KeyError as exc:
+            raise InvalidParameter(
+                f"dataset {self.name!r} returned a batch without {key_to_str(exc.args[0])!r}, which its first "
+                "batch held: a mixture needs members whose batches keep their keys"
+            ) from None
+        for key, (mode, arrays) in self.norm.items():
+            out[key] = _normalize(self, key, out[key], mode, arrays)
+        return out
+
+
+def _numpy_able(pieces: list[torch.Tensor]) -> bool:
+    return all(p.device.type == "cpu" and p.dtype in _NUMPY_DTYPES and not p.requires_grad for p in pieces)
+
+
+_NUMPY_DTYPES = {
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+}
+
+
+def concat_rows(pieces: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(pieces)``, in numpy for CPU tensors: one thread, never torch's intra-op pool (whose
+    threads spin when the cores are busy: a 4096-row batch took milliseconds per leaf that way)."""
+    if _numpy_able(pieces):
+        return torch.from_numpy(np.concatenate([p.numpy() for p in pieces]))
+    return torch.cat(pieces)
+
+
+def copy_rows(value: torch.Tensor) -> torch.Tensor:
+    """``value.clone()``, in numpy for CPU tensors (see :func:`concat_rows`)."""
+    return torch.from_numpy(value.numpy().copy()) if _numpy_able([value]) else value.clone()
+
+
+def pad_rows(pieces: list[torch.Tensor], widths: list[int], width: int) -> torch.Tensor:
+    """The pieces stacked along rows in one zero block whose last dimension is ``width``, each piece
+    in its corner (``widths[i]`` = its last dimension)."""
+    first = pieces[0]
+    rows = sum(p.shape[0] for p in pieces)
+    if _numpy_able(pieces):
+        out = np.zeros((rows, *first.shape[1:-1], width), dtype=first.numpy().dtype)
+        row = 0
+        for piece, have in zip(pieces, widths, strict=True):
+            out[row : row + piece.shape[0], ..., :have] = piece.numpy()
+            row += piece.shape[0]
+        return torch.from_numpy(out)
+    value = first.new_zeros((rows, *first.shape[1:-1], width))
+    row = 0
+    for piece, have in zip(pieces, widths, strict=True):
+        value.narrow(0, row, piece.shape[0]).narrow(-1, 0, have).copy_(piece)
+        row += piece.shape[0]
+    return value
+
+
+def sample_leaves(td: TensorDictBase) -> dict[Key, Any]:
+    """The leaves of a sample by key, its ``index`` entries left out (one walk of the tree: cheaper
+    than ``keys(include_nested=True)`` and a lookup per leaf)."""
+    out: dict[Key, Any] = {}
+    stack: list[tuple[Key, Any]] = [((), td)]
+    while stack:
+        prefix, node = stack.pop()
+        for name, value in node.items():
+            key = (*prefix, name)
+            if key == ("index",):
+                continue
+            if isinstance(value, TensorDictBase) and not is_non_tensor(value):
+                stack.append((key, value))
+            else:
+                out[key] = value
+    return out
+
+
+def _key_map(value: Any, name: str) -> dict[Key, Key] | None:
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        pairs = [(as_key(k), as_key(v)) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        pairs = [(as_key(k), as_key(k)) for k in value]
+    else:
+        raise InvalidParameter(
+            f"dataset {name!r}: a key map is a dict {{source: target}}, a list of keys, or None; got {value!r}"
+        )
+    targets = [t for _, t in pairs]
+    if len(set(targets)) != len(targets):
+        twice = sorted({key_to_str(t) for t in targets if targets.count(t) > 1})
+        raise InvalidParameter(f"dataset {name!r}: the key map sends two keys to {twice}")
+    return dict(pairs)
+
+
+class Mixture:
+    """Sample one batch from several replay buffers whose keys and shapes differ (module docstring)."""
+
+    def __init__(
+        self,
+        buffers: Sequence[Any],
+        *,
+        names: Sequence[str] | None = None,
+        weights: Sequence[float] | str | None = "size",
+        temperature: float = 1.0,
+        exact: bool = True,
+        key_maps: Sequence[Any] | None = None,
+        normalize: Mapping[Any, str] | None = None,
+        stats: Sequence[Mapping[str, Any] | None] | None = None,
+        ids: bool = False,
+        batch_size: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        buffers = list(buffers)
+        if not buffers:
+            raise InvalidParameter("a mixture needs at least one dataset")
+        for i, rb in enumerate(buffers):
+            if not hasattr(rb, "sample"):
+                raise InvalidParameter(f"dataset {i} is a {type(rb).__name__}, not a replay buffer or an id")
+        names = [f"dataset{i}" for i in range(len(buffers))] if names is None else [str(n) for n in names]
+        if len(names) != len(buffers):
+            raise InvalidParameter(f"{len(names)} names for {len(buffers)} datasets")
+        self.names = tuple(names)
+        if key_maps is not None and len(key_maps) != len(buffers):
+            raise InvalidParameter(f"key_maps has {len(key_maps)} entries for {len(buffers)} datasets (None keeps all)")
+        maps = (
+            [None] * len(buffers)
+            if key_maps is None
+            else [_key_map(m, n) for m, n in zip(key_maps, names, strict=True)]
+        )
+        self._members = [_Member(n, rb, m) for n, rb, m in zip(names, buffers, maps, strict=True)]
+        units = {m.unit for m in self._members}
+        if len(units) > 1:
+            detail = ", ".join(f"{m.name!r}: {m.unit}" for m in self._members)
+            raise InvalidParameter(f"members draw slices of different lengths ({detail}); give them one slice_len")
+        self.unit = units.pop()
+        self.p = mixture_weights([len(rb) for rb in buffers], weights, temperature, names)
+        self.exact = bool(exact)
+        self.ids = bool(ids)
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise InvalidParameter(f"batch_size must be a positive int or None, got {batch_size!r}")
+        self.batch_size = batch_size
+        self.generator = generator
+        self._pad: dict[Key, int] = {}  # padded keys: their width in the mixture
+        self._shares: dict[int, list[int]] = {}  # exact shares by number of slots
+        self._fixed: dict[tuple, dict[Key, torch.Tensor]] = {}  # (counts, device) -> dataset index, masks
+        self._schema = self._learn_schema()
+        self._plan_normalize(normalize or {}, stats)
+
+    # -- construction ----------------------------------------------------------------------------------
+    def _learn_schema(self) -> dict[Key, tuple[str, Any, tuple[int, ...]]]:
+        """Probe each member, check that their mapped keys fit together, and plan the padding."""
+        specs = []
+        for m in self._members:
+            probe = m.buffer.sample(m.unit)
+            if not isinstance(probe, TensorDictBase):
+                raise InvalidParameter(f"dataset {m.name!r} samples {type(probe).__name__}, not TensorDicts")
+            if probe.batch_dims != 1:
+                raise InvalidParameter(
+                    f"dataset {m.name!r} samples batches of shape {list(probe.batch_size)}; a mixture joins "
+                    "batches of one dimension (rows, slices laid flat, windows of shape [B])"
+                )
+            specs.append({k: _spec(v, probe.batch_dims) for k, v in m.learn(probe).items()})
+        every = set().union(*specs)
+        schema = {}
+        for key in sorted(every):
+            lacking = [m.name for m, s in zip(self._members, specs, strict=True) if key not in s]
+            if lacking:
+                holding = [m.name for m, s in zip(self._members, specs, strict=True) if key in s]
+                raise InvalidParameter(
+                    f"key {key_to_str(key)!r} is in {holding} but not in {lacking}: map it to a common key in "
+                    "each dataset (key_maps=[{source: target}, ...]) or leave it out of the key maps"
+                )
+            kinds = [s[key] for s in specs]
+            schema[key] = kinds[0]
+            if all(k == kinds[0] for k in kinds):
+                continue
+            self._plan_pad(key, kinds)
+            schema[key] = (kinds[0][0], kinds[0][1], (*kinds[0][2][:-1], max(k[2][-1] for k in kinds)))
+        return schema
+
+    def _plan_pad(self, key: Key, kinds: list[tuple[str, Any, tuple[int, ...]]]) -> None:
+        base = kinds[0]
+        for m, kind in zip(self._members, kinds, strict=True):
+            if kind[0] != base[0] or kind[1] != base[1]:
+                raise InvalidParameter(
+                    f"key {key_to_str(key)!r}: dataset {m.name!r} gives {kind[1]} but {self._members[0].name!r} "
+                    f"gives {base[1]}; a mixture does not cast: convert it in a per-dataset transform"
+                )
+            if kind == base:
+                continue
+            shape, first = kind[2], base[2]
+            if not shape or len(shape) != len(first) or shape[:-1] != first[:-1] or len(shape) > 2:
+                what = "image size" if len(shape) >= 3 or len(first) >= 3 else "shape"
+                raise InvalidParameter(
+                    f"key {key_to_str(key)!r}: dataset {m.name!r} has per-item {what} {list(shape)} but "
+                    f"{self._members[0].name!r} has {list(first)}; only the last dimension of a vector (or a "
+                    "window of vectors) is padded. Resize or project it in a per-dataset transform"
+                )
+            if kind[1] == torch.bool:
+                raise InvalidParameter(f"key {key_to_str(key)!r}: bool keys of different widths cannot be padded")
+        self._pad[key] = max(k[2][-1] for k in kinds)
+        for m, kind in zip(self._members, kinds, strict=True):
+            m.width[key] = kind[2][-1]
+
+    def _plan_normalize(self, normalize: Mapping[Any, str], stats: Sequence[Any] | None) -> None:
+        if stats is not None and len(stats) != len(self._members):
+            raise InvalidParameter(f"stats has {len(stats)} entries for {len(self._members)} datasets")
+        for key, mode in normalize.items():
+            target = as_key(key)
+            if mode not in NORMALIZE_MODES:
+                raise InvalidParameter(
+                    f"normalize[{key_to_str(target)!r}] must be one of {NORMALIZE_MODES}, got {mode!r}"
+                )
+            if target not in self._schema:
+                known = sorted(key_to_str(k) for k in self._schema)
+                raise InvalidParameter(
+                    f"normalize names {key_to_str(target)!r}, which the mixture's batches do not hold."
+                    f"{did_you_mean(key_to_str(target), known)}"
+                )
+            if self._schema[target][0] != "tensor":
+                raise InvalidParameter(f"normalize names {key_to_str(target)!r}, which holds text, not numbers")
+        if not normalize:
+            return
+        for i, m in enumerate(self._members):
+            features = None if stats is None else stats[i]
+            if features is None:  # an old build or a plain buffer: one read of its data, now
+                features = compute_feature_stats(m.buffer.storage)
+            inverse = {t: s for s, t in m.key_map.items()} if m.key_map is not None else {}
+            for key, mode in normalize.items():
+                target = as_key(key)
+                source = inverse.get(target, target)
+                entry = features.get(key_to_str(source))
+                if entry is None and source[0] == "next":  # next/<key> has the statistics of <key>
+                    entry = features.get(key_to_str(source[1:]))
+                if entry is None:
+                    raise InvalidParameter(
+                        f"dataset {m.name!r} has no statistics for {key_to_str(source)!r} (normalising "
+                        f"{key_to_str(target)!r}); it has them for {sorted(features)}"
+                    )
+                m.norm[target] = (mode, stats_arrays(entry))
+
+    # -- sampling -------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __getitem__(self, i: int) -> Any:
+        return self._members[i].buffer
+
+    def counts(self, batch_size: int) -> list[int]:
+        """Items each member gives to a batch of ``batch_size`` (a multinomial draw when not exact)."""
+        if batch_size % self.unit:
+            raise InvalidParameter(
+                f"batch_size={batch_size} is not a multiple of the members' slice length {self.unit}: use "
+                f"{max(1, batch_size // self.unit) * self.unit}"
+            )
+        slots = batch_size // self.unit
+        if self.exact:
+            shares = self._shares.get(slots)
+            if shares is None:
+                shares = self._shares[slots] = largest_remainder(self.p, slots)
+        else:
+            picks = torch.multinomial(torch.as_tensor(self.p), slots, replacement=True, generator=self.generator)
+            shares = torch.bincount(picks, minlength=len(self._members)).tolist()
+        return [s * self.unit for s in shares]
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """One batch of ``batch_size`` items drawn from the members (module docstring)."""
+        if batch_size is None:
+            batch_size = self.batch_size
+            if batch_size is None:
+                raise InvalidParameter("sample() needs a batch size: sample(256) or Mixture(..., batch_size=256)")
+        counts = self.counts(batch_size)
+        parts = []
+        for i, count in enumerate(counts):
+            if count:
+                m = self._members[i]
+                td = m.buffer.sample(count)
+                parts.append((m, m.mapped(td), td.batch_size))
+        out = self._concatenate(parts, tuple(counts))
+        if return_info:
+            return out, {"dataset": out.get(("dataset", "index"))}
+        return out
+
+    def _concatenate(self, parts: list[tuple[_Member, dict[Key, Any], torch.Size]], counts: tuple) -> TensorDict:
+        batch = torch.Size([sum(size[0] for _, _, size in parts), *parts[0][2][1:]])
+        keys, values = [], []
+        for key in parts[0][1]:
+            pieces = [leaves[key] for _, leaves, _ in parts]
+            width = self._pad.get(key)
+            if width is not None:  # one zero block, each member's values copied into its corner
+                value = pad_rows(pieces, [m.width[key] for m, _, _ in parts], width)
+            elif isinstance(pieces[0], torch.Tensor):
+                value = pieces[0] if len(pieces) == 1 else concat_rows(pieces)
+            else:
+                value = NonTensorStack.from_list([x for p in pieces for x in p.tolist()])
+            keys.append(key)
+            values.append(value)
+        device = next((v.device for v in values if isinstance(v, torch.Tensor)), torch.device("cpu"))
+        for key, value in self._fixed_keys(parts, counts, batch, device).items():
+            keys.append(key)
+            values.append(copy_rows(value))  # cached: the batch gets its own copy
+        if self.ids:
+            index = values[keys.index(("dataset", "index"))]
+            keys.append(("dataset", "id"))
+            values.append(NonTensorStack.from_list([self.names[i] for i in index.reshape(-1).tolist()]))
+        return TensorDict._new_unsafe(source=cast(Any, nest(keys, values)), batch_size=batch, nested=True)
+
+    def _fixed_keys(self, parts: list, counts: tuple, batch: torch.Size, device: Any) -> dict[Key, torch.Tensor]:
+        """The dataset index and the pad masks of a batch of these ``counts``: the same for every batch
+        with them (always, with exact shares), so made once and cached."""
+        cache_key = (counts, tuple(batch), device)
+        fixed = self._fixed.get(cache_key)
+        if fixed is None:
+            members = {id(m): i for i, m in enumerate(self._members)}
+            sizes = [(members[id(m)], size) for m, _, size in parts]
+            fixed = {
+                ("dataset", "index"): torch.cat(
+                    [torch.full(tuple(size), i, dtype=torch.int64, device=device) for i, size in sizes]
+                )
+            }
+            for key, width in self._pad.items():
+                rows = [
+                    (torch.arange(width, device=device) >= m.width[key]).expand(size[0], width) for m, _, size in parts
+                ]
+                fixed[(*key[:-1], key[-1] + "_dim_is_pad")] = torch.cat(rows)
+            if len(self._fixed) < 256:  # exact shares repeat one entry; multinomial ones vary
+                self._fixed[cache_key] = fixed
+        return fixed
+
+    def __repr__(self) -> str:
+        shares = ", ".join(f"{n}: {p:.3f}" for n, p in zip(self.names, self.p, strict=True))
+        return f"Mixture({shares}; exact={self.exact})"
+
+
+def _normalize(m: _Member, key: Key, value: torch.Tensor, mode: str, arrays: dict[str, np.ndarray]) -> torch.Tensor:
+    dtype = torch.float64 if value.dtype == torch.float64 else torch.float32
+    cached = m.norm_tensors.get((key, value.device))
+    if cached is None:
+        if mode == "mean_std":
+            shift, scale = arrays["mean"], np.maximum(arrays["std"], _EPS)
+        else:
+            lo, hi = (arrays["min"], arrays["max"]) if mode == "min_max" else (arrays["q01"], arrays["q99"])
+            shift, scale = (lo + hi) / 2, np.maximum(hi - lo, _EPS) / 2
+        cached = tuple(torch.as_tensor(a, dtype=dtype, device=value.device) for a in (shift, scale))
+        m.norm_tensors[(key, value.device)] = cached
+    if _numpy_able([value]):  # in numpy: one thread, never torch's intra-op pool (see concat_rows)
+        x = value.numpy().astype(np.float64 if dtype == torch.float64 else np.float32)
+        np.subtract(x, cached[0].numpy(), out=x)
+        np.divide(x, cached[1].numpy(), out=x)
+        if mode == "q01_q99":
+            np.clip(x, -1.0, 1.0, out=x)
+        return torch.from_numpy(x)
+    out = (value.to(dtype) - cached[0]) / cached[1]
+    return out.clamp_(-1.0, 1.0) if mode == "q01_q99" else out

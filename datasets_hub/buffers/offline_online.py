@@ -1,0 +1,194 @@
+"""Offline data mixed with online experience (docs/guide/mixtures.md): :class:`OfflineOnlineBuffer`.
+
+Offline-to-online RL seeds training with a dataset and then adds the agent's own experience. Here the
+offline part is a read-only buffer over a build and the online part a writable buffer over memory-mapped
+files; nothing is copied from one to the other. Contract:
+
+- Offline part: any replay buffer (``datasets_hub.load(id)``: its memory-mapped build, sampled where it
+  lies). It is never written: seeding costs what opening the build costs, whatever its size, and
+  touches no row of it.
+- Online part: a ``TensorDictReplayBuffer`` over ``LazyMemmapStorage(capacity, scratch_dir)`` (files under
+  ``scratch_dir``, a temporary directory by default), uniform by default or with the ``online_sampler``
+  given (e.g. ``PrioritizedSampler``). ``add``/``extend`` write to it with TorchRL's semantics (returning
+  the positions written; the oldest items are overwritten once ``capacity`` is reached);
+  ``update_priority`` sets priorities of online items.
+- Schema: an online write must hold exactly the keys of a stored offline item, each with the same
+  dtype and per-item shape (``index``/``_weight`` aside). Anything else raises ``InvalidParameter``
+  naming the key, before anything is written: a refused write writes nothing.
+- ``sample(n)``: ``round(ratio * n)`` items from the offline part, the rest from the online part
+  (all offline while the online part is empty), concatenated offline first. ``ratio`` is a number in
+  ``[0, 1]`` or a function of the number of ``sample`` calls made so far (a schedule), checked at each
+  call. Each batch holds the stored keys plus ``("index", "index")`` (the item's position in its part)
+  and ``("index", "online")`` (bool: which part). Keys a sampler adds (goals, windows) are not kept:
+  the two parts share the stored schema only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
+from datasets_hub.buffers.mixture import concat_rows, copy_rows, sample_leaves
+from datasets_hub.buffers.nested_keys import as_key, key_to_str, nest
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.samplers.random import RandomSampler
+from datasets_hub.errors import InvalidParameter
+
+_BOOKKEEPING = {("index",), ("_weight",)}
+
+
+class OfflineOnlineBuffer:
+    """A read-only offline buffer plus a writable memory-mapped online buffer (module docstring)."""
+
+    def __init__(
+        self,
+        offline: Any,
+        *,
+        capacity: int,
+        ratio: float | Callable[[int], float] = 0.5,
+        scratch_dir: str | Path | None = None,
+        online_sampler: Any = None,
+        batch_size: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if not hasattr(offline, "sample") or not hasattr(offline, "storage"):
+            raise InvalidParameter(f"offline must be a replay buffer (e.g. datasets_hub.load(id)), got {offline!r}")
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise InvalidParameter(f"capacity must be a positive int (online items kept), got {capacity!r}")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise InvalidParameter(f"batch_size must be a positive int or None, got {batch_size!r}")
+        if not callable(ratio):
+            _check_ratio(ratio)
+        self.ratio = ratio
+        self.batch_size = batch_size
+        self.offline = offline
+        self.online = TensorDictReplayBuffer(
+            storage=LazyMemmapStorage(capacity, scratch_dir=scratch_dir, existsok=True),
+            sampler=online_sampler if online_sampler is not None else RandomSampler(),
+            generator=generator,
+        )
+        self.steps = 0  # sample() calls so far: the argument of a ratio schedule
+        self._masks: dict[tuple[int, int], torch.Tensor] = {}
+        first = offline.storage[0:1]  # one stored item: the schema online writes must follow
+        self.schema = {
+            as_key(k): (v.dtype, tuple(v.shape[1:]))
+            for k, v in first.items(include_nested=True, leaves_only=True)
+            if isinstance(v, torch.Tensor) and as_key(k)[:1] not in _BOOKKEEPING
+        }
+
+    # -- writes -------------------------------------------------------------------------------------
+    def _check(self, data: Any, batch_dims: int) -> None:
+        if not isinstance(data, TensorDictBase):
+            raise InvalidParameter(f"online writes are TensorDicts with the offline keys, got {type(data).__name__}")
+        if data.batch_dims != batch_dims:
+            what = "one item (batch size [])" if batch_dims == 0 else "a batch of items (batch size [n])"
+            raise InvalidParameter(f"expected {what}, got batch size {list(data.batch_size)}")
+        leaves = {
+            as_key(k): v
+            for k, v in data.items(include_nested=True, leaves_only=True)
+            if as_key(k)[:1] not in _BOOKKEEPING
+        }
+        missing = sorted(key_to_str(k) for k in self.schema.keys() - leaves.keys())
+        extra = sorted(key_to_str(k) for k in leaves.keys() - self.schema.keys())
+        if missing or extra:
+            raise InvalidParameter(
+                f"an online write must hold the offline keys: missing {missing or 'none'}, unexpected "
+                f"{extra or 'none'}; nothing was written"
+            )
+        for key, (dtype, shape) in self.schema.items():
+            value = leaves[key]
+            got = (getattr(value, "dtype", None), tuple(getattr(value, "shape", ())[batch_dims:]))
+            if got != (dtype, shape):
+                raise InvalidParameter(
+                    f"online {key_to_str(key)!r} is {got[0]} {list(got[1])} per item but the offline data holds "
+                    f"{dtype} {list(shape)}; nothing was written"
+                )
+
+    def add(self, data: TensorDictBase) -> int:
+        """Write one item to the online part; returns its position there."""
+        self._check(data, 0)
+        return self.online.add(data)
+
+    def extend(self, data: TensorDictBase) -> torch.Tensor:
+        """Write a batch of items to the online part; returns their positions there."""
+        self._check(data, 1)
+        return self.online.extend(data)
+
+    def update_priority(self, index: Any, priority: Any, online: torch.Tensor | None = None) -> None:
+        """Set priorities of online items at ``index``. With ``online`` (a batch's ``("index", "online")``),
+        ``index`` and ``priority`` are a whole batch's and only its online items are updated."""
+        if online is not None:
+            online = torch.as_tensor(online, dtype=torch.bool).reshape(-1)
+            index = torch.as_tensor(index).reshape(-1)[online]
+            priority = torch.as_tensor(priority).reshape(-1)[online]
+        self.online.update_priority(index, priority)
+
+    # -- reads --------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.offline) + len(self.online)
+
+    def current_ratio(self) -> float:
+        """The offline share the next ``sample`` call uses."""
+        value = self.ratio(self.steps) if callable(self.ratio) else self.ratio
+        _check_ratio(value)
+        return float(value)
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """``batch_size`` items: the offline share from the build, the rest online (module docstring)."""
+        if batch_size is None:
+            batch_size = self.batch_size
+            if batch_size is None:
+                raise InvalidParameter(
+                    "sample() needs a batch size: sample(256) or OfflineOnlineBuffer(..., batch_size=)"
+                )
+        share = self.current_ratio()  # checked at every call, also while the online part is empty
+        n_offline = round(share * batch_size) if len(self.online) else batch_size
+        self.steps += 1
+        parts = []
+        for part, count in ((self.offline, n_offline), (self.online, batch_size - n_offline)):
+            if count:
+                data, info = part.sample(count, return_info=True)
+                parts.append((sample_leaves(data), torch.as_tensor(info["index"]).reshape(-1)))
+        keys = list(self.schema)
+        values: list[Any] = [
+            concat_rows([leaves[k] for leaves, _ in parts]) if len(parts) > 1 else parts[0][0][k] for k in keys
+        ]
+        index = torch.cat([i for _, i in parts]) if len(parts) > 1 else parts[0][1]
+        online = copy_rows(self._online_mask(n_offline, batch_size))
+        keys += [("index", "index"), ("index", "online")]
+        values += [index, online]
+        # the leaves were checked against the schema on the way in: no second validation per batch
+        out = TensorDict._new_unsafe(
+            source=cast(Any, nest(keys, values)), batch_size=torch.Size([batch_size]), nested=True
+        )
+        if return_info:
+            return out, {"index": index, "online": online}
+        return out
+
+    def _online_mask(self, n_offline: int, batch_size: int) -> torch.Tensor:
+        mask = self._masks.get((n_offline, batch_size))
+        if mask is None:
+            mask = torch.arange(batch_size) >= n_offline
+            if len(self._masks) < 64:  # a fixed ratio repeats one; a schedule moves through a few
+                self._masks[(n_offline, batch_size)] = mask
+        return mask
+
+    def __repr__(self) -> str:
+        ratio = "schedule" if callable(self.ratio) else self.ratio
+        return f"OfflineOnlineBuffer(offline={len(self.offline)}, online={len(self.online)}, ratio={ratio})"
+
+
+def _check_ratio(value: Any) -> None:
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not 0 <= value <= 1
+    ):
+        raise InvalidParameter(f"ratio (the offline share of a batch) must be a number in [0, 1], got {value!r}")

@@ -1,0 +1,209 @@
+"""Feature statistics: equal to numpy over the whole data (exact cases), within the documented bound
+(bucketed percentiles), recorded by every build in one pass, shown by ``info``, readable as LeRobot's
+``stats.json``, and absent (None) for builds made before they were recorded."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from datasets_hub.buffers.feature_stats import (
+    EXACT_DISTINCT,
+    RELATIVE_ERROR,
+    ZERO_BAND,
+    FeatureStats,
+    compute_feature_stats,
+    lerobot_stats,
+    stats_arrays,
+)
+from datasets_hub.build.format import MANIFEST, write_manifest_checksum
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
+from datasets_hub.loader import DatasetSpec
+from datasets_hub.testing import FakeLoader
+
+
+def feed(columns: dict, cuts: list[int]) -> dict:
+    """The statistics of ``columns`` ({key: array [N, ...]}) fed in batches split at ``cuts``."""
+    stats = FeatureStats()
+    n = len(next(iter(columns.values())))
+    edges = [0, *cuts, n]
+    for a, b in itertools.pairwise(edges):
+        td = TensorDict({k: torch.from_numpy(np.ascontiguousarray(v[a:b])) for k, v in columns.items()}, [b - a])
+        stats.update(td)
+    return stats.result()
+
+
+def numpy_stats(x: np.ndarray, axes: tuple[int, ...]) -> dict[str, np.ndarray]:
+    x = x.astype(np.float64)
+    return {
+        "mean": x.mean(axis=axes),
+        "std": x.std(axis=axes),
+        "min": x.min(axis=axes),
+        "max": x.max(axis=axes),
+        "q01": np.percentile(x, 1, axis=axes),
+        "q99": np.percentile(x, 99, axis=axes),
+    }
+
+
+def assert_equal_to_numpy(entry: dict, expected: dict, shape: tuple[int, ...]) -> None:
+    """min, max and percentiles exactly (float rounding aside); mean and std as closely as two
+    float64 computations of them agree (merged moments vs numpy's two passes)."""
+    got = stats_arrays(entry)
+    for name, want in expected.items():
+        rtol = 1e-9 if name in ("mean", "std") else 1e-12
+        np.testing.assert_allclose(got[name], np.reshape(want, shape), rtol=rtol, atol=1e-12, err_msg=name)
+
+
+def test_vectors_integers_and_scalars_equal_numpy_in_any_split():
+    rng = np.random.default_rng(0)
+    n = 3001
+    state = (rng.normal(size=(n, 5)) * [1, 10, 100, 1e-3, 1e6] + [0, -5, 1e8, 2, 0]).astype(np.float32)
+    action = rng.integers(-7, 9, size=(n, 2)).astype(np.int64)
+    reward = rng.normal(size=(n, 1)).astype(np.float64)
+    columns = {"observation": state, "action": action, "reward": reward}
+    for cuts in ([], [1], [17, 1000, 1001, 2999]):
+        result = feed(columns, cuts)
+        assert_equal_to_numpy(result["observation"], numpy_stats(state, (0,)), (5,))
+        assert_equal_to_numpy(result["action"], numpy_stats(action, (0,)), (2,))
+        assert_equal_to_numpy(result["reward"], numpy_stats(reward, (0,)), (1,))
+        assert result["observation"]["q_rel_error"] == 0.0 and result["observation"]["count"] == n
+        assert result["observation"]["dtype"] == "float32" and result["action"]["shape"] == [2]
+
+
+def test_images_per_channel_hwc_and_chw_exact():
+    rng = np.random.default_rng(1)
+    hwc = rng.integers(0, 256, size=(50, 6, 7, 3), dtype=np.uint8)
+    hwc[:, :, :, 2] //= 4  # channels differ
+    chw = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
+    result = feed(
+        {"pixels": hwc, "camera": chw, "depth": rng.integers(-300, 300, (50, 4, 4, 1)).astype(np.int16)}, [7, 8]
+    )
+    assert result["pixels"]["shape"] == [1, 1, 3] and result["camera"]["shape"] == [3, 1, 1]
+    assert_equal_to_numpy(result["pixels"], numpy_stats(hwc, (0, 1, 2)), (1, 1, 3))
+    assert_equal_to_numpy(result["camera"], numpy_stats(chw, (0, 2, 3)), (3, 1, 1))
+    depth = result["depth"]
+    assert depth["shape"] == [1, 1, 1] and depth["q_rel_error"] == 0.0
+
+
+def test_stable_moments_on_a_large_offset():
+    x = (1e9 + np.arange(100000) % 7).astype(np.float64)[:, None]
+    got = stats_arrays(feed({"x": x}, [3, 50000])["x"])
+    np.testing.assert_allclose(got["std"], x.std(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(got["mean"], x.mean(axis=0), rtol=1e-15)
+
+
+def test_nonfinite_values_are_left_out_and_counted():
+    x = np.arange(40, dtype=np.float32).reshape(20, 2)
+    x[3, 0], x[5, 0], x[7, 1] = np.nan, np.inf, -np.inf
+    result = feed({"x": x}, [4])["x"]
+    assert result["nonfinite"] == 3
+    for c in range(2):
+        col = x[:, c][np.isfinite(x[:, c])].astype(np.float64)
+        got = stats_arrays(result)
+        assert got["mean"][c] == pytest.approx(col.mean(), rel=1e-12)
+        assert got["std"][c] == pytest.approx(col.std(), rel=1e-12)
+        assert got["q01"][c] == pytest.approx(np.percentile(col, 1), rel=1e-12)
+        assert got["max"][c] == col.max()
+
+
+def test_many_distinct_values_switch_to_buckets_within_the_bound():
+    rng = np.random.default_rng(2)
+    n = 2 * EXACT_DISTINCT + 123
+    x = np.concatenate([rng.normal(size=(n, 2)) * [1.0, 1e4], np.zeros((50, 2))]).astype(np.float32)
+    result = feed({"x": x}, [1000, EXACT_DISTINCT + 5])["x"]
+    assert result["q_rel_error"] == RELATIVE_ERROR
+    got = stats_arrays(result)
+    sorted_x = np.sort(x.astype(np.float64), axis=0)
+    for name, q in (("q01", 1.0), ("q99", 99.0)):
+        h = (len(x) - 1) * q / 100
+        around = np.abs(sorted_x[[int(np.floor(h)), int(np.ceil(h))]]).max(axis=0)
+        bound = RELATIVE_ERROR * around + ZERO_BAND
+        exact = np.percentile(x.astype(np.float64), q, axis=0)
+        assert (np.abs(got[name] - exact) <= bound).all(), (name, got[name], exact)
+    # the moments stay exact
+    np.testing.assert_allclose(got["mean"], x.astype(np.float64).mean(axis=0), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got["std"], x.astype(np.float64).std(axis=0), rtol=1e-10)
+
+
+def test_keys_chosen_from_a_ted_batch():
+    n = 6
+    td = TensorDict(
+        {
+            "observation": torch.arange(n * 2, dtype=torch.float32).reshape(n, 2),
+            "episode": torch.zeros(n, dtype=torch.int64),
+            "step": torch.arange(n),
+            "done": torch.zeros(n, 1, dtype=torch.bool),
+            "next": {
+                "observation": torch.arange(n * 2, dtype=torch.float32).reshape(n, 2) + 2,
+                "reward": torch.arange(n, dtype=torch.float32)[:, None],
+                "done": torch.zeros(n, 1, dtype=torch.bool),
+                "terminated": torch.zeros(n, 1, dtype=torch.bool),
+            },
+        },
+        [n],
+    )
+    stats = FeatureStats()
+    stats.update(td)
+    assert sorted(stats.result()) == ["next/reward", "observation"]
+    with pytest.raises(ValueError, match="per-row shape"):
+        stats.update(td.set("observation", torch.zeros(n, 3)))
+
+
+def test_lerobot_layout():
+    rng = np.random.default_rng(3)
+    img = rng.integers(0, 256, size=(10, 4, 4, 3), dtype=np.uint8)
+    state = rng.normal(size=(10, 2)).astype(np.float32)
+    result = feed({"image": img, "state": state}, [])
+    layout = lerobot_stats({"observation/image": result["image"], "observation/state": result["state"]})
+    assert sorted(layout) == ["observation.image", "observation.state"]
+    image = np.asarray(layout["observation.image"]["mean"])
+    assert image.shape == (3, 1, 1)
+    np.testing.assert_allclose(image[:, 0, 0], img.reshape(-1, 3).mean(axis=0) / 255.0, rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(layout["observation.image"]["std"])[:, 0, 0], img.reshape(-1, 3).std(axis=0) / 255.0, rtol=1e-12
+    )
+    assert layout["observation.state"]["count"] == [10]
+    assert set(layout["observation.state"]) == {"mean", "std", "min", "max", "q01", "q99", "count"}
+    json.dumps(layout)  # plain JSON
+
+
+# -------------------------------------------------------------------------------------------- builds
+def fake_build(lengths=(30, 5, 17, 40, 8), chunks=3):
+    spec = DatasetSpec(id="fake/stats", loader="fake", params={"lengths": list(lengths), "chunks": chunks})
+    return build(spec, FakeLoader(), {}, [])
+
+
+def test_every_build_records_statistics_equal_to_numpy_over_its_rows():
+    path = fake_build()
+    manifest = json.loads((path / MANIFEST).read_text())
+    features = manifest["stats"]["features"]
+    assert sorted(features) == ["action", "next/reward", "observation"]
+    rows = DatasetStorage(path)[:]
+    for key, shape in (("observation", (3,)), ("action", (2,)), ("next/reward", (1,))):
+        values = rows.get(tuple(key.split("/"))).numpy()
+        assert_equal_to_numpy(features[key], numpy_stats(values, (0,)), shape)
+    # computed on demand over the storage: the same numbers (no build needed)
+    assert compute_feature_stats(DatasetStorage(path)) == features
+
+
+def test_old_builds_without_statistics_still_open():
+    from datasets_hub.hub import DatasetInfo
+
+    path = fake_build((4, 6), chunks=1)
+    manifest = json.loads((path / MANIFEST).read_text())
+    del manifest["stats"]["features"]  # as builds made before statistics were recorded
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    write_manifest_checksum(path)
+    storage = DatasetStorage(path)  # opens as before
+    assert len(storage) == 10
+    card = DatasetInfo(
+        id="fake/stats", loader="fake", params={}, resources=[], metadata={}, source="", cached=True, manifest=manifest
+    )
+    assert card.feature_stats is None and card.lerobot_stats() is None
+    assert sorted(compute_feature_stats(storage)) == ["action", "next/reward", "observation"]

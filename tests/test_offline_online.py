@@ -1,0 +1,165 @@
+"""OfflineOnlineBuffer: a read-only build plus a memory-mapped online part; fixed and scheduled ratios,
+TorchRL write semantics, priorities, refused writes that write nothing, and a build left untouched."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+import datasets_hub as dh
+from datasets_hub import catalogue
+from datasets_hub.buffers.offline_online import OfflineOnlineBuffer
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.samplers import RandomSampler
+from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler
+from datasets_hub.buffers.writers import ImmutableDatasetWriter
+from datasets_hub.build.pipeline import build
+from datasets_hub.build.storage import DatasetStorage
+from datasets_hub.errors import InvalidParameter, ReadOnlyError
+from datasets_hub.loader import DatasetSpec
+from datasets_hub.testing import FakeLoader, fake_episodes, naive_ted
+
+LENGTHS = [12, 7, 20]
+OFFLINE_ROWS = sum(LENGTHS)
+
+
+def offline_buffer():
+    path = build(DatasetSpec(id="fake/offline", loader="fake", params={"lengths": LENGTHS}), FakeLoader(), {}, [])
+    rb = TensorDictReplayBuffer(
+        storage=DatasetStorage(path),
+        sampler=RandomSampler(),
+        writer=ImmutableDatasetWriter(),
+        generator=torch.Generator().manual_seed(0),
+    )
+    return rb, path
+
+
+def online_rows(lengths=(5, 6), first_row=10_000):
+    """Experience in the offline schema, told apart by its values (observation rows from 10,000 on)."""
+    return naive_ted(fake_episodes(list(lengths), first_episode=100, first_row=first_row))
+
+
+def digest(path):
+    h = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(file.name.encode())
+        h.update(file.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    rb, path = offline_buffer()
+    before = digest(path)
+    buf = OfflineOnlineBuffer(
+        rb, capacity=16, ratio=0.25, scratch_dir=tmp_path / "online", generator=torch.Generator().manual_seed(1)
+    )
+    yield buf, path
+    assert digest(path) == before  # the build is never modified
+
+
+def test_all_offline_until_online_holds_something_then_the_ratio(mixed):
+    buf, _ = mixed
+    out = buf.sample(8)
+    assert not out["index", "online"].any() and len(buf) == OFFLINE_ROWS
+    positions = buf.extend(online_rows())
+    assert positions.tolist() == list(range(11)) and len(buf.online) == 11 and len(buf) == OFFLINE_ROWS + 11
+    out = buf.sample(8)
+    assert out["index", "online"].tolist() == [False] * 2 + [True] * 6
+    obs = out["observation"][:, 0] / 100
+    assert (obs[:2] < 10_000).all() and (obs[2:] >= 10_000).all()  # offline rows, then online rows
+    # ("index", "index") points at the item in its own part
+    stored = buf.online.storage[out["index", "index"][2:]]
+    assert torch.equal(stored["observation"], out["observation"][2:])
+    offline = buf.offline.storage[out["index", "index"][:2]]
+    assert torch.equal(offline["action"], out["action"][:2])
+
+
+def test_online_part_follows_torchrl_write_semantics(mixed):
+    buf, _ = mixed
+    item = online_rows((3,))[0]
+    assert buf.add(item) == 0
+    buf.extend(online_rows((8, 9), first_row=20_000))  # 1 + 17 > capacity 16: the oldest are overwritten
+    assert len(buf.online) == 16
+    assert buf.online.storage[torch.tensor([0])]["observation"][0, 0] >= 20_000 * 100
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda td: td.set("action", td["action"].double()), r"online 'action' is torch.float64 \[2\] per item"),
+        (lambda td: td.set("action", torch.zeros(td.shape[0], 3)), r"'action' is torch.float32 \[3\] per item"),
+        (lambda td: td.exclude("step"), r"missing \['step'\]"),
+        (lambda td: td.set("extra", torch.zeros(td.shape[0])), r"unexpected \['extra'\]"),
+    ],
+)
+def test_a_wrong_write_writes_nothing(mixed, change, match):
+    buf, _ = mixed
+    buf.extend(online_rows((4,)))
+    kept = buf.online.storage[torch.arange(4)].clone()
+    with pytest.raises(InvalidParameter, match=match):
+        buf.extend(change(online_rows((5,), first_row=30_000)))
+    with pytest.raises(InvalidParameter, match=match):
+        buf.add(change(online_rows((5,), first_row=30_000))[0])
+    assert len(buf.online) == 4
+    assert (buf.online.storage[torch.arange(4)] == kept).all()
+
+
+def test_the_offline_part_is_read_only(mixed):
+    buf, _ = mixed
+    with pytest.raises(ReadOnlyError):
+        buf.offline.extend(online_rows())
+
+
+def test_a_scheduled_ratio(tmp_path):
+    rb, _ = offline_buffer()
+    buf = OfflineOnlineBuffer(rb, capacity=32, ratio=lambda step: max(0.0, 1 - step / 4), scratch_dir=tmp_path / "s")
+    buf.extend(online_rows())
+    shares = [int((~buf.sample(8)["index", "online"]).sum()) for _ in range(5)]
+    assert shares == [8, 6, 4, 2, 0]
+    bad = OfflineOnlineBuffer(rb, capacity=4, ratio=lambda step: 1.5, scratch_dir=tmp_path / "b")
+    with pytest.raises(InvalidParameter, match=r"must be a number in \[0, 1\], got 1.5"):
+        bad.sample(4)
+    for ratio in (-0.1, float("nan"), "half"):
+        with pytest.raises(InvalidParameter, match="ratio"):
+            OfflineOnlineBuffer(rb, capacity=4, ratio=ratio)
+
+
+def test_priorities_of_online_items(tmp_path):
+    rb, _ = offline_buffer()
+    buf = OfflineOnlineBuffer(
+        rb,
+        capacity=16,
+        ratio=0.5,
+        scratch_dir=tmp_path / "p",
+        online_sampler=PrioritizedSampler(16, alpha=1.0, beta=1.0),
+        generator=torch.Generator().manual_seed(2),
+    )
+    buf.extend(online_rows())
+    batch = buf.sample(8)
+    priority = torch.where(batch["index", "index"] == batch["index", "index"][-1], 1.0, 1e-9)
+    others = torch.arange(11)[torch.arange(11) != int(batch["index", "index"][-1])]
+    buf.update_priority(others, torch.full((10,), 1e-9))
+    buf.update_priority(batch["index", "index"], priority, online=batch["index", "online"])
+    picked = torch.cat([buf.sample(8)["index", "index"][4:] for _ in range(20)])
+    assert (picked == batch["index", "index"][-1]).all()
+
+
+def test_hub_offline_online_by_id(tmp_path):
+    catalogue.register_dataset("gym/oo-pendulum", loader="gym", params={"env": "Pendulum-v1", "steps": 200})
+    try:
+        buf = dh.offline_online(
+            "gym/oo-pendulum",
+            capacity=100,
+            ratio=0.5,
+            scratch_dir=tmp_path / "o",
+            generator=torch.Generator().manual_seed(0),
+        )
+        seed = buf.offline.storage[0:10]
+        buf.extend(seed.exclude("index") if "index" in seed.keys() else seed)
+        out = buf.sample(10)
+        assert out["index", "online"].sum() == 5 and out["observation"].shape == (10, 3)
+    finally:
+        catalogue.unregister_dataset("gym/oo-pendulum")
