@@ -296,14 +296,6 @@ def _remote_entries(loaders: list[str] | None) -> dict[str, tuple[dict[str, Any]
     return out
 
 
-def remote_catalogue_age(loader: str) -> float | None:
-    """Seconds since the cached remote catalogue of ``loader`` was fetched (None: never)."""
-    try:
-        return time.time() - _remote_file(loader).stat().st_mtime
-    except OSError:
-        return None
-
-
 def refresh_remote_catalogues(loaders: list[str] | None = None, *, timeout: float = 5.0) -> dict[str, str]:
     """Fetch each loader's ``remote_catalogue()`` (in a thread, at most ``timeout`` seconds each,
     retry noise silenced) and cache it; returns ``{loader: "N ids" | "skipped: why"}``. Offline

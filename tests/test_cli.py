@@ -211,7 +211,7 @@ def test_verify_detects_an_edited_count_and_params(run):
 
 def test_verify_uses_manifest_checksum_when_present(run):
     build = build_small(run)
-    write_manifest_checksum(build)  # what the builder records (see build_format.MANIFEST_SHA256)
+    write_manifest_checksum(build)  # what the builder records (see build.format.MANIFEST_SHA256)
     code, out, _ = run("verify", CARTPOLE, *SMALL, "-v")
     assert code == 0 and "matches manifest.sha256" in out and "no manifest.sha256" not in out
     manifest = json.loads((build / "manifest.json").read_text())

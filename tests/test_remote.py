@@ -77,7 +77,11 @@ def test_lazy_over_http_fetches_kilobytes_before_the_first_batch(local_rb, publi
             generator=torch.Generator().manual_seed(0),
         )
         before = _bytes_sent(server)
-        assert before < 0.35 * total, (before, total)  # published.json, manifest, episode index only
+        fetched = [r.path for r in server.requests if r.method == "GET"]
+        data_chunks = [p for p in fetched if "/c/" in p and "/episodes/" not in p]
+        # published.json, the manifest, array metadata and the episode index only: no data chunk yet (the
+        # share of bytes is no measure on a fixture this small: the manifest's statistics outweigh the data)
+        assert not data_chunks and before < total, (data_chunks, before, total)
         batch = rb.sample()
         index = batch["index"] if "index" in batch.keys() else None
         chunk_gets = [r for r in server.requests if "/c/" in r.path]

@@ -77,7 +77,7 @@ def _try_lock(lock_path: Path) -> Iterator[bool]:
 
 
 def _build_lock(build: Path) -> Path:
-    return build.with_name(build.name + ".lock")  # the lock build.py holds while building `build`
+    return build.with_name(build.name + ".lock")  # the lock build/pipeline.py holds while building `build`
 
 
 def _variant_locks(build_fp: str) -> list[Path]:
@@ -352,22 +352,6 @@ def variant_paths(build: Path) -> list[Path]:
     if not pre.is_dir():
         return []
     return sorted(p for p in pre.iterdir() if p.is_dir() and DELETING_MARK not in p.name)
-
-
-def remove_preprocessed(name: str) -> Path:
-    """Delete one preprocessed variant, named as ``cache ls`` shows it (``<build-fp>/<transform-fp>``,
-    or the ``<transform-fp>`` alone when it is unique). Returns the removed directory.
-
-    The variant is renamed aside and deleted (no reader sees half of it); one being computed right
-    now (its lock held) is refused, as builds are.
-    """
-    (path,) = find_builds(name)
-    if not is_variant(path):
-        raise InvalidParameter(
-            f"{name!r} is a build, not a preprocessed variant; remove it with `datasets-hub cache rm`"
-        )
-    remove_build(path)
-    return path
 
 
 def _remove_empty_parents(path: Path, stop: Path) -> None:

@@ -1,6 +1,6 @@
 """``datasets-hub verify``: does the cache still hold the bytes it recorded? (docs/design/on-disk.md)
 
-:func:`verify` rehashes raw files (``downloader.verify_file``: against the catalogue sha256 or the
+:func:`verify` rehashes raw files (``downloads.fetch.verify_file``: against the catalogue sha256 or the
 one recorded at first download) and every data file of a build against the sha256, dtype, shape and
 rows the manifest's ``schema`` records. It checks the manifest itself against ``manifest.sha256``
 (:data:`~datasets_hub.build.format.MANIFEST_SHA256`) when the build has one, and in any case against what can be recomputed

@@ -13,7 +13,7 @@ The contract of :func:`http_download`:
   changed answers the whole new file (200) or is caught by comparing validators, and the download
   restarts from zero: a file that changed upstream is never spliced. Without a validator there is
   no resume: the download starts again from byte zero.
-- A minimum throughput over a sliding window and a total deadline (:func:`downloader.download_settings`)
+- A minimum throughput over a sliding window and a total deadline (:func:`datasets_hub.downloads.fetch.download_settings`)
   stop a server that trickles bytes forever; the ``.partial`` is kept for the next attempt.
 - Cache files are opened with ``O_NOFOLLOW`` (:func:`datasets_hub.files.open_nofollow`).
 """

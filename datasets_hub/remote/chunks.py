@@ -507,12 +507,6 @@ class Chunks:
             os.close(fd)
         self._views[name][chunk] = 1  # a shared mapping: every process sees it, after the bytes
 
-    def all_resident(self) -> bool:
-        return all(
-            bool(m[: max(1, int(self.arrays[n]["chunks"]))].all()) or int(self.arrays[n]["chunks"]) == 0
-            for n, m in self.maps.items()
-        )
-
 
 def _open_sequence(path: Path) -> np.ndarray:
     """The eviction sequence counter of a local copy (created at zero in a copy made before it existed)."""

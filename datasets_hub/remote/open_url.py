@@ -47,14 +47,9 @@ from datasets_hub.remote.files import REMOTE_SCHEMES, RemoteFolder, url_key
 from datasets_hub.remote.format import MAX_PUBLISHED_BYTES, PUBLISHED, parse_published, require_zarr
 from datasets_hub.remote.storage import COMPLETE, ResidentStorage
 
-__all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "is_remote_url", "local_dir", "open_remote", "strip_url"]
+__all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "local_dir", "open_remote", "strip_url"]
 
 RESIDENT_MODES = ("full", "lazy", "pool")
-
-
-def is_remote_url(dataset_id: str) -> bool:
-    """Whether ``dataset_id`` names a published build by URL rather than a catalogue id."""
-    return isinstance(dataset_id, str) and dataset_id.startswith(REMOTE_SCHEMES)
 
 
 def local_dir(url: str, published_sha256: str) -> Path:

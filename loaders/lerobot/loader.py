@@ -37,7 +37,7 @@ anything else                     ``("info", name)``
 ================================  ===============================================================
 
 Video frames are matched to rows by timestamp with LeRobot's rule and tolerance (see
-:mod:`.lerobot_video`); a row without a frame is an error naming episode and timestamp.
+:mod:`.video`); a row without a frame is an error naming episode and timestamp.
 
 **Parameters**: ``repo`` (default: the id's ``<org>/<name>``), ``revision``, ``root`` (a local
 folder in LeRobot format, as ``LeRobotDataset(repo_id, root=...)`` takes; read in place, no Hub), ``episodes`` (list of

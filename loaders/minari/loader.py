@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -50,8 +49,6 @@ __all__ = ["MinariLoader", "decode_text", "store_root"]
 # (namespace/)name-v<version>, the id grammar of minari.dataset.minari_dataset.parse_dataset_id
 _MINARI_ID_RE = re.compile(r"^(?:[-_\w][-_\w/]*[-_\w]+/)?[-_\w]+?-v\d+$")
 _EPISODES_PER_READ = 64  # ids per get_episodes call: one file open (hdf5) / one Arrow dataset each
-_REMOTE_TIMEOUT_S = 3.0  # `datasets-hub list` on a machine with no route out must not hang
-_remote_ids_cache: dict[tuple[str, str], list[str]] = {}
 
 
 def offline() -> bool:
@@ -351,34 +348,6 @@ def local_datasets(max_depth: int = 6) -> dict[str, dict[str, Any]]:
     if root.is_dir():
         walk(root, 0)
     return found
-
-
-def remote_ids() -> list[str]:
-    """The remote's dataset ids (cached per remote and endpoint for the process); ``[]`` when it
-    cannot be reached within a few seconds."""
-    key = (_remote_name(), os.environ.get("HF_ENDPOINT", ""))
-    if key in _remote_ids_cache:
-        return _remote_ids_cache[key]
-    result: list[str] = []
-
-    def fetch() -> None:
-        try:
-            from minari.storage.remotes import get_cloud_storage
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                result.extend(sorted(set(get_cloud_storage().list_datasets())))
-        except Exception:  # noqa: BLE001 - unreachable remote: the static catalogue stands
-            result.clear()
-
-    worker = threading.Thread(target=fetch, daemon=True, name="datasets_hub-minari-catalogue")
-    worker.start()
-    worker.join(_REMOTE_TIMEOUT_S)
-    if worker.is_alive():
-        return []
-    ids = [i for i in result if isinstance(i, str) and _MINARI_ID_RE.match(i)]
-    _remote_ids_cache[key] = ids
-    return ids
 
 
 def _valid_hub_id(dataset_id: str) -> bool:
