@@ -1,5 +1,7 @@
 """Sub-trajectory ("slice") samplers over episode boundaries (docs/guide/sampling.md).
 
+This module holds one concept: the slice sampler (with and without replacement).
+
 Where episodes are:
 - a storage with a build-time index (``storage.episode_index()`` is not None, e.g. the hub's
   read-only dataset builds) is used as is;
