@@ -22,7 +22,7 @@ UPSTREAM_REQS := tests/upstream/requirements.txt tests/upstream/requirements-nod
 OGBENCH_IMPLS := $(UPSTREAM_VENV)/ogbench-impls
 UPSTREAM_STAMP := $(UPSTREAM_VENV)/.installed-$(shell cat pyproject.toml constraints.txt $(UPSTREAM_REQS) | cksum | cut -d' ' -f1)
 
-.PHONY: demo examples test test-install test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
+.PHONY: demo examples test test-install test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl torchrl-parity bench bench-install install lint lint-install docs docs-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,7 @@ demo: install
 # Ported training loops (replay-buffer code of TorchRL scripts on the local gym data, no network; < 1 min).
 examples: install
 	$(PY) examples/sac_ndim2.py
+	$(PY) examples/torchrl_names.py
 
 # One worker per core (pytest-xdist): the suite is mostly subprocesses and I/O waits.
 test: test-install
@@ -91,6 +92,14 @@ upstream-install: $(UPSTREAM_STAMP)
 # LeRobot's reference pins an older torch: its venv and tests are test-upstream-lerobot (run first).
 test-upstream: upstream-install test-upstream-lerobot
 	DATASETS_HUB_UPSTREAM_REQUIRED=1 $(UPSTREAM_PY) -m pytest -q -p no:cacheprovider tests/upstream tests/test_minari.py
+
+# TorchRL's own replay-buffer tests (pytorch/rl test/rb, at the commit pinned in the script) against TorchRL and
+# against us with only torchrl.data's names mapped: both pass rates and our failures by cause. Not part of CI.
+# TORCHRL_SRC: a pytorch/rl clone (git clone https://github.com/pytorch/rl); ARGS: e.g. --files test_writers.py
+TORCHRL_SRC ?=
+torchrl-parity: bench-install
+	@test -n "$(TORCHRL_SRC)" || (echo "usage: make torchrl-parity TORCHRL_SRC=path/to/pytorch-rl-clone [ARGS='--files test_writers.py']"; false)
+	$(BENCH_PY) benchmarks/torchrl_parity.py --torchrl-src "$(TORCHRL_SRC)" $(ARGS)
 
 $(BENCH_PY):
 	$(PYTHON) -m venv $(BENCH_VENV)

@@ -19,7 +19,10 @@ that also derive from a built-in exception can be caught as that exception too::
     ├── CacheError                the cache is unwritable, full, locked, damaged or tampered with
     ├── TEDError                  (+ ValueError) data breaks the TorchRL Episode Data contract
     ├── InvalidParameter          (+ ValueError) a user argument is not acceptable
-    │   └── UnknownParameter      a dataset parameter its loader does not take (``names``)
+    │   ├── UnknownParameter      a dataset parameter its loader does not take (``names``)
+    │   └── InvalidArgument       (+ RuntimeError) one that TorchRL refuses with RuntimeError
+    ├── WrongDataType             (+ TypeError, RuntimeError) data a buffer part cannot hold or transform
+    ├── StorageExists             (+ FileExistsError, RuntimeError) a scratch_dir already holds a storage
     ├── PreprocessError           the preprocessing fn failed or broke its contract
     └── ReadOnlyError             (+ RuntimeError) a write to a read-only buffer, storage or writer
 
@@ -91,6 +94,21 @@ class TEDError(HubError, ValueError):
 
 class InvalidParameter(HubError, ValueError):
     """A user-supplied argument (id, parameter, batch size) is not acceptable."""
+
+
+class InvalidArgument(InvalidParameter, RuntimeError):
+    """An argument of a buffer part that TorchRL refuses with ``RuntimeError`` (a ``ValueError`` here):
+    code ported from TorchRL that catches ``RuntimeError`` keeps working, and so does ``except ValueError``."""
+
+
+class WrongDataType(HubError, TypeError, RuntimeError):
+    """Data of a type a buffer part cannot hold or transform (e.g. a tensor given to a writer that ranks
+    TensorDicts). TorchRL raises ``RuntimeError`` there, Python's convention is ``TypeError``: both catch it."""
+
+
+class StorageExists(HubError, FileExistsError, RuntimeError):
+    """A ``LazyMemmapStorage``'s ``scratch_dir`` already holds a storage and ``existsok`` is False. TorchRL raises
+    ``RuntimeError`` there; ``except FileExistsError`` catches it too."""
 
 
 class UnknownParameter(InvalidParameter):

@@ -147,3 +147,51 @@ def test_double_to_float_on_a_loaded_dataset(tmp_path):
         assert all(v.dtype != torch.float64 for v in batch.values(include_nested=True, leaves_only=True))
     finally:
         dh.catalogue.unregister_dataset("d4rl/f64-v0")
+
+
+class Doubled(Transform):
+    """A per-key transform written as TorchRL users write one: keys to __init__, the op per tensor."""
+
+    def __init__(self, **keys):
+        super().__init__(**keys)
+
+    def _apply_transform(self, value):
+        return value * 2
+
+    def _inv_apply_transform(self, value):
+        return value // 2
+
+
+def test_keyed_transform_reads_in_keys_and_writes_out_keys():
+    td = sample()
+    out = Doubled(in_keys=["action", ("next", "reward")], out_keys=["action2", ("next", "reward2")])(td)
+    assert torch.equal(out["action2"], torch.arange(4) * 4)
+    assert torch.equal(out["next", "reward2"], torch.arange(4).float() * 6)
+    assert torch.equal(out["action"], torch.arange(4) * 2)  # the source key is kept
+    with pytest.raises(KeyError, match=r"'actoin' is not in the sample.*Did you mean 'action'"):
+        Doubled(in_keys=["actoin"])(sample())
+    with pytest.raises(ValueError, match="as many out_keys as in_keys"):
+        Doubled(in_keys=["a", "b"], out_keys=["c"])
+
+
+def test_keyed_inverse_reads_out_keys_inv_writes_in_keys_inv_on_a_copy():
+    td = sample()
+    t = Doubled(in_keys_inv=["half"], out_keys_inv=["action"])
+    out = t.inv(td)
+    assert torch.equal(out["half"], torch.arange(4))  # action (0, 2, 4, 6) halved
+    assert "half" not in td.keys()  # the caller's TensorDict is untouched
+    assert t(td) is td  # no in_keys: the forward side is the identity
+
+
+def test_keyed_transform_without_the_op_says_what_to_override():
+    with pytest.raises(NotImplementedError, match="override it, or override forward"):
+        Transform(in_keys=["obs"])(sample())
+
+
+def test_keyed_transform_in_a_buffer_runs_on_samples_and_inverts_on_writes():
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(10), batch_size=4, transform=Doubled(in_keys=["action"], in_keys_inv=["action"])
+    )
+    rb.extend(sample())  # actions 0, 2, 4, 6 are stored halved
+    assert torch.equal(rb.storage[:4]["action"], torch.tensor([0, 1, 2, 3]))
+    assert torch.equal(rb[:4]["action"], torch.tensor([0, 2, 4, 6]))
