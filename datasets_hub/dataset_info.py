@@ -36,6 +36,37 @@ class DatasetInfo:
     #: (per-row shapes; a batch of B adds a leading B). Empty until the dataset is built.
     sample_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    @classmethod
+    def from_build(
+        cls,
+        spec: Any,
+        resources: list[dict[str, Any]],
+        path: Path,
+        manifest: dict[str, Any] | None,
+        *,
+        raw_bytes: int,
+        built_bytes: int,
+        sample_keys: dict[str, dict[str, Any]],
+    ) -> DatasetInfo:
+        """The card of ``spec`` (a ``DatasetSpec``) whose build is at ``path`` (``manifest``: ``None`` when
+        not built), every URL in it redacted: the one place ``info`` and its torch-free twin make it."""
+        from datasets_hub.redact import redact_value
+
+        return cls(
+            id=spec.id,
+            loader=spec.loader,
+            params=redact_value(spec.params),
+            resources=[redact_value(r) for r in resources],
+            metadata=redact_value(spec.metadata),
+            source=spec.source,
+            cached=manifest is not None,
+            build_path=path if manifest is not None else None,
+            raw_bytes=raw_bytes,
+            built_bytes=built_bytes,
+            manifest=redact_value(manifest or {}),
+            sample_keys=sample_keys,
+        )
+
     def __repr__(self) -> str:
         def short(value: Any, limit: int = 90) -> str:
             text = repr(value)

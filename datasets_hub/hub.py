@@ -23,7 +23,7 @@ from datasets_hub.dataset_info import DatasetInfo
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, UnknownParameter
 from datasets_hub.loader import DatasetSpec, Loader, Resource
 from datasets_hub.plugins import check_requirements, get_loader
-from datasets_hub.redact import redact_url, redact_value
+from datasets_hub.redact import redact_url
 
 
 def raw_path(loader: Loader, resource: Resource) -> Path:
@@ -430,18 +430,13 @@ def info(dataset_id: str, *, frames: str | None = None, frame_quality: int | Non
         candidate = raw_path(loader, resource)
         if candidate.exists():
             raw += candidate.stat().st_size
-    return DatasetInfo(
-        id=spec.id,
-        loader=spec.loader,
-        params=redact_value(spec.params),
-        resources=[redact_value(r.to_dict()) for r in loader.resources(spec)],
-        metadata=redact_value(spec.metadata),
-        source=spec.source,
-        cached=manifest is not None,
-        build_path=path if manifest is not None else None,
+    return DatasetInfo.from_build(
+        spec,
+        [r.to_dict() for r in loader.resources(spec)],
+        path,
+        manifest,
         raw_bytes=raw,
         built_bytes=dir_size(path) if manifest is not None else 0,
-        manifest=redact_value(manifest or {}),
         sample_keys=_recorded_sample_keys(path, manifest) if manifest is not None else {},
     )
 

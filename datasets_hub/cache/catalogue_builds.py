@@ -97,7 +97,6 @@ def recorded_info(dataset_id: str) -> Any:
     from datasets_hub.dataset_info import DatasetInfo, recorded_sample_keys
     from datasets_hub.downloads.fetch import source_key
     from datasets_hub.loader import Resource
-    from datasets_hub.redact import redact_value
 
     spec = resolve(dataset_id)
     name, resources = catalogue_build_record(dataset_id)
@@ -115,17 +114,12 @@ def recorded_info(dataset_id: str) -> Any:
         candidate = raw_file_path(spec.loader, resource.name, source_key(resource))
         if candidate.exists():
             raw += candidate.stat().st_size
-    return DatasetInfo(
-        id=spec.id,
-        loader=spec.loader,
-        params=redact_value(spec.params),
-        resources=[redact_value(r) for r in resources],
-        metadata=redact_value(spec.metadata),
-        source=spec.source,
-        cached=manifest is not None,
-        build_path=path if manifest is not None else None,
+    return DatasetInfo.from_build(
+        spec,
+        resources,
+        path,
+        manifest,
         raw_bytes=raw,
         built_bytes=dir_size(path) if manifest is not None else 0,
-        manifest=redact_value(manifest or {}),
         sample_keys=sample_keys,
     )
