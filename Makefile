@@ -22,18 +22,28 @@ UPSTREAM_REQS := tests/upstream/requirements.txt tests/upstream/requirements-nod
 OGBENCH_IMPLS := $(UPSTREAM_VENV)/ogbench-impls
 UPSTREAM_STAMP := $(UPSTREAM_VENV)/.installed-$(shell cat pyproject.toml constraints.txt $(UPSTREAM_REQS) | cksum | cut -d' ' -f1)
 
-.PHONY: demo examples test test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl bench bench-install install lint lint-install docs docs-install clean
+.PHONY: demo examples test test-install test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl torchrl-parity bench bench-install install lint lint-install docs docs-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 
+# What the demo needs and nothing more (the package and gymnasium, which rolls out its dataset);
+# `make test` adds the test and remote extras (moto, boto3, s3fs, ...) on top of it.
 $(STAMP): $(PY) pyproject.toml constraints.txt
 	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) -e '.[test,remote]'
+	$(PIP_INSTALL) -e '.[gym]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
+
+TEST_STAMP := $(VENV)/.test-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+
+$(TEST_STAMP): $(STAMP)
+	$(PIP_INSTALL) -e '.[test,remote]'
+	rm -f $(VENV)/.test-* && touch $@
+
+test-install: $(TEST_STAMP)
 
 demo: install
 	$(PY) examples/demo.py
@@ -41,17 +51,18 @@ demo: install
 # Ported training loops (replay-buffer code of TorchRL scripts on the local gym data, no network; < 1 min).
 examples: install
 	$(PY) examples/sac_ndim2.py
+	$(PY) examples/torchrl_names.py
 
 # One worker per core (pytest-xdist): the suite is mostly subprocesses and I/O waits.
-test: install
+test: test-install
 	$(PY) -m pytest -q -n auto -m "not ray and not slow and not upstream"
 
 # Fault injection: seeded kill -9 trials, concurrent loaders, rm while sampling (~2-3 min).
-test-faults: install
+test-faults: test-install
 	$(PY) -m pytest -q tests/faults -m slow
 
 # Ray installs in ~20 s and ray.init takes ~10-20 s on 2 cores: its tests have a target of their own.
-test-ray: install
+test-ray: test-install
 	$(PIP_INSTALL) -e '.[test,ray]'
 	$(PY) -m pytest -q -m ray
 
@@ -81,6 +92,14 @@ upstream-install: $(UPSTREAM_STAMP)
 # LeRobot's reference pins an older torch: its venv and tests are test-upstream-lerobot (run first).
 test-upstream: upstream-install test-upstream-lerobot
 	DATASETS_HUB_UPSTREAM_REQUIRED=1 $(UPSTREAM_PY) -m pytest -q -p no:cacheprovider tests/upstream tests/test_minari.py
+
+# TorchRL's own replay-buffer tests (pytorch/rl test/rb, at the commit pinned in the script) against TorchRL and
+# against us with only torchrl.data's names mapped: both pass rates and our failures by cause. Not part of CI.
+# TORCHRL_SRC: a pytorch/rl clone (git clone https://github.com/pytorch/rl); ARGS: e.g. --files test_writers.py
+TORCHRL_SRC ?=
+torchrl-parity: bench-install
+	@test -n "$(TORCHRL_SRC)" || (echo "usage: make torchrl-parity TORCHRL_SRC=path/to/pytorch-rl-clone [ARGS='--files test_writers.py']"; false)
+	$(BENCH_PY) benchmarks/torchrl_parity.py --torchrl-src "$(TORCHRL_SRC)" $(ARGS)
 
 $(BENCH_PY):
 	$(PYTHON) -m venv $(BENCH_VENV)
@@ -142,7 +161,7 @@ bench-lerobot: $(ULR_STAMP)
 # installed from the `lint` extra.
 LINT_STAMP := $(VENV)/.lint-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-$(LINT_STAMP): $(STAMP)
+$(LINT_STAMP): $(TEST_STAMP)
 	$(PIP_INSTALL) -e '.[lint]'
 	rm -f $(VENV)/.lint-* && touch $@
 
@@ -163,7 +182,7 @@ lint: lint-install
 # --strict turns every warning (a broken link, an anchor, a docstring mkdocstrings cannot collect) into a failure.
 DOCS_STAMP := $(VENV)/.docs-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-$(DOCS_STAMP): $(STAMP)
+$(DOCS_STAMP): $(TEST_STAMP)
 	$(PIP_INSTALL) -e '.[docs]'
 	rm -f $(VENV)/.docs-* && touch $@
 

@@ -56,7 +56,7 @@ def validate_id(dataset_id: Any) -> tuple[str, str]:
     if "/" not in dataset_id:
         raise InvalidParameter(
             f"dataset id {dataset_id!r} has no loader prefix: ids look like '<loader>/<name>', "
-            "e.g. 'gym/pendulum-random-v0' (see `datasets-hub list`)"
+            "e.g. 'gym/pendulum-random-v0' (see `datasets-hub list`)." + _prefixed_suggestion(dataset_id)
         )
     loader, name = dataset_id.split("/", 1)
     if not _LOADER_RE.match(loader):
@@ -77,6 +77,25 @@ def validate_id(dataset_id: Any) -> tuple[str, str]:
                 f"dataset id {dataset_id!r}: path segment {segment!r} is reserved: {problem}; choose another name"
             )
     return loader, name
+
+
+def _prefixed_suggestion(name: str) -> str:
+    """``" Did you mean 'd4rl/hopper-medium-v2'?"`` for a bare ``hopper-medium-v2``: the catalogue ids whose
+    name is ``name`` (any case), else whose name is close to it; ``""`` when none is (or the catalogue is broken)."""
+    try:
+        known = list(_static_entries())
+    except HubError:
+        return ""
+    exact = [i for i in known if i.split("/", 1)[1].lower() == name.lower()]
+    if exact:
+        return " Did you mean " + ", ".join(repr(i) for i in sorted(exact)) + "?"
+    by_name: dict[str, list[str]] = {}
+    for i in known:
+        by_name.setdefault(i.split("/", 1)[1], []).append(i)
+    import difflib
+
+    ids = sorted(i for n in difflib.get_close_matches(name, list(by_name), n=3, cutoff=0.6) for i in by_name[n])
+    return (" Did you mean " + ", ".join(repr(i) for i in ids) + "?") if ids else ""
 
 
 def builtin_registry() -> Path:
@@ -186,13 +205,22 @@ def _static_entries() -> dict[str, tuple[dict[str, Any], str]]:
     return merged
 
 
-def _loader_entries(loader_name: str) -> dict[str, tuple[dict[str, Any], str]]:
-    from datasets_hub.plugins import get_loader
+def _loader_entries(
+    loader_name: str, *, recorded: Mapping[str, Any] | None = None
+) -> dict[str, tuple[dict[str, Any], str]]:
+    """The ids the loader's ``catalogue()`` adds; with ``recorded`` (the entry points): its answer as
+    :mod:`datasets_hub.plugin_facts` keeps it (listing imports no plugin whose code has not changed)."""
+    if recorded is not None:
+        from datasets_hub.plugin_facts import loader_facts
 
-    loader = get_loader(loader_name)
+        catalogue = loader_facts(loader_name, recorded).catalogue
+    else:
+        from datasets_hub.plugins import get_loader
+
+        catalogue = get_loader(loader_name).catalogue() or {}
     source = f"the {loader_name!r} loader's catalogue()"
     out = {}
-    for dataset_id, entry in (loader.catalogue() or {}).items():
+    for dataset_id, entry in catalogue.items():
         if not dataset_id.startswith(loader_name + "/"):
             raise CatalogueError(f"{source} lists {dataset_id!r}, outside its own prefix {loader_name + '/'!r}")
         out[dataset_id] = (_check_entry(dataset_id, entry, source), source)
@@ -230,12 +258,13 @@ def all_entries(loaders: list[str] | None = None, *, strict: bool = False) -> di
     A plugin that fails to import (or is registered under another name) hides its ids, with one
     :class:`PluginWarning` per problem; ``strict=True`` raises its error instead (asking for one
     loader's ids must not answer ``[]`` because the loader is broken)."""
-    from datasets_hub.plugins import loader_names
+    from datasets_hub.plugins import entry_point_map
 
     merged = _static_entries()
-    for name in loaders if loaders is not None else loader_names():
+    eps = entry_point_map()
+    for name in loaders if loaders is not None else sorted(eps):
         try:
-            extra = _loader_entries(name)
+            extra = _loader_entries(name, recorded=eps)
         except (MissingDependency, PluginError) as exc:  # the plugin itself cannot be imported
             if strict:
                 raise
@@ -294,14 +323,6 @@ def _remote_entries(loaders: list[str] | None) -> dict[str, tuple[dict[str, Any]
             if isinstance(dataset_id, str) and dataset_id.startswith(loader + "/") and isinstance(entry, dict):
                 out[dataset_id] = (entry, source)
     return out
-
-
-def remote_catalogue_age(loader: str) -> float | None:
-    """Seconds since the cached remote catalogue of ``loader`` was fetched (None: never)."""
-    try:
-        return time.time() - _remote_file(loader).stat().st_mtime
-    except OSError:
-        return None
 
 
 def refresh_remote_catalogues(loaders: list[str] | None = None, *, timeout: float = 5.0) -> dict[str, str]:

@@ -12,13 +12,17 @@ that also derive from a built-in exception can be caught as that exception too::
     │   └── UnknownLoader         (+ KeyError) no installed plugin has that name
     ├── MissingDependency         (+ ImportError) an optional library or plugin cannot be imported
     ├── DownloadError             a source cannot be fetched (network, status, size, offline mode)
+    ├── UploadError               a build cannot be pushed (network, offline mode, token, the remote refused)
     ├── ChecksumMismatch          a file does not have the bytes it should
     ├── LoaderError               a loader cannot read its upstream data
     │   └── CorruptFile           one fetched file is malformed; the build moves it aside
     ├── CacheError                the cache is unwritable, full, locked, damaged or tampered with
     ├── TEDError                  (+ ValueError) data breaks the TorchRL Episode Data contract
     ├── InvalidParameter          (+ ValueError) a user argument is not acceptable
-    │   └── UnknownParameter      a dataset parameter its loader does not take (``names``)
+    │   ├── UnknownParameter      a dataset parameter its loader does not take (``names``)
+    │   └── InvalidArgument       (+ RuntimeError) one that TorchRL refuses with RuntimeError
+    ├── WrongDataType             (+ TypeError, RuntimeError) data a buffer part cannot hold or transform
+    ├── StorageExists             (+ FileExistsError, RuntimeError) a scratch_dir already holds a storage
     ├── PreprocessError           the preprocessing fn failed or broke its contract
     └── ReadOnlyError             (+ RuntimeError) a write to a read-only buffer, storage or writer
 
@@ -72,6 +76,10 @@ class DownloadError(HubError):
     """A source could not be fetched (network, HTTP status, size, offline mode)."""
 
 
+class UploadError(HubError):
+    """A build could not be published (no network, offline mode, authentication, the remote refused)."""
+
+
 class LoaderError(HubError):
     """A loader could not read its upstream data (malformed file, unexpected layout)."""
 
@@ -86,6 +94,21 @@ class TEDError(HubError, ValueError):
 
 class InvalidParameter(HubError, ValueError):
     """A user-supplied argument (id, parameter, batch size) is not acceptable."""
+
+
+class InvalidArgument(InvalidParameter, RuntimeError):
+    """An argument of a buffer part that TorchRL refuses with ``RuntimeError`` (a ``ValueError`` here):
+    code ported from TorchRL that catches ``RuntimeError`` keeps working, and so does ``except ValueError``."""
+
+
+class WrongDataType(HubError, TypeError, RuntimeError):
+    """Data of a type a buffer part cannot hold or transform (e.g. a tensor given to a writer that ranks
+    TensorDicts). TorchRL raises ``RuntimeError`` there, Python's convention is ``TypeError``: both catch it."""
+
+
+class StorageExists(HubError, FileExistsError, RuntimeError):
+    """A ``LazyMemmapStorage``'s ``scratch_dir`` already holds a storage and ``existsok`` is False. TorchRL raises
+    ``RuntimeError`` there; ``except FileExistsError`` catches it too."""
 
 
 class UnknownParameter(InvalidParameter):

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,105 +19,11 @@ import torch
 from datasets_hub.build.pipeline import build, build_path
 from datasets_hub.cache.layout import dir_size, raw_file_path, read_manifest
 from datasets_hub.catalogue import list_ids, resolve
+from datasets_hub.dataset_info import DatasetInfo
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, UnknownParameter
 from datasets_hub.loader import DatasetSpec, Loader, Resource
 from datasets_hub.plugins import check_requirements, get_loader
-from datasets_hub.redact import redact_url, redact_value
-
-
-@dataclass
-class DatasetInfo:
-    """The dataset card: what a dataset is, where it comes from, and (once built) what it holds."""
-
-    id: str
-    loader: str
-    params: dict[str, Any]
-    resources: list[dict[str, Any]]
-    metadata: dict[str, Any]
-    source: str
-    cached: bool
-    build_path: Path | None = None
-    raw_bytes: int = 0
-    built_bytes: int = 0
-    manifest: dict[str, Any] = field(default_factory=dict)
-    #: the keys one sampled transition has: ``{"next/reward": {"dtype": "float32", "shape": [1]}, ...}``
-    #: (per-row shapes; a batch of B adds a leading B). Empty until the dataset is built.
-    sample_keys: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def spaces(self) -> dict[str, Any]:
-        """Upstream's observation and action spaces (and env specs), where upstream records them
-        (Minari does); ``{}`` otherwise. Known only once built."""
-        for note in self.notes.values():
-            if isinstance(note, dict) and ("observation_space" in note or "action_space" in note):
-                keys = ("observation_space", "action_space", "env_spec", "eval_env_spec")
-                return {k: note[k] for k in keys if note.get(k) is not None}
-        return {}
-
-    def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> Any:
-        """The environment the dataset was collected in, made the way Minari does it
-        (``gymnasium.make`` of the recorded env spec; ``eval_env=True``: the evaluation env spec,
-        falling back to the collection one). Needs gymnasium and the environment's package."""
-        spec = self.spaces.get("eval_env_spec") if eval_env else None
-        spec = spec or self.spaces.get("env_spec")
-        if spec is None:
-            raise InvalidParameter(
-                f"{self.id!r} records no environment spec"
-                + ("" if self.cached else " (or is not built yet: download it)")
-            )
-        try:
-            import gymnasium
-            from gymnasium.envs.registration import EnvSpec
-        except ImportError as exc:
-            from datasets_hub.errors import MissingDependency
-
-            raise MissingDependency(f"recover_environment needs gymnasium ({exc}). Fix: pip install gymnasium") from exc
-        env_spec = EnvSpec.from_json(spec if isinstance(spec, str) else json.dumps(spec))
-        return gymnasium.make(env_spec, **kwargs)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return self.manifest.get("counts", {})
-
-    @property
-    def schema(self) -> dict[str, Any]:
-        return self.manifest.get("schema", {})
-
-    @property
-    def stats(self) -> dict[str, Any]:
-        return self.manifest.get("stats", {})
-
-    @property
-    def feature_stats(self) -> dict[str, dict[str, Any]] | None:
-        """Per-key statistics recorded while building (mean, std, min, max, q01, q99; see
-        :mod:`datasets_hub.buffers.feature_stats`), e.g. ``card.feature_stats["action"]["mean"]``.
-        None when the dataset is not built, or was built before statistics were recorded (rebuild with
-        ``download(id, force=True)``, or compute them with
-        :func:`~datasets_hub.buffers.feature_stats.compute_feature_stats` over ``load(id).storage``)."""
-        features = self.stats.get("features")
-        return features if isinstance(features, dict) else None
-
-    def lerobot_stats(self) -> dict[str, dict[str, Any]] | None:
-        """:attr:`feature_stats` in the layout of LeRobot's ``meta/stats.json`` (None as there)."""
-        from datasets_hub.buffers.feature_stats import lerobot_stats
-
-        features = self.feature_stats
-        return None if features is None else lerobot_stats(features)
-
-    @property
-    def notes(self) -> dict[str, Any]:
-        return self.manifest.get("notes", {})
-
-    @property
-    def frames(self) -> dict[str, Any]:
-        """Per compressed camera key: codec, quality, stored and decoded bytes, and the PSNR (dB) of the
-        stored frames against the frames the loader handed over (measured on every 16th row at build
-        time); ``{}`` for a build whose frames are raw (or a build not made yet)."""
-        return self.stats.get("frames", {})
-
-    @property
-    def description(self) -> str:
-        return str(self.metadata.get("description", ""))
+from datasets_hub.redact import redact_url
 
 
 def raw_path(loader: Loader, resource: Resource) -> Path:
@@ -140,6 +44,22 @@ def fetch_sources(spec: DatasetSpec, loader: Loader) -> tuple[dict[str, Path], l
             source_key,
         )
 
+        if resource.in_place:  # the user's file, read where it is (datasets_hub/downloads/in_place.py)
+            from datasets_hub.downloads.in_place import identified, local_path
+
+            local = identified(resource)
+            files[local.name] = local_path(local)
+            sources.append(
+                {
+                    "name": local.name,
+                    "url": redact_url(local.urls[0]),
+                    "key": source_key(local),
+                    "sha256": local.sha256,
+                    "bytes": files[local.name].stat().st_size,
+                    "in_place": True,
+                }
+            )
+            continue
         dest = raw_path(loader, resource)
         fetch(resource, dest, loader=loader.name)
         files[resource.name] = dest
@@ -306,8 +226,11 @@ def check_params_are_not_load_keywords(dataset_id: str, params: dict[str, Any], 
                 f"load({dataset_id!r}, {key}={value!r}): {key!r} is a sampler setting, not a parameter of the dataset. "
                 f"Write {_SAMPLER_SETTINGS[key].format(v=value)!s} (from datasets_hub import SliceSampler, ...)"
             )
+        from datasets_hub.torchrl_porting import KEYWORDS as TORCHRL_KEYWORDS
+
         close = difflib.get_close_matches(key, load_keywords(), n=1, cutoff=0.75)
-        if close and not _loader_accepts(dataset_id, key):
+        # pin_memory is TorchRL's keyword, not a typo of in_memory: the loader refers to the porting table
+        if close and key not in TORCHRL_KEYWORDS and not _loader_accepts(dataset_id, key):
             raise InvalidParameter(
                 f"load({dataset_id!r}, {key}={value!r}): unknown keyword {key!r}; did you mean {close[0]}={value!r}? "
                 "(keywords that are not load()'s own go to the loader as dataset parameters)"
@@ -376,7 +299,9 @@ def load(
     """A read-only ``TensorDictReplayBuffer`` over the cached build of ``dataset_id``.
 
     ``params`` override the catalogue's parameters (and so select a different build). The buffer
-    samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible.
+    samples uniformly unless ``sampler`` is given; ``generator`` makes sampling reproducible (with
+    ``prefetch``, only ``generator`` does: without it the prefetch thread draws from torch's global
+    random state, shared with the caller's own draws, as in TorchRL).
     ``preprocess`` (a function or a list of functions, applied in order) maps the stored transitions
     once, cached by fingerprint (see :mod:`datasets_hub.preprocess.pipeline`); ``transform`` then runs on samples.
     ``preprocess_by="episode"`` hands those functions whole episodes (default: what each function
@@ -505,20 +430,24 @@ def info(dataset_id: str, *, frames: str | None = None, frame_quality: int | Non
         candidate = raw_path(loader, resource)
         if candidate.exists():
             raw += candidate.stat().st_size
-    return DatasetInfo(
-        id=spec.id,
-        loader=spec.loader,
-        params=redact_value(spec.params),
-        resources=[redact_value(r.to_dict()) for r in loader.resources(spec)],
-        metadata=redact_value(spec.metadata),
-        source=spec.source,
-        cached=manifest is not None,
-        build_path=path if manifest is not None else None,
+    return DatasetInfo.from_build(
+        spec,
+        [r.to_dict() for r in loader.resources(spec)],
+        path,
+        manifest,
         raw_bytes=raw,
         built_bytes=dir_size(path) if manifest is not None else 0,
-        manifest=redact_value(manifest or {}),
-        sample_keys=_sample_keys(path) if manifest is not None else {},
+        sample_keys=_recorded_sample_keys(path, manifest) if manifest is not None else {},
     )
+
+
+def _recorded_sample_keys(path: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The build's sample keys, kept for cards made without torch (``datasets-hub info``)."""
+    from datasets_hub.dataset_info import record_sample_keys
+
+    keys = _sample_keys(path)
+    record_sample_keys(path, manifest, keys)
+    return keys
 
 
 def _sample_keys(path: Path) -> dict[str, dict[str, Any]]:

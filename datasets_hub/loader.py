@@ -44,12 +44,15 @@ class Resource:
     when known. ``identity`` tells versions of the bytes behind the same URLs apart when no sha256 is
     known (a local file's inode and modification time): it enters the raw cache key and the build
     fingerprint, so a file rewritten in place (even with the same size) is copied and converted again.
+    ``in_place=True`` (a ``file://`` URL only): the user's file is read where it is, never copied into
+    the cache, and enters the build fingerprint by its content (:mod:`datasets_hub.downloads.in_place`).
     """
 
     name: str
     urls: tuple[str, ...]
     sha256: str | None = None
     size: int | None = None
+    in_place: bool = False
     identity: str | None = None
 
     @classmethod
@@ -69,6 +72,7 @@ class Resource:
             urls=tuple(str(u) for u in urls),
             sha256=entry.get("sha256"),
             size=None if size is None else int(size),
+            in_place=bool(entry.get("in_place", False)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,6 +81,8 @@ class Resource:
             out["sha256"] = self.sha256
         if self.size is not None:
             out["size"] = self.size
+        if self.in_place:
+            out["in_place"] = True
         if self.identity is not None:
             out["identity"] = self.identity
         return out
@@ -144,9 +150,20 @@ class Loader:
     format_version: int = 1  # bump when conversion output changes: old builds are not reused
     downloads: bool = True  # False: the data is generated here (no download; `list` shows "local")
 
+    #: environment variables whose values :meth:`catalogue` depends on (e.g. a local store's root)
+    catalogue_env: tuple[str, ...] = ()
+
     def catalogue(self) -> dict[str, dict[str, Any]]:
-        """Extra ids under this loader's prefix: ``{"<name>/<x>": {"params": …, "resources": […]}}``."""
+        """Extra ids under this loader's prefix: ``{"<name>/<x>": {"params": …, "resources": […]}}``.
+
+        No network (that is :meth:`remote_catalogue`). The hub keeps the answer (``datasets-hub list``
+        imports no loader) until the plugin's code, a variable of :attr:`catalogue_env` or one of
+        the paths :meth:`catalogue_files` returns changes: the answer must depend on nothing else."""
         return {}
+
+    def catalogue_files(self) -> list[Path]:
+        """The files and folders :meth:`catalogue` read (a folder's entries changing changes it); default none."""
+        return []
 
     def entry_for(self, dataset_id: str) -> dict[str, Any] | None:
         """An entry for an id under this loader's prefix that no catalogue lists, or ``None``.
@@ -173,6 +190,9 @@ class Loader:
         accepted = sorted(accepted)
         unknown = sorted(set(spec.params) - set(accepted))
         if unknown:
+            from datasets_hub.torchrl_porting import refuse_torchrl_keywords
+
+            refuse_torchrl_keywords(spec.id, self.name, unknown)  # a TorchRL keyword: what to write here
             raise UnknownParameter(
                 f"{spec.id}: unknown parameter(s) {', '.join(map(repr, unknown))} for the {self.name} loader "
                 f"(it accepts {', '.join(accepted)}).{did_you_mean(unknown[0], accepted)}",

@@ -20,6 +20,11 @@ def _entry_points() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
+def entry_point_map() -> dict[str, EntryPoint]:
+    """Every installed loader's entry point by name, read now (nothing is imported)."""
+    return _entry_points()
+
+
 def loader_names() -> list[str]:
     """Names of the installed loader plugins (no plugin is imported)."""
     return sorted(_entry_points())
@@ -36,8 +41,8 @@ def get_loader(name: str) -> Loader:
     return _load(name)
 
 
-@cache
-def _load(name: str) -> Loader:
+def entry_point(name: str) -> EntryPoint:
+    """The entry point of the loader ``name`` (nothing is imported); errors name the installed ones."""
     eps = _entry_points()
     if not eps:
         raise PluginError(
@@ -49,6 +54,12 @@ def _load(name: str) -> Loader:
         raise UnknownLoader(
             f"no loader named {name!r} is installed (installed: {', '.join(sorted(eps))})." + did_you_mean(name, eps)
         )
+    return ep
+
+
+@cache
+def _load(name: str) -> Loader:
+    ep = entry_point(name)
     try:
         cls = ep.load()
     except ImportError as exc:

@@ -52,6 +52,7 @@ class RowProgress:
             interval = download_settings()["progress_interval"]  # DATASETS_HUB_PROGRESS_INTERVAL, checked there
         self.interval = float(interval)
         self.n = 0
+        self.outgrown: int | None = None  # the expected total, once more rows than it were counted
         self.printed = 0  # progress lines written so far
         self._bar: Any = None
         self._t0 = self._last = time.monotonic()
@@ -70,17 +71,24 @@ class RowProgress:
             self._line(final=True)
 
     def _bar_desc(self) -> str:
+        if self.outgrown is not None:
+            return f"{self.desc} (more than the {_count(self.outgrown)} expected)"
         return self.desc if self.total is not None else f"{self.desc} (total unknown)"
 
     def set_total(self, total: int | None) -> None:
         """The expected number of rows, once known (``None`` or 0: unknown)."""
         self.total = int(total) if total else None
+        if self.total is not None and self.total >= self.n:
+            self.outgrown = None
         if self._bar is not None:
             self._bar.total = self.total
             self._bar.set_description(self._bar_desc(), refresh=True)
 
     def update(self, n: int) -> None:
         self.n += int(n)
+        if self.total is not None and self.n > self.total:  # the total was an estimate: never "1.07M of 1M (100%)"
+            self.outgrown = self.total
+            self.set_total(None)
         if self._bar is not None:
             self._bar.update(n)
         elif self.lines and time.monotonic() - self._last >= self.interval:
@@ -91,7 +99,8 @@ class RowProgress:
         elapsed = max(time.monotonic() - self._t0, 1e-9)
         rate = self.n / elapsed
         if self.total is None:
-            return f"{self.desc}: {_count(self.n)} {self.unit} (total unknown), {_count(rate)} {self.unit}/s"
+            known = f"more than the {_count(self.outgrown)} expected" if self.outgrown is not None else "total unknown"
+            return f"{self.desc}: {_count(self.n)} {self.unit} ({known}), {_count(rate)} {self.unit}/s"
         done = min(self.n / self.total, 1.0)
         left = (self.total - self.n) / rate if rate > 0 and self.n < self.total else 0.0
         return (

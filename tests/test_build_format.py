@@ -219,3 +219,19 @@ def test_a_leaf_removed_between_its_checks_and_its_mapping_is_a_cache_error(tmp_
     monkeypatch.setattr(build_reader.np, "memmap", removed_meanwhile)
     with pytest.raises(CacheError, match="disappeared while the build was opened"):
         build_reader.open_leaf(leaf, "float32", (2,), 3)
+
+
+def test_itemsizes_match_torch():
+    """build/format.py knows sizes without torch: its table must agree with torch for every name in it."""
+    import warnings
+
+    import torch
+
+    from datasets_hub.build.format import ITEMSIZE
+
+    for name, size in ITEMSIZE.items():
+        dtype = getattr(torch, name, None)
+        if isinstance(dtype, torch.dtype):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # complex32 is "experimental"
+                assert torch.empty(0, dtype=dtype).element_size() == size, name

@@ -211,7 +211,7 @@ def test_verify_detects_an_edited_count_and_params(run):
 
 def test_verify_uses_manifest_checksum_when_present(run):
     build = build_small(run)
-    write_manifest_checksum(build)  # what the builder records (see build_format.MANIFEST_SHA256)
+    write_manifest_checksum(build)  # what the builder records (see build.format.MANIFEST_SHA256)
     code, out, _ = run("verify", CARTPOLE, *SMALL, "-v")
     assert code == 0 and "matches manifest.sha256" in out and "no manifest.sha256" not in out
     manifest = json.loads((build / "manifest.json").read_text())
@@ -232,6 +232,89 @@ def test_verify_raw_file_tampering(run, d4rl_id, isolated_cache):
     code, out, _ = run("verify", d4rl_id)
     failed = [line for line in out.splitlines() if line.startswith("FAILED")]
     assert code == 1 and len(failed) == 1 and str(raw) in failed[0]
+
+
+def test_verify_json_says_the_same_and_text_starts_with_findings(run, d4rl_id, isolated_cache):
+    """--json carries ok/checked/problems/notes; text output has no blank lines before its findings; a raw
+    file's sha256 is labelled by where it was recorded (the build's manifest), never "catalogue"."""
+    assert run("download", d4rl_id)[0] == 0
+    code, out, _ = run("verify", d4rl_id)
+    assert code == 0 and out.splitlines()[0].strip() and "catalogue" not in out
+    code, out, _ = run("verify", d4rl_id, "-v")
+    assert "build's manifest" in out and "catalogue" not in out
+    code, out, _ = run("verify", d4rl_id, "--json")
+    record = json.loads(out)
+    assert code == 0 and record["ok"] is True and record["dataset_id"] == d4rl_id and record["checked"]
+    raw = next((isolated_cache / "raw" / "d4rl").glob("*/cli/tiny.hdf5"))
+    flip_byte(raw, raw.stat().st_size // 2)
+    code, out, _ = run("verify", d4rl_id, "--json")
+    record = json.loads(out)
+    assert code == 1 and record["ok"] is False and any(str(raw) in p for p in record["problems"])
+
+
+def test_a_file_source_prints_one_line_and_has_a_known_size(run, d4rl_id, tmp_path):
+    code, _out, err = run("download", d4rl_id)
+    lines = [line for line in err.splitlines() if "tiny.hdf5" in line]
+    assert code == 0 and len(lines) <= 1 and not [line for line in lines if "downloading" in line]
+    code, out, _ = run("info", d4rl_id)
+    assert "(local file)" in out and "unknown" not in out.split("resources", 1)[1].split("cached", 1)[0]
+
+
+def test_a_bare_name_suggests_its_id(run):
+    code, _out, err = run("info", "hopper-medium-v2")
+    assert code == 2 and "did you mean 'd4rl/hopper-medium-v2'?" in one_line(err).lower()
+
+
+def test_rm_and_cache_rm_say_how_they_differ(run):
+    code, out, _ = run("rm", "--help")
+    assert code == 0 and "cache rm" in out and "raw" in out
+    code, out, _ = run("cache", "rm", "--help")
+    assert code == 0 and "rm ID --raw" in " ".join(out.split())
+
+
+def test_check_runs_the_plugin_contract_check(run):
+    code, out, _ = run("check", "gym")
+    assert code == 0 and out.startswith("ok: the loader class") and "GymLoader" in out
+    code, out, _ = run("check", CARTPOLE, "--param", "steps=60", "--runs", "2", "--json")
+    summary = json.loads(out)
+    assert code == 0 and summary["ok"] and summary["counts"]["transitions"] == 60
+    code, _out, err = run("check", "nope")
+    assert code == 2 and "no loader named 'nope'" in one_line(err)
+
+
+def test_check_reports_a_breach_in_one_line(run, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from datasets_hub import plugins
+
+    real = plugins._entry_points()
+    ep = EntryPoint(name="badfmt", value="fixtures.cli:BadFormatLoader", group=plugins.GROUP)
+    monkeypatch.setattr(plugins, "_entry_points", lambda: {**real, "badfmt": ep})
+    plugins.clear_cache()
+    try:
+        code, _out, err = run("check", "badfmt")
+    finally:
+        plugins.clear_cache()
+    assert code == 1 and "format_version must be a positive int" in one_line(err)
+
+
+def test_push_without_network_is_one_line(run, monkeypatch):
+    build_small(run)
+    monkeypatch.setenv("DATASETS_HUB_OFFLINE", "1")
+    code, _out, err = run("push", CARTPOLE, "org/repo", *SMALL)
+    assert code == 1 and "DATASETS_HUB_OFFLINE=1" in one_line(err)
+    monkeypatch.delenv("DATASETS_HUB_OFFLINE")
+    import huggingface_hub
+    from huggingface_hub.errors import HfHubHTTPError
+
+    client_error = next(b for b in HfHubHTTPError.__mro__[1:] if not issubclass(b, OSError))  # the HTTP client's
+
+    def no_network(*args, **kwargs):
+        raise client_error("[Errno -2] Name or service not known")  # what a machine without DNS gets
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", no_network)
+    code, _out, err = run("push", CARTPOLE, "org/repo", *SMALL)
+    assert code == 1 and "push to the Hugging Face dataset repo 'org/repo' failed" in one_line(err)
 
 
 def test_verify_without_anything_cached_fails_in_one_line(run):

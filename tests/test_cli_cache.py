@@ -197,6 +197,7 @@ def test_cache_rm_all_builds_and_locks(run, isolated_cache):
     with FileLock(str(large.with_name(large.name + ".lock"))):  # being rebuilt by another process
         code, _out, err = run("cache", "rm", CARTPOLE, "--all-builds")
     assert code == 1 and "another process" in one_line(err) and large.is_dir()
+    assert small.is_dir()  # nothing removed, whichever build comes first
     code, _out, err = run("cache", "rm", small.name, "--all-builds")
     assert code == 2 and "pick among the builds of a dataset id" in one_line(err)
     code, out, _ = run("cache", "rm", CARTPOLE, "--all-variants")  # the same flag, by its other name

@@ -187,5 +187,5 @@ def test_huge_pages_are_asked_for_the_files_a_batch_reads_when_they_fit_in_memor
     advised.clear()
     monkeypatch.setattr(ds, "available_memory", lambda: (1 << 30, 128 << 30))  # less than the margin
     ds.DatasetStorage(path)
-    ds.DatasetStorage(path, in_memory=True)  # anonymous memory: advised when copied (ram.py)
+    ds.DatasetStorage(path, in_memory=True)  # anonymous memory: advised when copied (build/memory.py)
     assert advised == []

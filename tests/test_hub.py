@@ -149,8 +149,33 @@ def test_card_shows_the_keys_of_a_sample_not_the_storage_layout():
         value = batch.get(tuple(name.split("/")))
         assert spec == {"dtype": str(value.dtype).replace("torch.", ""), "shape": list(value.shape[1:])}, name
     assert "obs/observation" not in card.sample_keys  # a storage path, not a sample key
+
+
+def test_a_gym_card_records_its_environment():
+    """The gym loader made the environment: its card records the spec and spaces, so it can be made again."""
+    import gymnasium
+
+    dh.download(ID, **SMALL)
+    card = dh.info(ID, **SMALL)
+    reference = gymnasium.make(card.params["env"])
+    assert card.spaces["observation_space"]["type"] == type(reference.observation_space).__name__
+    assert card.spaces["observation_space"]["shape"] == list(reference.observation_space.shape)
+    assert card.spaces["action_space"]["type"] == type(reference.action_space).__name__
+    env = card.recover_environment()
+    assert env.spec.id == reference.spec.id and env.spec.max_episode_steps == reference.spec.max_episode_steps
+    assert env.observation_space == reference.observation_space and env.action_space == reference.action_space
+    assert "20k" not in card.description  # a card with other params never states the catalogue's counts
+    unbuilt = dh.info(ID, steps=7)
     with pytest.raises(InvalidParameter, match="no environment spec"):
-        card.recover_environment()
+        unbuilt.recover_environment()
+
+
+def test_the_card_repr_is_short_and_multi_line():
+    dh.download(ID, **SMALL)
+    text = repr(dh.info(ID, **SMALL))
+    assert text.startswith(f"DatasetInfo({ID!r}") and len(text.splitlines()) >= 4
+    assert len(text) < 800 and max(len(line) for line in text.splitlines()) <= 120
+    assert "transitions=600" in text
 
 
 @pytest.mark.parametrize(

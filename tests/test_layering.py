@@ -64,10 +64,11 @@ LAYERS: list[tuple[str, ...]] = [
     # leaves: errors, files, environment, redaction, the build format's facts, the loader contract
     (PACKAGE, f"{PACKAGE}.errors", f"{PACKAGE}.files", f"{PACKAGE}.env", f"{PACKAGE}.redact",
      f"{PACKAGE}.build.format", f"{PACKAGE}.ted_contract", f"{PACKAGE}.fingerprint", f"{PACKAGE}.loader"),
-    # the buffer layer; downloads; finding plugins; what a loader may use to reach its upstream
-    (f"{PACKAGE}.buffers", f"{PACKAGE}.downloads", f"{PACKAGE}.progress", f"{PACKAGE}.plugins", f"{PACKAGE}.sources"),
-    # the cache's layout and locks; the catalogue (which caches remote catalogues there)
-    (f"{PACKAGE}.cache.layout", f"{PACKAGE}.catalogue", f"{PACKAGE}.scores"),
+    # the buffer layer; downloads; finding plugins (and their facts); what a loader may use to reach its upstream
+    (f"{PACKAGE}.buffers", f"{PACKAGE}.downloads", f"{PACKAGE}.progress", f"{PACKAGE}.plugins", f"{PACKAGE}.sources",
+     f"{PACKAGE}.plugin_facts"),
+    # the cache's layout and locks; the catalogue (which caches remote catalogues there); the dataset card's class
+    (f"{PACKAGE}.cache.layout", f"{PACKAGE}.catalogue", f"{PACKAGE}.scores", f"{PACKAGE}.dataset_info"),
     (f"{PACKAGE}.build",),  # writing and reading builds
     # listing, verifying, pruning builds; preprocessing them; the data doctor (verify --deep) reading them
     (f"{PACKAGE}.cache", f"{PACKAGE}.preprocess", f"{PACKAGE}.doctor"),

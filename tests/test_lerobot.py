@@ -440,6 +440,36 @@ def test_local_root_reads_in_place(written, tmp_path):
         datasets_hub.load("lerobot/local/koch", root=str(tmp_path))
 
 
+def test_local_root_is_never_copied_and_is_identified_by_content(written, tmp_path):
+    """A local folder is read where it is (nothing under raw/), and its bytes, not its path, name the build."""
+    import json
+    import shutil
+
+    import datasets_hub
+    from datasets_hub.cache.layout import cache_root
+    from datasets_hub.cache.verify import verify
+
+    root, _, _ = written["v2.1"]
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    first = datasets_hub.download("lerobot/local/koch", root=str(copy), episodes=[1], num_workers=1)
+    raw = cache_root() / "raw"
+    assert not raw.exists() or not [p for p in raw.rglob("*") if p.is_file()]
+    manifest = json.loads((first / "manifest.json").read_text())
+    assert all(s["in_place"] and s["sha256"] for s in manifest["sources"])
+    result = verify("lerobot/local/koch", params={"root": str(copy), "episodes": [1], "num_workers": 1})
+    assert result.ok and any("read in place" in line for line in result.checked)
+    moved = tmp_path / "moved"
+    shutil.copytree(copy, moved)  # the same bytes elsewhere: the same source identities (root is a param)
+    again = datasets_hub.download("lerobot/local/koch", root=str(moved), episodes=[1], num_workers=1)
+    moved_sources = json.loads((again / "manifest.json").read_text())["sources"]
+    assert [s["sha256"] for s in moved_sources] == [s["sha256"] for s in manifest["sources"]]
+    info = copy / "meta" / "info.json"
+    info.write_text(info.read_text() + "\n")  # other bytes, same meaning: another build, never the stale one
+    rebuilt = datasets_hub.download("lerobot/local/koch", root=str(copy), episodes=[1], num_workers=1)
+    assert rebuilt != first
+
+
 def test_cached_build_reopens_without_requests(hub, written):
     import datasets_hub
 

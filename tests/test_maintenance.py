@@ -1,4 +1,4 @@
-"""datasets_hub.cache.maintenance and cache_verify: verify, remove and prune the cache (function level; listing: test_cache_listing)."""
+"""datasets_hub.cache.maintenance and datasets_hub.cache.verify: verify, remove and prune the cache (function level; listing: test_cache_listing)."""
 
 from __future__ import annotations
 

@@ -40,6 +40,17 @@ def test_without_a_total_the_line_says_so(capsys):
     assert "done in" in last
 
 
+def test_more_rows_than_expected_never_read_over_100_percent(capsys):
+    """An expected total is an estimate: once outgrown, the line says so instead of "1,065 of 1,000 (100%)"."""
+    with RowProgress("building z", 1000, interval=0) as bar:
+        bar.update(900)
+        bar.update(165)
+    out = lines(capsys.readouterr().err)
+    assert out[0].startswith("datasets_hub: building z: 900 of 1,000 rows (90%)")
+    assert out[1].startswith("datasets_hub: building z: 1,065 rows (more than the 1,000 expected), ")
+    assert not [line for line in out if " of 1,000 " in line and "1,065" in line]
+
+
 def test_a_short_job_prints_nothing_and_show_false_never(capsys):
     with RowProgress("quick", 10, interval=3600) as bar:
         bar.update(10)

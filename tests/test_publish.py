@@ -167,7 +167,7 @@ def test_push_never_empties_a_users_out_dir(build_rb, monkeypatch, tmp_path):
     assert (mine / "thesis.tex").read_text() == "years of work"
     earlier = export(build_rb, tmp_path / "earlier")
     before = (earlier / PUBLISHED).read_bytes()
-    with pytest.raises(PermissionError):
+    with pytest.raises(dh.UploadError, match="401 Unauthorized"):  # one line naming the fix, from the PermissionError
         dh.push(build_rb, "org/x", out_dir=earlier)
     assert (earlier / PUBLISHED).read_bytes() == before
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import torch
 
 import datasets_hub as dh
 from datasets_hub.build.format import leaf_path
-from datasets_hub.remote.chunks import SEQUENCE
+from datasets_hub.remote.chunks import SEQUENCE, Chunks
 
 from fixtures.remote import local_build, publish
 from fixtures.remote import same as _same
@@ -209,3 +210,42 @@ def test_an_ensemble_over_lazy_copies_reads_its_batch_at_once_and_equals_the_loc
         assert got.shape == (2, 32)
         rows = got["index", "index"].reshape(-1)
         assert _same(got.reshape(-1).select(*keys), local_rb[rows].select(*keys))
+
+
+_SAMPLE_UNDER_A_BUDGET = """
+import sys, torch, datasets_hub as dh
+rb = dh.load(sys.argv[1], resident="lazy", max_bytes=40_000)
+for start in range(0, len(rb) - 10, 150):
+    rb[torch.arange(start, start + 10)]
+"""
+
+
+def test_a_process_sampling_under_a_budget_never_evicts_what_a_full_fill_fetched(published, local_rb, monkeypatch):
+    """A full fill paused after its first leaves, another process sampling the whole copy lazily with a byte
+    budget far below it: that process used to evict the chunks the fill had counted in, and the fill's check
+    against the manifest then failed ('published build is inconsistent'). A copy being filled is never evicted."""
+    paused, release = threading.Event(), threading.Event()
+    ensure = Chunks.ensure
+
+    def pause_before_the_packed_steps(self, needed, **kw):
+        if threading.current_thread().name == "datasets_hub-remote-fill" and "steps/_packed" in needed:
+            paused.set()  # every chunk of the observations is in by now
+            release.wait(120)
+        return ensure(self, needed, **kw)
+
+    monkeypatch.setattr(Chunks, "ensure", pause_before_the_packed_steps)
+    url = f"file://{published}"
+    full = dh.load(url)
+    try:
+        assert paused.wait(120)
+        observations = full.storage.chunks.maps["obs/observation"]
+        assert observations.all()
+        subprocess.run([sys.executable, "-c", _SAMPLE_UNDER_A_BUDGET, url], check=True)
+        assert observations.all()  # the other process went over its budget rather than evict them
+    finally:
+        release.set()
+    full.storage.wait_complete(120)
+    assert (full.storage.path / "complete").exists()
+    everything = torch.arange(len(local_rb))
+    assert _same(full[everything], local_rb[everything])
+    assert _same(dh.load(url, resident="lazy")[everything], local_rb[everything])  # the complete copy, reopened

@@ -12,7 +12,7 @@ from tensordict import TensorDict
 
 from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
-from datasets_hub.buffers.samplers import RandomSampler, Sampler
+from datasets_hub.buffers.samplers import PrioritizedSampler, RandomSampler, Sampler, SamplerWithoutReplacement
 from datasets_hub.buffers.storages import ListStorage
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage, TensorStorage
 from datasets_hub.buffers.transforms import Compose
@@ -597,8 +597,8 @@ def test_writer_keywords():
     w = RoundRobinWriter(compilable=True)
     with pytest.raises(RuntimeError, match="compilable=True"):
         w.share()
-    with pytest.raises(NotImplementedError, match="track_generations"):
-        RoundRobinWriter(track_generations=True)
+    with pytest.raises(RuntimeError, match="cannot be shared between processes"):
+        RoundRobinWriter(track_generations=True).share()
 
 
 def _episodes_td(n: int = 200) -> TensorDict:
@@ -688,6 +688,76 @@ def test_draw_index_then_gather_drawn_is_sample():
             assert torch.equal(got[key], want[key]), key
     # a batch that is more than a gather (a transform here) draws nothing: the caller samples
     assert buffer(transform=lambda td: td).draw_index(16) is None
+
+
+def test_set_storage_sampler_writer_return_the_previous_part_and_rewire():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)
+    rb.extend(rows(5))
+    old_storage = rb.set_storage(LazyTensorStorage(10))
+    assert len(old_storage) == 5 and len(rb) == 0
+    rb.extend(rows(3, start=100))  # the writer writes into the new storage
+    assert len(rb) == 3 and sorted(rb.sample()["obs"].tolist())[0] >= 100
+    gen = torch.Generator().manual_seed(0)
+    rb.set_rng(gen)
+    old_sampler = rb.set_sampler(SamplerWithoutReplacement())
+    assert isinstance(old_sampler, RandomSampler)
+    assert rb.sampler.generator is gen  # the buffer's generator follows the sampler change
+    assert sorted(rb.sample(3)["obs"].tolist()) == [100.0, 101.0, 102.0]  # one epoch: every row once
+    with pytest.raises(ValueError, match="set_storage takes an empty storage"):
+        rb.set_storage(old_storage)
+    rb.set_sampler(PrioritizedSampler(max_capacity=10, alpha=1.0, beta=1.0))
+    drawn = torch.cat([rb.sample(3)["obs"] for _ in range(30)])
+    assert set(drawn.tolist()) == {100.0, 101.0, 102.0}  # the rows stored before the swap are drawn
+    old_writer = rb.set_writer(RoundRobinWriter())
+    assert isinstance(old_writer, RoundRobinWriter) and old_writer is not rb.writer
+    rb.extend(rows(1, start=200))
+    assert rb.writer.storage is rb.storage
+
+
+def test_save_and_hooks_run_on_dumps_and_loads(tmp_path):
+    calls = []
+
+    def on_save(data, path):
+        calls.append(("save", path))
+        return data.clone().apply(lambda x: x * 2 if x.dtype.is_floating_point else x)
+
+    def on_load(data, path):
+        calls.append(("load", path))
+        return data.apply(lambda x: x / 2 if x.dtype.is_floating_point else x)
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(rows(4))
+    rb.register_save_hook(on_save)
+    rb.save(tmp_path / "ckpt")
+    assert torch.equal(rb[:4]["obs"], torch.arange(4.0))  # the hook saw a copy
+    rb2 = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    rb2.register_load_hook(on_load)
+    rb2.loads(tmp_path / "ckpt")
+    assert [c[0] for c in calls] == ["save", "load"]
+    assert torch.equal(rb2[:4]["obs"], torch.arange(4.0))  # doubled on disk, halved back
+    rb3 = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    rb3.load(tmp_path / "ckpt")  # TorchRL's alias; no load hook: what the save hook wrote
+    assert torch.equal(rb3[:4]["obs"], torch.arange(4.0) * 2)
+
+
+def test_sample_include_info_false_drops_bookkeeping_only():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)
+    rb.extend(rows(6))
+    assert "index" in rb.sample().keys()
+    sample, info = rb.sample(include_info=False, return_info=True)
+    assert "index" not in sample.keys() and "index" in info
+    assert ("next", "obs") in sample.keys(include_nested=True)
+
+
+def test_rng_is_torchrls_name_for_the_generator():
+    rb = ReplayBuffer(storage=LazyTensorStorage(100), generator=torch.Generator())
+    rb.extend(torch.arange(100))
+    state = torch.random.get_rng_state()
+    rb._rng.set_state(state)
+    a = rb.sample(32)
+    rb._rng.set_state(state)
+    assert torch.equal(rb.sample(32), a)
+    assert ReplayBuffer(storage=LazyTensorStorage(4))._rng is None  # no generator: torch's global one
 
 
 # -- issue 27: sizes that cannot be allocated, and generators that are not torch's, refused up front ----

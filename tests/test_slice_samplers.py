@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 import torch
 from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSliceSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
 LENGTHS = [50, 3, 20, 100, 7, 40]
 
@@ -370,3 +375,45 @@ def test_prioritized_slices_through_the_buffer():
     starts = again["index"].reshape(-1, 5)[:, 0]
     assert (starts == start).float().mean() > 0.9
     assert (torch.diff(again["write"].reshape(-1, 5), dim=1) == 1).all()
+
+
+def test_replacement_false_is_the_sampler_without_replacement():
+    sampler = SliceSampler(slice_len=4, replacement=False, drop_last=True, shuffle=False)
+    assert type(sampler) is SliceSamplerWithoutReplacement
+    assert sampler.drop_last and not sampler.shuffle and sampler.slice_len == 4
+    assert type(SliceSampler(slice_len=4, replacement=True)) is SliceSampler
+    with pytest.raises(ValueError, match="for replacement=True use SliceSampler"):
+        SliceSamplerWithoutReplacement(slice_len=4, replacement=True)
+    assert type(pickle.loads(pickle.dumps(sampler))) is SliceSamplerWithoutReplacement
+    assert type(copy.deepcopy(SliceSampler(slice_len=2))) is SliceSampler
+
+
+def test_end_keys_or_the_flags_of_every_key_present():
+    r = torch.arange(12)
+    data = TensorDict(
+        {
+            "obs": r.float(),
+            "next": {"done": (r == 3)[:, None], "truncated": (r == 7)[:, None]},  # episodes 0-3, 4-7, 8-11
+        },
+        [12],
+    )
+    sampler = SliceSampler(slice_len=4, end_keys=[("next", "done"), ("next", "truncated"), ("next", "absent")])
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(12), sampler=sampler, batch_size=12)
+    rb.extend(data)
+    for _ in range(5):
+        slices = rb.sample()["obs"].reshape(3, 4)
+        assert (slices[:, 0] % 4 == 0).all()  # 4-row slices fit only at episode starts: cut at both flags
+    only_done = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(12), sampler=SliceSampler(slice_len=4, end_key=("next", "done")), batch_size=12
+    )
+    only_done.extend(data)
+    starts = {int(only_done.sample()["obs"].reshape(3, 4)[i, 0]) for _ in range(20) for i in range(3)}
+    assert starts - {0, 4, 8}  # without the truncated flags, slices start inside the 4-11 episode
+    with pytest.raises(RuntimeError, match="exclusive"):
+        SliceSampler(slice_len=2, end_key=("next", "done"), end_keys=[("next", "done")])
+    bad = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(12), sampler=SliceSampler(slice_len=4, end_keys=[("next", "x")]), batch_size=4
+    )
+    bad.extend(data)
+    with pytest.raises(KeyError, match="none of end_keys"):
+        bad.sample()

@@ -147,3 +147,56 @@ def test_only_dataset_builds_convert(rb):
 def test_missing_torchrl_names_the_install_line(rb):
     with pytest.raises(MissingDependency, match="pip install torchrl"):
         rb.to_torchrl()
+
+
+@needs_torchrl
+@pytest.mark.parametrize("batch, steps, n", [((), 10, 3), ((2,), 12, 4), ((2, 3), 7, 1), ((3,), 9, 9)])
+def test_multi_step_equals_torchrls_value_by_value(batch, steps, n):
+    from tensordict import TensorDict
+    from torchrl.data.postprocs import MultiStep as TorchRLMultiStep
+
+    from datasets_hub.buffers.multi_step import MultiStep
+
+    gen = torch.Generator().manual_seed(sum(batch) + steps + n)
+    done = torch.rand(*batch, steps, 1, generator=gen) < 0.2
+    td = TensorDict(
+        {
+            "obs": torch.randn(*batch, steps, 2, generator=gen),
+            "next": {
+                "obs": torch.randn(*batch, steps, 2, generator=gen),
+                "reward": torch.randn(*batch, steps, 1, generator=gen),
+                "done": done,
+                "terminated": done.clone(),
+                "step": torch.arange(steps).expand(*batch, steps) + 1,
+            },
+            "collector": {"mask": torch.rand(*batch, steps, generator=gen) < 0.8},
+        },
+        [*batch, steps],
+    )
+    theirs, ours = TorchRLMultiStep(0.9, n)(td.clone()), MultiStep(0.9, n)(td.clone())
+    assert set(theirs.keys(True, True)) == set(ours.keys(True, True))
+    for key in theirs.keys(True, True):
+        assert ours[key].shape == theirs[key].shape and ours[key].dtype == theirs[key].dtype, key
+        assert torch.allclose(ours[key].double(), theirs[key].double(), atol=1e-6), key
+
+
+@needs_torchrl
+def test_find_start_stop_traj_equals_torchrls_on_random_storages():
+    from torchrl.data import find_start_stop_traj as torchrl_find
+
+    from datasets_hub.buffers.trajectory_bounds import find_start_stop_traj
+
+    gen = torch.Generator().manual_seed(0)
+    for steps in (1, 2, 5, 17):
+        for shape in ((steps,), (steps, 3), (steps, 2, 2)):
+            for at_capacity in (True, False):
+                for cursor in (None, 0, steps - 1, steps // 2):
+                    inputs = {
+                        "end": torch.rand(shape, generator=gen) < 0.3,
+                        "trajectory": torch.randint(0, 3, shape, generator=gen),
+                    }
+                    for kind, rows in inputs.items():
+                        theirs = torchrl_find(**{kind: rows}, at_capacity=at_capacity, cursor=cursor)
+                        ours = find_start_stop_traj(**{kind: rows}, at_capacity=at_capacity, cursor=cursor)
+                        for a, b in zip(theirs, ours, strict=True):
+                            assert torch.equal(a, b), (shape, at_capacity, cursor, kind)

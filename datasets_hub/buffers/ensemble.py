@@ -212,7 +212,7 @@ class ReplayBufferEnsemble:
             batch_size = self.batch_size
             if batch_size is None:
                 raise RuntimeError(
-                    "sample() needs a batch size: pass sample(batch_size=...) or build the ensemble with batch_size=..."
+                    "batch_size not specified: pass sample(batch_size=...) or build the ensemble with batch_size=..."
                 )
         if self.mix == "batch":
             return self._sample_mixed(batch_size, return_info)

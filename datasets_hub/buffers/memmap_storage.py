@@ -20,6 +20,7 @@ from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, r
 from datasets_hub.buffers.nested_keys import nest
 from datasets_hub.buffers.tensor_leaves import decode_meta, leaves_of
 from datasets_hub.buffers.tensor_storages import TensorStorage
+from datasets_hub.errors import StorageExists
 from datasets_hub.files import write_json_atomic
 
 
@@ -69,7 +70,7 @@ class LazyMemmapStorage(TensorStorage):
     def _alloc_leaves(self, keys, shapes, row_batch) -> list[torch.Tensor]:
         data_dir = self._data_dir
         if (self.scratch_dir / "storage.json").exists() and not self._existsok:
-            raise FileExistsError(
+            raise StorageExists(
                 f"{self.scratch_dir} already holds a memmap storage; pass existsok=True to overwrite it, "
                 "or choose another scratch_dir"
             )

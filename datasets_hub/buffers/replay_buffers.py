@@ -43,13 +43,14 @@ from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.batch_size import check_batch_items
+from datasets_hub.buffers.generations import ConditionalUpdateResult, update_if_present
 from datasets_hub.buffers.samplers.base import Sampler, as_index, check_generator
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction, reduce_trailing
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
-from datasets_hub.errors import ReadOnlyError
+from datasets_hub.errors import InvalidArgument, ReadOnlyError
 from datasets_hub.files import write_json_atomic
 
 _FORMAT = "datasets_hub.replay_buffer"
@@ -266,6 +267,91 @@ class ReplayBuffer:
         check_generator(generator)
         self._sampler.generator = generator
 
+    @property
+    def _rng(self) -> torch.Generator | None:
+        """TorchRL's attribute name for the buffer's generator (``rb._rng.set_state(...)`` in ported code)."""
+        return self._sampler.generator
+
+    def set_storage(self, storage: Storage, collate_fn: Callable | None = None) -> Storage:
+        """Replace the storage and return the previous one, as TorchRL.
+
+        ``storage`` must be empty: the writer (registered with it) and the sampler start afresh, since their
+        cursor, priorities and epochs described the previous storage's rows. (TorchRL also takes a filled
+        storage and keeps the old cursor; build a new buffer around a filled storage instead.)
+        ``collate_fn`` replaces the collate function; by default it is reset to the default for ``storage``.
+        Batches already prefetched from the previous storage are collected first.
+        """
+        if len(storage):
+            raise InvalidArgument(
+                f"set_storage takes an empty storage, this one holds {len(storage)} items: the writer's cursor "
+                "and the sampler's state would describe other rows. Build a buffer around it instead: "
+                "ReplayBuffer(storage=storage, sampler=..., writer=...)"
+            )
+        self._drain()
+        with self._lock:
+            previous, self._storage = self._storage, storage
+            self._writer.register_storage(storage)
+            self._writer.empty()
+            self._sampler.empty()
+            if collate_fn is None and isinstance(storage, ListStorage):
+                collate_fn = _collate_list
+            self._collate_fn = collate_fn
+        return previous
+
+    def set_sampler(self, sampler: Sampler) -> Sampler:
+        """Replace the sampler and return the previous one (the buffer's generator, if set, moves to it).
+
+        The new sampler is told about the items already stored, oldest first (a ``PrioritizedSampler`` gives
+        them the default priority), so none of them is left out of its draws.
+        """
+        self._drain()
+        with self._lock:
+            previous, self._sampler = self._sampler, sampler
+            if sampler.generator is None and previous.generator is not None:
+                sampler.generator = previous.generator
+            if len(self._storage):
+                sampler.extend(self._items_of_rows(self._writer.indices_in_order()))
+        return previous
+
+    def set_writer(self, writer: Writer) -> Writer:
+        """Replace the writer (registered with the storage) and return the previous one."""
+        self._drain()
+        with self._lock:
+            previous, self._writer = self._writer, writer
+            writer.register_storage(self._storage)
+        return previous
+
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
+        """Run ``hook(data, path=path)`` on the storage's data before :meth:`dumps` writes it (e.g. ``TED2Flat()``).
+
+        Hooks belong to the storage's checkpointer and are not saved: register them again on a new buffer.
+        """
+        self._storage.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
+        """Run ``hook(data, path=path)`` on the data :meth:`loads` read, before the storage takes it."""
+        self._storage.register_load_hook(hook)
+
+    def update_if_present(self, *, index: Any, generation: Any, patch: Any) -> ConditionalUpdateResult:
+        """Write ``patch`` into the items of ``index`` whose slots still hold the ``generation`` a sample reported
+        (``"index_generation"``); items overwritten since are left alone. Needs a writer with
+        ``track_generations=True``; see ``generations.py``."""
+        self._drain()
+        with self._lock:
+            return update_if_present(self._storage, self._writer, index, generation, patch)
+
+    def save(self, path: str | Path) -> None:
+        """TorchRL's alias of :meth:`dumps`."""
+        self.dumps(path)
+
+    def dump(self, path: str | Path) -> None:
+        """TorchRL's alias of :meth:`dumps`."""
+        self.dumps(path)
+
+    def load(self, path: str | Path) -> None:
+        """TorchRL's alias of :meth:`loads`."""
+        self.loads(path)
+
     def read_only_view(self, storage: Storage, *, transform: Any = None, prefetch: int | None = None) -> Any:
         """A read-only ``TensorDictReplayBuffer`` over ``storage`` (data derived from this buffer's: an
         episode subset, a preprocessing result) with a copy of this buffer's sampler (its caches follow
@@ -391,24 +477,33 @@ class ReplayBuffer:
         if getattr(storage, "ndim", 1) > 1:  # items -> (t, e, ...) as TorchRL reports them
             items, index, rows = index, mdim.unravel(index, storage.shape), None
         info = {**info, "index": index}
+        if getattr(self._writer, "tracks_generations", False):  # read under the lock: the stamps of the rows gathered
+            info["index_generation"] = self._writer.generations_of(index)
         data = self._gather(index, info, items, rows)
         if self._pin_memory:
             data = data.pin_memory()
         return data, info, ran_out
 
-    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
-        """A batch of ``batch_size`` items (default: the constructor's), and its info if ``return_info``."""
+    def sample(self, batch_size: int | None = None, return_info: bool = False, include_info: bool | None = None) -> Any:
+        """A batch of ``batch_size`` items (default: the constructor's), and its info if ``return_info``.
+
+        ``include_info=False`` (TorchRL's keyword): a TensorDict sample without the sampler's bookkeeping
+        entries (``"index"``, ``"_weight"``, ...); entries that are data in TED, such as the slice ends in
+        ``("next", "truncated")``, stay. ``None``/``True``: TensorDict buffers write them (the default).
+        """
         if batch_size is None:
             batch_size = self._batch_size
             if batch_size is None:
                 raise RuntimeError(
-                    "sample() needs a batch size: pass sample(batch_size=...) or build the buffer with batch_size=..."
+                    "batch_size not specified: pass sample(batch_size=...) or build the buffer with batch_size=..."
                 )
         elif not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")  # 0 gave an empty batch
         else:
             check_batch_items(batch_size, f"sample({batch_size})")
         data, info, _ = self._draw(batch_size)
+        if include_info is False and isinstance(data, TensorDictBase):
+            data = data.exclude(*[k for k in info if isinstance(k, str) and (k == "index" or k.startswith("_"))])
         return (data, info) if return_info else data
 
     def __iter__(self) -> Iterator[Any]:

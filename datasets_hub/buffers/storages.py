@@ -80,6 +80,8 @@ class Storage:
 
     ndim: int = 1  # dims counted in the capacity (TorchRL's ``ndim``; see multidim.py)
     _checkpointer: Any = None
+    #: per-slot write stamps, made by the first writer with ``track_generations=True`` (``generations.py``)
+    slot_generations: Any = None
 
     @property
     def checkpointer(self) -> Any:
@@ -98,6 +100,14 @@ class Storage:
         from datasets_hub.buffers.checkpointers import TensorStorageCheckpointer
 
         return TensorStorageCheckpointer()
+
+    def register_save_hook(self, hook: Any) -> None:
+        """Run ``hook(data, path=path)`` on the data before :meth:`dumps` writes it (kept by the checkpointer)."""
+        self.checkpointer.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Any) -> None:
+        """Run ``hook(data, path=path)`` on the data :meth:`loads` read, before this storage takes it."""
+        self.checkpointer.register_load_hook(hook)
 
     def dumps(self, path: str | Path) -> None:
         """Write the storage under the directory ``path`` with its ``checkpointer``."""
@@ -380,7 +390,9 @@ class ListStorage(Storage):
         return {"_storage": [_encode_item(x) for x in self._storage], "max_size": self.max_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        items = [_decode_item(x) for x in state_dict["_storage"]]
+        """Take the items of ``state_dict`` as copies: changing the source afterwards (another storage's
+        live items, a checkpoint loaded with ``mmap=True``) never changes this storage."""
+        items = [_decode_item(x, copy=True) for x in state_dict["_storage"]]
         if len(items) > self.max_size:
             raise ValueError(f"state holds {len(items)} items but this ListStorage holds {self.max_size}")
         self._storage = items
@@ -407,13 +419,16 @@ def _encode_item(x: Any) -> Any:
     )
 
 
-def _decode_item(x: Any) -> Any:
+def _decode_item(x: Any, copy: bool = False) -> Any:
     if isinstance(x, dict):
         if "__tensordict__" in x:
-            return TensorDict(x["__tensordict__"], batch_size=x["batch_size"])
-        return {k: _decode_item(v) for k, v in x.items()}
+            td = TensorDict(x["__tensordict__"], batch_size=x["batch_size"])
+            return td.clone() if copy else td
+        return {k: _decode_item(v, copy) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_decode_item(v) for v in x)
+        return type(x)(_decode_item(v, copy) for v in x)
+    if copy and isinstance(x, (torch.Tensor, TensorDictBase)):
+        return x.clone()
     return x
 
 

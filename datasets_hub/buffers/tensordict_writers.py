@@ -5,9 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensor_collection
 
 from datasets_hub.buffers.writers import RoundRobinWriter, Writer
+from datasets_hub.errors import InvalidArgument, WrongDataType
+
+# TorchRL's message says "expects data to be a tensor collection": code matching on it keeps working
+_NOT_A_COLLECTION = (
+    "TensorDictMaxValueWriter expects data to be a tensor collection (a TensorDict or a tensorclass) holding "
+    "its rank_key, got {}: use RoundRobinWriter for other data"
+)
 
 NestedKey = Any
 _REDUCTIONS = ("sum", "max", "min", "mean", "median")
@@ -23,7 +30,7 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
 
     def _prepare(self, data: Any, index: Any) -> Any:
         if not isinstance(data, TensorDictBase):
-            raise TypeError(f"TensorDictRoundRobinWriter writes TensorDicts, got {type(data).__name__}")
+            raise WrongDataType(f"TensorDictRoundRobinWriter writes TensorDicts, got {type(data).__name__}")
         if isinstance(index, int):
             value = torch.full(data.batch_size, index, dtype=torch.int64)
         else:
@@ -81,9 +88,15 @@ class TensorDictMaxValueWriter(Writer):
     def write_count(self) -> int:
         return self._written
 
+    @property
+    def _cursor(self) -> int:
+        """TorchRL's attribute: the next row a write fills while the storage is not full (0 once full)."""
+        storage = self.storage
+        return len(storage) % storage.max_size
+
     def _ranks(self, data: Any, n: int) -> torch.Tensor:
-        if not isinstance(data, TensorDictBase):
-            raise TypeError(f"TensorDictMaxValueWriter ranks TensorDicts, got {type(data).__name__}")
+        if not is_tensor_collection(data):
+            raise WrongDataType(_NOT_A_COLLECTION.format(type(data).__name__))
         value = data.get(self.rank_key, None)
         if value is None:
             raise KeyError(
@@ -102,14 +115,16 @@ class TensorDictMaxValueWriter(Writer):
         return value
 
     def add(self, data: Any) -> int:
-        if not isinstance(data, TensorDictBase):
-            raise TypeError(f"TensorDictMaxValueWriter ranks TensorDicts, got {type(data).__name__}")
+        if not is_tensor_collection(data):
+            raise WrongDataType(_NOT_A_COLLECTION.format(type(data).__name__))
         return int(self.extend(data.unsqueeze(0))[0])
 
     def extend(self, data: Any) -> torch.Tensor:
         storage = self.storage
-        if not isinstance(data, TensorDictBase) or data.batch_dims == 0:
-            raise TypeError("TensorDictMaxValueWriter.extend needs a TensorDict with a leading batch dim")
+        if not is_tensor_collection(data):
+            raise WrongDataType(_NOT_A_COLLECTION.format(type(data).__name__))
+        if data.batch_dims == 0:
+            raise InvalidArgument("TensorDictMaxValueWriter.extend needs a TensorDict with a leading batch dim")
         k = int(data.batch_size[0])
         ranks = self._ranks(data, k)
         n, cap = len(storage), storage.max_size

@@ -17,19 +17,68 @@ from datasets_hub.errors import did_you_mean
 
 
 class Transform:
-    """Base class: override ``forward`` (sample side) and/or ``inverse`` (write side)."""
+    """Base class, written either way TorchRL's ``Transform`` is.
+
+    - Per key: call ``super().__init__(in_keys=, out_keys=, in_keys_inv=, out_keys_inv=)`` and override
+      ``_apply_transform(tensor)`` (samples: each ``in_keys[i]`` is read, transformed and written to
+      ``out_keys[i]``, default ``in_keys``) and/or ``_inv_apply_transform(tensor)`` (writes: each
+      ``out_keys_inv[i]`` is read and written to ``in_keys_inv[i]`` of a shallow copy, so the caller's
+      data is never changed). A key absent from the data raises ``KeyError``.
+    - Whole sample: override ``forward(data)`` (sample side) and/or ``inverse(data)`` (write side).
+
+    Without keys and overrides both sides are the identity.
+    """
+
+    # subclasses that do not call __init__ (whole-sample transforms) have no keys
+    in_keys: Sequence[Any] = ()
+    out_keys: Sequence[Any] = ()
+    in_keys_inv: Sequence[Any] = ()
+    out_keys_inv: Sequence[Any] = ()
+
+    def __init__(
+        self,
+        in_keys: Sequence[Any] | None = None,
+        out_keys: Sequence[Any] | None = None,
+        in_keys_inv: Sequence[Any] | None = None,
+        out_keys_inv: Sequence[Any] | None = None,
+    ) -> None:
+        self.in_keys, self.out_keys = _key_pairs(in_keys, out_keys, type(self).__name__, "")
+        self.in_keys_inv, self.out_keys_inv = _key_pairs(in_keys_inv, out_keys_inv, type(self).__name__, "_inv")
 
     def __call__(self, data: Any) -> Any:
         return self.forward(data)
 
     def forward(self, data: Any) -> Any:
+        if not self.in_keys:
+            return data
+        data = _require_td(data, type(self).__name__)
+        _missing(data, self.in_keys, type(self).__name__)
+        for in_key, out_key in zip(self.in_keys, self.out_keys, strict=True):
+            data.set(out_key, self._apply_transform(data.get(in_key)))
         return data
 
     def inv(self, data: Any) -> Any:
         return self.inverse(data)
 
     def inverse(self, data: Any) -> Any:
+        if not self.in_keys_inv:
+            return data
+        data = _require_td(data, type(self).__name__).copy()
+        _missing(data, self.out_keys_inv, type(self).__name__)
+        for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv, strict=True):
+            data.set(in_key, self._inv_apply_transform(data.get(out_key)))
         return data
+
+    def _apply_transform(self, value: Any) -> Any:
+        raise NotImplementedError(
+            f"{type(self).__name__} has in_keys but no _apply_transform(tensor): override it, or override forward(data)"
+        )
+
+    def _inv_apply_transform(self, value: Any) -> Any:
+        raise NotImplementedError(
+            f"{type(self).__name__} has in_keys_inv but no _inv_apply_transform(tensor): override it, "
+            "or override inverse(data)"
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -114,6 +163,19 @@ class Compose(Transform):
         return f"Compose({', '.join(map(repr, self.transforms))})"
 
 
+def _key_pairs(keys: Sequence[Any] | None, out: Sequence[Any] | None, who: str, side: str) -> tuple[list, list]:
+    """``(keys, out)`` as lists of keys (nested keys as tuples), ``out`` defaulting to ``keys``."""
+    keys_list = [] if keys is None else [_norm(k) for k in ([keys] if isinstance(keys, (str, tuple)) else keys)]
+    if out is None:
+        return keys_list, list(keys_list)
+    out_list = [_norm(k) for k in ([out] if isinstance(out, (str, tuple)) else out)]
+    if len(out_list) != len(keys_list):
+        raise ValueError(
+            f"{who} needs as many out_keys{side} as in_keys{side}, got {len(keys_list)} and {len(out_list)}"
+        )
+    return keys_list, out_list
+
+
 def _norm(key: Any) -> Any:
     if isinstance(key, tuple) and len(key) == 1:
         return key[0]
@@ -152,7 +214,7 @@ class Rename(Transform):
                 f"Rename needs as many out_keys as in_keys, got {len(self.in_keys)} and {len(self.out_keys)}"
             )
 
-    def _rename(self, data: Any, src: list, dst: list) -> Any:
+    def _rename(self, data: Any, src: Sequence[Any], dst: Sequence[Any]) -> Any:
         data = _require_td(data, "Rename").copy()  # shallow: never mutate the caller's TensorDict
         _missing(data, src, "Rename")
         for a, b in zip(src, dst, strict=True):
@@ -204,3 +266,48 @@ class Exclude(Transform):
 
     def __repr__(self) -> str:
         return f"Exclude({', '.join(map(repr, self.keys))})"
+
+
+class DoubleToFloat(Transform):
+    """Cast float64 leaves of samples to float32: every float64 leaf, or only ``in_keys``.
+
+    Where TorchRL's offline scripts append ``DoubleToFloat`` (D4RL and several Minari datasets store
+    float64 observations, which builds keep): ``load(id, transform=DoubleToFloat())``. It runs on
+    each sampled batch, never on the build. With ``in_keys``, a key missing from a sample or whose
+    dtype is neither float64 nor float32 is an error naming it, and the inverse (writes) casts those
+    keys back to float64; without ``in_keys`` writes pass unchanged.
+    """
+
+    def __init__(self, in_keys: Sequence[Any] | None = None) -> None:
+        if isinstance(in_keys, (str, tuple)):
+            in_keys = [in_keys]
+        self.in_keys = None if in_keys is None else [_norm(k) for k in in_keys]
+
+    def _cast(self, data: Any, source: Any, target: Any) -> Any:
+        data = _require_td(data, "DoubleToFloat").copy()  # shallow: never mutate the caller's TensorDict
+        if self.in_keys is None:
+            keys = [k for k, v in data.items(include_nested=True, leaves_only=True) if v.dtype == source]
+        else:
+            _missing(data, self.in_keys, "DoubleToFloat")
+            keys = self.in_keys
+            for key in keys:
+                if data.get(key).dtype not in (source, target):
+                    raise TypeError(f"DoubleToFloat: {key!r} is {data.get(key).dtype}, not a float64 or float32 leaf")
+        for key in keys:
+            data.set(key, data.get(key).to(target))
+        return data
+
+    def forward(self, data: Any) -> Any:
+        import torch
+
+        return self._cast(data, torch.float64, torch.float32)
+
+    def inverse(self, data: Any) -> Any:
+        import torch
+
+        if self.in_keys is None:
+            return data  # which leaves were float64 is unknown on the write side
+        return self._cast(data, torch.float32, torch.float64)
+
+    def __repr__(self) -> str:
+        return f"DoubleToFloat(in_keys={self.in_keys})"

@@ -7,13 +7,16 @@ lists the valid positions oldest first (what ``read_all_in_order`` reads).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from datasets_hub.buffers import generations
 from datasets_hub.buffers.shared_counters import SharedCounters
+from datasets_hub.buffers.state_files import dump_state, load_state
 from datasets_hub.buffers.storages import Storage, _slice_items
-from datasets_hub.errors import ReadOnlyError
+from datasets_hub.errors import InvalidArgument, ReadOnlyError
 
 
 class Writer:
@@ -25,12 +28,29 @@ class Writer:
     """
 
     may_drop_items = False
+    #: True for a writer built with ``track_generations=True`` (see ``generations.py``)
+    tracks_generations = False
 
     def __init__(self) -> None:
         self._storage: Storage | None = None
 
     def register_storage(self, storage: Storage) -> None:
         self._storage = storage
+
+    def generations_of(self, index: Any) -> torch.Tensor:
+        """The generation stamps of the slots of ``index`` (``-1``: never written, out of range, or a writer
+        that does not track generations)."""
+        slots = generations.slots_of(index, getattr(self._storage, "ndim", 1))
+        stamps = generations.of_storage(self._storage) if self.tracks_generations else None
+        if stamps is None:
+            return torch.full(slots.shape, -1, dtype=torch.int64)
+        return stamps.of(slots)
+
+    def _stamp(self, slots: torch.Tensor) -> None:
+        """Record writes into ``slots``: every writer moves the stamps of a storage someone tracks."""
+        stamps = generations.of_storage(self.storage, create=self.tracks_generations)
+        if stamps is not None:
+            stamps.bump(slots)
 
     @property
     def storage(self) -> Storage:
@@ -68,6 +88,14 @@ class Writer:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         return None
 
+    def dumps(self, path: str | Path) -> None:
+        """Write :meth:`state_dict` to ``<path>/writer_state.pt`` (the directory is created)."""
+        dump_state(self, "writer", path)
+
+    def loads(self, path: str | Path) -> None:
+        """Restore what :meth:`dumps` wrote (refused from another kind of writer)."""
+        load_state(self, "writer", path)
+
 
 class RoundRobinWriter(SharedCounters, Writer):
     """Circular writes: item ``k`` (counting from the first write) goes to row ``k % max_size``.
@@ -76,18 +104,22 @@ class RoundRobinWriter(SharedCounters, Writer):
     others would be overwritten by the same call) and returns their positions. On a
     multi-dimensional storage the writer cycles over dim 0 (whole rows of ``n_envs`` items).
     ``compilable=True`` keeps the cursor in plain ints (``torch.compile`` traces them; the writer
-    cannot be shared between processes), as in TorchRL. ``track_generations=True`` is refused.
+    cannot be shared between processes), as in TorchRL. ``track_generations=True`` stamps every slot it writes
+    (``generations_of``, ``"index_generation"`` in samples, ``rb.update_if_present``; see ``generations.py``).
     """
 
     def __init__(self, compilable: bool = False, *, track_generations: bool = False) -> None:
-        if track_generations:
-            raise NotImplementedError(
-                "track_generations=True is not supported: samples carry 'index' and the writer's write_count; "
-                "keep a per-row generation counter in the data if you need one"
-            )
         super().__init__()
         self._compilable = bool(compilable)
+        self.tracks_generations = bool(track_generations)
+        self._loaded_stamps: list[int] | None = None  # a state loaded before a storage was registered
         self._init_counters(2, plain=self._compilable)  # [cursor, write_count]
+
+    def register_storage(self, storage: Storage) -> None:
+        super().register_storage(storage)
+        if self._loaded_stamps is not None:
+            generations.on_storage(storage).load(self._loaded_stamps)
+            self._loaded_stamps = None
 
     @property
     def cursor(self) -> int:
@@ -97,6 +129,15 @@ class RoundRobinWriter(SharedCounters, Writer):
     def write_count(self) -> int:
         return int(self._counts[1])
 
+    # TorchRL's attribute names, read by code written against it (checkpoint tools, tests): read-only here
+    @property
+    def _cursor(self) -> int:
+        return self.cursor
+
+    @property
+    def _write_count(self) -> int:
+        return self.write_count
+
     def add(self, data: Any) -> int:
         storage = self.storage
         index = int(self._counts[0])
@@ -104,13 +145,14 @@ class RoundRobinWriter(SharedCounters, Writer):
         storage.set(index, self._prepare(data, index))
         self._counts[0] = (index + 1) % cap
         self._counts[1] += 1
+        self._stamp(torch.tensor([index]))
         return index
 
     def extend(self, data: Any) -> torch.Tensor:
         storage = self.storage
         n = storage.num_items(data)
         cap = storage.max_size_along_dim0(data)
-        skipped = 0
+        skipped, first = 0, int(self._counts[0])
         if n > cap:
             skipped = n - cap
             data, n = _slice_items(data, skipped, skipped + cap), cap
@@ -122,6 +164,8 @@ class RoundRobinWriter(SharedCounters, Writer):
         storage.set(index, self._prepare(data, index))
         self._counts[0] = (start + n) % cap
         self._counts[1] += n + skipped
+        # items skipped because later ones of the same call overwrite them still count as writes of their slot
+        self._stamp((torch.arange(n + skipped) + first) % cap if skipped else index)
         return index
 
     def _prepare(self, data: Any, index: Any) -> Any:
@@ -137,16 +181,34 @@ class RoundRobinWriter(SharedCounters, Writer):
 
     def empty(self) -> None:
         self._reset_counters()
+        stamps = generations.of_storage(self._storage)
+        if stamps is not None:  # handles taken before empty() go stale at once
+            stamps.invalidate()
 
     def share(self) -> None:
+        if self.tracks_generations:
+            raise InvalidArgument(
+                "track_generations=True keeps the slot stamps in this process: it cannot be shared between "
+                "processes. Drop track_generations or shared=True"
+            )
         self._share_counters()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"_cursor": self.cursor, "_write_count": self.write_count}
+        state: dict[str, Any] = {"_cursor": self.cursor, "_write_count": self.write_count}
+        stamps = generations.of_storage(self._storage) if self.tracks_generations else None
+        if stamps is not None:
+            state["_generation"] = stamps.state()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._counts[0] = int(state_dict["_cursor"])
         self._counts[1] = int(state_dict["_write_count"])
+        saved = state_dict.get("_generation")  # absent from states saved without tracking
+        if saved is not None and self.tracks_generations:
+            if self._storage is None:
+                self._loaded_stamps = list(saved)
+            else:
+                generations.on_storage(self._storage).load(saved)
 
     def __repr__(self) -> str:
         return f"RoundRobinWriter(cursor={self.cursor}, write_count={self.write_count})"

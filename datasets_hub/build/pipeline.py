@@ -66,12 +66,13 @@ def build_fingerprint(spec: DatasetSpec, loader: Loader, frames: FrameCodec | No
     verify` checks. Params enter redacted (a password is not part of what the data is).
     """
     from datasets_hub.downloads.fetch import source_key
+    from datasets_hub.downloads.in_place import identified  # a file read in place enters by its content
 
     identity = {
         "id": spec.id,
         "loader": loader.name,
         "params": redact_value(spec.params),
-        "sources": [[r.name, r.sha256, r.size, source_key(r)] for r in loader.resources(spec)],
+        "sources": [[r.name, r.sha256, r.size, source_key(r)] for r in map(identified, loader.resources(spec))],
         "loader_format_version": loader.format_version,
         "storage_format_version": STORAGE_FORMAT_VERSION,
     }

@@ -170,7 +170,7 @@ def open_build(build_dir: str | Path, *, in_memory: bool = False) -> OpenedBuild
     """
     build_dir = Path(build_dir)
     manifest = read_build_manifest(build_dir)
-    # cheap open-time checks (manifest hash, format, schema, paths, sizes, episode index): build_checks.py
+    # cheap open-time checks (manifest hash, format, schema, paths, sizes, episode index): build/checks.py
     checked = check_build(build_dir, manifest)
     if in_memory:
         sizes = [leaf_nbytes({"dtype": d, "shape": list(s), "rows": r}) or 0 for d, s, r in checked.values()]

@@ -32,6 +32,7 @@ from datasets_hub.cache.layout import (
     raw_root,
     read_manifest,
 )
+from datasets_hub.cache.remote_copies import REMOTE, RemoteCopy, remote_copies
 from datasets_hub.errors import CacheError, HubError
 
 
@@ -90,6 +91,7 @@ class CacheListing:
     builds: list[BuildEntry]
     raw: dict[str, list[tuple[str, int]]]  # loader -> [(relative name, bytes)]
     preprocessed: list[PreprocessedEntry]  # every variant, those of removed builds included
+    remote: list[RemoteCopy] = field(default_factory=list)  # local copies of builds published at a URL
 
 
 # ------------------------------------------------------------------------------------------ stale builds
@@ -105,10 +107,10 @@ class _Versions:
 
     def loader_format(self, name: str) -> int | None:
         if name not in self._loaders:
-            from datasets_hub.plugins import get_loader
+            from datasets_hub.plugin_facts import loader_facts
 
-            try:
-                self._loaders[name] = int(get_loader(name).format_version)
+            try:  # the recorded fact: `cache ls` imports no plugin whose code has not changed
+                self._loaders[name] = loader_facts(name).format_version
             except (HubError, TypeError, ValueError):
                 self._loaders[name] = None  # not installed or broken: staleness cannot be told
         return self._loaders[name]
@@ -274,13 +276,16 @@ def list_cache() -> CacheListing:
                 variants=by_build.get(path.name, []),
             )
         )
-    return CacheListing(root=cache_root(), builds=builds, raw=_raw_files(), preprocessed=preprocessed)
+    return CacheListing(
+        root=cache_root(), builds=builds, raw=_raw_files(), preprocessed=preprocessed, remote=remote_copies()
+    )
 
 
 def usage() -> dict[str, int]:
-    """Bytes per cache section: ``raw``, ``datasets``, ``preprocessed``, ``other`` and ``total``."""
+    """Bytes per cache section: ``raw``, ``datasets``, ``preprocessed``, ``remote`` (local copies of published
+    builds), ``other`` and ``total``."""
     root = cache_root()
-    out = {name: dir_size(root / name) if (root / name).is_dir() else 0 for name in SECTIONS}
+    out = {name: dir_size(root / name) if (root / name).is_dir() else 0 for name in (*SECTIONS, REMOTE)}
     total = dir_size(root) if root.is_dir() else 0
     out["other"] = total - sum(out.values())
     out["total"] = total

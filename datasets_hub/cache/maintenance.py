@@ -53,6 +53,13 @@ from datasets_hub.cache.layout import (
     remove_tree,
 )
 from datasets_hub.cache.listing import stale_builds, variant_dirs, variant_manifest
+from datasets_hub.cache.remote_copies import (
+    copies_to_remove,
+    is_remote_copy,
+    prune_candidates,
+    remote_root,
+    remove_copy,
+)
 from datasets_hub.downloads.fetch import SIDE_SUFFIXES
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
@@ -77,7 +84,7 @@ def _try_lock(lock_path: Path) -> Iterator[bool]:
 
 
 def _build_lock(build: Path) -> Path:
-    return build.with_name(build.name + ".lock")  # the lock build.py holds while building `build`
+    return build.with_name(build.name + ".lock")  # the lock build/pipeline.py holds while building `build`
 
 
 def _variant_locks(build_fp: str) -> list[Path]:
@@ -181,6 +188,11 @@ def remove(
     a preprocessing result, a download) is refused with a :class:`CacheError`, never deleted.
     """
     removed: list[Path] = []
+    if "://" in dataset_id:  # a published build's URL: its local copies, whatever their published hash
+        copies = copies_to_remove(dataset_id, options=bool(params or raw), must_exist=False)
+        for copy in [] if dry_run else copies:
+            remove_copy(copy)
+        return copies
     if all_builds:
         from datasets_hub.catalogue import validate_id
 
@@ -272,6 +284,8 @@ def find_builds(name: str, *, params: dict[str, Any] | None = None, all_builds: 
     among them raises :class:`InvalidParameter` listing the candidates; one that matches nothing
     raises it with "did you mean".
     """
+    if isinstance(name, str) and "://" in name:  # a published build's URL: every local copy of it
+        return copies_to_remove(name, options=bool(params or all_builds), must_exist=True)
     name = _check_name(name)
     from datasets_hub.cache.listing import variant_dirs as variants_now
 
@@ -328,11 +342,28 @@ def is_variant(path: Path) -> bool:
     return preprocessed_root() in Path(path).parents
 
 
+def first_busy(paths: list[Path]) -> Path | None:
+    """The first of ``paths`` (builds or preprocessed variants) another process is writing right now,
+    or None: a removal of several checks them all before removing any (each removal checks again)."""
+    locks: list[Path] = []
+    for path in map(Path, paths):
+        if is_variant(path):
+            locks.append(path.with_name(path.name + ".lock"))
+        else:
+            locks += [_build_lock(path), *_variant_locks(path.name)]
+    with _hold_all(list(dict.fromkeys(locks))) as busy:
+        return busy
+
+
 def remove_build(path: Path) -> list[Path]:
     """Delete a build (with its preprocessed variants) or one preprocessed variant, as :func:`find_builds`
     names them, under the locks their writers hold; returns what went. One being built or computed
     right now is refused with a :class:`CacheError`, never deleted under its writer."""
     path = Path(path)
+    if is_remote_copy(path):
+        remove_copy(path)
+        _remove_empty_parents(path.parent, remote_root())
+        return [path]
     if is_variant(path):
         with _try_lock(path.with_name(path.name + ".lock")) as free:
             if not free:
@@ -352,22 +383,6 @@ def variant_paths(build: Path) -> list[Path]:
     if not pre.is_dir():
         return []
     return sorted(p for p in pre.iterdir() if p.is_dir() and DELETING_MARK not in p.name)
-
-
-def remove_preprocessed(name: str) -> Path:
-    """Delete one preprocessed variant, named as ``cache ls`` shows it (``<build-fp>/<transform-fp>``,
-    or the ``<transform-fp>`` alone when it is unique). Returns the removed directory.
-
-    The variant is renamed aside and deleted (no reader sees half of it); one being computed right
-    now (its lock held) is refused, as builds are.
-    """
-    (path,) = find_builds(name)
-    if not is_variant(path):
-        raise InvalidParameter(
-            f"{name!r} is a build, not a preprocessed variant; remove it with `datasets-hub cache rm`"
-        )
-    remove_build(path)
-    return path
 
 
 def _remove_empty_parents(path: Path, stop: Path) -> None:
@@ -505,6 +520,7 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
         if pre.is_dir():  # derived from that build; each variant under its own lock
             yield from _variant_items(pre, f"preprocessed results of that build ({dataset_id})")
         yield build, reason, [_build_lock(build), *_variant_locks(build.name)]
+    yield from prune_candidates(cutoff, older_than_days, keep_stale)
     if cutoff is not None:
         doomed_fps = {build.name for build in doomed}
         for variant in variant_dirs():

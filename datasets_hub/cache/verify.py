@@ -1,6 +1,6 @@
 """``datasets-hub verify``: does the cache still hold the bytes it recorded? (docs/design/on-disk.md)
 
-:func:`verify` rehashes raw files (``downloader.verify_file``: against the catalogue sha256 or the
+:func:`verify` rehashes raw files (``downloads.fetch.verify_file``: against the catalogue sha256 or the
 one recorded at first download) and every data file of a build against the sha256, dtype, shape and
 rows the manifest's ``schema`` records. It checks the manifest itself against ``manifest.sha256``
 (:data:`~datasets_hub.build.format.MANIFEST_SHA256`) when the build has one, and in any case against what can be recomputed
@@ -47,10 +47,10 @@ class VerifyResult:
         return not self.problems
 
 
-def _verify_raw(path: Path, resource: Any, result: VerifyResult) -> None:
+def _verify_raw(path: Path, resource: Any, result: VerifyResult, *, origin: str = "catalogue") -> None:
     from datasets_hub.downloads.fetch import verify_file  # the download stack loads only when raw files are checked
 
-    ok, message = verify_file(path, resource)
+    ok, message = verify_file(path, resource, origin=origin)
     (result.checked if ok else result.problems).append(message)
 
 
@@ -186,7 +186,7 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
 
         frames = FrameCodec(recorded["codec"], recorded.get("quality"))
     try:
-        _spec, loader, expected = catalogue_build(dataset_id, params, frames)
+        expected, _resources, format_version = _expected_build(dataset_id, params, frames)
     except HubError as exc:  # loader not installed, id only registered in another process…
         result.notes.append(f"{build}: fingerprint not recomputed ({exc})")
         return
@@ -200,7 +200,7 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
         manifest.get("loader_format_version"),
         manifest.get("storage_format_version"),
     )
-    now = (__version__, getattr(loader, "format_version", None), STORAGE_FORMAT_VERSION)
+    now = (__version__, format_version, STORAGE_FORMAT_VERSION)
     if intact or made_by != now:
         result.notes.append(
             f"{build}: a healthy build made by datasets_hub {made_by[0]} (loader format {made_by[1]}, storage "
@@ -247,6 +247,28 @@ def _verify_preprocessed(build: Path, result: VerifyResult) -> None:
         result.checked.append(f"{variant}: preprocessing result consistent")
 
 
+def _verify_in_place(source: dict[str, Any], result: VerifyResult) -> None:
+    """A user's file the build was read from in place: rehashed where it is, against the manifest."""
+    from datasets_hub.downloads.in_place import local_path
+    from datasets_hub.errors import DownloadError
+    from datasets_hub.loader import Resource
+
+    resource = Resource(name=str(source.get("name")), urls=(str(source.get("url")),), in_place=True)
+    try:
+        path = local_path(resource)
+    except DownloadError as exc:
+        result.notes.append(f"{exc}; the build does not need it")
+        return
+    digest = sha256_file(path)
+    if digest != source.get("sha256"):
+        result.notes.append(
+            f"{path}: read in place, now sha256 {digest}, not the {source.get('sha256')} the build was made from; "
+            "the build is intact, `load` builds again from the new bytes"
+        )
+    else:
+        result.checked.append(f"{path}: ok (read in place, sha256 as recorded in the build's manifest)")
+
+
 def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool = True) -> VerifyResult:
     """Check one build directory (and, with ``raw``, the raw files its manifest names)."""
     build = Path(build)
@@ -262,6 +284,9 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
         from datasets_hub.loader import Resource
 
         for source in manifest.get("sources") or []:
+            if source.get("in_place"):
+                _verify_in_place(source, result)
+                continue
             key = source.get("key")
             path = raw_file_path(str(manifest.get("loader")), str(source.get("name")), str(key) if key else None)
             if not path.exists():
@@ -275,8 +300,28 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
                 sha256=source.get("sha256"),
                 size=source.get("bytes"),
             )
-            _verify_raw(path, resource, result)
+            # the manifest's sha256 is the catalogue's, or the one recorded when the file was first downloaded
+            _verify_raw(path, resource, result, origin="build's manifest")
     return result
+
+
+def _expected_build(dataset_id: str, params: dict[str, Any], frames: Any = None) -> tuple[Path, list[Any], int]:
+    """``(build path, resources, loader format_version)`` that ``load(dataset_id, **params)`` uses. With the
+    catalogue's own params (and stored frames) they are the recorded facts
+    (:mod:`datasets_hub.cache.catalogue_builds`: no loader import); anything else asks the loader."""
+    from datasets_hub.catalogue import resolve
+    from datasets_hub.loader import Resource
+
+    spec = resolve(dataset_id)
+    if frames is None and (params == spec.params or not params):
+        from datasets_hub.cache.catalogue_builds import catalogue_build_record
+        from datasets_hub.plugin_facts import loader_facts
+
+        name, resources = catalogue_build_record(dataset_id)
+        facts = loader_facts(spec.loader)
+        return dataset_dir(dataset_id) / name, [Resource.from_dict(r) for r in resources], facts.format_version
+    spec, loader, build = catalogue_build(dataset_id, params, frames)
+    return build, loader.resources(spec), int(loader.format_version)
 
 
 def verify(
@@ -309,14 +354,14 @@ def _verify_bytes(dataset_id: str, *, params: dict[str, Any] | None, all_builds:
         for build in builds:
             verify_build(build, result)
         return result
-    spec, loader, build = catalogue_build(dataset_id, params)
+    build, resources, _format_version = _expected_build(dataset_id, params or {})
     if read_manifest(build) is not None:
         return verify_build(build, result)
     raw_found = False
     from datasets_hub.downloads.fetch import source_key
 
-    for resource in loader.resources(spec):
-        path = raw_file_path(loader.name, resource.name, source_key(resource))
+    for resource in resources:
+        path = raw_file_path(dataset_id.split("/", 1)[0], resource.name, source_key(resource))
         if path.exists():
             raw_found = True
             _verify_raw(path, resource, result)

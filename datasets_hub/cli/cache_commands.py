@@ -22,10 +22,13 @@ def register(sub: Any) -> None:
     c.set_defaults(func=cmd_cache_du)
     c = cache_sub.add_parser(
         "rm",
-        help="remove builds (by id or fingerprint, with their preprocessed variants) or preprocessed variants",
-        description="NAME is a dataset id, a build fingerprint (or a unique prefix), or a preprocessed variant "
-        "<build-fp>/<transform-fp>, as `datasets-hub cache ls` shows them. An id with several builds is refused "
-        "(the candidates are listed) unless --param or --all-builds picks.",
+        help="remove builds, preprocessed variants or local copies of published URLs by the names `cache ls` "
+        "shows (raw files are kept)",
+        description="NAME is a dataset id, a build fingerprint (or a unique prefix), a preprocessed variant "
+        "<build-fp>/<transform-fp>, as `datasets-hub cache ls` shows them, or a published build's URL (its local "
+        "copies). An id with several builds is refused (the candidates are listed) unless --param or --all-builds "
+        "picks. Raw files are never removed here: `datasets-hub rm ID --raw` removes an id's build and the raw "
+        "files it was made from.",
     )
     c.add_argument("names", nargs="+", metavar="NAME")
     add_param(c)
@@ -38,8 +41,17 @@ def register(sub: Any) -> None:
     c.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     c.set_defaults(func=cmd_cache_rm)
     c = cache_sub.add_parser("prune", help="remove leftovers of killed processes, stale builds (and old builds)")
-    c.add_argument("--older-than", type=float, metavar="DAYS", help="also remove builds older than DAYS days")
-    c.add_argument("--keep-stale", action="store_true", help="keep builds of an old format or loader format_version")
+    c.add_argument(
+        "--older-than",
+        type=float,
+        metavar="DAYS",
+        help="also remove builds older than DAYS days, and local copies of URLs not opened for DAYS days",
+    )
+    c.add_argument(
+        "--keep-stale",
+        action="store_true",
+        help="keep builds of an old format or loader format_version, and local copies of an earlier export of a URL",
+    )
     c.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     c.set_defaults(func=cmd_cache_prune)
 
@@ -109,6 +121,7 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
             out([f"    {name}  {human_bytes(size)}" for name, size in files])
     else:
         out("  (none)")
+    _remote_section(listing.remote)
     built = {b.fingerprint for b in listing.builds}
     orphans = [p for p in listing.preprocessed if p.build_fp not in built]
     if orphans:
@@ -127,6 +140,33 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _remote_section(copies: list[Any]) -> None:
+    from datasets_hub.files import human_bytes
+
+    if not copies:
+        return
+    stale = sum(1 for c in copies if c.stale)
+    out(
+        f"\nlocal copies of published URLs ({len(copies)}, {human_bytes(sum(c.bytes for c in copies))}"
+        + (f"; {stale} of an earlier export: `{PROG} cache prune` removes them" if stale else "")
+        + ")"
+    )
+    rows = [
+        (
+            c.id,
+            c.published,
+            human_bytes(c.bytes),
+            "complete" if c.complete else "partial",
+            _when(c.last_used),
+            f"stale: {c.stale}" if c.stale else "current",
+        )
+        for c in copies
+    ]
+    headers = ("url", "published", "size", "chunks", "last use", "status")
+    out(["  " + line for line in table(headers, rows, truncate_last=True)])
+    out(f"  (`{PROG} cache rm URL` removes every local copy of URL)")
+
+
 def cmd_cache_du(args: argparse.Namespace) -> int:
     from datasets_hub.cache.layout import cache_root
     from datasets_hub.cache.listing import usage
@@ -135,7 +175,7 @@ def cmd_cache_du(args: argparse.Namespace) -> int:
     sizes = usage()
     rows = [
         (name, human_bytes(sizes[name]), f"{sizes[name]:,}")
-        for name in ("raw", "datasets", "preprocessed", "other", "total")
+        for name in ("raw", "datasets", "preprocessed", "remote", "other", "total")
     ]
     out(f"cache: {cache_root()}")
     out(table(("section", "size", "bytes"), rows))
@@ -144,17 +184,26 @@ def cmd_cache_du(args: argparse.Namespace) -> int:
 
 def cmd_cache_rm(args: argparse.Namespace) -> int:
     from datasets_hub.cache.layout import dir_size
-    from datasets_hub.cache.maintenance import find_builds, is_variant, remove_build, variant_paths
+    from datasets_hub.cache.maintenance import find_builds, first_busy, is_variant, remove_build, variant_paths
+    from datasets_hub.cache.remote_copies import is_remote_copy
+    from datasets_hub.errors import CacheError
     from datasets_hub.files import human_bytes
 
     # resolve every name first: an ambiguous or unknown one removes nothing at all
     targets = [p for name in args.names for p in find_builds(name, params=params_of(args), all_builds=args.all_builds)]
     verb = "would remove" if args.dry_run else "removed"
+    builds = [t for t in dict.fromkeys(targets) if not is_remote_copy(t)]  # a copy's removal takes its readers' lock
+    busy = None if args.dry_run else first_busy(builds)
+    if busy is not None:  # one being written: remove none of them, not the ones before it
+        raise CacheError(
+            f"another process is writing {busy.with_suffix('')} right now ({busy} is held); nothing was "
+            "removed: try again when it finishes"
+        )
     total = 0
     for path in dict.fromkeys(targets):
-        what = "preprocessed variant" if is_variant(path) else "build"
+        what = "local copy" if is_remote_copy(path) else "preprocessed variant" if is_variant(path) else "build"
         size = dir_size(path)
-        extra = [] if is_variant(path) else variant_paths(path)
+        extra = [] if is_variant(path) or is_remote_copy(path) else variant_paths(path)
         if not args.dry_run:
             remove_build(path)
         total += size + sum(dir_size(v) for v in extra)

@@ -34,13 +34,13 @@ def register(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from datasets_hub.cache.layout import read_manifest
+    from datasets_hub.cache.catalogue_builds import catalogue_build_name
+    from datasets_hub.cache.layout import dataset_dir, read_manifest
     from datasets_hub.cache.listing import cached_ids
-    from datasets_hub.cache.maintenance import catalogue_build
     from datasets_hub.catalogue import all_entries, list_ids, refresh_remote_catalogues
     from datasets_hub.downloads.sizes import cached_sizes, listed_size
     from datasets_hub.files import human_bytes
-    from datasets_hub.plugins import loader_names
+    from datasets_hub.plugins import entry_point_map, loader_names
 
     if args.refresh:
         for loader, outcome in refresh_remote_catalogues([args.loader] if args.loader else None).items():
@@ -52,6 +52,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             f"{', '.join(loader_names())}).{did_you_mean(args.loader, loader_names())}"
         )
     entries = all_entries([args.loader] if args.loader else None)
+    eps = entry_point_map()
+    local_memo: dict[str, bool] = {}
     built = cached_ids()
     known_sizes = cached_sizes()
     records = []
@@ -63,7 +65,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             "cached": "",
             "download_bytes": listed_size(dataset_id, resources, known_sizes),
             # shown when download_bytes is None
-            "download": "local" if not resources and _generates_locally(dataset_id) else "?",
+            "download": "local" if not resources and _generates_locally(dataset_id, eps, local_memo) else "?",
             "episodes": None,
             "steps": None,
             "description": str(entry.get("description", "")).strip(),
@@ -73,7 +75,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if dataset_id in built:
             record["cached"] = "other"  # only builds with overridden params, unless the catalogue's is there
             try:
-                manifest = read_manifest(catalogue_build(dataset_id)[2])
+                manifest = read_manifest(dataset_dir(dataset_id) / catalogue_build_name(dataset_id))
             except HubError:
                 manifest = None
             if manifest is not None:
@@ -115,14 +117,18 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generates_locally(dataset_id: str) -> bool:
-    """Whether the id's loader makes its data here (``Loader.downloads`` False) rather than downloading it."""
-    from datasets_hub.plugins import get_loader
+def _generates_locally(dataset_id: str, eps: Any, memo: dict[str, bool]) -> bool:
+    """Whether the id's loader makes its data here (``Loader.downloads`` False) rather than downloading
+    it; ``memo`` keeps the answer per loader for the rest of the listing."""
+    from datasets_hub.plugin_facts import loader_facts
 
-    try:
-        return not get_loader(dataset_id.split("/", 1)[0]).downloads
-    except HubError:
-        return False
+    loader = dataset_id.split("/", 1)[0]
+    if loader not in memo:
+        try:
+            memo[loader] = not loader_facts(loader, eps).downloads
+        except HubError:
+            memo[loader] = False
+    return memo[loader]
 
 
 def _card(info: Any) -> dict[str, Any]:
@@ -196,14 +202,19 @@ def _feature_rows(features: dict[str, Any] | None) -> list[str]:
 def cmd_info(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from datasets_hub.cache.maintenance import catalogue_build
+    from datasets_hub.cache.catalogue_builds import recorded_info
     from datasets_hub.downloads.sizes import resource_sizes
     from datasets_hub.downloads.sizes import total as download_total
     from datasets_hub.files import human_bytes
-    from datasets_hub.hub import info as hub_info
 
-    catalogue_build(args.id, params_of(args))  # checks the params with the loader (hub.info does not, yet)
-    card = hub_info(args.id, **frames_of(args), **params_of(args))
+    # the catalogue's params: the card from recorded facts (no loader, no torch) when they are recorded
+    card = None if params_of(args) or frames_of(args) or args.plot else recorded_info(args.id)
+    if card is None:
+        from datasets_hub.cache.maintenance import catalogue_build
+        from datasets_hub.hub import info as hub_info
+
+        catalogue_build(args.id, params_of(args))  # checks the params with the loader (hub.info does not, yet)
+        card = hub_info(args.id, **frames_of(args), **params_of(args))
     # before a download: the catalogue's sizes, else the server's (HEAD, cached); never an error offline
     sizes = resource_sizes(
         card.resources,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from datasets_hub.cli.common import PROG, add_frames, add_param, err, frames_of, out, params_of, table
@@ -28,7 +29,13 @@ def register(sub: Any) -> None:
     add_deep_options(p)
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("rm", help="remove an id's build (raw files kept unless --raw)")
+    p = sub.add_parser(
+        "rm",
+        help="remove the build `load ID` uses (by id and --param; raw files too with --raw)",
+        description="Removes the build of ID that `load(ID, **params)` would use (--all-builds: every build of "
+        "ID), and with --raw the raw files it was made from. `datasets-hub cache rm NAME` instead removes what "
+        "`cache ls` names (an id, a build fingerprint, a preprocessed variant) and never touches raw files.",
+    )
     p.add_argument("id")
     add_param(p)
     p.add_argument("--all-builds", action="store_true", help="remove every build of the id, whatever its params")
@@ -70,10 +77,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
         return cmd_verify_deep(args)
     result = verify(args.id, params=params_of(args), all_builds=args.all_builds)
-    if args.verbose:
-        out([f"ok      {line}" for line in result.checked])
-    out([f"note    {line}" for line in result.notes])
-    out([f"FAILED  {line}" for line in result.problems])
+    if args.json:
+        from dataclasses import asdict
+
+        out(json.dumps({"ok": result.ok, **asdict(result)}, indent=1))
+        return 0 if result.ok else 1
+    lines = [f"ok      {line}" for line in result.checked] if args.verbose else []
+    lines += [f"note    {line}" for line in result.notes]
+    lines += [f"FAILED  {line}" for line in result.problems]
+    if lines:  # nothing to say is no line at all, not a blank one
+        out(lines)
     if result.ok:
         out(f"{args.id}: all {len(result.checked)} checked files match their recorded sha256")
         return 0

@@ -20,7 +20,11 @@ from datasets_hub.cli.common import PROG, out, params_of
 def add_deep_options(p: argparse.ArgumentParser) -> None:
     """The ``--deep`` options of ``verify``."""
     p.add_argument("--deep", action="store_true", help="also look at the data: the data doctor's checks")
-    p.add_argument("--json", action="store_true", help="with --deep: print the report as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON (ok, checked, problems, notes; --deep: the report)",
+    )
     p.add_argument(
         "--fail-on",
         choices=("error", "warning", "info"),

@@ -27,7 +27,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from datasets_hub import __version__
-from datasets_hub.cli import cache_commands, catalogue_commands, dataset_commands, publish_commands
+from datasets_hub.cli import (
+    cache_commands,
+    catalogue_commands,
+    check_commands,
+    dataset_commands,
+    publish_commands,
+)
 from datasets_hub.cli.common import PROG, err
 from datasets_hub.errors import HubError, InvalidParameter, UnknownDataset, UnknownLoader, did_you_mean
 
@@ -64,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for commands in (catalogue_commands, dataset_commands, cache_commands, publish_commands):
+    for commands in (catalogue_commands, dataset_commands, cache_commands, publish_commands, check_commands):
         commands.register(sub)
     return parser
 

@@ -20,7 +20,7 @@ def register(sub: Any) -> None:
         "--format",
         default="published",
         help="published (default: our form, datasets_hub.load opens it), lerobot (LeRobot v3.0), "
-        "hf (Hugging Face datasets parquet), minari (a Minari dataset folder)",
+        "hf (Hugging Face datasets parquet), minari (a Minari dataset folder), rlds (a TFDS builder directory)",
     )
     p.add_argument(
         "--option",
@@ -31,7 +31,10 @@ def register(sub: Any) -> None:
         help="an option of the format (e.g. fps=30 for lerobot; docs/guide/export.md lists them); repeatable",
     )
     p.add_argument(
-        "--chunk-mb", type=float, default=4.0, help="published form: uncompressed chunk size in MB (default 4)"
+        "--chunk-mb",
+        type=float,
+        help="published form: uncompressed chunk size in MB (default 0.25: 256 KiB, as export() and "
+        "docs/guide/remote.md)",
     )
     p.add_argument("--overwrite", action="store_true", help="published form: replace DIR if it exists")
     add_param(p)
@@ -49,15 +52,18 @@ def register(sub: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from datasets_hub.remote.publish import export
 
-    if not 0 < args.chunk_mb <= 1024:  # also refuses nan and inf
-        raise InvalidParameter(f"--chunk-mb must be a number of MB above 0 and at most 1024, got {args.chunk_mb}")
+    chunking: dict[str, Any] = {}
+    if args.chunk_mb is not None:  # else export()'s own default: one default, stated once
+        if not 0 < args.chunk_mb <= 1024:  # also refuses nan and inf
+            raise InvalidParameter(f"--chunk-mb must be a number of MB above 0 and at most 1024, got {args.chunk_mb}")
+        chunking["chunk_bytes"] = max(1024, int(args.chunk_mb * (1 << 20)))
     folder = export(
         args.id,
         args.dir,
-        chunk_bytes=max(1024, int(args.chunk_mb * (1 << 20))),
         overwrite=args.overwrite,
         format=args.format,
         options=dict(args.option or []),
+        **chunking,
         **params_of(args),
     )
     if args.format == "published":

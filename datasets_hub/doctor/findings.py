@@ -138,7 +138,7 @@ class DoctorReport:
         return self.worst is None or self.worst < Severity.ERROR
 
     def of(self, name: str) -> list[Finding]:
-        """The findings of the defect class ``name`` (an unknown name is an :class:`InvalidParameter`)."""
+        """The findings of the defect class ``name`` (an unknown name is an :class:`~datasets_hub.errors.InvalidParameter`)."""
         if name not in CLASSES:
             from datasets_hub.errors import InvalidParameter, did_you_mean
 

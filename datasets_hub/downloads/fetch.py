@@ -269,23 +269,23 @@ def _check_cached(resource: Resource, dest: Path) -> str | None:
     return None
 
 
-def verify_file(path: Path | str, resource: Resource | None = None) -> tuple[bool, str]:
+def verify_file(path: Path | str, resource: Resource | None = None, *, origin: str = "catalogue") -> tuple[bool, str]:
     """Rehash ``path`` fully and compare with the catalogue (``resource``) or the sidecar.
 
-    Returns ``(ok, message)``; the message names the file and, when not ok, what is wrong and the
-    fix. A file with neither a catalogue sha256 nor a sidecar cannot be verified (``ok`` False).
+    Returns ``(ok, message)``; the message names the file, where ``resource``'s sha256 and size come from
+    (``origin``), and when not ok what is wrong and the fix. Without a sha256 or a sidecar: not ``ok``.
     """
     path = Path(path)
     if not path.is_file():
         return False, f"{path}: missing; run `datasets-hub download` to fetch it again."
     size = path.stat().st_size
     if resource is not None and resource.size is not None and size != resource.size:
-        return False, (f"{path}: {size} bytes, the catalogue says {resource.size}; delete it and download again.")
+        return False, (f"{path}: {size} bytes, the {origin} says {resource.size}; delete it and download again.")
     digest = hash_file(path).hexdigest()
     meta = read_sidecar(path)
     reference: str | None
     if resource is not None and resource.sha256:
-        reference, origin = resource.sha256.lower(), "catalogue"
+        reference = resource.sha256.lower()
     else:
         reference, origin = (meta or {}).get("sha256"), "recorded at download"
     if not reference:
@@ -464,7 +464,7 @@ def _download_any(
         for url in urls:
             scheme = urlsplit(url).scheme.lower()
             try:
-                bar.start(redact_url(url))
+                bar.start(redact_url(url), announce=scheme != "file")  # a local copy: one line, at the end
                 if scheme in ("http", "https"):
                     digest, size = http_download(
                         url,
@@ -494,7 +494,7 @@ def _download_any(
                     )
                     digest, size = _copy_local(source, partial, bar, link=True)
                 _finish(resource, dest, partial, url, digest, size)
-                bar.done()
+                bar.done("copied" if scheme == "file" else "downloaded")
                 return dest
             except (DownloadError, ChecksumMismatch) as exc:
                 errors.append((url, exc))

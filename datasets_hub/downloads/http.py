@@ -13,7 +13,7 @@ The contract of :func:`http_download`:
   changed answers the whole new file (200) or is caught by comparing validators, and the download
   restarts from zero: a file that changed upstream is never spliced. Without a validator there is
   no resume: the download starts again from byte zero.
-- A minimum throughput over a sliding window and a total deadline (:func:`downloader.download_settings`)
+- A minimum throughput over a sliding window and a total deadline (:func:`datasets_hub.downloads.fetch.download_settings`)
   stop a server that trickles bytes forever; the ``.partial`` is kept for the next attempt.
 - Cache files are opened with ``O_NOFOLLOW`` (:func:`datasets_hub.files.open_nofollow`).
 """
@@ -70,9 +70,11 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
 
-    def start(self, url: str) -> None:
+    def start(self, url: str, *, announce: bool = True) -> None:
+        """Begin ``url``; ``announce=False`` (an instant local copy) prints no line before the last."""
         self.url = url
-        self._line("downloading")
+        if announce:
+            self._line("downloading")
 
     def reset(self, total: int | None = None) -> None:
         self.total, self.n = total if total is not None else self.total, 0
@@ -86,8 +88,8 @@ class Progress:
         elif self.lines and time.monotonic() - self._last >= self.interval:
             self._line("downloading")
 
-    def done(self) -> None:
-        self._line("downloaded")
+    def done(self, verb: str = "downloaded") -> None:
+        self._line(verb)
 
     def _line(self, verb: str) -> None:
         if not self.lines:

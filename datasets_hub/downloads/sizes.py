@@ -143,6 +143,10 @@ def resource_sizes(
         if key in cached:
             out.append(SizeAnswer(name, cached[key]["bytes"], "server", str(cached[key].get("checked"))))
             continue
+        local = _local_size(str(urls[0]))
+        if local is not None:  # a file:// source: its size is a stat away
+            out.append(SizeAnswer(name, local, "local file"))
+            continue
         http = [str(u) for u in urls if urlsplit(str(u)).scheme.lower() in ("http", "https")]
         if not http:
             out.append(SizeAnswer(name, None, "unknown (not an http(s) URL)"))
@@ -158,6 +162,20 @@ def resource_sizes(
     learnt = dataset_id is not None and whole is not None and any(a.source == "server" for a in out)
     _remember(fresh, {dataset_id: whole} if learnt and dataset_id and whole is not None else None)
     return out
+
+
+def _local_size(url: str) -> int | None:
+    """The size of the file a ``file://`` URL names, None for another URL or a missing file."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost"):
+        return None
+    from urllib.parse import unquote
+    from urllib.request import url2pathname
+
+    try:
+        return Path(url2pathname(unquote(parts.path))).stat().st_size
+    except OSError:
+        return None
 
 
 def listed_size(dataset_id: str, resources: Iterable[Mapping[str, Any]], known: Mapping[str, Any]) -> int | None:

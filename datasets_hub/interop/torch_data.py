@@ -498,7 +498,7 @@ class SampledBatches(IterableDataset):
 
     def stream(self, base: int, worker: int, workers: int) -> Iterator[Any]:
         """The batches of worker ``worker`` of ``workers`` sampling from base seed ``base`` (what a
-        DataLoader worker with that id yields; :class:`ThreadedBatches` runs these in threads)."""
+        DataLoader worker with that id yields; :class:`~datasets_hub.interop.threaded_batches.ThreadedBatches` runs these in threads)."""
         start = stream_seed(self.seed, worker) if self.seed is not None else base + worker
         return self._batches(stream_seed(start, self.rank, self.epoch), worker, workers)
 
@@ -531,7 +531,7 @@ class SampledBatches(IterableDataset):
         """An iterable of batches with ``num_workers`` parallel samplers.
 
         ``workers="processes"``: ``DataLoader(self, batch_size=None, collate_fn=tensordict_collate,
-        num_workers=num_workers, **kwargs)``. ``workers="threads"``: :class:`ThreadedBatches`, the
+        num_workers=num_workers, **kwargs)``. ``workers="threads"``: :class:`~datasets_hub.interop.threaded_batches.ThreadedBatches`, the
         samplers run in threads of this process and no batch crosses processes (``kwargs``:
         ``prefetch_factor``, ``pin_memory``, ``generator`` for the base seed, as a DataLoader's; other
         DataLoader options are refused). ``"auto"`` (default) takes threads for a read-only

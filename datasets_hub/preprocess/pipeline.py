@@ -1,13 +1,13 @@
 """Cached, fingerprinted, parallel preprocessing of a buffer's transitions (docs/guide/preprocessing.md).
 
 ``preprocess(rb, fn)`` returns a read-only buffer over ``fn`` mapped once over every stored row.
-The result lives in ``<cache>/preprocessed/<build-fp>/<transform-fp>/`` (:mod:`.fingerprint`);
+The result lives in ``<cache>/preprocessed/<build-fp>/<transform-fp>/`` (:mod:`datasets_hub.fingerprint`);
 if it is published there, ``fn`` is not called. Otherwise ``fn`` is probed on a few rows for the
 output schema, the output is preallocated as a tensordict memmap in ``<transform-fp>.incomplete``
 (under ``<transform-fp>.lock``), worker processes (or Ray tasks) open the parent read-only and
 write disjoint row ranges, and the manifest is written last before the rename: a crash or kill
 leaves nothing visible, and concurrent callers wait and reuse. The workers' side (jobs, chunks,
-the check of every chunk's output, the process pool and Ray tasks) is :mod:`.preprocess_workers`.
+the check of every chunk's output, the process pool and Ray tasks) is :mod:`.workers`.
 
 The contract of ``fn``: it takes a TED TensorDict of ``n`` consecutive stored transitions (batch
 size ``[n]``: ``observation``, ``action``, ``episode``, ``step``, done flags, ``next/...``) and
@@ -16,7 +16,7 @@ same keys, dtypes and per-row shapes for every chunk. It is deterministic and ge
 it may modify in place. Slices still work if it drops ``episode``/``step`` (the parent's episode
 index is copied). With ``by="row"`` (the default) it must be row-wise, which a probe checks; with
 ``by="episode"`` chunks hold whole episodes and fn's output for an episode must depend on that
-episode alone (:mod:`.preprocess_chunks`). ``by`` and an explicit ``chunk_size`` are part of the
+episode alone (:mod:`.chunks`). ``by`` and an explicit ``chunk_size`` are part of the
 fingerprint.
 
 Buffers without a fingerprint (in-memory ones) and transforms that cannot be fingerprinted are

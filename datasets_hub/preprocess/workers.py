@@ -5,7 +5,7 @@ preallocated: it sends each worker a :class:`Job` (where to read the parent's ro
 or cloudpickle bytes, where to write), and each chunk's output is checked against the schema the
 probe gave (:func:`schema_of`) before it is written to its disjoint row range. A failure in ``fn``
 is a :class:`~datasets_hub.errors.PreprocessError` naming the rows and carrying the worker's
-traceback; a worker that dies, stops or hangs is found by :mod:`.preprocess_watch`.
+traceback; a worker that dies, stops or hangs is found by :mod:`.watch`.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def _keep_freed_memory() -> None:
 
 def _watch_parent(pid: int, heartbeat_queue: Any = None) -> None:
     """Pool initializer: exit when the parent dies (SIGKILL) instead of waiting for work forever;
-    with ``heartbeat_queue``, tell the parent this worker is alive (:mod:`.preprocess_watch`)."""
+    with ``heartbeat_queue``, tell the parent this worker is alive (:mod:`.watch`)."""
     import threading
 
     if heartbeat_queue is not None:

@@ -19,6 +19,13 @@ races (another process evicting its chunks between each fetch and its read) fetc
 exclusive lock, so that it always finishes. A chunk is only ever claimed after its bytes are written, so
 a chunk written by another process is found in the shared map, and one that is half written is never
 claimed. A process killed during an eviction leaves the counter odd; the next exclusive lock repairs it.
+
+A copy that some process fills wholly (``resident="full"``) is never evicted from: the filling process
+holds a shared ``flock`` on ``resident/full.lock`` from before its first fetch until the copy is marked
+complete (:meth:`Chunks.holding_full`), and an eviction first checks that nobody holds it, and that the
+copy is not complete. Another process's ``max_bytes`` is then not enforced on the shared copy (the copy
+is becoming whole anyway); without this, its evictions punched holes into chunks the fill had counted in,
+and the fill's final check against the manifest's sha256 failed.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from datasets_hub.build.format import EPISODES, FRAMES, HISTORY, leaf_path
+from datasets_hub.cache.remote_copies import COMPLETE
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.files import open_rw_nofollow, real_dirs, write_bytes_atomic
 from datasets_hub.remote.files import RemoteFolder
@@ -49,6 +57,7 @@ _OPTIMISTIC_READS = 4  # lock-free tries of a read that evictions keep racing, b
 _SHARED_READS = 4  # tries under the shared lock, before the read fetches and reads under the exclusive lock
 _FULL_CHECK_EVERY = 64  # reads of a leaf between two checks of whether all its chunks are resident
 SEQUENCE = "evictions.seq"  #: under ``resident/``: the eviction sequence counter (int64, even when no eviction runs)
+FULL_HOLD = "full.lock"  #: under ``resident/``: share-locked by every process filling the copy (``resident="full"``)
 
 T = TypeVar("T")
 
@@ -152,6 +161,33 @@ class Chunks:
                 yield
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def holding_full(self) -> Iterator[None]:
+        """While inside, no process evicts from this copy (see the module docstring): for a fill of every
+        chunk. Taken under the exclusive residency lock, so that no eviction that began before it (and did
+        not see it) is still unclaiming chunks when the fill starts checking which are resident."""
+        fd = os.open(self.path / "resident" / FULL_HOLD, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            with self.locked(exclusive=True):
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # releases the hold (a process killed meanwhile releases it too)
+
+    def _eviction_allowed(self) -> bool:
+        """False while a process fills this copy wholly, or once it is complete: its chunks must all stay."""
+        if (self.path / COMPLETE).exists():
+            return False
+        fd = os.open(self.path / "resident" / FULL_HOLD, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+        # checked again: a fill that finished between the two checks marked the copy complete, then let go
+        return not (self.path / COMPLETE).exists()
 
     # -- reads ------------------------------------------------------------------------------------
     def read(self, names: Iterable[str], needed: Callable[[], dict[str, np.ndarray]], gather: Callable[[], T]) -> T:
@@ -395,7 +431,7 @@ class Chunks:
         if self.max_bytes is None:
             return
         over = self.resident_bytes() + incoming - self.max_bytes
-        if over <= 0:
+        if over <= 0 or not self._eviction_allowed():
             return
         leaves, numbers, orders = [], [], []
         never = np.iinfo(np.int64).max
@@ -506,12 +542,6 @@ class Chunks:
         finally:
             os.close(fd)
         self._views[name][chunk] = 1  # a shared mapping: every process sees it, after the bytes
-
-    def all_resident(self) -> bool:
-        return all(
-            bool(m[: max(1, int(self.arrays[n]["chunks"]))].all()) or int(self.arrays[n]["chunks"]) == 0
-            for n, m in self.maps.items()
-        )
 
 
 def _open_sequence(path: Path) -> np.ndarray:

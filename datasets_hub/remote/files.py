@@ -10,7 +10,6 @@ holds the whole URL, is not chained); ``DATASETS_HUB_OFFLINE=1`` refuses every r
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from collections.abc import Mapping
@@ -25,11 +24,6 @@ from datasets_hub.remote.http_reads import MAX_UNLISTED_BYTES, HttpFiles
 REMOTE_SCHEMES = ("hf://", "http://", "https://", "s3://", "file://")
 
 
-def url_key(url: str) -> str:
-    """The folder name of a URL's local copies (credentials and query signatures left out)."""
-    return hashlib.sha256(strip_url(url).encode()).hexdigest()[:16]
-
-
 class RemoteFolder:
     """The files of one published folder, read through fsspec; ``read`` returns bytes.
 
@@ -42,8 +36,14 @@ class RemoteFolder:
         self.shown = strip_url(url)
         self._fs, self.root = _filesystem(url)
         self._pid = os.getpid()
-        # http(s): read under the download layer's rules (size caps, minimum rate, deadline)
-        self._http = HttpFiles(self.root, self.shown) if url.startswith(("http://", "https://")) else None
+        # http(s), and hf:// through its https URLs: read under the download layer's rules (size caps, minimum
+        # rate, deadline)
+        self._http: HttpFiles | None = None
+        if url.startswith(("http://", "https://")):
+            self._http = HttpFiles(self.root, self.shown)
+        elif url.startswith("hf://"):
+            root, headers = _hf_https_root(self._fs, self.root, self.shown)
+            self._http = HttpFiles(root, self.shown, headers)
 
     @property
     def fs(self) -> Any:
@@ -70,7 +70,9 @@ class RemoteFolder:
         try:
             if self._http is not None:
                 return self._http.read(relpath, max_bytes)
-            return self._capped(relpath, bytes(self.fs.cat_file(self.path(relpath))), max_bytes)
+            limit = MAX_UNLISTED_BYTES if max_bytes is None else max_bytes
+            # a ranged read: the backend is never asked for more than one byte past what is allowed
+            return self._capped(relpath, bytes(self.fs.cat_file(self.path(relpath), start=0, end=limit + 1)), limit)
         except FileNotFoundError:
             # not chained: fsspec's error holds the whole URL, password and signature included
             raise DownloadError(
@@ -112,14 +114,15 @@ class RemoteFolder:
         if self._http is not None:
             got_http = self._http.read_many(relpaths, limits)
             return {p: self._failure(p, v) if isinstance(v, Exception) else v for p, v in got_http.items()}
-        paths = {self.path(p): p for p in relpaths}
-        try:
-            got = self.fs.cat(list(paths), on_error="return")
+        caps = [MAX_UNLISTED_BYTES if limits.get(p) is None else int(limits[p]) for p in relpaths]
+        try:  # ranged reads, as in read()
+            got = self.fs.cat_ranges(
+                [self.path(p) for p in relpaths], [0] * len(relpaths), [cap + 1 for cap in caps], on_error="return"
+            )
         except Exception as exc:  # noqa: BLE001 - a backend that fails the whole call: reported per file
             return {p: self._failure(p, exc) for p in relpaths}
         out: dict[str, bytes | Exception] = {}
-        for key, value in got.items():
-            relpath = paths.get(key, key)
+        for relpath, value in zip(relpaths, got, strict=True):
             if isinstance(value, Exception):
                 out[relpath] = self._failure(relpath, value)
                 continue
@@ -128,6 +131,29 @@ class RemoteFolder:
             except DownloadError as exc:
                 out[relpath] = exc
         return out
+
+
+def _hf_https_root(fs: Any, rest: str, shown: str) -> tuple[str, dict[str, str]]:
+    """The https URL of the folder ``rest`` (``datasets/<org>/<repo>[@rev][/path]``) on the Hugging Face Hub, and
+    the headers its reads send (the user's token, if any)."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    try:
+        resolved = fs.resolve_path(rest)
+    except FileNotFoundError:
+        raise DownloadError(f"{shown} does not exist on the Hugging Face Hub (repository or revision)") from None
+    except Exception as exc:  # noqa: BLE001 - huggingface_hub's errors vary; their text may hold URLs
+        raise DownloadError(f"could not resolve {shown}: {type(exc).__name__}: {redact_text(str(exc))}") from None
+    prefix = f"{resolved.path_in_repo}/" if resolved.path_in_repo else ""
+    record = hf_hub_url(
+        resolved.repo_id,
+        prefix + PUBLISHED,
+        repo_type=resolved.repo_type,
+        revision=resolved.revision,
+        endpoint=env.hf_endpoint(),
+    )
+    return record[: -len(PUBLISHED) - 1], build_hf_headers()
 
 
 def _filesystem(url: str) -> tuple[Any, str]:
@@ -152,8 +178,17 @@ def _filesystem(url: str) -> tuple[Any, str]:
     if url.startswith("s3://"):
         if importlib.util.find_spec("s3fs") is None:  # fsspec loads it by protocol
             raise MissingDependency("loading a build from S3 needs s3fs: pip install s3fs")
-        # a fresh client per open: endpoint and credentials come from the AWS environment at call time
-        return fsspec.filesystem("s3", skip_instance_cache=True), url[len("s3://") :].rstrip("/")
+        # a fresh client per open: endpoint and credentials come from the AWS environment at call time; a read
+        # that sends no byte for the download layer's rate window fails (botocore's read timeout), as over http
+        from datasets_hub.downloads.fetch import download_settings
+        from datasets_hub.remote.http_reads import CONNECT_TIMEOUT, READ_TIMEOUT
+
+        settings = download_settings()
+        silence = min(READ_TIMEOUT, settings["rate_window"]) if settings["min_rate"] else READ_TIMEOUT
+        timeouts = {"connect_timeout": CONNECT_TIMEOUT, "read_timeout": silence}
+        return fsspec.filesystem("s3", skip_instance_cache=True, config_kwargs=timeouts), url[len("s3://") :].rstrip(
+            "/"
+        )
     if url.startswith("file://"):
         return fsspec.filesystem("file"), url[len("file://") :].rstrip("/")
     raise InvalidParameter(

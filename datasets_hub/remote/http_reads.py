@@ -1,4 +1,5 @@
-"""Reads of a published build's files over http(s), under the download layer's rules.
+"""Reads of a published build's files over http(s) (and ``hf://``, read over its https URLs), under the
+download layer's rules.
 
 A remote build is read one small file at a time (``published.json``, the manifest, each leaf's zarr
 metadata and its chunks), concurrently. Each read follows what :mod:`datasets_hub.downloads.http`
@@ -94,13 +95,15 @@ def _loop() -> _Loop:
 class HttpFiles:
     """The files under one http(s) folder ``root``; ``shown`` is its URL without secrets."""
 
-    def __init__(self, root: str, shown: str) -> None:
+    def __init__(self, root: str, shown: str, headers: Mapping[str, str] | None = None) -> None:
         import importlib.util
 
         if importlib.util.find_spec("aiohttp") is None:
             raise MissingDependency("loading a build over HTTP needs aiohttp: pip install 'datasets-hub[remote]'")
         self.root = root.rstrip("/")
         self.shown = shown
+        # sent with every read (a Hugging Face token); aiohttp drops Authorization on a redirect to another origin
+        self.headers = dict(headers or {})
 
     def read(self, relpath: str, max_bytes: int | None = None) -> bytes:
         """The bytes of ``relpath``, at most ``max_bytes`` (default :data:`MAX_UNLISTED_BYTES`); a missing file
@@ -141,7 +144,7 @@ class HttpFiles:
                 gate,
                 session.get(
                     f"{self.root}/{relpath}",
-                    headers={"Accept-Encoding": "identity"},
+                    headers={**self.headers, "Accept-Encoding": "identity"},
                     timeout=timeout,
                     max_redirects=MAX_REDIRECTS,
                 ) as resp,

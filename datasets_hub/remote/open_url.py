@@ -37,24 +37,20 @@ import numpy as np
 from datasets_hub.build.format import MANIFEST, leaf_path, write_manifest_checksum
 from datasets_hub.build.reader import open_build
 from datasets_hub.build.storage import DatasetStorage
-from datasets_hub.cache.layout import cache_root, file_lock
+from datasets_hub.cache.layout import cache_root, file_lock, mark_used
+from datasets_hub.cache.remote_copies import record_open, url_key
 from datasets_hub.env import offline
 from datasets_hub.errors import CacheError, DownloadError, InvalidParameter
 from datasets_hub.files import open_nofollow, real_dirs, write_bytes_atomic
 from datasets_hub.redact import strip_url
-from datasets_hub.remote.chunks import Chunks, always_resident, map_path, row_bytes_of, sha256_bytes
-from datasets_hub.remote.files import REMOTE_SCHEMES, RemoteFolder, url_key
+from datasets_hub.remote.chunks import COMPLETE, Chunks, always_resident, map_path, row_bytes_of, sha256_bytes
+from datasets_hub.remote.files import REMOTE_SCHEMES, RemoteFolder
 from datasets_hub.remote.format import MAX_PUBLISHED_BYTES, PUBLISHED, parse_published, require_zarr
-from datasets_hub.remote.storage import COMPLETE, ResidentStorage
+from datasets_hub.remote.storage import ResidentStorage
 
-__all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "is_remote_url", "local_dir", "open_remote", "strip_url"]
+__all__ = ["REMOTE_SCHEMES", "RESIDENT_MODES", "local_dir", "open_remote", "strip_url"]
 
 RESIDENT_MODES = ("full", "lazy", "pool")
-
-
-def is_remote_url(dataset_id: str) -> bool:
-    """Whether ``dataset_id`` names a published build by URL rather than a catalogue id."""
-    return isinstance(dataset_id, str) and dataset_id.startswith(REMOTE_SCHEMES)
 
 
 def local_dir(url: str, published_sha256: str) -> Path:
@@ -87,6 +83,7 @@ def open_remote(
     published = parse_published(published_bytes, folder.shown)
     path = local_dir(url, sha256_bytes(published_bytes))
     _prepare(path, folder, published, published_bytes)
+    record_open(url, path)  # the URL's current copy, for `cache ls` and `cache prune` (older copies are stale)
     if (path / COMPLETE).exists():
         return DatasetStorage(path)
     from datasets_hub.remote.pool import PoolStorage, remove_orphan_pools
@@ -127,7 +124,10 @@ def _complete_copy(url: str) -> Path | None:
         return None
     base = cache_root() / "remote" / url_key(url)
     done = sorted((p.parent for p in base.glob(f"*/{COMPLETE}")), key=lambda p: p.stat().st_mtime)
-    return done[-1] if done else None
+    if not done:
+        return None
+    mark_used(done[-1])
+    return done[-1]
 
 
 def _prepare(path: Path, folder: RemoteFolder, published: dict, published_bytes: bytes) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 from datasets_hub import __version__
 from datasets_hub.build.format import MANIFEST
 from datasets_hub.build.reader import open_build
-from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
+from datasets_hub.errors import CacheError, HubError, InvalidParameter, MissingDependency, UploadError
 from datasets_hub.files import sha256_file
 from datasets_hub.remote.format import (
     DEFAULT_CHUNK_BYTES,
@@ -88,8 +88,8 @@ def export(
     published form described in the module docstring; return ``out_dir``.
 
     ``format`` picks another form: ``"lerobot"`` (LeRobot v3.0), ``"hf"`` (Hugging Face ``datasets``
-    parquet), ``"minari"`` (a Minari dataset folder), ``"rlds"`` (a TFDS builder directory); ``options`` are that format's own (see
-    :mod:`datasets_hub.exporters` and ``docs/guide/export.md``). Those formats never replace a folder:
+    parquet), ``"minari"`` (a Minari dataset folder), ``"rlds"`` (a TFDS builder directory); ``options``
+    are that format's own (see :mod:`datasets_hub.exporters` and ``docs/guide/export.md``). Those formats never replace a folder:
     an existing ``out_dir`` is refused.
 
     The folder is written as ``<out_dir>.incomplete`` and renamed into place when complete, so a reader
@@ -224,6 +224,15 @@ def _holds_an_export(folder: Path) -> bool:
         return False
 
 
+def _upload_errors() -> tuple[type[Exception], ...]:
+    """What huggingface_hub raises when an upload fails: its HTTP error, the HTTP client's base error (a
+    refused or unresolved connection is one of those, not an OSError) and its validation errors."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    client_bases = tuple(b for b in HfHubHTTPError.__mro__[1:] if issubclass(b, Exception) and b is not Exception)
+    return (HfHubHTTPError, OSError, ValueError, *client_bases)
+
+
 def push(
     source: Any,
     repo_id: str,
@@ -252,23 +261,41 @@ def push(
         raise MissingDependency("push needs huggingface_hub: pip install huggingface_hub") from exc
     import tempfile
 
+    from datasets_hub.env import offline
+
+    if offline():
+        raise UploadError(
+            "push uploads to the Hugging Face Hub, and DATASETS_HUB_OFFLINE=1 forbids every connection; unset it, "
+            "or write the same folder offline with `datasets-hub export ID DIR`"
+        )
     if out_dir is not None and not _holds_an_export(Path(out_dir)):
         raise InvalidParameter(
             f"out_dir={str(out_dir)!r} holds files that are not an earlier export; push replaces out_dir by the "
             "export it uploads: pass an empty or new folder"
         )
     api = HfApi()
-    # first: a refused token or repo name fails before anything is written
-    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="datasets_hub_push_") as scratch:
-        folder = Path(out_dir) if out_dir is not None else Path(scratch) / "build"
-        published = format == "published"
-        export(source, folder, overwrite=published and out_dir is not None, format=format, options=options, **params)
-        # upload_large_folder (resumable, multi-commit) where this huggingface_hub has it; upload_folder otherwise
-        upload = getattr(api, "upload_large_folder", None)
-        if upload is not None:
-            upload(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
-        else:
-            api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
+    try:
+        # first: a refused token or repo name fails before anything is written
+        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="datasets_hub_push_") as scratch:
+            folder = Path(out_dir) if out_dir is not None else Path(scratch) / "build"
+            published = format == "published"
+            export(
+                source, folder, overwrite=published and out_dir is not None, format=format, options=options, **params
+            )
+            # upload_large_folder (resumable, multi-commit) where this huggingface_hub has it; upload_folder otherwise
+            upload = getattr(api, "upload_large_folder", None)
+            if upload is not None:
+                upload(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
+            else:
+                api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision)
+    except HubError:
+        raise  # export's own errors (an unknown id, a damaged build) stay what they are
+    except _upload_errors() as exc:
+        raise UploadError(
+            f"push to the Hugging Face dataset repo {repo_id!r} failed: {type(exc).__name__}: {exc}. Check the "
+            "network (and HF_ENDPOINT) and your token (`hf auth login` or HF_TOKEN); `datasets-hub export ID DIR` "
+            "writes the same folder without the network"
+        ) from exc
     suffix = f"@{revision}" if revision else ""
     return f"hf://datasets/{repo_id}{suffix}"

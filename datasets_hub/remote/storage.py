@@ -15,7 +15,9 @@ complete in between reopens as a plain build.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,14 +28,13 @@ from tensordict import TensorDict
 
 from datasets_hub.build.format import FRAMES, OBS, STEPS, leaf_path
 from datasets_hub.build.storage import DatasetStorage
+from datasets_hub.cache.remote_copies import hold_copy
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.files import sha256_file, write_bytes_atomic
 from datasets_hub.redact import strip_url
-from datasets_hub.remote.chunks import Chunks, sha256_bytes
+from datasets_hub.remote.chunks import COMPLETE, Chunks, sha256_bytes
 from datasets_hub.remote.files import RemoteFolder
 from datasets_hub.remote.format import PUBLISHED, parse_published
-
-COMPLETE = "complete"  #: marker file of a local copy whose every chunk is in and verified
 
 T = TypeVar("T")
 
@@ -58,6 +59,15 @@ class ResidentStorage(DatasetStorage):
         max_bytes: int | None,
         resident: str | None = None,
     ) -> None:
+        # held while this storage lives: `cache rm`/`prune` never remove a copy under a reader still writing it
+        users = hold_copy(path)
+        self._release_copy = weakref.finalize(self, os.close, users)
+        if not (path / PUBLISHED).exists():
+            self._release_copy()
+            raise CacheError(
+                f"the local copy {path} of {folder.shown} was removed (`datasets-hub cache rm` or `prune`) while "
+                "it was being opened; load the URL again"
+            )
         super().__init__(path)
         self.url = folder.shown
         self._folder_url = folder.url  # whole (a signed URL needs its query); pickled, never shown
@@ -223,13 +233,15 @@ class ResidentStorage(DatasetStorage):
     # -- background fill (resident="full") ---------------------------------------------------------
     def _fill(self) -> None:
         try:
-            for name, spec in self.chunks.arrays.items():
-                total = int(spec["chunks"])
-                for begin in range(0, total, 16):
-                    if self._stop.is_set():
-                        return
-                    self.chunks.ensure({name: np.arange(begin, min(total, begin + 16))})
-            self._finish()
+            # no process evicts from the copy until it is complete: what the fill fetched stays resident
+            with self.chunks.holding_full():
+                for name, spec in self.chunks.arrays.items():
+                    total = int(spec["chunks"])
+                    for begin in range(0, total, 16):
+                        if self._stop.is_set():
+                            return
+                        self.chunks.ensure({name: np.arange(begin, min(total, begin + 16))})
+                self._finish()
         except BaseException as exc:  # noqa: BLE001 - a thread's error, re-raised by wait_complete/sample
             self._fill_error = exc
 
@@ -277,6 +289,7 @@ class ResidentStorage(DatasetStorage):
         if self._filler is not None:
             self._filler.join()
         self.chunks.close()
+        self._release_copy()
 
 
 def _copied(value: Any) -> Any:

@@ -10,7 +10,9 @@ Needs no network, so it is the embedded default dataset of the demo and the test
 
 Episodes end where the environment says: ``terminated`` for true ends, ``truncated`` for time
 limits. The last episode, cut short by the ``steps`` budget, is marked truncated and the card
-says so (``notes.budget_truncated_episodes``).
+says so (``notes.budget_truncated_episodes``). The card records the environment as it was made
+(``notes.environment``: its gymnasium ``env_spec`` and its observation and action spaces, in the
+JSON form Minari uses), so ``datasets_hub.info(id).recover_environment()`` makes it again.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class GymLoader(Loader):
     name = "gym"
     requires = ("gymnasium",)
     install_hint = "pip install 'gymnasium>=1.0'"
-    format_version = 1
+    format_version = 2  # 2: the card records the environment (env_spec, spaces)
     downloads = False  # rolled out here: nothing to download
 
     def check_params(self, spec: DatasetSpec) -> None:
@@ -123,11 +125,63 @@ class GymLoader(Loader):
                 yield _to_chunk(pending)
                 ctx.progress(pending_rows)
                 pending, pending_rows = [], 0
+        ctx.note("environment", environment_card(env))
         env.close()
         if pending:
             ctx.progress(pending_rows)
             yield _to_chunk(pending)
         ctx.note("env", env_id)
+
+
+def environment_card(env: Any) -> dict[str, Any]:
+    """``{"env_spec", "observation_space", "action_space"}`` of a made environment, as JSON values
+    (the spec as gymnasium's ``EnvSpec.to_json`` writes it; ``env_spec`` is left out when the spec
+    holds values JSON cannot, such as a callable)."""
+    import json
+
+    card: dict[str, Any] = {
+        "observation_space": space_to_json(env.observation_space),
+        "action_space": space_to_json(env.action_space),
+    }
+    if env.spec is not None:
+        try:
+            card["env_spec"] = json.loads(env.spec.to_json())
+        except (TypeError, ValueError):
+            pass
+    return card
+
+
+def space_to_json(space: Any) -> dict[str, Any]:
+    """A gymnasium space as JSON, in the layout Minari records (``type``, ``dtype``, ``shape``, bounds or ``n``)."""
+    from gymnasium import spaces
+
+    def values(array: Any) -> Any:
+        return np.asarray(array).tolist()
+
+    if isinstance(space, spaces.Box):
+        return {
+            "type": "Box",
+            "dtype": str(space.dtype),
+            "shape": list(space.shape),
+            "low": values(space.low),
+            "high": values(space.high),
+        }
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "dtype": str(space.dtype), "start": int(space.start), "n": int(space.n)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "dtype": str(space.dtype),
+            "nvec": values(space.nvec),
+            "start": values(space.start),
+        }
+    if isinstance(space, spaces.MultiBinary):
+        return {"type": "MultiBinary", "dtype": str(space.dtype), "n": values(space.n)}
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "subspaces": {k: space_to_json(v) for k, v in space.spaces.items()}}
+    if isinstance(space, spaces.Tuple):
+        return {"type": "Tuple", "subspaces": [space_to_json(v) for v in space.spaces]}
+    return {"type": type(space).__name__, "repr": repr(space)}
 
 
 def _new_episode() -> dict[str, Any]:

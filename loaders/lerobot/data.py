@@ -23,7 +23,7 @@ from datasets_hub.loaders.lerobot import meta as lm
 
 
 def key_of(name: str) -> tuple[str, ...]:
-    """TED key of a LeRobot feature name (see the table in :mod:`.lerobot`)."""
+    """TED key of a LeRobot feature name (see the table in :mod:`.loader`)."""
     if name == "action":
         return ("action",)
     if name == "observation" or name.startswith("observation."):

@@ -37,7 +37,7 @@ anything else                     ``("info", name)``
 ================================  ===============================================================
 
 Video frames are matched to rows by timestamp with LeRobot's rule and tolerance (see
-:mod:`.lerobot_video`); a row without a frame is an error naming episode and timestamp.
+:mod:`.video`); a row without a frame is an error naming episode and timestamp.
 
 **Parameters**: ``repo`` (default: the id's ``<org>/<name>``), ``revision``, ``root`` (a local
 folder in LeRobot format, as ``LeRobotDataset(repo_id, root=...)`` takes; read in place, no Hub), ``episodes`` (list of
@@ -265,12 +265,9 @@ class _Source:
             local = self.root / path
             if not local.is_file():
                 raise LoaderError(f"{self.repo}: {path} is not in the local dataset {self.root}")
-            # size, inode and mtime enter the fingerprint: a local file rewritten (even with the same size,
-            # or renamed over) is another build; hashing every file on each load would cost seconds per GB
-            st = local.stat()
-            return Resource(
-                name=name, urls=(local.as_uri(),), size=st.st_size, identity=f"ino{st.st_ino}-mtime{st.st_mtime_ns}"
-            )
+            # read where it is, never copied into the cache; its bytes (sha256, remembered per size, inode and
+            # mtime) enter the fingerprint: a file rewritten with other bytes is another build
+            return Resource(name=name, urls=(local.as_uri(),), in_place=True)
         url = f"hf://datasets/{self.repo}/{quote(path, safe='/()+,=-_.~')}"
         return Resource(name=name, urls=(url + (f"@{self.revision}" if self.revision else ""),))
 

@@ -12,7 +12,7 @@ Everything here is pure numpy on the episode dicts that ``MinariStorage.get_epis
   -> ``episode`` (int64);
 - ``Text`` spaces (e.g. MiniGrid's ``mission``) -> uint8 ``[W]`` per row: the UTF-8 bytes
   zero-padded to ``W = max_length * (longest UTF-8 character of the charset)``; read them back
-  with :func:`decode_text`. The core stores tensors only, and a fixed width known from the space
+  with :func:`~datasets_hub.loaders.formats.text.decode_text`. The core stores tensors only, and a fixed width known from the space
   keeps every chunk's schema equal;
 - infos, key by key (nested dicts become nested keys): a leaf with T+1 rows (Minari's
   ``DataCollector`` records the reset info and then one info per step) is observation-like:

@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -40,7 +39,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub import sources
-from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError
+from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError, UnknownParameter
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from datasets_hub.loaders.formats.text import decode_text
 from datasets_hub.loaders.minari.convert import episode_columns, text_keys
@@ -50,8 +49,6 @@ __all__ = ["MinariLoader", "decode_text", "store_root"]
 # (namespace/)name-v<version>, the id grammar of minari.dataset.minari_dataset.parse_dataset_id
 _MINARI_ID_RE = re.compile(r"^(?:[-_\w][-_\w/]*[-_\w]+/)?[-_\w]+?-v\d+$")
 _EPISODES_PER_READ = 64  # ids per get_episodes call: one file open (hdf5) / one Arrow dataset each
-_REMOTE_TIMEOUT_S = 3.0  # `datasets-hub list` on a machine with no route out must not hang
-_remote_ids_cache: dict[tuple[str, str], list[str]] = {}
 
 
 def offline() -> bool:
@@ -82,6 +79,13 @@ class MinariLoader(Loader):
     format_version = 1
 
     # -- catalogue ------------------------------------------------------------------------------
+    catalogue_env = ("MINARI_DATASETS_PATH", "HOME")  # store_root()
+
+    def catalogue_files(self) -> list[Path]:
+        visited: list[Path] = []
+        local_datasets(visited=visited)
+        return visited
+
     def catalogue(self) -> dict[str, dict[str, Any]]:
         """Datasets of the local Minari store (no network: the remote's ids come from
         :meth:`remote_catalogue`, fetched on demand by ``datasets-hub list --refresh``)."""
@@ -113,10 +117,14 @@ class MinariLoader(Loader):
 
     def check_params(self, spec: DatasetSpec) -> None:
         if spec.params:
-            raise InvalidParameter(
-                f"the minari loader takes no parameters, got {sorted(spec.params)} for {spec.id!r}; "
-                "a Minari dataset is named by its id alone, e.g. 'minari/D4RL/door/human-v2'"
-            )
+            try:
+                self.reject_unknown_params(spec, ())  # a keyword of TorchRL's dataset classes: its own answer
+            except UnknownParameter as exc:
+                raise UnknownParameter(
+                    f"the minari loader takes no parameters, got {sorted(spec.params)} for {spec.id!r}; "
+                    "a Minari dataset is named by its id alone, e.g. 'minari/D4RL/door/human-v2'",
+                    exc.names,
+                ) from None
         if not _MINARI_ID_RE.match(spec.name):
             raise InvalidParameter(
                 f"{spec.id!r} does not name a Minari dataset: ids look like "
@@ -322,13 +330,17 @@ def card_metadata(data_path: Path) -> dict[str, Any]:
     return metadata
 
 
-def local_datasets(max_depth: int = 6) -> dict[str, dict[str, Any]]:
-    """``{minari id: metadata}`` for every dataset of the local store (hidden dirs skipped)."""
+def local_datasets(max_depth: int = 6, *, visited: list[Path] | None = None) -> dict[str, dict[str, Any]]:
+    """``{minari id: metadata}`` for every dataset of the local store (hidden dirs skipped); every
+    folder and metadata file looked at is appended to ``visited``."""
     root = store_root()
     found: dict[str, dict[str, Any]] = {}
+    seen = visited if visited is not None else []
 
     def walk(path: Path, depth: int) -> None:
+        seen.append(path)
         meta = path / "data" / "metadata.json"
+        seen.append(meta)
         if meta.is_file():
             try:
                 with open(meta) as fh:
@@ -350,35 +362,9 @@ def local_datasets(max_depth: int = 6) -> dict[str, dict[str, Any]]:
 
     if root.is_dir():
         walk(root, 0)
+    else:
+        seen.append(root)  # its creation changes the listing
     return found
-
-
-def remote_ids() -> list[str]:
-    """The remote's dataset ids (cached per remote and endpoint for the process); ``[]`` when it
-    cannot be reached within a few seconds."""
-    key = (_remote_name(), os.environ.get("HF_ENDPOINT", ""))
-    if key in _remote_ids_cache:
-        return _remote_ids_cache[key]
-    result: list[str] = []
-
-    def fetch() -> None:
-        try:
-            from minari.storage.remotes import get_cloud_storage
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                result.extend(sorted(set(get_cloud_storage().list_datasets())))
-        except Exception:  # noqa: BLE001 - unreachable remote: the static catalogue stands
-            result.clear()
-
-    worker = threading.Thread(target=fetch, daemon=True, name="datasets_hub-minari-catalogue")
-    worker.start()
-    worker.join(_REMOTE_TIMEOUT_S)
-    if worker.is_alive():
-        return []
-    ids = [i for i in result if isinstance(i, str) and _MINARI_ID_RE.match(i)]
-    _remote_ids_cache[key] = ids
-    return ids
 
 
 def _valid_hub_id(dataset_id: str) -> bool:

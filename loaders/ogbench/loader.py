@@ -33,12 +33,12 @@ the reward ``ogbench.relabel_utils.relabel_dataset`` gives the transition (compu
 time t, as upstream does), and ``("info", "success")`` / ``("next", "info", "success")`` (bool
 ``[N, 1]``) say whether the state at t / t+1 solves the task: upstream's bootstrap ``masks`` are
 ``1 - ("info", "success")``. Episode ends stay truncated (upstream's ``terminals`` are unchanged).
-The rule and its task tables are in :mod:`ogbench_tasks`; powderworld has no single-task variant
+The rule and its task tables are in :mod:`.tasks`; powderworld has no single-task variant
 and is refused.
 
 A trajectory of a single row has no transition and is skipped (counted in the card). A file whose
 last row is not a terminal row is refused (truncated or not an OGBench file). Files are streamed
-member by member and row block by row block (:mod:`npz_stream`): peak memory is a few chunks, also
+member by member and row block by row block (:mod:`datasets_hub.loaders.formats.npz_stream`): peak memory is a few chunks, also
 for 12 GB image sets, and the 100M sets are converted shard by shard into one build.
 
 Parameters: ``dataset`` (upstream name; default: the id's name), ``split`` (``"train"`` or
@@ -375,14 +375,3 @@ def _ted(block: dict[str, np.ndarray], terminal: np.ndarray, extra: list[str], s
         td.set(("info", "success"), torch.from_numpy(success[idx].reshape(m, 1)))
         td.set(("next", "info", "success"), torch.from_numpy(success[idx + 1].reshape(m, 1)))
     return td
-
-
-def catalogue_entries() -> dict[str, dict[str, Any]]:
-    """The registry entries of every OGBench id (used to write ``registry.yaml``; kept for its test)."""
-    out: dict[str, dict[str, Any]] = {}
-    for name in dataset_names():
-        out[f"ogbench/{name}"] = {"loader": "ogbench"}
-        out[f"ogbench/{name}-val"] = {"loader": "ogbench", "params": {"dataset": name, "split": "val"}}
-    for name in HUNDRED_M:
-        out[f"ogbench/{name}"] = {"loader": "ogbench"}
-    return out

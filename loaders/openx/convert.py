@@ -1,4 +1,4 @@
-"""Open X-Embodiment episodes: RLDS ``tf.train.Example`` records to TED chunks (see :mod:`.openx` for the contract).
+"""Open X-Embodiment episodes: RLDS ``tf.train.Example`` records to TED chunks (see :mod:`.loader` for the contract).
 
 :class:`EpisodeConverter` reads the shards one record (one episode) at a time, decodes every leaf
 ``features.json`` describes (images as TFDS does, text to fixed-width bytes, narrow unsigned ints

@@ -43,7 +43,7 @@ class DeviceSampler(Sampler):
                 f"generator=torch.Generator(device={str(storage.device)!r}).manual_seed(seed)"
             )
         if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         return storage
 
     def prepare(self, storage: Storage, batch_size: int) -> None:

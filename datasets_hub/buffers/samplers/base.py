@@ -5,11 +5,13 @@ Samplers return indices into a storage; they never read data they do not need (d
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from datasets_hub.buffers.state_files import dump_state, load_state
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.errors import InvalidParameter
 
@@ -107,6 +109,14 @@ class Sampler:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         return None
+
+    def dumps(self, path: str | Path) -> None:
+        """Write :meth:`state_dict` to ``<path>/sampler_state.pt`` (the directory is created)."""
+        dump_state(self, "sampler", path)
+
+    def loads(self, path: str | Path) -> None:
+        """Restore what :meth:`dumps` wrote (refused from another kind of sampler)."""
+        load_state(self, "sampler", path)
 
 
 def concat_draws(

@@ -317,7 +317,7 @@ class AnchorSampler(WrapsSampler):
         """:meth:`anchors` plus whether the rows are vouched for (valid rows of ``storage``, as
         ``Sampler.sample_rows`` promises them): drawn here, or promised by the inner sampler."""
         if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         eps = self.episodes
         eps.refresh(storage)
         if self.sampler is None:
@@ -335,7 +335,7 @@ class AnchorSampler(WrapsSampler):
         ``k`` such draws from one generator call (the same stream), as ``k * B`` anchors and
         ``[uniforms, k * B]`` uniforms."""
         if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         eps = self.episodes
         eps.refresh(storage)
         if self.sampler is None:

@@ -259,7 +259,7 @@ class PrioritizedSampler(Sampler):
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         n = len(storage)
         if n == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         total = self._sum.root
         if total <= 0:
             raise RuntimeError(
@@ -420,7 +420,7 @@ class PrioritizedSliceSampler(SliceSampler):
             )
         num_slices, slice_len = self._shape(batch_size)
         if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         if len(storage) > self._prio.max_capacity:
             raise ValueError(
                 f"the storage holds {len(storage)} rows but max_capacity={self._prio.max_capacity}: build "

@@ -17,7 +17,7 @@ class RandomSampler(Sampler):
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         n = len(storage)
         if n == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         index = torch.randint(n, (batch_size,), generator=self.generator)
         return index, {}
 
@@ -72,7 +72,7 @@ class SamplerWithoutReplacement(Sampler):
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         n = len(storage)
         if n == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         remaining = self._remaining

@@ -1,5 +1,7 @@
 """Sub-trajectory ("slice") samplers over episode boundaries (docs/guide/sampling.md).
 
+This module holds one concept: the slice sampler (with and without replacement).
+
 Where episodes are:
 - a storage with a build-time index (``storage.episode_index()`` is not None, e.g. the hub's
   read-only dataset builds) is used as is;
@@ -24,6 +26,7 @@ rows for this: one extra 1-byte-per-row read.)
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +37,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.samplers.base import Sampler, as_index
 from datasets_hub.buffers.samplers.slice_layout import SliceLayout, cached_arange, cached_arange_np, check_slice_shape
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.errors import InvalidArgument
 
 NestedKey = Any
 _AUTO_TRAJ_KEYS = ("episode", ("collector", "traj_ids"))
@@ -59,7 +63,15 @@ class SliceSampler(Sampler):
     exactly ``[num_slices * slice_len]``. ``strict_length=False``: such an episode counts as one
     valid start whose slice is the whole episode, so the output may be shorter than the batch
     size (the ``truncated`` mask tells where each slice ends), as in TorchRL.
+
+    ``SliceSampler(replacement=False, ...)`` is a :class:`SliceSamplerWithoutReplacement` (which also takes
+    ``drop_last`` and ``shuffle``), as in TorchRL.
     """
+
+    def __new__(cls, *args: Any, replacement: bool = True, **kwargs: Any) -> SliceSampler:
+        if cls is SliceSampler and not replacement:
+            return super().__new__(SliceSamplerWithoutReplacement)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -70,10 +82,22 @@ class SliceSampler(Sampler):
         strict_length: bool = True,
         cache_values: bool = True,
         truncated_key: NestedKey | None = ("next", "truncated"),
+        *,
+        replacement: bool = True,
+        end_keys: Sequence[NestedKey] | None = None,
     ) -> None:
+        if not replacement and not isinstance(self, SliceSamplerWithoutReplacement):
+            raise InvalidArgument("replacement=False is SliceSamplerWithoutReplacement: build that class")
+        if end_key is not None and end_keys is not None:
+            raise InvalidArgument(
+                "`end_key` and `end_keys` are exclusive: pass every key whose flags end an episode in end_keys"
+            )
+        if end_keys is not None and (isinstance(end_keys, str) or not len(end_keys)):
+            raise InvalidArgument(f"end_keys must be a non-empty sequence of keys, got {end_keys!r}")
         check_slice_shape(num_slices, slice_len)
         self.num_slices, self.slice_len = num_slices, slice_len
         self.traj_key, self.end_key = traj_key, end_key
+        self.end_keys = tuple(end_keys) if end_keys is not None else None
         self.strict_length, self.cache_values = bool(strict_length), bool(cache_values)
         self.truncated_key = truncated_key
         self.done_key = _replace_last(truncated_key, "done") if truncated_key is not None else None
@@ -145,14 +169,15 @@ class SliceSampler(Sampler):
         cut at done flags, so that a slice never crosses one when the ids and the flags disagree).
         """
         starts = None
+        end_given = self.end_key is not None or self.end_keys is not None
         keys = [self.traj_key] if self.traj_key is not None else []
-        if self.traj_key is None and self.end_key is None:
+        if self.traj_key is None and not end_given:
             keys = list(_AUTO_TRAJ_KEYS)
         for key in keys:
             try:
                 ids = self._read(storage, key)
             except KeyError:
-                if self.traj_key is not None and self.end_key is None:
+                if self.traj_key is not None and not end_given:
                     raise KeyError(
                         f"traj_key {key!r} is not in the stored data: pass the key holding episode ids, "
                         "or end_key=('next', 'done') to cut episodes at done flags"
@@ -161,8 +186,30 @@ class SliceSampler(Sampler):
             starts = torch.ones(ids.shape[0], dtype=torch.bool)
             starts[1:] = (ids[1:] != ids[:-1]).any(1)
             break
-        if starts is not None and self.end_key is None:
+        if starts is not None and not end_given:
             return starts
+        if self.end_keys is not None:  # TorchRL's end_keys: the flags of every key present, OR-ed
+            flags = []
+            for key in self.end_keys:
+                try:
+                    flags.append(self._read(storage, key).to(torch.bool).any(1))
+                except KeyError:
+                    continue
+            if flags:
+                done = flags[0]
+                for more in flags[1:]:
+                    done = done | more
+            elif starts is not None:
+                return starts
+            else:
+                raise KeyError(
+                    f"none of end_keys {list(self.end_keys)} is in the stored data: pass the keys of done flags "
+                    "it holds (e.g. end_keys=[('next', 'done'), ('next', 'truncated')])"
+                )
+            after_done = torch.zeros_like(done)
+            after_done[0] = True
+            after_done[1:] = done[:-1]
+            return after_done if starts is None else starts | after_done
         key = self.end_key if self.end_key is not None else _DEFAULT_END_KEY
         try:
             done = self._read(storage, key).to(torch.bool).any(1)
@@ -413,7 +460,7 @@ class SliceSampler(Sampler):
         """``_sample_positions`` with the numpy rows of the full-slice path (``None`` elsewhere)."""
         num_slices, slice_len = self._shape(batch_size)
         if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         layout = self._layout(storage, slice_len)
         if layout.uniform_len:
             return self._sample_full(storage, layout, num_slices, slice_len)
@@ -486,7 +533,14 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         strict_length: bool = True,
         shuffle: bool = True,
         truncated_key: NestedKey | None = ("next", "truncated"),
+        *,
+        replacement: bool = False,
+        end_keys: Sequence[NestedKey] | None = None,
     ) -> None:
+        if replacement:
+            raise InvalidArgument(
+                "SliceSamplerWithoutReplacement samples each slice once per epoch: for replacement=True use SliceSampler"
+            )
         super().__init__(
             num_slices=num_slices,
             slice_len=slice_len,
@@ -495,6 +549,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
             strict_length=strict_length,
             cache_values=True,
             truncated_key=truncated_key,
+            end_keys=end_keys,
         )
         self.drop_last, self.shuffle = bool(drop_last), bool(shuffle)
         self._rows: torch.Tensor | None = None  # starts of the slices still to serve this epoch
@@ -530,7 +585,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     def _sample_positions(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         num_slices, slice_len = self._shape(batch_size)
         if len(storage) == 0:
-            raise RuntimeError("cannot sample from an empty buffer: add or extend data first")
+            raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         sig = self._signature(storage, slice_len)
         todo, todo_lens = self._rows, self._lens
         if todo is None or todo_lens is None or todo.numel() == 0 or sig != self._epoch_sig:

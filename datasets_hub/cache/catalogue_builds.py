@@ -1,0 +1,125 @@
+"""The build ``load(id)`` uses with the catalogue's params, named without importing its loader.
+
+``datasets-hub list`` marks an id "cached" when the build of the catalogue's params is in the cache;
+its folder name is a fingerprint of the loader's resources and ``format_version``, which only the
+loader can compute. It is computed once per catalogue entry, loader code version
+(:func:`datasets_hub.plugin_facts.code_stamp`), hub version and mirror setting, and recorded in
+``<cache>/catalogue/plugins/<loader>-builds.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+
+def _resource_env() -> dict[str, str]:
+    """The variables that can change a loader's resources (mirrors), hence a build fingerprint."""
+    return {k: v for k, v in os.environ.items() if k.startswith("DATASETS_HUB_ENDPOINT") or k == "HF_ENDPOINT"}
+
+
+_MAX_RECORDED_BUILDS = 2000
+
+
+def catalogue_build_name(dataset_id: str) -> str:
+    """The fingerprint (build folder name) ``load(dataset_id)`` uses with the catalogue's params."""
+    return catalogue_build_record(dataset_id)[0]
+
+
+def catalogue_build_record(dataset_id: str) -> tuple[str, list[dict[str, Any]]]:
+    """``(build folder name, resources)`` of ``dataset_id`` with the catalogue's params: what
+    ``load(dataset_id)`` builds and what it fetches (the loader's ``resources(spec)`` as dicts).
+
+    Computing them needs the loader (its resources, ``check_params`` and ``format_version``): they are
+    computed once per catalogue entry, loader code, hub version and mirror setting, and recorded
+    beside the plugin's facts.
+    """
+    from datasets_hub import __version__
+    from datasets_hub.build.format import STORAGE_FORMAT_VERSION
+    from datasets_hub.cache.layout import fingerprint
+    from datasets_hub.catalogue import resolve
+    from datasets_hub.files import write_json_atomic
+    from datasets_hub.plugin_facts import code_stamp, record_folder
+
+    spec = resolve(dataset_id)
+    key = fingerprint(
+        {
+            "stamp": code_stamp(spec.loader),
+            "hub": [__version__, STORAGE_FORMAT_VERSION],
+            "id": spec.id,
+            "params": spec.params,
+            "metadata": spec.metadata,
+            "resources": [r.to_dict() for r in spec.resources],
+            "env": _resource_env(),
+        },
+        length=32,
+    )
+    path = record_folder() / f"{spec.loader}-builds.json"
+    try:
+        with open(path) as fh:
+            recorded = json.load(fh)
+    except (OSError, ValueError):
+        recorded = {}
+    if not isinstance(recorded, dict):
+        recorded = {}
+    entry = recorded.get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("build"), str) and isinstance(entry.get("resources"), list):
+        return entry["build"], entry["resources"]
+    from datasets_hub.build.frames import resolve_frames
+    from datasets_hub.build.pipeline import build_path
+    from datasets_hub.cache.maintenance import catalogue_build
+
+    spec, loader, _raw_frames_build = catalogue_build(dataset_id)
+    resources = loader.resources(spec)
+    if spec.resources:  # as load() does: an entry's own files are fetched, or refused by name
+        loader.check_catalogue_resources(spec, resources)
+    # the frame codec load() picks by default (by the loader's estimate of the decoded frame bytes)
+    codec = resolve_frames(None, None, loader.frame_bytes(spec), where=f"load({spec.id!r})")
+    entry = {"build": build_path(spec, loader, codec).name, "resources": [r.to_dict() for r in resources]}
+    if len(recorded) >= _MAX_RECORDED_BUILDS:
+        recorded = {}
+    recorded[key] = entry
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, recorded, indent=None, sort_keys=False)
+    except OSError:
+        pass
+    return entry["build"], entry["resources"]
+
+
+def recorded_info(dataset_id: str) -> Any:
+    """``datasets_hub.info(dataset_id)`` (the catalogue's params) from recorded facts, without importing
+    the loader or torch; ``None`` when a fact is not recorded yet (then ``info`` itself answers, and
+    records the sample keys for next time). A test checks it equals ``info``'s card."""
+    from datasets_hub.cache.layout import dataset_dir, dir_size, raw_file_path, read_manifest
+    from datasets_hub.catalogue import resolve
+    from datasets_hub.dataset_info import DatasetInfo, recorded_sample_keys
+    from datasets_hub.downloads.fetch import source_key
+    from datasets_hub.loader import Resource
+
+    spec = resolve(dataset_id)
+    name, resources = catalogue_build_record(dataset_id)
+    path = dataset_dir(spec.id) / name
+    manifest = read_manifest(path)
+    sample_keys: dict[str, Any] = {}
+    if manifest is not None:
+        keys = recorded_sample_keys(path, manifest)
+        if keys is None:
+            return None
+        sample_keys = keys
+    raw = 0
+    for entry in resources:
+        resource = Resource.from_dict(entry)
+        candidate = raw_file_path(spec.loader, resource.name, source_key(resource))
+        if candidate.exists():
+            raw += candidate.stat().st_size
+    return DatasetInfo.from_build(
+        spec,
+        resources,
+        path,
+        manifest,
+        raw_bytes=raw,
+        built_bytes=dir_size(path) if manifest is not None else 0,
+        sample_keys=sample_keys,
+    )
