@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import shutil
 
+import pyarrow.parquet as pq
 import pytest
+import torch
 
 import datasets_hub as dh
+from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.cli import main as cli_main
 from datasets_hub.errors import CacheError, InvalidParameter
 from datasets_hub.exporters import STAGING_MARKER, export_build
 from datasets_hub.exporters import lerobot as lerobot_exporter
 
 from fixtures.export_builds import chunk, make_build
-
-pytest.importorskip("pyarrow")
 
 
 @pytest.fixture
@@ -109,3 +110,13 @@ def test_push_uploads_the_chosen_format(build, monkeypatch):
     monkeypatch.setattr(huggingface_hub, "HfApi", RecordingApi)
     dh.push(build, "org/fake", format="hf")
     assert "README.md" in uploaded["files"] and "data/train-00000-of-00001.parquet" in uploaded["files"]
+
+
+def test_history_frames_are_not_exported_and_the_export_says_so(tmp_path):
+    td = chunk((5, 3), image=False)
+    td.set("history", torch.tensor([True, True] + [False] * 6))  # episode 0 starts with 2 frames of history
+    build = make_build([td])
+    with pytest.warns(UserWarning, match="history"):
+        out = export_build(build, tmp_path / "hf", "hf")
+    table = pq.read_table(next((out / "data").glob("*.parquet")))
+    assert table.num_rows == len(DatasetStorage(build)) == 6  # transitions only

@@ -16,8 +16,6 @@ from datasets_hub.exporters import export_build
 
 from fixtures.export_builds import LENGTHS, chunk, make_build
 
-pytest.importorskip("pyarrow")
-
 
 def _read_back(out):
     """Every column of every shard, in order, as numpy ``[rows, *shape]`` (images decoded)."""

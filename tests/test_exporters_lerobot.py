@@ -17,8 +17,6 @@ from datasets_hub.loaders.formats.text import decode_text
 
 from fixtures.export_builds import LENGTHS, chunk, make_build
 
-pytest.importorskip("pyarrow")
-
 
 @pytest.fixture
 def exported(tmp_path):
