@@ -2,7 +2,7 @@
 
 Runs only where ``lerobot`` imports: the venv ``.venv-upstream-lerobot`` that ``make test-upstream``
 builds (``make test-upstream-lerobot``; it also holds ``datasets>=4,<5``, LeRobot's own reader of
-parquet). Elsewhere the module is skipped; under ``DATASETS_HUB_UPSTREAM_REQUIRED=1`` a missing
+parquet, and torchcodec, which decodes LeRobot's videos). Elsewhere the module is skipped; under ``DATASETS_HUB_UPSTREAM_REQUIRED=1`` a missing
 reader fails instead. Minari's reader is checked in ``tests/test_exporters_minari.py`` (minari is
 installed with the hub's test extras).
 """
@@ -38,23 +38,49 @@ from fixtures.export_builds import LENGTHS, chunk, make_build
 def test_lerobot_dataset_reads_the_export_value_for_value(tmp_path):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    build = make_build([chunk()])
+    build = make_build([chunk(image=False)])
     out = export_build(build, tmp_path / "acme" / "export", "lerobot", fps=10, task="reach")
     dataset = LeRobotDataset("acme/export", root=out)  # LeRobot's timestamp checks run here (tolerance_s=1e-4)
     expected = DatasetStorage(build)[:]
     assert len(dataset) == sum(LENGTHS) and dataset.num_episodes == len(LENGTHS)
     for i in range(len(dataset)):
         item = dataset[i]
-        assert torch.equal(item["observation.state"], expected["observation"][i])
+        assert torch.equal(item["observation"], expected["observation"][i])
         assert torch.equal(item["action"], expected["action"][i])
         assert torch.equal(item["next.reward"].reshape(1), expected["next", "reward"][i])
         assert bool(item["next.done"]) == bool(expected["next", "terminated"][i])
+        assert int(item["step_code"]) == int(expected["info", "step_code"][i])
         assert int(item["episode_index"]) == int(expected["episode"][i])
         assert int(item["frame_index"]) == int(expected["step"][i])
         assert int(item["index"]) == i
         assert item["task"] == "reach"
-        pixels = (item["observation.pixels"] * 255).round().to(torch.uint8)  # float CHW in [0, 1]
-        assert torch.equal(pixels, expected["pixels"][i].permute(2, 0, 1))  # PNG: lossless
+
+
+def test_lerobot_dataset_decodes_the_exported_videos(tmp_path):
+    """Cameras exported with video=True, decoded by LeRobot with torchcodec: every frame is its own step's
+    (the frame code of lerobot_writer survives the codec) and close to the build's pixels. (PNG image
+    features need the real torchvision, which this venv may replace by a stand-in: our loader checks those.)"""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from fixtures import lerobot_writer as lw
+
+    lengths = (4, 6)
+    td = chunk(lengths, image=False)
+    rows = torch.arange(sum(lengths) + len(lengths))  # observation rows, T + 1 per episode
+    frames = torch.from_numpy(np.stack([lw.frame_image(int(r), 0, 32, 64) for r in rows]))
+    step_rows = torch.cat([torch.arange(0, 4), torch.arange(5, 11)])
+    td.set("camera", frames[step_rows])
+    td.set(("next", "camera"), frames[step_rows + 1])
+    build = make_build([td])
+    out = export_build(build, tmp_path / "acme" / "video", "lerobot", fps=10, video=True)
+    dataset = LeRobotDataset("acme/video", root=out, video_backend="torchcodec")
+    expected = DatasetStorage(build)[:]
+    for i in range(len(dataset)):
+        theirs = (dataset[i]["observation.camera"] * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+        mine = expected["camera"][i].numpy()
+        assert lw.read_index(theirs)[0] == lw.read_index(mine)[0]
+        mse = np.mean((theirs.astype(np.float64) - mine.astype(np.float64)) ** 2)
+        assert 10 * np.log10(255**2 / max(mse, 1e-12)) > 30
 
 
 def test_datasets_load_dataset_reads_the_hf_export_value_for_value(tmp_path):
