@@ -2,8 +2,8 @@
 
 Runs only where ``lerobot`` imports: the venv ``.venv-upstream-lerobot`` that ``make test-upstream``
 builds (``make test-upstream-lerobot``; it also holds ``datasets>=4,<5``, LeRobot's own reader of
-parquet, and torchcodec, which decodes LeRobot's videos). Elsewhere the module is skipped; under ``DATASETS_HUB_UPSTREAM_REQUIRED=1`` a missing
-reader fails instead. Minari's reader is checked in ``tests/test_exporters_minari.py`` (minari is
+parquet, and torchcodec, which decodes LeRobot's videos). Elsewhere the module is skipped; under
+``DATASETS_HUB_UPSTREAM_REQUIRED=1`` a missing reader fails instead. Minari's reader is checked in ``tests/test_exporters_minari.py`` (minari is
 installed with the hub's test extras).
 """
 
