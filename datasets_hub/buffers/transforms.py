@@ -281,15 +281,16 @@ class DoubleToFloat(Transform):
     def __init__(self, in_keys: Sequence[Any] | None = None) -> None:
         if isinstance(in_keys, (str, tuple)):
             in_keys = [in_keys]
-        self.in_keys = None if in_keys is None else [_norm(k) for k in in_keys]
+        self.every_float64 = in_keys is None  # no in_keys: every float64 leaf of the sample
+        self.in_keys = [] if in_keys is None else [_norm(k) for k in in_keys]
 
     def _cast(self, data: Any, source: Any, target: Any) -> Any:
         data = _require_td(data, "DoubleToFloat").copy()  # shallow: never mutate the caller's TensorDict
-        if self.in_keys is None:
+        if self.every_float64:
             keys = [k for k, v in data.items(include_nested=True, leaves_only=True) if v.dtype == source]
         else:
             _missing(data, self.in_keys, "DoubleToFloat")
-            keys = self.in_keys
+            keys = list(self.in_keys)
             for key in keys:
                 if data.get(key).dtype not in (source, target):
                     raise TypeError(f"DoubleToFloat: {key!r} is {data.get(key).dtype}, not a float64 or float32 leaf")
@@ -305,9 +306,9 @@ class DoubleToFloat(Transform):
     def inverse(self, data: Any) -> Any:
         import torch
 
-        if self.in_keys is None:
+        if self.every_float64:
             return data  # which leaves were float64 is unknown on the write side
         return self._cast(data, torch.float32, torch.float64)
 
     def __repr__(self) -> str:
-        return f"DoubleToFloat(in_keys={self.in_keys})"
+        return f"DoubleToFloat(in_keys={None if self.every_float64 else self.in_keys})"
