@@ -75,7 +75,7 @@ class Leaf:
                 "image": {"shape": {"dimensions": dims}, "dtype": "uint8", "encodingFormat": "png"},
             }
         encoding = "bytes" if str(self.dtype) in _AS_BYTES else "none"
-        if self.kind == "scalar":
+        if self.kind == "scalar" and encoding == "none":  # TFDS's Scalar has no encoding: raw bytes need a Tensor
             return {
                 "pythonClassName": _TFDS + "scalar.Scalar",
                 "tensor": {"shape": {}, "dtype": str(self.dtype), "encoding": encoding},
