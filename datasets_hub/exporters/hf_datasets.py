@@ -95,7 +95,7 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     if unknown:
         raise InvalidParameter(f"format='hf' has no option {unknown[0]!r}; its options are {', '.join(OPTIONS)}")
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow  # noqa: F401 - imported to check it is installed, before anything is written
     except ImportError as exc:
         raise MissingDependency("exporting to Hugging Face datasets needs pyarrow: pip install pyarrow") from exc
     mb = options.get("shard_mb", 500)

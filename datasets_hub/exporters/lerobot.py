@@ -127,7 +127,7 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     if unknown:
         raise InvalidParameter(f"format='lerobot' has no option {unknown[0]!r}; its options are {', '.join(OPTIONS)}")
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow  # noqa: F401 - imported to check it is installed, before anything is written
     except ImportError as exc:
         raise MissingDependency("exporting to LeRobot needs pyarrow: pip install pyarrow") from exc
     notes = episodes.build.manifest.get("notes") or {}

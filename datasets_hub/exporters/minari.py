@@ -125,7 +125,7 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     if unknown:
         raise InvalidParameter(f"format='minari' has no option {unknown[0]!r}; its options are {', '.join(OPTIONS)}")
     try:
-        import h5py  # noqa: F401
+        import h5py  # noqa: F401 - imported to check it is installed, before anything is written
     except ImportError as exc:
         raise MissingDependency("exporting to Minari needs h5py: pip install h5py") from exc
     dataset_id = options.get("dataset_id", out.name)

@@ -117,8 +117,8 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     if unknown:
         raise InvalidParameter(f"format='rlds' has no option {unknown[0]!r}; its options are {', '.join(OPTIONS)}")
     try:
-        import google_crc32c  # noqa: F401
-        import PIL  # noqa: F401
+        import google_crc32c  # noqa: F401 - imported to check it is installed, before anything is written
+        import PIL  # noqa: F401 - imported to check it is installed, before anything is written
     except ImportError as exc:
         raise MissingDependency(
             "exporting to RLDS needs google-crc32c and pillow: pip install google-crc32c pillow"

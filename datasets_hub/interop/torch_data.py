@@ -275,7 +275,10 @@ class BufferDataset(_MapStyle):
         key = (os.getpid(), info.id if info is not None else None)
         if self._draws is None or self._draws[0] != key:
             worker = info.id if info is not None else 0
-            seed = stream_seed(self.seed, worker) if self.seed is not None else stream_seed(info.seed)  # type: ignore[union-attr]
+            if self.seed is not None:
+                seed = stream_seed(self.seed, worker)
+            else:  # no seed= here means a worker process (the early return above): its seed is the loader's
+                seed = stream_seed(info.seed if info is not None else 0)
             self._draws = (key, torch.Generator().manual_seed(seed))
         return self._draws[1]
 
