@@ -41,6 +41,7 @@ def catalogue_build_record(dataset_id: str) -> tuple[str, list[dict[str, Any]]]:
     from datasets_hub.catalogue import resolve
     from datasets_hub.files import write_json_atomic
     from datasets_hub.plugin_facts import code_stamp, record_folder
+    from datasets_hub.redact import redact_value
 
     spec = resolve(dataset_id)
     key = fingerprint(
@@ -76,7 +77,9 @@ def catalogue_build_record(dataset_id: str) -> tuple[str, list[dict[str, Any]]]:
         loader.check_catalogue_resources(spec, resources)
     # the frame codec load() picks by default (by the loader's estimate of the decoded frame bytes)
     codec = resolve_frames(None, None, loader.frame_bytes(spec), where=f"load({spec.id!r})")
-    entry = {"build": build_path(spec, loader, codec).name, "resources": [r.to_dict() for r in resources]}
+    # stored redacted (no password or signature at rest): source_key() redacts the same way, so the raw file
+    # paths derived from these records are the ones load() uses
+    entry = {"build": build_path(spec, loader, codec).name, "resources": [redact_value(r.to_dict()) for r in resources]}
     if len(recorded) >= _MAX_RECORDED_BUILDS:
         recorded = {}
     recorded[key] = entry

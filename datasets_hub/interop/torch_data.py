@@ -1,5 +1,7 @@
 """PyTorch ``DataLoader`` datasets over replay buffers and dataset builds, and DDP sharding.
 
+This module holds one concept: a replay buffer seen as a PyTorch dataset.
+
 Two ways to feed a training loop from a buffer (or a build directory):
 
 - :class:`BufferDataset`, map-style: ``ds[i]`` is transition ``i`` as a TED TensorDict; with a
