@@ -59,7 +59,7 @@ test: test-install
 
 # Fault injection: seeded kill -9 trials, concurrent loaders, rm while sampling (~2-3 min).
 test-faults: test-install
-	$(PY) -m pytest -q tests/faults -m slow
+	$(PY) -m pytest -q -m "slow and not ray and not upstream"
 
 # Ray installs in ~20 s and ray.init takes ~10-20 s on 2 cores: its tests have a target of their own.
 test-ray: test-install

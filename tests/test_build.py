@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 import datasets_hub as dh
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.cache.layout import iter_builds
@@ -46,6 +48,7 @@ def _start(tmp_path: Path, **env) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow  # four build processes: make test-faults runs it with the other concurrency trials
 def test_processes_building_the_same_build_at_once_build_it_once(tmp_path):
     procs = [_start(tmp_path) for _ in range(4)]
     outputs = [p.communicate(timeout=120) for p in procs]
@@ -56,6 +59,7 @@ def test_processes_building_the_same_build_at_once_build_it_once(tmp_path):
     assert len(DatasetStorage(Path(paths.pop()))) == 200
 
 
+@pytest.mark.slow  # three kill -9 trials: make test-faults runs it with the other kill trials
 def test_a_build_killed_midway_leaves_nothing_visible_and_the_next_build_succeeds(tmp_path, isolated_cache):
     for trial in range(3):
         proc = _start(tmp_path, PAUSE="0.5", CHUNKS="6")
