@@ -291,6 +291,7 @@ SLOW = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a kill -9 trial: make test-faults runs it
 def test_a_kill_midway_leaves_nothing_visible_and_workers_exit(tmp_path, isolated_cache):
     log = tmp_path / "pids"
     script = tmp_path / "slow.py"

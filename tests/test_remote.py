@@ -250,6 +250,7 @@ while True:
 """
 
 
+@pytest.mark.slow  # kill -9 trials: make test-faults runs them
 def test_kill_minus_9_leaves_residency_consistent_with_the_bytes(published, local_rb, tmp_path):
     url = f"file://{published}"
     env = {**os.environ}

@@ -211,6 +211,7 @@ def test_a_300_character_resource_name_is_a_clear_error(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------ Hugging Face
+@pytest.mark.slow  # huggingface_hub retries a 500 with its own backoff (~20 s): a fault trial for make test-faults
 @pytest.mark.parametrize("fault, words", [({"garbage": True}, "not HTTP"), ({"status": 500}, "HTTP 500")])
 def test_hub_garbage_and_server_errors_are_named(tmp_path, monkeypatch, isolated_cache, fault, words):
     repo, path = "org/repo", "x.h5"
