@@ -182,6 +182,22 @@ class Loader:
         """Reject parameters this loader does not understand (raise ``InvalidParameter``)."""
         return None
 
+    def url_param(self, spec: DatasetSpec) -> list[str] | None:
+        """The ``url=`` parameter of a loader that reads one file (a URL string, or a non-empty list of
+        mirror URLs tried in order) as a list, checked; ``None`` when it is not given. Raises
+        ``InvalidParameter`` for anything else."""
+        from datasets_hub.errors import InvalidParameter
+
+        url = spec.params.get("url")
+        if url is None:
+            return None
+        urls = [url] if isinstance(url, str) else url
+        if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
+            raise InvalidParameter(
+                f"{spec.id}: url must be a URL string or a non-empty list of mirror URLs, got {url!r}"
+            )
+        return list(urls)
+
     def reject_unknown_params(self, spec: DatasetSpec, accepted: Iterable[str]) -> None:
         """Raise :class:`~datasets_hub.errors.UnknownParameter` naming the parameters of ``spec`` not in ``accepted``, with a
         did-you-mean and the accepted list: the usual first step of :meth:`check_params`."""

@@ -92,19 +92,12 @@ class D4RLLoader(Loader):
             raise InvalidParameter(
                 f"{spec.id}: max_episode_steps must be a positive int (e.g. 1000 for gym-MuJoCo), got {steps!r}"
             )
-        url = spec.params.get("url")
-        if url is not None:
-            urls = [url] if isinstance(url, str) else url
-            if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
-                raise InvalidParameter(
-                    f"{spec.id}: url must be a URL string or a non-empty list of mirror URLs, got {url!r}"
-                )
+        self.url_param(spec)
 
     def resources(self, spec: DatasetSpec) -> list[Resource]:
         self.check_params(spec)
-        url = spec.params.get("url")
-        if url is not None:
-            urls = [url] if isinstance(url, str) else list(url)
+        urls = self.url_param(spec)
+        if urls is not None:
             return [Resource.from_dict({"urls": urls})]
         if not spec.resources:
             raise InvalidParameter(
