@@ -51,6 +51,8 @@ class SamplerWithoutReplacement(Sampler):
       position (the generator's state belongs to the buffer).
     """
 
+    requires_shared_state = True  # the epoch's remaining rows
+
     def __init__(self, drop_last: bool = False, shuffle: bool = True) -> None:
         self.drop_last = bool(drop_last)
         self.shuffle = bool(shuffle)

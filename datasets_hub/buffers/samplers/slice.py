@@ -523,6 +523,8 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     Same generator seed, same epochs.
     """
 
+    requires_shared_state = True  # the epoch's remaining slices
+
     def __init__(
         self,
         num_slices: int | None = None,
