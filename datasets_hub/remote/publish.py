@@ -49,6 +49,10 @@ from datasets_hub.remote.format import (
 STAGING_MARK = ".datasets_hub-export-staging"  # in <out>.incomplete while export writes it
 
 
+#: bytes of a build leaf handed to zarr in one write (whole chunks): bounds an export's memory
+WRITE_BLOCK_BYTES = 32 << 20
+
+
 def _resolve_build(source: Any, params: dict[str, Any]) -> Path:
     """A build directory from a dataset id, a build path, or a buffer over a build."""
     storage = getattr(source, "storage", None)
@@ -154,9 +158,12 @@ def export(
             fill_value=0,
             config={"write_empty_chunks": True},
         )
-        column = leaf.numpy()  # a read-only memory map of the leaf: chunks are read one at a time
-        for start in range(0, rows, chunk_rows):
-            array[start : start + chunk_rows] = column[start : start + chunk_rows]
+        column = leaf.numpy()  # a read-only memory map of the leaf, read a block of whole chunks at a time:
+        # one zarr write per block (zarr compresses a block's chunks concurrently; one write per chunk spent
+        # most of an export waiting on zarr's event loop), memory bounded by WRITE_BLOCK_BYTES
+        block_rows = chunk_rows * max(1, WRITE_BLOCK_BYTES // max(1, chunk_rows * row_bytes))
+        for start in range(0, rows, block_rows):
+            array[start : start + block_rows] = column[start : start + block_rows]
         del column
         arrays[name] = {
             "rows": rows,
