@@ -7,11 +7,13 @@ Run::
 
 A generated dataset (D4RL-like: observation 17 float32, action 6 float32, reward, episodes of 1000
 steps ending by timeout) is built ``--repeats`` times from in-memory chunks (the build time: generating
-the values and writing the lean TED build, no download or upstream decoding; median reported), then exported to every format, each in a fresh
-subprocess so that its peak RSS is its own (``ru_maxrss``; the build is read through memory maps,
-so RSS counts the pages touched). Times exclude imports (done before the clock in both). Each export runs ``--repeats`` times (fresh folder each) and the
-median is reported, with the ratio export / build. Prints a table and writes
-``benchmarks/results/export.json``. Not a test: figures depend on the machine.
+the values and writing the lean TED build, no download or upstream decoding), and after each build that
+build is exported to every format (interleaved, so that a change of the machine's load weighs on builds
+and exports alike), each in a fresh subprocess so that its peak RSS is its own (``ru_maxrss``; the build
+is read through memory maps, so RSS counts the pages touched). Times exclude imports (done before the
+clock in both); CPU seconds (user + system, all threads) are reported beside wall seconds. Medians, with
+the ratios export / build. Prints a table and writes ``benchmarks/results/export.json``. Not a test:
+figures depend on the machine.
 """
 
 from __future__ import annotations
