@@ -74,6 +74,7 @@ _EXPORTS: dict[str, str] = {
     "WindowSampler": "buffers.samplers.window",
     "GoalSampler": "buffers.samplers.goal",
     "NStepReturnSampler": "buffers.samplers.n_step",
+    "PromptGroupSampler": "buffers.samplers.prompt_group",
     # writers
     "Writer": "buffers.writers",
     "RoundRobinWriter": "buffers.writers",

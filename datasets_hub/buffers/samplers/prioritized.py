@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.samplers.base import refuse_without_replacement, Sampler, as_index
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.samplers.slice_layout import SliceLayout
 from datasets_hub.buffers.storages import Storage
@@ -180,7 +180,10 @@ class PrioritizedSampler(Sampler):
         dtype: torch.dtype = torch.float,
         reduction: str = "max",
         max_priority_within_buffer: bool = False,
+        *,
+        replacement: bool = True,
     ) -> None:
+        refuse_without_replacement(type(self), replacement)
         for name, value in (("alpha", alpha), ("beta", beta), ("eps", eps)):
             try:
                 finite = not isinstance(value, bool) and math.isfinite(float(value))
@@ -337,7 +340,9 @@ class PrioritizedSliceSampler(SliceSampler):
         strict_length: bool = True,
         cache_values: bool = True,
         truncated_key: NestedKey | None = ("next", "truncated"),
+        replacement: bool = True,
     ) -> None:
+        refuse_without_replacement(type(self), replacement)
         super().__init__(
             num_slices=num_slices,
             slice_len=slice_len,

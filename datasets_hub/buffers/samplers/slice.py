@@ -35,6 +35,7 @@ import torch
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.samplers.random import SamplerWithoutReplacement
 from datasets_hub.buffers.samplers.slice_layout import SliceLayout, cached_arange, cached_arange_np, check_slice_shape
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.errors import InvalidArgument
@@ -506,8 +507,13 @@ def _weakrefable(obj: Any) -> bool:
         return False
 
 
-class SliceSamplerWithoutReplacement(SliceSampler):
+class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
     """Epochs of non-overlapping slices: every row is returned at most once per epoch.
+
+    It is both a :class:`SliceSampler` and a :class:`SamplerWithoutReplacement` (as in TorchRL, so
+    ``isinstance`` checks ported from it hold); every method it uses is the slice sampler's.
+    ``_sample_list`` (TorchRL's name, read-only) is the start rows of the slices still to serve this
+    epoch, in serving order.
 
     The exact rule. When an epoch starts, each episode of ``L`` rows is cut, for slices of ``s``
     rows, into ``k = L // s`` consecutive non-overlapping slices starting at rows
@@ -556,6 +562,13 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._lens: torch.Tensor | None = None
         self._epoch_sig: tuple | None = None
         self._ran_out = False
+
+    # no item at a given row: the slice sampler's refusal, not the row sampler's identity
+    sample_at = Sampler.sample_at
+
+    @property
+    def _sample_list(self) -> torch.Tensor | None:  # type: ignore[override]  # read-only here: the epoch's state is _rows
+        return self._rows
 
     def _new_epoch(self, storage: Storage, slice_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cut the episodes into this epoch's slices: their start rows and lengths, in serving order."""
