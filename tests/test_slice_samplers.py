@@ -45,7 +45,7 @@ class EpisodeStorage(Storage):
 
     def read_key(self, key):
         key = key if isinstance(key, tuple) else (key,)
-        if self.with_index and key != ("next", "done"):
+        if self.with_index and key not in (("next", "done"), ("next", "terminated"), ("is_init",)):  # flags, not ids
             raise AssertionError("a storage with an episode index must not be scanned")
         if key not in self.keys:
             raise KeyError(key)

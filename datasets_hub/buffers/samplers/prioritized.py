@@ -442,8 +442,7 @@ class PrioritizedSliceSampler(SliceSampler):
         mass = torch.rand(num_slices, dtype=torch.float64, generator=self.generator) * total
         rows = s_tree.find_prefix(mass)
         lengths = layout.slice_lengths(rows)
-        index = self._expand(rows, slice_len, lengths)
-        info = self._info(storage, index, num_slices, slice_len, lengths)
+        index, info = self._slices(storage, rows, slice_len, lengths)
         weight = torch.pow(s_tree[rows] / m_tree.root, -self._prio.beta).to(self._prio.dtype)
         if lengths is None:
             weight = weight.repeat_interleave(slice_len)
