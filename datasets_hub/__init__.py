@@ -75,6 +75,7 @@ _EXPORTS: dict[str, str] = {
     "GoalSampler": "buffers.samplers.goal",
     "NStepReturnSampler": "buffers.samplers.n_step",
     "PromptGroupSampler": "buffers.samplers.prompt_group",
+    "StalenessAwareSampler": "buffers.samplers.staleness",
     # writers
     "Writer": "buffers.writers",
     "RoundRobinWriter": "buffers.writers",
