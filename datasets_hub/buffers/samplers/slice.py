@@ -88,6 +88,7 @@ class SliceSampler(Sampler):
         replacement: bool = True,
         end_keys: Sequence[NestedKey] | None = None,
         pad_output: bool = False,
+        span: bool | int | tuple[bool | int, bool | int] = False,
     ) -> None:
         if pad_output and strict_length:
             raise InvalidArgument(
@@ -103,6 +104,7 @@ class SliceSampler(Sampler):
         if end_keys is not None and (isinstance(end_keys, str) or not len(end_keys)):
             raise InvalidArgument(f"end_keys must be a non-empty sequence of keys, got {end_keys!r}")
         check_slice_shape(num_slices, slice_len)
+        self.span = _check_span(span)
         self.num_slices, self.slice_len = num_slices, slice_len
         self.traj_key, self.end_key = traj_key, end_key
         # no key given: the episode ids are looked for under _AUTO_TRAJ_KEYS at every derivation; traj_key then
@@ -337,11 +339,25 @@ class SliceSampler(Sampler):
         episodes = self.episodes(storage)
         layout = self._layouts.get(slice_len)
         if layout is None:
-            layout = SliceLayout(episodes, slice_len, self.strict_length)
+            layout = SliceLayout(episodes, slice_len, self.strict_length, self._span_rows(slice_len))
             if layout.total == 0:
                 self._no_valid_start(episodes, slice_len)
             self._layouts[slice_len] = layout
         return layout
+
+    def _span_rows(self, slice_len: int) -> tuple[int, int]:
+        """``span`` as rows a slice of ``slice_len`` may hang over each end of its episode."""
+        sides = []
+        for side in self.span:
+            if side is True:
+                side = slice_len - 1  # at least one row of the episode
+            elif side is not False and side >= slice_len:
+                raise ValueError(
+                    f"The right and left span must be strictly lower than the sequence length: span={self.span} "
+                    f"for slices of {slice_len} rows (a slice keeps at least slice_len - span rows of its episode)"
+                )
+            sides.append(int(side))
+        return sides[0], sides[1]
 
     @staticmethod
     def _no_valid_start(episodes: EpisodeIndex, slice_len: int) -> None:
@@ -576,6 +592,11 @@ class SliceSampler(Sampler):
         layout = self._layout(storage, slice_len)
         if layout.uniform_len:
             return self._sample_full(storage, layout, num_slices, slice_len)
+        if layout.span != (0, 0):
+            u = torch.randint(layout.total, (num_slices,), generator=self.generator)
+            rows, lengths = layout.spans_of(u)
+            index, info = self._slices(storage, rows, slice_len, lengths)
+            return index, info, None
         rows = self._starts(layout, num_slices)
         index, info = self._slices(storage, rows, slice_len, layout.slice_lengths(rows))
         return index, info, None
@@ -590,6 +611,18 @@ class SliceSampler(Sampler):
     def __repr__(self) -> str:
         size = f"num_slices={self.num_slices}" if self.num_slices is not None else f"slice_len={self.slice_len}"
         return f"{type(self).__name__}({size}, strict_length={self.strict_length})"
+
+
+def _check_span(span: Any) -> tuple[bool | int, bool | int]:
+    """TorchRL's ``span`` as ``(left, right)``: each False (slices stay inside the episode), True (a slice may
+    hang over that end of its episode as long as it keeps one row) or an int ``i >= 0`` (it keeps at least
+    ``slice_len - i`` rows; checked against the slice length at the first sample)."""
+    sides = span if isinstance(span, tuple) else (span, span)
+    if len(sides) != 2 or any(
+        not isinstance(side, (bool, int)) or (not isinstance(side, bool) and side < 0) for side in sides
+    ):
+        raise InvalidArgument(f"span must be a bool, an int >= 0 or a (left, right) pair of them, got {span!r}")
+    return sides[0], sides[1]
 
 
 def _only_at_ends(done: torch.Tensor | None, episodes: EpisodeIndex | None) -> bool:
