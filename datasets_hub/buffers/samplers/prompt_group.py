@@ -135,11 +135,18 @@ class PromptGroupSampler(Sampler):
                 f"{type(storage).__name__} returns {type(data).__name__}: Plain ListStorage is not supported; use "
                 "LazyTensorStorage, LazyMemmapStorage or LazyStackStorage"
             )
-        group_of = self._group_ids(data.get(self.group_key), n)
+        group_of = self._group_ids(self._entry(data, self.group_key, "group_key"), n)
         rewards = self._rewards(data, n) if self.strategy in ("reward", "variance") else None
         groups = _Groups(group_of, rewards)
         self._group_index, self._cache_key, self._storage_ref = groups, key, weakref.ref(storage)
         return groups
+
+    @staticmethod
+    def _entry(data: Any, key: NestedKey, name: str) -> Any:
+        value = data.get(key, None)
+        if value is None:
+            raise KeyError(f"PromptGroupSampler: the stored items have no {key!r} entry: pass {name}=<the key holding it>")
+        return value
 
     def _group_ids(self, values: Any, n: int) -> torch.Tensor:
         """Each item's group as an int64 id ``0..G-1``."""
@@ -157,7 +164,7 @@ class PromptGroupSampler(Sampler):
         return torch.tensor([ids.setdefault(k, len(ids)) for k in keys], dtype=torch.int64)
 
     def _rewards(self, data: Any, n: int) -> torch.Tensor:
-        reward = data.get(self.reward_key)
+        reward = self._entry(data, self.reward_key, "reward_key")
         if not isinstance(reward, torch.Tensor) or is_tensor_collection(reward):
             raise TypeError(
                 f"strategy={self.strategy!r} requires reward_key={self.reward_key!r} to hold a tensor, got "
