@@ -60,7 +60,9 @@ def test_string_prompts_in_a_lazy_stack_storage():
 
 
 def test_recency_takes_the_last_written_even_after_the_buffer_wrapped():
-    rb = buffer(PromptGroupSampler(samples_per_group=2, group_key="prompt", strategy="recency"), 2, LazyTensorStorage(4))
+    rb = buffer(
+        PromptGroupSampler(samples_per_group=2, group_key="prompt", strategy="recency"), 2, LazyTensorStorage(4)
+    )
     rb.extend(items([5, 5, 5, 5]))  # ids 100..103 at rows 0..3
     rb.add(TensorDict({"prompt": torch.tensor(5), "id": torch.tensor(104)}, []))  # overwrites row 0
     assert sorted(rb.sample()["id"].tolist()) == [103, 104]

@@ -424,7 +424,9 @@ def test_end_keys_or_the_flags_of_every_key_present():
 
 def _td_buffer(sampler, data, batch_size):
     rb = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(len(data)), sampler=sampler, batch_size=batch_size,
+        storage=LazyTensorStorage(len(data)),
+        sampler=sampler,
+        batch_size=batch_size,
         generator=torch.Generator().manual_seed(0),
     )
     rb.extend(data)
@@ -533,7 +535,7 @@ def test_span_lets_slices_hang_over_episode_ends_cut_to_the_episode():
         ends = sample["next", "truncated"].reshape(-1).nonzero().reshape(-1)
         lengths = torch.diff(torch.cat([torch.tensor([-1]), ends])).tolist()
         starts = [0, *(ends[:-1] + 1).tolist()]
-        for first, length in zip(starts, lengths):
+        for first, length in zip(starts, lengths, strict=True):
             ids = sample["traj"][first : first + length]
             assert (ids == ids[0]).all()
             assert 2 <= length <= 4  # at least slice_len - 2 rows (left), slice_len - 1 (right)

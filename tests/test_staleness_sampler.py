@@ -13,7 +13,10 @@ from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
 def buffer(sampler, versions, batch_size=8):
     rb = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(64), sampler=sampler, batch_size=batch_size, generator=torch.Generator().manual_seed(0)
+        storage=LazyTensorStorage(64),
+        sampler=sampler,
+        batch_size=batch_size,
+        generator=torch.Generator().manual_seed(0),
     )
     n = len(versions)
     rb.extend(TensorDict({"policy_version": torch.tensor(versions), "row": torch.arange(n)}, [n]))
@@ -50,7 +53,7 @@ def test_staleness_is_in_the_info_and_the_sample():
     sampler = StalenessAwareSampler()
     rb = buffer(sampler, [3.0, 5.0, 6.0])
     sampler.consumer_version = 7
-    index, info = sampler.sample(rb.storage, 3)
+    _, info = sampler.sample(rb.storage, 3)
     assert sorted(info["staleness"].tolist()) == [1.0, 2.0, 4.0]
     sample = rb.sample(3)
     assert (sample["staleness"] == 7 - sample["policy_version"]).all()
@@ -80,7 +83,7 @@ def test_refusals():
     rb = buffer(ahead, [0, 4])  # consumer_version 0 is behind version 4: weight 1 / (-4 + 1) < 0
     with pytest.raises(ValueError, match="consumer_version is behind"):
         rb.sample()
-    zero = StalenessAwareSampler(staleness_weight_fn=lambda s: torch.zeros_like(s))
+    zero = StalenessAwareSampler(staleness_weight_fn=torch.zeros_like)
     with pytest.raises(ValueError, match="weight is 0"):
         buffer(zero, [0, 0]).sample()
 

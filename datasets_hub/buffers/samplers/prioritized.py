@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from datasets_hub.buffers.samplers.base import refuse_without_replacement, Sampler, as_index
+from datasets_hub.buffers.samplers.base import Sampler, as_index, refuse_without_replacement
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.samplers.slice_layout import SliceLayout
 from datasets_hub.buffers.storages import Storage

@@ -145,7 +145,9 @@ class PromptGroupSampler(Sampler):
     def _entry(data: Any, key: NestedKey, name: str) -> Any:
         value = data.get(key, None)
         if value is None:
-            raise KeyError(f"PromptGroupSampler: the stored items have no {key!r} entry: pass {name}=<the key holding it>")
+            raise KeyError(
+                f"PromptGroupSampler: the stored items have no {key!r} entry: pass {name}=<the key holding it>"
+            )
         return value
 
     def _group_ids(self, values: Any, n: int) -> torch.Tensor:

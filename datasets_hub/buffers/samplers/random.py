@@ -142,7 +142,11 @@ class SamplerWithoutReplacement(Sampler):
             remaining = state_dict["remaining"] if state_dict["has_epoch"] else None
             len_storage, ran_out = state_dict["len_seen"], state_dict["ran_out"]
         else:
-            remaining, len_storage, ran_out = state_dict["_sample_list"], state_dict["len_storage"], state_dict["_ran_out"]
+            remaining, len_storage, ran_out = (
+                state_dict["_sample_list"],
+                state_dict["len_storage"],
+                state_dict["_ran_out"],
+            )
         self._sample_list = torch.as_tensor(remaining, dtype=torch.int64).clone() if remaining is not None else None
         self.len_storage = int(len_storage)
         self._ran_out = bool(ran_out)

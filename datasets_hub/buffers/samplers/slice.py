@@ -347,16 +347,12 @@ class SliceSampler(Sampler):
 
     def _span_rows(self, slice_len: int) -> tuple[int, int]:
         """``span`` as rows a slice of ``slice_len`` may hang over each end of its episode."""
-        sides = []
-        for side in self.span:
-            if side is True:
-                side = slice_len - 1  # at least one row of the episode
-            elif side is not False and side >= slice_len:
-                raise ValueError(
-                    f"The right and left span must be strictly lower than the sequence length: span={self.span} "
-                    f"for slices of {slice_len} rows (a slice keeps at least slice_len - span rows of its episode)"
-                )
-            sides.append(int(side))
+        sides = [slice_len - 1 if side is True else int(side) for side in self.span]  # True: keep one row
+        if max(sides) >= slice_len:
+            raise ValueError(
+                f"The right and left span must be strictly lower than the sequence length: span={self.span} "
+                f"for slices of {slice_len} rows (a slice keeps at least slice_len - span rows of its episode)"
+            )
         return sides[0], sides[1]
 
     @staticmethod

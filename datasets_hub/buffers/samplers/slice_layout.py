@@ -59,9 +59,7 @@ class SliceLayout:
     ``s - right``, rows); :meth:`spans_of` gives each slice's first row and length.
     """
 
-    def __init__(
-        self, episodes: EpisodeIndex, slice_len: int, strict: bool, span: tuple[int, int] = (0, 0)
-    ) -> None:
+    def __init__(self, episodes: EpisodeIndex, slice_len: int, strict: bool, span: tuple[int, int] = (0, 0)) -> None:
         start, length = episodes.start, episodes.length
         self.start, self.length = start, length
         self.slice_len, self.strict = slice_len, strict
