@@ -140,3 +140,14 @@ def test_fixture_declares_the_catalogued_shard_count(tmp_path, make):
     files = write_release(release, tmp_path)
     info = json.loads(files[f"{release.prefix}/dataset_info.json"].read_text())
     assert {s["name"]: len(s["shardLengths"]) for s in info["splits"]} == release.num_shards
+
+
+def test_bridge_dataset_entry_fetches_the_authors_release():
+    spec = resolve("openx/bridge_dataset", split="val", shards=[127])
+    urls = [r.urls[0] for r in OpenXLoader().resources(spec)]
+    base = "https://rail.eecs.berkeley.edu/datasets/bridge_release/data/tfds/bridge_dataset/1.0.0"
+    assert urls == [
+        f"{base}/dataset_info.json",
+        f"{base}/features.json",
+        f"{base}/bridge_dataset-val.tfrecord-00127-of-00128",
+    ]
