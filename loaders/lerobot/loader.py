@@ -131,6 +131,34 @@ _KNOWN = {
         "LIBERO task suites (lifelong manipulation, language-conditioned) as a LeRobot v3.0 dataset",
         "openmdw-1.0",
     ),
+    "HuggingFaceVLA/libero": (
+        (
+            "LIBERO (spatial, object, goal, 10) as LeRobot v3.0: 1,693 episodes, 273,465 frames, 40 tasks at "
+            "10 fps; two 256x256 cameras stored as images (image, image2), 8-D state, 7-D action"
+        ),
+        "apache-2.0",
+    ),
+    "lerobot/droid_1.0.1": (
+        (
+            "DROID 1.0.1 as LeRobot v3.0: 95,617 episodes, 27,618,651 frames at 15 fps; three 180x320 "
+            "videos, joint/cartesian/gripper state and commands, three language instructions, RLDS "
+            "flags, reward and per-episode metadata as features"
+        ),
+        "apache-2.0",
+    ),
+    **{
+        f"ember-lab-berkeley/robocasa365-{part}": (
+            f"RoboCasa365 {what} as LeRobot v3.0 (PandaOmron, 20 fps): three 256x256 videos, 16-D state, "
+            "12-D action, next.reward / next.done",
+            "MIT",
+        )
+        for part, what in (
+            ("target-atomic", "target atomic-task demonstrations"),
+            ("target-composite-seen", "target composite-task demonstrations (seen tasks)"),
+            ("target-composite-unseen", "target composite-task demonstrations (unseen tasks)"),
+            ("pretrain-mg", "pretraining demonstrations generated with MimicGen"),
+        )
+    },
 }
 
 
