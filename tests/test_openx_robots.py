@@ -106,6 +106,9 @@ def test_droid_conventions_value_exact(tmp_path, monkeypatch):
         "language_instruction_3",
         "info/episode_metadata/file_path",
         "info/episode_metadata/recording_folderpath",
+        "info/episode_metadata/building",
+        "info/episode_metadata/collector_id",
+        "info/episode_metadata/date",
     }
 
 

@@ -27,6 +27,7 @@ from fixtures.openx_robots import (
     DROID_CAMERAS,
     DROID_HW,
     DROID_OBSERVATION,
+    DROID_TEXT_METADATA,
     bridge_release,
     droid_release,
     write_release,
@@ -84,7 +85,10 @@ def _published_droid(tfds):
             }),
             "reward": f.Scalar(dtype=np.float32),
         }),
-        "episode_metadata": f.FeaturesDict({"file_path": f.Text(), "recording_folderpath": f.Text()}),
+        "episode_metadata": f.FeaturesDict({
+            "file_path": f.Text(), "recording_folderpath": f.Text(),
+            **{k: f.Text() for k in DROID_TEXT_METADATA},  # read as text by LeRobot's port of 1.0.1
+        }),
     })  # fmt: skip
 
 
