@@ -118,7 +118,7 @@ def test_droid_text_longer_than_text_width_is_refused(written):
 
 
 def test_robocasa_float64_state_reward_and_annotations(written):
-    td, notes, summary = _load(written, "ember-lab-berkeley/robocasa365-target-atomic")
+    td, notes, _ = _load(written, "ember-lab-berkeley/robocasa365-target-atomic")
     _check_common(td, ROBOCASA, notes, "video")
     assert td["observation", "state"].shape[1:] == (16,) and td["action"].shape[1:] == (12,)
     assert td["action"].dtype == torch.float64

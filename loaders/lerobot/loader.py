@@ -148,8 +148,10 @@ _KNOWN = {
     ),
     **{
         f"ember-lab-berkeley/robocasa365-{part}": (
-            f"RoboCasa365 {what} as LeRobot v3.0 (PandaOmron, 20 fps): three 256x256 videos, 16-D state, "
-            "12-D action, next.reward / next.done",
+            (
+                f"RoboCasa365 {what} as LeRobot v3.0 (PandaOmron, 20 fps): three 256x256 videos, 16-D state, "
+                "12-D action, next.reward / next.done"
+            ),
             "MIT",
         )
         for part, what in (

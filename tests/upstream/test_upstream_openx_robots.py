@@ -111,10 +111,10 @@ CASES = [(bridge_release, _published_bridge, "train"), (bridge_release, _publish
          (droid_release, _published_droid, "train")]  # fmt: skip
 
 
-@pytest.mark.parametrize(("make", "published", "split"), CASES)
+@pytest.mark.parametrize("make, published, split", CASES)
 def test_tfds_reads_the_fixture_as_we_load_it(tfds, tmp_path, make, published, split):
     release = make()
-    files = write_release(release, tmp_path)
+    write_release(release, tmp_path)
     folder = tmp_path / release.prefix
     ours_spec = tfds.features.FeatureConnector.from_json(json.loads((folder / "features.json").read_text()))
     assert ours_spec.to_json() == published(tfds).to_json(), "features.json is not the published spec"
