@@ -130,3 +130,27 @@ def test_robocasa_float64_state_reward_and_annotations(written):
     assert td["next", "terminated"].reshape(-1).tolist() == ends  # next.done on each last row
     for name, (_, value) in ROBOCASA_COLUMNS.items():
         assert td["info", name].reshape(-1).tolist() == [value(e, t, i) for e, t, i in rows]
+
+
+def test_a_string_feature_holding_numbers_is_refused(tmp_path):
+    import dataclasses
+    import json
+
+    from datasets_hub.errors import LoaderError
+
+    columns = dict(DROID.columns)
+    columns["language_instruction_2"] = (
+        columns["language_instruction_2"][0] | {"dtype": "float32"},
+        lambda e, t, i: 1.0,
+    )
+    root = tmp_path / "droid"
+    lw.write_dataset(root, dataclasses.replace(DROID, columns=columns))
+    info = root / "meta" / "info.json"
+    meta = json.loads(info.read_text())
+    meta["features"]["language_instruction_2"]["dtype"] = "string"  # info.json says text, the parquet holds floats
+    info.write_text(json.dumps(meta))
+    with pytest.raises(
+        LoaderError,
+        match=r"episode 0 \(data/chunk-000/file-000\.parquet\): column 'language_instruction_2' holds float.*declares a string",
+    ):
+        datasets_hub.load("lerobot/lerobot/droid_1.0.1", root=str(root), num_workers=1)

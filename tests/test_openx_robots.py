@@ -154,3 +154,27 @@ def test_bridge_dataset_entry_fetches_the_authors_release():
         f"{base}/features.json",
         f"{base}/bridge_dataset-val.tfrecord-00127-of-00128",
     ]
+
+
+def test_droid_record_missing_a_declared_language_field_names_shard_and_offset(tmp_path):
+    from datasets_hub.errors import LoaderError
+
+    release = droid_release()
+    step = release.step_values
+
+    def without_third_instruction(release, g, e, t, episode):
+        values = step(release, g, e, t, episode)
+        if e == 1:  # the second record of shard 0 lacks a feature features.json declares
+            del values["steps/language_instruction_3"]
+        return values
+
+    release.step_values = without_third_instruction
+    files = write_release(release, tmp_path)
+    local = {path.split("gresearch/robotics/", 1)[1]: file for path, file in files.items()}
+    spec = DatasetSpec(id="openx/droid", loader="openx", params={"version": "1.0.1", "num_shards": {"train": 2048}})
+    spec.params["shards"] = [0]
+    with pytest.raises(
+        LoaderError,
+        match=r"droid-train\.tfrecord-00000-of-02048 \(record at byte offset [1-9]\d*\).*language_instruction_3",
+    ):
+        list(OpenXLoader().episodes(spec, local, LoaderContext(chunk_rows=100)))

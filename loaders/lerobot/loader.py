@@ -517,7 +517,10 @@ class _Converter:
         return td
 
     def _text(self, rows: Any, name: str, episode: lm.Episode) -> np.ndarray:
-        values = text_column(rows, name, episode.length)
+        try:
+            values = text_column(rows, name, episode.length)
+        except LoaderError as exc:
+            raise LoaderError(f"{self.spec.id}: episode {episode.index} ({episode.data_path}): {exc}") from exc
         longest = max((len(v.encode("utf-8")) for v in values), default=0)
         if longest > self.feature_text_width:
             raise LoaderError(
