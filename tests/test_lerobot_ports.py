@@ -101,9 +101,15 @@ def test_droid_every_feature(written):
                     name,
                     r,
                 )
-    # the port keeps DROID's RLDS reward and flags as plain features: nothing is reinterpreted
-    assert td["info", "reward"].reshape(-1).tolist() == [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1]
-    assert not td["next", "reward"].any() and not td["next", "terminated"].any()
+    # the port carries RLDS's step fields: reward (after the step's action) and is_terminal stand in for
+    # LeRobot's next.reward / next.done, and stay under info too
+    rlds_reward = [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1]
+    assert td["info", "reward"].reshape(-1).tolist() == rlds_reward
+    assert td["next", "reward"].reshape(-1).tolist() == rlds_reward
+    last = [t == DROID.lengths[e] - 1 for e, t, _ in rows]
+    assert td["next", "terminated"].reshape(-1).tolist() == last
+    assert not td["next", "truncated"].any()
+    assert "RLDS" in notes["reward"] and notes["episode_end"].startswith("is_terminal")
     assert decode_text(td["info", "language_instruction_2"])[4:7] == ["", "", ""]
     assert decode_text(td["info", "language_instruction_3"])[0] == DROID_INSTRUCTIONS[0][2]
     assert notes["text_keys"]["info/language_instruction_3"] == 512

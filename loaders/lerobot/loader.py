@@ -23,11 +23,17 @@ LeRobot feature                   TED key
 ``observation.images.<cam>``      uint8 frames ``[H, W, 3]`` (or ``[3, H, W]``, see
 (video or image)                  ``channels_first``), decoded once at build time
 ``action``                        ``action``
-``next.reward``                   ``("next", "reward")`` ``[T, 1]``; absent: 0, noted on the card
+``next.reward``                   ``("next", "reward")`` ``[T, 1]``; absent: ``reward`` (below), else
+                                  0, noted on the card
 ``next.done``                     ``("next", "terminated")`` on the last row when set; an episode
                                   whose last row is not done (or without ``next.done``) ends
                                   ``("next", "truncated")``: a recorded demo stops, it does not
                                   terminate. The raw flag is kept as ``("info", "next.done")``
+``reward``, ``is_terminal``       ports of RLDS datasets (DROID) carry RLDS's step fields instead:
+(without ``next.*``)              RLDS's reward of step t is the reward after action t, so
+                                  ``reward`` becomes ``("next", "reward")`` and ``is_terminal`` plays
+                                  ``next.done``'s part; both stay under ``("info", name)`` too and the
+                                  card names the source
 task (via ``task_index``)         ``task``: the task text as UTF-8 bytes, uint8 ``[W]`` zero-padded
                                   (read with :func:`decode_text`); W on the card
 other ``"string"`` features       the same text form, ``text_width`` bytes (default 512), under the
@@ -97,6 +103,9 @@ PARAMS = (
 DEFAULT_TEXT_WIDTH = 512
 TEXT_DTYPES = ("string", "str", "large_string")
 UNKNOWN_KEY = ("info", "next_observation_unknown")
+# (LeRobot's own name, the RLDS step field a port of an RLDS dataset carries instead)
+REWARD_FEATURES = ("next.reward", "reward")
+DONE_FEATURES = ("next.done", "is_terminal")
 _HF_CO = "https://huggingface.co/datasets/"
 _metas: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, Path]]] = {}
 _metas_lock = threading.Lock()
@@ -492,15 +501,17 @@ class _Converter:
                 td.set(("next", *key), torch.cat([values[1:], fill]))
             else:
                 td.set(key, values)
-        if "next.reward" in self.features:
-            td.set(("next", "reward"), torch.from_numpy(column(rows, "next.reward", n)).reshape(n, 1))
+        reward_feature = self._first_feature(REWARD_FEATURES)
+        if reward_feature is not None:
+            td.set(("next", "reward"), torch.from_numpy(column(rows, reward_feature, n)).reshape(n, 1))
         else:
             td.set(("next", "reward"), torch.zeros(n, 1, dtype=torch.float32))
             self.notes["missing_reward"] += n
         done = torch.zeros(n, 1, dtype=torch.bool)
-        if "next.done" in self.features:
-            raw = torch.from_numpy(column(rows, "next.done", n).astype(bool)).reshape(n)
-            td.set(("info", "next.done"), raw)
+        done_feature = self._first_feature(DONE_FEATURES)
+        if done_feature is not None:
+            raw = torch.from_numpy(column(rows, done_feature, n).astype(bool)).reshape(n)
+            td.set(("info", done_feature), raw)
             done[-1, 0] = bool(raw[-1])
         truncated = torch.zeros(n, 1, dtype=torch.bool)
         truncated[-1, 0] = not bool(done[-1, 0])
@@ -515,6 +526,10 @@ class _Converter:
         td.set("episode", torch.full((n,), episode.index, dtype=torch.int64))
         td.set("task", torch.from_numpy(encode_text(self._tasks(episode, rows), self.text_width, ("task",))))
         return td
+
+    def _first_feature(self, names: tuple[str, ...]) -> str | None:
+        """The first of ``names`` (LeRobot's own name, then the RLDS port's) that the dataset has."""
+        return next((name for name in names if name in self.features), None)
 
     def _text(self, rows: Any, name: str, episode: lm.Episode) -> np.ndarray:
         try:
@@ -567,11 +582,17 @@ class _Converter:
             note("text_keys", {"/".join(self.keys[k]): self.feature_text_width for k in text})
         note("tolerance_s", self.tolerance)
         note("features", {k: {"dtype": f.get("dtype"), "shape": f.get("shape")} for k, f in self.features.items()})
+        done_feature = self._first_feature(DONE_FEATURES) or "next.done"
         note(
             "episode_end",
-            "next.done on an episode's last row -> terminated; otherwise truncated (a recorded "
+            f"{done_feature} on an episode's last row -> terminated; otherwise truncated (a recorded "
             "demo stops, it does not terminate)",
         )
+        if self._first_feature(REWARD_FEATURES) == "reward":
+            note(
+                "reward",
+                "('next', 'reward') is the RLDS port's 'reward' feature (RLDS: the reward after the step's action)",
+            )
         note(
             "next_observation_unknown",
             "the last step of every episode: LeRobot records no observation after "
