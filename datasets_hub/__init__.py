@@ -39,6 +39,8 @@ _EXPORTS: dict[str, str] = {
     "PrioritizedReplayBuffer": "buffers.replay_buffers",
     "TensorDictPrioritizedReplayBuffer": "buffers.replay_buffers",
     "ReplayBufferEnsemble": "buffers.ensemble",
+    "HERReplayBuffer": "buffers.her",
+    "HindsightStrategy": "buffers.her",
     "Trajectory": "buffers.trajectories",
     "traj": "buffers.trajectories",
     "iter_trajectories": "buffers.trajectories",
