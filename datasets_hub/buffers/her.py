@@ -47,7 +47,7 @@ class HindsightStrategy(str, enum.Enum):
     RANDOM = "random"
 
 
-def _as_tuple(key: NestedKey) -> tuple[str, ...]:
+def _as_tuple(key: NestedKey) -> tuple[Any, ...]:
     return key if isinstance(key, tuple) else (key,)
 
 
@@ -77,7 +77,9 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         if not callable(reward_fn):
             raise WrongDataType(f"reward_fn must be a callable td -> rewards, got {type(reward_fn).__name__}")
         if isinstance(her_ratio, bool) or not isinstance(her_ratio, (int, float)) or not 0.0 <= her_ratio <= 1.0:
-            raise InvalidParameter(f"her_ratio must be a fraction in [0, 1] of each batch to relabel, got {her_ratio!r}")
+            raise InvalidParameter(
+                f"her_ratio must be a fraction in [0, 1] of each batch to relabel, got {her_ratio!r}"
+            )
         try:
             self.strategy = HindsightStrategy(strategy)
         except ValueError:
@@ -107,7 +109,9 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         if self._collate_fn is not None:
             data = self._collate_fn(data)
         if not isinstance(data, TensorDictBase):
-            raise WrongDataType(f"HERReplayBuffer needs TensorDict transitions, the storage holds {type(data).__name__}")
+            raise WrongDataType(
+                f"HERReplayBuffer needs TensorDict transitions, the storage holds {type(data).__name__}"
+            )
         return data
 
     def _episode_table(self) -> dict[str, torch.Tensor]:

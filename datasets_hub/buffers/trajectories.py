@@ -43,7 +43,7 @@ END_FLAG_GROUPS: tuple[tuple[NestedKey, ...], ...] = (
 _REDUCE_FIRST = "reduce it to one boolean per trajectory with .any() or .all()"
 
 
-class Trajectory(TensorClass["nocast"]):  # type: ignore[misc] - tensordict's class factory
+class Trajectory(TensorClass["nocast"]):  # type: ignore[type-arg, name-defined]  # tensordict's class factory
     """The transitions of one trajectory (``data``, a TensorDict with one batch dim: time).
 
     ``length`` is the number of transitions, ``total_reward`` the sum of ``reward``. Attribute and
@@ -72,9 +72,9 @@ class Trajectory(TensorClass["nocast"]):  # type: ignore[misc] - tensordict's cl
     @property
     def total_reward(self) -> torch.Tensor:
         """The sum of ``reward`` (root, else ``("next", "reward")``) over the trajectory."""
-        return self.reward.sum()
+        return self.get("reward").sum()
 
-    def get(self, key: NestedKey, default: Any = None) -> Any:
+    def get(self, key: NestedKey, default: Any = None) -> Any:  # type: ignore[override]  # a data lookup, not TensorClass.get
         """The entry ``key`` of the data; a plain name also tries ``("next", key)``; else ``default``."""
         value = self.data.get(key, None)
         if value is None and isinstance(key, str):
@@ -88,7 +88,7 @@ class Trajectory(TensorClass["nocast"]):  # type: ignore[misc] - tensordict's cl
 
 # tensordict installs its own __getattr__ / __getitem__ on a tensorclass after the class body runs, so
 # the data lookups are chained onto them here
-_tensorclass_getattr = Trajectory.__getattr__
+_tensorclass_getattr = Trajectory.__getattr__  # type: ignore[attr-defined]  # installed by tensordict
 _tensorclass_getitem = Trajectory.__getitem__
 
 
@@ -120,9 +120,9 @@ def _describe(self: Trajectory) -> str:
     return f"Trajectory({shape}, keys={keys})"
 
 
-Trajectory.__getattr__ = _entry_as_attribute  # type: ignore[method-assign]
-Trajectory.__getitem__ = _entry_or_steps  # type: ignore[method-assign]
-Trajectory.__repr__ = _describe  # type: ignore[method-assign]
+Trajectory.__getattr__ = _entry_as_attribute  # type: ignore[attr-defined]  # see above
+Trajectory.__getitem__ = _entry_or_steps  # type: ignore[method-assign, assignment]  # see above
+Trajectory.__repr__ = _describe  # type: ignore[method-assign, assignment]  # see above
 
 
 # -- the query language -------------------------------------------------------------------------
@@ -225,13 +225,13 @@ class _Comparable:
     def __le__(self, other: Any) -> Any:
         return self._compare(operator.le, other, "<=")
 
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override] - builds a predicate, as torch's == does
+    def __eq__(self, other: Any) -> Any:  # builds a predicate, as torch's == does
         return self._compare(operator.eq, other, "==")
 
-    def __ne__(self, other: Any) -> Any:  # type: ignore[override] - builds a predicate
+    def __ne__(self, other: Any) -> Any:  # builds a predicate
         return self._compare(operator.ne, other, "!=")
 
-    __hash__ = None  # type: ignore[assignment] - == builds predicates, so expressions are unhashable
+    __hash__ = None  # type: ignore[assignment]  # == builds predicates, so expressions are unhashable
 
 
 class TrajectoryScalar(_Comparable):
@@ -407,7 +407,7 @@ def filter_trajectories(
 # -- buffer queries -----------------------------------------------------------------------------
 
 
-def _key_tuple(key: NestedKey) -> tuple[str, ...]:
+def _key_tuple(key: NestedKey) -> tuple[Any, ...]:
     key = unravel_key(key)
     return key if isinstance(key, tuple) else (key,)
 

@@ -45,13 +45,13 @@ class HashToInt(nn.Module):
     def __len__(self) -> int:
         return len(self.table)
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override] - a table, not parameters
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override]  # a table, not parameters
         return {
             "keys": torch.tensor(list(self.table.keys()), dtype=torch.int64),
             "values": torch.tensor(list(self.table.values()), dtype=torch.int64),
         }
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:  # type: ignore[override] - a table, not parameters
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
         keys, values = state_dict["keys"].tolist(), state_dict["values"].tolist()
         if len(keys) != len(values):
             raise InvalidParameter(f"HashToInt state holds {len(keys)} keys and {len(values)} values")
