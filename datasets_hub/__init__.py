@@ -47,6 +47,8 @@ _EXPORTS: dict[str, str] = {
     "SipHash": "buffers.maps.hashing",
     "RandomProjectionHash": "buffers.maps.hashing",
     "BinaryToDecimal": "buffers.maps.hashing",
+    "Tree": "buffers.maps.forest",
+    "MCTSForest": "buffers.maps.forest",
     "HindsightStrategy": "buffers.her",
     "Trajectory": "buffers.trajectories",
     "traj": "buffers.trajectories",
