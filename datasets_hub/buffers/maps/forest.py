@@ -26,7 +26,7 @@ from __future__ import annotations
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from tensordict import NestedKey, TensorClass, TensorDict, TensorDictBase, lazy_stack
@@ -73,7 +73,7 @@ class Tree(TensorClass["nocast"]):  # type: ignore[type-arg, name-defined]  # te
         rollout = subtree = None
         if "next" in data.keys():
             rollout = data if data.batch_dims else data.unsqueeze(0)
-            subtree = lazy_stack([cls.make_node(data["next"][..., -1])])
+            subtree = lazy_stack([cls.make_node(rollout["next"][..., -1])])
         return cls(
             count=torch.zeros(()),
             wins=torch.zeros(()),
@@ -87,7 +87,7 @@ class Tree(TensorClass["nocast"]):  # type: ignore[type-arg, name-defined]  # te
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "subtree" and value is not None:
-            value.adopt(weakref.ref(self._tensordict))
+            value.adopt(weakref.ref(self._tensordict))  # type: ignore[attr-defined]  # the tensorclass's data
         super().__setattr__(name, value)
 
     def adopt(self, parent: weakref.ref) -> None:
@@ -210,9 +210,7 @@ class Tree(TensorClass["nocast"]):  # type: ignore[type-arg, name-defined]  # te
 
     def edges(self) -> list[tuple[int, int]]:
         """``(parent node_id, child node_id)`` of every edge, breadth first."""
-        return [
-            (tree.node_id, tree.subtree[i].node_id) for tree, _ in self._walk() for i in range(tree.num_children)
-        ]
+        return [(tree.node_id, tree.subtree[i].node_id) for tree, _ in self._walk() for i in range(tree.num_children)]
 
     def valid_paths(self) -> Iterator[tuple[int, ...]]:
         """The path to every leaf, breadth first."""
@@ -222,13 +220,13 @@ class Tree(TensorClass["nocast"]):  # type: ignore[type-arg, name-defined]  # te
         """The length of the longest path to a leaf (0 for a lone vertex)."""
         return max((len(path) for path in self.valid_paths()), default=0)
 
-    def get_vertex_by_id(self, id: int) -> Tree:  # noqa: A002 - TorchRL's keyword name
+    def get_vertex_by_id(self, id: int) -> Tree:
         for tree, _ in self._walk():
             if tree.node_id == id:
                 return tree
         raise InvalidParameter(f"no vertex with node_id {id} in this tree")
 
-    def get_vertex_by_hash(self, hash: int) -> Tree:  # noqa: A002 - TorchRL's keyword name
+    def get_vertex_by_hash(self, hash: int) -> Tree:
         for tree, _ in self._walk():
             if tree.hash == hash:
                 return tree
@@ -246,7 +244,7 @@ class Tree(TensorClass["nocast"]):  # type: ignore[type-arg, name-defined]  # te
             tree = tree.subtree[i]
             if tree.rollout is not None:
                 rollouts.append(tree.rollout)
-        return torch.cat(rollouts, dim=-1) if rollouts else None
+        return cast(TensorDictBase, torch.cat(rollouts, dim=-1)) if rollouts else None
 
     def to_string(self, node_format_fn: Callable[[Tree], Any] = lambda tree: tree.node_data.to_dict()) -> str:
         """One line per vertex with a rollout, depth first: ``<indent><path> <node_format_fn(vertex)>``,
@@ -326,19 +324,19 @@ class MCTSForest:
     # -- writing ------------------------------------------------------------------------------
 
     def _build_maps(self, keys: TensorDictBase, steps: TensorDictBase) -> None:
-        size = {} if self.max_size is None else {"max_size": self.max_size}
+        size = 1000 if self.max_size is None else self.max_size
         if self.data_map is None:
             self.data_map = TensorDictMap.from_tensordict_pair(
-                keys, steps, in_keys=[*self.observation_keys, *self.action_keys], **size
+                keys, steps, in_keys=[*self.observation_keys, *self.action_keys], max_size=size
             )
         if self.node_map is None:
             self.node_map = TensorDictMap.from_tensordict_pair(
                 keys,
                 steps,
                 in_keys=list(self.observation_keys),
-                storage_constructor=lambda: ListStorage(self.max_size or 1000),
+                max_size=size,
+                storage_constructor=lambda: ListStorage(size),
                 collate_fn=lazy_stack,
-                **size,
             )
         if self.max_size is None:
             self.max_size = self.data_map.max_size
@@ -437,7 +435,7 @@ class MCTSForest:
             wins=torch.zeros(()),
             index=None if out is None else torch.tensor(out[0]),
             node_data=observation.select(*self.observation_keys),
-            rollout=torch.stack(steps) if steps else None,
+            rollout=lazy_stack(steps).contiguous() if steps else None,
         )
         return tree, out
 
