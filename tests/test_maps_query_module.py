@@ -38,3 +38,5 @@ def test_query_module_refusals():
         QueryModule(in_keys=[])
     with pytest.raises(ValueError, match="one hash module per in_key"):
         QueryModule(in_keys=["a", "b"], hash_module=[SipHash()])
+    with pytest.warns(UserWarning, match="it is not used"):
+        QueryModule(in_keys=["a"], aggregator=SipHash())

@@ -15,6 +15,7 @@ gets ``len(table)``: the row a map would write it to next, never one in use.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from tensordict.utils import unravel_key
 from torch import nn
 
 from datasets_hub.buffers.maps.hashing import SipHash
-from datasets_hub.errors import InvalidParameter
+from datasets_hub.errors import InvalidArgument, InvalidParameter
 
 
 class HashToInt(nn.Module):
@@ -70,7 +71,8 @@ class QueryModule(nn.Module):
 
     ``hash_module``: one hash module (copied per key when there are several keys), a list of one per
     key, or ``None`` (a :class:`SipHash` per key). ``aggregator`` combines several keys' hashes; by
-    default the single ``hash_module`` given, else a :class:`SipHash`. ``clone`` is the default of
+    default the single ``hash_module`` given, else a :class:`SipHash` (one given with a single in_key warns: it
+    has nothing to combine). ``clone`` is the default of
     ``forward``'s ``clone``.
     """
 
@@ -108,10 +110,16 @@ class QueryModule(nn.Module):
             try:
                 modules = [copy.deepcopy(hash_module) for _ in self.in_keys]
             except Exception as err:
-                raise InvalidParameter(
+                raise InvalidArgument(
                     "QueryModule copies a single hash_module once per in_key and this one cannot be deep-copied: "
                     "pass a list with one hash module per in_key"
                 ) from err
+        if aggregator is not None and len(self.in_keys) == 1:
+            warnings.warn(
+                "QueryModule: an aggregator combines the hashes of several in_keys, and there is one: it is not used",
+                UserWarning,
+                stacklevel=2,
+            )
         if aggregator is None:
             aggregator = hash_module if hash_module is not None and not isinstance(hash_module, list) else SipHash()
         self.aggregator = aggregator
