@@ -1,5 +1,8 @@
 """LeRobot datasets (v3.0 and v2.1) as TorchRL Episode Data, with video decoded once into uint8 frames.
 
+This module holds one concept: the ``lerobot`` loader (ids, parameters, and how a LeRobot dataset's
+features become a build's keys); metadata, parquet reading, video and windows have modules of their own.
+
 **Ids.** ``lerobot/<org>/<name>`` reads the Hugging Face dataset repo ``<org>/<name>``, listed in
 the catalogue or not (any repo in LeRobot format works: ``load("lerobot/<org>/<name>",
 revision="v3.0")``). Files come through ``huggingface_hub`` (its cache and resume; ``HF_ENDPOINT``,
