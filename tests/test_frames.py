@@ -22,7 +22,8 @@ from datasets_hub.buffers.writers import ImmutableDatasetWriter
 from datasets_hub.build import frames as fr
 from datasets_hub.build.format import MANIFEST, write_manifest_checksum
 from datasets_hub.build.frames import FrameCodec, FrameError, psnr, resolve_frames
-from datasets_hub.build.pipeline import build, build_fingerprint
+from datasets_hub.build.identity import build_fingerprint
+from datasets_hub.build.pipeline import build
 from datasets_hub.build.reader import open_build
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import CacheError, InvalidParameter

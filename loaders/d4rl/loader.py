@@ -62,14 +62,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 PARAMS = ("max_episode_steps", "url")
 _CORE_KEYS = ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations")
@@ -295,6 +296,9 @@ class _Converter:
             start = stop
 
     def _chunk(self, rows: dict[tuple[str, ...], np.ndarray]) -> TensorDictBase:
+        import torch
+        from tensordict import TensorDict
+
         end = rows[("end",)]
         n = len(end)
         last = np.flatnonzero(end)

@@ -56,16 +56,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from datasets_hub.loaders.formats.npz_stream import NpzFile
 from datasets_hub.loaders.ogbench.tasks import SINGLETASK, check_task, default_task, relabel
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDict, TensorDictBase
 
 BASE_URL = "https://rail.eecs.berkeley.edu/datasets/ogbench"
 # The copy the OGBench maintainers pointed to during the 2026 outage (seohongpark/ogbench#49): upstream's
@@ -337,6 +338,9 @@ def _convert_file(spec: DatasetSpec, path: Path, name: str, ctx: LoaderContext, 
 
 def _ted(block: dict[str, np.ndarray], terminal: np.ndarray, extra: list[str], state: dict) -> TensorDict | None:
     """Raw rows of whole trajectories -> TED transitions (module docstring)."""
+    import torch
+    from tensordict import TensorDict
+
     idx = np.flatnonzero(~terminal)  # rows that have a next row in their trajectory
     trajectory = np.cumsum(terminal) - terminal  # ordinal of each row's trajectory in the block
     lengths = np.bincount(trajectory[idx], minlength=int(terminal.sum()))

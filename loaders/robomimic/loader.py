@@ -68,16 +68,17 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
 from ..formats.text import decode_text, encode_text
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 __all__ = ["RobomimicLoader", "decode_text", "demo_order"]
 
@@ -408,6 +409,9 @@ class _Converter:
                 )
 
     def _flush(self) -> TensorDictBase:
+        import torch
+        from tensordict import TensorDict
+
         keys = list(self.pending[0])
         merged = {k: np.concatenate([c[k] for c in self.pending]) for k in keys}
         n = int(merged[("episode",)].shape[0])
