@@ -460,7 +460,7 @@ def _sample_keys(path: Path) -> dict[str, dict[str, Any]]:
     """Keys, dtypes and per-row shapes of one transition as ``load`` returns it (one row is read)."""
     from datasets_hub.build.storage import DatasetStorage
 
-    storage = DatasetStorage(path)
+    storage = DatasetStorage(path, record_use=False)  # a look for the card, not a use
     if not len(storage):
         return {}
     row = storage.get(torch.zeros(1, dtype=torch.int64))

@@ -402,7 +402,14 @@ def test_frame_threads_follow_torch_and_the_environment(monkeypatch):
 def test_verify_rehashes_the_frame_leaves_and_finds_a_damaged_blob(monkeypatch):
     from datasets_hub.cache import verify as cv
 
+    from importlib.metadata import EntryPoint
+
+    from datasets_hub import plugins
+
     # fake/ is no installed loader: let verify recompute the fingerprint with the test's own
+    real = plugins._entry_points()
+    ep = EntryPoint(name="fake", value=f"{__name__}:ImageLoader", group=plugins.GROUP)
+    monkeypatch.setattr(plugins, "_entry_points", lambda: {**real, "fake": ep})
     monkeypatch.setattr("datasets_hub.plugins.get_loader", lambda name: ImageLoader())
     monkeypatch.setattr(
         "datasets_hub.catalogue.resolve",
