@@ -93,6 +93,7 @@ from datasets_hub.loaders.atari.replay import (
     plan_checkpoint,
     read_small,
 )
+from datasets_hub.loaders.formats.dopamine_atari import environment_card
 
 if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
     from tensordict import TensorDictBase
@@ -226,6 +227,7 @@ class AtariLoader(Loader):
             for key in _COUNT_KEYS:
                 totals[key] += conv.counts.get(key, 0)
         ctx.note("game", game)
+        ctx.note("environment", environment_card(game))
         ctx.note("run", int(run))
         ctx.note("checkpoints", self.checkpoints(spec))
         ctx.note("frame_shape", list(frame_shape or ()))

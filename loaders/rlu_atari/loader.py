@@ -64,6 +64,7 @@ import numpy as np
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+from datasets_hub.loaders.formats.dopamine_atari import environment_card
 
 if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
     from tensordict import TensorDictBase
@@ -244,6 +245,7 @@ class RLUAtariLoader(Loader):
                 + f" ({counts})"
             )
         ctx.note("game", game)
+        ctx.note("environment", environment_card(game))
         ctx.note("run", run)
         ctx.note("counts", counts)
         ctx.note("records_per_shard", per_shard)
