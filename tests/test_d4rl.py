@@ -334,7 +334,7 @@ def test_the_loader_tells_the_build_how_many_rows_it_will_read(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("name", "task"),
+    "name, task",
     [("hopper-medium-v2", "gym MuJoCo Hopper"), ("antmaze-large-diverse-v2", None), ("bullet-hopper-medium-v0", None)],
 )
 def test_the_card_records_d4rls_environment_id(tmp_path, name, task):
