@@ -400,11 +400,10 @@ def test_frame_threads_follow_torch_and_the_environment(monkeypatch):
 
 
 def test_verify_rehashes_the_frame_leaves_and_finds_a_damaged_blob(monkeypatch):
-    from datasets_hub.cache import verify as cv
-
     from importlib.metadata import EntryPoint
 
     from datasets_hub import plugins
+    from datasets_hub.cache import verify as cv
 
     # fake/ is no installed loader: let verify recompute the fingerprint with the test's own
     real = plugins._entry_points()
