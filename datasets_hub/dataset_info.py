@@ -99,7 +99,8 @@ class DatasetInfo:
           registered by ``d4rl`` in gym, ``"antmaze-large-v0"`` by ``ogbench`` in gymnasium;
         - ``make_kwargs`` and ``wrappers`` (``[{"entry_point": "module:Name", "kwargs": {...}}]``): how to
           make it with the settings the data was collected with (Atari's sticky actions, frame skip, ...);
-        - ``collected_with``: upstream's description of the environment, when it is not one of the above.
+        - ``make_with``: how upstream makes an environment gymnasium cannot (robomimic's env metadata,
+          ``env_meta``, through robomimic); ``collected_with``: upstream's description of the environment.
         """
         note = self.notes.get("environment")
         if isinstance(note, dict):
@@ -133,10 +134,10 @@ class DatasetInfo:
                 + ("" if self.cached else " (or is not built yet: download it)")
             )
         if spec is None and env.get("registry") != "gymnasium":
+            how = env.get("make_with") or f"import {env.get('registered_by')}; gym.make({env['env_id']!r})"
             raise InvalidParameter(
-                f"{self.id!r} was collected in {env['env_id']!r}, registered by {env.get('registered_by')!r} in the "
-                f"{env.get('registry')!r} registry, which gymnasium cannot make; make it there "
-                f"(`import {env.get('registered_by')}; gym.make({env['env_id']!r})`)"
+                f"{self.id!r} was collected in {env['env_id']!r} ({env.get('registry')}), which gymnasium cannot "
+                f"make; make it with `{how}`"
             )
         try:
             import gymnasium

@@ -430,6 +430,9 @@ class _Converter:
         note("split", self.spec.params.get("split") or "all demos")
         note("filter_keys", {p.name: dict(sorted(p.masks.items())) for p in self.plans})
         note("file_attributes", {p.name: p.attrs for p in self.plans})
+        environment = environment_card([p.attrs for p in self.plans])
+        if environment:
+            note("environment", environment)
         if self.has_text:
             note("task_text_width", self.text_width)
             note("tasks", sorted({p.text(d) for p in self.plans for d in p.demos}))
@@ -446,6 +449,30 @@ def _describe(entry: tuple[np.dtype, tuple[int, ...]] | None) -> str:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, (bytes, np.bytes_)) else str(value)
+
+
+_ENV_TYPES = {1: "robosuite", 2: "gym", 3: "igibson"}  # robomimic.envs.env_base.EnvType
+
+
+def environment_card(file_attributes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The card's ``environment``: robomimic's env metadata (``data.attrs["env_args"]``: ``env_name``, env
+    ``type``, ``env_kwargs``), which ``robomimic.utils.env_utils.create_env_from_metadata`` makes the
+    environment from. Empty when a file has none, or the files disagree."""
+    metas = [attrs.get("env_args") for attrs in file_attributes]
+    if not metas or not all(isinstance(m, dict) and isinstance(m.get("env_name"), str) for m in metas):
+        return {}
+    if any(m != metas[0] for m in metas[1:]):
+        return {}
+    meta = metas[0]
+    package = _ENV_TYPES.get(meta.get("type"))
+    return {
+        "env_id": meta["env_name"],
+        "registry": package or f"robomimic env type {meta.get('type')!r}",
+        "registered_by": package,
+        "env_meta": meta,
+        "make_with": "robomimic.utils.env_utils.create_env_from_metadata(env_meta=card.environment['env_meta'])",
+        "from": "the file's data.attrs['env_args'] (robomimic's env metadata)",
+    }
 
 
 def _json_attr(value: Any) -> Any:
