@@ -150,9 +150,10 @@ class DatasetInfo:
         try:
             if package:
                 importlib.import_module(package)  # registers its ids with gymnasium
-            made = gymnasium.make(env["env_id"], **{**env.get("make_kwargs", {}), **kwargs})
+            made: Any = gymnasium.make(env["env_id"], **{**env.get("make_kwargs", {}), **kwargs})
             for wrapper in env.get("wrappers", []):
-                made = load_env_creator(wrapper["entry_point"])(made, **wrapper.get("kwargs", {}))
+                wrap: Any = load_env_creator(wrapper["entry_point"])  # a wrapper class, not an env creator
+                made = wrap(made, **wrapper.get("kwargs", {}))
         except ImportError as exc:
             raise MissingDependency(
                 f"recover_environment({self.id!r}) needs the package that makes {env['env_id']!r} ({exc}). "

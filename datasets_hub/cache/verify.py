@@ -183,7 +183,7 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
 
     recorded = manifest.get("frames")  # a compressed build's codec enters its fingerprint
     if isinstance(recorded, dict) and recorded.get("codec") in ("jpeg", "png"):
-        choices = [FrameCodec(recorded["codec"], recorded.get("quality"))]
+        choices: list[FrameCodec | None] = [FrameCodec(recorded["codec"], recorded.get("quality"))]
     else:  # raw: load()'s default choice (recorded by `info` and `verify` already), else raw by request
         choices = [None, FrameCodec()]
     for frames in choices:

@@ -459,15 +459,14 @@ def environment_card(file_attributes: list[dict[str, Any]]) -> dict[str, Any]:
     ``type``, ``env_kwargs``), which ``robomimic.utils.env_utils.create_env_from_metadata`` makes the
     environment from. Empty when a file has none, or the files disagree."""
     metas = [attrs.get("env_args") for attrs in file_attributes]
-    if not metas or not all(isinstance(m, dict) and isinstance(m.get("env_name"), str) for m in metas):
+    meta = metas[0] if metas else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("env_name"), str) or any(m != meta for m in metas):
         return {}
-    if any(m != metas[0] for m in metas[1:]):
-        return {}
-    meta = metas[0]
-    package = _ENV_TYPES.get(meta.get("type"))
+    kind = meta.get("type")
+    package = _ENV_TYPES.get(kind) if isinstance(kind, int) else None
     return {
         "env_id": meta["env_name"],
-        "registry": package or f"robomimic env type {meta.get('type')!r}",
+        "registry": package or f"robomimic env type {kind!r}",
         "registered_by": package,
         "env_meta": meta,
         "make_with": "robomimic.utils.env_utils.create_env_from_metadata(env_meta=card.environment['env_meta'])",
