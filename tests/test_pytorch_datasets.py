@@ -13,6 +13,8 @@ from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.pytorch_datasets import ReplayBufferDataset, StorageDataset, tensordict_collate
 from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import PrioritizedSampler, WindowSampler
+from datasets_hub.buffers.samplers.prompt_group import PromptGroupSampler
+from datasets_hub.buffers.samplers.staleness import StalenessAwareSampler
 from datasets_hub.buffers.samplers.random import RandomSampler, SamplerWithoutReplacement
 from datasets_hub.buffers.samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
 from datasets_hub.buffers.storages import ListStorage
@@ -232,6 +234,8 @@ def test_which_samplers_require_shared_state():
         DevicePrioritizedSampler(10, 0.7, 0.5),
         WindowSampler([-1, 0], sampler=SamplerWithoutReplacement()),
         SamplerEnsemble(RandomSampler(), SamplerWithoutReplacement()),
+        StalenessAwareSampler(),
+        PromptGroupSampler(num_groups=2),
     ]
     stateless = [RandomSampler(), SliceSampler(slice_len=2), WindowSampler([-1, 0]), SamplerEnsemble(RandomSampler())]
     assert all(s.requires_shared_state for s in stateful)
