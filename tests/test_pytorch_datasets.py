@@ -14,9 +14,9 @@ from datasets_hub.buffers.pytorch_datasets import ReplayBufferDataset, StorageDa
 from datasets_hub.buffers.replay_buffers import ReplayBuffer, TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import PrioritizedSampler, WindowSampler
 from datasets_hub.buffers.samplers.prompt_group import PromptGroupSampler
-from datasets_hub.buffers.samplers.staleness import StalenessAwareSampler
 from datasets_hub.buffers.samplers.random import RandomSampler, SamplerWithoutReplacement
 from datasets_hub.buffers.samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
+from datasets_hub.buffers.samplers.staleness import StalenessAwareSampler
 from datasets_hub.buffers.storages import ListStorage
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 from datasets_hub.build.pipeline import build

@@ -73,7 +73,7 @@ class PromptGroupSampler(Sampler):
     - The draws use ``generator`` only.
     """
 
-    requires_shared_state = True  # its groups and their cache follow the storage it is given (TorchRL 0.15 lists it too)
+    requires_shared_state = True  # its group cache follows the storage (TorchRL 0.15 lists it too)
 
     def __init__(
         self,
