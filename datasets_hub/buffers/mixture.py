@@ -39,6 +39,7 @@ member's generator).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -48,6 +49,7 @@ from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
 
 from datasets_hub.buffers.feature_stats import compute_feature_stats, stats_arrays
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, nest
+from datasets_hub.buffers.row_blocks import fill_rows
 from datasets_hub.errors import InvalidParameter, did_you_mean
 
 NORMALIZE_MODES = ("mean_std", "min_max", "q01_q99")
@@ -132,12 +134,18 @@ class _Member:
         self.norm: dict[Key, tuple[str, dict[str, np.ndarray]]] = {}
         self.norm_tensors: dict[tuple[Key, Any], tuple[torch.Tensor, ...]] = {}
         self.width: dict[Key, int] = {}  # padded keys: this member's last dimension
+        self.arrays_only = False  # every leaf a CPU tensor numpy holds: the batch can be allocated once
+        self.direct = False  # its rows are gathered straight into the batch (storage.gather_into)
+        self.source_spec: dict[Key, tuple[np.dtype, tuple[int, ...]]] = {}  # source leaf: dtype, per-item shape
+        self.norm_np: dict[Key, tuple[np.ndarray, np.ndarray, bool]] = {}  # target: shift, scale, clip
+        self.routes: list[tuple] = []  # plan_routes
 
     def learn(self, probe: TensorDictBase) -> dict[Key, Any]:
         """Plan the key map on a probe batch (errors name the missing keys); the probe's mapped leaves."""
         leaves = sample_leaves(probe)
         if self.key_map is None:
             self.plan = [(k, k) for k in leaves]
+            self.plan_direct(leaves)
             return leaves
         plan = []
         for source, target in self.key_map.items():
@@ -156,6 +164,7 @@ class _Member:
             if mask in leaves and mask not in self.key_map:
                 plan.append((mask, (*target[:-1], target[-1] + "_is_pad")))
         self.plan = plan
+        self.plan_direct(leaves)
         return {target: leaves[source] for source, target in plan}
 
     def mapped(self, td: TensorDictBase) -> dict[Key, Any]:
@@ -172,9 +181,82 @@ class _Member:
             out[key] = _normalize(self, key, out[key], mode, arrays)
         return out
 
+    def plan_direct(self, probe_leaves: dict[Key, Any]) -> None:
+        """Use the direct path when the buffer hands out its draw (``draw_rows``), its storage gathers
+        into given arrays (``gather_into``) and every leaf is a CPU tensor numpy holds."""
+        values = [probe_leaves[source] for source, _ in self.plan]
+        storage = getattr(self.buffer, "storage", None)
+        self.arrays_only = all(not is_non_tensor(v) for v in values) and _numpy_able(values)
+        self.direct = (
+            self.arrays_only
+            and callable(getattr(self.buffer, "draw_rows", None))
+            and callable(getattr(storage, "gather_into", None))
+        )
+        self.source_spec = {
+            source: (probe_leaves[source].numpy().dtype, tuple(probe_leaves[source].shape[1:]))
+            for source, _ in self.plan
+            if isinstance(probe_leaves[source], torch.Tensor)
+        }
 
-def _numpy_able(pieces: list[torch.Tensor]) -> bool:
-    return all(p.device.type == "cpu" and p.dtype in _NUMPY_DTYPES and not p.requires_grad for p in pieces)
+    def plan_routes(self, dtypes: dict[Key, np.dtype], widths: dict[Key, int]) -> None:
+        """Where each source leaf goes in a batch whose keys have ``dtypes`` and padded ``widths``:
+        ``(source, target, own width or None, norm or None, gathered aside first)``, worked out once."""
+        routes = []
+        for source, target in self.plan:
+            dtype, shape = self.source_spec.get(source, (None, ()))
+            narrow = shape[-1] if target in widths and shape and shape[-1] != widths[target] else None
+            norm = self.norm_np.get(target)
+            routes.append((source, target, narrow, norm, norm is not None and dtype != dtypes[target]))
+        self.routes = routes
+
+    def write(self, arrays: dict[Key, np.ndarray], row: int, count: int) -> None:
+        """Draw ``count`` items and write them, normalised, into rows ``row:row + count`` of ``arrays``
+        (the batch, every key allocated once): gathered straight into it on the direct path, else
+        sampled and copied. Entries past this member's width of a padded key are zeroed."""
+        end = row + count
+        draw = self.buffer.draw_rows(count) if self.direct else None
+        if draw is None or draw[2] is None:
+            if draw is None:
+                leaves = self.mapped(self.buffer.sample(count))
+            else:  # drawn, but the rows were not promised: the storage's own gather of the index
+                index, info, _ = draw
+                extras = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and v.shape[:1] == (count,)}
+                leaves = self.mapped(self.buffer.storage.gather(index, extras))
+            for _, target, narrow, _, _ in self.routes:
+                dst = arrays[target][row:end]
+                fill_rows(dst, leaves[target].numpy())
+                if narrow is not None:
+                    dst[..., narrow:] = 0
+            return
+        _, info, rows = draw
+        views, later = {}, []
+        for source, target, narrow, norm, aside in self.routes:
+            dst = arrays[target][row:end]
+            if narrow is not None:
+                dst[..., narrow:] = 0
+                dst = dst[..., :narrow]
+            if aside:  # normalised to another dtype: gathered in its own first
+                dtype, shape = self.source_spec[source]
+                views[source] = np.empty((count, *shape), dtype=dtype)
+                later.append((views[source], dst, norm))
+            else:
+                views[source] = dst
+                if norm is not None:
+                    later.append((dst, dst, norm))
+        extras = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and as_key(k) in views} if info else None
+        self.buffer.storage.gather_into(rows, views, extras)
+        for value, dst, (shift, scale, clip) in later:  # each member with its own statistics
+            np.subtract(value, shift, out=dst, casting="unsafe")
+            np.divide(dst, scale, out=dst)
+            if clip:
+                np.clip(dst, -1.0, 1.0, out=dst)
+
+
+def _numpy_able(pieces: list[Any]) -> bool:
+    return all(
+        isinstance(p, torch.Tensor) and p.device.type == "cpu" and p.dtype in _NUMPY_DTYPES and not p.requires_grad
+        for p in pieces
+    )
 
 
 _NUMPY_DTYPES = {
@@ -309,9 +391,19 @@ class Mixture:
         self.generator = generator
         self._pad: dict[Key, int] = {}  # padded keys: their width in the mixture
         self._shares: dict[int, list[int]] = {}  # exact shares by number of slots
-        self._fixed: dict[tuple, dict[Key, torch.Tensor]] = {}  # (counts, device) -> dataset index, masks
+        self._fixed: dict[tuple, dict[Key, torch.Tensor]] = {}
+        self._spare: np.ndarray | None = None  # the last batch's memory (_arrays)  # (counts, device) -> dataset index, masks
         self._schema = self._learn_schema()
+        self._normalized = {as_key(k) for k in (normalize or {})}
+        # every leaf of every member a CPU array: each batch is allocated once and filled member by member
+        self._block = all(m.arrays_only for m in self._members)
         self._plan_normalize(normalize or {}, stats)
+        # (key, per-item shape, dtype) of every array of a batch, allocated once per batch
+        self._layout = [
+            (key, spec[2], self._layout_dtype(key)) for key, spec in self._schema.items() if spec[0] == "tensor"
+        ]
+        for m in self._members:
+            m.plan_routes({key: dtype for key, _, dtype in self._layout}, self._pad)
 
     # -- construction ----------------------------------------------------------------------------------
     def _learn_schema(self) -> dict[Key, tuple[str, Any, tuple[int, ...]]]:
@@ -405,6 +497,14 @@ class Mixture:
                         f"{key_to_str(target)!r}); it has them for {sorted(features)}"
                     )
                 m.norm[target] = (mode, stats_arrays(entry))
+                m.norm_np[target] = _shift_scale(mode, m.norm[target][1], self._layout_dtype(target))
+
+    def _layout_dtype(self, key: Key) -> np.dtype:
+        """The numpy dtype of ``key`` in a batch: its members' dtype, float32 (float64 stays) when normalised."""
+        dtype = torch.empty((), dtype=self._schema[key][1]).numpy().dtype
+        if key in self._normalized:
+            return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+        return dtype
 
     # -- sampling -------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -437,16 +537,60 @@ class Mixture:
             if batch_size is None:
                 raise InvalidParameter("sample() needs a batch size: sample(256) or Mixture(..., batch_size=256)")
         counts = self.counts(batch_size)
-        parts = []
-        for i, count in enumerate(counts):
-            if count:
-                m = self._members[i]
-                td = m.buffer.sample(count)
-                parts.append((m, m.mapped(td), td.batch_size))
-        out = self._concatenate(parts, tuple(counts))
+        if self._block:
+            out = self._sample_block(counts)
+        else:
+            parts = []
+            for i, count in enumerate(counts):
+                if count:
+                    m = self._members[i]
+                    td = m.buffer.sample(count)
+                    parts.append((m, m.mapped(td), td.batch_size))
+            out = self._concatenate(parts, tuple(counts))
         if return_info:
             return out, {"dataset": out.get(("dataset", "index"))}
         return out
+
+    def _sample_block(self, counts: list[int]) -> TensorDict:
+        """The batch allocated once per key (padded keys zeroed), each member writing its rows into it."""
+        total = sum(counts)
+        arrays = self._arrays(total)
+        row = 0
+        for m, count in zip(self._members, counts, strict=True):
+            if count:
+                m.write(arrays, row, count)
+                row += count
+        keys: list[Key] = list(arrays)
+        values: list[Any] = [torch.from_numpy(a) for a in arrays.values()]
+        batch = torch.Size([total])
+        parts = [(m, None, torch.Size([c])) for m, c in zip(self._members, counts, strict=True) if c]
+        for key, value in self._fixed_keys(parts, tuple(counts), batch, torch.device("cpu")).items():
+            keys.append(key)
+            values.append(copy_rows(value))  # cached: the batch gets its own copy
+        if self.ids:
+            index = values[keys.index(("dataset", "index"))]
+            keys.append(("dataset", "id"))
+            values.append(NonTensorStack.from_list([self.names[i] for i in index.reshape(-1).tolist()]))
+        return TensorDict._new_unsafe(source=cast(Any, nest(keys, values)), batch_size=batch, nested=True)
+
+    def _arrays(self, total: int) -> dict[Key, np.ndarray]:
+        """Every key's array of a ``total``-row batch, as views of one block of memory. The block of the
+        previous batch is used again when nothing references it any more (the caller dropped that batch:
+        no tensor of it is alive to see the change); a fresh block each time would cost the kernel a page
+        fault per 4 KiB written, more than the gathers themselves on large batches."""
+        sizes = [total * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for _, shape, dtype in self._layout]
+        offsets = np.cumsum([0] + [-(-size // 64) * 64 for size in sizes])  # each array 64-byte aligned
+        spare = self._spare
+        # three references to a block nobody else holds: self._spare, ``spare`` and getrefcount's argument
+        if spare is not None and spare.nbytes == offsets[-1] and sys.getrefcount(spare) == 3:
+            block = spare
+        else:
+            block = np.empty(int(offsets[-1]), dtype=np.uint8)
+            self._spare = block
+        return {
+            key: block[offsets[i] : offsets[i] + sizes[i]].view(dtype).reshape(total, *shape)
+            for i, (key, shape, dtype) in enumerate(self._layout)
+        }
 
     def _concatenate(self, parts: list[tuple[_Member, dict[Key, Any], torch.Size]], counts: tuple) -> TensorDict:
         batch = torch.Size([sum(size[0] for _, _, size in parts), *parts[0][2][1:]])
@@ -503,11 +647,7 @@ def _normalize(m: _Member, key: Key, value: torch.Tensor, mode: str, arrays: dic
     dtype = torch.float64 if value.dtype == torch.float64 else torch.float32
     cached = m.norm_tensors.get((key, value.device))
     if cached is None:
-        if mode == "mean_std":
-            shift, scale = arrays["mean"], np.maximum(arrays["std"], _EPS)
-        else:
-            lo, hi = (arrays["min"], arrays["max"]) if mode == "min_max" else (arrays["q01"], arrays["q99"])
-            shift, scale = (lo + hi) / 2, np.maximum(hi - lo, _EPS) / 2
+        shift, scale, _ = _shift_scale(mode, arrays, np.dtype(np.float64))
         cached = tuple(torch.as_tensor(a, dtype=dtype, device=value.device) for a in (shift, scale))
         m.norm_tensors[(key, value.device)] = cached
     if _numpy_able([value]):  # in numpy: one thread, never torch's intra-op pool (see concat_rows)
@@ -519,3 +659,13 @@ def _normalize(m: _Member, key: Key, value: torch.Tensor, mode: str, arrays: dic
         return torch.from_numpy(x)
     out = (value.to(dtype) - cached[0]) / cached[1]
     return out.clamp_(-1.0, 1.0) if mode == "q01_q99" else out
+
+
+def _shift_scale(mode: str, arrays: dict[str, np.ndarray], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``(shift, scale, clip)`` of a normalisation: ``(x - shift) / scale``, clipped to [-1, 1] if ``clip``."""
+    if mode == "mean_std":
+        shift, scale = arrays["mean"], np.maximum(arrays["std"], _EPS)
+    else:
+        lo, hi = (arrays["min"], arrays["max"]) if mode == "min_max" else (arrays["q01"], arrays["q99"])
+        shift, scale = (lo + hi) / 2, np.maximum(hi - lo, _EPS) / 2
+    return np.asarray(shift, dtype=dtype), np.asarray(scale, dtype=dtype), mode == "q01_q99"
