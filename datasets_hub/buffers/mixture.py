@@ -39,7 +39,6 @@ member's generator).
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -49,7 +48,7 @@ from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
 
 from datasets_hub.buffers.feature_stats import compute_feature_stats, stats_arrays
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, nest
-from datasets_hub.buffers.row_blocks import fill_rows
+from datasets_hub.buffers.row_blocks import BatchMemory, fill_rows
 from datasets_hub.errors import InvalidParameter, did_you_mean
 
 NORMALIZE_MODES = ("mean_std", "min_max", "q01_q99")
@@ -392,18 +391,19 @@ class Mixture:
         self._pad: dict[Key, int] = {}  # padded keys: their width in the mixture
         self._shares: dict[int, list[int]] = {}  # exact shares by number of slots
         self._fixed: dict[tuple, dict[Key, torch.Tensor]] = {}
-        self._spare: np.ndarray | None = None  # the last batch's memory (_arrays)  # (counts, device) -> dataset index, masks
+        self._spare: np.ndarray | None = (
+            None  # the last batch's memory (_arrays)  # (counts, device) -> dataset index, masks
+        )
         self._schema = self._learn_schema()
         self._normalized = {as_key(k) for k in (normalize or {})}
         # every leaf of every member a CPU array: each batch is allocated once and filled member by member
         self._block = all(m.arrays_only for m in self._members)
         self._plan_normalize(normalize or {}, stats)
         # (key, per-item shape, dtype) of every array of a batch, allocated once per batch
-        self._layout = [
-            (key, spec[2], self._layout_dtype(key)) for key, spec in self._schema.items() if spec[0] == "tensor"
-        ]
+        layout = [(key, spec[2], self._layout_dtype(key)) for key, spec in self._schema.items() if spec[0] == "tensor"]
+        self._memory = BatchMemory(layout)
         for m in self._members:
-            m.plan_routes({key: dtype for key, _, dtype in self._layout}, self._pad)
+            m.plan_routes({key: dtype for key, _, dtype in layout}, self._pad)
 
     # -- construction ----------------------------------------------------------------------------------
     def _learn_schema(self) -> dict[Key, tuple[str, Any, tuple[int, ...]]]:
@@ -554,7 +554,7 @@ class Mixture:
     def _sample_block(self, counts: list[int]) -> TensorDict:
         """The batch allocated once per key (padded keys zeroed), each member writing its rows into it."""
         total = sum(counts)
-        arrays = self._arrays(total)
+        arrays = self._memory.arrays(total)
         row = 0
         for m, count in zip(self._members, counts, strict=True):
             if count:
@@ -572,25 +572,6 @@ class Mixture:
             keys.append(("dataset", "id"))
             values.append(NonTensorStack.from_list([self.names[i] for i in index.reshape(-1).tolist()]))
         return TensorDict._new_unsafe(source=cast(Any, nest(keys, values)), batch_size=batch, nested=True)
-
-    def _arrays(self, total: int) -> dict[Key, np.ndarray]:
-        """Every key's array of a ``total``-row batch, as views of one block of memory. The block of the
-        previous batch is used again when nothing references it any more (the caller dropped that batch:
-        no tensor of it is alive to see the change); a fresh block each time would cost the kernel a page
-        fault per 4 KiB written, more than the gathers themselves on large batches."""
-        sizes = [total * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for _, shape, dtype in self._layout]
-        offsets = np.cumsum([0] + [-(-size // 64) * 64 for size in sizes])  # each array 64-byte aligned
-        spare = self._spare
-        # three references to a block nobody else holds: self._spare, ``spare`` and getrefcount's argument
-        if spare is not None and spare.nbytes == offsets[-1] and sys.getrefcount(spare) == 3:
-            block = spare
-        else:
-            block = np.empty(int(offsets[-1]), dtype=np.uint8)
-            self._spare = block
-        return {
-            key: block[offsets[i] : offsets[i] + sizes[i]].view(dtype).reshape(total, *shape)
-            for i, (key, shape, dtype) in enumerate(self._layout)
-        }
 
     def _concatenate(self, parts: list[tuple[_Member, dict[Key, Any], torch.Size]], counts: tuple) -> TensorDict:
         batch = torch.Size([sum(size[0] for _, _, size in parts), *parts[0][2][1:]])

@@ -506,17 +506,6 @@ class ReplayBuffer:
             data = data.exclude(*[k for k in info if isinstance(k, str) and (k == "index" or k.startswith("_"))])
         return (data, info) if return_info else data
 
-    def draw_rows(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None] | None:
-        """The sampler's draw for one batch, under the buffer's lock, without the gather: ``(index, info,
-        rows)`` as ``Sampler.sample_rows`` gives it, for a caller that reads the storage itself (a mixture
-        writing each member's rows straight into its batch). ``None``, drawing nothing, when a batch is
-        more than the storage's gather of the draw (prefetch, pinning, ``collate_fn``, transforms, a
-        multi-dimensional storage)."""
-        if not self._plain_gathers() or getattr(self._writer, "tracks_generations", False):
-            return None
-        with self._lock:
-            return self._sampler.sample_rows(self._storage, batch_size)
-
     def __iter__(self) -> Iterator[Any]:
         if self._batch_size is None:
             raise RuntimeError(
