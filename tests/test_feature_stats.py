@@ -216,7 +216,7 @@ def test_float32_values_fall_in_the_buckets_of_their_float64_copies():
     from datasets_hub.buffers.feature_stats import ZERO_BAND, _bucket_index
 
     rng = np.random.default_rng(3)
-    values = rng.standard_normal(20000) * 10.0 ** rng.integers(-12, 12, 20000)
+    values = rng.standard_normal(20001) * 10.0 ** rng.integers(-12, 12, 20001)
     edges = [0.0, -0.0, ZERO_BAND, -ZERO_BAND, ZERO_BAND * 1.001, 3e38, -3e38, 1e-40, -1e-40, 1.0, -1.0]
     values = np.concatenate([values, edges]).astype(np.float32).reshape(2, -1)
     assert np.array_equal(_bucket_index(values), _bucket_index(values.astype(np.float64)))
