@@ -15,6 +15,12 @@ schema at sample time and concatenates them. Contract of ``Mixture.sample(n)``:
 - Key maps: ``key_maps[i]`` selects and renames member ``i``'s keys (``{source: target}``; a list of
   keys selects without renaming; ``None`` keeps every key). A key may name a sub-tree (``"goal"``: every
   leaf under it, renamed with it). A window mask ``<source>_is_pad`` follows its key. Keys of the result must be the same in every member, with the same dtype.
+- Projections: ``project[i]`` (a callable, or ``None``) maps member ``i``'s batch (a TensorDict) to
+  another of the same batch size, before its key map: the way to a common schema where zero-padding
+  is not the right one (a 7-dof action from a 6-dof arm plus a gripper; an image resized). Its output
+  must keep one schema: a leaf whose dtype or per-item shape changes after the first batch, a
+  projection that raises or returns something else are errors naming the dataset (and the key).
+  Projected members are sampled, then copied into the batch.
 - Padding: a key whose per-item shape differs between members only in its last dimension, with at
   most two dimensions per item (a state ``[D]``, a window of them ``[T, D]``) and a numeric dtype, is
   zero-padded to the widest; ``<key>_dim_is_pad`` (bool ``[batch, D_max]``, True on padded entries)
@@ -124,9 +130,10 @@ def _spec(value: Any, batch_dims: int) -> tuple[str, Any, tuple[int, ...]]:
 class _Member:
     """One member's sample-time plan: which leaf goes to which key, and its normalisation."""
 
-    def __init__(self, name: str, buffer: Any, key_map: Any) -> None:
+    def __init__(self, name: str, buffer: Any, key_map: Any, project: Any = None) -> None:
         self.name = name
         self.buffer = buffer
+        self.project = project  # the user's callable: this member's batch -> a batch of the common schema
         self.unit = _unit(buffer)
         self.key_map = key_map
         self.plan: list[tuple[Key, Key]] = []  # (leaf of a sample, key in the mixture), from the probe
@@ -139,9 +146,36 @@ class _Member:
         self.norm_np: dict[Key, tuple[np.ndarray, np.ndarray, bool]] = {}  # target: shift, scale, clip
         self.routes: list[tuple] = []  # plan_routes
 
+    def projected(self, td: TensorDictBase) -> TensorDictBase:
+        """The batch through the user's projection, if any (its errors and wrong results name the dataset)."""
+        if self.project is None:
+            return td
+        try:
+            out = self.project(td)
+        except Exception as exc:
+            raise InvalidParameter(f"dataset {self.name!r}: its projection failed on a batch: {exc!r}") from exc
+        if not isinstance(out, TensorDictBase) or tuple(out.batch_size) != tuple(td.batch_size):
+            what = list(out.batch_size) if isinstance(out, TensorDictBase) else type(out).__name__
+            raise InvalidParameter(
+                f"dataset {self.name!r}: a projection returns a TensorDict of the batch's size "
+                f"{list(td.batch_size)}, got {what}"
+            )
+        return out
+
+    def check_projected(self, leaves: dict[Key, Any]) -> None:
+        """A projected batch holds what the probe held (dtype, per-item shape), naming the key that does not."""
+        for source, (dtype, shape) in self.source_spec.items():
+            value = leaves.get(source)
+            got = (value.numpy().dtype, tuple(value.shape[1:])) if isinstance(value, torch.Tensor) else None
+            if got is not None and got != (dtype, shape):
+                raise InvalidParameter(
+                    f"dataset {self.name!r}: its projection gave {key_to_str(source)!r} as {got[0]} {list(got[1])} "
+                    f"per item, but {dtype} {list(shape)} on the first batch: a projection must give one schema"
+                )
+
     def learn(self, probe: TensorDictBase) -> dict[Key, Any]:
         """Plan the key map on a probe batch (errors name the missing keys); the probe's mapped leaves."""
-        leaves = sample_leaves(probe)
+        leaves = sample_leaves(self.projected(probe))
         if self.key_map is None:
             self.plan = [(k, k) for k in leaves]
             self.plan_direct(leaves)
@@ -168,7 +202,9 @@ class _Member:
 
     def mapped(self, td: TensorDictBase) -> dict[Key, Any]:
         """The leaves of a batch under their keys in the mixture, normalised."""
-        leaves = sample_leaves(td)
+        leaves = sample_leaves(self.projected(td))
+        if self.project is not None:
+            self.check_projected(leaves)
         try:
             out = {target: leaves[source] for source, target in self.plan}
         except KeyError as exc:
@@ -188,13 +224,14 @@ class _Member:
         self.arrays_only = all(not is_non_tensor(v) for v in values) and _numpy_able(values)
         self.direct = (
             self.arrays_only
+            and self.project is None
             and callable(getattr(self.buffer, "draw_rows", None))
             and callable(getattr(storage, "gather_into", None))
         )
         self.source_spec = {
             source: (probe_leaves[source].numpy().dtype, tuple(probe_leaves[source].shape[1:]))
             for source, _ in self.plan
-            if isinstance(probe_leaves[source], torch.Tensor)
+            if isinstance(probe_leaves[source], torch.Tensor) and _numpy_able([probe_leaves[source]])
         }
 
     def plan_routes(self, dtypes: dict[Key, np.dtype], widths: dict[Key, int]) -> None:
@@ -223,7 +260,13 @@ class _Member:
                 leaves = self.mapped(self.buffer.storage.gather(index, extras))
             for _, target, narrow, _, _ in self.routes:
                 dst = arrays[target][row:end]
-                fill_rows(dst, leaves[target].numpy())
+                value = leaves[target]
+                if not isinstance(value, torch.Tensor) or not _numpy_able([value]):
+                    raise InvalidParameter(
+                        f"dataset {self.name!r} gave {key_to_str(target)!r} as {type(value).__name__} on "
+                        f"{getattr(value, 'device', 'no device')}, but CPU tensors on its first batch"
+                    )
+                fill_rows(dst, value.numpy())
                 if narrow is not None:
                     dst[..., narrow:] = 0
             return
@@ -352,6 +395,7 @@ class Mixture:
         temperature: float = 1.0,
         exact: bool = True,
         key_maps: Sequence[Any] | None = None,
+        project: Sequence[Any] | None = None,
         normalize: Mapping[Any, str] | None = None,
         stats: Sequence[Mapping[str, Any] | None] | None = None,
         ids: bool = False,
@@ -375,7 +419,15 @@ class Mixture:
             if key_maps is None
             else [_key_map(m, n) for m, n in zip(key_maps, names, strict=True)]
         )
-        self._members = [_Member(n, rb, m) for n, rb, m in zip(names, buffers, maps, strict=True)]
+        if project is not None:
+            project = list(project)
+            if len(project) != len(buffers):
+                raise InvalidParameter(f"project has {len(project)} entries for {len(buffers)} datasets (None: as is)")
+            for name, fn in zip(names, project, strict=True):
+                if fn is not None and not callable(fn):
+                    raise InvalidParameter(f"dataset {name!r}: a projection is a callable batch -> batch, got {fn!r}")
+        projections = project if project is not None else [None] * len(buffers)
+        self._members = [_Member(n, rb, m, fn) for n, rb, m, fn in zip(names, buffers, maps, projections, strict=True)]
         units = {m.unit for m in self._members}
         if len(units) > 1:
             detail = ", ".join(f"{m.name!r}: {m.unit}" for m in self._members)
