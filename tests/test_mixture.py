@@ -439,3 +439,53 @@ def test_mixture_on_the_cpu_device_path_equals_the_host_build():
     b = Mixture([host, buffer("b", SliceSampler(slice_len=4))], key_maps=[keys, keys], weights="uniform")
     for _ in range(3):
         _same_batches(a.sample(16), b.sample(16))
+
+
+def test_lerobot_windows_of_datasets_at_different_frame_rates(tmp_path, monkeypatch):
+    """The same delta_timestamps (seconds) over a 10 fps and a 20 fps dataset: each member's window
+    offsets follow its own rate (1 vs 2 frames per 0.1 s); states of 3 and 5 values are padded."""
+    pytest.importorskip("pyarrow")
+    from datasets_hub.loaders.lerobot import loader as lr
+    from datasets_hub.loaders.lerobot.loader import decode_text
+    from datasets_hub.loaders.lerobot.windows import delta_timestamps_sampler
+
+    from fixtures import lerobot_writer as lw
+    from fixtures.http_server import point_huggingface_hub_at, serve_files
+
+    specs = {
+        "acme/slow": lw.Spec(lengths=(6, 9), tasks=("push", "lift"), cameras=(), fps=10, state_dim=3, action_dim=2),
+        "acme/fast": lw.Spec(lengths=(12, 7), tasks=("stack", "open"), cameras=(), fps=20, state_dim=5, action_dim=2),
+    }
+    delta = {"observation.state": [-0.1, 0.0], "action": [0.0, 0.1, 0.2]}
+    summaries = {}
+    with serve_files() as server:
+        for repo, spec in specs.items():
+            root = tmp_path / repo.replace("/", "_")
+            summaries[repo] = lw.write_dataset(root, spec)
+            for path, data in lw.files_of(root).items():
+                server.add_hf_file(repo, path, data)
+        point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
+        monkeypatch.setattr(lr, "_metas", {})
+        ids = [f"lerobot/{repo}" for repo in specs]
+        samplers = [delta_timestamps_sampler(delta, fps=i) for i in ids]
+        mix = dh.mixture(ids, sampler=samplers, weights="uniform", num_workers=1, generator=gen(2))
+        out = mix.sample(40)
+    assert out["observation", "state"].shape == (40, 2, 5) and out["action"].shape == (40, 3, 2)
+    assert out["observation", "state_dim_is_pad"][:20].tolist() == [[False] * 3 + [True] * 2] * 20
+    for b in range(40):
+        repo = list(specs)[int(out["dataset", "index"][b])]
+        spec, starts = specs[repo], summaries[repo]["starts"]
+        e, i = int(out["episode"][b]), int(out["info", "index"][b])
+        t, frames = i - starts[e], spec.fps // 10  # frames per 0.1 s
+        for key, offsets in ((("observation", "state"), [-1, 0]), (("action",), [0, 1, 2])):
+            pos = [t + o * frames for o in offsets]
+            clipped = [min(max(p, 0), spec.lengths[e] - 1) for p in pos]
+            want = np.stack([lw.state_of(e, p, spec.state_dim) for p in clipped])
+            if key == ("action",):
+                want = -want[:, : spec.action_dim]
+            got = out[key][b].numpy()[:, : want.shape[-1]]
+            np.testing.assert_array_equal(got, want)
+            mask = out[(*key[:-1], key[-1] + "_is_pad")][b].tolist()
+            assert mask == [not 0 <= p < spec.lengths[e] for p in pos]
+    tasks = decode_text(out["task"])  # byte rows, zero-padded to the longer dataset's width
+    assert set(tasks[:20]) <= {"push", "lift"} and set(tasks[20:]) <= {"stack", "open"}
