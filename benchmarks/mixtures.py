@@ -15,12 +15,12 @@ so the builds are the ones ``datasets_hub.load`` would make):
    realistic case: reading the file is part of a build), the same shape from an in-memory loader
    (the writer alone: the worst case for the ratio), and ``--image-rows`` rows of 84x84x3 uint8.
 2. **Mixture rate.** Three builds whose state/action sizes differ (11/3, 17/6, 39/8 values); items per
-   second of each member alone and of the mixture (``exact`` shares, sizes as weights, padding with
+   CPU second (median of 5 runs; see ``rate``) of each member alone and of the mixture (``exact`` shares, sizes as weights, padding with
    masks, no normalisation and with ``mean_std`` normalisation of observation and action), batches of
    each of ``--batches``, uniform rows and slices of 32; the ratio to the slowest member alone (the bar: >= 0.9).
 3. **Offline+online seeding.** In a fresh process each: open the ``--rows`` build as the offline part of
    an ``OfflineOnlineBuffer`` (time, and peak RSS above the process's RSS after ``import datasets_hub``);
-   then items per second of the mixed buffer (ratio 0.5 after 10k online rows) against the offline
+   then items per CPU second of the mixed buffer (ratio 0.5 after 10k online rows) against the offline
    build alone. LeRobot's ``ReplayBuffer.from_lerobot_dataset`` (the issue's comparison) needs LeRobot
    0.4.4 and its own torch in another venv; it is not run here (see docs/results/mixtures.md).
 
@@ -174,13 +174,19 @@ def stats_cost(rows: int, image_rows: int, repeats: int, work: Path) -> list[dic
 
 
 # -- 2. mixture rate ----------------------------------------------------------------------------------
-def rate(fn: Any, items: int, seconds: float) -> float:
+def rate(fn: Any, items: int, seconds: float, repeats: int = 5) -> float:
+    """Items per CPU second of this process (median of ``repeats`` runs of ``seconds / repeats`` each):
+    CPU time holds on a machine whose other jobs take the cores, wall time does not. Sampling runs on
+    one thread here (numpy gathers), so on an idle machine the two agree."""
     fn()  # warm
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        fn()
-        n += 1
-    return n * items / (time.perf_counter() - start)
+    runs = []
+    for _ in range(repeats):
+        n, start, cpu = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds / repeats:
+            fn()
+            n += 1
+        runs.append(n * items / max(time.process_time() - cpu, 1e-9))
+    return statistics.median(runs)
 
 
 def buffer(path: Path, sampler: Any, seed: int) -> TensorDictReplayBuffer:
@@ -243,11 +249,14 @@ seed_s = time.perf_counter() - t
 peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 after = rss_kb()
 buf.extend(offline.storage[0:10_000])
-def rate(fn, batch):
-    fn(); n = 0; start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        fn(); n += 1
-    return n * batch / (time.perf_counter() - start)
+def rate(fn, batch):  # items per CPU second, median of 5 runs (see rate() in the parent)
+    fn(); runs = []
+    for _ in range(5):
+        n = 0; start = time.perf_counter(); cpu = time.process_time()
+        while time.perf_counter() - start < seconds / 5:
+            fn(); n += 1
+        runs.append(n * batch / max(time.process_time() - cpu, 1e-9))
+    return sorted(runs)[2]
 rates = [{"batch": b, "offline_alone_items_per_s": rate(lambda: offline.sample(b), b),
           "mixed_items_per_s": rate(lambda: buf.sample(b), b)} for b in batches]
 for r in rates:
@@ -278,7 +287,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--image-rows", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--batches", type=int, nargs="+", default=[256, 4096])
+    ap.add_argument("--batches", type=int, nargs="+", default=[256, 4096, 16384])
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--parts", nargs="+", default=["stats", "mixture", "seeding"], help="which parts to run")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mixtures.json"))
@@ -295,7 +304,7 @@ def main() -> None:
                 f"{r['cpu_extra']:>+7.1%}"
             )
         mix = mixture_rate(args.rows, args.batches, args.seconds) if "mixture" in args.parts else []
-        print("\n2. mixture of 3 builds (state/action 11/3, 17/6, 39/8), items/s")
+        print("\n2. mixture of 3 builds (state/action 11/3, 17/6, 39/8), items per CPU second")
         print(
             f"  {'sampler':<13} {'batch':>6} {'members alone':>30} {'mixture':>9} {'x slowest':>9} "
             f"{'normalised':>10} {'x slowest':>9}"
