@@ -149,9 +149,9 @@ def stats_cost(rows: int, image_rows: int, repeats: int, work: Path) -> list[dic
                     feature_stats.FeatureStats.update = lambda self, batch: None  # type: ignore[method-assign]  # baseline
                     feature_stats.FeatureStats.result = lambda self: {}  # type: ignore[method-assign]  # baseline
                 try:
-                    wall, cpu = time.perf_counter(), time.process_time()
+                    wall_start, cpu_start = time.perf_counter(), time.process_time()
                     run()
-                    times[mode].append((time.perf_counter() - wall, time.process_time() - cpu))
+                    times[mode].append((time.perf_counter() - wall_start, time.process_time() - cpu_start))
                 finally:
                     feature_stats.FeatureStats.update = real_update  # type: ignore[method-assign]  # restored
                     feature_stats.FeatureStats.result = real_result  # type: ignore[method-assign]  # restored
@@ -207,7 +207,7 @@ def mixture_rate(rows: int, batches: list[int], seconds: float) -> list[dict[str
         members = [buffer(p, make_sampler(), i) for i, p in enumerate(paths)]
         alone = [rate(lambda rb=rb, n=batch: rb.sample(n), batch, seconds) for rb in members]
         plain = Mixture(members, names=[s[0] for s in shapes])
-        stats = [rb.storage.manifest["stats"]["features"] for rb in members]
+        stats = [DatasetStorage(p).manifest["stats"]["features"] for p in paths]
         normed = Mixture(members, normalize={"observation": "mean_std", "action": "mean_std"}, stats=stats)
         mixed = rate(lambda mix=plain, n=batch: mix.sample(n), batch, seconds)
         mixed_norm = rate(lambda mix=normed, n=batch: mix.sample(n), batch, seconds)

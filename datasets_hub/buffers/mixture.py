@@ -290,7 +290,7 @@ class _Member:
                 views[source] = dst
                 if norm is not None:
                     later.append((dst, dst, norm))
-        extras = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and as_key(k) in views} if info else None
+        extras = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and as_key(k) in views}
         self.buffer.storage.gather_into(rows, views, extras)
         for value, dst, (shift, scale, clip) in later:  # each member with its own statistics
             x = value if value is dst else np.subtract(value, shift, dtype=dst.dtype)

@@ -267,10 +267,11 @@ class TensorStorage(SharedCounters, Storage):
                 fill_rows(dst, sample.get(key).numpy())
             return
         for key, dst in out.items():
+            view = views.get(key)
             if key in extras:
                 fill_rows(dst, extras[key].numpy())
-            else:
-                take_rows(views[key], rows, dst)
+            elif view is not None:  # every key not in extras has one (checked above)
+                take_rows(view, rows, dst)
 
     def _get_md(self, index: Any) -> Any:
         if not self.initialized:
