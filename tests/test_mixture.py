@@ -489,3 +489,12 @@ def test_lerobot_windows_of_datasets_at_different_frame_rates(tmp_path, monkeypa
             assert mask == [not 0 <= p < spec.lengths[e] for p in pos]
     tasks = decode_text(out["task"])  # byte rows, zero-padded to the longer dataset's width
     assert set(tasks[:20]) <= {"push", "lift"} and set(tasks[20:]) <= {"stack", "open"}
+
+
+def test_a_member_returning_fewer_items_than_asked_is_refused_naming_it():
+    from datasets_hub.buffers.samplers import SamplerWithoutReplacement
+
+    mix = Mixture([buffer("a"), buffer("c", SamplerWithoutReplacement())], weights="uniform", names=["a", "c"])
+    mix.sample(30)  # 15 of c's 20 rows (its epoch), after the probe's 1
+    with pytest.raises(InvalidParameter, match=r"dataset 'c' gave '.*' of shape \[4"):
+        mix.sample(30)  # the epoch's last 4 rows, for 15 asked

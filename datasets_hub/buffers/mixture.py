@@ -271,7 +271,14 @@ class _Member:
                         f"dataset {self.name!r} gave {key_to_str(target)!r} as {type(value).__name__} on "
                         f"{getattr(value, 'device', 'no device')}, but CPU tensors on its first batch"
                     )
-                fill_rows(dst, value.numpy())
+                try:
+                    fill_rows(dst, value.numpy())
+                except ValueError:
+                    raise InvalidParameter(
+                        f"dataset {self.name!r} gave {key_to_str(target)!r} of shape {list(value.shape)} for "
+                        f"{count} items of per-item shape {list(dst.shape[1:])} (its first batch's): a member must "
+                        "return the items asked for, with one schema"
+                    ) from None
                 if narrow is not None:
                     dst[..., narrow:] = 0
             return
@@ -451,10 +458,7 @@ class Mixture:
         self.generator = generator
         self._pad: dict[Key, int] = {}  # padded keys: their width in the mixture
         self._shares: dict[int, list[int]] = {}  # exact shares by number of slots
-        self._fixed: dict[tuple, dict[Key, torch.Tensor]] = {}
-        self._spare: np.ndarray | None = (
-            None  # the last batch's memory (_arrays)  # (counts, device) -> dataset index, masks
-        )
+        self._fixed: dict[tuple, dict[Key, torch.Tensor]] = {}  # (counts, device) -> dataset index, masks
         self._schema = self._learn_schema()
         self._normalized = {as_key(k) for k in (normalize or {})}
         # every leaf of every member a CPU array: each batch is allocated once and filled member by member
@@ -613,7 +617,7 @@ class Mixture:
         return out
 
     def _sample_block(self, counts: list[int]) -> TensorDict:
-        """The batch allocated once per key (padded keys zeroed), each member writing its rows into it."""
+        """The batch allocated once (``BatchMemory``), each member writing its rows into it (``_Member.write``)."""
         total = sum(counts)
         arrays = self._memory.arrays(total)
         row = 0
