@@ -66,9 +66,6 @@ else ``min(4, cpu_count)``). ``fps``, robot type, features and tasks go on the c
 **Bytes.** Decoded frames are what make sampling fast, and they are large: ``H * W * 3`` bytes per
 frame per camera (ALOHA's 480x640: 0.92 MB; an MP4 holds the same frame in a few KB).
 ``image_size=`` is the lever (see ``docs/datasets/lerobot.md``).
-
-This module holds one concept: the LeRobot loader (its parameters, the files an episode selection needs,
-and their conversion); metadata, data files, video and windows live in the modules beside it.
 """
 
 from __future__ import annotations
