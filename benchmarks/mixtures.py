@@ -429,10 +429,10 @@ def main() -> None:
         if versus:
             print(f"\n4. seeding from the same {versus['frames']:,}-frame LeRobot dataset, each in a fresh process")
             for who in ("ours", "lerobot"):
-                r = versus.get(who)
-                if r is None:
+                if who not in versus:
                     print(f"  {who}: not run (no {args.lerobot_python})")
                     continue
+                r = versus[who]
                 print(
                     f"  {who:<8} seeding {r['seed_s']:8.3f} s; RSS {r['rss_before_mb']:.0f} -> {r['rss_after_mb']:.0f} MiB, "
                     f"peak {r['peak_before_mb']:.0f} -> {r['peak_mb']:.0f} MiB"

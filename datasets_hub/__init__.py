@@ -89,6 +89,11 @@ _EXPORTS: dict[str, str] = {
     "WindowSampler": "buffers.samplers.window",
     "GoalSampler": "buffers.samplers.goal",
     "NStepReturnSampler": "buffers.samplers.n_step",
+    "PromptGroupSampler": "buffers.samplers.prompt_group",
+    "StalenessAwareSampler": "buffers.samplers.staleness",
+    "SampleUnit": "buffers.samplers.sample_units",
+    "Transition": "buffers.samplers.sample_units",
+    "Sequence": "buffers.samplers.sample_units",
     # writers
     "Writer": "buffers.writers",
     "RoundRobinWriter": "buffers.writers",
