@@ -466,7 +466,11 @@ class Mixture:
         self._plan_normalize(normalize or {}, stats)
         # (key, per-item shape, dtype) of every array of a batch, allocated once per batch
         layout = [(key, spec[2], self._layout_dtype(key)) for key, spec in self._schema.items() if spec[0] == "tensor"]
-        self._memory = BatchMemory(layout)
+        fixed = [(("dataset", "index"), (), np.dtype(np.int64))]  # and the pad masks: written from a cache
+        fixed += [
+            ((*key[:-1], key[-1] + "_dim_is_pad"), (width,), np.dtype(np.bool_)) for key, width in self._pad.items()
+        ]
+        self._memory = BatchMemory(layout + fixed)
         for m in self._members:
             m.plan_routes({key: dtype for key, _, dtype in layout}, self._pad)
 
@@ -625,13 +629,12 @@ class Mixture:
             if count:
                 m.write(arrays, row, count)
                 row += count
-        keys: list[Key] = list(arrays)
-        values: list[Any] = [torch.from_numpy(a) for a in arrays.values()]
         batch = torch.Size([total])
         parts = [(m, None, torch.Size([c])) for m, c in zip(self._members, counts, strict=True) if c]
         for key, value in self._fixed_keys(parts, tuple(counts), batch, torch.device("cpu")).items():
-            keys.append(key)
-            values.append(copy_rows(value))  # cached: the batch gets its own copy
+            np.copyto(arrays[key], value.numpy())  # cached: the batch gets its own copy
+        keys: list[Key] = list(arrays)
+        values: list[Any] = [torch.from_numpy(a) for a in arrays.values()]
         if self.ids:
             index = values[keys.index(("dataset", "index"))]
             keys.append(("dataset", "id"))
