@@ -267,6 +267,14 @@ class FrameEncoder:
         self.bytes += int(lengths.sum())
         return blobs, lengths
 
+    def state(self) -> dict[str, Any]:
+        """The running counts (plain values), for a checkpoint of a resumable build."""
+        return {"rows": self.rows, "bytes": self.bytes, "psnr": list(self._psnr)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Go on from a :meth:`state` (a resumed build)."""
+        self.rows, self.bytes, self._psnr = int(state["rows"]), int(state["bytes"]), [float(p) for p in state["psnr"]]
+
     def stats(self) -> dict[str, Any]:
         """What the card shows: stored and decoded bytes, their ratio, PSNR (dB) against the source."""
         decoded = self.rows * int(np.prod(self.frame_shape))

@@ -122,6 +122,7 @@ class LeRobotLoader(Loader):
     requires = ("pyarrow", "av", "huggingface_hub")
     install_hint = "pip install 'datasets-hub[lerobot]'  (pyarrow, av)"
     format_version = 1
+    resumable = True  # episodes in ctx.done_episodes are skipped: neither read nor decoded
 
     # -- ids ---------------------------------------------------------------------------------------
     def catalogue(self) -> dict[str, dict[str, Any]]:
@@ -330,7 +331,8 @@ class _Converter:
             int(workers) if workers is not None else (1 if frames < 1000 else min(4, os.cpu_count() or 1))
         )
         self.reader = EpisodeReader(spec.id, meta, local, self.selected)
-        self.notes: dict[str, Any] = {"missing_reward": 0}
+        # counted over every selected episode (not those converted now): a resumed build notes what a whole one does
+        self.missing_reward = 0 if "next.reward" in meta.features else sum(e.length for e in self.selected)
         self.skipped: dict[str, str] = {}
 
     def _frame_layout(self, key: str) -> tuple[tuple[int, ...], bool]:
@@ -350,7 +352,8 @@ class _Converter:
         pool = DecodePool(self.num_workers if self.meta.video_keys else 1)
         scratch = tempfile.TemporaryDirectory(prefix="datasets_hub-lerobot-")
         pending: deque[tuple[lm.Episode, Any, dict[str, Any]]] = deque()
-        queue = iter(self.selected)
+        # a resumed build (datasets_hub.build.resume) already holds some episodes: never read or decode them
+        queue = (e for e in self.selected if e.index not in self.ctx.done_episodes)
         ahead = max(1, pool.num_workers)
         try:
             while True:
@@ -441,7 +444,6 @@ class _Converter:
             td.set(("next", "reward"), torch.from_numpy(column(rows, "next.reward", n)).reshape(n, 1))
         else:
             td.set(("next", "reward"), torch.zeros(n, 1, dtype=torch.float32))
-            self.notes["missing_reward"] += n
         done = torch.zeros(n, 1, dtype=torch.bool)
         if "next.done" in self.features:
             raw = torch.from_numpy(column(rows, "next.done", n).astype(bool)).reshape(n)
@@ -508,5 +510,5 @@ class _Converter:
         )
         if self.skipped:
             note("skipped_features", self.skipped)
-        if self.notes["missing_reward"]:
+        if self.missing_reward:
             note("reward", "the dataset has no next.reward feature: ('next', 'reward') is 0 on every row")
