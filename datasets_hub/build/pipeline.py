@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from datasets_hub import __version__
+from datasets_hub.build import resume
 from datasets_hub.build.format import (
     FORMAT,
     MANIFEST,
@@ -37,7 +38,6 @@ from datasets_hub.build.format import (
     format_version_of,
     write_manifest_checksum,
 )
-from datasets_hub.build import resume
 from datasets_hub.build.frames import FrameCodec, require_codec_libraries
 from datasets_hub.build.writer import LeanTEDWriter
 from datasets_hub.cache.layout import (

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import torch
@@ -126,7 +126,7 @@ class _LeafFile:
         self.row_shape = row_shape
         self.rows = 0
         self.sha256 = hashlib.sha256()  # recorded in the manifest so `datasets-hub verify` can spot tampering
-        self._fh = open(path, "wb")  # noqa: SIM115 - the column writer owns the handle until close()
+        self._fh: BinaryIO = open(path, "wb")  # noqa: SIM115 - the column writer owns the handle until close()
         self._io = io
 
     @classmethod
@@ -535,19 +535,19 @@ class LeanTEDWriter:
             writer.abort()
             return None
         leaves: dict[tuple[str, Key], _LeafFile] = {}
-        for group, key, dtype, shape, rows, sha256 in state["files"]:
-            key = tuple(key)
-            path = writer.data_dir.joinpath(group, *key[:-1], key[-1] + LEAF_SUFFIX)
+        for group, parts, dtype, shape, rows, sha256 in state["files"]:
+            path = writer.data_dir.joinpath(group, *parts[:-1], parts[-1] + LEAF_SUFFIX)
             leaf = _LeafFile.resumed(path, getattr(torch, dtype), tuple(shape), writer._io, rows, sha256)
             if leaf is None:
                 for opened in leaves.values():
                     opened.close()
                 writer.abort()
                 return None
-            leaves[(group, key)] = leaf
-        for key, encoder_state in state["encoders"] if codec is not None else ():
-            key = tuple(key)
-            encoder = FrameEncoder(codec, image_layout(*writer._schema[key]) or "", writer._schema[key][1])
+            leaves[(group, tuple(parts))] = leaf
+        for parts, encoder_state in state["encoders"]:
+            key = tuple(parts)
+            layout, shape = image_layout(*writer._schema[key]) or "", writer._schema[key][1]
+            encoder = FrameEncoder(cast(FrameCodec, codec), layout, shape)  # not None: checked above
             encoder.restore(encoder_state)
             blob, offsets = leaves.pop((FRAMES, (*key, "blob"))), leaves.pop((FRAMES, (*key, "offsets")))
             writer.frame_files[key] = _FrameFile.resumed(key, encoder, blob, offsets)
