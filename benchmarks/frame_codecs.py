@@ -39,7 +39,6 @@ AVIF_QUALITIES = (90, 80, 70, 60, 50)
 def video_frames(codec: str, data: Path, episodes: int, length: int) -> tuple[list[np.ndarray], float]:
     """Every frame of camera 0's video, decoded, and the MP4's bytes a frame."""
     import av
-
     from video import CAMERAS, write
 
     root = write(data, episodes, length, codec)

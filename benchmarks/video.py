@@ -12,7 +12,7 @@ and copied to the other two (``shared_video``): decoding costs the same as three
 Then, in one run on the same files:
 
 1. two builds through ``datasets_hub.download(..., frames=...)``, each in a process of its own: ``raw`` (decoded
-   uint8, as before) and ``jpeg`` (quality 90, the default): seconds, frames/s per core of the build, bytes
+   uint8, as before) and ``jpeg`` (the default quality, 75): seconds, frames/s per core of the build, bytes
    against the MP4 bytes, peak RSS, and the PSNR the build measured against the decoded videos;
 2. random windows of 8 consecutive frames of all 3 cameras (``delta_timestamps`` -> ``WindowSampler``), batch 64,
    through ``SampledBatches(...).dataloader(num_workers=k)`` for each ``--workers`` k (on a build the workers are
@@ -173,7 +173,9 @@ def decoders(frames: list[np.ndarray]) -> dict:
 
     from datasets_hub.build import frames as fr
 
-    blobs = [simplejpeg.encode_jpeg(f, quality=90, colorspace="RGB", colorsubsampling="420") for f in frames]
+    blobs = [
+        simplejpeg.encode_jpeg(f, quality=fr.DEFAULT_QUALITY, colorspace="RGB", colorsubsampling="420") for f in frames
+    ]
     out = np.empty((len(blobs), HEIGHT, WIDTH, 3), dtype=np.uint8)
 
     def simple() -> None:
@@ -267,7 +269,8 @@ def main() -> None:
             report["builds"][name] = result
             print(
                 f"build {name:>4}: {result['seconds']:7.1f} s  {result['bytes'] / 2**20:9.1f} MiB "
-                f"({result['bytes_vs_mp4']:.2f}x MP4)  peak RSS {result['peak_rss'] / 2**20:.0f} MiB"
+                f"({result['bytes_vs_mp4']:.2f}x MP4)  peak RSS {result['peak_rss'] / 2**20:.0f} MiB  "
+                f"{result['frames_per_second_per_core']:.0f} frames/s per core"
             )
         for name in ("raw", "jpeg"):
             for workers in args.workers:
