@@ -166,6 +166,66 @@ def windows_per_second(path: str, workers: int, seconds: float) -> float:
             return count * BATCH / elapsed
 
 
+# -- LeRobot 0.4.4, run in its own venv on the same files ------------------------------------------------
+def lerobot_child(root: str, workers: int, seconds: float) -> None:
+    """In LeRobot's venv: random windows through ``LeRobotDataset(delta_timestamps=...)`` and a shuffling
+    ``DataLoader`` (its default video backend); prints one JSON line."""
+    from importlib.metadata import version
+
+    import torch
+
+    # this script's folder holds benchmarks/lerobot.py, which would shadow the lerobot package
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    delta = {cam: [i / FPS for i in range(WINDOW)] for cam in CAMERAS}
+    dataset = LeRobotDataset(REPO, root=root, delta_timestamps=delta)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        generator=torch.Generator().manual_seed(0),
+        # a forked worker inherits the parent's open torchcodec decoders and fails: spawn, as benchmarks/lerobot.py
+        **({"multiprocessing_context": "spawn"} if workers else {}),
+    )
+    batches = iter(loader)
+    next(batches)  # start-up and first touch are not sampling
+    count, started = 0, time.perf_counter()
+    while True:
+        batch = next(batches)
+        count += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds and count >= 3:
+            break
+    shape = list(batch[CAMERAS[2]].shape)
+    print(
+        json.dumps(
+            {
+                "samples_per_second": count * BATCH / elapsed,
+                "batch_shape": shape,
+                "video_backend": getattr(dataset, "video_backend", None),
+                "lerobot": version("lerobot"),
+                "torchcodec": version("torchcodec"),
+            }
+        )
+    )
+
+
+def lerobot_rate(python: Path, root: Path, workers: int, seconds: float) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [str(python), __file__, "--_lerobot", str(root), str(workers), str(seconds)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 # -- the JPEG libraries -----------------------------------------------------------------------------------
 def decoders(frames: list[np.ndarray]) -> dict:
     import simplejpeg
@@ -227,6 +287,12 @@ def main() -> None:
     parser.add_argument("--build-workers", type=int, default=2, help="video decoding processes of the build")
     parser.add_argument("--data", type=Path, default=HERE / "results" / "video-data")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "video.json")
+    parser.add_argument(
+        "--lerobot-python",
+        type=Path,
+        default=HERE.parent / ".venv-upstream-lerobot" / "bin" / "python",
+        help="the Python of a venv with LeRobot 0.4.4 (make bench-lerobot makes it); missing: no LeRobot column",
+    )
     args = parser.parse_args()
 
     started = time.time()
@@ -254,12 +320,11 @@ def main() -> None:
         "batch": BATCH,
         "builds": {},
         "windows_per_second": {},
-        "not_run": {
-            "lerobot": "LeRobot 0.4.4 (LeRobotDataset, torchcodec) is not installed in this venv: run it from its own "
-            "venv (see benchmarks/lerobot.py, make bench-lerobot)",
-            "lance": "pylance / lerobot-lancedb are not installed here: no Lance conversion was made",
-        },
+        "lerobot": {},
+        "not_run": {"lance": "pylance / lerobot-lancedb are not installed here: no Lance conversion was made"},
     }
+    if not args.lerobot_python.is_file():
+        report["not_run"]["lerobot"] = f"no LeRobot venv at {args.lerobot_python} (--lerobot-python)"
     try:
         for name in ("raw", "jpeg"):
             result = build(root, name, cache, args.build_workers)
@@ -276,6 +341,8 @@ def main() -> None:
             for workers in args.workers:
                 rate = windows_per_second(report["builds"][name]["path"], workers, args.seconds)
                 report["windows_per_second"][f"{name}/{workers}"] = round(rate, 1)
+        for workers in args.workers if args.lerobot_python.is_file() else ():
+            report["lerobot"][str(workers)] = lerobot_rate(args.lerobot_python, root, workers, args.seconds)
         report["decoders"] = decoders([moving_frame(i, 0, HEIGHT, WIDTH) for i in range(64)])
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -288,7 +355,10 @@ def main() -> None:
         for name in ("jpeg", "raw"):
             rate = report["windows_per_second"][f"{name}/{workers}"]
             cells.append(f"{rate:8.1f} ({rate * WINDOW * len(CAMERAS):7.0f})")
-        print(f"{workers:>8} | {cells[0]:>18} | {cells[1]:>18} | {'-':>8} | {'-':>6}")
+        theirs = report["lerobot"].get(str(workers), {}).get("samples_per_second")
+        print(f"{workers:>8} | {cells[0]:>18} | {cells[1]:>18} | {f'{theirs:8.1f}' if theirs else '-':>8} | {'-':>6}")
+    for workers, result in report["lerobot"].items():
+        print(f"LeRobot, {workers} workers: {json.dumps(result)}")
     jpeg = report["builds"]["jpeg"]["frames"]
     for key, stats in jpeg.items():
         print(f"{key}: {stats['bytes'] / stats['rows']:.0f} B/frame, PSNR {stats['psnr_db']} dB vs the decoded video")
@@ -300,5 +370,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--_build":
         build_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--_lerobot":
+        lerobot_child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     else:
         main()
