@@ -57,7 +57,10 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
 
 
-def candidates() -> dict[str, tuple[Callable[[np.ndarray], bytes], Callable[[bytes], np.ndarray]]]:
+Codec = tuple[Callable[[np.ndarray], bytes], Callable[[bytes], np.ndarray]]
+
+
+def candidates() -> dict[str, Codec]:
     import simplejpeg
     from PIL import Image, features
 
@@ -79,7 +82,7 @@ def candidates() -> dict[str, tuple[Callable[[np.ndarray], bytes], Callable[[byt
     def jpeg_decode(data: bytes) -> np.ndarray:
         return simplejpeg.decode_jpeg(data, colorspace="RGB")
 
-    out = {f"jpeg q{q} 4:2:0": (jpeg(q, "420"), jpeg_decode) for q in JPEG_QUALITIES}
+    out: dict[str, Codec] = {f"jpeg q{q} 4:2:0": (jpeg(q, "420"), jpeg_decode) for q in JPEG_QUALITIES}
     out["jpeg q90 4:4:4"] = (jpeg(90, "444"), jpeg_decode)
     # the same quantisation with Huffman tables fitted to each frame (Pillow's optimize=True; simplejpeg has none)
     out.update(
@@ -135,12 +138,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=HERE / "results" / "video-data")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "frame_codecs.json")
     args = parser.parse_args()
-    report = {"date": time.strftime("%Y-%m-%d"), "args": {k: str(v) for k, v in vars(args).items()}, "runs": {}}
+    runs: dict[str, dict] = {}
+    report = {"date": time.strftime("%Y-%m-%d"), "args": {k: str(v) for k, v in vars(args).items()}, "runs": runs}
     for codec in args.codecs:
         frames, mp4_bytes = video_frames(codec, args.data, args.episodes, args.length)
         step = max(1, len(frames) // args.frames)
         rows = measure(frames[::step][: args.frames], mp4_bytes)
-        report["runs"][codec] = {"mp4_bytes_per_frame": round(mp4_bytes, 1), "rows": rows}
+        runs[codec] = {"mp4_bytes_per_frame": round(mp4_bytes, 1), "rows": rows}
         print(f"\n{codec}: the MP4 holds {mp4_bytes:,.0f} bytes a frame ({len(frames)} frames)")
         print("| per-frame codec | bytes a frame | vs the MP4 | PSNR mean / min (dB) | encode ms | decode ms |")
         print("|---|---|---|---|---|---|")

@@ -187,7 +187,7 @@ def lerobot_child(root: str, workers: int, seconds: float) -> None:
         num_workers=workers,
         generator=torch.Generator().manual_seed(0),
         # a forked worker inherits the parent's open torchcodec decoders and fails: spawn, as benchmarks/lerobot.py
-        **({"multiprocessing_context": "spawn"} if workers else {}),
+        multiprocessing_context="spawn" if workers else None,
     )
     batches = iter(loader)
     next(batches)  # start-up and first touch are not sampling

@@ -90,7 +90,9 @@ def buffer(storage, sampler=None, seed=0, **kw):
 def builds(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DATASETS_HUB_CACHE", str(tmp_path_factory.mktemp("cache")))
-        return {c: make_build(FrameCodec(c, fr.DEFAULT_QUALITY if c == "jpeg" else None)) for c in ("raw", "png", "jpeg")}
+        return {
+            c: make_build(FrameCodec(c, fr.DEFAULT_QUALITY if c == "jpeg" else None)) for c in ("raw", "png", "jpeg")
+        }
 
 
 # -- choosing a codec ---------------------------------------------------------------------------------

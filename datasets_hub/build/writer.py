@@ -569,11 +569,6 @@ class LeanTEDWriter:
         writer.feature_stats = FeatureStats.from_state(state["feature_stats"])
         return writer
 
-    @property
-    def episodes_written(self) -> list[int]:
-        """The ids of the episodes written so far."""
-        return torch.cat(self.episode_ids).tolist() if self.episode_ids else []
-
     # -- sealing ------------------------------------------------------------------------------
     def finish(self) -> dict[str, Any]:
         """Close the files, write the tensordict metadata and the episode index; return the
