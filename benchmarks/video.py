@@ -102,11 +102,32 @@ def write(data: Path, episodes: int, length: int, codec: str) -> Path:
 
 
 # -- builds, each in a process of its own (its peak RSS is its own) -------------------------------------
-def build_child(root: str, frames: str, workers: int) -> None:
+def build_child(root: str, frames: str, workers: int, mode: str = "fresh") -> None:
+    """One build: ``fresh`` (``force``), or the resume trial: ``kill-at-<k>`` checkpoints after every episode and
+    kills this process (SIGKILL) when it reaches episode k; ``resume`` goes on from what that left."""
     import datasets_hub
 
+    if mode != "fresh":
+        from datasets_hub.build import resume
+
+        resume.CHECKPOINT_EVERY_S = 0.0
+    if mode.startswith("kill-at-"):
+        import signal
+
+        from datasets_hub.loaders.lerobot import loader as lr
+
+        kill_at, chunk = int(mode.removeprefix("kill-at-")), lr._Converter._chunk
+
+        def killing(converter, episode, rows, frames_):
+            if episode.index == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return chunk(converter, episode, rows, frames_)
+
+        lr._Converter._chunk = killing  # type: ignore[method-assign]  # the trial's kill -9
     started = time.time()
-    path = datasets_hub.download(f"lerobot/{REPO}", root=root, num_workers=workers, frames=frames, force=True)
+    path = datasets_hub.download(
+        f"lerobot/{REPO}", root=root, num_workers=workers, frames=frames, force=mode != "resume"
+    )
     seconds = time.time() - started
     manifest = json.loads((path / "manifest.json").read_text())
     stored = sum(p.stat().st_size for p in (path / "data").rglob("*") if p.is_file())
@@ -124,15 +145,18 @@ def build_child(root: str, frames: str, workers: int) -> None:
     )
 
 
-def build(root: Path, frames: str, cache: Path, workers: int) -> dict:
+def build(root: Path, frames: str, cache: Path, workers: int, mode: str = "fresh") -> dict:
     env = {**os.environ, "DATASETS_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    started = time.time()
     out = subprocess.run(
-        [sys.executable, __file__, "--_build", str(root), frames, str(workers)],
+        [sys.executable, __file__, "--_build", str(root), frames, str(workers), mode],
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
+    if mode.startswith("kill-at-") and out.returncode == -9:
+        return {"killed_after_seconds": round(time.time() - started, 2)}
     if out.returncode:
         raise RuntimeError(f"the {frames} build failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -287,6 +311,7 @@ def main() -> None:
     parser.add_argument("--build-workers", type=int, default=2, help="video decoding processes of the build")
     parser.add_argument("--data", type=Path, default=HERE / "results" / "video-data")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "video.json")
+    parser.add_argument("--resume-trial", action="store_true", help="kill -9 a jpeg build halfway and resume it")
     parser.add_argument(
         "--lerobot-python",
         type=Path,
@@ -337,6 +362,20 @@ def main() -> None:
                 f"({result['bytes_vs_mp4']:.2f}x MP4)  peak RSS {result['peak_rss'] / 2**20:.0f} MiB  "
                 f"{result['frames_per_second_per_core']:.0f} frames/s per core"
             )
+        if args.resume_trial:
+            # the jpeg build again in a cache of its own: killed halfway, then resumed (checkpoints after every episode)
+            trial = cache / "resume-trial"
+            half = args.episodes // 2
+            killed = build(root, "jpeg", trial, args.build_workers, mode=f"kill-at-{half}")
+            resumed = build(root, "jpeg", trial, args.build_workers, mode="resume")
+            report["resume_trial"] = {
+                "killed_at_episode": half,
+                **killed,
+                "resumed_seconds": round(resumed["seconds"], 2),
+                "full_build_seconds": round(report["builds"]["jpeg"]["seconds"], 2),
+                "same_bytes": resumed["bytes"] == report["builds"]["jpeg"]["bytes"],
+            }
+            print("resume trial:", json.dumps(report["resume_trial"]))
         for name in ("raw", "jpeg"):
             for workers in args.workers:
                 rate = windows_per_second(report["builds"][name]["path"], workers, args.seconds)
@@ -369,7 +408,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--_build":
-        build_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        build_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     elif len(sys.argv) > 1 and sys.argv[1] == "--_lerobot":
         lerobot_child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     else:

@@ -153,17 +153,19 @@ def killing(self, episode, rows, frames):
         os.kill(os.getpid(), signal.SIGKILL)
     return chunk(self, episode, rows, frames)
 lr._Converter._chunk = killing
-datasets_hub.load({id!r}, root=sys.argv[1], num_workers=1, frames="jpeg")
+datasets_hub.load({id!r}, root=sys.argv[1], num_workers=2, frames="jpeg")
 """
 
 
 @pytest.mark.slow  # a kill -9 trial: make test-faults runs it
 def test_a_killed_build_resumes(root, tmp_path, monkeypatch, trial):
+    """Killed with two decoding processes: they end with the build (else they would hold its output pipes
+    open and ``run`` would never return), and the build resumes."""
     run = subprocess.run(
         [sys.executable, "-c", _KILLED_BUILD.format(stop=STOP_AT, id=ID), str(root)],
         env=os.environ,
         capture_output=True,
-        timeout=300,
+        timeout=120,
     )
     assert run.returncode == -signal.SIGKILL, run.stderr.decode()
     resumed = build(root, frames="jpeg")
