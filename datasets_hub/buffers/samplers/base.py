@@ -27,6 +27,16 @@ def check_generator(generator: Any) -> None:
         )
 
 
+def refuse_without_replacement(cls: type, replacement: bool) -> None:
+    """Refuse ``replacement=False`` on a sampler class that only samples with replacement (a ``TypeError``
+    naming the class, as TorchRL raises): without the check it would silently sample with replacement."""
+    if not replacement:
+        raise TypeError(
+            f"{cls.__name__} has no without-replacement variant; cannot be instantiated with replacement=False "
+            "(SamplerWithoutReplacement and SliceSamplerWithoutReplacement sample each item once per epoch)"
+        )
+
+
 class Sampler:
     """Base contract of every sampler.
 
