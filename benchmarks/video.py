@@ -107,14 +107,21 @@ def build_child(root: str, frames: str, workers: int, mode: str = "fresh") -> No
     kills this process (SIGKILL) when it reaches episode k; ``resume`` goes on from what that left."""
     import datasets_hub
 
+    decoded: list[int] = []  # the episodes this build decodes (the resume trial reports them)
     if mode != "fresh":
         from datasets_hub.build import resume
+        from datasets_hub.loaders.lerobot import loader as lr
 
         resume.CHECKPOINT_EVERY_S = 0.0
+        submit = lr._Converter._submit
+
+        def counting(converter, pool, episode, rows, scratch):
+            decoded.append(episode.index)
+            return submit(converter, pool, episode, rows, scratch)
+
+        lr._Converter._submit = counting  # type: ignore[method-assign]
     if mode.startswith("kill-at-"):
         import signal
-
-        from datasets_hub.loaders.lerobot import loader as lr
 
         kill_at, chunk = int(mode.removeprefix("kill-at-")), lr._Converter._chunk
 
@@ -140,6 +147,7 @@ def build_child(root: str, frames: str, workers: int, mode: str = "fresh") -> No
                 "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 "children_peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
                 "frames": manifest["stats"].get("frames", {}),
+                "decoded_episodes": decoded if mode != "fresh" else None,
             }
         )
     )
@@ -372,6 +380,7 @@ def main() -> None:
                 "killed_at_episode": half,
                 **killed,
                 "resumed_seconds": round(resumed["seconds"], 2),
+                "resumed_decoded_episodes": resumed["decoded_episodes"],
                 "full_build_seconds": round(report["builds"]["jpeg"]["seconds"], 2),
                 "same_bytes": resumed["bytes"] == report["builds"]["jpeg"]["bytes"],
             }
