@@ -151,7 +151,7 @@ class Loader:
     install_hint: str = ""  # the exact pip line that provides ``requires``
     format_version: int = 1  # bump when conversion output changes: old builds are not reused
     downloads: bool = True  # False: the data is generated here (no download; `list` shows "local")
-    #: True: :meth:`episodes` skips the ids in ``ctx.done_episodes`` without reading them and yields the
+    #: True: :meth:`episodes` skips the ids in ``ctx.done_episodes`` (never decodes or converts them) and yields the
     #: others exactly as it would have; an interrupted build then resumes (datasets_hub.build.resume)
     resumable: bool = False
 

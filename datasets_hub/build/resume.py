@@ -13,7 +13,7 @@ next build of the same fingerprint and hub version reads the checkpoint, cuts ev
 to its checkpointed length and re-hashes it (one sequential read of what was written: this both
 verifies the bytes and restores the running sha256 the manifest records); files the checkpoint does
 not know are deleted. If every digest agrees the loader is handed the finished episode ids
-(``LoaderContext.done_episodes``) and never reads them again; anything else (a power loss took pages
+(``LoaderContext.done_episodes``) and never converts them again; anything else (a power loss took pages
 the checkpoint counted on, an edited file, another hub version) starts the build over. Nothing is
 fsynced, as for every build: a killed process loses nothing the kernel holds, and the digests catch
 what a power loss did. A staging folder never holds a manifest, so nothing in it is ever served: the

@@ -184,7 +184,7 @@ class LeRobotLoader(Loader):
     requires = ("pyarrow", "av", "huggingface_hub")
     install_hint = "pip install 'datasets-hub[lerobot]'  (pyarrow, av)"
     format_version = 2  # 2: string features kept as text (1 skipped them)
-    resumable = True  # episodes in ctx.done_episodes are skipped: neither read nor decoded
+    resumable = True  # episodes in ctx.done_episodes are skipped: their rows and videos are not decoded
 
     # -- ids ---------------------------------------------------------------------------------------
     def catalogue(self) -> dict[str, dict[str, Any]]:
@@ -420,7 +420,7 @@ class _Converter:
         pool = DecodePool(self.num_workers if self.meta.video_keys else 1)
         scratch = tempfile.TemporaryDirectory(prefix="datasets_hub-lerobot-")
         pending: deque[tuple[lm.Episode, Any, dict[str, Any]]] = deque()
-        # a resumed build (datasets_hub.build.resume) already holds some episodes: never read or decode them
+        # a resumed build (datasets_hub.build.resume) already holds some episodes: never decode them again
         queue = (e for e in self.selected if e.index not in self.ctx.done_episodes)
         ahead = max(1, pool.num_workers)
         try:
