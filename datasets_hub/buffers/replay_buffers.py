@@ -271,8 +271,8 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return len(self._storage)
 
-    def set_rng(self, generator: torch.Generator) -> None:
-        """Make ``generator`` the sampler's only source of randomness."""
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Make ``generator`` the sampler's only source of randomness (``None``: torch's global generator)."""
         check_generator(generator)
         self._sampler.generator = generator
 
@@ -378,11 +378,16 @@ class ReplayBuffer:
             prefetch=self._prefetch if prefetch is None else prefetch,
         )
 
-    def fork(self, generator: torch.Generator) -> ReplayBuffer:
+    def fork(self, generator: torch.Generator | None, *, prefetch: int | None = None) -> ReplayBuffer:
         """A shallow copy sharing this buffer's storage, writer and transforms, with its own copy of
-        the sampler (epoch position, caches) drawing from ``generator``: one independent sample stream
-        per DataLoader worker or DDP rank."""
-        clone = copy.copy(self)
+        the sampler (epoch position, caches) drawing from ``generator`` (``None``: torch's global one),
+        and its own lock and prefetch queue (``prefetch`` batches in flight; ``None``: this buffer's
+        setting): one independent sample stream per DataLoader worker or DDP rank."""
+        clone = copy.copy(self)  # through __getstate__: a fresh lock and queue, never the parent's
+        if prefetch is not None:
+            if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+                raise ValueError(f"prefetch must be an int >= 0 (batches kept in flight), got {prefetch!r}")
+            clone._prefetch = prefetch
         clone._sampler = copy.deepcopy(self._sampler)
         clone.set_rng(generator)
         return clone
@@ -587,6 +592,20 @@ class ReplayBuffer:
         from datasets_hub.interop.torch_data import SampledBatches
 
         return SampledBatches(self, batch_size, **kwargs)
+
+    def as_dataset(self, *, num_batches: int | None = None, map_style: bool = False) -> Any:
+        """TorchRL 0.15's ``rb.as_dataset()``: an iterable over this buffer's batches, or with ``map_style=True``
+        the map-style view of its storage (``rb.storage.as_dataset()``); see :mod:`datasets_hub.buffers.pytorch_datasets`."""
+        from datasets_hub.buffers.pytorch_datasets import ReplayBufferDataset, StorageDataset
+
+        if map_style:
+            if num_batches is not None:
+                raise InvalidArgument(
+                    "num_batches counts the batches of the iterable view; a map-style view has one item per "
+                    "storage entry and its DataLoader's sampler decides the batches: drop num_batches"
+                )
+            return StorageDataset(self._storage)
+        return ReplayBufferDataset(self, num_batches=num_batches)
 
     def __repr__(self) -> str:
         return (

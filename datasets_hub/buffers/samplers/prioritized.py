@@ -171,6 +171,8 @@ class PrioritizedSampler(Sampler):
     - ``max_capacity`` must be at least the storage capacity.
     """
 
+    requires_shared_state = True  # the priorities the trainer updates
+
     def __init__(
         self,
         max_capacity: int,
@@ -322,6 +324,8 @@ class PrioritizedSliceSampler(SliceSampler):
     Valid starts are re-derived after each write (``O(max_capacity)`` once per write, then
     ``O(batch * log capacity)`` per call).
     """
+
+    requires_shared_state = True  # the priorities the trainer updates
 
     def __init__(
         self,

@@ -73,6 +73,8 @@ class PromptGroupSampler(Sampler):
     - The draws use ``generator`` only.
     """
 
+    requires_shared_state = True  # its group cache follows the storage (TorchRL 0.15 lists it too)
+
     def __init__(
         self,
         *,

@@ -71,6 +71,8 @@ class SamplerWithoutReplacement(Sampler):
       restoring buffer's generator.
     """
 
+    requires_shared_state = True  # the epoch's remaining rows
+
     def __init__(self, drop_last: bool = False, shuffle: bool = True, *, replacement: bool = False) -> None:
         if replacement:
             raise InvalidArgument(

@@ -667,6 +667,8 @@ class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
     Same generator seed, same epochs.
     """
 
+    requires_shared_state = True  # the epoch's remaining slices
+
     def __init__(
         self,
         num_slices: int | None = None,

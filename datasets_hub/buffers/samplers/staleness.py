@@ -44,6 +44,8 @@ class StalenessAwareSampler(Sampler):
       back to 0, as TorchRL does. The draws use ``generator`` only.
     """
 
+    requires_shared_state = True  # the consumer version the learner sets (TorchRL 0.15 lists it too)
+
     def __init__(
         self,
         max_staleness: int = -1,
