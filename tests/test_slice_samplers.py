@@ -26,7 +26,7 @@ class EpisodeStorage(Storage):
     would not need it); ``keys`` picks which leaves ``read_key`` offers. ``reads`` counts calls.
     """
 
-    def __init__(self, lengths, with_index=False, keys=("episode", ("next", "done"))):
+    def __init__(self, lengths, with_index=False, keys=("episode", ("next", "done")), vouched=False):
         self.index = EpisodeIndex.from_lengths(lengths)
         n = int(sum(lengths))
         super().__init__(n)
@@ -36,9 +36,13 @@ class EpisodeStorage(Storage):
         self.done = torch.zeros(n, dtype=torch.bool)
         self.done[self.index.end - 1] = True
         self.with_index, self.keys, self.reads = with_index, [k if isinstance(k, tuple) else (k,) for k in keys], 0
+        self.vouched = vouched
 
     def __len__(self):
         return self.n
+
+    def done_only_at_episode_ends(self):
+        return self.vouched
 
     def episode_index(self):
         return self.index if self.with_index else None
@@ -178,6 +182,38 @@ def test_done_is_stored_done_or_truncated():
     inside = (index == 10) & ~trunc
     assert inside.any() and done[inside].all()
     assert torch.equal(done, trunc | storage.done[index])
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_storage_vouching_for_its_done_flags_is_not_scanned(strict):
+    # vouched, over its own episode index: done = truncated, and the flags are never read (O(rows) at 10^8 rows)
+    storage = EpisodeStorage(LENGTHS, with_index=True, vouched=True)
+    s = SliceSampler(slice_len=8, strict_length=strict)
+    s.generator = gen(6)
+    for _ in range(3):
+        index, info = s.sample(storage, 512)
+        done, trunc = info[("next", "done")].reshape(-1), info[("next", "truncated")].reshape(-1)
+        assert torch.equal(done, trunc) and torch.equal(done, trunc | storage.done[index])
+        assert done.any()
+    assert storage.reads == 0
+    # the same storage without the promise: its flags are read once, and give the same done
+    plain = EpisodeStorage(LENGTHS, with_index=True)
+    p = SliceSampler(slice_len=8, strict_length=strict)
+    p.generator = gen(6)
+    for _ in range(3):
+        assert torch.equal(p.sample(plain, 512)[1][("next", "done")], s.sample(storage, 512)[1][("next", "done")])
+    assert plain.reads == 1
+
+
+def test_a_vouching_storage_without_an_index_is_still_scanned():
+    # the promise is about the storage's own episode index; episodes derived from ids are checked as before
+    storage = EpisodeStorage([50, 30], vouched=True)
+    storage.done[10] = True
+    s = SliceSampler(slice_len=8, traj_key="episode")
+    s.generator = gen(3)
+    index, info = s.sample(storage, 800)
+    assert torch.equal(info[("next", "done")].reshape(-1), info[("next", "truncated")].reshape(-1) | storage.done[index])
+    assert storage.reads == 2  # the ids, then the flags
 
 
 def test_truncated_key_none_gives_no_info():
@@ -361,6 +397,16 @@ def test_dataset_build_slices_use_its_episode_index():
     ep = data["episode"].reshape(10, 6)
     assert (ep == ep[:, :1]).all() and (ep != 1).all()  # episode 1 has 3 steps
     assert (torch.diff(data["step"].reshape(10, 6), dim=1) == 1).all()
+    # a build vouches that its done flags end episodes: a slice's done is its truncated mark, never a scan
+    assert storage.done_only_at_episode_ends()
+    storage.read_key = None  # any read of the flags would fail
+    rb = TensorDictReplayBuffer(storage=storage, sampler=SliceSampler(slice_len=3), batch_size=300)
+    sample = rb.sample()
+    stored = storage.get(sample["index"])["next", "done"]  # the build's own flags at those rows
+    mask = torch.zeros(100, 3, dtype=torch.bool)
+    mask[:, -1] = True
+    assert torch.equal(sample["next", "truncated"], mask.reshape(-1, 1))
+    assert stored.any() and torch.equal(sample["next", "done"], mask.reshape(-1, 1) | stored)
 
 
 def test_prioritized_slices_through_the_buffer():

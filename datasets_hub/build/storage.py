@@ -142,6 +142,11 @@ class DatasetStorage(ReadOnlyStorage):
     def episode_index(self) -> EpisodeIndex:
         return self._index
 
+    def done_only_at_episode_ends(self) -> bool:
+        """True: the build writer refuses a chunk with a done flag on any row but its episode's last
+        (:class:`~datasets_hub.build.writer.LeanTEDWriter`), so no sampler has to scan 10^8 flags to learn it."""
+        return True
+
     def frame_keys(self) -> frozenset[Key]:
         """The observation-like keys stored once per episode (T+1 rows): what :meth:`episode_frames` serves."""
         return frozenset(key for key, _column, shared in self._obs if shared)

@@ -34,6 +34,7 @@ import torch
 
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.nested_keys import as_key
 from datasets_hub.buffers.samplers.base import Sampler, as_index
 from datasets_hub.buffers.samplers.slice_layout import SliceLayout, cached_arange, cached_arange_np, check_slice_shape
 from datasets_hub.buffers.storages import Storage
@@ -323,7 +324,12 @@ class SliceSampler(Sampler):
 
     # -- info --------------------------------------------------------------------------------------
     def _stored_done(self, storage: Storage) -> torch.Tensor | None:
-        if self._done_key_seen != self._cache_key:
+        if self._done_key_seen != self._cache_key and self._vouched_done(storage):
+            # the storage's own episodes, and it vouches that its done flags lie only on their last rows:
+            # done = truncated, without reading (O(rows)) the flags
+            self._done, self._done_np, self._done_at_ends = None, None, True
+            self._done_key_seen = self._cache_key
+        elif self._done_key_seen != self._cache_key:
             try:
                 done = storage.read_key(self.done_key) if self.done_key is not None else None
             except (KeyError, NotImplementedError):
@@ -344,6 +350,17 @@ class SliceSampler(Sampler):
                     self._done_np = None
             self._done_key_seen = self._cache_key
         return self._done
+
+    def _vouched_done(self, storage: Storage) -> bool:
+        """Whether ``storage`` vouches for where its ``("next", "done")`` flags lie, on the episodes sampled here."""
+        return (
+            self.done_key is not None
+            and as_key(self.done_key) == ("next", "done")
+            and self._perm is None
+            and self._episodes is not None
+            and self._episodes is storage.episode_index()
+            and storage.done_only_at_episode_ends()
+        )
 
     def _slice_end_mask(self, num_slices: int, slice_len: int) -> torch.Tensor:
         """``[num_slices * slice_len, 1]``, True on the last row of each full slice (cached: never mutate)."""
