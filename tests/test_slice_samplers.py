@@ -212,7 +212,9 @@ def test_a_vouching_storage_without_an_index_is_still_scanned():
     s = SliceSampler(slice_len=8, traj_key="episode")
     s.generator = gen(3)
     index, info = s.sample(storage, 800)
-    assert torch.equal(info[("next", "done")].reshape(-1), info[("next", "truncated")].reshape(-1) | storage.done[index])
+    assert torch.equal(
+        info[("next", "done")].reshape(-1), info[("next", "truncated")].reshape(-1) | storage.done[index]
+    )
     assert storage.reads == 2  # the ids, then the flags
 
 
