@@ -13,6 +13,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSliceSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
+from datasets_hub.buffers.samplers.slice_layout import SliceLayout
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
@@ -465,3 +466,31 @@ def test_end_keys_or_the_flags_of_every_key_present():
     bad.extend(data)
     with pytest.raises(KeyError, match="none of end_keys"):
         bad.sample()
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize(
+    "lengths, slice_len",
+    [
+        ([500] * 40, 4),
+        (LENGTHS, 8),
+        ([9, 9, 30, 9, 12, 9], 9),
+        ([1] + [300] * 5, 4),
+        ([5], 5),
+        (list(range(1, 60)), 3),
+        ([1, 10_000], 4),
+    ],
+)
+def test_the_bucket_lookup_gives_the_binary_search_rows(lengths, slice_len, strict):
+    # every start number, and the rows the binary search gives: the bucket table must agree on each one
+    layout = SliceLayout(EpisodeIndex.from_lengths(lengths), slice_len, strict)
+    if layout.total == 0:
+        return
+    u = torch.arange(layout.total)
+    assert layout.rows_of_np(u.numpy()).tolist() == layout.rows_of(u).tolist()
+    if lengths == [500] * 40:
+        assert layout.width == 497  # mt30's shape: one bucket per episode
+    if lengths == [1] + [300] * 5 and strict:
+        assert layout.width == 297  # the 1-row episode has no start and is not kept
+    if lengths == [1, 10_000]:  # one start in the short episode: a table of 10^4 buckets for 2 episodes
+        assert layout.width == (9997 if strict else 0)  # ... is not made: the binary search serves

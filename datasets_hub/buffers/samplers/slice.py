@@ -414,7 +414,7 @@ class SliceSampler(Sampler):
         """The hot path when every slice is full: one torch draw, then a few numpy ops on the batch.
         Also returns the index as numpy rows: valid rows of ``storage`` by construction (``sample_rows``)."""
         u = torch.randint(layout.total, (num_slices,), generator=self.generator).numpy()
-        rows = u + layout.base_np[layout.bounds_np.searchsorted(u, side="right")]
+        rows = layout.rows_of_np(u)
         # into a fresh array: numpy's broadcast add allocating its own output costs about twice as much
         index_np = np.add(rows[:, None], cached_arange_np(slice_len), out=np.empty((num_slices, slice_len), np.int64))
         index_np = index_np.reshape(-1)
