@@ -2,8 +2,11 @@
 
 Run (TorchRL lives in its own venv; ~15 GB of temporary files for the full size, written once)::
 
-    /work/main/.venv-bench/bin/python benchmarks/tdmpc2_scale.py --tmp /tmp          # 10^6 and 345M rows
-    /work/main/.venv-bench/bin/python benchmarks/tdmpc2_scale.py --sizes 1000000 10000000 --tmp /tmp
+    .venv-bench/bin/python benchmarks/tdmpc2_scale.py --tmp /tmp            # 10^6 and 345M rows, deleted after
+    .venv-bench/bin/python benchmarks/tdmpc2_scale.py --sizes 1000000 10000000 345000000 --work /tmp/dh_work
+    .venv-bench/bin/python benchmarks/tdmpc2_scale.py --sizes 1000000 10000000 --no-torchrl    # a minute
+
+(``--work`` keeps the builds and reuses them on the next run: delete the folder afterwards.)
 
 What it builds. One hub build per size in ``--sizes`` (the first is the reference), each made by the
 build pipeline (``datasets_hub.build.pipeline.build``: the TED checks, the writer, the packed records,
@@ -20,8 +23,10 @@ size; what this benchmark asks is whether the *bookkeeping* (episode index, slic
 per-row episode ordinal) stays flat as rows and episodes grow ~345x. ``bytes_per_transition``
 reports what the real mt30 takes per transition in a build, and what a device-resident copy needs.
 
-Timed, in one run, calls interleaved in a new seeded order every round, GC paused, 1 torch thread,
-medians: ``rb.sample()`` of 256 slices of 4 steps (pytorch/rl#2669's batch: 1024 rows) and of 64 slices of
+Timed in one run, one phase per library (its files read into the page cache, the other's dropped from
+it: at 345M rows both working sets together do not fit a 23 GB machine, and every call then waits on the
+disk; major page faults per call are reported), the sizes interleaved in a new seeded order every round,
+GC paused, 1 torch thread, medians: ``rb.sample()`` of 256 slices of 4 steps (pytorch/rl#2669's batch: 1024 rows) and of 64 slices of
 4 steps (batch 256), ``--shapes``, from
 
 - ``ours``: ``dh.TensorDictReplayBuffer`` + ``dh.SliceSampler`` over the memory-mapped build
@@ -30,12 +35,12 @@ medians: ``rb.sample()`` of 256 slices of 4 steps (pytorch/rl#2669's batch: 1024
   cache_values=True)`` over a ``TensorStorage`` of memory-mapped tensors (what ``LazyMemmapStorage``
   holds once filled): the build's own per-step files (action, reward, flags, task: no copy) plus
   ``observation`` and ``next/observation`` written here per row (TorchRL has no shared-next layout).
-  TorchRL's batch has 8 leaves and fewer bytes: the comparison favours it.
+  TorchRL's batch has fewer leaves and bytes: the comparison favours it.
 
 The first call of each (the one that derives or loads the episode boundaries) is reported on its own.
-Values of the big build are checked on sampled batches (observation = step, next observation =
+Values of every build are checked on sampled batches (observation = step, next observation =
 step + 1, task = episode % 30, slices inside one episode). Prints a table and writes
-``benchmarks/results/tdmpc2_scale.json``; the temporary builds are deleted at the end.
+``benchmarks/results/tdmpc2_scale.json``; the temporary builds are deleted at the end (not with ``--work``).
 """
 
 from __future__ import annotations
@@ -429,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--shapes", nargs="+", default=["256x4", "64x4"],
                    help="slice shapes <slices>x<steps> (pytorch/rl#2669: 256 slices of 4 steps)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=300)
-    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=200, help="untimed calls first (they fault the mappings in)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--slow-ms", type=float, default=20.0, help="calls slower than this are timed on their own")
     p.add_argument("--slow-budget-s", type=float, default=30.0, help="seconds of calls for each slow variant")
