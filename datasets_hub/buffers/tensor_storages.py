@@ -122,6 +122,20 @@ class TensorStorage(SharedCounters, Storage):
         return torch.Size([self.max_size // self._per_row, *self._env])
 
     @property
+    def _storage(self) -> Any:
+        """TorchRL's attribute name for the whole allocated data, read by code written against it
+        (``storage._storage[index]``): every slot of the capacity, written or not, as the kind that was
+        written, ``[capacity along dim 0, *trailing dims]``; zero-copy views (read them, write through
+        the buffer). ``None`` before the first write."""
+        if not self.initialized:
+            return None
+        if self.ndim > 1:
+            shape = self.shape
+            views = [t.view(*shape, *leaf) for t, (leaf, _) in zip(self._plain, self._schema, strict=True)]
+            return self._wrap(views, shape)
+        return self._wrap(list(self._plain), torch.Size([self.max_size]))
+
+    @property
     def _per_row(self) -> int:
         return mdim.prod(self._env) if self.ndim > 1 else 1
 

@@ -49,13 +49,20 @@ class DatasetStorage(ReadOnlyStorage):
     ``get`` returns a TED TensorDict: root ``observation``-like keys, ``action``, ``episode``,
     ``step``, ``done``/``terminated``/``truncated`` (False), and ``next`` with the next
     observation-like keys, ``reward``, ``terminated``, ``truncated`` and ``done``. Writes raise.
+    Opening it records a use of the build (``datasets-hub cache ls``); ``record_use=False`` is a look that
+    is not one (the hub reading one row for the dataset card).
     """
 
     read_only_what = "dataset build"
     gathers_batches = True
 
     def __init__(
-        self, path: str | Path, *, in_memory: bool = False, decode_device: str | torch.device | None = None
+        self,
+        path: str | Path,
+        *,
+        in_memory: bool = False,
+        decode_device: str | torch.device | None = None,
+        record_use: bool = True,
     ) -> None:
         self.path = Path(path)
         self.in_memory = bool(in_memory)
@@ -102,11 +109,13 @@ class DatasetStorage(ReadOnlyStorage):
         ids = self._episode_id_np
         self._ids_are_ordinals = ids.dtype == np.int64 and bool(np.array_equal(ids, np.arange(ids.size)))
         self._plans: dict[tuple, _Plan] = {}
+        self._keys: frozenset[Key] | None = None  # the keys of a batch (read_key)
         self._plain_get = type(self).get is DatasetStorage.get
         if not self.in_memory:
             self._advise_huge_pages()
         super().__init__(self._len)
-        mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
+        if record_use:
+            mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
 
     def _advise_huge_pages(self) -> None:
         """Transparent huge pages for the files every batch reads at random rows, when they fit in the
@@ -459,7 +468,17 @@ class DatasetStorage(ReadOnlyStorage):
         for stored, column in self._steps:
             if stored == key:
                 return column
+        if key not in self._batch_keys():
+            raise KeyError(key)  # before gathering every row (10^8 at mt30's size) to find that out
         return self.get(slice(None)).get(key)
+
+    def _batch_keys(self) -> frozenset[Key]:
+        """The keys of a sampled batch (as tuples), from a batch of one row; cached."""
+        keys = self._keys
+        if keys is None:
+            sample = self.get(torch.zeros(min(1, len(self)), dtype=torch.int64))
+            keys = self._keys = frozenset(as_key(k) for k in sample.keys(include_nested=True, leaves_only=True))
+        return keys
 
     def gather_key(
         self, key: str | tuple[str, ...], rows: torch.Tensor, *, episodes: np.ndarray | None = None
