@@ -85,7 +85,7 @@ MT30_EPISODES = 690_000
 #: mt30 as the tdmpc2 loader stores it: (values, bytes each). TD-MPC2 zero-pads observations and actions to
 #: the largest task of the set (``MultitaskWrapper``, float32 boxes): 24 observation values (walker, fish-swim)
 #: and 6 actions (walker, cheetah) for mt30's 30 DMControl tasks; reward float32, task int64 (the loader's dtype)
-MT30 = {"obs": (24, 4), "action": (6, 4), "reward": 4, "task": 8}
+MT30_OBS, MT30_ACTION, MT30_REWARD, MT30_TASK = (24, 4), (6, 4), 4, 8
 EPISODES_PER_CHUNK = 2_000  # 10^6 rows per loader chunk
 
 
@@ -251,8 +251,8 @@ def bytes_per_transition(steps: int = STEPS) -> dict[str, float]:
     (:mod:`datasets_hub.build.packed_steps`), and an episode index of four int64 columns. A device copy
     (``datasets_hub.build.device``) holds the observation rows, the per-step leaves and the episode index
     (the packed records are a host-side gather aid)."""
-    obs = MT30["obs"][0] * MT30["obs"][1] * (steps + 1) / steps
-    step_leaves = MT30["action"][0] * MT30["action"][1] + MT30["reward"] + MT30["task"] + 2  # + 2 bool flags
+    obs = MT30_OBS[0] * MT30_OBS[1] * (steps + 1) / steps
+    step_leaves = MT30_ACTION[0] * MT30_ACTION[1] + MT30_REWARD + MT30_TASK + 2  # + 2 bool flags
     index = 4 * 8 / steps
     packed = step_leaves + 4
     return {
