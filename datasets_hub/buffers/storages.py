@@ -144,6 +144,12 @@ class Storage:
     def episode_index(self) -> EpisodeIndex | None:
         return None
 
+    def done_only_at_episode_ends(self) -> bool:
+        """Whether every set ``("next", "done")`` flag sits, by construction, on the last row of an episode of
+        :meth:`episode_index`: a slice sampler then takes a slice's ``done`` from its ``truncated`` mark
+        without scanning the stored flags (``O(rows)`` on its first call). Default: not known (False)."""
+        return False
+
     def num_items(self, data: Any) -> int:
         """How many items ``data`` holds (its leading batch size, or ``len``)."""
         if isinstance(data, TensorDictBase) or is_tensorclass(data):
