@@ -126,6 +126,7 @@ _EXPORTS: dict[str, str] = {
     "CatalogueError": "errors",
     "PluginError": "errors",
     "ReadOnlyError": "errors",
+    "NotShareable": "errors",
     "PreprocessError": "errors",
     "UncachedPreprocessWarning": "fingerprint",
 }

@@ -60,6 +60,9 @@ class LazyMemmapStorage(TensorStorage):
         # auto_cleanup: the creating process removes the files when the storage is collected or at exit
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(directory), True) if self.auto_cleanup else None
         self.scratch_dir = Path(directory)
+        # the rows are files every process maps: the length and version are seen by forked children too
+        if not compilable:
+            self._fork_share_counters()
         if shared_init:  # the first process to write allocates the files, the others adopt them
             self.share()
 
@@ -112,10 +115,15 @@ class LazyMemmapStorage(TensorStorage):
         info.pop("len"), info.pop("write_version")
         write_json_atomic(self.scratch_dir / "storage.json", info)
 
+    @property
+    def rows_visible_to_children(self) -> bool:
+        """Always True: the rows are files that every process maps."""
+        return True
+
     def _maybe_attach_shared(self) -> None:
-        # another process may have allocated the files (shared buffers): adopt them
+        # another process (a shared buffer's, or a forked child, which moved our length) allocated the files
         meta_path = self.scratch_dir / "storage.json"
-        if self._shared and meta_path.exists():
+        if (self._shared or len(self) > 0) and meta_path.exists():
             self._reopen(json.loads(meta_path.read_text()))
 
     def _reopen(self, info: dict[str, Any]) -> None:
@@ -132,17 +140,18 @@ class LazyMemmapStorage(TensorStorage):
         )
 
     def share(self) -> None:
+        """Put the length and version in torch shared memory: processes the storage is sent to count with it
+        (the rows are files, visible to every process already)."""
         self._share_counters()
         self._shared = True
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
+        state = super().__getstate__()  # a process being spawned gets the counters shared (see TensorStorage)
         for k in (
             "_plain",
             "_np",
             "_mm_td",
             "_td",
-            "_counts",
             "_finalizer",
             "_meta",
             "_paths",

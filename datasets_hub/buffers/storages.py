@@ -18,7 +18,8 @@ from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
 from datasets_hub.buffers.checkpointers import STORAGE_FORMAT
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.errors import ReadOnlyError
+from datasets_hub.buffers.shared_counters import being_spawned
+from datasets_hub.errors import NotShareable, ReadOnlyError
 
 
 class Storage:
@@ -79,6 +80,9 @@ class Storage:
         self.set(index, data)
 
     ndim: int = 1  # dims counted in the capacity (TorchRL's ``ndim``; see multidim.py)
+    #: True where processes the storage is sent to, and children forked from this one, see its rows (a
+    #: writer then keeps its cursor where they see it too: ``shared_counters.py``)
+    rows_visible_to_children: bool = False
     _checkpointer: Any = None
     #: per-slot write stamps, made by the first writer with ``track_generations=True`` (``generations.py``)
     slot_generations: Any = None
@@ -381,6 +385,14 @@ class ListStorage(Storage):
         if not self._storage:
             raise KeyError(key)
         return torch.stack([torch.as_tensor(item[key]) for item in self._storage])
+
+    def __getstate__(self) -> dict[str, Any]:
+        if being_spawned():  # the child would write into its own copy of the list: its writes would be lost
+            raise NotShareable(
+                "Cannot share a storage of type ListStorage between processes: its items are Python objects "
+                "of this process. Use LazyMemmapStorage(max_size) for a buffer other processes write to"
+            )
+        return self.__dict__.copy()
 
     def empty(self) -> None:
         self._storage = []
