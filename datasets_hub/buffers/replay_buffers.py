@@ -28,6 +28,7 @@ Contracts, by section of the class:
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import json
 import threading
@@ -42,6 +43,7 @@ from tensordict import TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
+from datasets_hub.buffers import prefetch_state
 from datasets_hub.buffers.batch_size import check_batch_items
 from datasets_hub.buffers.generations import ConditionalUpdateResult, update_if_present
 from datasets_hub.buffers.samplers.base import Sampler, as_index, check_generator
@@ -76,6 +78,12 @@ def _collate_list(items: list[Any]) -> Any:
     except (TypeError, RuntimeError):
         return items  # arbitrary objects: the list itself is the batch
 
+
+# TorchRL's phrase ("Cannot share prefetched replay buffers") is kept for code that matches it
+_PREFETCH_SHARED = (
+    "Cannot share prefetched replay buffers: batches drawn ahead in this process would miss the writes of the "
+    "other processes. Build the buffer with prefetch=0, or keep prefetch and shared=False"
+)
 
 class ReplayBuffer:
     """A composable replay buffer (TorchRL's ``ReplayBuffer``).
@@ -116,6 +124,8 @@ class ReplayBuffer:
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0 (batches kept in flight), got {prefetch!r}")
         self._prefetch = prefetch
+        if prefetch and shared:
+            raise InvalidArgument(_PREFETCH_SHARED)
         if dim_extend is not None and (not isinstance(dim_extend, int) or dim_extend < 0):
             raise ValueError(f"dim_extend must be an int >= 0 (the data dim extend() writes along), got {dim_extend!r}")
         if pin_memory and not torch.cuda.is_available():
@@ -378,8 +388,17 @@ class ReplayBuffer:
         clone.set_rng(generator)
         return clone
 
-    def share(self) -> None:
-        """Share the storage and write cursor with ``torch.multiprocessing`` children (``shared=True``)."""
+    def share(self, shared: bool = True) -> ReplayBuffer:
+        """Share the storage and write cursor with ``torch.multiprocessing`` children (``shared=True``);
+        returns the buffer (TorchRL's signature). Sharing cannot be undone: ``share(False)`` on a shared
+        buffer is refused, on another it does nothing. A prefetching buffer cannot be shared (batches
+        drawn ahead would not see other processes' writes)."""
+        if not shared:
+            if self._shared:
+                raise InvalidArgument("this buffer's storage is already in shared memory: sharing cannot be undone")
+            return self
+        if self._prefetch:
+            raise InvalidArgument(_PREFETCH_SHARED)
         if not hasattr(self._storage, "share"):
             raise ValueError(
                 f"shared=True needs a storage that lives outside one process; {type(self._storage).__name__} "
@@ -388,6 +407,7 @@ class ReplayBuffer:
         self._storage.share()
         self._writer.share()
         self._shared = True
+        return self
 
     def append_transform(self, transform: Any, *, invert: bool = False) -> ReplayBuffer:
         """Add a transform at the end; ``invert=True`` runs it on writes instead of on samples."""
@@ -589,6 +609,13 @@ class ReplayBuffer:
         self._turn = 0  # draw number allowed to use the sampler now
         self._queue: collections.deque = collections.deque()
         self._executor: ThreadPoolExecutor | None = None
+        # held while the queue of prefetched batches is changed or read whole (state capture, restore)
+        self._futures_lock = threading.RLock()
+
+    @property
+    def _prefetch_queue(self) -> collections.deque:
+        """TorchRL's name of the queue of batches drawn ahead (futures, oldest first)."""
+        return self._queue
 
     def _job(self, batch_size: int, ticket: int) -> tuple[Any, dict[str, Any], bool]:
         with self._cond:
@@ -616,16 +643,29 @@ class ReplayBuffer:
                 data, info, ran_out = self._sample_now(batch_size)
             transform = self._transform  # inlined _fwd: this runs for every batch
             return (transform(data) if transform.transforms else data), info, ran_out
-        if batch_size != self._batch_size or not self._queue:
-            result = self._job(batch_size, self._ticket())
-        else:
-            result = self._queue.popleft().result()
-        if batch_size == self._batch_size:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self._prefetch, thread_name_prefix="datasets_hub_prefetch")
-            while len(self._queue) < self._prefetch:
-                self._queue.append(self._executor.submit(self._job, batch_size, self._ticket()))
+        with self._futures_lock:
+            if batch_size != self._batch_size or not self._queue:
+                result = self._job(batch_size, self._ticket())
+            else:
+                result = self._queue.popleft().result()
+            if batch_size == self._batch_size:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(self._prefetch, thread_name_prefix="datasets_hub_prefetch")
+                while len(self._queue) < self._prefetch:
+                    self._queue.append(self._executor.submit(self._job, batch_size, self._ticket()))
         return result
+
+    def _settled_queue(self) -> list[Any]:
+        """The results of every batch in flight, oldest first (waits for them; hold ``_futures_lock``)."""
+        return [future.result() for future in self._queue]
+
+    @contextlib.contextmanager
+    def _settled_then_locked(self) -> Iterator[list[Any]]:
+        """Wait for the batches in flight (they sample under ``_lock``), then hold ``_lock``; yields their
+        results. Callers hold ``_futures_lock``, so no new batch is queued meanwhile."""
+        settled = self._settled_queue()
+        with self._lock:
+            yield settled
 
     def sample_many(self, k: int, batch_size: int | None = None) -> Any:
         """``k`` batches in one call, stacked: a ``[k, batch_size]`` TensorDict (or tensor).
@@ -727,22 +767,29 @@ class ReplayBuffer:
 
     def _drain(self) -> None:
         """Wait for in-flight prefetches and drop them (after empty/load, they would be stale)."""
-        while self._queue:
-            try:
-                self._queue.popleft().result()
-            except Exception:  # noqa: BLE001 - a failed stale batch is dropped with the others
-                pass
+        with self._futures_lock:
+            while self._queue:
+                try:
+                    self._queue.popleft().result()
+                except Exception:  # noqa: BLE001 - a failed stale batch is dropped with the others
+                    pass
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for k in ("_lock", "_cond", "_queue", "_executor", "_next_ticket", "_turn"):
+        with self._futures_lock:  # the batches in flight travel with the sampler that moved past them
+            queued = prefetch_state.capture(self._settled_queue(), self._prefetch, clone=False)
+            state = self.__dict__.copy()
+        for k in ("_lock", "_cond", "_queue", "_executor", "_next_ticket", "_turn", "_futures_lock"):
             state.pop(k)
         state.pop("_episodes_cache", None)  # derived (ReplayBuffer.episodes); recomputed on first use
+        state["_prefetch_state"] = queued
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        queued = state.pop("_prefetch_state", None)
         self.__dict__.update(state)
         self._init_threading()
+        if queued is not None:
+            self._queue.extend(prefetch_state.settled(queued["queue"]))
 
     def __del__(self) -> None:
         executor = getattr(self, "_executor", None)
@@ -873,32 +920,61 @@ class ReplayBuffer:
     # -- state: state_dict / load_state_dict, dumps / loads ---------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "_storage": self._storage.state_dict(),
-                "_sampler": self._sampler.state_dict(),
-                "_writer": self._writer.state_dict(),
-                "_batch_size": self._batch_size,
-            }
+        """Storage, sampler, writer, batch size, the generator's state (``"_rng"``: ``(state, device)``, or
+        None without a generator) and the batches drawn ahead by ``prefetch`` (``"_prefetch_state"``, see
+        ``prefetch_state.py``), all at one point in time: a buffer loading it gives the same batches next."""
+        with self._futures_lock:  # batches in flight settle first: they use the sampler under _lock
+            queued = self._settled_queue()
+            with self._lock:
+                gen = self._sampler.generator
+                return {
+                    "_storage": self._storage.state_dict(),
+                    "_sampler": self._sampler.state_dict(),
+                    "_writer": self._writer.state_dict(),
+                    "_batch_size": self._batch_size,
+                    "_rng": (gen.get_state().clone(), str(gen.device)) if gen is not None else None,
+                    "_prefetch_state": prefetch_state.capture(queued, self._prefetch),
+                }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._drain()
-        with self._lock:
-            self._storage.load_state_dict(state_dict["_storage"])
-            self._sampler.load_state_dict(state_dict["_sampler"])
-            self._writer.load_state_dict(state_dict["_writer"])
+        """Restore a :meth:`state_dict`; one without ``"_prefetch_state"`` (older states) leaves no batch in
+        flight. A prefetch state saved with another ``prefetch`` is refused before anything changes."""
+        queued = state_dict.get("_prefetch_state")
+        prefetch_state.check(queued, self._prefetch)
+        with self._futures_lock:
+            self._drain()
+            with self._lock:
+                self._storage.load_state_dict(state_dict["_storage"])
+                self._sampler.load_state_dict(state_dict["_sampler"])
+                self._writer.load_state_dict(state_dict["_writer"])
+                rng = state_dict.get("_rng")
+                if rng is not None:
+                    gen = self._sampler.generator
+                    if gen is None:
+                        gen = torch.Generator(device=rng[1])
+                        self.set_rng(gen)
+                    gen.set_state(rng[0])
+                if queued is not None:
+                    self._queue.extend(prefetch_state.settled(queued["queue"]))
 
     def dumps(self, path: str | Path) -> None:
         """Save storage, sampler, writer (and generator) state under the directory ``path``.
 
         Tensor storages are written as a tensordict memmap tree, metadata as JSON, sampler state with
         ``torch.save`` (loaded back with ``weights_only=True``). Read-only dataset storages are not
-        copied: only the sampler and writer state are saved. With ``prefetch``, the saved sampler
-        state is the one after the batches already in flight.
+        copied: only the sampler and writer state are saved. With ``prefetch``, the batches already in
+        flight are saved too (``prefetch.pt``; not when they hold objects other than tensors and
+        TensorDicts), so the loaded buffer gives the same batches next.
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        with self._lock:
+        # batches in flight settle before _lock is taken (they sample under it)
+        with self._futures_lock, self._settled_then_locked() as settled:
+            queued = prefetch_state.to_file_form(prefetch_state.capture(settled, self._prefetch, False))
+            if queued is not None:
+                torch.save(queued, path / "prefetch.pt")
+            else:  # batches of Python objects: not saved (the loaded buffer samples on from the sampler)
+                (path / "prefetch.pt").unlink(missing_ok=True)
             if not getattr(self._storage, "read_only", False):  # read-only builds are not copied
                 self._storage.dumps(path / "storage")  # with the storage's checkpointer
             torch.save(self._sampler.state_dict(), path / "sampler.pt")
@@ -937,8 +1013,14 @@ class ReplayBuffer:
                     f"{path} was dumped with a {meta[part]} but this buffer has a {type(obj).__name__}: "
                     f"build the buffer with a {meta[part]} to load it"
                 )
+        queued = None
+        if (path / "prefetch.pt").exists():
+            queued = prefetch_state.from_file_form(torch.load(path / "prefetch.pt", weights_only=True))
+            prefetch_state.check(queued, self._prefetch)
         self._drain()
-        with self._lock:
+        with self._futures_lock, self._lock:
+            if queued is not None:
+                self._queue.extend(prefetch_state.settled(queued["queue"]))
             if (path / "storage").exists() and not getattr(self._storage, "read_only", False):
                 self._storage.loads(path / "storage")
             self._sampler.load_state_dict(torch.load(path / "sampler.pt", weights_only=True))
