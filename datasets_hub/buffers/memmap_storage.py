@@ -20,7 +20,7 @@ from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, r
 from datasets_hub.buffers.nested_keys import nest
 from datasets_hub.buffers.tensor_leaves import decode_meta, leaves_of
 from datasets_hub.buffers.tensor_storages import TensorStorage
-from datasets_hub.errors import StorageExists
+from datasets_hub.errors import InvalidArgument, StorageExists
 from datasets_hub.files import write_json_atomic
 
 
@@ -56,7 +56,9 @@ class LazyMemmapStorage(TensorStorage):
         self._existsok = existsok
         temp = scratch_dir is None
         directory = tempfile.mkdtemp(prefix="datasets_hub_memmap_") if scratch_dir is None else scratch_dir
+        self.scratch_dir_is_temp = temp
         self.auto_cleanup = temp if auto_cleanup is None else bool(auto_cleanup)
+        self.cleaned_up = False
         # auto_cleanup: the creating process removes the files when the storage is collected or at exit
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(directory), True) if self.auto_cleanup else None
         self.scratch_dir = Path(directory)
@@ -71,6 +73,10 @@ class LazyMemmapStorage(TensorStorage):
         return self.scratch_dir / "data"
 
     def _alloc_leaves(self, keys, shapes, row_batch) -> list[torch.Tensor]:
+        if self.cleaned_up:  # the buffer's writer and sampler still count the removed items: refuse
+            raise InvalidArgument(
+                "this LazyMemmapStorage was removed by cleanup(): build a new storage (and buffer) to write again"
+            )
         data_dir = self._data_dir
         if (self.scratch_dir / "storage.json").exists() and not self._existsok:
             raise StorageExists(
@@ -114,6 +120,49 @@ class LazyMemmapStorage(TensorStorage):
         info = self._meta_json()
         info.pop("len"), info.pop("write_version")
         write_json_atomic(self.scratch_dir / "storage.json", info)
+
+    # TorchRL's attribute names (read by code written against it): the public ones above
+    @property
+    def _auto_cleanup(self) -> bool:
+        return self.auto_cleanup
+
+    @property
+    def _scratch_dir_is_temp(self) -> bool:
+        return self.scratch_dir_is_temp
+
+    @property
+    def _cleaned_up(self) -> bool:
+        return self.cleaned_up
+
+    @property
+    def _storage(self) -> Any:
+        """The memory-mapped allocation (leaves carry their ``filename``) for one-dimensional TensorDict
+        data; as :attr:`TensorStorage._storage` otherwise."""
+        if self.initialized and self._kind == "td" and self.ndim == 1:
+            return self._mm_td
+        return super()._storage
+
+    def cleanup(self) -> bool:
+        """Remove this storage's directory and files now (TorchRL's ``cleanup``), whatever ``auto_cleanup``.
+
+        The storage forgets its items and its allocation, and refuses later writes (the buffer's writer
+        and sampler would still count the removed items): build a new one to write again. Returns
+        True when files were removed, False when there were none (never written, or the directory is
+        already gone); calling it again is harmless. Other processes mapping the files keep their
+        mappings until they drop them."""
+        had_files = self.initialized and self.scratch_dir.exists()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        self._mm_td = None
+        self._kind, self._keys, self._schema, self._plain, self._td, self._meta = None, [], [], [], None, None
+        self._np, self._row_batch = [], ()
+        self._counts[0] = 0
+        self._bump_version()
+        if had_files or (self.scratch_dir_is_temp and self.scratch_dir.exists()):
+            shutil.rmtree(self.scratch_dir, ignore_errors=True)
+        self.cleaned_up = True
+        return had_files
 
     @property
     def rows_visible_to_children(self) -> bool:

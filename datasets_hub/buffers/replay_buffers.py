@@ -466,14 +466,66 @@ class ReplayBuffer:
             return torch.stack(mdim.unravel(items, self._storage.shape), -1)
         return index
 
-    def empty(self) -> None:
-        """Remove every item and reset the write cursor, ``write_count`` and the sampler."""
+    def empty(self, empty_write_count: bool = True) -> None:
+        """Remove every item and reset the write cursor and the sampler; ``write_count`` too unless
+        ``empty_write_count=False`` (TorchRL's keyword: a monitor's cumulative count goes on)."""
         self._refuse_if_read_only()
         self._drain()
         with self._lock:
+            count = self._writer.write_count
             self._writer.empty()
             self._storage.empty()
             self._sampler.empty()
+            if not empty_write_count:
+                self._writer.keep_write_count(count)
+
+    def stats(self) -> dict[str, int | float | bool]:
+        """A JSON-able snapshot of counters (TorchRL's ``stats``): ``size`` (``len``), ``write_count`` (0 for
+        writers that do not count), ``prefetch_queue_size`` (batches in flight), ``initialized``, and, when the
+        storage's capacity is known, ``capacity`` and ``utilization`` (``size / capacity``). It changes nothing
+        and does not build a buffer built with ``delayed_init=True``."""
+        if not self.initialized:
+            pending = self.__dict__["_pending"]["storage"]
+            out: dict[str, int | float | bool] = {"size": 0, "write_count": 0, "prefetch_queue_size": 0}
+            out["initialized"] = False
+            if isinstance(pending, Storage):
+                out["capacity"], out["utilization"] = int(pending.max_size), 0.0
+            return out
+        size = len(self)
+        capacity = int(self._storage.max_size)
+        return {
+            "size": size,
+            "write_count": int(self._writer.write_count),
+            "prefetch_queue_size": len(self._queue),
+            "initialized": True,
+            "capacity": capacity,
+            "utilization": size / capacity if capacity else 0.0,
+        }
+
+    # -- in-place writes of single keys (TensorDict's set_ / set_at_ / update_) ---------------------
+    def set_(self, key: Any, value: torch.Tensor) -> ReplayBuffer:
+        """Overwrite entry ``key`` of every stored item in place (``value``: one row per item)."""
+        self._refuse_if_read_only()
+        with self._lock:
+            self._storage.set_key_(key, value, None)
+        return self
+
+    def set_at_(self, key: Any, value: torch.Tensor, index: Any) -> ReplayBuffer:
+        """Overwrite entry ``key`` of the items at ``index`` in place (``value``: one row per index)."""
+        self._refuse_if_read_only()
+        with self._lock:
+            self._storage.set_key_(key, value, index)
+        return self
+
+    def update_(self, data: Any) -> ReplayBuffer:
+        """Overwrite, in place, every entry ``data`` (a TensorDict of one row per stored item) holds."""
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"update_ takes a TensorDict of entries to overwrite, got {type(data).__name__}")
+        self._refuse_if_read_only()
+        with self._lock:
+            for key, value in data.items(include_nested=True, leaves_only=True):
+                self._storage.set_key_(key, value, None)
+        return self
 
     def _gather(
         self,

@@ -214,6 +214,14 @@ class Storage:
     def empty(self) -> None:
         raise NotImplementedError
 
+    def set_key_(self, key: Any, value: torch.Tensor, index: Any = None) -> None:
+        """Overwrite one stored entry in place: of every valid item (``index=None``) or of the items at
+        ``index``; ``value`` has one row per item written (``rb.set_``/``set_at_``/``update_``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot overwrite a single entry in place: use a tensor storage "
+            "(LazyTensorStorage, LazyMemmapStorage), or rewrite whole items with rb[index] = data"
+        )
+
     def state_dict(self) -> dict[str, Any]:
         raise NotImplementedError
 

@@ -456,6 +456,40 @@ class TensorStorage(SharedCounters, Storage):
             t.view(self.shape[0], *self._env, *shape)[:n0][cursor] = v.reshape(*probe.shape, *shape)
         self._bump_version()
 
+    def set_key_(self, key: Any, value: torch.Tensor, index: Any = None) -> None:
+        """Overwrite entry ``key`` in place, of every valid item (``value`` with ``len(self)`` rows, or
+        ``max_size`` rows, the whole allocation, as TorchRL's storage takes it) or of the items at ``index``.
+        The key must exist, and ``value`` must have its per-item shape and dtype: nothing is reallocated.
+        One-dimensional storages only."""
+        path = key if isinstance(key, tuple) else (key,)
+        if self.ndim > 1:
+            raise NotImplementedError("set_key_ on a multi-dimensional storage: overwrite rows with rb[idx] = data")
+        if not self.initialized or path not in self._keys:
+            known = ", ".join(key_str(k) for k in self._keys) or "none (nothing written yet)"
+            raise KeyError(f"the storage holds no entry {key_str(path)}; its entries: {known}")
+        i = self._keys.index(path)
+        leaf, (shape, dtype) = self._plain[i], self._schema[i]
+        value = torch.as_tensor(value)
+        if tuple(value.shape[1:]) != shape or value.dtype != dtype:
+            raise ValueError(
+                f"entry {key_str(path)} holds items of shape {shape} and dtype {dtype}; got rows of shape "
+                f"{tuple(value.shape[1:])} and dtype {value.dtype}: convert the value first"
+            )
+        n = len(self)
+        if index is None:
+            if value.shape[0] not in (n, self.max_size):
+                raise ValueError(
+                    f"set_ of {key_str(path)} needs one row per stored item ({n}) or per slot ({self.max_size}), "
+                    f"got {value.shape[0]}: use set_at_ to write some items"
+                )
+            leaf[: value.shape[0]] = value
+        else:
+            rows = _as_index(index, n)
+            if isinstance(rows, torch.Tensor):
+                rows = rows.reshape(-1)
+            leaf[rows] = value
+        self._bump_version()
+
     def empty(self) -> None:
         """Forget every item; the allocation and the schema stay."""
         self._counts[0] = 0
@@ -469,6 +503,26 @@ class TensorStorage(SharedCounters, Storage):
         for t in self._plain:
             t.share_memory_()
         self._np = numpy_views(self._plain)  # share_memory_ moved in-memory leaves: refresh the views
+
+    # TorchRL's attribute and method names, read by code written against it ---------------------
+    @property
+    def _storage(self) -> Any:
+        """The whole allocation (``max_size`` items, written or not) as the kind written: zero-copy views
+        (TorchRL's ``storage._storage``). ``None`` before the first write."""
+        if not self.initialized:
+            return None
+        cap0 = self.max_size // self._per_row
+        views = [t.view(cap0, *self._env, *shape) for t, (shape, _) in zip(self._plain, self._schema, strict=True)]
+        return self._wrap(views, torch.Size([cap0, *self._env]))
+
+    def _init(self, data: Any) -> None:
+        """Allocate the storage for items like ``data`` (one item), writing nothing (TorchRL's ``_init``)."""
+        if self.initialized:
+            raise RuntimeError(f"this {type(self).__name__} is already allocated")
+        if self.ndim > 1:
+            raise NotImplementedError("_init on a multi-dimensional storage: its first extend() allocates it")
+        kind, keys, leaves, meta, row_batch = flatten(data, False)
+        self._allocate(kind, keys, leaves, meta, row_batch, False)
 
     @property
     def rows_visible_to_children(self) -> bool:

@@ -180,6 +180,9 @@ class TensorDictMaxValueWriter(Writer):
         self._values.fill_(float("-inf"))
         self._written = 0
 
+    def keep_write_count(self, count: int) -> None:
+        self._written = int(count)
+
     def state_dict(self) -> dict[str, Any]:
         n = len(self._storage) if self._storage is not None else self._values.numel()
         return {"ranks": self._values[:n].tolist(), "write_count": self._written}

@@ -79,6 +79,11 @@ class Writer:
     def empty(self) -> None:
         return None
 
+    def keep_write_count(self, count: int) -> None:
+        """Set ``write_count`` back to ``count`` (``rb.empty(empty_write_count=False)``); writers that do
+        not count writes ignore it."""
+        return None
+
     def share(self) -> None:
         return None
 
@@ -187,6 +192,9 @@ class RoundRobinWriter(SharedCounters, Writer):
         stamps = generations.of_storage(self._storage)
         if stamps is not None:  # handles taken before empty() go stale at once
             stamps.invalidate()
+
+    def keep_write_count(self, count: int) -> None:
+        self._counts[1] = int(count)
 
     def share(self) -> None:
         if self.tracks_generations:
