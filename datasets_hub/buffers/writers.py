@@ -137,14 +137,22 @@ class RoundRobinWriter(SharedCounters, Writer):
     def write_count(self) -> int:
         return int(self._counts[1])
 
-    # TorchRL's attribute names, read by code written against it (checkpoint tools, tests): read-only here
+    # TorchRL's attribute names, read and set by code written against it (checkpoint tools, tests)
     @property
     def _cursor(self) -> int:
         return self.cursor
 
+    @_cursor.setter
+    def _cursor(self, value: int) -> None:
+        self._counts[0] = int(value)
+
     @property
     def _write_count(self) -> int:
         return self.write_count
+
+    @_write_count.setter
+    def _write_count(self, value: int) -> None:
+        self._counts[1] = int(value)
 
     def add(self, data: Any) -> int:
         storage = self.storage
@@ -213,7 +221,8 @@ class RoundRobinWriter(SharedCounters, Writer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._counts[0] = int(state_dict["_cursor"])
-        self._counts[1] = int(state_dict["_write_count"])
+        # states saved before write counts existed (TorchRL's older ones): at least the cursor's items were written
+        self._counts[1] = int(state_dict.get("_write_count", state_dict["_cursor"]))
         saved = state_dict.get("_generation")  # absent from states saved without tracking
         if saved is not None and self.tracks_generations:
             if self._storage is None:
