@@ -52,6 +52,7 @@ demo: install
 examples: install
 	$(PY) examples/sac_ndim2.py
 	$(PY) examples/torchrl_names.py
+	$(PY) examples/torchrl_queries.py
 
 # One worker per core (pytest-xdist): the suite is mostly subprocesses and I/O waits.
 test: test-install
@@ -149,7 +150,7 @@ $(ULR_STAMP): pyproject.toml constraints.txt
 	rm -f $(ULR_VENV)/.installed-* && touch $@
 
 test-upstream-lerobot: $(ULR_STAMP)
-	DATASETS_HUB_UPSTREAM_REQUIRED=1 $(ULR_PY) -m pytest -q tests/test_lerobot_upstream.py tests/test_exporters_upstream.py \
+	DATASETS_HUB_UPSTREAM_REQUIRED=1 $(ULR_PY) -m pytest -q tests/test_lerobot_upstream.py tests/test_lerobot_ports_upstream.py tests/test_exporters_upstream.py \
 		-p no:cacheprovider
 
 # LeRobot-format datasets: our build + windows vs LeRobotDataset(delta_timestamps) (~10-20 min, ~20 GB of disk

@@ -90,7 +90,13 @@ def map_names() -> dict[str, str]:
             if name.startswith("_") or isinstance(obj, types.ModuleType) or not _defined_in_mapped_package(obj):
                 continue
             if not (inspect.isclass(obj) or inspect.isfunction(obj)):
-                continue  # constants (default keys, ...) are data, not behaviour
+                # constants (default keys, ...) are data, not behaviour, and stay TorchRL's; an object
+                # datasets_hub exports under the same name (the query language's ``traj``) is mapped, so a
+                # test does not hand TorchRL's expressions to our functions
+                if name in ours and not isinstance(obj, (str, bytes, int, float, tuple, frozenset)):
+                    proxy.__dict__[name] = getattr(datasets_hub, name)
+                    mapping[name] = "ours"
+                continue
             if name in ours:
                 proxy.__dict__[name] = getattr(datasets_hub, name)
                 mapping[name] = "ours"

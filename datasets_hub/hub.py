@@ -119,9 +119,15 @@ def download(
     ``force=True`` rebuilds even when a build exists (raw files are re-verified, not re-fetched).
     ``frames``/``frame_quality``: how camera frames are stored, as for :func:`load`.
     """
-    return _ensure_build(
+    from datasets_hub.dataset_info import recorded_sample_keys
+
+    path = _ensure_build(
         dataset_id, force=force, allow_download=True, params=params, frames=frames, frame_quality=frame_quality
     )
+    manifest = read_manifest(path)
+    if manifest is not None and recorded_sample_keys(path, manifest) is None:
+        _recorded_sample_keys(path, manifest)  # one row read now: `datasets-hub info` of it then needs no torch
+    return path
 
 
 def _open_storage(
@@ -454,7 +460,7 @@ def _sample_keys(path: Path) -> dict[str, dict[str, Any]]:
     """Keys, dtypes and per-row shapes of one transition as ``load`` returns it (one row is read)."""
     from datasets_hub.build.storage import DatasetStorage
 
-    storage = DatasetStorage(path)
+    storage = DatasetStorage(path, record_use=False)  # a look for the card, not a use
     if not len(storage):
         return {}
     row = storage.get(torch.zeros(1, dtype=torch.int64))

@@ -948,6 +948,27 @@ class ReplayBuffer:
             data = self._storage.get(full)
         return mdim.transpose_data(data, self._dim_extend) if data.ndim > self._dim_extend else data
 
+    def query(self, predicate: Callable[[Any], bool] | None = None, *, trajectory_key: Any = None) -> list[Any]:
+        """The stored trajectories for which ``predicate`` holds (all without one), oldest first, as
+        :class:`~datasets_hub.buffers.trajectories.Trajectory` s with the buffer's transforms applied
+        (TorchRL 0.14's ``ReplayBuffer.query``; the rules in :mod:`datasets_hub.buffers.trajectories`).
+
+        Trajectories are read in write order, so one written across the wrap point of a full buffer
+        comes back whole, and one partly overwritten comes back as what is left of it. With a
+        multi-dimensional storage each column (environment) is split on its own, columns in order.
+        Raises ``TypeError`` when the storage holds no TensorDicts.
+        """
+        from datasets_hub.buffers.trajectories import query_trajectories
+
+        with self._lock:
+            order = self._writer.indices_in_order()
+            if order.numel() == 0:
+                return []
+            data = self._storage.get(order)
+        if self._collate_fn is not None:
+            data = self._collate_fn(data)
+        return query_trajectories(data, predicate, transforms=list(self._transform), trajectory_key=trajectory_key)
+
     def read_all_in_order(self, end: int | None = None) -> Any:
         """Every item oldest first (the first ``end`` of them), raw from storage (no transforms).
 

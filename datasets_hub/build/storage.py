@@ -49,13 +49,20 @@ class DatasetStorage(ReadOnlyStorage):
     ``get`` returns a TED TensorDict: root ``observation``-like keys, ``action``, ``episode``,
     ``step``, ``done``/``terminated``/``truncated`` (False), and ``next`` with the next
     observation-like keys, ``reward``, ``terminated``, ``truncated`` and ``done``. Writes raise.
+    Opening it records a use of the build (``datasets-hub cache ls``); ``record_use=False`` is a look that
+    is not one (the hub reading one row for the dataset card).
     """
 
     read_only_what = "dataset build"
     gathers_batches = True
 
     def __init__(
-        self, path: str | Path, *, in_memory: bool = False, decode_device: str | torch.device | None = None
+        self,
+        path: str | Path,
+        *,
+        in_memory: bool = False,
+        decode_device: str | torch.device | None = None,
+        record_use: bool = True,
     ) -> None:
         self.path = Path(path)
         self.in_memory = bool(in_memory)
@@ -106,7 +113,8 @@ class DatasetStorage(ReadOnlyStorage):
         if not self.in_memory:
             self._advise_huge_pages()
         super().__init__(self._len)
-        mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
+        if record_use:
+            mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
 
     def _advise_huge_pages(self) -> None:
         """Transparent huge pages for the files every batch reads at random rows, when they fit in the

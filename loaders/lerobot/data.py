@@ -31,6 +31,35 @@ def key_of(name: str) -> tuple[str, ...]:
     return ("info", name)
 
 
+def keys_of(names: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """TED keys of a dataset's features: :func:`key_of`, except where a feature's key would nest
+    under another feature's leaf (LeRobot's DROID port has ``observation.state`` and
+    ``observation.state.joint_position``): the nested one keeps the rest of its name, dots
+    included, in one component (``("observation", "state.joint_position")``)."""
+    keys = {name: key_of(name) for name in names}
+    leaves = set(keys.values())
+    out = {}
+    for name, key in keys.items():
+        cut = next((n for n in range(1, len(key)) if key[:n] in leaves), None)
+        out[name] = key if cut is None else (*key[: cut - 1], ".".join(key[cut - 1 :]))
+    return out
+
+
+def text_column(table: Any, name: str, rows: int) -> list[str]:
+    """A string feature's column (``"dtype": "string"`` in info.json) as ``rows`` Python strings."""
+    import pyarrow as pa
+
+    if name not in table.column_names:
+        raise LoaderError(f"column {name!r} is missing from the data file (it has {table.column_names})")
+    array = _flatten(table.column(name).combine_chunks())
+    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+        raise LoaderError(f"column {name!r} holds {array.type}, but info.json declares a string feature")
+    values = array.to_pylist()
+    if len(values) != rows:
+        raise LoaderError(f"column {name!r} has {len(values)} values for {rows} rows")
+    return ["" if v is None else v for v in values]
+
+
 def _flatten(array: Any) -> Any:
     import pyarrow as pa
 

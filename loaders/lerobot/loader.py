@@ -1,5 +1,8 @@
 """LeRobot datasets (v3.0 and v2.1) as TorchRL Episode Data, with video decoded once into uint8 frames.
 
+This module holds one concept: the ``lerobot`` loader (ids, parameters, and how a LeRobot dataset's
+features become a build's keys); metadata, parquet reading, video and windows have modules of their own.
+
 **Ids.** ``lerobot/<org>/<name>`` reads the Hugging Face dataset repo ``<org>/<name>``, listed in
 the catalogue or not (any repo in LeRobot format works: ``load("lerobot/<org>/<name>",
 revision="v3.0")``). Files come through ``huggingface_hub`` (its cache and resume; ``HF_ENDPOINT``,
@@ -23,18 +26,30 @@ LeRobot feature                   TED key
 ``observation.images.<cam>``      uint8 frames ``[H, W, 3]`` (or ``[3, H, W]``, see
 (video or image)                  ``channels_first``), decoded once at build time
 ``action``                        ``action``
-``next.reward``                   ``("next", "reward")`` ``[T, 1]``; absent: 0, noted on the card
+``next.reward``                   ``("next", "reward")`` ``[T, 1]``; absent: ``reward`` (below), else
+                                  0, noted on the card
 ``next.done``                     ``("next", "terminated")`` on the last row when set; an episode
                                   whose last row is not done (or without ``next.done``) ends
                                   ``("next", "truncated")``: a recorded demo stops, it does not
                                   terminate. The raw flag is kept as ``("info", "next.done")``
+``reward``, ``is_terminal``       ports of RLDS datasets (DROID) carry RLDS's step fields instead:
+(without ``next.*``)              RLDS's reward of step t is the reward after action t, so
+                                  ``reward`` becomes ``("next", "reward")`` and ``is_terminal`` plays
+                                  ``next.done``'s part; both stay under ``("info", name)`` too and the
+                                  card names the source
 task (via ``task_index``)         ``task``: the task text as UTF-8 bytes, uint8 ``[W]`` zero-padded
                                   (read with :func:`decode_text`); W on the card
+other ``"string"`` features       the same text form, ``text_width`` bytes (default 512), under the
+(e.g. DROID's instructions)       feature's key; a longer text is an error naming the fix
 ``timestamp``, ``frame_index``,   ``("info", name)``
 ``index``, ``task_index``
 ``episode_index``                 ``episode``
 anything else                     ``("info", name)``
 ================================  ===============================================================
+
+A feature whose key would nest under another feature's leaf keeps the rest of its name in one
+component: LeRobot's DROID port has both ``observation.state`` and ``observation.state.joint_position``,
+which become ``("observation", "state")`` and ``("observation", "state.joint_position")``.
 
 Video frames are matched to rows by timestamp with LeRobot's rule and tolerance (see
 :mod:`.video`); a row without a frame is an error naming episode and timestamp.
@@ -43,7 +58,8 @@ Video frames are matched to rows by timestamp with LeRobot's rule and tolerance 
 folder in LeRobot format, as ``LeRobotDataset(repo_id, root=...)`` takes; read in place, no Hub), ``episodes`` (list of
 episode indices), ``image_size`` (``[h, w]``: resize every camera once, at build time),
 ``channels_first`` (bool; default: the order the feature's ``names`` declare, HWC for LeRobot's
-recorders), ``tolerance_s`` (default ``1e-4``), ``num_workers`` (decoding processes; not part of
+recorders), ``tolerance_s`` (default ``1e-4``), ``text_width`` (bytes per string-feature value,
+default 512), ``num_workers`` (decoding processes; not part of
 the fingerprint: the frames do not depend on it; default 1 for fewer than 1000 frames to decode,
 else ``min(4, cpu_count)``). ``fps``, robot type, features and tasks go on the card.
 
@@ -60,24 +76,40 @@ import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import DownloadError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from datasets_hub.loaders.formats.text import decode_text, encode_text
 from datasets_hub.loaders.lerobot import meta as lm
-from datasets_hub.loaders.lerobot.data import EpisodeReader, column, key_of
+from datasets_hub.loaders.lerobot.data import EpisodeReader, column, keys_of, text_column
 from datasets_hub.loaders.lerobot.video import DecodePool, DecodeTask, output_shape
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 __all__ = ["LeRobotLoader", "decode_text"]
 
-PARAMS = ("channels_first", "episodes", "image_size", "num_workers", "repo", "revision", "root", "tolerance_s")
+PARAMS = (
+    "channels_first",
+    "episodes",
+    "image_size",
+    "num_workers",
+    "repo",
+    "revision",
+    "root",
+    "text_width",
+    "tolerance_s",
+)
+DEFAULT_TEXT_WIDTH = 512
+TEXT_DTYPES = ("string", "str", "large_string")
 UNKNOWN_KEY = ("info", "next_observation_unknown")
+# (LeRobot's own name, the RLDS step field a port of an RLDS dataset carries instead)
+REWARD_FEATURES = ("next.reward", "reward")
+DONE_FEATURES = ("next.done", "is_terminal")
 _HF_CO = "https://huggingface.co/datasets/"
 _metas: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, Path]]] = {}
 _metas_lock = threading.Lock()
@@ -112,6 +144,36 @@ _KNOWN = {
         "LIBERO task suites (lifelong manipulation, language-conditioned) as a LeRobot v3.0 dataset",
         "openmdw-1.0",
     ),
+    "HuggingFaceVLA/libero": (
+        (
+            "LIBERO (spatial, object, goal, 10) as LeRobot v3.0: 1,693 episodes, 273,465 frames, 40 tasks at "
+            "10 fps; two 256x256 cameras stored as images (image, image2), 8-D state, 7-D action"
+        ),
+        "apache-2.0",
+    ),
+    "lerobot/droid_1.0.1": (
+        (
+            "DROID 1.0.1 as LeRobot v3.0: 95,617 episodes, 27,618,651 frames at 15 fps; three 180x320 "
+            "videos, joint/cartesian/gripper state and commands, three language instructions, RLDS "
+            "flags, reward and per-episode metadata as features"
+        ),
+        "apache-2.0",
+    ),
+    **{
+        f"ember-lab-berkeley/robocasa365-{part}": (
+            (
+                f"RoboCasa365 {what} as LeRobot v3.0 (PandaOmron, 20 fps): three 256x256 videos, 16-D state, "
+                "12-D action, next.reward / next.done"
+            ),
+            "MIT",
+        )
+        for part, what in (
+            ("target-atomic", "target atomic-task demonstrations"),
+            ("target-composite-seen", "target composite-task demonstrations (seen tasks)"),
+            ("target-composite-unseen", "target composite-task demonstrations (unseen tasks)"),
+            ("pretrain-mg", "pretraining demonstrations generated with MimicGen"),
+        )
+    },
 }
 
 
@@ -121,7 +183,7 @@ class LeRobotLoader(Loader):
     name = "lerobot"
     requires = ("pyarrow", "av", "huggingface_hub")
     install_hint = "pip install 'datasets-hub[lerobot]'  (pyarrow, av)"
-    format_version = 1
+    format_version = 2  # 2: string features kept as text (1 skipped them)
 
     # -- ids ---------------------------------------------------------------------------------------
     def catalogue(self) -> dict[str, dict[str, Any]]:
@@ -191,6 +253,11 @@ class LeRobotLoader(Loader):
         tol = p.get("tolerance_s")
         if tol is not None and (not isinstance(tol, (int, float)) or isinstance(tol, bool) or not tol > 0):
             raise InvalidParameter(f"{spec.id}: tolerance_s must be a positive number of seconds, got {tol!r}")
+        width = p.get("text_width")
+        if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
+            raise InvalidParameter(
+                f"{spec.id}: text_width must be a positive int (bytes per text value), got {width!r}"
+            )
 
     def frame_bytes(self, spec: DatasetSpec) -> int | None:
         """Decoded bytes of every camera's frames (T + 1 rows per selected episode), from the metadata."""
@@ -319,6 +386,8 @@ class _Converter:
         self.tolerance = float(p.get("tolerance_s") or lm.TOLERANCE_S)
         self.selected = meta.select(p.get("episodes"), spec.id)
         self.features = meta.features
+        self.keys = keys_of(list(self.features))
+        self.feature_text_width = int(p.get("text_width") or DEFAULT_TEXT_WIDTH)
         self.cameras = meta.video_keys + meta.image_keys
         self.layouts = {k: self._frame_layout(k) for k in self.cameras}
         self.frame_shapes = {k: shape for k, (shape, _) in self.layouts.items()}
@@ -331,7 +400,6 @@ class _Converter:
         )
         self.reader = EpisodeReader(spec.id, meta, local, self.selected)
         self.notes: dict[str, Any] = {"missing_reward": 0}
-        self.skipped: dict[str, str] = {}
 
     def _frame_layout(self, key: str) -> tuple[tuple[int, ...], bool]:
         """The stored per-frame shape of camera ``key`` and whether it is channels-first."""
@@ -406,14 +474,17 @@ class _Converter:
         return out
 
     def _chunk(self, episode: lm.Episode, rows: Any, frames: Mapping[str, str]) -> TensorDictBase:
+        import torch
+        from tensordict import TensorDict
+
         n = episode.length
         td = TensorDict({}, batch_size=[n])
         for name, feature in self.features.items():
             if name in lm.BOOKKEEPING or name in ("next.reward", "next.done"):
                 continue
-            key = key_of(name)
-            if str(feature.get("dtype")) in ("string", "str", "large_string"):
-                self.skipped[name] = "text feature (only the task text is kept, as 'task')"
+            key = self.keys[name]
+            if str(feature.get("dtype")) in TEXT_DTYPES:
+                td.set(key, torch.from_numpy(self._text(rows, name, episode)))
                 continue
             if name in frames:
                 mm = np.memmap(frames[name], dtype=np.uint8, mode="r+", shape=(n + 1, *self.frame_shapes[name]))
@@ -437,15 +508,17 @@ class _Converter:
                 td.set(("next", *key), torch.cat([values[1:], fill]))
             else:
                 td.set(key, values)
-        if "next.reward" in self.features:
-            td.set(("next", "reward"), torch.from_numpy(column(rows, "next.reward", n)).reshape(n, 1))
+        reward_feature = self._first_feature(REWARD_FEATURES)
+        if reward_feature is not None:
+            td.set(("next", "reward"), torch.from_numpy(column(rows, reward_feature, n)).reshape(n, 1))
         else:
             td.set(("next", "reward"), torch.zeros(n, 1, dtype=torch.float32))
             self.notes["missing_reward"] += n
         done = torch.zeros(n, 1, dtype=torch.bool)
-        if "next.done" in self.features:
-            raw = torch.from_numpy(column(rows, "next.done", n).astype(bool)).reshape(n)
-            td.set(("info", "next.done"), raw)
+        done_feature = self._first_feature(DONE_FEATURES)
+        if done_feature is not None:
+            raw = torch.from_numpy(column(rows, done_feature, n).astype(bool)).reshape(n)
+            td.set(("info", done_feature), raw)
             done[-1, 0] = bool(raw[-1])
         truncated = torch.zeros(n, 1, dtype=torch.bool)
         truncated[-1, 0] = not bool(done[-1, 0])
@@ -460,6 +533,23 @@ class _Converter:
         td.set("episode", torch.full((n,), episode.index, dtype=torch.int64))
         td.set("task", torch.from_numpy(encode_text(self._tasks(episode, rows), self.text_width, ("task",))))
         return td
+
+    def _first_feature(self, names: tuple[str, ...]) -> str | None:
+        """The first of ``names`` (LeRobot's own name, then the RLDS port's) that the dataset has."""
+        return next((name for name in names if name in self.features), None)
+
+    def _text(self, rows: Any, name: str, episode: lm.Episode) -> np.ndarray:
+        try:
+            values = text_column(rows, name, episode.length)
+        except LoaderError as exc:
+            raise LoaderError(f"{self.spec.id}: episode {episode.index} ({episode.data_path}): {exc}") from exc
+        longest = max((len(v.encode("utf-8")) for v in values), default=0)
+        if longest > self.feature_text_width:
+            raise LoaderError(
+                f"{self.spec.id}: episode {episode.index}: feature {name!r} holds a {longest}-byte text, longer "
+                f"than text_width={self.feature_text_width}; load with text_width={max(longest, 2 * self.feature_text_width)}"
+            )
+        return encode_text(values, self.feature_text_width, (name,))
 
     def _tasks(self, episode: lm.Episode, rows: Any) -> list[str]:
         n = episode.length
@@ -494,19 +584,26 @@ class _Converter:
         note("image_size", list(self.image_size) if self.image_size else "as recorded")
         note("tasks", {str(i): t for i, t in sorted(self.meta.tasks.items())})
         note("task_text_width", self.text_width)
+        text = [k for k, f in self.features.items() if str(f.get("dtype")) in TEXT_DTYPES]
+        if text:
+            note("text_keys", {"/".join(self.keys[k]): self.feature_text_width for k in text})
         note("tolerance_s", self.tolerance)
         note("features", {k: {"dtype": f.get("dtype"), "shape": f.get("shape")} for k, f in self.features.items()})
+        done_feature = self._first_feature(DONE_FEATURES) or "next.done"
         note(
             "episode_end",
-            "next.done on an episode's last row -> terminated; otherwise truncated (a recorded "
+            f"{done_feature} on an episode's last row -> terminated; otherwise truncated (a recorded "
             "demo stops, it does not terminate)",
         )
+        if self._first_feature(REWARD_FEATURES) == "reward":
+            note(
+                "reward",
+                "('next', 'reward') is the RLDS port's 'reward' feature (RLDS: the reward after the step's action)",
+            )
         note(
             "next_observation_unknown",
             "the last step of every episode: LeRobot records no observation after "
             "it; ('next', 'observation', ...) is NaN (0 for integers and images) there",
         )
-        if self.skipped:
-            note("skipped_features", self.skipped)
         if self.notes["missing_reward"]:
             note("reward", "the dataset has no next.reward feature: ('next', 'reward') is 0 on every row")
