@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 
 import pytest
-
 import torch
 import torch.multiprocessing as mp
 

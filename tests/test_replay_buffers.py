@@ -837,7 +837,7 @@ def test_a_prefetch_state_of_another_capacity_is_refused_before_anything_changes
 
 
 def test_a_prefetching_buffer_cannot_be_shared():
-    with pytest.raises(ValueError, match="Cannot share prefetched replay buffers.*prefetch=0.*shared=False"):
+    with pytest.raises(ValueError, match=r"Cannot share prefetched replay buffers.*prefetch=0.*shared=False"):
         ReplayBuffer(storage=LazyMemmapStorage(4), batch_size=2, prefetch=1, shared=True)
     rb = ReplayBuffer(storage=LazyMemmapStorage(4))
     assert rb.share(True) is rb

@@ -51,7 +51,7 @@ def test_a_spawned_child_shares_the_counters_and_rows():
 
 
 def test_what_cannot_be_shared_is_refused_when_spawning(monkeypatch):
-    monkeypatch.setattr("datasets_hub.buffers.shared_counters.get_spawning_popen", lambda: object())
+    monkeypatch.setattr("datasets_hub.buffers.shared_counters.get_spawning_popen", object)
     assert being_spawned()
     with pytest.raises(NotShareable, match="Cannot share a storage of type ListStorage"):
         pickle.dumps(ListStorage(3))

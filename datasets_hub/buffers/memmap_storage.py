@@ -40,6 +40,8 @@ class LazyMemmapStorage(TensorStorage):
     version live in shared memory, so writes in a child are visible in the parent.
     """
 
+    _mm_td: Any = None  # the memory-mapped TensorDict of the files (keeps the mappings alive)
+
     def __init__(
         self,
         max_size: int,

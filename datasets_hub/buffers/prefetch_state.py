@@ -77,19 +77,20 @@ def to_file_form(state: dict[str, Any]) -> dict[str, Any] | None:
     no queue, and the buffer loaded from it samples on from the restored sampler."""
     queue = []
     for data, info, ran_out in state["queue"]:
+        stored: dict[str, Any]
         if isinstance(data, TensorDictBase):
             if type(data) is not TensorDict or any(
                 isinstance(v, TensorDictBase) and v.batch_dims != data.batch_dims for v in data.values(True)
             ):
                 return None  # a plain dict would not keep a lazy stack or a nested TensorDict's own batch dims
-            data = {"tensordict": data.to_dict(), "batch_size": list(data.batch_size)}
+            stored = {"tensordict": data.to_dict(), "batch_size": list(data.batch_size)}
         elif isinstance(data, torch.Tensor):
-            data = {"tensor": data}
+            stored = {"tensor": data}
         else:
             return None
         if not all(isinstance(v, torch.Tensor) for v in info.values()):
             return None
-        queue.append((data, dict(info), bool(ran_out)))
+        queue.append((stored, dict(info), bool(ran_out)))
     return {**state, "queue": queue}
 
 

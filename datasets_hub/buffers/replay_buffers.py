@@ -85,6 +85,7 @@ _PREFETCH_SHARED = (
     "other processes. Build the buffer with prefetch=0, or keep prefetch and shared=False"
 )
 
+
 class ReplayBuffer:
     """A composable replay buffer (TorchRL's ``ReplayBuffer``).
 

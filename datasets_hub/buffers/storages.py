@@ -80,12 +80,15 @@ class Storage:
         self.set(index, data)
 
     ndim: int = 1  # dims counted in the capacity (TorchRL's ``ndim``; see multidim.py)
-    #: True where processes the storage is sent to, and children forked from this one, see its rows (a
-    #: writer then keeps its cursor where they see it too: ``shared_counters.py``)
-    rows_visible_to_children: bool = False
     _checkpointer: Any = None
     #: per-slot write stamps, made by the first writer with ``track_generations=True`` (``generations.py``)
     slot_generations: Any = None
+
+    @property
+    def rows_visible_to_children(self) -> bool:
+        """True where processes the storage is sent to, and children forked from this one, see its rows (a
+        writer then keeps its cursor where they see it too: ``shared_counters.py``)."""
+        return False
 
     @property
     def checkpointer(self) -> Any:
@@ -214,7 +217,7 @@ class Storage:
     def empty(self) -> None:
         raise NotImplementedError
 
-    def set_key_(self, key: Any, value: torch.Tensor, index: Any = None) -> None:
+    def set_key_(self, key: Any, value: Any, index: Any = None) -> None:
         """Overwrite one stored entry in place: of every valid item (``index=None``) or of the items at
         ``index``; ``value`` has one row per item written (``rb.set_``/``set_at_``/``update_``)."""
         raise NotImplementedError(

@@ -28,7 +28,6 @@ from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.nested_keys import nest
 from datasets_hub.buffers.shared_counters import SharedCounters, being_spawned
 from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index
-from datasets_hub.errors import NotShareable
 from datasets_hub.buffers.tensor_leaves import (
     decode_meta,
     flatten,
@@ -38,6 +37,7 @@ from datasets_hub.buffers.tensor_leaves import (
     numpy_views,
     split_env,
 )
+from datasets_hub.errors import NotShareable
 
 # ---------------------------------------------------------------------------------------------
 # Tensor storages: every leaf is one preallocated tensor [max_size, *row_shape].
@@ -456,7 +456,7 @@ class TensorStorage(SharedCounters, Storage):
             t.view(self.shape[0], *self._env, *shape)[:n0][cursor] = v.reshape(*probe.shape, *shape)
         self._bump_version()
 
-    def set_key_(self, key: Any, value: torch.Tensor, index: Any = None) -> None:
+    def set_key_(self, key: Any, value: Any, index: Any = None) -> None:
         """Overwrite entry ``key`` in place, of every valid item (``value`` with ``len(self)`` rows, or
         ``max_size`` rows, the whole allocation, as TorchRL's storage takes it) or of the items at ``index``.
         The key must exist, and ``value`` must have its per-item shape and dtype: nothing is reallocated.

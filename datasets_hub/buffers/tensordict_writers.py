@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
-from datasets_hub.buffers.writers import RoundRobinWriter, Writer
 from datasets_hub.buffers.shared_counters import being_spawned
+from datasets_hub.buffers.writers import RoundRobinWriter, Writer
 from datasets_hub.errors import InvalidArgument, NotShareable, WrongDataType
 
 # TorchRL's message says "expects data to be a tensor collection": code matching on it keeps working

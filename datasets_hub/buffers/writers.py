@@ -123,7 +123,7 @@ class RoundRobinWriter(SharedCounters, Writer):
     def register_storage(self, storage: Storage) -> None:
         """Attach to ``storage``; where children see its rows (memory-mapped files), they see the cursor too."""
         super().register_storage(storage)
-        if storage.rows_visible_to_children and not self._compilable:
+        if getattr(storage, "rows_visible_to_children", False) and not self._compilable:
             self._fork_share_counters()
         if self._loaded_stamps is not None:
             generations.on_storage(storage).load(self._loaded_stamps)
