@@ -29,7 +29,7 @@ def clone_batch(value: Any) -> Any:
         copied = value.detach().clone()
         return copied.requires_grad_() if value.requires_grad else copied
     if isinstance(value, TensorDictBase):
-        return value.clone()
+        return value.apply(clone_batch)
     if isinstance(value, tuple):
         return tuple(clone_batch(v) for v in value)
     if isinstance(value, list):

@@ -31,6 +31,7 @@ import collections
 import contextlib
 import copy
 import json
+import multiprocessing
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,7 @@ from datasets_hub.buffers.generations import ConditionalUpdateResult, update_if_
 from datasets_hub.buffers.samplers.base import Sampler, as_index, check_generator
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction, reduce_trailing
 from datasets_hub.buffers.samplers.random import RandomSampler
+from datasets_hub.buffers.shared_counters import being_spawned
 from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
@@ -142,6 +144,8 @@ class ReplayBuffer:
             raise ValueError("compilable=True keeps the write cursor in plain ints (as TorchRL): it cannot be shared")
         self._init_threading()
         self._shared = False
+        # writers in other processes of a shared buffer take turns through it (share() makes it a process lock)
+        self._process_lock: Any = contextlib.nullcontext()
         self._pending = {
             "storage": storage,
             "sampler": sampler,
@@ -407,6 +411,9 @@ class ReplayBuffer:
             )
         self._storage.share()
         self._writer.share()
+        # two processes extending at once would take the same rows; a lock of the spawn context also goes to
+        # spawned and forkserver children (one of the fork context cannot), and forked ones inherit it
+        self._process_lock = multiprocessing.get_context("spawn").Lock()
         self._shared = True
         return self
 
@@ -437,7 +444,7 @@ class ReplayBuffer:
     def add(self, data: Any) -> int:
         """Write one item; returns its position."""
         data = self._inv(data)
-        with self._lock:
+        with self._lock, self._process_lock:
             index = self._writer.add(data)
             if index < 0:  # declined by the writer (TensorDictMaxValueWriter)
                 return index
@@ -456,7 +463,7 @@ class ReplayBuffer:
         data = self._inv(data)
         if self._dim_extend:
             data = mdim.transpose_data(data, self._dim_extend)
-        with self._lock:
+        with self._lock, self._process_lock:
             index = self._writer.extend(data)
             items = self._items_of_rows(index)
             if self._writer.may_drop_items:  # -1 marks an item the writer declined
@@ -835,6 +842,8 @@ class ReplayBuffer:
             state.pop(k)
         state.pop("_episodes_cache", None)  # derived (ReplayBuffer.episodes); recomputed on first use
         state["_prefetch_state"] = queued
+        if not being_spawned():  # a plain copy writes on its own (a process lock only travels to a spawned child)
+            state["_process_lock"] = contextlib.nullcontext()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
