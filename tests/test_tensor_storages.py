@@ -85,3 +85,21 @@ def test_storage_private_names_of_torchrl_are_views_of_the_allocation():
     assert storage._storage.shape == (5,) and storage._storage["a"].shape == (5, 2)
     storage.set(torch.arange(2), TensorDict({"a": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}, [2]))
     assert storage._storage["a"][1].tolist() == [3.0, 4.0]
+
+
+def test_underscore_storage_is_the_whole_allocated_data_as_written():
+    storage = LazyTensorStorage(5)
+    assert storage._storage is None  # nothing allocated yet
+    storage.set(torch.arange(3), TensorDict({"a": torch.tensor([7, 8, 9])}, [3]))
+    whole = storage._storage
+    assert whole.batch_size == (5,)  # every slot of the capacity, written or not
+    assert whole["a"][:3].tolist() == [7, 8, 9]
+    assert whole[torch.tensor([2, 0])]["a"].tolist() == [9, 7]
+
+    tensors = LazyTensorStorage(4)
+    tensors.set(torch.arange(2), torch.tensor([[1.5], [2.5]]))
+    assert tensors._storage.shape == (4, 1) and tensors._storage[1].item() == 2.5
+
+    grid = LazyTensorStorage(6, ndim=2)
+    grid.set(torch.arange(2), TensorDict({"a": torch.arange(6).reshape(2, 3)}, [2, 3]))
+    assert grid._storage.batch_size == grid.shape

@@ -125,6 +125,20 @@ class TensorStorage(SharedCounters, Storage):
         return torch.Size([self.max_size // self._per_row, *self._env])
 
     @property
+    def _storage(self) -> Any:
+        """TorchRL's attribute name for the whole allocated data, read by code written against it
+        (``storage._storage[index]``): every slot of the capacity, written or not, as the kind that was
+        written, ``[capacity along dim 0, *trailing dims]``; zero-copy views (read them, write through
+        the buffer). ``None`` before the first write."""
+        if not self.initialized:
+            return None
+        if self.ndim > 1:
+            shape = self.shape
+            views = [t.view(*shape, *leaf) for t, (leaf, _) in zip(self._plain, self._schema, strict=True)]
+            return self._wrap(views, shape)
+        return self._wrap(list(self._plain), torch.Size([self.max_size]))
+
+    @property
     def _per_row(self) -> int:
         return mdim.prod(self._env) if self.ndim > 1 else 1
 
@@ -504,17 +518,7 @@ class TensorStorage(SharedCounters, Storage):
             t.share_memory_()
         self._np = numpy_views(self._plain)  # share_memory_ moved in-memory leaves: refresh the views
 
-    # TorchRL's attribute and method names, read by code written against it ---------------------
-    @property
-    def _storage(self) -> Any:
-        """The whole allocation (``max_size`` items, written or not) as the kind written: zero-copy views
-        (TorchRL's ``storage._storage``). ``None`` before the first write."""
-        if not self.initialized:
-            return None
-        cap0 = self.max_size // self._per_row
-        views = [t.view(cap0, *self._env, *shape) for t, (shape, _) in zip(self._plain, self._schema, strict=True)]
-        return self._wrap(views, torch.Size([cap0, *self._env]))
-
+    # TorchRL's method name, called by code written against it (``_storage`` is above) ------------
     def _init(self, data: Any) -> None:
         """Allocate the storage for items like ``data`` (one item), writing nothing (TorchRL's ``_init``)."""
         if self.initialized:

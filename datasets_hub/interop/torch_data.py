@@ -44,6 +44,7 @@ from torch.utils.data import Sampler as _TorchSampler
 
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.pytorch_datasets import tensordict_collate
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.build.storage import DatasetStorage, reopen_build
 from datasets_hub.errors import InvalidParameter
@@ -151,20 +152,8 @@ def as_buffer(source: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------
-# Collate, ranks, seeds
+# Ranks, seeds (tensordict_collate lives with the buffer layer's views: pytorch_datasets)
 # ----------------------------------------------------------------------------------------------
-
-
-def tensordict_collate(batch: Any) -> Any:
-    """DataLoader ``collate_fn``: a TensorDict batch is returned as it is (no copy, no re-stacking);
-    a list of TensorDicts is stacked; anything else goes to torch's ``default_collate``."""
-    if isinstance(batch, TensorDictBase):
-        return batch
-    if isinstance(batch, (list, tuple)) and batch and all(isinstance(b, TensorDictBase) for b in batch):
-        return torch.stack(list(batch))
-    from torch.utils.data import default_collate
-
-    return default_collate(batch)
 
 
 def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
