@@ -337,7 +337,7 @@ def load(
 
     ``frames`` chooses how camera frames (uint8 image keys) are stored (see ``docs/guide/compressed-frames.md``):
     ``"raw"`` (decoded once, fastest to sample), ``"jpeg"`` (each frame on its own, ``frame_quality``
-    1..100, default 90) or ``"png"`` (exact); ``None`` stores them raw while the loader's estimate of their
+    1..100, default 75) or ``"png"`` (exact); ``None`` stores them raw while the loader's estimate of their
     decoded size stays at or below ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` (16 GiB), JPEG above. The codec
     enters the build's fingerprint; compressed frames are decoded at sample time, only those sampled, in
     host threads, or with ``decode_device="cuda"`` by nvJPEG (torchvision) into that device's memory: the
@@ -496,6 +496,7 @@ def mixture(
     temperature: float = 1.0,
     exact: bool = True,
     key_maps: Any = None,
+    project: Any = None,
     normalize: Any = None,
     ids: bool = False,
     batch_size: int | None = None,
@@ -510,7 +511,7 @@ def mixture(
     dataset's frame rate); with ``generator``, each dataset gets a generator seeded from it, so the
     same seed gives the same batches. Buffers are used as they are. Statistics for ``normalize`` come
     from each build's manifest; a build made before they were recorded (or a buffer over other data)
-    gets them computed once from its data. ``weights``, ``temperature``, ``exact``, ``key_maps``,
+    gets them computed once from its data. ``weights``, ``temperature``, ``exact``, ``key_maps``, ``project``,
     ``normalize``, ``ids`` and ``batch_size``: see the ``Mixture`` contract (docs/guide/mixtures.md).
     """
     import copy
@@ -543,6 +544,7 @@ def mixture(
         temperature=temperature,
         exact=exact,
         key_maps=key_maps,
+        project=project,
         normalize=normalize,
         stats=[_build_stats(rb) for rb in buffers],
         ids=ids,

@@ -254,3 +254,52 @@ def test_a_fork_never_takes_its_parents_prefetched_batches():
         quiet.sample()["obs"].tolist()
         == _rb(60, batch_size=4, generator=torch.Generator().manual_seed(5)).sample()["obs"].tolist()
     )
+
+
+# -- an ensemble's iterable view ---------------------------------------------------------------------------
+
+
+def _ensemble(member_sampler=None, seeded=True):
+    from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
+
+    def generator(seed):
+        return torch.Generator().manual_seed(seed) if seeded else None
+
+    small = _rb(20, generator=generator(1))  # obs 0..190
+    large = TensorDictReplayBuffer(storage=LazyTensorStorage(30), generator=generator(2), sampler=member_sampler)
+    large.extend(TensorDict({"obs": 1000 + torch.arange(30) * 10, "episode": torch.arange(30) // 5}, [30]))
+    return ReplayBufferEnsemble(small, large, batch_size=8, generator=generator(3))
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_an_ensemble_feeds_workers_each_with_its_own_streams(seeded):
+    ensemble = _ensemble(seeded=seeded)
+
+    def run(seed):
+        loader = DataLoader(
+            ensemble.as_dataset(num_batches=6),
+            batch_size=None,
+            num_workers=2,
+            collate_fn=tensordict_collate,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        return [b["obs"].reshape(-1).tolist() for b in loader]
+
+    first = run(1)
+    assert len(first) == 6 and first == run(1) and first != run(2)
+    drawn = {o for obs in first for o in obs}
+    assert drawn <= {10 * i for i in range(20)} | {1000 + 10 * i for i in range(30)}
+    assert min(drawn) < 1000 <= max(drawn)  # both members are drawn from
+    worker0, worker1 = first[0::2], first[1::2]
+    assert worker0 != worker1  # the two workers draw different streams
+    # in the main process it iterates the ensemble itself
+    assert len(list(ensemble.as_dataset(num_batches=3))) == 3
+
+
+def test_an_ensemble_member_with_shared_sampler_state_is_refused_in_workers():
+    ensemble = _ensemble(member_sampler=SamplerWithoutReplacement())
+    loader = DataLoader(
+        ensemble.as_dataset(num_batches=2), batch_size=None, num_workers=1, collate_fn=tensordict_collate
+    )
+    with pytest.raises(RuntimeError, match="cannot share"):
+        list(loader)

@@ -87,6 +87,25 @@ def test_storage_private_names_of_torchrl_are_views_of_the_allocation():
     assert storage._storage["a"][1].tolist() == [3.0, 4.0]
 
 
+def test_gather_into_writes_the_rows_of_each_leaf_into_given_arrays():
+    """TensorStorage.gather_into: each leaf's rows in a caller's arrays (wider rows keep their tail),
+    extras replace their keys; a kind numpy cannot gather leaf by leaf goes through gather."""
+    import numpy as np
+
+    storage = LazyTensorStorage(10)
+    data = TensorDict(
+        {"obs": torch.arange(30.0).reshape(10, 3), "next": {"reward": torch.arange(10.0)[:, None] / 4}}, [10]
+    )
+    storage.set(torch.arange(10), data)
+    rows = np.array([7, 2, 2, 9])
+    out = {("obs",): np.full((4, 5), -1.0, np.float32), ("next", "reward"): np.zeros((4, 1), np.float32)}
+    storage.gather_into(rows, out)
+    assert np.array_equal(out[("obs",)][:, :3], data["obs"][rows].numpy()) and (out[("obs",)][:, 3:] == -1).all()
+    assert np.array_equal(out[("next", "reward")], data["next", "reward"][rows].numpy())
+    storage.gather_into(rows, out, {("next", "reward"): torch.ones(4, 1)})
+    assert (out[("next", "reward")] == 1).all()
+
+
 def test_underscore_storage_is_the_whole_allocated_data_as_written():
     storage = LazyTensorStorage(5)
     assert storage._storage is None  # nothing allocated yet

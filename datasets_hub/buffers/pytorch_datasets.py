@@ -40,11 +40,32 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from datasets_hub.errors import InvalidArgument
+
+
+def stream_seed(*parts: int) -> int:
+    """A 63-bit seed mixing ``parts`` (base seed, rank, worker, epoch...) so that streams differing in
+    any part are independent (``SeedSequence`` hashing, not ``base + rank``, which would collide
+    with ``base + 1`` of the next rank)."""
+    return int(np.random.SeedSequence([int(p) % (1 << 64) for p in parts]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def worker_fork(buffer: Any, seed: int) -> Any:
+    """``buffer``'s copy for one DataLoader worker: storage and transforms shared, sampler state its own,
+    no prefetch threads. Where the buffer draws from a generator of its own, the copy's is seeded from
+    ``seed``. A buffer made of others (an ensemble) forks itself through its ``fork_seeded(seed)``."""
+    fork_seeded = getattr(buffer, "fork_seeded", None)
+    if fork_seeded is not None:
+        return fork_seeded(seed)
+    generator = buffer.sampler.generator
+    if generator is not None:
+        generator = torch.Generator(device=generator.device).manual_seed(seed)
+    return buffer.fork(generator, prefetch=0)
 
 
 def tensordict_collate(batch: Any) -> Any:
@@ -60,7 +81,10 @@ def tensordict_collate(batch: Any) -> Any:
 
 
 def _share_for_workers(storage: Any) -> None:
-    """Let DataLoader workers see later writes (TorchRL does the same when a view is made)."""
+    """Let DataLoader workers see later writes (TorchRL does the same when a view is made); an ensemble's
+    storage shares each member's."""
+    for member in getattr(storage, "storages", ()):
+        _share_for_workers(member)
     if not getattr(storage, "read_only", False) and hasattr(storage, "share"):
         storage.share()
 
@@ -150,10 +174,7 @@ class ReplayBufferDataset(IterableDataset):
                     "without that state (RandomSampler, SliceSampler); for exactly-once epochs over several "
                     "workers use the map-style view, rb.as_dataset(map_style=True), with shuffle=True"
                 )
-            generator = sampler.generator
-            if generator is not None:
-                generator = torch.Generator(device=generator.device).manual_seed(seed)
-            self._worker = (seed, buffer.fork(generator, prefetch=0))
+            self._worker = (seed, worker_fork(buffer, seed))
         return self._worker[1]
 
     def __iter__(self) -> Iterator[Any]:
@@ -171,4 +192,4 @@ class ReplayBufferDataset(IterableDataset):
         return f"{type(self).__name__}(replay_buffer={self.replay_buffer!r}, num_batches={self.num_batches})"
 
 
-__all__ = ["ReplayBufferDataset", "StorageDataset", "tensordict_collate"]
+__all__ = ["ReplayBufferDataset", "StorageDataset", "stream_seed", "tensordict_collate", "worker_fork"]

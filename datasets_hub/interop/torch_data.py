@@ -44,7 +44,7 @@ from torch.utils.data import Sampler as _TorchSampler
 
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.buffers.pytorch_datasets import tensordict_collate
+from datasets_hub.buffers.pytorch_datasets import stream_seed, tensordict_collate
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.build.storage import DatasetStorage, reopen_build
 from datasets_hub.errors import InvalidParameter
@@ -182,13 +182,6 @@ def loader_base_seed(generator: torch.Generator | None) -> int:
     (one ``random_`` over int64, torch's own draw): worker ``w`` then gets ``base + w``. Thread workers
     draw it the same way, so one generator gives the same batches with threads and with processes."""
     return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
-
-
-def stream_seed(*parts: int) -> int:
-    """A 63-bit seed mixing ``parts`` (base seed, rank, worker, epoch...) so that streams differing in
-    any part are independent (``SeedSequence`` hashing, not ``base + rank``, which would collide
-    with ``base + 1`` of the next rank)."""
-    return int(np.random.SeedSequence([int(p) % (1 << 64) for p in parts]).generate_state(1, np.uint64)[0] >> 1)
 
 
 # ----------------------------------------------------------------------------------------------
