@@ -18,7 +18,8 @@ from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
 from datasets_hub.buffers.checkpointers import STORAGE_FORMAT
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.errors import ReadOnlyError
+from datasets_hub.buffers.shared_counters import being_spawned
+from datasets_hub.errors import NotShareable, ReadOnlyError
 
 
 class Storage:
@@ -82,6 +83,12 @@ class Storage:
     _checkpointer: Any = None
     #: per-slot write stamps, made by the first writer with ``track_generations=True`` (``generations.py``)
     slot_generations: Any = None
+
+    @property
+    def rows_visible_to_children(self) -> bool:
+        """True where processes the storage is sent to, and children forked from this one, see its rows (a
+        writer then keeps its cursor where they see it too: ``shared_counters.py``)."""
+        return False
 
     @property
     def checkpointer(self) -> Any:
@@ -222,6 +229,14 @@ class Storage:
 
     def empty(self) -> None:
         raise NotImplementedError
+
+    def set_key_(self, key: Any, value: Any, index: Any = None) -> None:
+        """Overwrite one stored entry in place: of every valid item (``index=None``) or of the items at
+        ``index``; ``value`` has one row per item written (``rb.set_``/``set_at_``/``update_``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot overwrite a single entry in place: use a tensor storage "
+            "(LazyTensorStorage, LazyMemmapStorage), or rewrite whole items with rb[index] = data"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -394,6 +409,14 @@ class ListStorage(Storage):
         if not self._storage:
             raise KeyError(key)
         return torch.stack([torch.as_tensor(item[key]) for item in self._storage])
+
+    def __getstate__(self) -> dict[str, Any]:
+        if being_spawned():  # the child would write into its own copy of the list: its writes would be lost
+            raise NotShareable(
+                "Cannot share a storage of type ListStorage between processes: its items are Python objects "
+                "of this process. Use LazyMemmapStorage(max_size) for a buffer other processes write to"
+            )
+        return self.__dict__.copy()
 
     def empty(self) -> None:
         self._storage = []
