@@ -24,7 +24,8 @@ that also derive from a built-in exception can be caught as that exception too::
     ├── WrongDataType             (+ TypeError, RuntimeError) data a buffer part cannot hold or transform
     ├── StorageExists             (+ FileExistsError, RuntimeError) a scratch_dir already holds a storage
     ├── PreprocessError           the preprocessing fn failed or broke its contract
-    └── ReadOnlyError             (+ RuntimeError) a write to a read-only buffer, storage or writer
+    ├── ReadOnlyError             (+ RuntimeError) a write to a read-only buffer, storage or writer
+    └── NotShareable              (+ RuntimeError) a buffer part sent to a spawned process that cannot share it
 
 This module imports only the standard library: every layer, the buffer layer included, uses it.
 """

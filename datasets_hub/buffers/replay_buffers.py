@@ -398,7 +398,9 @@ class ReplayBuffer:
         the sampler (epoch position, caches) drawing from ``generator`` (``None``: torch's global one),
         and its own lock and prefetch queue (``prefetch`` batches in flight; ``None``: this buffer's
         setting): one independent sample stream per DataLoader worker or DDP rank."""
-        clone = copy.copy(self)  # through __getstate__: a fresh lock and queue, never the parent's
+        clone = copy.copy(self)  # through __getstate__: a fresh lock
+        # a copy (pickle) carries the batches drawn ahead; a fork draws its own stream, never the parent's
+        clone._queue.clear()
         if prefetch is not None:
             if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
                 raise ValueError(f"prefetch must be an int >= 0 (batches kept in flight), got {prefetch!r}")

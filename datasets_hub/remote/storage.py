@@ -193,6 +193,10 @@ class ResidentStorage(DatasetStorage):
         sources = {"next/done": ("next/terminated", "next/truncated")}.get(wanted, (wanted,))
         names = tuple(name for name in self._step_leaves + self._obs_leaves if name.split("/", 1)[1] in sources)
         names += tuple(self._blobs[f"{OBS}/{source}"] for source in sources if f"{OBS}/{source}" in self._blobs)
+        if not names and wanted != "episode":
+            # not one of the build's leaves (a sampler asking for "is_init", say): finding that out through
+            # the build's read_key would read a row, which need not be resident
+            raise KeyError(key)
         read = super().read_key
 
         def every_chunk() -> dict[str, np.ndarray]:
