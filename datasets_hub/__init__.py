@@ -91,6 +91,7 @@ _EXPORTS: dict[str, str] = {
     "NStepReturnSampler": "buffers.samplers.n_step",
     "PromptGroupSampler": "buffers.samplers.prompt_group",
     "StalenessAwareSampler": "buffers.samplers.staleness",
+    "ConsumingSampler": "buffers.samplers.consuming",
     "SampleUnit": "buffers.samplers.sample_units",
     "Transition": "buffers.samplers.sample_units",
     "Sequence": "buffers.samplers.sample_units",
