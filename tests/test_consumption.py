@@ -49,7 +49,7 @@ def test_new_writes_fill_consumed_slots_before_the_cursor():
     consumed = rb.sample(2, return_info=True)[1]["index"]
     written = rb.extend(torch.tensor([30, 31, 32, 33]))
     # the two freed slots first (in the order they were consumed), then 4 and 5 from the cursor
-    assert written.tolist() == consumed.tolist() + [4, 5]
+    assert written.tolist() == [*consumed.tolist(), 4, 5]
     assert rb.storage.get(written).tolist() == [30, 31, 32, 33]
     assert rb.writer.cursor == 0 and len(rb) == 6 and rb.write_count == 8
     assert rb.add(torch.tensor(40)) == 0  # nothing consumed: the cursor's slot, as without consumption
@@ -61,7 +61,7 @@ def test_the_cursor_passes_over_slots_the_same_write_fills():
     consumed = rb.sample(1, return_info=True)[1]["index"]
     written = rb.extend(torch.tensor([60, 61, 62]))
     after = [s for s in range(4) if s != int(consumed)][:2]
-    assert written.tolist() == consumed.tolist() + after  # the freed slot is never written twice
+    assert written.tolist() == [*consumed.tolist(), *after]  # the freed slot is never written twice
     assert len(set(written.tolist())) == 3
 
 
@@ -182,3 +182,12 @@ def test_a_read_only_build_refuses_consumption():
     with pytest.raises(ReadOnlyError, match="frees consumed rows"):
         rb.set_sampler(ConsumingSampler())
     assert not isinstance(rb.sampler, ConsumingSampler)  # refused before anything changed
+
+
+def test_a_write_of_the_whole_capacity_overwrites_every_slot_once():
+    rb = ReplayBuffer(storage=LazyTensorStorage(3), consume_after_n_samples=1, generator=seeded())
+    rb.extend(torch.tensor([160, 161, 162]))
+    rb.sample(2)
+    written = rb.extend(torch.tensor([170, 171, 172, 173]))  # longer than the capacity: its last 3 items stay
+    assert sorted(written.tolist()) == [0, 1, 2] and len(rb) == 3
+    assert sorted(rb.sample(3).tolist()) == [171, 172, 173]

@@ -88,6 +88,8 @@ def extend_consuming(writer: Any, sampler: ConsumingSampler, storage: Storage, d
     """Write a batch: freed slots first (oldest first), then slots from the cursor that this write does not
     already fill; returns the slots in the order of ``data``'s items."""
     count = storage.num_items(data)
+    if count >= storage.max_size_along_dim0(data):  # every slot is written: none is left to prefer
+        return writer.extend(data)
     freed = sampler.pop_consumed(storage, count)
     if freed.numel() == 0:
         return writer.extend(data)

@@ -43,9 +43,8 @@ import torch
 from tensordict import TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
-from datasets_hub.buffers import consumption
+from datasets_hub.buffers import consumption, prefetch_state
 from datasets_hub.buffers import multidim as mdim
-from datasets_hub.buffers import prefetch_state
 from datasets_hub.buffers.batch_size import check_batch_items
 from datasets_hub.buffers.generations import ConditionalUpdateResult, update_if_present
 from datasets_hub.buffers.samplers.base import Sampler, as_index, check_generator

@@ -199,12 +199,14 @@ class RoundRobinWriter(SharedCounters, Writer):
         fills), and move the cursor past them; ``data`` sizes a storage not allocated yet."""
         cap = self.storage.max_size_along_dim0(data)
         skipped = set(skip.tolist())
-        cursor, slots, scanned = int(self._counts[0]), [], 0
+        if count > cap - len(skipped):
+            raise ValueError(f"cannot claim {count} slots besides {len(skipped)} of a capacity of {cap}")
+        cursor = int(self._counts[0])
+        slots: list[int] = []
         while len(slots) < count:
-            if cursor not in skipped or scanned >= cap:  # a full lap: nothing left to pass over
+            if cursor not in skipped:
                 slots.append(cursor)
             cursor = (cursor + 1) % cap
-            scanned += 1
         self._counts[0] = cursor
         return torch.tensor(slots, dtype=torch.long)
 
