@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "LazyMemmapStorage": "buffers.memmap_storage",
     "DatasetStorage": "build.storage",
     "LazyStackStorage": "buffers.stack_storage",
+    "CompressedListStorage": "buffers.compressed_storage",
     "StorageCheckpointerBase": "buffers.checkpointers",
     "TensorStorageCheckpointer": "buffers.checkpointers",
     "FlatStorageCheckpointer": "buffers.checkpointers",
