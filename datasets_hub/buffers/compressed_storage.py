@@ -108,8 +108,10 @@ class CompressedListStorage(ListStorage):
                         fields.append([[*prefix, key], self._pack_tensor(value)])
                     elif is_non_tensor(value):
                         fields.append([[*prefix, key], {_MARK: "plain", "value": td.get_non_tensor(key)}])
-                    else:
+                    elif isinstance(value, TensorDictBase):
                         walk(value, [*prefix, key])
+                    else:  # a tensorclass inside: kept whole, uncompressed
+                        fields.append([[*prefix, key], {_MARK: "plain", "value": value}])
 
             walk(item, [])
             return {_MARK: "tensordict", "batch_size": list(item.batch_size), "fields": fields}
