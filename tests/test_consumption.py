@@ -191,3 +191,27 @@ def test_a_write_of_the_whole_capacity_overwrites_every_slot_once():
     written = rb.extend(torch.tensor([170, 171, 172, 173]))  # longer than the capacity: its last 3 items stay
     assert sorted(written.tolist()) == [0, 1, 2] and len(rb) == 3
     assert sorted(rb.sample(3).tolist()) == [171, 172, 173]
+
+
+def test_a_hub_build_refuses_consumption():
+    import datasets_hub as dh
+
+    with pytest.raises(ReadOnlyError, match="frees consumed rows"):
+        dh.load("gym/cartpole-random-v0", steps=40, sampler=ConsumingSampler())
+    rb = dh.load("gym/cartpole-random-v0", steps=40)
+    with pytest.raises(ReadOnlyError, match="frees consumed rows"):
+        rb.set_sampler(ConsumingSampler(2))
+    assert len(rb) == 40  # nothing changed
+
+
+def test_writer_write_at_and_claim_slots():
+    storage = LazyTensorStorage(4)
+    writer = RoundRobinWriter()
+    writer.register_storage(storage)
+    writer.extend(torch.tensor([180, 181]))  # cursor at 2
+    assert writer.write_at(torch.tensor([0]), torch.tensor([190])).tolist() == [0]
+    assert writer.cursor == 2 and writer.write_count == 3 and storage.get(0).item() == 190
+    assert writer.claim_slots(2, torch.tensor([3]), None).tolist() == [2, 0]  # 3 is passed over
+    assert writer.cursor == 1
+    with pytest.raises(ValueError, match="cannot claim 4 slots"):
+        writer.claim_slots(4, torch.tensor([1]), None)
