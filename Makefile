@@ -53,6 +53,7 @@ examples: install
 	$(PY) examples/sac_ndim2.py
 	$(PY) examples/torchrl_names.py
 	$(PY) examples/torchrl_queries.py
+	$(PY) examples/torchrl_consumption.py
 
 # One worker per core (pytest-xdist): the suite is mostly subprocesses and I/O waits.
 test: test-install

@@ -43,11 +43,12 @@ import torch
 from tensordict import TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
+from datasets_hub.buffers import consumption, prefetch_state
 from datasets_hub.buffers import multidim as mdim
-from datasets_hub.buffers import prefetch_state
 from datasets_hub.buffers.batch_size import check_batch_items
 from datasets_hub.buffers.generations import ConditionalUpdateResult, update_if_present
 from datasets_hub.buffers.samplers.base import Sampler, as_index, check_generator
+from datasets_hub.buffers.samplers.consuming import ConsumingSampler
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction, reduce_trailing
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.samplers.sample_units import SampleUnit, Transition
@@ -98,6 +99,8 @@ class ReplayBuffer:
     yields batches until the sampler has ``ran_out`` (forever with a uniform sampler).
     Transforms run on samples and ``rb[idx]``; their inverses run on ``add``/``extend``/``rb[idx] = x``.
     ``read_all_in_order``/``write_all`` move raw storage contents, without transforms.
+    ``consume_after_n_samples=n`` (TorchRL's keyword): a row sampled ``n`` times is consumed, ``len`` drops,
+    and new writes fill its slot first (``consumption.py``).
     """
 
     def __init__(
@@ -119,6 +122,7 @@ class ReplayBuffer:
         compilable: bool | None = None,
         delayed_init: bool | None = None,
         sample_unit: SampleUnit | None = None,
+        consume_after_n_samples: int | None = None,
     ) -> None:
         if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
             raise TypeError(
@@ -166,6 +170,7 @@ class ReplayBuffer:
             "checkpointer": checkpointer,
             "generator": generator,
             "shared": shared,
+            "consume_after_n_samples": consume_after_n_samples,
         }
         # TorchRL: delayed by default when a transform factory is given
         self._delayed_init = transform_factory is not None if delayed_init is None else bool(delayed_init)
@@ -188,6 +193,7 @@ class ReplayBuffer:
         sampler = sampler() if callable(sampler) and not isinstance(sampler, Sampler) else sampler
         writer = writer() if callable(writer) and not isinstance(writer, Writer) else writer
         self._storage: Storage = ListStorage(1000) if storage is None else storage
+        sampler = consumption.consuming_sampler(sampler, spec["consume_after_n_samples"])
         self._sampler: Sampler = RandomSampler() if sampler is None else sampler
         if writer is None:
             if getattr(self._storage, "read_only", False):
@@ -196,6 +202,7 @@ class ReplayBuffer:
                 writer = RoundRobinWriter(compilable=self._compilable)
         self._writer = writer
         writer.register_storage(self._storage)
+        consumption.check_consuming(self._sampler, self._storage, writer, self._prefetch)
         collate_fn = spec["collate_fn"]
         if collate_fn is None and isinstance(self._storage, ListStorage):
             collate_fn = _collate_list
@@ -284,6 +291,10 @@ class ReplayBuffer:
         return self._writer.write_count
 
     def __len__(self) -> int:
+        """Items stored; with a ``ConsumingSampler``, those not consumed yet (``consumption.py``)."""
+        sampler = self._sampler
+        if isinstance(sampler, ConsumingSampler):
+            return sampler.num_sampleable(self._storage)
         return len(self._storage)
 
     def set_rng(self, generator: torch.Generator | None) -> None:
@@ -311,6 +322,7 @@ class ReplayBuffer:
                 "and the sampler's state would describe other rows. Build a buffer around it instead: "
                 "ReplayBuffer(storage=storage, sampler=..., writer=...)"
             )
+        consumption.check_consuming(self._sampler, storage, self._writer, self._prefetch)
         self._drain()
         with self._lock:
             previous, self._storage = self._storage, storage
@@ -328,6 +340,7 @@ class ReplayBuffer:
         The new sampler is told about the items already stored, oldest first (a ``PrioritizedSampler`` gives
         them the default priority), so none of them is left out of its draws.
         """
+        consumption.check_consuming(sampler, self._storage, self._writer, self._prefetch)
         self._drain()
         with self._lock:
             previous, self._sampler = self._sampler, sampler
@@ -339,6 +352,7 @@ class ReplayBuffer:
 
     def set_writer(self, writer: Writer) -> Writer:
         """Replace the writer (registered with the storage) and return the previous one."""
+        consumption.check_consuming(self._sampler, self._storage, writer, self._prefetch)
         self._drain()
         with self._lock:
             previous, self._writer = self._writer, writer
@@ -398,6 +412,7 @@ class ReplayBuffer:
         the sampler (epoch position, caches) drawing from ``generator`` (``None``: torch's global one),
         and its own lock and prefetch queue (``prefetch`` batches in flight; ``None``: this buffer's
         setting): one independent sample stream per DataLoader worker or DDP rank."""
+        consumption.refuse_split(self._sampler, "fork()")
         clone = copy.copy(self)  # through __getstate__: a fresh lock
         # a copy (pickle) carries the batches drawn ahead; a fork draws its own stream, never the parent's
         clone._queue.clear()
@@ -420,6 +435,7 @@ class ReplayBuffer:
             return self
         if self._prefetch:
             raise InvalidArgument(_PREFETCH_SHARED)
+        consumption.refuse_split(self._sampler, "shared=True")
         if not hasattr(self._storage, "share"):
             raise ValueError(
                 f"shared=True needs a storage that lives outside one process; {type(self._storage).__name__} "
@@ -461,7 +477,11 @@ class ReplayBuffer:
         """Write one item; returns its position."""
         data = self._inv(data)
         with self._lock, self._process_lock:
-            index = self._writer.add(data)
+            sampler = self._sampler
+            if isinstance(sampler, ConsumingSampler):  # consumed slots are filled first
+                index = consumption.add_consuming(self._writer, sampler, self._storage, data)
+            else:
+                index = self._writer.add(data)
             if index < 0:  # declined by the writer (TensorDictMaxValueWriter)
                 return index
             if getattr(self._storage, "ndim", 1) > 1:
@@ -480,7 +500,11 @@ class ReplayBuffer:
         if self._dim_extend:
             data = mdim.transpose_data(data, self._dim_extend)
         with self._lock, self._process_lock:
-            index = self._writer.extend(data)
+            sampler = self._sampler
+            if isinstance(sampler, ConsumingSampler):  # consumed slots are filled first
+                index = consumption.extend_consuming(self._writer, sampler, self._storage, data)
+            else:
+                index = self._writer.extend(data)
             items = self._items_of_rows(index)
             if self._writer.may_drop_items:  # -1 marks an item the writer declined
                 self._sampler.extend(items[items >= 0])

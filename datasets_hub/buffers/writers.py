@@ -184,6 +184,32 @@ class RoundRobinWriter(SharedCounters, Writer):
         self._stamp((torch.arange(n + skipped) + first) % cap if skipped else index)
         return index
 
+    def write_at(self, index: Any, data: Any) -> Any:
+        """Write ``data`` at the slots ``index`` (an int: one item; a 1-D tensor: a batch) without moving
+        the cursor; they count as writes. A consuming buffer fills consumed slots this way (TorchRL's name)."""
+        single = isinstance(index, int)
+        slots = torch.tensor([index]) if single else torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        self.storage.set(index, self._prepare(data, index))
+        self._counts[1] += 1 if single else slots.numel()
+        self._stamp(slots)
+        return index
+
+    def claim_slots(self, count: int, skip: torch.Tensor, data: Any) -> torch.Tensor:
+        """The next ``count`` slots from the cursor, passing over those in ``skip`` (slots this write already
+        fills), and move the cursor past them; ``data`` sizes a storage not allocated yet."""
+        cap = self.storage.max_size_along_dim0(data)
+        skipped = set(skip.tolist())
+        if count > cap - len(skipped):
+            raise ValueError(f"cannot claim {count} slots besides {len(skipped)} of a capacity of {cap}")
+        cursor = int(self._counts[0])
+        slots: list[int] = []
+        while len(slots) < count:
+            if cursor not in skipped:
+                slots.append(cursor)
+            cursor = (cursor + 1) % cap
+        self._counts[0] = cursor
+        return torch.tensor(slots, dtype=torch.long)
+
     def _prepare(self, data: Any, index: Any) -> Any:
         """Hook: the data as written at ``index`` (``TensorDictRoundRobinWriter`` adds ``"index"``)."""
         return data

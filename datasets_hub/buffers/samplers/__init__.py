@@ -8,6 +8,7 @@
 - ``prioritized``: segment trees, priority reductions, :class:`PrioritizedSampler` and
   :class:`PrioritizedSliceSampler`.
 - ``prompt_group``: :class:`PromptGroupSampler`, whole groups of items sharing a key (LLM post-training).
+- ``consuming``: :class:`ConsumingSampler`, uniform draws that consume a row after it was returned n times.
 - ``staleness``: :class:`StalenessAwareSampler`, items weighted by the freshness of their policy version.
 - ``sample_units``: what each drawn anchor expands into (``ReplayBuffer(sample_unit=...)``): :class:`Transition`
   (itself) or :class:`Sequence` (a window with burn-in and bootstrap records).
@@ -21,6 +22,7 @@ modules directly, never this package.
 """
 
 from datasets_hub.buffers.samplers.base import Sampler
+from datasets_hub.buffers.samplers.consuming import ConsumingSampler
 from datasets_hub.buffers.samplers.episode_rows import AnchorSampler
 from datasets_hub.buffers.samplers.frame_stack import FullStackSampler
 from datasets_hub.buffers.samplers.goal import GoalSampler
@@ -35,6 +37,7 @@ from datasets_hub.buffers.samplers.window import WindowSampler
 
 __all__ = [
     "AnchorSampler",
+    "ConsumingSampler",
     "FullStackSampler",
     "GoalSampler",
     "NStepReturnSampler",
