@@ -113,6 +113,8 @@ _EXPORTS: dict[str, str] = {
     "GrayScale": "buffers.image_transforms",
     "UnsqueezeTransform": "buffers.shape_transforms",
     "SqueezeTransform": "buffers.shape_transforms",
+    "CatFrames": "buffers.trajectory_transforms",
+    "DensifyReward": "buffers.trajectory_transforms",
     "FrameStack": "buffers.frame_stack",
     "FullStackSampler": "buffers.samplers.frame_stack",
     "EpisodeIndex": "buffers.episode_index",
