@@ -93,7 +93,7 @@ def test_as_inverse_stacks_on_writes_only():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
+    "kwargs, match",
     [
         ({"N": 0, "dim": -1}, "N >= 1"),
         ({"N": 2, "dim": 0}, "negative"),
