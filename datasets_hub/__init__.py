@@ -108,6 +108,7 @@ _EXPORTS: dict[str, str] = {
     "Exclude": "buffers.transforms",
     "DoubleToFloat": "buffers.transforms",
     "MultiStep": "buffers.multi_step",
+    "MultiStepTransform": "buffers.multi_step",
     "ToTensorImage": "buffers.image_transforms",
     "Resize": "buffers.image_transforms",
     "GrayScale": "buffers.image_transforms",
