@@ -78,6 +78,10 @@ _EXPORTS: dict[str, str] = {
     "StorageEnsembleCheckpointer": "buffers.checkpointers",
     "TED2Flat": "buffers.ted_flat",
     "Flat2TED": "buffers.ted_flat",
+    "TED2Nested": "buffers.ted_nested",
+    "Nested2TED": "buffers.ted_nested",
+    "H5Split": "buffers.ted_nested",
+    "H5Combine": "buffers.ted_nested",
     # samplers
     "Sampler": "buffers.samplers.base",
     "RandomSampler": "buffers.samplers.random",
