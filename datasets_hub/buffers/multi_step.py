@@ -22,7 +22,7 @@ The input is not changed: the result is a shallow copy with the new entries.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -172,7 +172,7 @@ class MultiStepTransform(Transform):
                 "MultiStepTransform is written TensorDicts of batch shape [*B, T] (time last), got "
                 f"{type(data).__name__}{'' if not isinstance(data, TensorDictBase) else ' with no batch dim'}"
             )
-        joined = data if self._held is None else torch.cat([self._held, data], -1)
+        joined: TensorDictBase = data if self._held is None else cast(TensorDictBase, torch.cat([self._held, data], -1))
         n = self._n_steps
         self._held = joined[..., -n:].copy()
         if joined.shape[-1] <= n:

@@ -17,7 +17,7 @@ The results are in memory; ``path`` (the save-hook signature) is accepted and no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import NonTensorData, TensorDict, TensorDictBase
@@ -52,7 +52,7 @@ class TED2Nested(TED2Flat):
                     f"TED2Nested: {key!r} has shape {list(value.shape)}, neither one row per item ({n}) nor one "
                     f"per item and trajectory ({n + lengths.numel()}): it is not TED data"
                 )
-            out.set(key, torch.nested.nested_tensor_from_jagged(value, offsets))
+            out.set(key, torch.nested.nested_tensor_from_jagged(cast(torch.Tensor, value), offsets))
         out.set(self.shift_key, torch.nested.nested_tensor_from_jagged(run_start, step_offsets))
         out.set_non_tensor(self.is_full_key, flat.get(self.is_full_key).tolist())
         return out
