@@ -131,3 +131,23 @@ def test_densify_reward_refuses_mismatched_shapes():
     td = TensorDict({"next": {"reward": torch.zeros(4, 1), "done": torch.zeros(4, dtype=torch.bool)}}, [4])
     with pytest.raises(InvalidArgument, match="must match"):
         DensifyReward()(td)
+
+
+def test_make_rb_transform_and_sampler_samples_stacked_items_from_single_frames():
+    cat = CatFrames(N=3, dim=-1, in_keys=["obs"], out_keys=["stacked"])
+    transform, sampler = cat.make_rb_transform_and_sampler(batch_size=4, traj_key="episode")
+    rb = dh.TensorDictReplayBuffer(storage=dh.LazyTensorStorage(10), sampler=sampler, transform=transform, batch_size=4)
+    td = _two_trajectories()
+    td["episode"] = torch.tensor([0, 0, 0, 1, 1, 1])
+    td["stacked"] = torch.zeros(6, 3)  # a stack computed before: not stored
+    rb.extend(td)
+    assert "stacked" not in rb.storage[:].keys()
+    sample = rb.sample()
+    assert sample.batch_size == (4,)
+    for window, nxt in zip(sample["stacked"].tolist(), sample["next", "stacked"].tolist(), strict=True):
+        assert window in ([0, 1, 2], [10, 11, 12]), "N real frames of one trajectory, the sample's own last"
+        assert nxt == ([1, 2, 100] if window[0] == 0 else [11, 12, 13])
+    with pytest.raises(InvalidArgument, match="batch_size"):
+        cat.make_rb_transform_and_sampler(batch_size=0)
+    with pytest.raises(InvalidArgument, match="distinct out_keys"):
+        CatFrames(N=3, dim=-1, in_keys=["obs"]).make_rb_transform_and_sampler(batch_size=4)

@@ -90,6 +90,49 @@ class CatFrames(Transform):
                 "root key, or use a second CatFrames for it"
             )
 
+    def make_rb_transform_and_sampler(self, batch_size: int, **sampler_kwargs: Any) -> tuple[Transform, Any]:
+        """``(transform, sampler)`` for a buffer that stores single frames and samples stacked ones.
+
+        The sampler is a ``SliceSampler(slice_len=N, **sampler_kwargs)`` drawing ``N`` steps per item asked for;
+        the transform stacks each slice (this transform's keys, and their ``("next", key)`` counterparts) and keeps
+        its last step, so ``rb.sample(b)`` returns ``b`` items whose windows hold ``N`` frames of one trajectory.
+        On writes it drops the ``out_keys``, so stacked frames are never stored (they must differ from ``in_keys``). ``batch_size`` is accepted as in
+        TorchRL, where it is not used either: the buffer's batch size is the number of stacked items.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidArgument(f"make_rb_transform_and_sampler needs a batch_size >= 1, got {batch_size!r}")
+        shared = [k for k in self.out_keys if k in self.in_keys]
+        if shared:
+            raise InvalidArgument(
+                f"make_rb_transform_and_sampler: out_keys {shared} are also in_keys; the writes drop the out_keys "
+                "(stacks are not stored), so the frames would be dropped too: give distinct out_keys"
+            )
+        from datasets_hub.buffers.samplers.slice import SliceSampler
+
+        def with_next(keys: Sequence[Any]) -> list[Any]:
+            return [*keys, *(_norm(("next", *_tuple(k))) for k in keys)]
+
+        stacker = CatFrames(
+            N=self.N,
+            dim=self.dim,
+            in_keys=with_next(self.in_keys),
+            out_keys=with_next(self.out_keys),
+            padding=self.padding,
+            padding_value=self.padding_value,
+            done_key=self.done_key,
+            future=self.future,
+            mask_key=self.mask_key,
+        )
+        frames = self.N
+
+        class _SliceWindows(SliceSampler):
+            """One slice of ``N`` steps per item asked for."""
+
+            def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+                return super().sample(storage, batch_size * frames)
+
+        return _StackedSlices(stacker, with_next(self.out_keys)), _SliceWindows(slice_len=frames, **sampler_kwargs)
+
     def forward(self, data: Any) -> Any:
         return data if self.as_inverse else self.unfolding(data)
 
@@ -193,6 +236,24 @@ class CatFrames(Transform):
 
     def __repr__(self) -> str:
         return f"CatFrames(N={self.N}, dim={self.dim}, keys={self.in_keys})"
+
+
+class _StackedSlices(Transform):
+    """Samples: ``[n * N]`` flat slices -> ``[n, N]`` -> stacked -> each slice's last step. Writes: drop ``out_keys``."""
+
+    def __init__(self, stacker: CatFrames, out_keys: list[Any]) -> None:
+        self.stacker = stacker
+        self.stacked_keys = out_keys
+
+    def forward(self, data: Any) -> Any:
+        td = _require_td(data, "CatFrames")
+        return self.stacker(td.reshape(-1, self.stacker.N))[:, -1]
+
+    def inverse(self, data: Any) -> Any:
+        return _require_td(data, "CatFrames").exclude(*self.stacked_keys)
+
+    def __repr__(self) -> str:
+        return f"StackedSlices({self.stacker!r})"
 
 
 class DensifyReward(Transform):
