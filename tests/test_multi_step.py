@@ -54,3 +54,41 @@ def test_arguments_are_checked():
     with pytest.raises(ValueError, match="expected the batch shape"):
         MultiStep(0.9, 2)(TensorDict({"next": {"done": torch.zeros(3, 2), "reward": torch.zeros(3)}}, [3]))
     assert dh.MultiStep is MultiStep
+
+
+def _chunk(start: int, stop: int, done_at: tuple[int, ...] = ()) -> TensorDict:
+    """Steps start..stop-1 of one stream: observation t, next observation t + 1, reward t."""
+    t = torch.arange(start, stop, dtype=torch.float32)
+    done = torch.tensor([s in done_at for s in range(start, stop)]).unsqueeze(-1)
+    return TensorDict(
+        {"obs": t.unsqueeze(-1), "next": {"obs": (t + 1).unsqueeze(-1), "reward": t.unsqueeze(-1), "done": done}},
+        [stop - start],
+    )
+
+
+def test_multi_step_transform_holds_back_the_last_steps_until_the_next_write():
+    rb = dh.ReplayBuffer(storage=dh.LazyTensorStorage(20), transform=dh.MultiStepTransform(2, 0.5))
+    assert rb.extend(_chunk(0, 2)).tolist() == [] and len(rb) == 0, "2 steps: all still awaiting successors"
+    assert rb.extend(_chunk(2, 5, done_at=(3,))).tolist() == [0, 1, 2]
+    stored = rb[:]
+    assert stored["obs"].squeeze(-1).tolist() == [0, 1, 2]
+    # step 1 reads across the two writes; step 3 is done, so step 2's return stops there
+    assert stored["next", "reward"].squeeze(-1).tolist() == [0.5, 2, 3.5]
+    assert stored["next", "obs"].squeeze(-1).tolist() == [2, 3, 4]
+    assert stored["next", "original_reward"].squeeze(-1).tolist() == [0, 1, 2]
+    assert stored["steps_to_next_obs"].tolist() == [2, 2, 2]
+    rb.extend(_chunk(5, 7))
+    assert rb[:]["next", "reward"].squeeze(-1).tolist() == [0.5, 2, 3.5, 3, 6.5]
+    assert rb[:]["nonterminal"].tolist() == [True, True, True, False, True]
+
+
+def test_multi_step_transform_leaves_samples_alone_and_checks_n_steps():
+    t = dh.MultiStepTransform(3, 0.9)
+    td = _chunk(0, 4)
+    assert t(td) is td
+    with pytest.raises(dh.InvalidArgument, match="n_steps"):
+        t.n_steps = 0
+    with pytest.raises(dh.InvalidArgument, match="n_steps"):
+        dh.MultiStepTransform(0, 0.9)
+    with pytest.raises(dh.WrongDataType, match="batch shape"):
+        t.inv(td[0])

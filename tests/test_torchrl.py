@@ -200,3 +200,76 @@ def test_find_start_stop_traj_equals_torchrls_on_random_storages():
                         ours = find_start_stop_traj(**{kind: rows}, at_capacity=at_capacity, cursor=cursor)
                         for a, b in zip(theirs, ours, strict=True):
                             assert torch.equal(a, b), (shape, at_capacity, cursor, kind)
+
+
+@needs_torchrl
+@pytest.mark.parametrize("future", [False, True])
+def test_cat_frames_equals_torchrls_value_by_value(future):
+    import itertools
+
+    from tensordict import TensorDict
+    from torchrl.envs.transforms import CatFrames as TorchRLCatFrames
+
+    from datasets_hub.buffers.trajectory_transforms import CatFrames
+
+    gen = torch.Generator().manual_seed(int(future))
+    for _ in range(5):
+        obs, nxt = torch.randn(2, 7, 2, 3, generator=gen), torch.randn(2, 7, 2, 3, generator=gen)
+        done = torch.rand(2, 7, 1, generator=gen) < 0.3
+        key_sets = [["obs"], [("next", "obs")]] + ([] if future else [["obs", ("next", "obs")]])
+        for n, dim, padding, keys in itertools.product([2, 3, 9], [-1, -2], ["same", "constant"], key_sets):
+            if len(keys) == 2 and dim != -2:
+                continue  # TorchRL's ("next", key) fix-up raises unless dim is the first frame dim (here -2)
+            kwargs = {"N": n, "dim": dim, "in_keys": keys, "padding": padding, "padding_value": -5.0}
+            kwargs.update(future=future, mask_key="pad")
+            made = [
+                TensorDict({"obs": obs.clone(), "next": {"obs": nxt.clone(), "done": done.clone()}}, [2, 7])
+                for _ in range(2)
+            ]
+            ours, theirs = CatFrames(**kwargs)(made[0]), TorchRLCatFrames(**kwargs)(made[1])
+            for key in [*keys, "pad"]:
+                assert torch.equal(ours[key], theirs[key]), (kwargs, key)
+
+
+@needs_torchrl
+def test_densify_reward_and_multi_step_transform_equal_torchrls():
+    from tensordict import TensorDict
+    from torchrl.data import DensifyReward as TorchRLDensify
+    from torchrl.data import LazyTensorStorage as TorchRLStorage
+    from torchrl.data import ReplayBuffer as TorchRLBuffer
+    from torchrl.envs.transforms import MultiStepTransform as TorchRLMultiStepTransform
+
+    from datasets_hub.buffers.multi_step import MultiStepTransform
+    from datasets_hub.buffers.replay_buffers import ReplayBuffer
+    from datasets_hub.buffers.trajectory_transforms import DensifyReward
+
+    gen = torch.Generator().manual_seed(3)
+    chunks = []
+    for length in (1, 3, 4, 2, 5):
+        done = torch.rand(2, length, 1, generator=gen) < 0.3
+        obs = torch.randn(2, length, 1, generator=gen)
+        chunks.append(
+            TensorDict(
+                {
+                    "obs": obs,
+                    "next": {"obs": obs + 1, "reward": torch.randn(2, length, 1, generator=gen), "done": done},
+                },
+                [2, length],
+            )
+        )
+    for discount in (1.0, 0.9):
+        ours, theirs = (
+            DensifyReward(discount=discount)(chunks[4].clone()),
+            TorchRLDensify(discount=discount)(chunks[4].clone()),
+        )
+        assert torch.allclose(ours["next", "reward"], theirs["next", "reward"], atol=1e-5)
+    for n in (1, 2, 3):
+        ours_rb = ReplayBuffer(storage=LazyTensorStorage(100, ndim=2), transform=MultiStepTransform(n, 0.9))
+        theirs_rb = TorchRLBuffer(storage=TorchRLStorage(100, ndim=2), transform=TorchRLMultiStepTransform(n, 0.9))
+        for chunk in chunks:
+            ours_rb.extend(chunk.clone())
+            theirs_rb.extend(chunk.clone())
+        ours_data, theirs_data = ours_rb[:], theirs_rb[:]
+        assert ours_data.batch_size == theirs_data.batch_size
+        for key in [("next", "reward"), ("next", "obs"), "steps_to_next_obs", "gamma", "nonterminal"]:
+            assert torch.allclose(ours_data[key].double(), theirs_data[key].double(), atol=1e-6), (n, key)

@@ -2,7 +2,7 @@
 
 The same computation as ``torchrl.data.MultiStep`` (a collector post-processor), without torchrl. For a
 stored dataset, :class:`~datasets_hub.buffers.samplers.n_step.NStepReturnSampler` computes n-step returns at
-sample time instead, across batch boundaries.
+sample time instead, across batch boundaries. :class:`MultiStepTransform` is the replay-buffer form (on writes).
 
 Contract of ``MultiStep(gamma, n_steps)(td)`` for ``td`` of batch shape ``[*B, T]`` (time last), whose
 ``("next", "done")`` is ``[*B, T]`` or ``[*B, T, 1]``. Trajectories are cut after every done step and at the
@@ -21,11 +21,13 @@ The input is not changed: the result is a shallow copy with the new entries.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
 
+from datasets_hub.buffers.transforms import Transform
 from datasets_hub.errors import InvalidArgument, WrongDataType
 
 _DONE_KEYS = ("done", "terminated", "truncated")
@@ -118,3 +120,67 @@ def _discounted_sum(
     take = torch.arange(n) < steps.unsqueeze(-1)  # [*B, T, n]
     take = take.reshape(*steps.shape, *([1] * (reward.ndim - batch_dims)), n)
     return (windows * (discounts * take)).sum(-1).to(reward.dtype)
+
+
+class MultiStepTransform(Transform):
+    """n-step returns computed as data is written to a buffer, remembering the end of the previous write.
+
+    TorchRL's write-side form of :class:`MultiStep`, for ``rb = ReplayBuffer(..., transform=MultiStepTransform(n,
+    gamma))``. Each ``rb.extend(td)`` (``td`` of batch shape ``[*B, T]``, time last) is joined, along time, to the
+    last ``n_steps`` steps of the previous write, and :class:`MultiStep`'s contract is applied to the whole; all
+    but its last ``n_steps`` steps are written (they wait for the steps that complete their returns). So the
+    first write stores ``T - n_steps`` steps and every later one ``T``; a write leaving at most ``n_steps`` steps
+    in hand stores nothing (``extend`` returns no index). Samples pass unchanged.
+
+    Keywords as TorchRL's: ``reward_keys`` (default ``["reward"]``), ``done_key`` (``"done"``), ``done_keys``
+    (``["done", "terminated", "truncated"]``, left as they are), ``mask_key`` (``"mask"``: steps where it is
+    False get ``nonterminal`` False). ``n_steps`` may be changed between writes.
+    """
+
+    def __init__(
+        self,
+        n_steps: int,
+        gamma: float,
+        *,
+        reward_keys: Sequence[Any] | None = None,
+        done_key: Any = None,
+        done_keys: Sequence[Any] | None = None,
+        mask_key: Any = None,
+    ) -> None:
+        MultiStep(gamma, n_steps)  # the same argument checks, before anything is written
+        self._n_steps = n_steps
+        self.gamma = float(gamma)
+        self.reward_keys = ["reward"] if reward_keys is None else list(reward_keys)
+        self.done_key = "done" if done_key is None else done_key
+        self.done_keys = list(_DONE_KEYS) if done_keys is None else list(done_keys)
+        self.mask_key = "mask" if mask_key is None else mask_key
+        self._held: TensorDictBase | None = None  # the last n_steps steps written, awaiting their successors
+
+    @property
+    def n_steps(self) -> int:
+        return self._n_steps
+
+    @n_steps.setter
+    def n_steps(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidArgument(f"MultiStepTransform needs n_steps >= 1, got {value!r}")
+        self._n_steps = value
+
+    def inverse(self, data: Any) -> TensorDictBase | None:
+        if not isinstance(data, TensorDictBase) or data.batch_dims == 0:
+            raise WrongDataType(
+                "MultiStepTransform is written TensorDicts of batch shape [*B, T] (time last), got "
+                f"{type(data).__name__}{'' if not isinstance(data, TensorDictBase) else ' with no batch dim'}"
+            )
+        joined: TensorDictBase = data if self._held is None else cast(TensorDictBase, torch.cat([self._held, data], -1))
+        n = self._n_steps
+        self._held = joined[..., -n:].copy()
+        if joined.shape[-1] <= n:
+            return None
+        step = MultiStep(self.gamma, n)
+        step.done_key, step.done_keys = self.done_key, tuple(self.done_keys)
+        step.reward_keys, step.mask_key = tuple(self.reward_keys), self.mask_key
+        return step(joined)[..., :-n]
+
+    def __repr__(self) -> str:
+        return f"MultiStepTransform(n_steps={self._n_steps}, gamma={self.gamma})"

@@ -497,6 +497,9 @@ class ReplayBuffer:
         are the storage's trailing dims), and the positions are ``[n_items, ndim]`` tensors of indices.
         """
         data = self._inv(data)
+        if data is None:  # a write-side transform held it back (MultiStepTransform awaiting later steps)
+            ndim = getattr(self._storage, "ndim", 1)
+            return torch.zeros((0, ndim) if ndim > 1 else (0,), dtype=torch.long)
         if self._dim_extend:
             data = mdim.transpose_data(data, self._dim_extend)
         with self._lock, self._process_lock:

@@ -142,6 +142,8 @@ class Compose(Transform):
             inv = getattr(t, "inv", None)
             if inv is not None:
                 data = inv(data)
+                if data is None:  # held back (MultiStepTransform): nothing is left to write
+                    return None
         return data
 
     def append(self, transform: Any) -> None:
