@@ -18,7 +18,8 @@ cameras, batch 64, in samples/s (one sample = one window of each camera = 24 fra
   (episode_index, frame_index, timestamp, observation.state, action, and one binary column of JPEG bytes per
   camera, ``.`` in names written ``__``, quality 90, 4:2:0, as our jpeg build encodes), in order, so a frame's row id is its global index. A
   batch draws 64 anchors, reads their 8-frame windows with one ``LanceDataset.take`` of the (sorted, unique)
-  row ids, and decodes the JPEGs with simplejpeg into one preallocated array per camera on
+  row ids, and decodes the JPEGs with simplejpeg into one preallocated array per camera (a frame in two
+  overlapping windows decoded once and copied, as ours does) on
   ``torch.get_num_threads()`` threads (the rule ours follows: all cores in the main process, 1 in a DataLoader
   worker process). k workers are k ``DataLoader`` worker processes over an iterable of batches (``spawn``),
   each opening the dataset itself. It runs in a venv of its own (``--lance-python``) as a child process.
@@ -193,12 +194,12 @@ def _episode_ends(dataset: Any) -> np.ndarray:
     return last[np.searchsorted(last, np.arange(len(episodes)))]
 
 
-def _decode_jpegs(blobs: list[bytes], where: np.ndarray, frames: np.ndarray, lo: int, hi: int) -> None:
-    """Decode ``blobs[where[i]]`` into ``frames[i]`` for ``i`` in ``[lo, hi)`` (simplejpeg, as our jpeg build)."""
+def _decode_jpegs(blobs: list[bytes], first: np.ndarray, frames: np.ndarray, lo: int, hi: int) -> None:
+    """Decode ``blobs[u]`` into ``frames[first[u]]`` for ``u`` in ``[lo, hi)`` (simplejpeg, as our jpeg build)."""
     import simplejpeg
 
-    for i in range(lo, hi):
-        simplejpeg.decode_jpeg(blobs[where[i]], colorspace="RGB", buffer=frames[i])
+    for u in range(lo, hi):
+        simplejpeg.decode_jpeg(blobs[u], colorspace="RGB", buffer=frames[first[u]])
 
 
 class LanceWindows(torch.utils.data.IterableDataset):
@@ -222,15 +223,17 @@ class LanceWindows(torch.utils.data.IterableDataset):
         while True:
             anchors = rng.integers(0, len(ends), BATCH)
             ids = np.minimum(anchors[:, None] + offsets, ends[anchors][:, None]).ravel()
-            unique, where = np.unique(ids, return_inverse=True)
+            # a frame in two overlapping windows is decoded once, as ours does, and copied
+            unique, first, where = np.unique(ids, return_index=True, return_inverse=True)
+            again = np.flatnonzero(first[where] != np.arange(len(ids)))
             table = dataset.take(unique, columns=[*map(lance_name, CAMERAS), lance_name("observation.state"), "action"])
             batch: dict[str, Any] = {}
             for cam in CAMERAS:
                 blobs = table[lance_name(cam)].to_pylist()
                 frames = np.empty((BATCH * WINDOW, HEIGHT, WIDTH, 3), dtype=np.uint8)
-
-                bounds = np.linspace(0, len(frames), threads + 1).astype(int)
-                list(pool.map(partial(_decode_jpegs, blobs, where, frames), bounds[:-1], bounds[1:]))
+                bounds = np.linspace(0, len(unique), threads + 1).astype(int)
+                list(pool.map(partial(_decode_jpegs, blobs, first, frames), bounds[:-1], bounds[1:]))
+                frames[again] = frames[first[where[again]]]
                 batch[cam] = torch.from_numpy(frames.reshape(BATCH, WINDOW, HEIGHT, WIDTH, 3))
             anchor_rows = where.reshape(BATCH, WINDOW)[:, 0]
             for key in ("observation.state", "action"):
