@@ -4,7 +4,9 @@ Each command runs as a fresh process (what a user waits for), warm: bytecode cac
 ``PYTHONPYCACHEPREFIX``, so a ``PYTHONDONTWRITEBYTECODE`` environment is measured as installed
 packages run) and one untimed run first, so the facts the CLI records are there. A scratch cache holds
 two small gym builds: one of a scratch catalogue entry (``info``/``verify`` with the catalogue's params)
-and one with ``--param`` overrides (which ask the loader). Against, in the same run and the same way:
+and one with ``--param`` overrides (``info``/``verify``/``rm --dry-run`` of it read recorded facts). One more
+command gets params never seen before at every run (``seed=<n>``): the first ``info`` of new params, which
+imports the id's loader module (not torch) to name the build. Against, in the same run and the same way:
 Hugging Face's ``hf cache ls`` (else ``huggingface-cli scan-cache``) on an empty hub cache, and
 ``minari list local`` on an empty Minari store, through their console-script entry points.
 Commands are timed in rounds (every command once per round) so that load changes hit them alike; the
@@ -50,7 +52,11 @@ def ours() -> dict[str, list[str]]:
         f"datasets-hub verify {TINY}": [*cli, "verify", TINY],
         f"datasets-hub info {BUILT} --param steps=300": [*cli, "info", BUILT, *PARAMS],
         f"datasets-hub verify {BUILT} --param steps=300": [*cli, "verify", BUILT, *PARAMS],
-    }
+        f"datasets-hub rm --dry-run {BUILT} --param steps=300": [*cli, "rm", "--dry-run", BUILT, *PARAMS],
+        f"datasets-hub info {BUILT} --param steps=300 --param seed=<new>": [
+            *cli, "info", BUILT, *PARAMS, "--param", FRESH,
+        ],
+    }  # fmt: skip
 
 
 def others() -> dict[str, list[str]]:
@@ -75,7 +81,12 @@ def others() -> dict[str, list[str]]:
     return found
 
 
+FRESH = "seed={fresh}"  # replaced by a number no earlier run used: params whose build is not recorded yet
+_runs = iter(range(1000, 10**9))
+
+
 def run(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
+    argv = [arg.replace("{fresh}", str(next(_runs))) if arg == FRESH else arg for arg in argv]
     started = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
     return time.perf_counter() - started, proc.returncode
@@ -85,6 +96,7 @@ def imports_torch(argv: list[str], env: dict[str, str]) -> bool | None:
     """Whether the command imports torch (None: not a Python command we can trace)."""
     if argv[0] != sys.executable:
         return None
+    argv = [arg.replace("{fresh}", str(next(_runs))) if arg == FRESH else arg for arg in argv]
     proc = subprocess.run(
         [argv[0], "-X", "importtime", *argv[1:]], env=env, capture_output=True, text=True, timeout=600, check=False
     )
@@ -92,11 +104,11 @@ def imports_torch(argv: list[str], env: dict[str, str]) -> bool | None:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'command':<62} {'median s':>9} {'min s':>7} {'imports torch':>14} {'exit':>5}"]
+    lines = [f"{'command':<80} {'median s':>9} {'min s':>7} {'imports torch':>14} {'exit':>5}"]
     for r in rows:
         torch_cell = "-" if r["imports_torch"] is None else ("yes" if r["imports_torch"] else "no")
         lines.append(
-            f"{r['command']:<62} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {torch_cell:>14} {r['exit_code']:>5}"
+            f"{r['command']:<80} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {torch_cell:>14} {r['exit_code']:>5}"
         )
     return "\n".join(lines)
 

@@ -7,11 +7,13 @@ Run::
 
 A generated dataset (D4RL-like: observation 17 float32, action 6 float32, reward, episodes of 1000
 steps ending by timeout) is built ``--repeats`` times from in-memory chunks (the build time: generating
-the values and writing the lean TED build, no download or upstream decoding; median reported), then exported to every format, each in a fresh
-subprocess so that its peak RSS is its own (``ru_maxrss``; the build is read through memory maps,
-so RSS counts the pages touched). Times exclude imports (done before the clock in both). Each export runs ``--repeats`` times (fresh folder each) and the
-median is reported, with the ratio export / build. Prints a table and writes
-``benchmarks/results/export.json``. Not a test: figures depend on the machine.
+the values and writing the lean TED build, no download or upstream decoding), and after each build that
+build is exported to every format (interleaved, so that a change of the machine's load weighs on builds
+and exports alike), each in a fresh subprocess so that its peak RSS is its own (``ru_maxrss``; the build
+is read through memory maps, so RSS counts the pages touched). Times exclude imports (done before the
+clock in both); CPU seconds (user + system, all threads) are reported beside wall seconds. Medians, with
+the ratios export / build. Prints a table and writes ``benchmarks/results/export.json``. Not a test:
+figures depend on the machine.
 """
 
 from __future__ import annotations
@@ -63,10 +65,14 @@ class Generated(FakeLoader):
                 },
             }, batch_size=[n])
 
-start = time.perf_counter()
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+    return usage.ru_utime + usage.ru_stime
+
+start, cpu_start = time.perf_counter(), cpu()
 path = build(DatasetSpec(id="bench/export-v0", loader="fake", params={"rows": rows}), Generated(), {}, [])
-seconds = time.perf_counter() - start
-print(json.dumps({"path": str(path), "seconds": seconds,
+seconds, cpu_seconds = time.perf_counter() - start, cpu() - cpu_start
+print(json.dumps({"path": str(path), "seconds": seconds, "cpu_seconds": cpu_seconds,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -85,10 +91,15 @@ for name in ("datasets_hub.remote.publish", "datasets_hub.remote.storage", "data
 if fmt != "published":
     importlib.import_module("datasets_hub.exporters." + {"hf": "hf_datasets"}.get(fmt, fmt))
 options = {"dataset_id": out.rsplit("/", 1)[1]} if fmt == "minari" else None
-start = time.perf_counter()
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+    return usage.ru_utime + usage.ru_stime
+
+start, cpu_start = time.perf_counter(), cpu()
 dh.export(build, out, format=fmt, options=options, show_progress=False)
-seconds = time.perf_counter() - start
-print(json.dumps({"seconds": seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+seconds, cpu_seconds = time.perf_counter() - start, cpu() - cpu_start
+print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
@@ -124,46 +135,57 @@ def main() -> None:
             "DATASETS_HUB_CACHE": str(Path(scratch) / "cache"),
             "DATASETS_HUB_PROGRESS_INTERVAL": "3600",
         }
-        builds = []
-        for i in range(args.repeats):  # each from nothing, in a cache of its own
+        # interleaved: repeat i builds, then exports that build to every format, so that a change of the
+        # machine's load during the run weighs on builds and exports alike
+        builds: list[dict] = []
+        runs: dict[str, list[dict]] = {fmt: [] for fmt in args.formats}
+        size: dict[str, int] = {}
+        for i in range(args.repeats):  # each build from nothing, in a cache of its own
             fresh = {**env, "DATASETS_HUB_CACHE": str(Path(scratch) / f"cache{i}")}
             builds.append(_child(CHILD_BUILD, args.rows, OBS, ACT, EPISODE, env=fresh))
+            for fmt in args.formats:
+                out = Path(scratch) / f"{fmt}{i}" / "bench-export-v0"
+                runs[fmt].append(_child(CHILD_EXPORT, builds[-1]["path"], out, fmt, env=fresh))
+                size[fmt] = _size(out)
+                shutil.rmtree(out.parent)
         built = {
             "seconds": statistics.median(b["seconds"] for b in builds),
+            "cpu_seconds": statistics.median(b["cpu_seconds"] for b in builds),
             "peak_rss_mb": max(b["peak_rss_mb"] for b in builds),
             "runs_s": [round(b["seconds"], 3) for b in builds],
         }
         build_path = Path(builds[-1]["path"])
         rows = []
         for fmt in args.formats:
-            runs = []
-            for i in range(args.repeats):
-                out = Path(scratch) / f"{fmt}{i}" / "bench-export-v0"
-                runs.append(_child(CHILD_EXPORT, build_path, out, fmt, env=env))
-                size = _size(out)
-                shutil.rmtree(out.parent)
-            seconds = statistics.median(r["seconds"] for r in runs)
+            seconds = statistics.median(r["seconds"] for r in runs[fmt])
+            cpu_seconds = statistics.median(r["cpu_seconds"] for r in runs[fmt])
             rows.append(
                 {
                     "format": fmt,
                     "seconds": round(seconds, 3),
                     "ratio_to_build": round(seconds / built["seconds"], 2),
+                    "cpu_seconds": round(cpu_seconds, 3),
+                    "cpu_ratio_to_build": round(cpu_seconds / built["cpu_seconds"], 2),
                     "transitions_per_s": round(args.rows / seconds),
-                    "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs)),
-                    "output_mb": round(size / 1e6, 1),
-                    "runs_s": [round(r["seconds"], 3) for r in runs],
+                    "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs[fmt])),
+                    "output_mb": round(size[fmt] / 1e6, 1),
+                    "runs_s": [round(r["seconds"], 3) for r in runs[fmt]],
                 }
             )
         build_mb = _size(build_path) / 1e6
 
     print(
-        f"\n{args.rows} transitions; build: {built['seconds']:.2f} s, {build_mb:.0f} MB, peak RSS {built['peak_rss_mb']:.0f} MB"
+        f"\n{args.rows} transitions; build: {built['seconds']:.2f} s ({built['cpu_seconds']:.2f} s CPU), "
+        f"{build_mb:.0f} MB, peak RSS {built['peak_rss_mb']:.0f} MB"
     )
-    print(f"{'format':<10} {'export s':>9} {'x build':>8} {'trans/s':>10} {'peak RSS MB':>12} {'output MB':>10}")
+    print(
+        f"{'format':<10} {'export s':>9} {'x build':>8} {'CPU s':>7} {'CPU x build':>12} {'trans/s':>10} "
+        f"{'peak RSS MB':>12} {'output MB':>10}"
+    )
     for r in rows:
         print(
-            f"{r['format']:<10} {r['seconds']:>9.2f} {r['ratio_to_build']:>8.2f} {r['transitions_per_s']:>10} "
-            f"{r['peak_rss_mb']:>12} {r['output_mb']:>10}"
+            f"{r['format']:<10} {r['seconds']:>9.2f} {r['ratio_to_build']:>8.2f} {r['cpu_seconds']:>7.2f} "
+            f"{r['cpu_ratio_to_build']:>12.2f} {r['transitions_per_s']:>10} {r['peak_rss_mb']:>12} {r['output_mb']:>10}"
         )
     report = {
         "benchmark": "export",
@@ -173,6 +195,7 @@ def main() -> None:
         "rows": args.rows,
         "build": {
             "seconds": round(built["seconds"], 3),
+            "cpu_seconds": round(built["cpu_seconds"], 3),
             "runs_s": built["runs_s"],
             "peak_rss_mb": round(built["peak_rss_mb"]),
             "mb": round(build_mb, 1),

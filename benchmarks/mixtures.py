@@ -5,7 +5,7 @@ Run::
     .venv/bin/python benchmarks/mixtures.py                  # ~1-2 minutes on 2 busy cores
     .venv/bin/python benchmarks/mixtures.py --rows 1000000   # the issue's 1M-frame seeding case
 
-Three parts, each on synthetic builds made here (a loader of random D4RL-shaped episodes of 1000 steps,
+Four parts, each on synthetic data made here (a loader of random D4RL-shaped episodes of 1000 steps,
 so the builds are the ones ``datasets_hub.load`` would make):
 
 1. **Statistics at build time.** The same dataset built with the per-key statistics pass and with it
@@ -15,14 +15,17 @@ so the builds are the ones ``datasets_hub.load`` would make):
    realistic case: reading the file is part of a build), the same shape from an in-memory loader
    (the writer alone: the worst case for the ratio), and ``--image-rows`` rows of 84x84x3 uint8.
 2. **Mixture rate.** Three builds whose state/action sizes differ (11/3, 17/6, 39/8 values); items per
-   second of each member alone and of the mixture (``exact`` shares, sizes as weights, padding with
+   CPU second (median of 5 runs; see ``rate``) of each member alone and of the mixture (``exact`` shares, sizes as weights, padding with
    masks, no normalisation and with ``mean_std`` normalisation of observation and action), batches of
    each of ``--batches``, uniform rows and slices of 32; the ratio to the slowest member alone (the bar: >= 0.9).
 3. **Offline+online seeding.** In a fresh process each: open the ``--rows`` build as the offline part of
    an ``OfflineOnlineBuffer`` (time, and peak RSS above the process's RSS after ``import datasets_hub``);
-   then items per second of the mixed buffer (ratio 0.5 after 10k online rows) against the offline
-   build alone. LeRobot's ``ReplayBuffer.from_lerobot_dataset`` (the issue's comparison) needs LeRobot
-   0.4.4 and its own torch in another venv; it is not run here (see docs/results/mixtures.md).
+   then items per CPU second of the mixed buffer (ratio 0.5 after 10k online rows) against the offline
+   build alone.
+4. **Seeding against LeRobot.** The same LeRobot v3.0 dataset (``--lerobot-frames`` frames, states and
+   actions, no cameras) seeded into our offline+online buffer (its build timed apart: it is made once)
+   and into LeRobot 0.4.4's ``ReplayBuffer.from_lerobot_dataset``, each in a fresh process: time, RSS and
+   peak RSS. LeRobot runs from its own venv (``--lerobot-python``; skipped when it is missing).
 
 Prints tables and writes ``benchmarks/results/mixtures.json``. Not a test: figures depend on the machine.
 """
@@ -149,9 +152,9 @@ def stats_cost(rows: int, image_rows: int, repeats: int, work: Path) -> list[dic
                     feature_stats.FeatureStats.update = lambda self, batch: None  # type: ignore[method-assign]  # baseline
                     feature_stats.FeatureStats.result = lambda self: {}  # type: ignore[method-assign]  # baseline
                 try:
-                    wall, cpu = time.perf_counter(), time.process_time()
+                    wall_start, cpu_start = time.perf_counter(), time.process_time()
                     run()
-                    times[mode].append((time.perf_counter() - wall, time.process_time() - cpu))
+                    times[mode].append((time.perf_counter() - wall_start, time.process_time() - cpu_start))
                 finally:
                     feature_stats.FeatureStats.update = real_update  # type: ignore[method-assign]  # restored
                     feature_stats.FeatureStats.result = real_result  # type: ignore[method-assign]  # restored
@@ -174,13 +177,19 @@ def stats_cost(rows: int, image_rows: int, repeats: int, work: Path) -> list[dic
 
 
 # -- 2. mixture rate ----------------------------------------------------------------------------------
-def rate(fn: Any, items: int, seconds: float) -> float:
+def rate(fn: Any, items: int, seconds: float, repeats: int = 5) -> float:
+    """Items per CPU second of this process (median of ``repeats`` runs of ``seconds / repeats`` each):
+    CPU time holds on a machine whose other jobs take the cores, wall time does not. Sampling runs on
+    one thread here (numpy gathers), so on an idle machine the two agree."""
     fn()  # warm
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        fn()
-        n += 1
-    return n * items / (time.perf_counter() - start)
+    runs = []
+    for _ in range(repeats):
+        n, start, cpu = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds / repeats:
+            fn()
+            n += 1
+        runs.append(n * items / max(time.process_time() - cpu, 1e-9))
+    return statistics.median(runs)
 
 
 def buffer(path: Path, sampler: Any, seed: int) -> TensorDictReplayBuffer:
@@ -201,7 +210,7 @@ def mixture_rate(rows: int, batches: list[int], seconds: float) -> list[dict[str
         members = [buffer(p, make_sampler(), i) for i, p in enumerate(paths)]
         alone = [rate(lambda rb=rb, n=batch: rb.sample(n), batch, seconds) for rb in members]
         plain = Mixture(members, names=[s[0] for s in shapes])
-        stats = [rb.storage.manifest["stats"]["features"] for rb in members]
+        stats = [DatasetStorage(p).manifest["stats"]["features"] for p in paths]
         normed = Mixture(members, normalize={"observation": "mean_std", "action": "mean_std"}, stats=stats)
         mixed = rate(lambda mix=plain, n=batch: mix.sample(n), batch, seconds)
         mixed_norm = rate(lambda mix=normed, n=batch: mix.sample(n), batch, seconds)
@@ -243,11 +252,14 @@ seed_s = time.perf_counter() - t
 peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 after = rss_kb()
 buf.extend(offline.storage[0:10_000])
-def rate(fn, batch):
-    fn(); n = 0; start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        fn(); n += 1
-    return n * batch / (time.perf_counter() - start)
+def rate(fn, batch):  # items per CPU second, median of 5 runs (see rate() in the parent)
+    fn(); runs = []
+    for _ in range(5):
+        n = 0; start = time.perf_counter(); cpu = time.process_time()
+        while time.perf_counter() - start < seconds / 5:
+            fn(); n += 1
+        runs.append(n * batch / max(time.process_time() - cpu, 1e-9))
+    return sorted(runs)[2]
 rates = [{"batch": b, "offline_alone_items_per_s": rate(lambda: offline.sample(b), b),
           "mixed_items_per_s": rate(lambda: buf.sample(b), b)} for b in batches]
 for r in rates:
@@ -273,14 +285,103 @@ def seeding(rows: int, batches: list[int], seconds: float) -> dict[str, Any]:
     return result
 
 
+# -- 4. seeding against LeRobot's ReplayBuffer.from_lerobot_dataset --------------------------------------
+LEROBOT_PYTHON = ROOT / ".venv-upstream-lerobot" / "bin" / "python"  # LeRobot 0.4.4, its own torch (Makefile)
+
+OURS_CHILD = """
+import json, resource, sys, time, torch
+import datasets_hub as dh
+from datasets_hub.buffers.offline_online import OfflineOnlineBuffer
+def rss():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmRSS:'):
+            return int(line.split()[1]) / 1024
+dataset_id, root, scratch = sys.argv[1], sys.argv[2], sys.argv[3]
+t = time.perf_counter()
+dh.download(dataset_id, root=root, num_workers=1)  # the build: once per dataset, cached
+build_s = time.perf_counter() - t
+base, peak_before = rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t = time.perf_counter()
+buf = OfflineOnlineBuffer(dh.load(dataset_id, root=root), capacity=100_000, scratch_dir=scratch)
+seed_s = time.perf_counter() - t
+print(json.dumps({"build_s": build_s, "seed_s": seed_s, "rss_before_mb": base, "rss_after_mb": rss(),
+                  "peak_before_mb": peak_before, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "frames": len(buf.offline)}))
+"""
+
+LEROBOT_CHILD = """
+import json, resource, sys, time
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+from lerobot.rl.buffer import ReplayBuffer
+def rss():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmRSS:'):
+            return int(line.split()[1]) / 1024
+repo, root = sys.argv[1], sys.argv[2]
+dataset = LeRobotDataset(repo, root=root)
+base, peak_before = rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t = time.perf_counter()
+buffer = ReplayBuffer.from_lerobot_dataset(dataset, device="cpu", state_keys=["observation.state"], use_drq=False,
+                                           storage_device="cpu")
+seed_s = time.perf_counter() - t
+print(json.dumps({"seed_s": seed_s, "rss_before_mb": base, "rss_after_mb": rss(), "peak_before_mb": peak_before,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "frames": len(buffer)}))
+"""
+
+
+def lerobot_seeding(frames: int, work: Path, python: Path = LEROBOT_PYTHON) -> dict[str, Any]:
+    """The same LeRobot v3.0 dataset (``frames`` frames: 1000-frame episodes, a 17-value state, a 6-value
+    action, no cameras) seeded into our offline+online buffer and into LeRobot's ``ReplayBuffer`` (each in
+    a fresh process: seeding time, RSS and peak RSS before and after). LeRobot's part runs only where its
+    venv exists."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fixtures import lerobot_writer as lw
+
+    repo = f"bench/seed{frames}"
+    root = work / "lerobot" / repo
+    episodes = max(1, frames // 1000)
+    spec = lw.Spec(
+        lengths=(1000,) * episodes,
+        tasks=("push",) * episodes,
+        cameras=(),
+        state_dim=17,
+        action_dim=6,
+        episodes_per_file=1000,
+    )
+    lw.write_dataset(root, spec)
+    out: dict[str, Any] = {"frames": episodes * 1000}
+    with tempfile.TemporaryDirectory() as scratch:
+        ours = subprocess.run(
+            [sys.executable, "-c", OURS_CHILD, f"lerobot/{repo}", str(root), scratch],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    out["ours"] = json.loads(ours.stdout.strip().splitlines()[-1])
+    if python.exists():
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        theirs = subprocess.run(
+            [str(python), "-c", LEROBOT_CHILD, repo, str(root)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+            cwd=tempfile.gettempdir(),
+        )
+        out["lerobot"] = json.loads(theirs.stdout.strip().splitlines()[-1])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--image-rows", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--batches", type=int, nargs="+", default=[256, 4096])
+    ap.add_argument("--batches", type=int, nargs="+", default=[256, 4096, 16384])
     ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--parts", nargs="+", default=["stats", "mixture", "seeding"], help="which parts to run")
+    ap.add_argument("--lerobot-python", default=str(LEROBOT_PYTHON), help="python of a venv with LeRobot 0.4.4")
+    ap.add_argument("--lerobot-frames", type=int, default=20_000, help="frames of the LeRobot seeding comparison")
+    ap.add_argument("--parts", nargs="+", default=["stats", "mixture", "seeding", "lerobot"], help="which parts to run")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mixtures.json"))
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as cache:
@@ -295,7 +396,7 @@ def main() -> None:
                 f"{r['cpu_extra']:>+7.1%}"
             )
         mix = mixture_rate(args.rows, args.batches, args.seconds) if "mixture" in args.parts else []
-        print("\n2. mixture of 3 builds (state/action 11/3, 17/6, 39/8), items/s")
+        print("\n2. mixture of 3 builds (state/action 11/3, 17/6, 39/8), items per CPU second")
         print(
             f"  {'sampler':<13} {'batch':>6} {'members alone':>30} {'mixture':>9} {'x slowest':>9} "
             f"{'normalised':>10} {'x slowest':>9}"
@@ -320,6 +421,23 @@ def main() -> None:
                     f"  batch {r['batch']}: offline alone {r['offline_alone_items_per_s']:,.0f} items/s, mixed "
                     f"(ratio 0.5) {r['mixed_items_per_s']:,.0f} items/s ({r['ratio_mixed_to_offline']:.2f}x)"
                 )
+        versus = (
+            lerobot_seeding(args.lerobot_frames, Path(cache), Path(args.lerobot_python))
+            if "lerobot" in args.parts
+            else {}
+        )
+        if versus:
+            print(f"\n4. seeding from the same {versus['frames']:,}-frame LeRobot dataset, each in a fresh process")
+            for who in ("ours", "lerobot"):
+                if who not in versus:
+                    print(f"  {who}: not run (no {args.lerobot_python})")
+                    continue
+                r = versus[who]
+                print(
+                    f"  {who:<8} seeding {r['seed_s']:8.3f} s; RSS {r['rss_before_mb']:.0f} -> {r['rss_after_mb']:.0f} MiB, "
+                    f"peak {r['peak_before_mb']:.0f} -> {r['peak_mb']:.0f} MiB"
+                    + (f" (build, once: {r['build_s']:.1f} s)" if "build_s" in r else "")
+                )
     report = {
         "command": command(),
         "environment": environment(),
@@ -327,6 +445,7 @@ def main() -> None:
         "stats_build_cost": stats,
         "mixture_rate": mix,
         "offline_online": seed,
+        "lerobot_seeding": versus,
         "peak_rss_this_process_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
     write_report(report, args.out)

@@ -6,12 +6,13 @@ without importing torch (:mod:`datasets_hub.cache.catalogue_builds`).
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasets_hub.errors import InvalidParameter
+from datasets_hub.errors import InvalidParameter, MissingDependency
 
 
 @dataclass(repr=False)
@@ -87,35 +88,78 @@ class DatasetInfo:
         return "\n".join(lines)
 
     @property
-    def spaces(self) -> dict[str, Any]:
-        """Upstream's observation and action spaces (and env specs), where upstream records them
-        (Minari does); ``{}`` otherwise. Known only once built."""
-        for note in self.notes.values():
+    def environment(self) -> dict[str, Any]:
+        """What the card records of the environment the data was collected in (``{}`` when nothing, or
+        not built yet). Keys, each present only when upstream makes it known:
+
+        - ``env_spec``, ``eval_env_spec``, ``observation_space``, ``action_space``: gymnasium's JSON forms
+          (the ``gym`` loader, which made the environment; Minari, which records them);
+        - ``env_id``, ``registry`` (``"gymnasium"`` or ``"gym"``) and ``registered_by`` (the package whose
+          import registers the id): upstream's own id for the environment, e.g. ``"hopper-medium-v2"``
+          registered by ``d4rl`` in gym, ``"antmaze-large-v0"`` by ``ogbench`` in gymnasium;
+        - ``make_kwargs`` and ``wrappers`` (``[{"entry_point": "module:Name", "kwargs": {...}}]``): how to
+          make it with the settings the data was collected with (Atari's sticky actions, frame skip, ...);
+        - ``make_with``: how upstream makes an environment gymnasium cannot (robomimic's env metadata,
+          ``env_meta``, through robomimic); ``collected_with``: upstream's description of the environment.
+        """
+        note = self.notes.get("environment")
+        if isinstance(note, dict):
+            return note
+        for note in self.notes.values():  # Minari's metadata note
             if isinstance(note, dict) and ("observation_space" in note or "action_space" in note):
                 keys = ("observation_space", "action_space", "env_spec", "eval_env_spec")
                 return {k: note[k] for k in keys if note.get(k) is not None}
         return {}
 
+    @property
+    def spaces(self) -> dict[str, Any]:
+        """Upstream's observation and action spaces and env specs (gymnasium's JSON forms), where the card
+        records them (:attr:`environment`); ``{}`` otherwise. Known only once built."""
+        keys = ("observation_space", "action_space", "env_spec", "eval_env_spec")
+        return {k: self.environment[k] for k in keys if self.environment.get(k) is not None}
+
     def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> Any:
-        """The environment the dataset was collected in, made the way Minari does it
-        (``gymnasium.make`` of the recorded env spec; ``eval_env=True``: the evaluation env spec,
-        falling back to the collection one). Needs gymnasium and the environment's package."""
+        """The environment the dataset was collected in, made again with gymnasium: ``gymnasium.make`` of
+        the recorded env spec, as Minari does (``eval_env=True``: the evaluation env spec, falling back to
+        the collection one), else of the recorded gymnasium id with its recorded settings and wrappers
+        (:attr:`environment`); ``kwargs`` go to ``gymnasium.make``. Needs gymnasium and the environment's
+        package; an environment gymnasium cannot make (D4RL's, registered in the old gym) is refused,
+        saying how it was made."""
+        env = self.environment
         spec = self.spaces.get("eval_env_spec") if eval_env else None
         spec = spec or self.spaces.get("env_spec")
-        if spec is None:
+        if spec is None and not env.get("env_id"):
             raise InvalidParameter(
                 f"{self.id!r} records no environment spec"
                 + ("" if self.cached else " (or is not built yet: download it)")
             )
+        if spec is None and env.get("registry") != "gymnasium":
+            how = env.get("make_with") or f"import {env.get('registered_by')}; gym.make({env['env_id']!r})"
+            raise InvalidParameter(
+                f"{self.id!r} was collected in {env['env_id']!r} ({env.get('registry')}), which gymnasium cannot "
+                f"make; make it with `{how}`"
+            )
         try:
             import gymnasium
-            from gymnasium.envs.registration import EnvSpec
+            from gymnasium.envs.registration import EnvSpec, load_env_creator
         except ImportError as exc:
-            from datasets_hub.errors import MissingDependency
-
             raise MissingDependency(f"recover_environment needs gymnasium ({exc}). Fix: pip install gymnasium") from exc
-        env_spec = EnvSpec.from_json(spec if isinstance(spec, str) else json.dumps(spec))
-        return gymnasium.make(env_spec, **kwargs)
+        if spec is not None:
+            return gymnasium.make(EnvSpec.from_json(spec if isinstance(spec, str) else json.dumps(spec)), **kwargs)
+        package = str(env.get("registered_by") or "")
+        try:
+            if package:
+                importlib.import_module(package)  # registers its ids with gymnasium
+            made: Any = gymnasium.make(env["env_id"], **{**env.get("make_kwargs", {}), **kwargs})
+            for wrapper in env.get("wrappers", []):
+                wrap: Any = load_env_creator(wrapper["entry_point"])  # a wrapper class, not an env creator
+                made = wrap(made, **wrapper.get("kwargs", {}))
+        except ImportError as exc:
+            raise MissingDependency(
+                f"recover_environment({self.id!r}) needs the package that makes {env['env_id']!r} ({exc}). "
+                f"Fix: pip install {package.replace('_', '-') or 'it'}"
+            ) from exc
+        return made
 
     @property
     def counts(self) -> dict[str, int]:

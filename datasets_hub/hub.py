@@ -119,9 +119,15 @@ def download(
     ``force=True`` rebuilds even when a build exists (raw files are re-verified, not re-fetched).
     ``frames``/``frame_quality``: how camera frames are stored, as for :func:`load`.
     """
-    return _ensure_build(
+    from datasets_hub.dataset_info import recorded_sample_keys
+
+    path = _ensure_build(
         dataset_id, force=force, allow_download=True, params=params, frames=frames, frame_quality=frame_quality
     )
+    manifest = read_manifest(path)
+    if manifest is not None and recorded_sample_keys(path, manifest) is None:
+        _recorded_sample_keys(path, manifest)  # one row read now: `datasets-hub info` of it then needs no torch
+    return path
 
 
 def _open_storage(
@@ -454,7 +460,7 @@ def _sample_keys(path: Path) -> dict[str, dict[str, Any]]:
     """Keys, dtypes and per-row shapes of one transition as ``load`` returns it (one row is read)."""
     from datasets_hub.build.storage import DatasetStorage
 
-    storage = DatasetStorage(path)
+    storage = DatasetStorage(path, record_use=False)  # a look for the card, not a use
     if not len(storage):
         return {}
     row = storage.get(torch.zeros(1, dtype=torch.int64))
@@ -490,6 +496,7 @@ def mixture(
     temperature: float = 1.0,
     exact: bool = True,
     key_maps: Any = None,
+    project: Any = None,
     normalize: Any = None,
     ids: bool = False,
     batch_size: int | None = None,
@@ -504,7 +511,7 @@ def mixture(
     dataset's frame rate); with ``generator``, each dataset gets a generator seeded from it, so the
     same seed gives the same batches. Buffers are used as they are. Statistics for ``normalize`` come
     from each build's manifest; a build made before they were recorded (or a buffer over other data)
-    gets them computed once from its data. ``weights``, ``temperature``, ``exact``, ``key_maps``,
+    gets them computed once from its data. ``weights``, ``temperature``, ``exact``, ``key_maps``, ``project``,
     ``normalize``, ``ids`` and ``batch_size``: see the ``Mixture`` contract (docs/guide/mixtures.md).
     """
     import copy
@@ -537,6 +544,7 @@ def mixture(
         temperature=temperature,
         exact=exact,
         key_maps=key_maps,
+        project=project,
         normalize=normalize,
         stats=[_build_stats(rb) for rb in buffers],
         ids=ids,

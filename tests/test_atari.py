@@ -30,6 +30,7 @@ from fixtures.atari import (
     STACK,
     DopamineBuffer,
     check_chunks,
+    check_dopamine_environment,
     convert,
     dopamine_stack,
     dopamine_valid,
@@ -133,6 +134,7 @@ def test_end_to_end_over_http_with_endpoint(replay, monkeypatch):
     assert card.schema["obs/observation"]["rows"] == n + e  # frames stored once: T+1 rows per episode
     assert card.manifest["layout"]["next_stored_per_step"] == []
     assert card.notes["totals"]["transitions"] == n and card.metadata["license"] == "CC BY 4.0"
+    check_dopamine_environment(card, "Pong")
     # samples agree with the truth row their frame names
     gen = torch.Generator().manual_seed(0)
     rb2 = datasets_hub.load("atari/Pong/1", checkpoints=[0, 1], batch_size=64, generator=gen)

@@ -7,7 +7,7 @@ import yaml
 
 import datasets_hub as dh
 from datasets_hub import catalogue
-from datasets_hub.build.pipeline import build_fingerprint
+from datasets_hub.build.identity import build_fingerprint
 from datasets_hub.errors import CatalogueError, InvalidParameter, UnknownDataset
 from datasets_hub.plugins import get_loader, loader_names
 

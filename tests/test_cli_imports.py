@@ -1,9 +1,9 @@
 """What each ``datasets-hub`` command imports, in a fresh interpreter (docs/guide/cli.md, "Speed").
 
-``list``, ``cache ls``, ``--help``, ``--version``, and ``info`` and ``verify`` of an id with the
-catalogue's params import neither torch, tensordict nor any loader plugin once the facts they need
-are recorded (the first ``list`` of a new plugin version, the first ``info`` of a new build record
-them); ``info`` and ``verify`` with ``--param`` overrides import the one loader of their id and no other.
+``list``, ``cache ls``, ``--help``, ``--version``, and ``info``, ``verify`` and ``rm`` of an id (with the
+catalogue's params or ``--param`` overrides) import neither torch, tensordict nor any loader plugin once
+the facts they need are recorded (the first ``list`` of a new plugin version, the first ``info`` of a new
+build record them); before that, they import the one loader module of their id, and still no torch.
 """
 
 from __future__ import annotations
@@ -102,9 +102,46 @@ def test_a_changed_plugin_is_asked_again(cache_env):
     assert heavy == []
 
 
-@pytest.mark.parametrize("command", ["info", "verify"])
-def test_commands_on_one_id_with_overrides_import_only_its_loader(cache_env, command):
-    code, heavy = imports_of(command, CARTPOLE, *SMALL)
-    assert code == 0
-    loaders = {m.split(".")[2] for m in heavy if m.startswith("datasets_hub.loaders.")}
-    assert loaders == {"gym"}
+ONE_ID_COMMANDS = [["info"], ["info", "--json"], ["verify"], ["rm", "--dry-run"]]
+
+
+@pytest.mark.parametrize("command", ONE_ID_COMMANDS)
+def test_commands_on_one_id_with_overrides_import_no_torch(cache_env, command):
+    """First with params nothing has recorded yet (only the id's loader module is imported, not
+    torch), then again (nothing heavy at all)."""
+    new_params = ["--param", "steps=250", "--param", f"seed={len(command) + len(command[0])}"]
+    for params in (SMALL, new_params):
+        expected = 1 if command == ["verify"] and params is new_params else 0  # verify: "not in the cache"
+        code, heavy = imports_of(*command, CARTPOLE, *params)
+        assert code == expected, (command, params)
+        assert not [m for m in heavy if m.split(".")[0] in ("torch", "tensordict")], (command, params)
+        assert {m.split(".")[2] for m in heavy if m.startswith("datasets_hub.loaders.")} <= {"gym"}
+        code, heavy = imports_of(*command, CARTPOLE, *params)
+        assert (code, heavy) == (expected, []), (command, params)
+
+
+def test_refused_overrides_are_refused_without_torch(cache_env):
+    """A parameter the loader refuses is its error, from the loader module alone (and never recorded)."""
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-c", PROBE, "info", CARTPOLE, "--param", "steps=-5"],
+            capture_output=True, text=True, env={**os.environ, "DATASETS_HUB_OFFLINE": "1"}, timeout=300, check=False,
+        )  # fmt: skip
+        report = json.loads(proc.stdout.rsplit("\n@@", 1)[1])
+        assert report["code"] == 2
+        assert "'steps' must be a positive integer" in proc.stderr
+        assert report["heavy"] == ["datasets_hub.loaders.gym", "datasets_hub.loaders.gym.loader"]
+
+
+@pytest.mark.parametrize(
+    "name", ["gym", "d4rl", "minari", "ogbench", "atari", "rlu_atari", "roboset", "robomimic", "tdmpc2", "calvin",
+             "openx", "lerobot"],
+)  # fmt: skip
+def test_importing_a_builtin_loader_imports_no_torch(name):
+    """Loader modules import torch inside the functions that convert, so naming a build does not."""
+    code = (
+        "import sys; from datasets_hub.plugins import get_loader; get_loader(sys.argv[1]); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tensordict')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, timeout=300, check=True)
+    assert proc.stdout.strip() == "[]"

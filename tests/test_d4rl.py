@@ -331,3 +331,33 @@ def test_the_loader_tells_the_build_how_many_rows_it_will_read(tmp_path):
         rows = int(f["rewards"].shape[0])
     assert expected == [rows] and sum(read) == rows  # the total comes first, then every row once
     assert sum(int(c.batch_size[0]) for c in chunks) <= rows
+
+
+@pytest.mark.parametrize(
+    "name, task",
+    [("hopper-medium-v2", "gym MuJoCo Hopper"), ("antmaze-large-diverse-v2", None), ("bullet-hopper-medium-v0", None)],
+)
+def test_the_card_records_d4rls_environment_id(tmp_path, name, task):
+    from datasets_hub.dataset_info import DatasetInfo
+
+    path = write_d4rl(tmp_path / "x.hdf5")
+    spec = DatasetSpec(id=f"d4rl/{name}", loader="d4rl", resources=[Resource(name=path.name, urls=("file:///x",))])
+    ctx = LoaderContext(chunk_rows=16)
+    list(D4RLLoader().episodes(spec, {path.name: path}, ctx))
+    environment = ctx.notes["environment"]
+    assert (environment["env_id"], environment["registry"], environment["registered_by"]) == (name, "gym", "d4rl")
+    assert environment.get("task") == task
+    card = DatasetInfo(spec.id, "d4rl", {}, [], {}, "test", True, manifest={"notes": ctx.notes})
+    assert card.environment == environment and card.spaces == {}
+    with pytest.raises(InvalidParameter, match=rf"gymnasium cannot make.*import d4rl; gym.make\('{name}'\)"):
+        card.recover_environment()
+
+
+def test_no_environment_is_guessed_for_other_names_or_a_url(tmp_path):
+    path = write_d4rl(tmp_path / "x.hdf5")
+    _chunks, notes = convert(path)  # d4rl/test-v0: not a D4RL environment id
+    assert "environment" not in notes
+    spec = DatasetSpec(id="d4rl/hopper-medium-v2", loader="d4rl", params={"url": "file:///elsewhere/mine.hdf5"})
+    ctx = LoaderContext(chunk_rows=16)
+    list(D4RLLoader().episodes(spec, {path.name: path}, ctx))
+    assert "environment" not in ctx.notes  # the user's own file: its environment is not the id's

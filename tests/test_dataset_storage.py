@@ -155,6 +155,38 @@ def test_every_sampled_leaf_is_the_naive_ted_value_and_contiguous(tmp_path, ids_
     assert torch.equal(storage.gather(torch.tensor([0, 1]))["next", "done"], expected["next", "done"][:2])
 
 
+@pytest.mark.parametrize("records", [True, False])
+def test_gather_into_writes_what_gather_gives_into_wider_or_narrower_sets_of_arrays(tmp_path, records):
+    """gather_into fills caller-given arrays with exactly gather's values (every leaf, a subset of leaves,
+    sampler extras, rows wider in the last dimension left as they were past the leaf's width)."""
+    from datasets_hub.build.storage import DatasetStorage
+
+    path, expected = _build_with_info(tmp_path, 3)
+    if not records:
+        path = as_format_version_1(path, tmp_path / "v1")
+    storage = DatasetStorage(path)
+    rng = np.random.default_rng(2)
+    rows = rng.integers(0, len(storage), 9)
+    want = expected[torch.from_numpy(rows)]
+    every = [k if isinstance(k, tuple) else (k,) for k in want.keys(True, True)]
+    for keys in (every, [("observation",), ("next", "done"), ("step",)], [("next", "observation")]):
+        out = {k: np.full(tuple(want.get(k).shape), 7, dtype=want.get(k).numpy().dtype) for k in keys}
+        storage.gather_into(rows, out)
+        for key in keys:
+            assert np.array_equal(out[key], want.get(key).numpy()), key
+    wide = np.full((9, want["observation"].shape[-1] + 2), -5.0, dtype=np.float32)
+    storage.gather_into(rows, {("observation",): wide})
+    assert np.array_equal(wide[:, :-2], want["observation"].numpy()) and (wide[:, -2:] == -5).all()
+    replaced = {("next", "truncated"): torch.ones(9, 1, dtype=torch.bool)}
+    out = {("next", "truncated"): np.zeros((9, 1), bool), ("next", "done"): np.zeros((9, 1), bool)}
+    storage.gather_into(rows, out, replaced)
+    assert out[("next", "truncated")].all() and out[("next", "done")].all()
+    with pytest.raises(KeyError, match="nope"):
+        storage.gather_into(rows, {("nope",): np.zeros(9)})
+    with pytest.raises(ValueError, match="cannot write"):
+        storage.gather_into(rows, {("next", "reward"): np.zeros((9, 3, 1), np.float32)})
+
+
 def test_rows_outside_the_dataset_are_refused_and_negative_rows_count_from_the_end(storage):
     n = len(storage)
     everything = storage.get(torch.arange(n))

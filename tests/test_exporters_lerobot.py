@@ -77,6 +77,23 @@ def test_metadata_follows_lerobot_v3(exported):
     assert episodes[1]["stats/observation.state/min"] == states[5:8].min(0).tolist()
 
 
+def test_tasks_that_change_within_an_episode_keep_their_frames_and_first_seen_order(tmp_path):
+    from datasets_hub.loaders.formats.text import encode_text
+
+    per_step = ["push"] * 5 + ["lift", "push", "lift"] + ["lift"] * 4  # episodes of LENGTHS (5, 3, 4)
+    td = chunk(image=False)
+    td.set("task", torch.from_numpy(encode_text(per_step, 8, ("task",))))
+    out = export_build(make_build([td]), tmp_path / "lr", "lerobot")
+    tasks = pq.read_table(out / "meta" / "tasks.parquet").to_pydict()
+    names = dict(zip(tasks["task_index"], tasks["task"], strict=True))
+    assert names == {0: "push", 1: "lift"}
+    frames = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet").to_pydict()
+    assert [names[i] for i in frames["task_index"]] == per_step
+    episodes = pq.read_table(out / "meta" / "episodes" / "chunk-000" / "file-000.parquet").to_pydict()
+    assert episodes["tasks"] == [["push"], ["lift", "push"], ["lift"]]
+    assert decode_text(dh.load("lerobot/local/lr", root=str(out)).storage[:].get("task")) == per_step
+
+
 def test_several_data_files_when_episodes_exceed_the_file_size(tmp_path):
     build = make_build([chunk((4, 4, 4, 4), image=False)])
     out = export_build(build, tmp_path / "lr", "lerobot", data_file_mb=1e-6)

@@ -56,10 +56,35 @@ def test_lerobot_dataset_reads_the_export_value_for_value(tmp_path):
         assert item["task"] == "reach"
 
 
+def test_lerobot_dataset_decodes_the_png_image_features(tmp_path):
+    """LeRobot 0.4.4 reads an ``image`` feature as a Hugging Face ``Image`` column (its ``load_hf_dataset``:
+    features from ``meta/info.json``, PNG bytes decoded by PIL), then turns each PIL image into a tensor with
+    torchvision's ``ToTensor``. Everything up to that last call is LeRobot's own code here: its dataset is
+    opened (metadata, episodes, timestamp checks) and its ``hf_dataset`` read without the final transform,
+    because this venv's torchvision may be the import stand-in (tests/upstream_shims). Every frame, the last
+    step of each episode included, is the build's exact pixels."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    from PIL import Image
+
+    build = make_build([chunk()])  # pixels: uint8 [6, 8, 3], distinct per observation row
+    out = export_build(build, tmp_path / "acme" / "pixels", "lerobot", fps=10, task="reach")
+    dataset = LeRobotDataset("acme/pixels", root=out)
+    assert dataset.meta.features["observation.pixels"]["dtype"] == "image"
+    assert isinstance(dataset.hf_dataset.features["observation.pixels"], datasets.Image)
+    frames = dataset.hf_dataset.with_format(None)  # LeRobot's columns, before torchvision's ToTensor
+    expected = DatasetStorage(build)[:]
+    assert len(frames) == sum(LENGTHS)
+    for i in range(len(frames)):
+        image = frames[i]["observation.pixels"]
+        assert isinstance(image, Image.Image) and image.mode == "RGB"
+        np.testing.assert_array_equal(np.asarray(image), expected["pixels"][i].numpy(), err_msg=f"frame {i}")
+        state = frames[i]["observation.state"]  # "observation" beside another observation key
+        np.testing.assert_array_equal(np.asarray(state, dtype=np.float32), expected["observation"][i].numpy())
+
+
 def test_lerobot_dataset_decodes_the_exported_videos(tmp_path):
     """Cameras exported with video=True, decoded by LeRobot with torchcodec: every frame is its own step's
-    (the frame code of lerobot_writer survives the codec) and close to the build's pixels. (PNG image
-    features need the real torchvision, which this venv may replace by a stand-in: our loader checks those.)"""
+    (the frame code of lerobot_writer survives the codec) and close to the build's pixels."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     from fixtures import lerobot_writer as lw

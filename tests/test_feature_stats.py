@@ -207,3 +207,16 @@ def test_old_builds_without_statistics_still_open():
     )
     assert card.feature_stats is None and card.lerobot_stats() is None
     assert sorted(compute_feature_stats(storage)) == ["action", "next/reward", "observation"]
+
+
+def test_float32_values_fall_in_the_buckets_of_their_float64_copies():
+    """The float32 bucket index (from a float32's own bits) is the float64 one: the same percentiles."""
+    import numpy as np
+
+    from datasets_hub.buffers.feature_stats import ZERO_BAND, _bucket_index
+
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal(20001) * 10.0 ** rng.integers(-12, 12, 20001)
+    edges = [0.0, -0.0, ZERO_BAND, -ZERO_BAND, ZERO_BAND * 1.001, 3e38, -3e38, 1e-40, -1e-40, 1.0, -1.0]
+    values = np.concatenate([values, edges]).astype(np.float32).reshape(2, -1)
+    assert np.array_equal(_bucket_index(values), _bucket_index(values.astype(np.float64)))

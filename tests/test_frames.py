@@ -22,7 +22,8 @@ from datasets_hub.buffers.writers import ImmutableDatasetWriter
 from datasets_hub.build import frames as fr
 from datasets_hub.build.format import MANIFEST, write_manifest_checksum
 from datasets_hub.build.frames import FrameCodec, FrameError, psnr, resolve_frames
-from datasets_hub.build.pipeline import build, build_fingerprint
+from datasets_hub.build.identity import build_fingerprint
+from datasets_hub.build.pipeline import build
 from datasets_hub.build.reader import open_build
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.errors import CacheError, InvalidParameter
@@ -399,9 +400,15 @@ def test_frame_threads_follow_torch_and_the_environment(monkeypatch):
 
 
 def test_verify_rehashes_the_frame_leaves_and_finds_a_damaged_blob(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from datasets_hub import plugins
     from datasets_hub.cache import verify as cv
 
     # fake/ is no installed loader: let verify recompute the fingerprint with the test's own
+    real = plugins._entry_points()
+    ep = EntryPoint(name="fake", value=f"{__name__}:ImageLoader", group=plugins.GROUP)
+    monkeypatch.setattr(plugins, "_entry_points", lambda: {**real, "fake": ep})
     monkeypatch.setattr("datasets_hub.plugins.get_loader", lambda name: ImageLoader())
     monkeypatch.setattr(
         "datasets_hub.catalogue.resolve",

@@ -170,6 +170,32 @@ def test_a_gym_card_records_its_environment():
         unbuilt.recover_environment()
 
 
+def test_a_card_with_an_environment_id_and_settings_makes_it_again():
+    """A card that records a gymnasium id, its make keywords and its wrappers (as the Atari loaders do)."""
+    import gymnasium
+
+    from datasets_hub.dataset_info import DatasetInfo
+    from datasets_hub.errors import MissingDependency
+
+    environment = {
+        "env_id": "CartPole-v1",
+        "registry": "gymnasium",
+        "registered_by": "gymnasium",
+        "make_kwargs": {"max_episode_steps": 7},
+        "wrappers": [{"entry_point": "gymnasium.wrappers:ClipReward", "kwargs": {"min_reward": 0, "max_reward": 0.5}}],
+    }
+    card = DatasetInfo("x/y", "x", {}, [], {}, "test", True, manifest={"notes": {"environment": environment}})
+    assert card.environment == environment and card.spaces == {}
+    env = card.recover_environment()
+    assert isinstance(env, gymnasium.wrappers.ClipReward) and env.spec.max_episode_steps == 7
+    env.reset(seed=0)
+    assert env.step(0)[1] == 0.5  # CartPole's reward 1.0, clipped by the recorded wrapper
+    missing = {**environment, "registered_by": "no_such_env_package"}
+    card = DatasetInfo("x/y", "x", {}, [], {}, "test", True, manifest={"notes": {"environment": missing}})
+    with pytest.raises(MissingDependency, match="pip install no-such-env-package"):
+        card.recover_environment()
+
+
 def test_the_card_repr_is_short_and_multi_line():
     dh.download(ID, **SMALL)
     text = repr(dh.info(ID, **SMALL))

@@ -325,3 +325,176 @@ def test_the_example_trains_on_two_datasets_with_different_action_sizes(tmp_path
     finally:
         for dataset_id in ids:
             catalogue.unregister_dataset(dataset_id)
+
+
+# -- projections, direct and sampled paths, remote, LeRobot, device members -----------------------------------
+def _same_batches(x, y):
+    assert set(x.keys(True, True)) == set(y.keys(True, True))
+    for key in x.keys(True, True):
+        assert torch.equal(x[key], y[key]), key
+
+
+def test_the_direct_gather_gives_the_batches_of_sampling_each_member():
+    """Members gathered straight into the batch (gather_into) give what sampling them and copying gives."""
+    for make in (RandomSampler, lambda: SliceSampler(slice_len=4)):
+        direct = Mixture([buffer(n, make(), seed=i) for i, n in enumerate("abc")], weights="uniform")
+        # an identity projection makes a member go through its own sample()
+        sampled = Mixture(
+            [buffer(n, make(), seed=i) for i, n in enumerate("abc")], weights="uniform", project=[lambda td: td] * 3
+        )
+        for batch in (12, 36, 48):
+            _same_batches(direct.sample(batch), sampled.sample(batch))
+    # a batch kept by the caller is never overwritten by the next one (the memory is reused only when free)
+    first = direct.sample(12)
+    kept = first["observation"].clone()
+    direct.sample(12)
+    assert torch.equal(first["observation"], kept)
+
+
+def test_a_projection_maps_a_dataset_to_the_common_schema_instead_of_padding():
+    def widen(td):  # dataset a's 2 action values -> 6: the 2, then four copies of their mean
+        action = td["action"]
+        td["action"] = torch.cat([action, action.mean(-1, keepdim=True).expand(-1, 4)], -1)
+        return td
+
+    rbs = [buffer("a"), buffer("b", seed=1)]
+    out = Mixture(rbs, weights="uniform", project=[widen, None]).sample(10)
+    assert out["action"].shape == (10, 6) and "action_dim_is_pad" not in out.keys()
+    head = out["action"][:5]
+    assert torch.allclose(head[:, 2:], head[:, :2].mean(-1, keepdim=True).expand(-1, 4))
+    assert "observation_dim_is_pad" in out.keys()  # keys it leaves alone are still padded
+    # by id, through the hub
+    mix = dh.mixture([buffer("a"), buffer("b", seed=1)], project=[widen, None], weights="uniform")
+    assert mix.sample(4)["action"].shape == (4, 6)
+
+
+def test_bad_projections_are_refused_naming_the_dataset_and_key():
+    rbs = [buffer("a"), buffer("b", seed=1)]
+    with pytest.raises(InvalidParameter, match="project has 1 entries for 2 datasets"):
+        Mixture(rbs, project=[None])
+    with pytest.raises(InvalidParameter, match="dataset 'dataset0': a projection is a callable"):
+        Mixture(rbs, project=["action", None])
+    with pytest.raises(InvalidParameter, match=r"dataset 'dataset1': its projection failed.*KeyError"):
+        Mixture(rbs, project=[None, lambda td: td["nope"]])
+    with pytest.raises(InvalidParameter, match="dataset 'dataset0': a projection returns a TensorDict"):
+        Mixture(rbs, project=[lambda td: td["action"], None])
+    calls = []
+
+    def drifting(td):  # a wider action from its second batch on
+        calls.append(1)
+        if len(calls) > 1:
+            td["action"] = torch.zeros(td.shape[0], 3)
+        return td
+
+    mix = Mixture(rbs, project=[drifting, None], weights="uniform")
+    with pytest.raises(InvalidParameter, match=r"dataset 'dataset0': its projection gave 'action' as float32 \[3\]"):
+        mix.sample(4)
+
+
+def test_mixture_over_remote_lazy_and_pool_builds(tmp_path):
+    """Remote members (their reads go through their own gather) give what the local build gives."""
+    pytest.importorskip("zarr")
+    from fixtures.http_server import serve_files
+    from fixtures.remote import PARAMS, local_build, publish, serve_folder
+
+    local = local_build()
+    published = publish(local, tmp_path / "published", chunk_bytes=1024)
+    keys = ["observation", "episode", "step", ("next", "reward")]  # cartpole's action is an int64 index
+
+    def members(first):
+        return [first, buffer("c", seed=5)]
+
+    maps = [keys, keys]
+    with serve_files() as server:
+        url = serve_folder(server, published)
+        lazy = dh.load(url, resident="lazy", generator=gen(3))
+        ref = dh.load("gym/cartpole-random-v0", generator=gen(3), **PARAMS)
+        a = Mixture(members(lazy), key_maps=maps, weights="uniform")
+        b = Mixture(members(ref), key_maps=maps, weights="uniform")
+        for _ in range(3):
+            _same_batches(a.sample(32), b.sample(32))
+
+        pool = dh.load(url, resident="pool", pool_episodes=4, pool_refresh_s=None, generator=gen(4))
+        out = Mixture(members(pool), key_maps=maps, weights="uniform").sample(40)
+        ours = out[:20]
+        every = local[:]
+        start = {int(e): i for i, e in enumerate(every["episode"].tolist()) if i == 0 or every["episode"][i - 1] != e}
+        rows = torch.tensor([start[int(e)] + int(t) for e, t in zip(ours["episode"], ours["step"], strict=True)])
+        width = every["observation"].shape[-1]
+        assert torch.equal(ours["observation"][:, :width], every["observation"][rows])
+        assert torch.equal(ours["next", "reward"], every["next", "reward"][rows])
+        assert len(set(ours["episode"].tolist())) <= 4  # from the pool's episodes only
+
+
+def test_mixture_on_the_cpu_device_path_equals_the_host_build():
+    from fixtures.device import gen as device_gen
+
+    small = {"steps": 600, "seed": 1}
+    keys = ["observation", ("next", "reward"), ("next", "observation")]  # cartpole's action is an int64 index
+    on_device = dh.load(
+        "gym/cartpole-random-v0", sampler=SliceSampler(slice_len=4), device="cpu", generator=device_gen(1), **small
+    )
+    host = dh.load("gym/cartpole-random-v0", sampler=SliceSampler(slice_len=4), generator=device_gen(1), **small)
+    a = Mixture([on_device, buffer("b", SliceSampler(slice_len=4))], key_maps=[keys, keys], weights="uniform")
+    b = Mixture([host, buffer("b", SliceSampler(slice_len=4))], key_maps=[keys, keys], weights="uniform")
+    for _ in range(3):
+        _same_batches(a.sample(16), b.sample(16))
+
+
+def test_lerobot_windows_of_datasets_at_different_frame_rates(tmp_path, monkeypatch):
+    """The same delta_timestamps (seconds) over a 10 fps and a 20 fps dataset: each member's window
+    offsets follow its own rate (1 vs 2 frames per 0.1 s); states of 3 and 5 values are padded."""
+    pytest.importorskip("pyarrow")
+    from datasets_hub.loaders.lerobot import loader as lr
+    from datasets_hub.loaders.lerobot.loader import decode_text
+    from datasets_hub.loaders.lerobot.windows import delta_timestamps_sampler
+
+    from fixtures import lerobot_writer as lw
+    from fixtures.http_server import point_huggingface_hub_at, serve_files
+
+    specs = {
+        "acme/slow": lw.Spec(lengths=(6, 9), tasks=("push", "lift"), cameras=(), fps=10, state_dim=3, action_dim=2),
+        "acme/fast": lw.Spec(lengths=(12, 7), tasks=("stack", "open"), cameras=(), fps=20, state_dim=5, action_dim=2),
+    }
+    delta = {"observation.state": [-0.1, 0.0], "action": [0.0, 0.1, 0.2]}
+    summaries = {}
+    with serve_files() as server:
+        for repo, spec in specs.items():
+            root = tmp_path / repo.replace("/", "_")
+            summaries[repo] = lw.write_dataset(root, spec)
+            for path, data in lw.files_of(root).items():
+                server.add_hf_file(repo, path, data)
+        point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
+        monkeypatch.setattr(lr, "_metas", {})
+        ids = [f"lerobot/{repo}" for repo in specs]
+        samplers = [delta_timestamps_sampler(delta, fps=i) for i in ids]
+        mix = dh.mixture(ids, sampler=samplers, weights="uniform", num_workers=1, generator=gen(2))
+        out = mix.sample(40)
+    assert out["observation", "state"].shape == (40, 2, 5) and out["action"].shape == (40, 3, 2)
+    assert out["observation", "state_dim_is_pad"][:20].tolist() == [[False] * 3 + [True] * 2] * 20
+    for b in range(40):
+        repo = list(specs)[int(out["dataset", "index"][b])]
+        spec, starts = specs[repo], summaries[repo]["starts"]
+        e, i = int(out["episode"][b]), int(out["info", "index"][b])
+        t, frames = i - starts[e], spec.fps // 10  # frames per 0.1 s
+        for key, offsets in ((("observation", "state"), [-1, 0]), (("action",), [0, 1, 2])):
+            pos = [t + o * frames for o in offsets]
+            clipped = [min(max(p, 0), spec.lengths[e] - 1) for p in pos]
+            want = np.stack([lw.state_of(e, p, spec.state_dim) for p in clipped])
+            if key == ("action",):
+                want = -want[:, : spec.action_dim]
+            got = out[key][b].numpy()[:, : want.shape[-1]]
+            np.testing.assert_array_equal(got, want)
+            mask = out[(*key[:-1], key[-1] + "_is_pad")][b].tolist()
+            assert mask == [not 0 <= p < spec.lengths[e] for p in pos]
+    tasks = decode_text(out["task"])  # byte rows, zero-padded to the longer dataset's width
+    assert set(tasks[:20]) <= {"push", "lift"} and set(tasks[20:]) <= {"stack", "open"}
+
+
+def test_a_member_returning_fewer_items_than_asked_is_refused_naming_it():
+    from datasets_hub.buffers.samplers import SamplerWithoutReplacement
+
+    mix = Mixture([buffer("a"), buffer("c", SamplerWithoutReplacement())], weights="uniform", names=["a", "c"])
+    mix.sample(30)  # 15 of c's 20 rows (its epoch), after the probe's 1
+    with pytest.raises(InvalidParameter, match=r"dataset 'c' gave '.*' of shape \[4"):
+        mix.sample(30)  # the epoch's last 4 rows, for 15 asked

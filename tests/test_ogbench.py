@@ -18,6 +18,7 @@ from datasets_hub.loaders.ogbench.loader import (
     NUM_SHARDS,
     OGBenchLoader,
     dataset_names,
+    environment_card,
 )
 
 from fixtures.ogbench_files import expected_transitions, write_ogbench
@@ -355,6 +356,7 @@ def test_task_rewards_follow_the_state_at_t_and_keep_episode_ends(tmp_path):
     np.testing.assert_array_equal(td["next", "truncated"].numpy().reshape(-1), [0, 0, 1, 0, 0, 0, 1])
     assert not td["next", "terminated"].any() and td["next", "reward"].dtype == torch.float32
     assert "task 3" in notes["rewards"]
+    assert notes["environment"]["env_id"] == "pointmaze-medium-singletask-task3-v0"  # upstream's single-task env
 
 
 def test_task_rewards_of_manipulation_count_subgoals(tmp_path):
@@ -487,3 +489,39 @@ def test_user_entry_resource_missing_file_error_names_its_url(tmp_path):
         assert BASE_URL not in str(err.value)  # no fallback to upstream's copy
     finally:
         catalogue.unregister_dataset("ogbench/my-absent")
+
+
+@pytest.mark.parametrize(
+    "dataset, env_id",
+    [
+        ("cube-single-play-v0", "cube-single-v0"),
+        ("visual-antmaze-large-navigate-v0", "visual-antmaze-large-v0"),
+        ("puzzle-4x4-noisy-v0", "puzzle-4x4-v0"),
+        ("humanoidmaze-giant-navigate-100m-v0", "humanoidmaze-giant-v0"),
+    ],
+)
+def test_the_environment_is_the_one_ogbench_registers_for_the_name(dataset, env_id):
+    assert environment_card(dataset) == {
+        "env_id": env_id,
+        "registry": "gymnasium",
+        "registered_by": "ogbench",
+        "from": "the dataset name, as ogbench.make_env_and_datasets derives the environment from it",
+    }
+    assert environment_card("my-own-set-v0") == {}  # not an OGBench name: nothing guessed
+
+
+def test_the_card_records_the_environment(tmp_path):
+    from datasets_hub.dataset_info import DatasetInfo
+    from datasets_hub.errors import MissingDependency
+
+    write_ogbench(tmp_path / "x.npz", LENGTHS)
+    _td, _chunks, notes = convert({"cube-single-play-v0.npz": tmp_path / "x.npz"})
+    assert notes["environment"]["env_id"] == "cube-single-v0"
+    card = DatasetInfo("ogbench/cube-single-play-v0", "ogbench", {}, [], {}, "test", True, manifest={"notes": notes})
+    try:
+        import ogbench  # noqa: F401  (whether the environment's package is here)
+    except ImportError:
+        with pytest.raises(MissingDependency, match="pip install ogbench"):
+            card.recover_environment()
+    else:
+        assert card.recover_environment().spec.id == "cube-single-v0"

@@ -589,7 +589,7 @@ def test_sampler_without_replacement_without_a_batch_size():
     drop = ReplayBuffer(storage=LazyTensorStorage(6), sampler=SamplerWithoutReplacement(drop_last=True))
     drop.extend(torch.arange(3.0))
     assert drop.sample(2).numel() == 2
-    with pytest.raises(ValueError, match="cannot make a batch of 4 from 3 rows"):
+    with pytest.raises(ValueError, match=r"The batch size \(4\) is greater than the storage capacity \(3\)"):
         drop.sample(4)
 
 

@@ -20,6 +20,7 @@ from datasets_hub.loader import DatasetSpec
 from datasets_hub.loaders.rlu_atari.loader import UPSTREAM, RLUAtariLoader, shard_file
 from datasets_hub.testing import check_loader
 
+from fixtures.atari import check_dopamine_environment
 from fixtures.rlu_atari import (
     check_rows,
     convert,
@@ -60,6 +61,7 @@ def test_load_over_http_with_endpoint_frames_stored_once_and_frame_stacks(tmp_pa
     data = rb[:]
     check_rows(data, expected())
     card = datasets_hub.info("rlu_atari/Pong/1", shards=[0, 1])
+    check_dopamine_environment(card, "Pong")  # the same Dopamine runs as DQN Replay
     n, e = card.counts["transitions"], card.counts["episodes"]
     assert card.schema["obs/observation"]["rows"] == n + e  # frames stored once: T+1 rows per episode
     assert card.manifest["layout"]["next_stored_per_step"] == []

@@ -49,6 +49,9 @@ def test_demos_in_number_order_row_by_row(tmp_path, chunk_rows):
     assert notes["filter_keys"] == {"low_dim.hdf5": {"train": 3, "valid": 2}}
     attrs = notes["file_attributes"]["low_dim.hdf5"]
     assert attrs["env_args"]["env_name"] == "Lift" and attrs["total"] == sum(r for r, _ in DEMOS.values())
+    environment = notes["environment"]  # robomimic's env metadata: what create_env_from_metadata makes
+    assert (environment["env_id"], environment["registry"]) == ("Lift", "robosuite")
+    assert environment["env_meta"] == {"env_name": "Lift", "type": 1, "env_kwargs": {"control_freq": 20}}
     assert "extra_not_per_step" in notes["skipped_keys"]
     json.dumps(notes, allow_nan=False)  # the card must be JSON
 
@@ -280,3 +283,18 @@ def test_a_libero_style_suite_of_several_files_loads_in_resource_order(tmp_path,
     )
     check_rows(data, truth)
     assert decode_text(data["task"]) == ["first task"] * 3 + ["second task"] * 2
+
+
+def test_the_environment_is_recorded_only_when_every_file_agrees(tmp_path):
+    from datasets_hub.dataset_info import DatasetInfo
+    from datasets_hub.loaders.robomimic.loader import environment_card
+
+    lift = {"env_args": {"env_name": "Lift", "type": 1, "env_kwargs": {}}}
+    can = {"env_args": {"env_name": "PickPlaceCan", "type": 1, "env_kwargs": {}}}
+    assert environment_card([lift, lift])["env_id"] == "Lift"
+    assert environment_card([lift, can]) == {} and environment_card([{}]) == {} and environment_card([]) == {}
+    card = DatasetInfo(
+        "robomimic/x", "robomimic", {}, [], {}, "t", True, manifest={"notes": {"environment": environment_card([lift])}}
+    )
+    with pytest.raises(InvalidParameter, match=r"gymnasium cannot make; make it with `robomimic.utils.env_utils"):
+        card.recover_environment()

@@ -172,3 +172,80 @@ def test_buffer_dumps_loads_keeps_sampler_position(tmp_path):
     rb2.loads(tmp_path / "rb")
     got = [rb2.sample(30) for _ in range(3)]
     assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+# -- TorchRL 0.14's names and keywords ------------------------------------------------------------
+
+
+def test_random_sampler_replacement_false_builds_a_sampler_without_replacement():
+    sampler = RandomSampler(replacement=False, drop_last=True, shuffle=False)
+    assert type(sampler) is SamplerWithoutReplacement
+    assert (sampler.drop_last, sampler.shuffle) == (True, False)
+    assert type(RandomSampler(replacement=True)) is RandomSampler
+    with pytest.raises(TypeError):
+        RandomSampler(drop_last=True)  # only the without-replacement form takes it
+
+
+def test_sampler_without_replacement_refuses_replacement_true():
+    with pytest.raises(ValueError, match="use RandomSampler"):
+        SamplerWithoutReplacement(replacement=True)
+
+
+def test_prioritized_samplers_have_no_without_replacement_form():
+    from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, PrioritizedSliceSampler
+
+    with pytest.raises(TypeError, match="no without-replacement variant"):
+        PrioritizedSampler(8, alpha=0.5, beta=0.5, replacement=False)
+    with pytest.raises(TypeError, match="no without-replacement variant"):
+        PrioritizedSliceSampler(8, alpha=0.5, beta=0.5, slice_len=2, replacement=False)
+    assert PrioritizedSampler(8, alpha=0.5, beta=0.5, replacement=True).max_capacity == 8
+
+
+def test_drop_last_batch_larger_than_the_storage_says_so():
+    with pytest.raises(ValueError, match=r"The batch size \(7\) is greater than the storage capacity \(5\)"):
+        SamplerWithoutReplacement(drop_last=True).sample(FakeStorage(5), 7)
+
+
+def test_sample_list_is_the_rows_left_and_the_next_epoch_is_drawn_when_one_ends():
+    sampler = SamplerWithoutReplacement(shuffle=False)
+    assert sampler._sample_list is None
+    sampler.sample(FakeStorage(5), 2)
+    assert sampler._sample_list.tolist() == [2, 3, 4]
+    sampler.sample(FakeStorage(5), 3)
+    assert sampler.ran_out
+    assert sampler._sample_list.tolist() == [0, 1, 2, 3, 4]  # the next epoch, already in the state
+
+
+def test_state_dict_between_epochs_resumes_with_the_original_order_whatever_the_generator():
+    storage = FakeStorage(6)
+    sampler = SamplerWithoutReplacement()
+    sampler.generator = gen(3)
+    sampler.sample(storage, 6)  # one whole epoch: the next one is drawn now
+    state = sampler.state_dict()
+    expected = sampler.sample(storage, 4)[0]
+
+    restored = SamplerWithoutReplacement()
+    restored.generator = gen(99)  # another seed: the saved order decides, not the generator
+    restored.load_state_dict(state)
+    assert restored.sample(storage, 4)[0].tolist() == expected.tolist()
+
+
+def test_state_dict_uses_torchrl_keys_and_is_decoupled_from_its_source():
+    sampler = SamplerWithoutReplacement()
+    sampler.generator = gen(1)
+    sampler.sample(FakeStorage(10), 4)
+    state = sampler.state_dict()
+    assert set(state) == {"len_storage", "_sample_list", "drop_last", "shuffle", "_ran_out"}
+    restored = SamplerWithoutReplacement()
+    restored.load_state_dict(state)
+    before = restored._sample_list.clone()
+    state["_sample_list"].fill_(-1)
+    assert restored._sample_list.tolist() == before.tolist()
+
+
+def test_state_dict_of_the_earlier_layout_still_loads():
+    restored = SamplerWithoutReplacement()
+    restored.load_state_dict(
+        {"remaining": torch.tensor([4, 2]), "has_epoch": True, "len_seen": 5, "ran_out": False, "drop_last": False}
+    )
+    assert restored.sample(FakeStorage(5), 2)[0].tolist() == [4, 2]

@@ -45,7 +45,7 @@ class EpisodeStorage(Storage):
 
     def read_key(self, key):
         key = key if isinstance(key, tuple) else (key,)
-        if self.with_index and key != ("next", "done"):
+        if self.with_index and key not in (("next", "done"), ("next", "terminated"), ("is_init",)):  # flags, not ids
             raise AssertionError("a storage with an episode index must not be scanned")
         if key not in self.keys:
             raise KeyError(key)
@@ -417,3 +417,145 @@ def test_end_keys_or_the_flags_of_every_key_present():
     bad.extend(data)
     with pytest.raises(KeyError, match="none of end_keys"):
         bad.sample()
+
+
+# -- TorchRL 0.14's slice keywords ----------------------------------------------------------------
+
+
+def _td_buffer(sampler, data, batch_size):
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(len(data)),
+        sampler=sampler,
+        batch_size=batch_size,
+        generator=torch.Generator().manual_seed(0),
+    )
+    rb.extend(data)
+    return rb
+
+
+def _traj_data(lengths, init=True, terminated_at=()):
+    ids = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    n = ids.numel()
+    first = torch.ones(n, dtype=torch.bool)
+    first[1:] = ids[1:] != ids[:-1]
+    terminated = torch.zeros(n, 1, dtype=torch.bool)
+    terminated[list(terminated_at)] = True
+    data = {"traj": ids, "obs": torch.arange(n) * 10, ("next", "terminated"): terminated}
+    if init:
+        data["is_init"] = first.unsqueeze(-1)
+    return TensorDict(data, [n])
+
+
+def test_terminated_is_in_the_info_as_stored():
+    data = _traj_data([4, 4], terminated_at=[3])
+    sampler = SliceSampler(slice_len=4, traj_key="traj")
+    index, info = sampler.sample(_td_buffer(sampler, data, 4).storage, 4)
+    assert info[("next", "terminated")].reshape(-1).tolist() == data["next", "terminated"][index].reshape(-1).tolist()
+    bare = SliceSampler(slice_len=2, traj_key="traj")
+    plain = TensorDict({"traj": torch.tensor([0, 0, 1, 1])}, [4])
+    _, info = bare.sample(_td_buffer(bare, plain, 2).storage, 2)
+    assert not info[("next", "terminated")].any()  # no stored flags: False
+
+
+def test_pad_output_fills_short_slices_and_masks_them():
+    data = _traj_data([2, 5, 3])
+    sampler = SliceSampler(slice_len=4, traj_key="traj", strict_length=False, pad_output=True)
+    rb = _td_buffer(sampler, data, 12)
+    for _ in range(10):
+        sample = rb.sample()
+        assert sample.shape == (12,)
+        mask = sample["collector", "mask"].reshape(3, 4)
+        obs = sample["obs"].reshape(3, 4)
+        truncated = sample["next", "truncated"].reshape(3, 4)
+        for row in range(3):
+            real = int(mask[row].sum())
+            assert mask[row, :real].all() and not mask[row, real:].any()
+            assert (obs[row, real:] == obs[row, real - 1]).all()  # padding repeats the last real row
+            assert truncated[row].nonzero().reshape(-1).tolist() == [real - 1]
+            assert (sample["is_init"].reshape(3, 4)[row, 0]).item()
+
+
+def test_pad_output_without_short_episodes_adds_no_mask_and_needs_strict_length_false():
+    sampler = SliceSampler(slice_len=2, traj_key="traj", strict_length=False, pad_output=True)
+    assert ("collector", "mask") not in _td_buffer(sampler, _traj_data([4, 4]), 4).sample().keys(True)
+    with pytest.raises(ValueError, match="pad_output=True is incompatible"):
+        SliceSampler(slice_len=2, strict_length=True, pad_output=True)
+
+
+def test_is_init_marks_every_slice_start_and_keeps_stored_resets():
+    data = _traj_data([3, 6, 2])
+    sampler = SliceSampler(num_slices=3, traj_key="traj", strict_length=False)
+    rb = _td_buffer(sampler, data, 12)
+    for _ in range(10):
+        sample = rb.sample()
+        is_init = sample["is_init"].reshape(-1)
+        starts = torch.cat([torch.tensor([0]), sample["next", "truncated"].reshape(-1).nonzero().reshape(-1)[:-1] + 1])
+        assert is_init[starts].all()
+        assert is_init.sum() == starts.numel()  # one reset per slice: every slice lies in one episode
+    no_init = SliceSampler(slice_len=2, traj_key="traj")
+    assert "is_init" not in _td_buffer(no_init, _traj_data([4, 4], init=False), 4).sample().keys()
+
+
+def test_traj_key_found_automatically_prefers_collector_ids_and_is_recorded():
+    data = TensorDict(
+        {
+            ("collector", "traj_ids"): torch.tensor([0, 0, 0, 1, 1, 1]),
+            "episode": torch.zeros(6, dtype=torch.long),  # disagrees: one episode
+        },
+        [6],
+    )
+    sampler = SliceSampler(num_slices=2)
+    assert sampler._traj_key_auto and sampler.traj_key is None
+    sample = _td_buffer(sampler, data, 6).sample()
+    assert sampler.traj_key == ("collector", "traj_ids") and sampler._fetch_traj and not sampler._traj_key_auto
+    assert (sample["collector", "traj_ids"].reshape(2, 3) == sample["collector", "traj_ids"].reshape(2, 3)[:, :1]).all()
+
+    done = torch.zeros(6, 1, dtype=torch.bool)
+    done[[2, 5]] = True
+    by_done = SliceSampler(num_slices=2)
+    _td_buffer(by_done, TensorDict({("next", "done"): done}, [6]), 6).sample()
+    assert by_done._fetch_traj is False and by_done.traj_key is None
+
+
+def test_end_flags_must_be_one_per_item():
+    flags = torch.zeros(6, 2, 1, dtype=torch.bool)  # per-agent dones
+    sampler = SliceSampler(num_slices=2, end_key=("next", "done"))
+    rb = _td_buffer(sampler, TensorDict({("next", "done"): flags}, [6]), 6)
+    with pytest.raises(RuntimeError, match="Expected the end-of-trajectory signal to be 1-dimensional"):
+        rb.sample()
+
+
+def test_span_lets_slices_hang_over_episode_ends_cut_to_the_episode():
+    data = _traj_data([6, 6, 6], init=False)
+    sampler = SliceSampler(slice_len=4, traj_key="traj", span=(2, 1))
+    rb = _td_buffer(sampler, data, 40)
+    seen_short = set()
+    for _ in range(20):
+        sample = rb.sample()
+        ends = sample["next", "truncated"].reshape(-1).nonzero().reshape(-1)
+        lengths = torch.diff(torch.cat([torch.tensor([-1]), ends])).tolist()
+        starts = [0, *(ends[:-1] + 1).tolist()]
+        for first, length in zip(starts, lengths, strict=True):
+            ids = sample["traj"][first : first + length]
+            assert (ids == ids[0]).all()
+            assert 2 <= length <= 4  # at least slice_len - 2 rows (left), slice_len - 1 (right)
+            step = (sample["obs"][first] // 10) % 6
+            if length < 4:
+                seen_short.add("left" if step == 0 else "right")
+    assert seen_short == {"left", "right"}
+    with pytest.raises(ValueError, match="strictly lower than the sequence length"):
+        _td_buffer(SliceSampler(slice_len=2, traj_key="traj", span=2), data, 4).sample()
+    with pytest.raises(ValueError, match="span must be"):
+        SliceSampler(slice_len=2, span=(1, -1))
+
+
+def test_slice_sampler_without_replacement_is_a_sampler_without_replacement():
+    from datasets_hub.buffers.samplers.random import SamplerWithoutReplacement
+
+    sampler = SliceSampler(replacement=False, slice_len=2, traj_key="traj")
+    assert isinstance(sampler, SliceSamplerWithoutReplacement) and isinstance(sampler, SamplerWithoutReplacement)
+    rb = _td_buffer(sampler, _traj_data([4, 4]), 2)
+    rb.sample()
+    assert sampler._sample_list.numel() == 3  # four slices of two rows this epoch, one served
+    with pytest.raises(ValueError, match="no item at a given row"):
+        sampler.sample_at(rb.storage, torch.tensor([0]))

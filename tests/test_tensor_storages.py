@@ -69,3 +69,40 @@ def test_local_tensorclass_survives_state_dict():
     got = other[:]
     assert type(got) is Step
     assert (got.obs == torch.arange(5.0)).all()
+
+
+def test_gather_into_writes_the_rows_of_each_leaf_into_given_arrays():
+    """TensorStorage.gather_into: each leaf's rows in a caller's arrays (wider rows keep their tail),
+    extras replace their keys; a kind numpy cannot gather leaf by leaf goes through gather."""
+    import numpy as np
+
+    storage = LazyTensorStorage(10)
+    data = TensorDict(
+        {"obs": torch.arange(30.0).reshape(10, 3), "next": {"reward": torch.arange(10.0)[:, None] / 4}}, [10]
+    )
+    storage.set(torch.arange(10), data)
+    rows = np.array([7, 2, 2, 9])
+    out = {("obs",): np.full((4, 5), -1.0, np.float32), ("next", "reward"): np.zeros((4, 1), np.float32)}
+    storage.gather_into(rows, out)
+    assert np.array_equal(out[("obs",)][:, :3], data["obs"][rows].numpy()) and (out[("obs",)][:, 3:] == -1).all()
+    assert np.array_equal(out[("next", "reward")], data["next", "reward"][rows].numpy())
+    storage.gather_into(rows, out, {("next", "reward"): torch.ones(4, 1)})
+    assert (out[("next", "reward")] == 1).all()
+
+
+def test_underscore_storage_is_the_whole_allocated_data_as_written():
+    storage = LazyTensorStorage(5)
+    assert storage._storage is None  # nothing allocated yet
+    storage.set(torch.arange(3), TensorDict({"a": torch.tensor([7, 8, 9])}, [3]))
+    whole = storage._storage
+    assert whole.batch_size == (5,)  # every slot of the capacity, written or not
+    assert whole["a"][:3].tolist() == [7, 8, 9]
+    assert whole[torch.tensor([2, 0])]["a"].tolist() == [9, 7]
+
+    tensors = LazyTensorStorage(4)
+    tensors.set(torch.arange(2), torch.tensor([[1.5], [2.5]]))
+    assert tensors._storage.shape == (4, 1) and tensors._storage[1].item() == 2.5
+
+    grid = LazyTensorStorage(6, ndim=2)
+    grid.set(torch.arange(2), TensorDict({"a": torch.arange(6).reshape(2, 3)}, [2, 3]))
+    assert grid._storage.batch_size == grid.shape

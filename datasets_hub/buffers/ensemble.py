@@ -137,7 +137,25 @@ class ReplayBufferEnsemble:
         self._view_shapes: dict[tuple[int, int], dict] = {}  # (k, sub) -> {leaf shape: [k, sub, ...] shape}
         self._id_blocks: dict[tuple, np.ndarray] = {}  # (buffer ids, sub) -> [k, sub] ids
 
-    def fork(self, generator: torch.Generator, members: Sequence[Any]) -> ReplayBufferEnsemble:
+    def as_dataset(self, *, num_batches: int | None = None) -> Any:
+        """TorchRL 0.15's ``as_dataset()`` for an ensemble: an iterable over its batches (see
+        :class:`~datasets_hub.buffers.pytorch_datasets.ReplayBufferDataset`). In a DataLoader worker each
+        member is forked with its own seed stream; a member whose sampler keeps shared state is refused
+        there. The map-style view is per member: ``ensemble[i].storage.as_dataset()``."""
+        from datasets_hub.buffers.pytorch_datasets import ReplayBufferDataset
+
+        return ReplayBufferDataset(self, num_batches=num_batches)
+
+    def fork_seeded(self, seed: int) -> ReplayBufferEnsemble:
+        """A fork for one DataLoader worker (see :func:`~datasets_hub.buffers.pytorch_datasets.worker_fork`):
+        the choice generator (where the ensemble has one) and every member get independent streams of
+        ``seed``."""
+        from datasets_hub.buffers.pytorch_datasets import stream_seed, worker_fork
+
+        members = [worker_fork(self[i], stream_seed(seed, i + 1)) for i in range(len(self))]
+        return self.fork(None if self.generator is None else torch.Generator().manual_seed(seed), members)
+
+    def fork(self, generator: torch.Generator | None, members: Sequence[Any]) -> ReplayBufferEnsemble:
         """A shallow copy over ``members`` (forks of ``self[i]``, same order) choosing buffers with
         ``generator``: the ensemble's part of :meth:`ReplayBuffer.fork`."""
         if len(members) != len(self._buffers):
@@ -147,7 +165,7 @@ class ReplayBufferEnsemble:
         clone.set_rng(generator)
         return clone
 
-    def set_rng(self, generator: torch.Generator) -> None:
+    def set_rng(self, generator: torch.Generator | None) -> None:
         """Make ``generator`` the source of the ensemble's buffer choices."""
         self.generator = generator
 

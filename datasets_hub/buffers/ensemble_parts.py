@@ -140,6 +140,10 @@ class SamplerEnsemble(Sampler):
     def samplers(self) -> tuple[Sampler, ...]:
         return self._members
 
+    @property
+    def requires_shared_state(self) -> bool:  # type: ignore[override]  # any member's, not a constant
+        return any(s.requires_shared_state for s in self._members)
+
     def __len__(self) -> int:
         return len(self._members)
 

@@ -1,5 +1,7 @@
 """Mixtures of datasets whose schemas differ (docs/guide/mixtures.md): :class:`Mixture`.
 
+This module holds one concept: the mixture, one batch made of several datasets' batches mapped to one schema.
+
 Each member keeps its own build, sampler and generator; the mixture maps every member's batch to one
 schema at sample time and concatenates them. Contract of ``Mixture.sample(n)``:
 
@@ -15,6 +17,12 @@ schema at sample time and concatenates them. Contract of ``Mixture.sample(n)``:
 - Key maps: ``key_maps[i]`` selects and renames member ``i``'s keys (``{source: target}``; a list of
   keys selects without renaming; ``None`` keeps every key). A key may name a sub-tree (``"goal"``: every
   leaf under it, renamed with it). A window mask ``<source>_is_pad`` follows its key. Keys of the result must be the same in every member, with the same dtype.
+- Projections: ``project[i]`` (a callable, or ``None``) maps member ``i``'s batch (a TensorDict) to
+  another of the same batch size, before its key map: the way to a common schema where zero-padding
+  is not the right one (a 7-dof action from a 6-dof arm plus a gripper; an image resized). Its output
+  must keep one schema: a leaf whose dtype or per-item shape changes after the first batch, a
+  projection that raises or returns something else are errors naming the dataset (and the key).
+  Projected members are sampled, then copied into the batch.
 - Padding: a key whose per-item shape differs between members only in its last dimension, with at
   most two dimensions per item (a state ``[D]``, a window of them ``[T, D]``) and a numeric dtype, is
   zero-padded to the widest; ``<key>_dim_is_pad`` (bool ``[batch, D_max]``, True on padded entries)
@@ -48,6 +56,7 @@ from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
 
 from datasets_hub.buffers.feature_stats import compute_feature_stats, stats_arrays
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, nest
+from datasets_hub.buffers.row_blocks import BatchMemory, fill_rows
 from datasets_hub.errors import InvalidParameter, did_you_mean
 
 NORMALIZE_MODES = ("mean_std", "min_max", "q01_q99")
@@ -123,21 +132,55 @@ def _spec(value: Any, batch_dims: int) -> tuple[str, Any, tuple[int, ...]]:
 class _Member:
     """One member's sample-time plan: which leaf goes to which key, and its normalisation."""
 
-    def __init__(self, name: str, buffer: Any, key_map: Any) -> None:
+    def __init__(self, name: str, buffer: Any, key_map: Any, project: Any = None) -> None:
         self.name = name
         self.buffer = buffer
+        self.project = project  # the user's callable: this member's batch -> a batch of the common schema
         self.unit = _unit(buffer)
         self.key_map = key_map
         self.plan: list[tuple[Key, Key]] = []  # (leaf of a sample, key in the mixture), from the probe
         self.norm: dict[Key, tuple[str, dict[str, np.ndarray]]] = {}
         self.norm_tensors: dict[tuple[Key, Any], tuple[torch.Tensor, ...]] = {}
         self.width: dict[Key, int] = {}  # padded keys: this member's last dimension
+        self.arrays_only = False  # every leaf a CPU tensor numpy holds: the batch can be allocated once
+        self.direct = False  # its rows are gathered straight into the batch (storage.gather_into)
+        self.source_spec: dict[Key, tuple[np.dtype, tuple[int, ...]]] = {}  # source leaf: dtype, per-item shape
+        self.norm_np: dict[Key, tuple[np.ndarray, np.ndarray, bool]] = {}  # target: shift, scale, clip
+        self.routes: list[tuple] = []  # plan_routes
+
+    def projected(self, td: TensorDictBase) -> TensorDictBase:
+        """The batch through the user's projection, if any (its errors and wrong results name the dataset)."""
+        if self.project is None:
+            return td
+        try:
+            out = self.project(td)
+        except Exception as exc:
+            raise InvalidParameter(f"dataset {self.name!r}: its projection failed on a batch: {exc!r}") from exc
+        if not isinstance(out, TensorDictBase) or tuple(out.batch_size) != tuple(td.batch_size):
+            what = list(out.batch_size) if isinstance(out, TensorDictBase) else type(out).__name__
+            raise InvalidParameter(
+                f"dataset {self.name!r}: a projection returns a TensorDict of the batch's size "
+                f"{list(td.batch_size)}, got {what}"
+            )
+        return out
+
+    def check_projected(self, leaves: dict[Key, Any]) -> None:
+        """A projected batch holds what the probe held (dtype, per-item shape), naming the key that does not."""
+        for source, (dtype, shape) in self.source_spec.items():
+            value = leaves.get(source)
+            got = (value.numpy().dtype, tuple(value.shape[1:])) if isinstance(value, torch.Tensor) else None
+            if got is not None and got != (dtype, shape):
+                raise InvalidParameter(
+                    f"dataset {self.name!r}: its projection gave {key_to_str(source)!r} as {got[0]} {list(got[1])} "
+                    f"per item, but {dtype} {list(shape)} on the first batch: a projection must give one schema"
+                )
 
     def learn(self, probe: TensorDictBase) -> dict[Key, Any]:
         """Plan the key map on a probe batch (errors name the missing keys); the probe's mapped leaves."""
-        leaves = sample_leaves(probe)
+        leaves = sample_leaves(self.projected(probe))
         if self.key_map is None:
             self.plan = [(k, k) for k in leaves]
+            self.plan_direct(leaves)
             return leaves
         plan = []
         for source, target in self.key_map.items():
@@ -156,11 +199,14 @@ class _Member:
             if mask in leaves and mask not in self.key_map:
                 plan.append((mask, (*target[:-1], target[-1] + "_is_pad")))
         self.plan = plan
+        self.plan_direct(leaves)
         return {target: leaves[source] for source, target in plan}
 
     def mapped(self, td: TensorDictBase) -> dict[Key, Any]:
         """The leaves of a batch under their keys in the mixture, normalised."""
-        leaves = sample_leaves(td)
+        leaves = sample_leaves(self.projected(td))
+        if self.project is not None:
+            self.check_projected(leaves)
         try:
             out = {target: leaves[source] for source, target in self.plan}
         except KeyError as exc:
@@ -172,9 +218,103 @@ class _Member:
             out[key] = _normalize(self, key, out[key], mode, arrays)
         return out
 
+    def plan_direct(self, probe_leaves: dict[Key, Any]) -> None:
+        """Use the direct path when the buffer hands out its draw (``draw_rows``), its storage gathers
+        into given arrays (``gather_into``) and every leaf is a CPU tensor numpy holds."""
+        values = [probe_leaves[source] for source, _ in self.plan]
+        storage = getattr(self.buffer, "storage", None)
+        self.arrays_only = all(not is_non_tensor(v) for v in values) and _numpy_able(values)
+        self.direct = (
+            self.arrays_only
+            and self.project is None
+            and callable(getattr(self.buffer, "draw_rows", None))
+            and callable(getattr(storage, "gather_into", None))
+        )
+        self.source_spec = {
+            source: (probe_leaves[source].numpy().dtype, tuple(probe_leaves[source].shape[1:]))
+            for source, _ in self.plan
+            if isinstance(probe_leaves[source], torch.Tensor) and _numpy_able([probe_leaves[source]])
+        }
 
-def _numpy_able(pieces: list[torch.Tensor]) -> bool:
-    return all(p.device.type == "cpu" and p.dtype in _NUMPY_DTYPES and not p.requires_grad for p in pieces)
+    def plan_routes(self, dtypes: dict[Key, np.dtype], widths: dict[Key, int]) -> None:
+        """Where each source leaf goes in a batch whose keys have ``dtypes`` and padded ``widths``:
+        ``(source, target, own width or None, norm or None, gathered aside first)``, worked out once."""
+        routes = []
+        for source, target in self.plan:
+            dtype, shape = self.source_spec.get(source, (None, ()))
+            narrow = shape[-1] if target in widths and shape and shape[-1] != widths[target] else None
+            norm = self.norm_np.get(target)
+            # normalised into a padded key or to another dtype: gathered aside, normalised there (contiguous
+            # passes: the same ufuncs on a strided slice of the batch run several times slower), copied in
+            aside = norm is not None and (narrow is not None or dtype != dtypes[target])
+            routes.append((source, target, narrow, norm, aside))
+        self.routes = routes
+
+    def write(self, arrays: dict[Key, np.ndarray], row: int, count: int) -> None:
+        """Draw ``count`` items and write them, normalised, into rows ``row:row + count`` of ``arrays``
+        (the batch, every key allocated once): gathered straight into it on the direct path, else
+        sampled and copied. Entries past this member's width of a padded key are zeroed."""
+        end = row + count
+        draw = self.buffer.draw_rows(count) if self.direct else None
+        if draw is None or draw[2] is None:
+            if draw is None:
+                leaves = self.mapped(self.buffer.sample(count))
+            else:  # drawn, but the rows were not promised: the storage's own gather of the index
+                index, info, _ = draw
+                extras = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and v.shape[:1] == (count,)}
+                leaves = self.mapped(self.buffer.storage.gather(index, extras))
+            for _, target, narrow, _, _ in self.routes:
+                dst = arrays[target][row:end]
+                value = leaves[target]
+                if not isinstance(value, torch.Tensor) or not _numpy_able([value]):
+                    raise InvalidParameter(
+                        f"dataset {self.name!r} gave {key_to_str(target)!r} as {type(value).__name__} on "
+                        f"{getattr(value, 'device', 'no device')}, but CPU tensors on its first batch"
+                    )
+                try:
+                    fill_rows(dst, value.numpy())
+                except ValueError:
+                    raise InvalidParameter(
+                        f"dataset {self.name!r} gave {key_to_str(target)!r} of shape {list(value.shape)} for "
+                        f"{count} items of per-item shape {list(dst.shape[1:])} (its first batch's): a member must "
+                        "return the items asked for, with one schema"
+                    ) from None
+                if narrow is not None:
+                    dst[..., narrow:] = 0
+            return
+        _, info, rows = draw
+        views, later = {}, []
+        for source, target, narrow, norm, aside in self.routes:
+            dst = arrays[target][row:end]
+            if narrow is not None:
+                dst[..., narrow:] = 0
+                dst = dst[..., :narrow]
+            if aside:
+                dtype, shape = self.source_spec[source]
+                views[source] = np.empty((count, *shape), dtype=dtype)
+                later.append((views[source], dst, norm))
+            else:
+                views[source] = dst
+                if norm is not None:
+                    later.append((dst, dst, norm))
+        extras = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and as_key(k) in views}
+        self.buffer.storage.gather_into(rows, views, extras)
+        for value, dst, (shift, scale, clip) in later:  # each member with its own statistics
+            x = value if value is dst else np.subtract(value, shift, dtype=dst.dtype)
+            if value is dst:
+                np.subtract(x, shift, out=x)
+            np.divide(x, scale, out=x)
+            if clip:
+                np.clip(x, -1.0, 1.0, out=x)
+            if x is not dst:
+                np.copyto(dst, x)
+
+
+def _numpy_able(pieces: list[Any]) -> bool:
+    return all(
+        isinstance(p, torch.Tensor) and p.device.type == "cpu" and p.dtype in _NUMPY_DTYPES and not p.requires_grad
+        for p in pieces
+    )
 
 
 _NUMPY_DTYPES = {
@@ -271,6 +411,7 @@ class Mixture:
         temperature: float = 1.0,
         exact: bool = True,
         key_maps: Sequence[Any] | None = None,
+        project: Sequence[Any] | None = None,
         normalize: Mapping[Any, str] | None = None,
         stats: Sequence[Mapping[str, Any] | None] | None = None,
         ids: bool = False,
@@ -294,7 +435,15 @@ class Mixture:
             if key_maps is None
             else [_key_map(m, n) for m, n in zip(key_maps, names, strict=True)]
         )
-        self._members = [_Member(n, rb, m) for n, rb, m in zip(names, buffers, maps, strict=True)]
+        if project is not None:
+            project = list(project)
+            if len(project) != len(buffers):
+                raise InvalidParameter(f"project has {len(project)} entries for {len(buffers)} datasets (None: as is)")
+            for name, fn in zip(names, project, strict=True):
+                if fn is not None and not callable(fn):
+                    raise InvalidParameter(f"dataset {name!r}: a projection is a callable batch -> batch, got {fn!r}")
+        projections = project if project is not None else [None] * len(buffers)
+        self._members = [_Member(n, rb, m, fn) for n, rb, m, fn in zip(names, buffers, maps, projections, strict=True)]
         units = {m.unit for m in self._members}
         if len(units) > 1:
             detail = ", ".join(f"{m.name!r}: {m.unit}" for m in self._members)
@@ -311,7 +460,19 @@ class Mixture:
         self._shares: dict[int, list[int]] = {}  # exact shares by number of slots
         self._fixed: dict[tuple, dict[Key, torch.Tensor]] = {}  # (counts, device) -> dataset index, masks
         self._schema = self._learn_schema()
+        self._normalized = {as_key(k) for k in (normalize or {})}
+        # every leaf of every member a CPU array: each batch is allocated once and filled member by member
+        self._block = all(m.arrays_only for m in self._members)
         self._plan_normalize(normalize or {}, stats)
+        # (key, per-item shape, dtype) of every array of a batch, allocated once per batch
+        layout = [(key, spec[2], self._layout_dtype(key)) for key, spec in self._schema.items() if spec[0] == "tensor"]
+        fixed = [(("dataset", "index"), (), np.dtype(np.int64))]  # and the pad masks: written from a cache
+        fixed += [
+            ((*key[:-1], key[-1] + "_dim_is_pad"), (width,), np.dtype(np.bool_)) for key, width in self._pad.items()
+        ]
+        self._memory = BatchMemory(layout + fixed)
+        for m in self._members:
+            m.plan_routes({key: dtype for key, _, dtype in layout}, self._pad)
 
     # -- construction ----------------------------------------------------------------------------------
     def _learn_schema(self) -> dict[Key, tuple[str, Any, tuple[int, ...]]]:
@@ -405,6 +566,14 @@ class Mixture:
                         f"{key_to_str(target)!r}); it has them for {sorted(features)}"
                     )
                 m.norm[target] = (mode, stats_arrays(entry))
+                m.norm_np[target] = _shift_scale(mode, m.norm[target][1], self._layout_dtype(target))
+
+    def _layout_dtype(self, key: Key) -> np.dtype:
+        """The numpy dtype of ``key`` in a batch: its members' dtype, float32 (float64 stays) when normalised."""
+        dtype = torch.empty((), dtype=self._schema[key][1]).numpy().dtype
+        if key in self._normalized:
+            return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+        return dtype
 
     # -- sampling -------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -437,16 +606,40 @@ class Mixture:
             if batch_size is None:
                 raise InvalidParameter("sample() needs a batch size: sample(256) or Mixture(..., batch_size=256)")
         counts = self.counts(batch_size)
-        parts = []
-        for i, count in enumerate(counts):
-            if count:
-                m = self._members[i]
-                td = m.buffer.sample(count)
-                parts.append((m, m.mapped(td), td.batch_size))
-        out = self._concatenate(parts, tuple(counts))
+        if self._block:
+            out = self._sample_block(counts)
+        else:
+            parts = []
+            for i, count in enumerate(counts):
+                if count:
+                    m = self._members[i]
+                    td = m.buffer.sample(count)
+                    parts.append((m, m.mapped(td), td.batch_size))
+            out = self._concatenate(parts, tuple(counts))
         if return_info:
             return out, {"dataset": out.get(("dataset", "index"))}
         return out
+
+    def _sample_block(self, counts: list[int]) -> TensorDict:
+        """The batch allocated once (``BatchMemory``), each member writing its rows into it (``_Member.write``)."""
+        total = sum(counts)
+        arrays = self._memory.arrays(total)
+        row = 0
+        for m, count in zip(self._members, counts, strict=True):
+            if count:
+                m.write(arrays, row, count)
+                row += count
+        batch = torch.Size([total])
+        parts = [(m, None, torch.Size([c])) for m, c in zip(self._members, counts, strict=True) if c]
+        for key, value in self._fixed_keys(parts, tuple(counts), batch, torch.device("cpu")).items():
+            np.copyto(arrays[key], value.numpy())  # cached: the batch gets its own copy
+        keys: list[Key] = list(arrays)
+        values: list[Any] = [torch.from_numpy(a) for a in arrays.values()]
+        if self.ids:
+            index = values[keys.index(("dataset", "index"))]
+            keys.append(("dataset", "id"))
+            values.append(NonTensorStack.from_list([self.names[i] for i in index.reshape(-1).tolist()]))
+        return TensorDict._new_unsafe(source=cast(Any, nest(keys, values)), batch_size=batch, nested=True)
 
     def _concatenate(self, parts: list[tuple[_Member, dict[Key, Any], torch.Size]], counts: tuple) -> TensorDict:
         batch = torch.Size([sum(size[0] for _, _, size in parts), *parts[0][2][1:]])
@@ -503,11 +696,7 @@ def _normalize(m: _Member, key: Key, value: torch.Tensor, mode: str, arrays: dic
     dtype = torch.float64 if value.dtype == torch.float64 else torch.float32
     cached = m.norm_tensors.get((key, value.device))
     if cached is None:
-        if mode == "mean_std":
-            shift, scale = arrays["mean"], np.maximum(arrays["std"], _EPS)
-        else:
-            lo, hi = (arrays["min"], arrays["max"]) if mode == "min_max" else (arrays["q01"], arrays["q99"])
-            shift, scale = (lo + hi) / 2, np.maximum(hi - lo, _EPS) / 2
+        shift, scale, _ = _shift_scale(mode, arrays, np.dtype(np.float64))
         cached = tuple(torch.as_tensor(a, dtype=dtype, device=value.device) for a in (shift, scale))
         m.norm_tensors[(key, value.device)] = cached
     if _numpy_able([value]):  # in numpy: one thread, never torch's intra-op pool (see concat_rows)
@@ -519,3 +708,13 @@ def _normalize(m: _Member, key: Key, value: torch.Tensor, mode: str, arrays: dic
         return torch.from_numpy(x)
     out = (value.to(dtype) - cached[0]) / cached[1]
     return out.clamp_(-1.0, 1.0) if mode == "q01_q99" else out
+
+
+def _shift_scale(mode: str, arrays: dict[str, np.ndarray], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``(shift, scale, clip)`` of a normalisation: ``(x - shift) / scale``, clipped to [-1, 1] if ``clip``."""
+    if mode == "mean_std":
+        shift, scale = arrays["mean"], np.maximum(arrays["std"], _EPS)
+    else:
+        lo, hi = (arrays["min"], arrays["max"]) if mode == "min_max" else (arrays["q01"], arrays["q99"])
+        shift, scale = (lo + hi) / 2, np.maximum(hi - lo, _EPS) / 2
+    return np.asarray(shift, dtype=dtype), np.asarray(scale, dtype=dtype), mode == "q01_q99"

@@ -30,13 +30,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
-from datasets_hub.buffers.mixture import concat_rows, copy_rows, sample_leaves
-from datasets_hub.buffers.nested_keys import as_key, key_to_str, nest
+from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, nest
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
+from datasets_hub.buffers.row_blocks import BatchMemory, fill_rows
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.errors import InvalidParameter
 
@@ -74,13 +75,20 @@ class OfflineOnlineBuffer:
             generator=generator,
         )
         self.steps = 0  # sample() calls so far: the argument of a ratio schedule
-        self._masks: dict[tuple[int, int], torch.Tensor] = {}
+        self._masks: dict[tuple[int, int], np.ndarray] = {}
         first = offline.storage[0:1]  # one stored item: the schema online writes must follow
         self.schema = {
             as_key(k): (v.dtype, tuple(v.shape[1:]))
             for k, v in first.items(include_nested=True, leaves_only=True)
             if isinstance(v, torch.Tensor) and as_key(k)[:1] not in _BOOKKEEPING
         }
+        # a batch: the stored keys, each part's positions and which part; one block of memory per batch
+        layout = [
+            (key, shape, torch.empty((), dtype=dtype).numpy().dtype) for key, (dtype, shape) in self.schema.items()
+        ]
+        self._memory = BatchMemory(
+            [*layout, (("index", "index"), (), np.dtype(np.int64)), (("index", "online"), (), np.dtype(np.bool_))]
+        )
 
     # -- writes -------------------------------------------------------------------------------------
     def _check(self, data: Any, batch_dims: int) -> None:
@@ -150,31 +158,27 @@ class OfflineOnlineBuffer:
         share = self.current_ratio()  # checked at every call, also while the online part is empty
         n_offline = round(share * batch_size) if len(self.online) else batch_size
         self.steps += 1
-        parts = []
+        arrays = self._memory.arrays(batch_size)
+        row = 0
         for part, count in ((self.offline, n_offline), (self.online, batch_size - n_offline)):
             if count:
-                data, info = part.sample(count, return_info=True)
-                parts.append((sample_leaves(data), torch.as_tensor(info["index"]).reshape(-1)))
-        keys = list(self.schema)
-        values: list[Any] = [
-            concat_rows([leaves[k] for leaves, _ in parts]) if len(parts) > 1 else parts[0][0][k] for k in keys
-        ]
-        index = torch.cat([i for _, i in parts]) if len(parts) > 1 else parts[0][1]
-        online = copy_rows(self._online_mask(n_offline, batch_size))
-        keys += [("index", "index"), ("index", "online")]
-        values += [index, online]
+                _write(part, arrays, row, count, self.schema)
+                row += count
+        np.copyto(arrays[("index", "online")], self._online_mask(n_offline, batch_size))
+        keys = list(arrays)
+        values = [torch.from_numpy(a) for a in arrays.values()]
         # the leaves were checked against the schema on the way in: no second validation per batch
         out = TensorDict._new_unsafe(
             source=cast(Any, nest(keys, values)), batch_size=torch.Size([batch_size]), nested=True
         )
         if return_info:
-            return out, {"index": index, "online": online}
+            return out, {"index": out.get(("index", "index")), "online": out.get(("index", "online"))}
         return out
 
-    def _online_mask(self, n_offline: int, batch_size: int) -> torch.Tensor:
+    def _online_mask(self, n_offline: int, batch_size: int) -> np.ndarray:
         mask = self._masks.get((n_offline, batch_size))
         if mask is None:
-            mask = torch.arange(batch_size) >= n_offline
+            mask = np.arange(batch_size) >= n_offline
             if len(self._masks) < 64:  # a fixed ratio repeats one; a schedule moves through a few
                 self._masks[(n_offline, batch_size)] = mask
         return mask
@@ -192,3 +196,28 @@ def _check_ratio(value: Any) -> None:
         or not 0 <= value <= 1
     ):
         raise InvalidParameter(f"ratio (the offline share of a batch) must be a number in [0, 1], got {value!r}")
+
+
+def _write(part: Any, arrays: dict[Key, np.ndarray], row: int, count: int, schema: dict[Key, Any]) -> None:
+    """``count`` items of ``part`` written into rows ``row:row + count`` of ``arrays`` (their positions in
+    ``("index", "index")``): drawn and gathered straight into them where the buffer and its storage allow
+    (``draw_rows``, ``gather_into``), else sampled and copied."""
+    end = row + count
+    draw = part.draw_rows(count) if callable(getattr(part, "draw_rows", None)) else None
+    gather_into = getattr(part.storage, "gather_into", None)
+    if draw is not None and draw[2] is not None and callable(gather_into):
+        index, info, rows = draw
+        views = {key: arrays[key][row:end] for key in schema}
+        extras = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and as_key(k) in views}
+        gather_into(rows, views, extras)
+    else:
+        if draw is not None:  # drawn, but the rows were not promised: the storage's own gather of the index
+            index, info, _ = draw
+            extras = {k: v for k, v in info.items() if isinstance(v, torch.Tensor) and v.shape[:1] == (count,)}
+            data = part.storage.gather(index, extras)
+        else:
+            data, info = part.sample(count, return_info=True)
+            index = info["index"]
+        for key in schema:
+            fill_rows(arrays[key][row:end], data.get(key).numpy())
+    np.copyto(arrays[("index", "index")][row:end], torch.as_tensor(index).reshape(-1).numpy())

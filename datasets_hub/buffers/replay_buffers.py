@@ -47,6 +47,7 @@ from datasets_hub.buffers.generations import ConditionalUpdateResult, update_if_
 from datasets_hub.buffers.samplers.base import Sampler, as_index, check_generator
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction, reduce_trailing
 from datasets_hub.buffers.samplers.random import RandomSampler
+from datasets_hub.buffers.samplers.sample_units import SampleUnit, Transition
 from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
@@ -106,7 +107,15 @@ class ReplayBuffer:
         shared: bool = False,
         compilable: bool | None = None,
         delayed_init: bool | None = None,
+        sample_unit: SampleUnit | None = None,
     ) -> None:
+        if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
+            raise TypeError(
+                f"sample_unit must be a SampleUnit (Transition(), Sequence(length=...)) or None, got "
+                f"{type(sample_unit).__name__}"
+            )
+        # Transition() is the identity: no unit to call
+        self._sample_unit = None if isinstance(sample_unit, Transition) else sample_unit
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
         if batch_size is not None:
@@ -262,8 +271,8 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return len(self._storage)
 
-    def set_rng(self, generator: torch.Generator) -> None:
-        """Make ``generator`` the sampler's only source of randomness."""
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Make ``generator`` the sampler's only source of randomness (``None``: torch's global generator)."""
         check_generator(generator)
         self._sampler.generator = generator
 
@@ -369,11 +378,16 @@ class ReplayBuffer:
             prefetch=self._prefetch if prefetch is None else prefetch,
         )
 
-    def fork(self, generator: torch.Generator) -> ReplayBuffer:
+    def fork(self, generator: torch.Generator | None, *, prefetch: int | None = None) -> ReplayBuffer:
         """A shallow copy sharing this buffer's storage, writer and transforms, with its own copy of
-        the sampler (epoch position, caches) drawing from ``generator``: one independent sample stream
-        per DataLoader worker or DDP rank."""
-        clone = copy.copy(self)
+        the sampler (epoch position, caches) drawing from ``generator`` (``None``: torch's global one),
+        and its own lock and prefetch queue (``prefetch`` batches in flight; ``None``: this buffer's
+        setting): one independent sample stream per DataLoader worker or DDP rank."""
+        clone = copy.copy(self)  # through __getstate__: a fresh lock and queue, never the parent's
+        if prefetch is not None:
+            if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+                raise ValueError(f"prefetch must be an int >= 0 (batches kept in flight), got {prefetch!r}")
+            clone._prefetch = prefetch
         clone._sampler = copy.deepcopy(self._sampler)
         clone.set_rng(generator)
         return clone
@@ -471,6 +485,11 @@ class ReplayBuffer:
         """Draw and gather one batch; callers hold the lock."""
         sampler, storage = self._sampler, self._storage
         drawn, info, rows = sampler.sample_rows(storage, batch_size)
+        if self._sample_unit is not None:  # the anchors become the records read: no promise on them is kept
+            drawn, info = self._sample_unit.expand_in_buffer(
+                drawn, info, storage, getattr(self._writer, "cursor", None)
+            )
+            rows = None
         index: Any = drawn
         ran_out = sampler.ran_out
         items = None
@@ -574,6 +593,20 @@ class ReplayBuffer:
 
         return SampledBatches(self, batch_size, **kwargs)
 
+    def as_dataset(self, *, num_batches: int | None = None, map_style: bool = False) -> Any:
+        """TorchRL 0.15's ``rb.as_dataset()``: an iterable over this buffer's batches, or with ``map_style=True``
+        the map-style view of its storage (``rb.storage.as_dataset()``); see :mod:`datasets_hub.buffers.pytorch_datasets`."""
+        from datasets_hub.buffers.pytorch_datasets import ReplayBufferDataset, StorageDataset
+
+        if map_style:
+            if num_batches is not None:
+                raise InvalidArgument(
+                    "num_batches counts the batches of the iterable view; a map-style view has one item per "
+                    "storage entry and its DataLoader's sampler decides the batches: drop num_batches"
+                )
+            return StorageDataset(self._storage)
+        return ReplayBufferDataset(self, num_batches=num_batches)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(storage={self._storage!r}, sampler={type(self._sampler).__name__}(), "
@@ -664,9 +697,10 @@ class ReplayBuffer:
 
     def _plain_gathers(self) -> bool:
         """True when a batch is exactly the storage's gather of the sampled index: no prefetch, pinning,
-        ``collate_fn``, transform or multi-dimensional storage in between."""
+        ``collate_fn``, transform, sample unit or multi-dimensional storage in between."""
         return (
-            not self._prefetch
+            self._sample_unit is None
+            and not self._prefetch
             and not self._pin_memory
             and self._collate_fn is None
             and not self._transform.transforms
@@ -680,6 +714,11 @@ class ReplayBuffer:
         comes from ``generator`` (default: the buffer's). A sampler with no item at a given row (slices,
         ``FullStackSampler``, ``WindowSampler(pad=False)``, priorities) refuses by name
         (``Sampler.sample_at``): this is what a map-style view (``as_map_dataset``) serves at ``ds[i]``."""
+        if self._sample_unit is not None:
+            raise ValueError(
+                f"sample_at serves one item per row, and this buffer's sample_unit ({self._sample_unit!r}) expands "
+                "each drawn row into several: use sample()"
+            )
         if getattr(self._storage, "ndim", 1) > 1:
             raise ValueError(
                 "sample_at indexes the rows of a one-dimensional storage; a multi-dimensional one (ndim > 1) has "
@@ -1096,7 +1135,28 @@ class TensorDictReplayBuffer(ReplayBuffer):
             )
         if index.ndim > 1 and getattr(self._storage, "ndim", 1) == 1:
             index = index.reshape(index.shape[0], -1)[:, 0]
-        self.update_priority(index, _reduce(priority.detach(), self._reduction))
+        priority = _reduce(priority.detach(), self._reduction)
+        anchors = data.get("anchor_index", None)
+        if anchors is not None:  # a Sequence sample: one priority per anchor, the max over its valid records
+            index, priority = _per_anchor(anchors, priority, data.get("validity_mask", None))
+        self.update_priority(index, priority)
+
+
+def _per_anchor(
+    anchors: torch.Tensor, priority: torch.Tensor, valid: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The anchors of a windowed sample (``Sequence``) and, for each, the max priority of its valid records
+    (of all its records when none is valid): padding never lowers or raises another anchor's priority."""
+    anchors = as_index(anchors).reshape(-1)
+    priority = priority.reshape(-1).to(torch.float64)
+    unique, group = torch.unique(anchors, return_inverse=True)
+    fill = torch.full((unique.numel(),), -torch.inf, dtype=torch.float64)
+    best_any = fill.scatter_reduce(0, group, priority, reduce="amax")
+    if valid is None:
+        return unique, best_any
+    masked = torch.where(valid.reshape(-1).to(torch.bool), priority, torch.full_like(priority, -torch.inf))
+    best_valid = fill.scatter_reduce(0, group, masked, reduce="amax")
+    return unique, torch.where(torch.isinf(best_valid), best_any, best_valid)
 
 
 def _prioritized_sampler(

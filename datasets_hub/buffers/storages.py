@@ -130,6 +130,13 @@ class Storage:
         """Items by flat position (what samplers draw; time-major when ``ndim > 1``)."""
         return self.get(items)
 
+    def as_dataset(self) -> Any:
+        """TorchRL 0.15's map-style view of this storage: item ``i`` is entry ``i`` (flat position), read
+        without transforms (:class:`~datasets_hub.buffers.pytorch_datasets.StorageDataset`)."""
+        from datasets_hub.buffers.pytorch_datasets import StorageDataset
+
+        return StorageDataset(self)
+
     def max_size_along_dim0(self, data: Any = None, batched: bool = True) -> int:
         """Capacity along dim 0 (writers cycle over it); ``max_size`` when ``ndim == 1``."""
         return self.max_size

@@ -25,7 +25,8 @@ from tensordict import TensorDict, TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
-from datasets_hub.buffers.nested_keys import nest
+from datasets_hub.buffers.nested_keys import as_key, nest
+from datasets_hub.buffers.row_blocks import fill_rows, take_rows
 from datasets_hub.buffers.shared_counters import SharedCounters
 from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index
 from datasets_hub.buffers.tensor_leaves import (
@@ -120,6 +121,20 @@ class TensorStorage(SharedCounters, Storage):
         if self.ndim > 1 and not self.initialized:
             raise RuntimeError("the shape of a multi-dimensional storage is known from its first write")
         return torch.Size([self.max_size // self._per_row, *self._env])
+
+    @property
+    def _storage(self) -> Any:
+        """TorchRL's attribute name for the whole allocated data, read by code written against it
+        (``storage._storage[index]``): every slot of the capacity, written or not, as the kind that was
+        written, ``[capacity along dim 0, *trailing dims]``; zero-copy views (read them, write through
+        the buffer). ``None`` before the first write."""
+        if not self.initialized:
+            return None
+        if self.ndim > 1:
+            shape = self.shape
+            views = [t.view(*shape, *leaf) for t, (leaf, _) in zip(self._plain, self._schema, strict=True)]
+            return self._wrap(views, shape)
+        return self._wrap(list(self._plain), torch.Size([self.max_size]))
 
     @property
     def _per_row(self) -> int:
@@ -250,6 +265,27 @@ class TensorStorage(SharedCounters, Storage):
         ):
             return super().gather(index, extras)
         return self._gather(index, extras)
+
+    def gather_into(
+        self, rows: np.ndarray, out: dict[tuple[str, ...], np.ndarray], extras: dict[Any, torch.Tensor] | None = None
+    ) -> None:
+        """The TensorDict items at valid 1-D ``rows`` written straight into ``out`` (the contract of
+        ``DatasetStorage.gather_into``: per key an array of ``len(rows)`` rows, the leaf's dtype, its
+        per-item shape or wider in the last dimension); ``extras`` replace the stored leaves of their keys.
+        Storages that cannot gather leaf by leaf in numpy gather a TensorDict and copy it in."""
+        extras = {as_key(k): v for k, v in (extras or {}).items()}
+        views = dict(zip(self._keys, self._np, strict=True)) if self._kind == "td" and self.ndim == 1 else {}
+        if self._compilable or any(views.get(k) is None for k in out if k not in extras):
+            sample = self.gather(torch.from_numpy(rows), extras)
+            for key, dst in out.items():
+                fill_rows(dst, sample.get(key).numpy())
+            return
+        for key, dst in out.items():
+            view = views.get(key)
+            if key in extras:
+                fill_rows(dst, extras[key].numpy())
+            elif view is not None:  # every key not in extras has one (checked above)
+                take_rows(view, rows, dst)
 
     def _get_md(self, index: Any) -> Any:
         if not self.initialized:

@@ -30,12 +30,14 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    import torch
 
 CODECS = ("raw", "jpeg", "png")
 #: the default JPEG quality (recorded in the manifest; any 1..100 may be asked for)
@@ -101,6 +103,8 @@ def resolve_frames(
 def image_layout(dtype: torch.dtype, shape: Sequence[int]) -> str | None:
     """``"hwc"``, ``"chw"`` or ``"hw"`` when rows of ``dtype``/``shape`` are images a codec can hold
     (uint8, 1 or 3 channels, at least 8 pixels a side), else None (the key stays raw)."""
+    import torch
+
     shape = tuple(int(d) for d in shape)
     if dtype != torch.uint8:
         return None
@@ -200,6 +204,8 @@ def _env_threads() -> int | None:
 def thread_count() -> int:
     """Threads that decode sampled frames: ``DATASETS_HUB_FRAME_THREADS``, else torch's intra-op thread count
     (the physical cores; 1 inside DataLoader workers, which run in parallel already)."""
+    import torch
+
     return _env_threads() or max(1, torch.get_num_threads())
 
 
@@ -384,6 +390,8 @@ class FrameColumn:
 
 def device_decoder_available(device: torch.device | str) -> bool:
     """Whether frames can be decoded on ``device`` itself (CUDA with torchvision's nvJPEG)."""
+    import torch
+
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return False
@@ -401,6 +409,8 @@ def decode_on_device(column: FrameColumn, rows: Any, device: torch.device | str)
     into device memory (only the compressed bytes cross to the device). Anything else (PNG, no
     torchvision, a CPU device): decoded in the host's frame threads, then copied. Unmeasured on a GPU here.
     """
+    import torch
+
     device = torch.device(device)
     rows = np.asarray(rows, dtype=np.int64)
     if column.codec == "jpeg" and device_decoder_available(device):

@@ -33,13 +33,12 @@ from datasets_hub.build.format import (
     write_manifest_checksum,
 )
 from datasets_hub.build.frames import FrameCodec, require_codec_libraries
+from datasets_hub.build.identity import build_path
 from datasets_hub.build.writer import LeanTEDWriter
 from datasets_hub.cache.layout import (
     INCOMPLETE_SUFFIX,
-    dataset_dir,
     ensure_writable_dir,
     file_lock,
-    fingerprint,
     is_disk_full,
     manifest_or_problem,
     read_manifest,
@@ -51,38 +50,6 @@ from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
 from datasets_hub.progress import RowProgress
 from datasets_hub.redact import redact_value
 from datasets_hub.ted_contract import check_chunk
-
-
-def build_fingerprint(spec: DatasetSpec, loader: Loader, frames: FrameCodec | None = None) -> str:
-    """hash(id, params, sources, loader format_version, storage format version[, frame codec]).
-
-    A build with compressed frames (``frames``: JPEG and its quality, or PNG) adds its codec; a raw build
-    hashes exactly as before frame codecs existed, so existing builds are found again.
-
-    Sources enter by identity (name, :func:`~datasets_hub.downloads.fetch.source_key`: the catalogue's
-    sha256, else the URL without credentials or signatures, and the size), so a build can be found
-    without re-hashing multi-GB raw files, and another URL is another build; files without a
-    catalogue checksum are pinned by the sha256 recorded at first download, which `datasets-hub
-    verify` checks. Params enter redacted (a password is not part of what the data is).
-    """
-    from datasets_hub.downloads.fetch import source_key
-    from datasets_hub.downloads.in_place import identified  # a file read in place enters by its content
-
-    identity = {
-        "id": spec.id,
-        "loader": loader.name,
-        "params": redact_value(spec.params),
-        "sources": [[r.name, r.sha256, r.size, source_key(r)] for r in map(identified, loader.resources(spec))],
-        "loader_format_version": loader.format_version,
-        "storage_format_version": STORAGE_FORMAT_VERSION,
-    }
-    if frames is not None and frames.compressed:
-        identity["frames"] = frames.to_json()
-    return fingerprint(identity)
-
-
-def build_path(spec: DatasetSpec, loader: Loader, frames: FrameCodec | None = None) -> Path:
-    return dataset_dir(spec.id) / build_fingerprint(spec, loader, frames)
 
 
 def catalogue_rows(spec: DatasetSpec) -> int | None:

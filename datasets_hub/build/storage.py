@@ -1,5 +1,7 @@
 """Read-only storage over one lean-TED build (docs/design/ted.md, docs/design/on-disk.md).
 
+This module holds one concept: the read-only storage of one build (:class:`DatasetStorage`) and its gathers.
+
 Observation-like keys are stored once per episode with T+1 rows; ``observation[t]`` and
 ``next/observation[t]`` are gathered from the same array at rows ``i + e`` and ``i + e + 1``
 (transition ``i`` of episode ``e``). Samples are exactly what a naive TED copy would return.
@@ -16,16 +18,19 @@ from tensordict import TensorDict
 
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, nest, parse_key, put
+from datasets_hub.buffers.row_blocks import fill_rows, take_rows
 from datasets_hub.buffers.storages import ReadOnlyStorage
 from datasets_hub.build.frames import FrameColumn, decode_on_device
 from datasets_hub.build.memory import LARGE_ROW, available_memory, huge_pages, margin_bytes, will_need
-from datasets_hub.build.packed_steps import PackedSteps
+from datasets_hub.build.packed_steps import FieldCut, PackedSteps
 from datasets_hub.build.reader import open_build
 from datasets_hub.cache.layout import mark_used
 from datasets_hub.errors import CacheError, InvalidParameter
 
 _TERMINATED, _TRUNCATED = ("next", "terminated"), ("next", "truncated")
 _AT_T_AND_NEXT = np.array([[0], [1]], dtype=np.int64)
+#: leaves of a sample made from others: the episode id, the step in it, the root flags, next/done
+_DERIVED = {("episode",), ("step",), ("done",), ("terminated",), ("truncated",), ("next", "done")}
 
 
 def reopen_build(
@@ -49,13 +54,20 @@ class DatasetStorage(ReadOnlyStorage):
     ``get`` returns a TED TensorDict: root ``observation``-like keys, ``action``, ``episode``,
     ``step``, ``done``/``terminated``/``truncated`` (False), and ``next`` with the next
     observation-like keys, ``reward``, ``terminated``, ``truncated`` and ``done``. Writes raise.
+    Opening it records a use of the build (``datasets-hub cache ls``); ``record_use=False`` is a look that
+    is not one (the hub reading one row for the dataset card).
     """
 
     read_only_what = "dataset build"
     gathers_batches = True
 
     def __init__(
-        self, path: str | Path, *, in_memory: bool = False, decode_device: str | torch.device | None = None
+        self,
+        path: str | Path,
+        *,
+        in_memory: bool = False,
+        decode_device: str | torch.device | None = None,
+        record_use: bool = True,
     ) -> None:
         self.path = Path(path)
         self.in_memory = bool(in_memory)
@@ -102,11 +114,13 @@ class DatasetStorage(ReadOnlyStorage):
         ids = self._episode_id_np
         self._ids_are_ordinals = ids.dtype == np.int64 and bool(np.array_equal(ids, np.arange(ids.size)))
         self._plans: dict[tuple, _Plan] = {}
+        self._into_plans: dict[tuple, tuple] = {}  # gather_into's reads by (out keys, extras keys)
         self._plain_get = type(self).get is DatasetStorage.get
         if not self.in_memory:
             self._advise_huge_pages()
         super().__init__(self._len)
-        mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
+        if record_use:
+            mark_used(self.path)  # `cache ls` shows the last use (one stat; never fails a read-only cache)
 
     def _advise_huge_pages(self) -> None:
         """Transparent huge pages for the files every batch reads at random rows, when they fit in the
@@ -309,6 +323,101 @@ class DatasetStorage(ReadOnlyStorage):
         if rows.ndim == 2:  # an ensemble's [k, m] batch (gathers_batches)
             return self._gather_rows(rows, extras, rows.shape)
         return self._gather_rows(rows, extras)  # valid rows, per-item extras: nothing left to check
+
+    def gather_into(
+        self, rows: np.ndarray, out: dict[Key, np.ndarray], extras: dict[Any, torch.Tensor] | None = None
+    ) -> None:
+        """Write the sample at ``rows`` straight into ``out`` (what a mixture's one batch is made of).
+
+        ``rows``: valid 1-D int64 rows (a sampler's promised rows, ``Sampler.sample_rows``). ``out``: for
+        each key of the sample to read (as :meth:`gather` nests it), a CPU array of ``len(rows)`` rows
+        whose dtype is the leaf's and whose per-item shape is the leaf's, or wider in its last dimension:
+        the values then fill ``[..., :width]`` and the rest is left as it is. Keys of the sample that
+        ``out`` does not name are not read. ``extras`` are per-item sampler entries that replace the
+        stored leaves of the same keys, as in :meth:`gather`. A key of ``out`` the sample does not hold is
+        a ``KeyError``. A subclass whose reads go through its own ``gather`` (a remote build fetching
+        chunks) gathers there and the values are copied in."""
+        extras = extras or {}
+        if not self._plain_get or type(self).gather is not DatasetStorage.gather:
+            sample = self.gather(torch.from_numpy(rows), {**extras})
+            for key, dst in out.items():
+                fill_rows(dst, sample.get(key).numpy())
+            return
+        plan = self._into_plans.get((tuple(out), tuple(extras)))
+        if plan is None:
+            plan = self._into_plan(out, extras)
+        cuts, obs, unpacked, derived, flag_sources, ordinal_needed = plan
+        episode: Any = None
+        block: Any = None
+        if self._packed is not None and (cuts or ordinal_needed or flag_sources):
+            block = self._packed.take(rows)
+            episode = self._packed.ordinal(block) if ordinal_needed else None
+            for c, key in cuts:
+                if c.aligned:
+                    value = block.view(c.dtype)[:, c.lo : c.hi]
+                    fill_rows(out[key], value.reshape(len(rows), *c.shape) if c.reshape else value)
+                else:
+                    fill_rows(out[key], PackedSteps.cut(block, c))
+        elif ordinal_needed:
+            episode = np.searchsorted(self._start_np, rows, side="right") - 1
+        for column, key, after in obs:  # observation-like keys: frame row r + e (+ 1 for next)
+            frames = rows + episode + after
+            if isinstance(column, FrameColumn):
+                fill_rows(out[key], self._decoded(column, frames).numpy())
+            else:
+                take_rows(column, frames, out[key])
+        for column, key in unpacked:
+            take_rows(column, rows, out[key])
+        flags: dict[Key, np.ndarray] = {}
+        for key in derived:
+            if key == ("episode",):
+                fill_rows(out[key], episode if self._ids_are_ordinals else self._episode_id_np.take(episode))
+            elif key == ("step",):
+                fill_rows(out[key], rows - self._start_np.take(episode))
+            elif key == ("next", "done"):  # stored terminated | truncated, or the sampler's replacements
+                for flag, source in flag_sources:
+                    if flag in extras:
+                        flags[flag] = extras[flag].numpy()
+                    elif isinstance(source, FieldCut):
+                        flags[flag] = PackedSteps.cut(block, source)
+                    else:
+                        flags[flag] = source.take(rows, axis=0)
+                fill_rows(out[key], np.logical_or(flags[_TERMINATED], flags[_TRUNCATED]))
+            else:  # the root flags of a stored transition
+                out[key][...] = False
+        for name, value in extras.items():
+            key = as_key(name)
+            if key in out:
+                fill_rows(out[key], value.numpy())
+
+    def _into_plan(self, out: dict[Key, np.ndarray], extras: dict[Any, torch.Tensor]) -> tuple:
+        """What :meth:`gather_into` reads for these ``out`` and ``extras`` keys (worked out once)."""
+        replaced = {as_key(k) for k in extras}
+        wanted = {k for k in out if k not in replaced}
+        packed = {c.key: c for c in self._packed.cuts} if self._packed is not None else {}
+        cuts = [(packed[k], k) for k in wanted if k in packed]
+        obs = []
+        for key, column, shared_next in self._obs:
+            if key in wanted:
+                obs.append((column, key, 0))
+            if shared_next and ("next", *key) in wanted:
+                obs.append((column, ("next", *key), 1))
+        unpacked = [(column, key) for key, column in self._unpacked_np if key in wanted]
+        derived = [k for k in wanted if k in _DERIVED]
+        known = {k for _, k in cuts} | {k for _, k, _ in obs} | {k for _, k in unpacked} | set(derived)
+        unknown = sorted(wanted - known)
+        if unknown:
+            raise KeyError(f"the samples of {self.manifest.get('id')!r} hold no {['/'.join(k) for k in unknown]}")
+        flag_sources: list[tuple[Key, Any]] = []
+        if ("next", "done") in wanted:
+            columns = dict(self._unpacked_np)
+            flag_sources = [(flag, packed.get(flag, columns.get(flag))) for flag in (_TERMINATED, _TRUNCATED)]
+        ordinal_needed = bool(obs) or ("episode",) in wanted or ("step",) in wanted
+        plan = (tuple(cuts), tuple(obs), tuple(unpacked), tuple(derived), tuple(flag_sources), ordinal_needed)
+        if len(self._into_plans) >= 64:
+            self._into_plans.clear()
+        self._into_plans[(tuple(out), tuple(extras))] = plan
+        return plan
 
     def _gather_rows(
         self, rows: np.ndarray, extras: dict[Any, torch.Tensor] | None, lead: tuple[int, ...] | None = None

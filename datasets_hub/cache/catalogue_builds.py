@@ -1,10 +1,12 @@
-"""The build ``load(id)`` uses with the catalogue's params, named without importing its loader.
+"""The build ``load(id, **params)`` uses, named without importing torch (or, once recorded, the loader).
 
-``datasets-hub list`` marks an id "cached" when the build of the catalogue's params is in the cache;
-its folder name is a fingerprint of the loader's resources and ``format_version``, which only the
-loader can compute. It is computed once per catalogue entry, loader code version
+``datasets-hub list`` marks an id "cached" when the build of the catalogue's params is in the cache, and
+``info``/``verify``/``rm`` (with or without ``--param``) look for the build of their params; its folder name is a
+fingerprint of the loader's resources and ``format_version``, which only the loader can compute. It is
+computed once per id, params, frame choice, loader code version
 (:func:`datasets_hub.plugin_facts.code_stamp`), hub version and mirror setting, and recorded in
-``<cache>/catalogue/plugins/<loader>-builds.json``.
+``<cache>/catalogue/plugins/<loader>-builds.json``. Computing it imports the id's loader module alone,
+which imports no torch (loader modules import torch inside the functions that convert).
 """
 
 from __future__ import annotations
@@ -27,13 +29,20 @@ def catalogue_build_name(dataset_id: str) -> str:
     return catalogue_build_record(dataset_id)[0]
 
 
-def catalogue_build_record(dataset_id: str) -> tuple[str, list[dict[str, Any]]]:
-    """``(build folder name, resources)`` of ``dataset_id`` with the catalogue's params: what
-    ``load(dataset_id)`` builds and what it fetches (the loader's ``resources(spec)`` as dicts).
+def catalogue_build_record(
+    dataset_id: str,
+    params: dict[str, Any] | None = None,
+    *,
+    frames: str | None = None,
+    frame_quality: int | None = None,
+) -> tuple[str, list[dict[str, Any]]]:
+    """``(build folder name, resources)`` of ``dataset_id`` with ``params`` over the catalogue's: what
+    ``load(dataset_id, frames=frames, frame_quality=frame_quality, **params)`` builds and what it fetches
+    (the loader's ``resources(spec)`` as dicts).
 
     Computing them needs the loader (its resources, ``check_params`` and ``format_version``): they are
-    computed once per catalogue entry, loader code, hub version and mirror setting, and recorded
-    beside the plugin's facts.
+    computed once per id, params, frame choice, loader code, hub version and mirror setting, and recorded
+    beside the plugin's facts. Params the loader refuses raise its error (and nothing is recorded).
     """
     from datasets_hub import __version__
     from datasets_hub.build.format import STORAGE_FORMAT_VERSION
@@ -43,19 +52,19 @@ def catalogue_build_record(dataset_id: str) -> tuple[str, list[dict[str, Any]]]:
     from datasets_hub.plugin_facts import code_stamp, record_folder
     from datasets_hub.redact import redact_value
 
-    spec = resolve(dataset_id)
-    key = fingerprint(
-        {
-            "stamp": code_stamp(spec.loader),
-            "hub": [__version__, STORAGE_FORMAT_VERSION],
-            "id": spec.id,
-            "params": spec.params,
-            "metadata": spec.metadata,
-            "resources": [r.to_dict() for r in spec.resources],
-            "env": _resource_env(),
-        },
-        length=32,
-    )
+    spec = resolve(dataset_id, **(params or {}))
+    identity: dict[str, Any] = {
+        "stamp": code_stamp(spec.loader),
+        "hub": [__version__, STORAGE_FORMAT_VERSION],
+        "id": spec.id,
+        "params": spec.params,
+        "metadata": spec.metadata,
+        "resources": [r.to_dict() for r in spec.resources],
+        "env": _resource_env(),
+    }
+    if frames is not None or frame_quality is not None:  # the default choice keeps the keys recorded before
+        identity["frames"] = [frames, frame_quality]
+    key = fingerprint(identity, length=32)
     path = record_folder() / f"{spec.loader}-builds.json"
     try:
         with open(path) as fh:
@@ -68,15 +77,17 @@ def catalogue_build_record(dataset_id: str) -> tuple[str, list[dict[str, Any]]]:
     if isinstance(entry, dict) and isinstance(entry.get("build"), str) and isinstance(entry.get("resources"), list):
         return entry["build"], entry["resources"]
     from datasets_hub.build.frames import resolve_frames
-    from datasets_hub.build.pipeline import build_path
-    from datasets_hub.cache.maintenance import catalogue_build
+    from datasets_hub.build.identity import build_path
+    from datasets_hub.plugins import get_loader
 
-    spec, loader, _raw_frames_build = catalogue_build(dataset_id)
+    loader = get_loader(spec.loader)
+    loader.check_params(spec)
     resources = loader.resources(spec)
     if spec.resources:  # as load() does: an entry's own files are fetched, or refused by name
         loader.check_catalogue_resources(spec, resources)
-    # the frame codec load() picks by default (by the loader's estimate of the decoded frame bytes)
-    codec = resolve_frames(None, None, loader.frame_bytes(spec), where=f"load({spec.id!r})")
+    # the frame codec load() picks: by default by the loader's estimate of the decoded frame bytes
+    estimate = loader.frame_bytes(spec) if frames in (None, "auto") else None
+    codec = resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})")
     # stored redacted (no password or signature at rest): source_key() redacts the same way, so the raw file
     # paths derived from these records are the ones load() uses
     entry = {"build": build_path(spec, loader, codec).name, "resources": [redact_value(r.to_dict()) for r in resources]}
@@ -91,18 +102,25 @@ def catalogue_build_record(dataset_id: str) -> tuple[str, list[dict[str, Any]]]:
     return entry["build"], entry["resources"]
 
 
-def recorded_info(dataset_id: str) -> Any:
-    """``datasets_hub.info(dataset_id)`` (the catalogue's params) from recorded facts, without importing
-    the loader or torch; ``None`` when a fact is not recorded yet (then ``info`` itself answers, and
-    records the sample keys for next time). A test checks it equals ``info``'s card."""
+def recorded_info(
+    dataset_id: str,
+    params: dict[str, Any] | None = None,
+    *,
+    frames: str | None = None,
+    frame_quality: int | None = None,
+) -> Any:
+    """``datasets_hub.info(dataset_id, frames=, frame_quality=, **params)`` from recorded facts, without
+    importing torch (nor the loader, once :func:`catalogue_build_record` has recorded its build); ``None``
+    when a built card's sample keys are not recorded yet (then ``info`` itself answers, and records them
+    for next time). A test checks it equals ``info``'s card."""
     from datasets_hub.cache.layout import dataset_dir, dir_size, raw_file_path, read_manifest
     from datasets_hub.catalogue import resolve
     from datasets_hub.dataset_info import DatasetInfo, recorded_sample_keys
     from datasets_hub.downloads.fetch import source_key
     from datasets_hub.loader import Resource
 
-    spec = resolve(dataset_id)
-    name, resources = catalogue_build_record(dataset_id)
+    spec = resolve(dataset_id, **(params or {}))
+    name, resources = catalogue_build_record(dataset_id, params, frames=frames, frame_quality=frame_quality)
     path = dataset_dir(spec.id) / name
     manifest = read_manifest(path)
     sample_keys: dict[str, Any] = {}

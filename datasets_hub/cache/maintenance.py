@@ -130,7 +130,7 @@ def builds_of(dataset_id: str) -> list[Path]:
 def catalogue_build(dataset_id: str, params: dict[str, Any] | None = None, frames: Any = None) -> tuple[Any, Any, Path]:
     """``(spec, loader, build path)`` of ``dataset_id`` with ``params`` over the catalogue's (``frames``: the
     build's :class:`~datasets_hub.build.frames.FrameCodec`, default raw)."""
-    from datasets_hub.build.pipeline import build_path
+    from datasets_hub.build.identity import build_path
     from datasets_hub.catalogue import resolve
     from datasets_hub.plugins import get_loader
 
@@ -159,16 +159,20 @@ def _remove_build(build: Path) -> None:
 
 def _raw_targets(dataset_id: str, params: dict[str, Any] | None, builds: list[Path]) -> list[Path]:
     """The raw files of ``dataset_id`` (the catalogue's resources and those its builds' manifests name)."""
+    from datasets_hub.cache.catalogue_builds import catalogue_build_record
+    from datasets_hub.catalogue import resolve
     from datasets_hub.downloads.fetch import source_key
+    from datasets_hub.loader import Resource
 
-    spec, loader, _build = catalogue_build(dataset_id, params)
-    paths = {raw_file_path(loader.name, r.name, source_key(r)) for r in loader.resources(spec)}
+    loader = resolve(dataset_id).loader
+    _name, resources = catalogue_build_record(dataset_id, params)
+    paths = {raw_file_path(loader, r.name, source_key(r)) for r in map(Resource.from_dict, resources)}
     for build in builds:
         manifest, _problem = manifest_or_problem(build)
         for source in (manifest or {}).get("sources") or []:
             if isinstance(source, dict) and source.get("name"):
                 key = source.get("key")
-                paths.add(raw_file_path(loader.name, str(source["name"]), str(key) if key else None))
+                paths.add(raw_file_path(loader, str(source["name"]), str(key) if key else None))
     return sorted(paths)
 
 
@@ -198,8 +202,10 @@ def remove(
 
         validate_id(dataset_id)
         targets = builds_of(dataset_id)
-    else:
-        _spec, _loader, build = catalogue_build(dataset_id, params)
+    else:  # the build load(dataset_id, **params) uses, named from recorded facts (no torch)
+        from datasets_hub.cache.catalogue_builds import catalogue_build_record
+
+        build = dataset_dir(dataset_id) / catalogue_build_record(dataset_id, params)[0]
         targets = [build] if (build / MANIFEST).is_file() else []
     raw_files = _raw_targets(dataset_id, params, targets) if raw else []
     if dry_run:  # what would go (preprocessed results of these builds go with them)

@@ -26,7 +26,7 @@ from datasets_hub.build.format import (
     read_manifest_checksum,
 )
 from datasets_hub.cache.layout import dataset_dir, raw_file_path, read_manifest
-from datasets_hub.cache.maintenance import builds_of, catalogue_build
+from datasets_hub.cache.maintenance import builds_of
 from datasets_hub.errors import CacheError, HubError
 from datasets_hub.files import human_bytes, sha256_file
 
@@ -179,19 +179,21 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
     if not isinstance(dataset_id, str) or not isinstance(params, dict):
         result.problems.append(f"{build / MANIFEST}: no id/params; the manifest is not a datasets_hub build manifest")
         return
-    recorded = manifest.get("frames")  # a compressed build's codec enters its fingerprint
-    frames = None
-    if isinstance(recorded, dict) and recorded.get("codec") in ("jpeg", "png"):
-        from datasets_hub.build.frames import FrameCodec
+    from datasets_hub.build.frames import FrameCodec
 
-        frames = FrameCodec(recorded["codec"], recorded.get("quality"))
-    try:
-        expected, _resources, format_version = _expected_build(dataset_id, params, frames)
-    except HubError as exc:  # loader not installed, id only registered in another process…
-        result.notes.append(f"{build}: fingerprint not recomputed ({exc})")
-        return
-    if expected.name == build.name:
-        return
+    recorded = manifest.get("frames")  # a compressed build's codec enters its fingerprint
+    if isinstance(recorded, dict) and recorded.get("codec") in ("jpeg", "png"):
+        choices: list[FrameCodec | None] = [FrameCodec(recorded["codec"], recorded.get("quality"))]
+    else:  # raw: load()'s default choice (recorded by `info` and `verify` already), else raw by request
+        choices = [None, FrameCodec()]
+    for frames in choices:
+        try:
+            expected, _resources, format_version = _expected_build(dataset_id, params, frames)
+        except HubError as exc:  # loader not installed, id only registered in another process…
+            result.notes.append(f"{build}: fingerprint not recomputed ({exc})")
+            return
+        if expected.name == build.name:
+            return
     from datasets_hub import __version__
     from datasets_hub.build.format import STORAGE_FORMAT_VERSION
 
@@ -306,22 +308,18 @@ def verify_build(build: Path, result: VerifyResult | None = None, *, raw: bool =
 
 
 def _expected_build(dataset_id: str, params: dict[str, Any], frames: Any = None) -> tuple[Path, list[Any], int]:
-    """``(build path, resources, loader format_version)`` that ``load(dataset_id, **params)`` uses. With the
-    catalogue's own params (and stored frames) they are the recorded facts
-    (:mod:`datasets_hub.cache.catalogue_builds`: no loader import); anything else asks the loader."""
+    """``(build path, resources, loader format_version)`` that ``load(dataset_id, **params)`` uses (``frames``:
+    the build's :class:`~datasets_hub.build.frames.FrameCodec`, default the one ``load`` picks). They are
+    recorded facts (:mod:`datasets_hub.cache.catalogue_builds`: no torch, and no loader import once recorded)."""
+    from datasets_hub.cache.catalogue_builds import catalogue_build_record
     from datasets_hub.catalogue import resolve
     from datasets_hub.loader import Resource
+    from datasets_hub.plugin_facts import loader_facts
 
-    spec = resolve(dataset_id)
-    if frames is None and (params == spec.params or not params):
-        from datasets_hub.cache.catalogue_builds import catalogue_build_record
-        from datasets_hub.plugin_facts import loader_facts
-
-        name, resources = catalogue_build_record(dataset_id)
-        facts = loader_facts(spec.loader)
-        return dataset_dir(dataset_id) / name, [Resource.from_dict(r) for r in resources], facts.format_version
-    spec, loader, build = catalogue_build(dataset_id, params, frames)
-    return build, loader.resources(spec), int(loader.format_version)
+    codec = {} if frames is None else {"frames": frames.codec, "frame_quality": frames.quality}
+    name, resources = catalogue_build_record(dataset_id, params, **codec)
+    facts = loader_facts(resolve(dataset_id).loader)
+    return dataset_dir(dataset_id) / name, [Resource.from_dict(r) for r in resources], facts.format_version
 
 
 def verify(

@@ -207,13 +207,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     from datasets_hub.downloads.sizes import total as download_total
     from datasets_hub.files import human_bytes
 
-    # the catalogue's params: the card from recorded facts (no loader, no torch) when they are recorded
-    card = None if params_of(args) or frames_of(args) or args.plot else recorded_info(args.id)
-    if card is None:
-        from datasets_hub.cache.maintenance import catalogue_build
+    # the card from recorded facts: no torch, and no loader import once this id, params and frames are recorded
+    card = None if args.plot else recorded_info(args.id, params_of(args), **frames_of(args))
+    if card is None:  # a build whose sample keys are not recorded yet: hub.info reads a row (and records them)
         from datasets_hub.hub import info as hub_info
 
-        catalogue_build(args.id, params_of(args))  # checks the params with the loader (hub.info does not, yet)
         card = hub_info(args.id, **frames_of(args), **params_of(args))
     # before a download: the catalogue's sizes, else the server's (HEAD, cached); never an error offline
     sizes = resource_sizes(

@@ -254,17 +254,23 @@ def _frames(plan: Plan, episode: Episode, first_index: int, task_index: dict[str
     else:
         timestamps = (np.arange(n) / plan.fps).astype(np.float32)
     if plan.has_task_key:  # UTF-8 bytes zero-padded to a fixed width, as loaders store text
-        tasks = [bytes(row).rstrip(b"\0").decode("utf-8") for row in episode.steps[TASK_KEY]]
+        # each distinct row decoded once (an episode has one task, or a few): no Python work per frame
+        rows, first, which = np.unique(episode.steps[TASK_KEY], axis=0, return_index=True, return_inverse=True)
+        order = np.argsort(first)  # the tasks in the order the episode first shows them
+        tasks = [bytes(rows[i]).rstrip(b"\0").decode("utf-8") for i in order]
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        frame_task = rank[which.reshape(n)]  # frame -> position in tasks
     else:
-        tasks = [plan.default_task] * n
+        tasks, frame_task = [plan.default_task], np.zeros(n, dtype=np.int64)
     for text in tasks:
         task_index.setdefault(text, len(task_index))
     columns["timestamp"] = pa.array(timestamps)
     columns["frame_index"] = pa.array(np.arange(n, dtype=np.int64))
     columns["episode_index"] = pa.array(np.full(n, episode.position, dtype=np.int64))
     columns["index"] = pa.array(np.arange(first_index, first_index + n, dtype=np.int64))
-    columns["task_index"] = pa.array(np.array([task_index[t] for t in tasks], dtype=np.int64))
-    return pa.table(columns), sorted(set(tasks), key=tasks.index)
+    columns["task_index"] = pa.array(np.array([task_index[t] for t in tasks], dtype=np.int64)[frame_task])
+    return pa.table(columns), list(dict.fromkeys(tasks))
 
 
 def _image_stats_values(values: np.ndarray, layout: str) -> np.ndarray:

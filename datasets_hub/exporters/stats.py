@@ -25,16 +25,20 @@ class RunningStats:
     def add(self, values: np.ndarray, *, per_channel: bool = False) -> None:
         if len(values) == 0:
             return
-        data = np.asarray(values, dtype=np.float64)
-        if data.ndim == 1:  # scalars: LeRobot's statistics have shape [1]
-            data = data[:, None]
+        raw = np.asarray(values)
+        if raw.ndim == 1:  # scalars: LeRobot's statistics have shape [1]
+            raw = raw[:, None]
+        data = raw.astype(np.float64)
         axes: tuple[int, ...] = (0, 2) if per_channel else (0,)
         keep = (lambda a: a.reshape(-1, 1, 1)) if per_channel else (lambda a: a)
         part = RunningStats()
         part.count = int(data.shape[0] * (data.shape[2] if per_channel else 1))
         part.total = keep(data.sum(axis=axes))
-        part.squares = keep((data * data).sum(axis=axes))
-        part.low, part.high = keep(data.min(axis=axes)), keep(data.max(axis=axes))
+        # one pass for the squares (no [T, ...] temporary); min and max in the values' own dtype (exact)
+        squares = np.einsum("tcp,tcp->c", data, data) if per_channel else np.einsum("t...,t...->...", data, data)
+        part.squares = keep(squares)
+        low, high = raw.min(axis=axes).astype(np.float64), raw.max(axis=axes).astype(np.float64)
+        part.low, part.high = keep(low), keep(high)
         self.merge(part)
 
     def merge(self, other: RunningStats) -> None:

@@ -44,6 +44,7 @@ from torch.utils.data import Sampler as _TorchSampler
 
 from datasets_hub.buffers.ensemble import ReplayBufferEnsemble
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.pytorch_datasets import stream_seed, tensordict_collate
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.build.storage import DatasetStorage, reopen_build
 from datasets_hub.errors import InvalidParameter
@@ -151,20 +152,8 @@ def as_buffer(source: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------
-# Collate, ranks, seeds
+# Ranks, seeds (tensordict_collate lives with the buffer layer's views: pytorch_datasets)
 # ----------------------------------------------------------------------------------------------
-
-
-def tensordict_collate(batch: Any) -> Any:
-    """DataLoader ``collate_fn``: a TensorDict batch is returned as it is (no copy, no re-stacking);
-    a list of TensorDicts is stacked; anything else goes to torch's ``default_collate``."""
-    if isinstance(batch, TensorDictBase):
-        return batch
-    if isinstance(batch, (list, tuple)) and batch and all(isinstance(b, TensorDictBase) for b in batch):
-        return torch.stack(list(batch))
-    from torch.utils.data import default_collate
-
-    return default_collate(batch)
 
 
 def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -193,13 +182,6 @@ def loader_base_seed(generator: torch.Generator | None) -> int:
     (one ``random_`` over int64, torch's own draw): worker ``w`` then gets ``base + w``. Thread workers
     draw it the same way, so one generator gives the same batches with threads and with processes."""
     return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
-
-
-def stream_seed(*parts: int) -> int:
-    """A 63-bit seed mixing ``parts`` (base seed, rank, worker, epoch...) so that streams differing in
-    any part are independent (``SeedSequence`` hashing, not ``base + rank``, which would collide
-    with ``base + 1`` of the next rank)."""
-    return int(np.random.SeedSequence([int(p) % (1 << 64) for p in parts]).generate_state(1, np.uint64)[0] >> 1)
 
 
 # ----------------------------------------------------------------------------------------------

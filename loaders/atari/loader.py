@@ -76,11 +76,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
@@ -94,6 +93,10 @@ from datasets_hub.loaders.atari.replay import (
     plan_checkpoint,
     read_small,
 )
+from datasets_hub.loaders.formats.dopamine_atari import environment_card
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 UPSTREAM = "https://storage.googleapis.com/atari-replay-datasets/dqn"
 NUM_CHECKPOINTS = 51
@@ -224,6 +227,7 @@ class AtariLoader(Loader):
             for key in _COUNT_KEYS:
                 totals[key] += conv.counts.get(key, 0)
         ctx.note("game", game)
+        ctx.note("environment", environment_card(game))
         ctx.note("run", int(run))
         ctx.note("checkpoints", self.checkpoints(spec))
         ctx.note("frame_shape", list(frame_shape or ()))
@@ -301,6 +305,9 @@ class _Checkpoint:
             e = f
 
     def _chunk(self, e: int, f: int) -> TensorDictBase:
+        import torch
+        from tensordict import TensorDict
+
         plan = self.plan
         starts, stops, next_row = plan.starts[e:f], plan.stops[e:f], plan.next_row[e:f]
         history = plan.history[e:f]

@@ -51,16 +51,17 @@ import re
 import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
 from .safe_npy import UnsafePickle, load_object_npy
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 __all__ = ["CalvinLoader"]
 
@@ -308,6 +309,9 @@ class _Converter:
             ) from exc
 
     def _episode(self, episode: int, start: int, end: int, digits: int) -> TensorDictBase:
+        import torch
+        from tensordict import TensorDict
+
         n = end - start + 1
         columns: dict[str, np.ndarray] = {}
         for t, frame in enumerate(range(start, end + 1)):

@@ -60,16 +60,18 @@ Parameters: ``url`` (a URL or list of mirror URLs replacing the catalogue's reso
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 PARAMS = ("max_episode_steps", "url")
 _CORE_KEYS = ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations")
@@ -295,6 +297,9 @@ class _Converter:
             start = stop
 
     def _chunk(self, rows: dict[tuple[str, ...], np.ndarray]) -> TensorDictBase:
+        import torch
+        from tensordict import TensorDict
+
         end = rows[("end",)]
         n = len(end)
         last = np.flatnonzero(end)
@@ -336,6 +341,9 @@ class _Converter:
         note = self.ctx.note
         if self.metadata:
             note("metadata", self.metadata)
+        environment = environment_card(self.spec)
+        if environment:
+            note("environment", environment)
         note("episodes", self.episode_id)
         note("episode_ends", dict(self.ends))
         if self.has_timeouts:
@@ -370,6 +378,33 @@ class _Converter:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+# D4RL's environment ids: a dataset is named after the gym environment D4RL registers for it
+_D4RL_ENV_ID = re.compile(
+    r"(bullet-)?(halfcheetah|hopper|walker2d|ant|antmaze|maze2d|pen|hammer|door|relocate|kitchen|carla|flow|minigrid)"
+    r"(-[a-z0-9]+)+-v[0-9]+"
+)
+_MUJOCO_TASKS = {"halfcheetah": "HalfCheetah", "hopper": "Hopper", "walker2d": "Walker2d", "ant": "Ant"}
+
+
+def environment_card(spec: DatasetSpec) -> dict[str, Any]:
+    """The card's ``environment`` of a D4RL dataset: D4RL's gym id for it (``import d4rl`` registers
+    ``hopper-medium-v2`` in gym, not gymnasium), and for gym-MuJoCo data the MuJoCo task (``Hopper``).
+    Empty for a file given by ``url=`` or an id not named as D4RL names its environments: nothing is guessed."""
+    name = spec.id.split("/", 1)[-1]
+    if "url" in spec.params or not _D4RL_ENV_ID.fullmatch(name):
+        return {}
+    card: dict[str, Any] = {
+        "env_id": name,
+        "registry": "gym",
+        "registered_by": "d4rl",
+        "from": "the dataset id: D4RL names each dataset after the gym environment it registers for it",
+    }
+    family = name.split("-", 1)[0]
+    if family in _MUJOCO_TASKS:
+        card["task"] = f"gym MuJoCo {_MUJOCO_TASKS[family]}"
+    return card
+
+
 def _native(dtype: np.dtype) -> np.dtype:
     return dtype if dtype.isnative else dtype.newbyteorder("=")
 

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    import torch
+    from tensordict import TensorDict
 
 _PARAMS = {"env", "policy", "steps", "seed", "max_episode_steps"}
 
@@ -189,6 +191,9 @@ def _new_episode() -> dict[str, Any]:
 
 
 def _to_chunk(episodes: list[dict[str, Any]]) -> TensorDict:
+    import torch
+    from tensordict import TensorDict
+
     def stack(name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
         values = np.stack([np.asarray(v) for ep in episodes for v in ep[name]])
         tensor = torch.from_numpy(values)

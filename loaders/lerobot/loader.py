@@ -76,12 +76,10 @@ import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import DownloadError, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
@@ -89,6 +87,9 @@ from datasets_hub.loaders.formats.text import decode_text, encode_text
 from datasets_hub.loaders.lerobot import meta as lm
 from datasets_hub.loaders.lerobot.data import EpisodeReader, column, keys_of, text_column
 from datasets_hub.loaders.lerobot.video import DecodePool, DecodeTask, output_shape
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 __all__ = ["LeRobotLoader", "decode_text"]
 
@@ -473,6 +474,9 @@ class _Converter:
         return out
 
     def _chunk(self, episode: lm.Episode, rows: Any, frames: Mapping[str, str]) -> TensorDictBase:
+        import torch
+        from tensordict import TensorDict
+
         n = episode.length
         td = TensorDict({}, batch_size=[n])
         for name, feature in self.features.items():

@@ -32,17 +32,18 @@ import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub import sources
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError, UnknownParameter
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from datasets_hub.loaders.formats.text import decode_text
 from datasets_hub.loaders.minari.convert import episode_columns, text_keys
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDict, TensorDictBase
 
 __all__ = ["MinariLoader", "decode_text", "store_root"]
 
@@ -295,6 +296,9 @@ def _read_error(storage: Any, batch: list[int], minari_id: str, exc: Exception) 
 
 
 def _chunk(pending: list[dict[tuple[str, ...], np.ndarray]], minari_id: str) -> TensorDict:
+    import torch
+    from tensordict import TensorDict
+
     keys = list(pending[0])
     for cols in pending[1:]:
         if set(cols) != set(keys):

@@ -56,16 +56,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from datasets_hub.loaders.formats.npz_stream import NpzFile
 from datasets_hub.loaders.ogbench.tasks import SINGLETASK, check_task, default_task, relabel
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDict, TensorDictBase
 
 BASE_URL = "https://rail.eecs.berkeley.edu/datasets/ogbench"
 # The copy the OGBench maintainers pointed to during the 2026 outage (seohongpark/ogbench#49): upstream's
@@ -245,6 +246,9 @@ class OGBenchLoader(Loader):
         }
         for name in order:
             yield from _convert_file(spec, Path(files[name]), name, ctx, state)
+        environment = environment_card(self._name(spec), spec.params.get("task"))
+        if environment and "url" not in spec.params:  # a url= file is the user's: its environment is unknown
+            ctx.note("environment", environment)
         ctx.note("episodes", state["episode"])
         ctx.note("transitions", state["transitions"])
         ctx.note("files", state["files"])
@@ -269,6 +273,23 @@ class OGBenchLoader(Loader):
         ctx.note("per_state_info", sorted(state["extra_keys"]))
         if state["empty_keys"]:
             ctx.note("empty_arrays_skipped", sorted(state["empty_keys"]))
+
+
+def environment_card(dataset: str, task: int | None = None) -> dict[str, Any]:
+    """The card's ``environment`` of an OGBench dataset: the gymnasium id ``import ogbench`` registers for
+    it, named as upstream's ``make_env_and_datasets`` names it (the dataset name without its collection
+    kind: ``antmaze-large-navigate-v0`` -> ``antmaze-large-v0``; with ``task``, the single-task
+    environment ``antmaze-large-singletask-task2-v0``). Empty for a name OGBench does not publish."""
+    if dataset not in dataset_names() and dataset not in HUNDRED_M:
+        return {}
+    parts = HUNDRED_M.get(dataset, dataset).split("-")  # a 100M set is one of its smaller set's environment
+    env_parts = parts[:-2] + ([f"singletask-task{task}"] if task is not None else []) + parts[-1:]
+    return {
+        "env_id": "-".join(env_parts),
+        "registry": "gymnasium",
+        "registered_by": "ogbench",
+        "from": "the dataset name, as ogbench.make_env_and_datasets derives the environment from it",
+    }
 
 
 def _convert_file(spec: DatasetSpec, path: Path, name: str, ctx: LoaderContext, state: dict) -> Iterator[TensorDict]:
@@ -337,6 +358,9 @@ def _convert_file(spec: DatasetSpec, path: Path, name: str, ctx: LoaderContext, 
 
 def _ted(block: dict[str, np.ndarray], terminal: np.ndarray, extra: list[str], state: dict) -> TensorDict | None:
     """Raw rows of whole trajectories -> TED transitions (module docstring)."""
+    import torch
+    from tensordict import TensorDict
+
     idx = np.flatnonzero(~terminal)  # rows that have a next row in their trajectory
     trajectory = np.cumsum(terminal) - terminal  # ordinal of each row's trajectory in the block
     lengths = np.bincount(trajectory[idx], minlength=int(terminal.sum()))

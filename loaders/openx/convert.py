@@ -12,17 +12,18 @@ import io
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.loaders.formats.image_decode import decode_uint8, is_jpeg
 from datasets_hub.loaders.formats.text import encode_text
 from datasets_hub.loaders.formats.tfds_features import Leaf
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 CHUNK_BYTES = 128 << 20
 UNKNOWN_KEY = ("info", "next_observation_unknown")
@@ -353,6 +354,9 @@ class EpisodeConverter:
 
 
 def _chunk(episodes: list[dict[Key, np.ndarray]]) -> TensorDictBase:
+    import torch
+    from tensordict import TensorDict
+
     n = sum(len(e[("episode",)]) for e in episodes)
     out = TensorDict({}, batch_size=[n])
     for key in episodes[0]:

@@ -79,9 +79,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
-
-from tensordict import TensorDictBase
+from typing import TYPE_CHECKING, Any
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
@@ -89,6 +87,9 @@ from datasets_hub.loaders.formats.image_decode import JPEG_DECODERS
 from datasets_hub.loaders.formats.text import decode_text
 from datasets_hub.loaders.formats.tfds_features import Leaf, parse_features
 from datasets_hub.loaders.openx.convert import UNKNOWN_KEY, EpisodeConverter
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 __all__ = ["UNKNOWN_KEY", "Leaf", "OpenXLoader", "decode_text", "parse_features"]
 

@@ -58,14 +58,16 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+from datasets_hub.loaders.formats.dopamine_atari import environment_card
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 UPSTREAM = "https://storage.googleapis.com/rl_unplugged/atari_episodes_ordered"
 GAMES = (
@@ -243,6 +245,7 @@ class RLUAtariLoader(Loader):
                 + f" ({counts})"
             )
         ctx.note("game", game)
+        ctx.note("environment", environment_card(game))
         ctx.note("run", run)
         ctx.note("counts", counts)
         ctx.note("records_per_shard", per_shard)
@@ -339,6 +342,9 @@ def _png(blob: bytes, where: str, spec: DatasetSpec) -> np.ndarray:
 
 
 def _chunk(episodes: list[dict[tuple[str, ...], np.ndarray]]) -> TensorDictBase:
+    import torch
+    from tensordict import TensorDict
+
     n = sum(len(e[("episode",)]) for e in episodes)
     out = TensorDict({}, batch_size=[n])
     for key in episodes[0]:

@@ -68,16 +68,17 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
 from ..formats.text import decode_text, encode_text
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 __all__ = ["RobomimicLoader", "decode_text", "demo_order"]
 
@@ -408,6 +409,9 @@ class _Converter:
                 )
 
     def _flush(self) -> TensorDictBase:
+        import torch
+        from tensordict import TensorDict
+
         keys = list(self.pending[0])
         merged = {k: np.concatenate([c[k] for c in self.pending]) for k in keys}
         n = int(merged[("episode",)].shape[0])
@@ -426,6 +430,9 @@ class _Converter:
         note("split", self.spec.params.get("split") or "all demos")
         note("filter_keys", {p.name: dict(sorted(p.masks.items())) for p in self.plans})
         note("file_attributes", {p.name: p.attrs for p in self.plans})
+        environment = environment_card([p.attrs for p in self.plans])
+        if environment:
+            note("environment", environment)
         if self.has_text:
             note("task_text_width", self.text_width)
             note("tasks", sorted({p.text(d) for p in self.plans for d in p.demos}))
@@ -442,6 +449,29 @@ def _describe(entry: tuple[np.dtype, tuple[int, ...]] | None) -> str:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, (bytes, np.bytes_)) else str(value)
+
+
+_ENV_TYPES = {1: "robosuite", 2: "gym", 3: "igibson"}  # robomimic.envs.env_base.EnvType
+
+
+def environment_card(file_attributes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The card's ``environment``: robomimic's env metadata (``data.attrs["env_args"]``: ``env_name``, env
+    ``type``, ``env_kwargs``), which ``robomimic.utils.env_utils.create_env_from_metadata`` makes the
+    environment from. Empty when a file has none, or the files disagree."""
+    metas = [attrs.get("env_args") for attrs in file_attributes]
+    meta = metas[0] if metas else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("env_name"), str) or any(m != meta for m in metas):
+        return {}
+    kind = meta.get("type")
+    package = _ENV_TYPES.get(kind) if isinstance(kind, int) else None
+    return {
+        "env_id": meta["env_name"],
+        "registry": package or f"robomimic env type {kind!r}",
+        "registered_by": package,
+        "env_meta": meta,
+        "make_with": "robomimic.utils.env_utils.create_env_from_metadata(env_meta=card.environment['env_meta'])",
+        "from": "the file's data.attrs['env_args'] (robomimic's env metadata)",
+    }
 
 
 def _json_attr(value: Any) -> Any:

@@ -85,15 +85,16 @@ import re
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.errors import DownloadError, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDictBase
 
 REPO = "jdvakil/RoboSet_Sim"
 PARAMS = ("files", "layout", "path", "repo", "revision")
@@ -329,6 +330,9 @@ class _Converter:
                 yield from self.flush()
 
     def flush(self) -> Iterator[TensorDictBase]:
+        import torch
+        from tensordict import TensorDict
+
         if not self.pending:
             return
         keys = list(self.pending[0])

@@ -35,16 +35,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
-
-import torch
-from tensordict import TensorDict, TensorDictBase
+from typing import TYPE_CHECKING, Any
 
 from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 
 from .safe_load import load_tensordict
 from .tasks import TASK_SETS
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDict, TensorDictBase
 
 __all__ = ["TDMPC2Loader"]
 
@@ -112,6 +112,8 @@ class _Converter:
         self.ends = {"terminated": 0, "truncated": 0}
 
     def read(self, name: str, chunk: TensorDict) -> Iterator[TensorDictBase]:
+        import torch
+
         where = f"{self.spec.id}: {name}"
         keys = set(chunk.keys())
         missing = [k for k in _REQUIRED if k not in keys]
@@ -144,6 +146,9 @@ class _Converter:
             self.ctx.progress(int(block.batch_size[0]) * rows)
 
     def _convert(self, block: TensorDict, where: str) -> TensorDictBase:
+        import torch
+        from tensordict import TensorDict
+
         e, rows = block.batch_size
         t = rows - 1
         n = e * t

@@ -17,12 +17,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
-
-import torch
-from tensordict import TensorDict
+from typing import TYPE_CHECKING, Any
 
 from datasets_hub.errors import CorruptFile, LoaderError
+
+if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
+    from tensordict import TensorDict
 
 __all__ = ["UnsafeChunk", "load_tensordict"]
 
@@ -45,6 +45,8 @@ class _PickledTensorDict:
 
 def _make_td(cls: Any, state: Any) -> _PickledTensorDict:
     """Stand-in for ``tensordict._reductions._make_td``: record the state; ``cls`` is the stand-in class."""
+    from tensordict import TensorDict
+
     if cls is not _PickledTensorDict and cls is not TensorDict:
         raise LoaderError(f"the pickle rebuilds a TensorDict through {cls!r}, which is not allow-listed")
     out = _PickledTensorDict()
@@ -53,6 +55,8 @@ def _make_td(cls: Any, state: Any) -> _PickledTensorDict:
 
 
 def _allow_list() -> list[Callable[..., Any] | tuple[Callable[..., Any], str]]:
+    import torch
+
     registered = {
         f"{g.__module__}.{g.__qualname__}" if not isinstance(g, tuple) else g[1]
         for g in torch.serialization.get_safe_globals()
@@ -70,6 +74,9 @@ def load_tensordict(path: Path, *, mmap: bool = True) -> TensorDict:
     ``CorruptFile`` for bytes ``torch.load`` cannot read and ``LoaderError`` for a TensorDict that does not
     hold tensors."""
     import pickle
+
+    import torch
+    from tensordict import TensorDict
 
     try:
         with torch.serialization.safe_globals(_allow_list()):
@@ -101,6 +108,9 @@ def load_tensordict(path: Path, *, mmap: bool = True) -> TensorDict:
 
 
 def _rebuild(obj: _PickledTensorDict, where: str) -> TensorDict:
+    import torch
+    from tensordict import TensorDict
+
     state = obj.state
     if isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], Mapping):
         state = state[0]  # (dict state, slot state) from object.__reduce_ex__

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shar
 from upstream_ref import upstream, upstream_required
 
 from datasets_hub.loader import DatasetSpec, LoaderContext
-from datasets_hub.loaders.ogbench.loader import OGBenchLoader
+from datasets_hub.loaders.ogbench.loader import OGBenchLoader, environment_card
 
 from fixtures.ogbench_files import write_ogbench, write_task_file
 
@@ -154,7 +154,9 @@ def test_single_task_rewards_match_make_env_and_datasets(tmp_path, name):
     path = tmp_path / f"{dataset}.npz"
     write_task_file(path, dataset, [7, 0, 12, 30, 5], seed=len(name))
     write_task_file(tmp_path / f"{dataset}-val.npz", dataset, [3, 4], seed=1)
-    _, theirs, _ = ogbench.make_env_and_datasets(name, dataset_path=str(path), add_info=True)
+    env, theirs, _ = ogbench.make_env_and_datasets(name, dataset_path=str(path), add_info=True)
+    # the card's environment is the one upstream makes for this name
+    assert environment_card(dataset, entry["params"]["task"])["env_id"] == env.spec.id
     spec = DatasetSpec(id=f"ogbench/{name}", loader="ogbench", params=entry["params"])
     td = torch.cat(list(OGBenchLoader().episodes(spec, {f"{dataset}.npz": path}, LoaderContext(chunk_rows=9))))
     reward = td["next", "reward"].numpy().reshape(-1)

@@ -65,6 +65,8 @@ class DeviceSamplerWithoutReplacement(DeviceSampler):
     storage is read-only, so it never grows within an epoch). The epoch's order is one device
     ``randperm``; batches are slices of it."""
 
+    requires_shared_state = True  # the epoch's remaining rows
+
     def __init__(self, drop_last: bool = False, shuffle: bool = True) -> None:
         self.drop_last, self.shuffle = bool(drop_last), bool(shuffle)
         self._remaining: torch.Tensor | None = None
@@ -160,6 +162,8 @@ class DevicePrioritizedSampler(DeviceSampler):
     """
 
     device: torch.device  # the trees' device, fixed by the constructor
+
+    requires_shared_state = True  # the priorities the trainer updates
 
     def __init__(
         self,

@@ -7,6 +7,10 @@
   :class:`SliceSamplerWithoutReplacement`).
 - ``prioritized``: segment trees, priority reductions, :class:`PrioritizedSampler` and
   :class:`PrioritizedSliceSampler`.
+- ``prompt_group``: :class:`PromptGroupSampler`, whole groups of items sharing a key (LLM post-training).
+- ``staleness``: :class:`StalenessAwareSampler`, items weighted by the freshness of their policy version.
+- ``sample_units``: what each drawn anchor expands into (``ReplayBuffer(sample_unit=...)``): :class:`Transition`
+  (itself) or :class:`Sequence` (a window with burn-in and bootstrap records).
 - ``frame_stack``: :class:`FullStackSampler`, the transitions whose frame stack lies in their episode.
 - ``episode_rows``: rows located in their episodes, the base of the samplers that look beyond the row
   they draw (:class:`AnchorSampler`): ``window`` (:class:`WindowSampler`), ``goal``
@@ -22,8 +26,11 @@ from datasets_hub.buffers.samplers.frame_stack import FullStackSampler
 from datasets_hub.buffers.samplers.goal import GoalSampler
 from datasets_hub.buffers.samplers.n_step import NStepReturnSampler
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, PrioritizedSliceSampler
+from datasets_hub.buffers.samplers.prompt_group import PromptGroupSampler
 from datasets_hub.buffers.samplers.random import RandomSampler, SamplerWithoutReplacement
+from datasets_hub.buffers.samplers.sample_units import SampleUnit, Sequence, Transition
 from datasets_hub.buffers.samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
+from datasets_hub.buffers.samplers.staleness import StalenessAwareSampler
 from datasets_hub.buffers.samplers.window import WindowSampler
 
 __all__ = [
@@ -33,10 +40,15 @@ __all__ = [
     "NStepReturnSampler",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "PromptGroupSampler",
     "RandomSampler",
+    "SampleUnit",
     "Sampler",
     "SamplerWithoutReplacement",
+    "Sequence",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
+    "Transition",
     "WindowSampler",
 ]

@@ -27,6 +27,16 @@ def check_generator(generator: Any) -> None:
         )
 
 
+def refuse_without_replacement(cls: type, replacement: bool) -> None:
+    """Refuse ``replacement=False`` on a sampler class that only samples with replacement (a ``TypeError``
+    naming the class, as TorchRL raises): without the check it would silently sample with replacement."""
+    if not replacement:
+        raise TypeError(
+            f"{cls.__name__} has no without-replacement variant; cannot be instantiated with replacement=False "
+            "(SamplerWithoutReplacement and SliceSamplerWithoutReplacement sample each item once per epoch)"
+        )
+
+
 class Sampler:
     """Base contract of every sampler.
 
@@ -40,9 +50,14 @@ class Sampler:
     - ``sample_at(storage, index, generator)``: the ``(index, info)`` a sample holds where the draw lands
       on the rows ``index`` (the item at anchor ``i`` of a map-style view, ``ReplayBuffer.sample_at``);
       a sampler whose sample is not one item per drawn row refuses it by name (the default).
+    - ``requires_shared_state`` (TorchRL's name) is True for a sampler whose draws depend on state that
+      changes as it samples or as the trainer updates it (an epoch's remaining rows, priorities): copies in
+      DataLoader worker processes would each keep their own, so ``rb.as_dataset()`` refuses such a sampler
+      when workers are used. Stateless draws (uniform rows, slices, windows, goals) leave it False.
     """
 
     generator: torch.Generator | None = None
+    requires_shared_state: bool = False
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         raise NotImplementedError
@@ -193,3 +208,7 @@ class WrapsSampler(Sampler):
     def ran_out(self, value: bool) -> None:
         if self.sampler is not None:
             self.sampler.ran_out = value
+
+    @property
+    def requires_shared_state(self) -> bool:  # type: ignore[override]  # the inner sampler's, not a constant
+        return self.sampler.requires_shared_state if self.sampler is not None else False

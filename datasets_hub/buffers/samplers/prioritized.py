@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.samplers.base import Sampler, as_index, refuse_without_replacement
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.samplers.slice_layout import SliceLayout
 from datasets_hub.buffers.storages import Storage
@@ -171,6 +171,8 @@ class PrioritizedSampler(Sampler):
     - ``max_capacity`` must be at least the storage capacity.
     """
 
+    requires_shared_state = True  # the priorities the trainer updates
+
     def __init__(
         self,
         max_capacity: int,
@@ -180,7 +182,10 @@ class PrioritizedSampler(Sampler):
         dtype: torch.dtype = torch.float,
         reduction: str = "max",
         max_priority_within_buffer: bool = False,
+        *,
+        replacement: bool = True,
     ) -> None:
+        refuse_without_replacement(type(self), replacement)
         for name, value in (("alpha", alpha), ("beta", beta), ("eps", eps)):
             try:
                 finite = not isinstance(value, bool) and math.isfinite(float(value))
@@ -320,6 +325,8 @@ class PrioritizedSliceSampler(SliceSampler):
     ``O(batch * log capacity)`` per call).
     """
 
+    requires_shared_state = True  # the priorities the trainer updates
+
     def __init__(
         self,
         max_capacity: int,
@@ -337,7 +344,9 @@ class PrioritizedSliceSampler(SliceSampler):
         strict_length: bool = True,
         cache_values: bool = True,
         truncated_key: NestedKey | None = ("next", "truncated"),
+        replacement: bool = True,
     ) -> None:
+        refuse_without_replacement(type(self), replacement)
         super().__init__(
             num_slices=num_slices,
             slice_len=slice_len,
@@ -437,8 +446,7 @@ class PrioritizedSliceSampler(SliceSampler):
         mass = torch.rand(num_slices, dtype=torch.float64, generator=self.generator) * total
         rows = s_tree.find_prefix(mass)
         lengths = layout.slice_lengths(rows)
-        index = self._expand(rows, slice_len, lengths)
-        info = self._info(storage, index, num_slices, slice_len, lengths)
+        index, info = self._slices(storage, rows, slice_len, lengths)
         weight = torch.pow(s_tree[rows] / m_tree.root, -self._prio.beta).to(self._prio.dtype)
         if lengths is None:
             weight = weight.repeat_interleave(slice_len)

@@ -7,12 +7,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from datasets_hub.buffers.samplers.base import Sampler
+from datasets_hub.buffers.samplers.base import Sampler, refuse_without_replacement
 from datasets_hub.buffers.storages import Storage
+from datasets_hub.errors import InvalidArgument
 
 
 class RandomSampler(Sampler):
-    """Uniform sampling with replacement over the ``len(storage)`` valid rows."""
+    """Uniform sampling with replacement over the ``len(storage)`` valid rows.
+
+    ``RandomSampler(replacement=False, drop_last=..., shuffle=...)`` builds a
+    :class:`SamplerWithoutReplacement` with those keywords, as in TorchRL.
+    """
+
+    def __new__(cls, *args: Any, replacement: bool = True, **kwargs: Any) -> Any:
+        if cls is RandomSampler and not replacement:
+            return SamplerWithoutReplacement(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, *, replacement: bool = True) -> None:
+        if not replacement:  # a subclass: RandomSampler itself dispatched in __new__
+            refuse_without_replacement(type(self), replacement)
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         n = len(storage)
@@ -41,21 +55,33 @@ class SamplerWithoutReplacement(Sampler):
       (``shuffle=False``: in order). Batches are consecutive pieces of it.
     - ``drop_last=False``: the last batch of an epoch holds the remaining rows (may be shorter).
       ``drop_last=True``: an epoch ends as soon as fewer than ``batch_size`` rows remain; those
-      rows are skipped this epoch.
+      rows are skipped this epoch. A batch larger than the storage is a ``ValueError`` ("The batch
+      size ... is greater than the storage capacity", as TorchRL says it).
     - ``ran_out`` is True right after the batch that ends an epoch (so iterating a buffer is
-      finite); the next ``sample`` starts a new epoch and resets it.
+      finite); the next ``sample`` resets it. The next epoch's order is drawn as soon as one ends,
+      so it is part of the ``state_dict`` (as in TorchRL: the same generator draws give the same
+      epochs on both).
     - Growth: rows added since the epoch started (``len(storage)`` grew) join the rows still to
       visit this epoch (shuffled in when ``shuffle``). If the storage shrank (``empty()``), the
       next call starts a new epoch.
-    - ``state_dict()`` holds the rows still to visit, so ``load_state_dict`` resumes at the exact
-      position (the generator's state belongs to the buffer).
+    - ``_sample_list`` (TorchRL's name) holds the rows still to visit, in order (``None`` before
+      the first sample). ``state_dict()`` holds a copy of it under TorchRL's keys (``len_storage``,
+      ``_sample_list``, ``drop_last``, ``_ran_out``), so ``load_state_dict`` (which copies it again:
+      the source may be reused or memory-mapped) resumes at the exact position, whatever the
+      restoring buffer's generator.
     """
 
-    def __init__(self, drop_last: bool = False, shuffle: bool = True) -> None:
+    requires_shared_state = True  # the epoch's remaining rows
+
+    def __init__(self, drop_last: bool = False, shuffle: bool = True, *, replacement: bool = False) -> None:
+        if replacement:
+            raise InvalidArgument(
+                "SamplerWithoutReplacement(replacement=True) would sample with replacement: use RandomSampler()"
+            )
         self.drop_last = bool(drop_last)
         self.shuffle = bool(shuffle)
-        self._remaining: torch.Tensor | None = None  # rows still to visit this epoch, in order
-        self._len_seen = 0  # len(storage) the remaining rows were drawn from
+        self._sample_list: torch.Tensor | None = None  # rows still to visit this epoch, in order
+        self.len_storage = 0  # len(storage) the rows were drawn from
         self._ran_out = False
 
     def sample_at(
@@ -75,39 +101,54 @@ class SamplerWithoutReplacement(Sampler):
             raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        remaining = self._remaining
-        if remaining is not None and n < self._len_seen:
+        if self.drop_last and n < batch_size:
+            raise ValueError(
+                f"The batch size ({batch_size}) is greater than the storage capacity ({n}): "
+                "SamplerWithoutReplacement(drop_last=True) cannot make a batch without repeating rows; lower the "
+                "batch size or use drop_last=False"
+            )
+        remaining = self._sample_list
+        if remaining is not None and n < self.len_storage:
             remaining = None  # emptied or replaced: the old rows may not exist any more
         if remaining is None or remaining.numel() == 0:
             remaining = self._order(torch.arange(n))
-        elif n > self._len_seen:
-            remaining = self._order(torch.cat([remaining, torch.arange(self._len_seen, n)]))
-        self._len_seen = n
-        if self.drop_last and remaining.numel() < batch_size:
+        elif n > self.len_storage:
+            remaining = self._order(torch.cat([remaining, torch.arange(self.len_storage, n)]))
+        self.len_storage = n
+        if self.drop_last and remaining.numel() < batch_size:  # a larger batch than the epoch's last ones
             raise ValueError(
-                f"SamplerWithoutReplacement(drop_last=True) cannot make a batch of {batch_size} from "
-                f"{remaining.numel()} rows: lower the batch size or use drop_last=False"
+                f"SamplerWithoutReplacement(drop_last=True) cannot make a batch of {batch_size} from the "
+                f"{remaining.numel()} rows left in this epoch: keep the batch size of the epoch or use drop_last=False"
             )
         index, remaining = remaining[:batch_size], remaining[batch_size:]
         self._ran_out = remaining.numel() == 0 or (self.drop_last and remaining.numel() < batch_size)
-        self._remaining = None if self._ran_out else remaining
+        # the next epoch's order is drawn now, so that a state_dict taken between epochs holds it
+        self._sample_list = self._order(torch.arange(n)) if self._ran_out else remaining
         return index, {}
 
     def empty(self) -> None:
-        self._remaining, self._len_seen, self._ran_out = None, 0, False
+        self._sample_list, self.len_storage, self._ran_out = None, 0, False
 
     def state_dict(self) -> dict[str, Any]:
-        remaining = self._remaining
+        remaining = self._sample_list
         return {
-            "remaining": remaining.clone() if remaining is not None else torch.zeros(0, dtype=torch.int64),
-            "has_epoch": remaining is not None,
-            "len_seen": self._len_seen,
-            "ran_out": self._ran_out,
+            "len_storage": self.len_storage,
+            "_sample_list": remaining.clone() if remaining is not None else None,
             "drop_last": self.drop_last,
             "shuffle": self.shuffle,
+            "_ran_out": self._ran_out,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._remaining = state_dict["remaining"].clone() if state_dict["has_epoch"] else None
-        self._len_seen = int(state_dict["len_seen"])
-        self._ran_out = bool(state_dict["ran_out"])
+        if "remaining" in state_dict:  # the keys of datasets_hub's states before TorchRL's names
+            remaining = state_dict["remaining"] if state_dict["has_epoch"] else None
+            len_storage, ran_out = state_dict["len_seen"], state_dict["ran_out"]
+        else:
+            remaining, len_storage, ran_out = (
+                state_dict["_sample_list"],
+                state_dict["len_storage"],
+                state_dict["_ran_out"],
+            )
+        self._sample_list = torch.as_tensor(remaining, dtype=torch.int64).clone() if remaining is not None else None
+        self.len_storage = int(len_storage)
+        self._ran_out = bool(ran_out)

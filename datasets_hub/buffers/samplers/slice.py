@@ -17,10 +17,11 @@ mixes unrelated data.
 
 What a slice sampler returns: a flat index of ``num_slices`` contiguous slices, slice after slice,
 and ``info`` with ``truncated_key`` (default ``("next", "truncated")``) True at the last row of
-every slice and the matching ``done`` key (``("next", "done")``) = stored done | truncated, both
+every slice, the matching ``done`` key (``("next", "done")``) = stored done | truncated and the
+``terminated`` key = the stored terminated flags (False where the storage has none), all
 ``[len(index), 1]`` bool: as in TorchRL, a TensorDict buffer writes them into the sample, so each
-slice reads as an episode cut by a time limit. (The stored done flags are gathered at the sampled
-rows for this: one extra 1-byte-per-row read.)
+slice reads as an episode cut by a time limit. (The stored done and terminated flags are gathered
+at the sampled rows for this: two extra 1-byte-per-row reads.)
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ import torch
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.samplers.base import Sampler, as_index
+from datasets_hub.buffers.samplers.random import SamplerWithoutReplacement
 from datasets_hub.buffers.samplers.slice_layout import SliceLayout, cached_arange, cached_arange_np, check_slice_shape
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.errors import InvalidArgument
 
 NestedKey = Any
-_AUTO_TRAJ_KEYS = ("episode", ("collector", "traj_ids"))
+_AUTO_TRAJ_KEYS = (("collector", "traj_ids"), "episode")  # TorchRL's order: a collector's ids first
 _DEFAULT_END_KEY = ("next", "done")
 
 
@@ -85,7 +87,14 @@ class SliceSampler(Sampler):
         *,
         replacement: bool = True,
         end_keys: Sequence[NestedKey] | None = None,
+        pad_output: bool = False,
+        span: bool | int | tuple[bool | int, bool | int] = False,
     ) -> None:
+        if pad_output and strict_length:
+            raise InvalidArgument(
+                "pad_output=True is incompatible with strict_length=True: padding fills the slices of episodes "
+                "shorter than slice_len, which strict_length=True never samples; pass strict_length=False"
+            )
         if not replacement and not isinstance(self, SliceSamplerWithoutReplacement):
             raise InvalidArgument("replacement=False is SliceSamplerWithoutReplacement: build that class")
         if end_key is not None and end_keys is not None:
@@ -95,12 +104,23 @@ class SliceSampler(Sampler):
         if end_keys is not None and (isinstance(end_keys, str) or not len(end_keys)):
             raise InvalidArgument(f"end_keys must be a non-empty sequence of keys, got {end_keys!r}")
         check_slice_shape(num_slices, slice_len)
+        self.span = _check_span(span)
         self.num_slices, self.slice_len = num_slices, slice_len
         self.traj_key, self.end_key = traj_key, end_key
+        # no key given: the episode ids are looked for under _AUTO_TRAJ_KEYS at every derivation; traj_key then
+        # records the key found, and TorchRL's flags say whether that happened (_traj_key_auto: not yet) and
+        # whether ids cut the episodes (_fetch_traj; False: done flags did)
+        self._auto_traj_key = traj_key is None and end_key is None and end_keys is None
+        self._traj_key_auto = self._auto_traj_key
+        self._fetch_traj = traj_key is not None or self._auto_traj_key
         self.end_keys = tuple(end_keys) if end_keys is not None else None
         self.strict_length, self.cache_values = bool(strict_length), bool(cache_values)
         self.truncated_key = truncated_key
         self.done_key = _replace_last(truncated_key, "done") if truncated_key is not None else None
+        self.terminated_key = _replace_last(truncated_key, "terminated") if truncated_key is not None else None
+        self.pad_output = bool(pad_output)
+        self._flag_cache: dict[Any, tuple[torch.Tensor | None, np.ndarray | None]] = {}  # key -> stored flags
+        self._flags_seen: tuple | None = None  # the _cache_key _flag_cache describes
         self._write_end: int | None = None  # one past the last row the buffer wrote
         self._cache_key: tuple | None = None
         self._episodes: EpisodeIndex | None = None
@@ -125,7 +145,7 @@ class SliceSampler(Sampler):
 
     def empty(self) -> None:
         self._write_end, self._cache_key, self._episodes, self._layouts = None, None, None, {}
-        self._done = self._done_key_seen = None
+        self._done = self._done_key_seen = self._flags_seen = None
 
     # -- shape of a batch --------------------------------------------------------------------------
     def check_batch_size(self, batch_size: int) -> None:
@@ -160,24 +180,37 @@ class SliceSampler(Sampler):
         value = value.reshape(value.shape[0], -1)
         return value if self._perm is None else value[self._perm]
 
+    def _read_ends(self, storage: Storage, key: NestedKey) -> torch.Tensor:
+        """The end-of-episode flags of ``key``, one per position (bool); flags with more than one value per
+        position (per-agent dones, say) are refused, as TorchRL does: OR-ing them would be a guess."""
+        value = self._read(storage, key)
+        if value.shape[1] != 1:
+            raise InvalidArgument(
+                f"Expected the end-of-trajectory signal to be 1-dimensional (one flag per stored item), but {key!r} "
+                f"holds {value.shape[1]} values per item: pass end_key=<a key with one done flag per item> or "
+                "traj_key=<key of episode ids>"
+            )
+        return value[:, 0].to(torch.bool)
+
     def _derive_starts(self, storage: Storage) -> torch.Tensor:
         """Bool per position: True where an episode starts.
 
-        ``traj_key`` (default: ``"episode"``, else ``("collector", "traj_ids")``) starts one where the
-        id changes, ``end_key`` (default ``("next", "done")``) one after every set flag. Given both,
-        both cut (TorchRL uses ``traj_key`` and falls back to ``end_key`` when it is absent; we also
+        ``traj_key`` (default: the first of ``("collector", "traj_ids")`` and ``"episode"`` the storage holds,
+        then recorded in ``traj_key``, as TorchRL does) starts one where the id changes, ``end_key`` (default
+        ``("next", "done")``, one flag per item) one after every set flag. Given both, both cut (TorchRL uses ``traj_key`` and falls back to ``end_key`` when it is absent; we also
         cut at done flags, so that a slice never crosses one when the ids and the flags disagree).
         """
         starts = None
         end_given = self.end_key is not None or self.end_keys is not None
         keys = [self.traj_key] if self.traj_key is not None else []
-        if self.traj_key is None and not end_given:
+        if self._auto_traj_key:
             keys = list(_AUTO_TRAJ_KEYS)
+        self._fetch_traj = False
         for key in keys:
             try:
                 ids = self._read(storage, key)
             except KeyError:
-                if self.traj_key is not None and not end_given:
+                if not self._auto_traj_key and self.traj_key is not None and not end_given:
                     raise KeyError(
                         f"traj_key {key!r} is not in the stored data: pass the key holding episode ids, "
                         "or end_key=('next', 'done') to cut episodes at done flags"
@@ -185,6 +218,9 @@ class SliceSampler(Sampler):
                 continue
             starts = torch.ones(ids.shape[0], dtype=torch.bool)
             starts[1:] = (ids[1:] != ids[:-1]).any(1)
+            self._fetch_traj = True
+            if self._auto_traj_key:
+                self.traj_key, self._traj_key_auto = key, False
             break
         if starts is not None and not end_given:
             return starts
@@ -192,7 +228,7 @@ class SliceSampler(Sampler):
             flags = []
             for key in self.end_keys:
                 try:
-                    flags.append(self._read(storage, key).to(torch.bool).any(1))
+                    flags.append(self._read_ends(storage, key))
                 except KeyError:
                     continue
             if flags:
@@ -212,7 +248,7 @@ class SliceSampler(Sampler):
             return after_done if starts is None else starts | after_done
         key = self.end_key if self.end_key is not None else _DEFAULT_END_KEY
         try:
-            done = self._read(storage, key).to(torch.bool).any(1)
+            done = self._read_ends(storage, key)
         except KeyError:
             if starts is not None:
                 return starts  # traj_key found; end_key absent: ids alone
@@ -291,7 +327,7 @@ class SliceSampler(Sampler):
             episodes = index
             self._episodes, self._layouts, self._cache_key = episodes, {}, key
             self._storage_ref = weakref.ref(storage) if _weakrefable(storage) else (lambda s=storage: s)
-            self._done = self._done_key_seen = None
+            self._done = self._done_key_seen = self._flags_seen = None
             self._on_new_episodes(storage)
         return episodes
 
@@ -303,11 +339,21 @@ class SliceSampler(Sampler):
         episodes = self.episodes(storage)
         layout = self._layouts.get(slice_len)
         if layout is None:
-            layout = SliceLayout(episodes, slice_len, self.strict_length)
+            layout = SliceLayout(episodes, slice_len, self.strict_length, self._span_rows(slice_len))
             if layout.total == 0:
                 self._no_valid_start(episodes, slice_len)
             self._layouts[slice_len] = layout
         return layout
+
+    def _span_rows(self, slice_len: int) -> tuple[int, int]:
+        """``span`` as rows a slice of ``slice_len`` may hang over each end of its episode."""
+        sides = [slice_len - 1 if side is True else int(side) for side in self.span]  # True: keep one row
+        if max(sides) >= slice_len:
+            raise ValueError(
+                f"The right and left span must be strictly lower than the sequence length: span={self.span} "
+                f"for slices of {slice_len} rows (a slice keeps at least slice_len - span rows of its episode)"
+            )
+        return sides[0], sides[1]
 
     @staticmethod
     def _no_valid_start(episodes: EpisodeIndex, slice_len: int) -> None:
@@ -322,28 +368,67 @@ class SliceSampler(Sampler):
         )
 
     # -- info --------------------------------------------------------------------------------------
+    def _read_flags(self, storage: Storage, key: NestedKey | None) -> tuple[torch.Tensor | None, np.ndarray | None]:
+        """The stored per-row flags of ``key`` by position (``None`` when absent or not one flag per row,
+        e.g. per-agent flags), and a numpy view of them when the leaf is a CPU tensor."""
+        try:
+            flags = storage.read_key(key) if key is not None else None
+        except (KeyError, NotImplementedError):
+            flags = None
+        if flags is not None and (
+            not isinstance(flags, torch.Tensor) or flags.ndim > 2 or (flags.ndim == 2 and flags.shape[1] != 1)
+        ):
+            flags = None
+        if flags is not None and self._perm is not None:
+            flags = flags[self._perm]  # positions are column-major on a multi-dimensional storage
+        flags_np = None
+        if flags is not None and type(flags) is torch.Tensor and flags.device.type == "cpu":
+            try:
+                flags_np = flags.detach().numpy()  # a view: no copy of the leaf
+            except (RuntimeError, TypeError):
+                flags_np = None
+        return flags, flags_np
+
     def _stored_done(self, storage: Storage) -> torch.Tensor | None:
         if self._done_key_seen != self._cache_key:
-            try:
-                done = storage.read_key(self.done_key) if self.done_key is not None else None
-            except (KeyError, NotImplementedError):
-                done = None
-            if done is not None and (
-                not isinstance(done, torch.Tensor) or done.ndim > 2 or (done.ndim == 2 and done.shape[1] != 1)
-            ):
-                done = None  # not one flag per row (e.g. per-agent flags): done = truncated then
-            if done is not None and self._perm is not None:
-                done = done[self._perm]  # positions are column-major on a multi-dimensional storage
+            done, self._done_np = self._read_flags(storage, self.done_key)  # None: done = truncated then
             self._done = done
             self._done_at_ends = _only_at_ends(done, self._episodes)
-            self._done_np = None
-            if done is not None and type(done) is torch.Tensor and done.device.type == "cpu":
-                try:
-                    self._done_np = done.detach().numpy()  # a view: no copy of the leaf
-                except (RuntimeError, TypeError):
-                    self._done_np = None
             self._done_key_seen = self._cache_key
         return self._done
+
+    def _flags_at(
+        self, storage: Storage, key: NestedKey, index: torch.Tensor, index_np: np.ndarray | None
+    ) -> torch.Tensor | None:
+        """``[len(index), 1]`` bool: the stored flags of ``key`` at positions ``index`` (``None`` without any);
+        each key is read once per episode structure."""
+        if self._flags_seen != self._cache_key:
+            self._flag_cache, self._flags_seen = {}, self._cache_key
+        cached = self._flag_cache.get(key)
+        if cached is None:
+            cached = self._flag_cache[key] = self._read_flags(storage, key)
+        flags, flags_np = cached
+        if flags is None:
+            return None
+        if flags_np is not None and index_np is not None:
+            return torch.from_numpy(flags_np.reshape(-1).take(index_np).astype(np.bool_, copy=False).reshape(-1, 1))
+        return torch.index_select(flags, 0, index).reshape(-1, 1).to(torch.bool)
+
+    def _terminated_at(self, storage: Storage, index: torch.Tensor, index_np: np.ndarray | None) -> torch.Tensor:
+        """``[len(index), 1]`` bool: the stored terminated flags at positions ``index`` (False without any)."""
+        flags = self._flags_at(storage, self.terminated_key, index, index_np)
+        return flags if flags is not None else torch.zeros(index.numel(), 1, dtype=torch.bool)
+
+    def _mark_slice_starts(
+        self, storage: Storage, info: dict[Any, Any], index: torch.Tensor, index_np: np.ndarray | None, starts: Any
+    ) -> None:
+        """Where the storage holds ``"is_init"`` flags (TorchRL's ``InitTracker``), ``info["is_init"]`` is them
+        at ``index`` with every slice's first row (positions ``starts`` of the sample) set too: a recurrent
+        module then treats each slice as its own sequence. Without stored flags nothing is added."""
+        flags = self._flags_at(storage, "is_init", index, index_np)
+        if flags is not None:
+            flags[starts] = True
+            info["is_init"] = flags
 
     def _slice_end_mask(self, num_slices: int, slice_len: int) -> torch.Tensor:
         """``[num_slices * slice_len, 1]``, True on the last row of each full slice (cached: never mutate)."""
@@ -355,28 +440,41 @@ class SliceSampler(Sampler):
         return mask
 
     def _info(
-        self, storage: Storage, index: torch.Tensor, num_slices: int, slice_len: int, lengths: torch.Tensor | None
-    ) -> dict[str, Any]:
+        self,
+        storage: Storage,
+        index: torch.Tensor,
+        num_slices: int,
+        slice_len: int,
+        lengths: torch.Tensor | None,
+        padded: bool = False,
+    ) -> dict[Any, Any]:
+        """The truncated / done / terminated flags of a sample of ``num_slices`` slices: ``lengths`` None
+        when every slice has ``slice_len`` rows; ``padded`` when each slice fills ``slice_len`` rows of
+        which its first ``lengths`` are real (the flags end at the last real row)."""
         if self.truncated_key is None:
             return {}
         if lengths is None:
             truncated = self._slice_end_mask(num_slices, slice_len).clone()
         else:
             truncated = torch.zeros(index.numel(), 1, dtype=torch.bool)
-            truncated[torch.cumsum(lengths, 0) - 1] = True
+            if padded:
+                truncated[torch.arange(lengths.numel()) * slice_len + lengths - 1] = True
+            else:
+                truncated[torch.cumsum(lengths, 0) - 1] = True
         stored = self._stored_done(storage)
-        if stored is not None and self._done_at_ends:
+        if stored is not None and self._done_at_ends and not padded:
             done = truncated.clone()  # a slice lies in one episode: stored flags can only be on its last row
         elif stored is not None:
             # index_select, not stored[index]: advanced indexing is ~100x slower on a memmap leaf
             done = torch.index_select(stored, 0, index)
-            if lengths is None and done.dtype == torch.bool and done.ndim == 2:
+            if lengths is None and not padded and done.dtype == torch.bool and done.ndim == 2:
                 done.view(num_slices, slice_len)[:, -1] = True  # = stored | truncated, in place
             else:
                 done = done.reshape(-1, 1).to(torch.bool) | truncated
         else:
             done = truncated.clone()
-        return {self.truncated_key: truncated, self.done_key: done}
+        terminated = self._terminated_at(storage, index, None)
+        return {self.truncated_key: truncated, self.done_key: done, self.terminated_key: terminated}
 
     # -- sampling ----------------------------------------------------------------------------------
     @staticmethod
@@ -386,6 +484,27 @@ class SliceSampler(Sampler):
         total = int(lengths.sum())
         first = torch.cumsum(lengths, 0) - lengths
         return torch.repeat_interleave(rows - first, lengths, output_size=total) + torch.arange(total)
+
+    def _slices(
+        self, storage: Storage, rows: torch.Tensor, slice_len: int, lengths: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[Any, Any]]:
+        """The sample of the slices starting at positions ``rows``, of ``lengths`` rows each (``None``: all
+        ``slice_len``). With ``pad_output`` and a short slice, every slice fills ``slice_len`` rows, the last
+        real row repeated, and ``info[("collector", "mask")]`` (``[len(index)]`` bool) is True on real rows."""
+        num_slices = rows.numel()
+        if lengths is not None and self.pad_output:
+            steps = cached_arange(slice_len).unsqueeze(0)
+            last = (lengths - 1).unsqueeze(1)
+            index = (rows.unsqueeze(1) + torch.minimum(steps, last)).reshape(-1)
+            info = self._info(storage, index, num_slices, slice_len, lengths, padded=True)
+            info[("collector", "mask")] = (steps <= last).reshape(-1)
+            starts: Any = torch.arange(num_slices) * slice_len
+        else:
+            index = self._expand(rows, slice_len, lengths)
+            info = self._info(storage, index, num_slices, slice_len, lengths)
+            starts = slice(None, None, slice_len) if lengths is None else torch.cumsum(lengths, 0) - lengths
+        self._mark_slice_starts(storage, info, index, None, starts)
+        return index, info
 
     def _starts(self, layout: SliceLayout, num_slices: int) -> torch.Tensor:
         u = torch.randint(layout.total, (num_slices,), generator=self.generator)
@@ -403,7 +522,9 @@ class SliceSampler(Sampler):
         index_np = index_np.reshape(-1)
         index = torch.from_numpy(index_np)
         if self.truncated_key is None:
-            return index, {}, index_np
+            info: dict[Any, Any] = {}
+            self._mark_slice_starts(storage, info, index, index_np, slice(None, None, slice_len))
+            return index, info, index_np
         stored = self._stored_done(storage)
         stored_np = self._done_np
         # truncated and done from one copy of the cached end flags (numpy: a torch clone costs twice as much)
@@ -418,7 +539,10 @@ class SliceSampler(Sampler):
             done = torch.from_numpy(d)
         else:
             done = torch.index_select(stored, 0, index).reshape(-1, 1).to(torch.bool) | truncated
-        return index, {self.truncated_key: truncated, self.done_key: done}, index_np
+        terminated = self._terminated_at(storage, index, index_np)
+        info = {self.truncated_key: truncated, self.done_key: done, self.terminated_key: terminated}
+        self._mark_slice_starts(storage, info, index, index_np, slice(None, None, slice_len))
+        return index, info, index_np
 
     def _slice_end_flags(self, num_slices: int, slice_len: int) -> np.ndarray:
         """``[2, num_slices * slice_len, 1]`` bool, True on the last row of each slice (cached: copy it)."""
@@ -464,10 +588,13 @@ class SliceSampler(Sampler):
         layout = self._layout(storage, slice_len)
         if layout.uniform_len:
             return self._sample_full(storage, layout, num_slices, slice_len)
+        if layout.span != (0, 0):
+            u = torch.randint(layout.total, (num_slices,), generator=self.generator)
+            rows, lengths = layout.spans_of(u)
+            index, info = self._slices(storage, rows, slice_len, lengths)
+            return index, info, None
         rows = self._starts(layout, num_slices)
-        lengths = layout.slice_lengths(rows)
-        index = self._expand(rows, slice_len, lengths)
-        info = self._info(storage, index, num_slices, slice_len, lengths)
+        index, info = self._slices(storage, rows, slice_len, layout.slice_lengths(rows))
         return index, info, None
 
     def state_dict(self) -> dict[str, Any]:
@@ -480,6 +607,18 @@ class SliceSampler(Sampler):
     def __repr__(self) -> str:
         size = f"num_slices={self.num_slices}" if self.num_slices is not None else f"slice_len={self.slice_len}"
         return f"{type(self).__name__}({size}, strict_length={self.strict_length})"
+
+
+def _check_span(span: Any) -> tuple[bool | int, bool | int]:
+    """TorchRL's ``span`` as ``(left, right)``: each False (slices stay inside the episode), True (a slice may
+    hang over that end of its episode as long as it keeps one row) or an int ``i >= 0`` (it keeps at least
+    ``slice_len - i`` rows; checked against the slice length at the first sample)."""
+    sides = span if isinstance(span, tuple) else (span, span)
+    if len(sides) != 2 or any(
+        not isinstance(side, (bool, int)) or (not isinstance(side, bool) and side < 0) for side in sides
+    ):
+        raise InvalidArgument(f"span must be a bool, an int >= 0 or a (left, right) pair of them, got {span!r}")
+    return sides[0], sides[1]
 
 
 def _only_at_ends(done: torch.Tensor | None, episodes: EpisodeIndex | None) -> bool:
@@ -506,8 +645,13 @@ def _weakrefable(obj: Any) -> bool:
         return False
 
 
-class SliceSamplerWithoutReplacement(SliceSampler):
+class SliceSamplerWithoutReplacement(SliceSampler, SamplerWithoutReplacement):
     """Epochs of non-overlapping slices: every row is returned at most once per epoch.
+
+    It is both a :class:`SliceSampler` and a :class:`SamplerWithoutReplacement` (as in TorchRL, so
+    ``isinstance`` checks ported from it hold); every method it uses is the slice sampler's.
+    ``_sample_list`` (TorchRL's name, read-only) is the start rows of the slices still to serve this
+    epoch, in serving order.
 
     The exact rule. When an epoch starts, each episode of ``L`` rows is cut, for slices of ``s``
     rows, into ``k = L // s`` consecutive non-overlapping slices starting at rows
@@ -522,6 +666,8 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     or length changes) or a new slice length also starts a new epoch at the next call.
     Same generator seed, same epochs.
     """
+
+    requires_shared_state = True  # the epoch's remaining slices
 
     def __init__(
         self,
@@ -556,6 +702,13 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._lens: torch.Tensor | None = None
         self._epoch_sig: tuple | None = None
         self._ran_out = False
+
+    # no item at a given row: the slice sampler's refusal, not the row sampler's identity
+    sample_at = Sampler.sample_at
+
+    @property
+    def _sample_list(self) -> torch.Tensor | None:  # type: ignore[override]  # read-only here: the epoch's state is _rows
+        return self._rows
 
     def _new_epoch(self, storage: Storage, slice_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Cut the episodes into this epoch's slices: their start rows and lengths, in serving order."""
@@ -602,13 +755,8 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._ran_out = left == 0 or (self.drop_last and left < num_slices)
         if self._ran_out:
             self._rows = self._lens = None
-        lengths = None if bool((lens == slice_len).all()) and rows.numel() == num_slices else lens
-        index = self._expand(rows, slice_len, lengths)
-        if lengths is None:
-            info = self._info(storage, index, num_slices, slice_len, None)
-        else:
-            info = self._info(storage, index, rows.numel(), slice_len, lengths)
-        return index, info
+        full = bool((lens == slice_len).all()) and rows.numel() == num_slices
+        return self._slices(storage, rows, slice_len, None if full else lens)
 
     def empty(self) -> None:
         super().empty()

@@ -52,21 +52,27 @@ class SliceLayout:
     ``L >= s``; when ``L < s`` none (``strict_length=True``) or one, the episode's first row,
     giving a slice of ``L`` rows (``strict_length=False``). Starts are numbered episode after
     episode; ``base[e] + u`` maps start number ``u`` of (kept) episode ``e`` to its storage row.
+
+    ``span=(left, right)`` (TorchRL's ``span``, each ``< s``) lets a slice hang over the episode's
+    first row by up to ``left`` rows and over its last row by up to ``right``: ``L - s + 1 + left +
+    right`` starts, each slice cut to the rows inside the episode (so at least ``s - left``, resp.
+    ``s - right``, rows); :meth:`spans_of` gives each slice's first row and length.
     """
 
-    def __init__(self, episodes: EpisodeIndex, slice_len: int, strict: bool) -> None:
+    def __init__(self, episodes: EpisodeIndex, slice_len: int, strict: bool, span: tuple[int, int] = (0, 0)) -> None:
         start, length = episodes.start, episodes.length
         self.start, self.length = start, length
         self.slice_len, self.strict = slice_len, strict
-        count = length - slice_len + 1
-        count = count.clamp_min(0) if strict else torch.where(length >= slice_len, count, torch.ones_like(count))
+        left, right = self.span = span
+        count = length - slice_len + 1 + left + right
+        count = count.clamp_min(0) if strict else torch.where(count > 0, count, torch.ones_like(count))
         keep = count > 0
-        self.uniform_len = bool((length[keep] >= slice_len).all()) if keep.any() else True
+        self.uniform_len = not (left or right) and (bool((length[keep] >= slice_len).all()) if keep.any() else True)
         self.k_start, self.k_length, k_count = start[keep], length[keep], count[keep]
         excl = torch.cumsum(k_count, 0) - k_count
         self.excl = excl.contiguous()
         self.bounds = excl[1:].contiguous()  # searchsorted(bounds, u, right=True) is u's episode
-        self.base = (self.k_start - excl).contiguous()
+        self.base = (self.k_start - excl - left).contiguous()  # with a span: the row a slice would start at
         # numpy twins for the per-call path: on arrays of a few slices numpy ops cost ~1 us, torch ~5
         self.bounds_np, self.base_np = self.bounds.numpy(), self.base.numpy()
         self.total = int(k_count.sum()) if k_count.numel() else 0
@@ -84,6 +90,14 @@ class SliceLayout:
         """Storage rows of start numbers ``u`` (each in ``[0, total)``)."""
         e = torch.searchsorted(self.bounds, u, right=True)
         return u + torch.index_select(self.base, 0, e)
+
+    def spans_of(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """First storage row and length of the slices of start numbers ``u``, each cut to its episode."""
+        e = torch.searchsorted(self.bounds, u, right=True)
+        first, end = self.k_start[e], self.k_start[e] + self.k_length[e]
+        virtual = u + torch.index_select(self.base, 0, e)
+        rows = torch.maximum(virtual, first)
+        return rows, torch.minimum(virtual + self.slice_len, end) - rows
 
     def slice_lengths(self, rows: torch.Tensor) -> torch.Tensor | None:
         """Length of the slice starting at each row, or None when every slice is full."""

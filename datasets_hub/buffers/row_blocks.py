@@ -1,0 +1,69 @@
+"""Rows written into a batch allocated once: how a mixture fills its batch member by member.
+
+A mixture allocates each key's array for the whole batch, then every member writes its rows straight
+into its slice (``DatasetStorage.gather_into``, or its own sampled batch copied in): no per-member
+arrays to join afterwards. A member's values may be narrower in the last dimension than the batch's
+(a 6-value action in a batch padded to 8): they fill the leading entries and the rest stays as the
+batch was allocated (zeros).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def fill_rows(dst: np.ndarray, value: np.ndarray) -> None:
+    """``value`` written into ``dst``: the same shape, or ``dst`` wider in its last dimension (the
+    values fill ``[..., :width]``). Any other shape is a ``ValueError``, never a broadcast."""
+    if dst.shape == value.shape:
+        np.copyto(dst, value)
+    elif value.ndim and dst.shape[:-1] == value.shape[:-1] and dst.shape[-1] >= value.shape[-1]:
+        dst[..., : value.shape[-1]] = value
+    else:
+        raise ValueError(f"cannot write values of shape {list(value.shape)} into rows of shape {list(dst.shape)}")
+
+
+def take_rows(column: np.ndarray, rows: np.ndarray, dst: np.ndarray) -> None:
+    """``column[rows]`` written into ``dst`` (see :func:`fill_rows`), gathered straight into it when its
+    layout allows. ``rows`` must be valid rows of ``column`` (they are not checked here)."""
+    if dst.shape[1:] == column.shape[1:] and dst.dtype == column.dtype and dst.flags.c_contiguous:
+        column.take(rows, axis=0, out=dst, mode="clip")  # valid rows: "clip" gathers with no buffer
+    else:
+        fill_rows(dst, column.take(rows, axis=0))
+
+
+class BatchMemory:
+    """The arrays of one batch as views of a single block of memory, the block reused for the next batch
+    when nothing references it any more (the caller dropped that batch: no tensor of it is alive to see
+    the change). A fresh block each time would cost the kernel a page fault per 4 KiB written, more than
+    the gathers themselves on large batches."""
+
+    def __init__(self, layout: Sequence[tuple[Any, tuple[int, ...], np.dtype]]) -> None:
+        self.layout = [(key, tuple(shape), np.dtype(dtype)) for key, shape, dtype in layout]
+        self._row_bytes = [int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for _, shape, dtype in self.layout]
+        self._offsets: dict[int, tuple[list[int], int]] = {}  # total rows -> each array's offset, block size
+        self._spare: np.ndarray | None = None
+
+    def arrays(self, total: int) -> dict[Any, np.ndarray]:
+        """Every key's array for a ``total``-row batch (uninitialised memory: every row must be written)."""
+        planned = self._offsets.get(total)
+        if planned is None:
+            ends = np.cumsum([0] + [-(-total * size // 64) * 64 for size in self._row_bytes]).tolist()
+            planned = (ends[:-1], ends[-1])  # each array 64-byte aligned
+            if len(self._offsets) < 64:
+                self._offsets[total] = planned
+        offsets, nbytes = planned
+        spare = self._spare
+        # three references to a block nobody else holds: self._spare, ``spare`` and getrefcount's argument
+        if spare is not None and spare.nbytes == nbytes and sys.getrefcount(spare) == 3:
+            block = spare
+        else:
+            block = self._spare = np.empty(nbytes, dtype=np.uint8)
+        return {
+            key: block[at : at + total * size].view(dtype).reshape(total, *shape)
+            for (key, shape, dtype), at, size in zip(self.layout, offsets, self._row_bytes, strict=True)
+        }

@@ -1,0 +1,34 @@
+"""fill_rows/take_rows: values land in the leading entries of wider rows, never broadcast."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from datasets_hub.buffers.row_blocks import fill_rows, take_rows
+
+
+def test_fill_rows_same_shape_and_wider_rows_leave_the_rest_alone():
+    dst = np.full((3, 5), -1, dtype=np.int64)
+    fill_rows(dst, np.arange(9).reshape(3, 3))
+    assert dst.tolist() == [[0, 1, 2, -1, -1], [3, 4, 5, -1, -1], [6, 7, 8, -1, -1]]
+    same = np.zeros(4)
+    fill_rows(same, np.arange(4.0))
+    assert same.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (3,), (2, 2), (3, 2, 1)])
+def test_fill_rows_refuses_what_would_broadcast_or_not_fit(shape):
+    with pytest.raises(ValueError, match="cannot write"):
+        fill_rows(np.zeros((3, 2)), np.ones(shape))
+
+
+def test_take_rows_gathers_into_contiguous_and_into_wider_rows():
+    column = np.arange(20, dtype=np.float32).reshape(10, 2)
+    rows = np.array([9, 0, 4])
+    exact = np.empty((3, 2), dtype=np.float32)
+    take_rows(column, rows, exact)
+    assert exact.tolist() == column[rows].tolist()
+    wide = np.zeros((3, 4), dtype=np.float32)
+    take_rows(column, rows, wide)
+    assert wide[:, :2].tolist() == column[rows].tolist() and not wide[:, 2:].any()
