@@ -201,9 +201,12 @@ def buffer(path: Path, sampler: Any, seed: int) -> TensorDictReplayBuffer:
     )
 
 
-def mixture_rate(rows: int, batches: list[int], seconds: float) -> list[dict[str, Any]]:
-    shapes = [("mix-a", rows // 2, 11, 3), ("mix-b", rows, 17, 6), ("mix-c", rows // 4, 39, 8)]
-    paths = [make_build(name, n, obs, act) for name, n, obs, act in shapes]
+def mixture_rate(rows: int, batches: list[int], seconds: float, image: bool = False) -> list[dict[str, Any]]:
+    """Each member alone and the mixture of three, per sampler and batch size. ``image``: every member
+    also has 84x84x3 uint8 frames (and their next frames), as the robot datasets of OXE-style mixtures do."""
+    prefix = "mix-img" if image else "mix"
+    shapes = [(f"{prefix}-a", rows // 2, 11, 3), (f"{prefix}-b", rows, 17, 6), (f"{prefix}-c", rows // 4, 39, 8)]
+    paths = [make_build(name, n, obs, act, image=image) for name, n, obs, act in shapes]
     out = []
     samplers = (("rows", RandomSampler), ("slices of 32", lambda: SliceSampler(slice_len=32)))
     for (label, make_sampler), batch in ((s, b) for s in samplers for b in batches):
@@ -216,6 +219,7 @@ def mixture_rate(rows: int, batches: list[int], seconds: float) -> list[dict[str
         mixed_norm = rate(lambda mix=normed, n=batch: mix.sample(n), batch, seconds)
         out.append(
             {
+                "members": "84x84x3 frames + state" if image else "state only",
                 "sampler": label,
                 "batch": batch,
                 "members_items_per_s": [round(r) for r in alone],
@@ -379,6 +383,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batches", type=int, nargs="+", default=[256, 4096, 16384])
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument(
+        "--image-mixture-rows",
+        type=int,
+        default=8_000,
+        help="rows of the largest member of the mixture whose members have 84x84x3 frames (0: skip it)",
+    )
+    ap.add_argument("--image-batches", type=int, nargs="+", default=[64, 256], help="batch sizes of that mixture")
     ap.add_argument("--lerobot-python", default=str(LEROBOT_PYTHON), help="python of a venv with LeRobot 0.4.4")
     ap.add_argument("--lerobot-frames", type=int, default=20_000, help="frames of the LeRobot seeding comparison")
     ap.add_argument("--parts", nargs="+", default=["stats", "mixture", "seeding", "lerobot"], help="which parts to run")
@@ -396,15 +407,17 @@ def main() -> None:
                 f"{r['cpu_extra']:>+7.1%}"
             )
         mix = mixture_rate(args.rows, args.batches, args.seconds) if "mixture" in args.parts else []
+        if "mixture" in args.parts and args.image_mixture_rows:
+            mix += mixture_rate(args.image_mixture_rows, args.image_batches, args.seconds, image=True)
         print("\n2. mixture of 3 builds (state/action 11/3, 17/6, 39/8), items per CPU second")
         print(
-            f"  {'sampler':<13} {'batch':>6} {'members alone':>30} {'mixture':>9} {'x slowest':>9} "
+            f"  {'members':<22} {'sampler':<13} {'batch':>6} {'members alone':>30} {'mixture':>9} {'x slowest':>9} "
             f"{'normalised':>10} {'x slowest':>9}"
         )
         for r in mix:
             members = " ".join(f"{v:,}" for v in r["members_items_per_s"])
             print(
-                f"  {r['sampler']:<13} {r['batch']:>6} {members:>30} {r['mixture_items_per_s']:>9,} "
+                f"  {r['members']:<22} {r['sampler']:<13} {r['batch']:>6} {members:>30} {r['mixture_items_per_s']:>9,} "
                 f"{r['ratio_to_slowest']:>9.2f} "
                 f"{r['mixture_normalised_items_per_s']:>10,} {r['ratio_to_slowest_normalised']:>9.2f}"
             )

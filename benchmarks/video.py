@@ -12,7 +12,7 @@ and copied to the other two (``shared_video``): decoding costs the same as three
 Then, in one run on the same files:
 
 1. two builds through ``datasets_hub.download(..., frames=...)``, each in a process of its own: ``raw`` (decoded
-   uint8, as before) and ``jpeg`` (quality 90, the default): seconds, frames/s per core of the build, bytes
+   uint8, as before) and ``jpeg`` (the default quality, 75): seconds, frames/s per core of the build, bytes
    against the MP4 bytes, peak RSS, and the PSNR the build measured against the decoded videos;
 2. random windows of 8 consecutive frames of all 3 cameras (``delta_timestamps`` -> ``WindowSampler``), batch 64,
    through ``SampledBatches(...).dataloader(num_workers=k)`` for each ``--workers`` k (on a build the workers are
@@ -102,11 +102,39 @@ def write(data: Path, episodes: int, length: int, codec: str) -> Path:
 
 
 # -- builds, each in a process of its own (its peak RSS is its own) -------------------------------------
-def build_child(root: str, frames: str, workers: int) -> None:
+def build_child(root: str, frames: str, workers: int, mode: str = "fresh") -> None:
+    """One build: ``fresh`` (``force``), or the resume trial: ``kill-at-<k>`` checkpoints after every episode and
+    kills this process (SIGKILL) when it reaches episode k; ``resume`` goes on from what that left."""
     import datasets_hub
 
+    decoded: list[int] = []  # the episodes this build decodes (the resume trial reports them)
+    if mode != "fresh":
+        from datasets_hub.build import resume
+        from datasets_hub.loaders.lerobot import loader as lr
+
+        resume.CHECKPOINT_EVERY_S = 0.0
+        submit = lr._Converter._submit
+
+        def counting(converter, pool, episode, rows, scratch):
+            decoded.append(episode.index)
+            return submit(converter, pool, episode, rows, scratch)
+
+        lr._Converter._submit = counting  # type: ignore[method-assign]
+    if mode.startswith("kill-at-"):
+        import signal
+
+        kill_at, chunk = int(mode.removeprefix("kill-at-")), lr._Converter._chunk
+
+        def killing(converter, episode, rows, frames_):
+            if episode.index == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return chunk(converter, episode, rows, frames_)
+
+        lr._Converter._chunk = killing  # type: ignore[method-assign]  # the trial's kill -9
     started = time.time()
-    path = datasets_hub.download(f"lerobot/{REPO}", root=root, num_workers=workers, frames=frames, force=True)
+    path = datasets_hub.download(
+        f"lerobot/{REPO}", root=root, num_workers=workers, frames=frames, force=mode != "resume"
+    )
     seconds = time.time() - started
     manifest = json.loads((path / "manifest.json").read_text())
     stored = sum(p.stat().st_size for p in (path / "data").rglob("*") if p.is_file())
@@ -119,20 +147,24 @@ def build_child(root: str, frames: str, workers: int) -> None:
                 "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                 "children_peak_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
                 "frames": manifest["stats"].get("frames", {}),
+                "decoded_episodes": decoded if mode != "fresh" else None,
             }
         )
     )
 
 
-def build(root: Path, frames: str, cache: Path, workers: int) -> dict:
+def build(root: Path, frames: str, cache: Path, workers: int, mode: str = "fresh") -> dict:
     env = {**os.environ, "DATASETS_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    started = time.time()
     out = subprocess.run(
-        [sys.executable, __file__, "--_build", str(root), frames, str(workers)],
+        [sys.executable, __file__, "--_build", str(root), frames, str(workers), mode],
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
+    if mode.startswith("kill-at-") and out.returncode == -9:
+        return {"killed_after_seconds": round(time.time() - started, 2)}
     if out.returncode:
         raise RuntimeError(f"the {frames} build failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -166,6 +198,66 @@ def windows_per_second(path: str, workers: int, seconds: float) -> float:
             return count * BATCH / elapsed
 
 
+# -- LeRobot 0.4.4, run in its own venv on the same files ------------------------------------------------
+def lerobot_child(root: str, workers: int, seconds: float) -> None:
+    """In LeRobot's venv: random windows through ``LeRobotDataset(delta_timestamps=...)`` and a shuffling
+    ``DataLoader`` (its default video backend); prints one JSON line."""
+    from importlib.metadata import version
+
+    import torch
+
+    # this script's folder holds benchmarks/lerobot.py, which would shadow the lerobot package
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    delta = {cam: [i / FPS for i in range(WINDOW)] for cam in CAMERAS}
+    dataset = LeRobotDataset(REPO, root=root, delta_timestamps=delta)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        generator=torch.Generator().manual_seed(0),
+        # a forked worker inherits the parent's open torchcodec decoders and fails: spawn, as benchmarks/lerobot.py
+        multiprocessing_context="spawn" if workers else None,
+    )
+    batches = iter(loader)
+    next(batches)  # start-up and first touch are not sampling
+    count, started = 0, time.perf_counter()
+    while True:
+        batch = next(batches)
+        count += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds and count >= 3:
+            break
+    shape = list(batch[CAMERAS[2]].shape)
+    print(
+        json.dumps(
+            {
+                "samples_per_second": count * BATCH / elapsed,
+                "batch_shape": shape,
+                "video_backend": getattr(dataset, "video_backend", None),
+                "lerobot": version("lerobot"),
+                "torchcodec": version("torchcodec"),
+            }
+        )
+    )
+
+
+def lerobot_rate(python: Path, root: Path, workers: int, seconds: float) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [str(python), __file__, "--_lerobot", str(root), str(workers), str(seconds)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 # -- the JPEG libraries -----------------------------------------------------------------------------------
 def decoders(frames: list[np.ndarray]) -> dict:
     import simplejpeg
@@ -173,7 +265,9 @@ def decoders(frames: list[np.ndarray]) -> dict:
 
     from datasets_hub.build import frames as fr
 
-    blobs = [simplejpeg.encode_jpeg(f, quality=90, colorspace="RGB", colorsubsampling="420") for f in frames]
+    blobs = [
+        simplejpeg.encode_jpeg(f, quality=fr.DEFAULT_QUALITY, colorspace="RGB", colorsubsampling="420") for f in frames
+    ]
     out = np.empty((len(blobs), HEIGHT, WIDTH, 3), dtype=np.uint8)
 
     def simple() -> None:
@@ -225,6 +319,13 @@ def main() -> None:
     parser.add_argument("--build-workers", type=int, default=2, help="video decoding processes of the build")
     parser.add_argument("--data", type=Path, default=HERE / "results" / "video-data")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "video.json")
+    parser.add_argument("--resume-trial", action="store_true", help="kill -9 a jpeg build halfway and resume it")
+    parser.add_argument(
+        "--lerobot-python",
+        type=Path,
+        default=HERE.parent / ".venv-upstream-lerobot" / "bin" / "python",
+        help="the Python of a venv with LeRobot 0.4.4 (make bench-lerobot makes it); missing: no LeRobot column",
+    )
     args = parser.parse_args()
 
     started = time.time()
@@ -252,12 +353,11 @@ def main() -> None:
         "batch": BATCH,
         "builds": {},
         "windows_per_second": {},
-        "not_run": {
-            "lerobot": "LeRobot 0.4.4 (LeRobotDataset, torchcodec) is not installed in this venv: run it from its own "
-            "venv (see benchmarks/lerobot.py, make bench-lerobot)",
-            "lance": "pylance / lerobot-lancedb are not installed here: no Lance conversion was made",
-        },
+        "lerobot": {},
+        "not_run": {"lance": "pylance / lerobot-lancedb are not installed here: no Lance conversion was made"},
     }
+    if not args.lerobot_python.is_file():
+        report["not_run"]["lerobot"] = f"no LeRobot venv at {args.lerobot_python} (--lerobot-python)"
     try:
         for name in ("raw", "jpeg"):
             result = build(root, name, cache, args.build_workers)
@@ -267,12 +367,30 @@ def main() -> None:
             report["builds"][name] = result
             print(
                 f"build {name:>4}: {result['seconds']:7.1f} s  {result['bytes'] / 2**20:9.1f} MiB "
-                f"({result['bytes_vs_mp4']:.2f}x MP4)  peak RSS {result['peak_rss'] / 2**20:.0f} MiB"
+                f"({result['bytes_vs_mp4']:.2f}x MP4)  peak RSS {result['peak_rss'] / 2**20:.0f} MiB  "
+                f"{result['frames_per_second_per_core']:.0f} frames/s per core"
             )
+        if args.resume_trial:
+            # the jpeg build again in a cache of its own: killed halfway, then resumed (checkpoints after every episode)
+            trial = cache / "resume-trial"
+            half = args.episodes // 2
+            killed = build(root, "jpeg", trial, args.build_workers, mode=f"kill-at-{half}")
+            resumed = build(root, "jpeg", trial, args.build_workers, mode="resume")
+            report["resume_trial"] = {
+                "killed_at_episode": half,
+                **killed,
+                "resumed_seconds": round(resumed["seconds"], 2),
+                "resumed_decoded_episodes": resumed["decoded_episodes"],
+                "full_build_seconds": round(report["builds"]["jpeg"]["seconds"], 2),
+                "same_bytes": resumed["bytes"] == report["builds"]["jpeg"]["bytes"],
+            }
+            print("resume trial:", json.dumps(report["resume_trial"]))
         for name in ("raw", "jpeg"):
             for workers in args.workers:
                 rate = windows_per_second(report["builds"][name]["path"], workers, args.seconds)
                 report["windows_per_second"][f"{name}/{workers}"] = round(rate, 1)
+        for workers in args.workers if args.lerobot_python.is_file() else ():
+            report["lerobot"][str(workers)] = lerobot_rate(args.lerobot_python, root, workers, args.seconds)
         report["decoders"] = decoders([moving_frame(i, 0, HEIGHT, WIDTH) for i in range(64)])
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -285,7 +403,10 @@ def main() -> None:
         for name in ("jpeg", "raw"):
             rate = report["windows_per_second"][f"{name}/{workers}"]
             cells.append(f"{rate:8.1f} ({rate * WINDOW * len(CAMERAS):7.0f})")
-        print(f"{workers:>8} | {cells[0]:>18} | {cells[1]:>18} | {'-':>8} | {'-':>6}")
+        theirs = report["lerobot"].get(str(workers), {}).get("samples_per_second")
+        print(f"{workers:>8} | {cells[0]:>18} | {cells[1]:>18} | {f'{theirs:8.1f}' if theirs else '-':>8} | {'-':>6}")
+    for workers, result in report["lerobot"].items():
+        print(f"LeRobot, {workers} workers: {json.dumps(result)}")
     jpeg = report["builds"]["jpeg"]["frames"]
     for key, stats in jpeg.items():
         print(f"{key}: {stats['bytes'] / stats['rows']:.0f} B/frame, PSNR {stats['psnr_db']} dB vs the decoded video")
@@ -296,6 +417,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--_build":
-        build_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        build_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--_lerobot":
+        lerobot_child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     else:
         main()

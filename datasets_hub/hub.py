@@ -337,7 +337,7 @@ def load(
 
     ``frames`` chooses how camera frames (uint8 image keys) are stored (see ``docs/guide/compressed-frames.md``):
     ``"raw"`` (decoded once, fastest to sample), ``"jpeg"`` (each frame on its own, ``frame_quality``
-    1..100, default 90) or ``"png"`` (exact); ``None`` stores them raw while the loader's estimate of their
+    1..100, default 75) or ``"png"`` (exact); ``None`` stores them raw while the loader's estimate of their
     decoded size stays at or below ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` (16 GiB), JPEG above. The codec
     enters the build's fingerprint; compressed frames are decoded at sample time, only those sampled, in
     host threads, or with ``decode_device="cuda"`` by nvJPEG (torchvision) into that device's memory: the

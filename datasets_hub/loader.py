@@ -112,7 +112,8 @@ class LoaderContext:
     exceed it); ``note(key, value)`` records a fact for the dataset card (e.g. rows whose next
     observation upstream does not know); ``progress(n)`` reports n more source rows read, and
     ``expect(total)`` how many it will read in all, when the loader knows it before reading (the
-    build's progress bar then shows a total, a rate and the time left).
+    build's progress bar then shows a total, a rate and the time left). ``done_episodes`` holds the
+    ids a resumed build already wrote (empty otherwise); only a ``resumable`` loader is resumed.
     """
 
     def __init__(
@@ -125,6 +126,7 @@ class LoaderContext:
         self.chunk_rows = int(chunk_rows)
         self.notes: dict[str, Any] = {}
         self.raw_dir = raw_dir
+        self.done_episodes: frozenset[int] = frozenset()
         self._progress = progress
         self._expect = expect
 
@@ -149,6 +151,9 @@ class Loader:
     install_hint: str = ""  # the exact pip line that provides ``requires``
     format_version: int = 1  # bump when conversion output changes: old builds are not reused
     downloads: bool = True  # False: the data is generated here (no download; `list` shows "local")
+    #: True: :meth:`episodes` skips the ids in ``ctx.done_episodes`` (never decodes or converts them) and yields the
+    #: others exactly as it would have; an interrupted build then resumes (datasets_hub.build.resume)
+    resumable: bool = False
 
     #: environment variables whose values :meth:`catalogue` depends on (e.g. a local store's root)
     catalogue_env: tuple[str, ...] = ()

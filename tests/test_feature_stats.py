@@ -220,3 +220,38 @@ def test_float32_values_fall_in_the_buckets_of_their_float64_copies():
     edges = [0.0, -0.0, ZERO_BAND, -ZERO_BAND, ZERO_BAND * 1.001, 3e38, -3e38, 1e-40, -1e-40, 1.0, -1.0]
     values = np.concatenate([values, edges]).astype(np.float32).reshape(2, -1)
     assert np.array_equal(_bucket_index(values), _bucket_index(values.astype(np.float64)))
+
+
+def test_a_state_saved_and_restored_goes_on_exactly(tmp_path):
+    """What a resumed build relies on: statistics restored from ``state()`` (through torch.save and a
+    weights-only load) and fed the remaining batches equal those of one uninterrupted pass, in every
+    regime (uint8 counts, exact distinct values, buckets after the switch, NaN)."""
+    rng = np.random.default_rng(3)
+
+    def batch(i: int) -> TensorDict:
+        n = 400
+        wide = rng.normal(size=(n, 2)).astype(np.float32) * (i + 1)  # passes EXACT_DISTINCT: buckets
+        wide[i, 0] = np.nan
+        return TensorDict(
+            {
+                "observation": torch.from_numpy(wide),
+                "few": torch.from_numpy(rng.integers(0, 5, (n, 3)).astype(np.float64)),  # exact counts
+                "pixels": torch.from_numpy(rng.integers(0, 256, (n, 4, 4, 3), dtype=np.uint8)),
+            },
+            batch_size=[n],
+        )
+
+    batches = [batch(i) for i in range(60)]
+    whole = FeatureStats()
+    for b in batches:
+        whole.update(b)
+    first = FeatureStats()
+    for b in batches[:30]:
+        first.update(b)
+    torch.save(first.state(), tmp_path / "state.pt")
+    resumed = FeatureStats.from_state(torch.load(tmp_path / "state.pt", weights_only=True))
+    for b in batches[30:]:
+        resumed.update(b)
+    assert resumed.result() == whole.result()
+    assert whole.result()["observation"]["q_rel_error"] > 0  # the bucket regime was reached
+    assert FeatureStats.from_state(FeatureStats().state()).result() == {}

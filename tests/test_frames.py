@@ -91,7 +91,9 @@ def buffer(storage, sampler=None, seed=0, **kw):
 def builds(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DATASETS_HUB_CACHE", str(tmp_path_factory.mktemp("cache")))
-        return {c: make_build(FrameCodec(c, 90 if c == "jpeg" else None)) for c in ("raw", "png", "jpeg")}
+        return {
+            c: make_build(FrameCodec(c, fr.DEFAULT_QUALITY if c == "jpeg" else None)) for c in ("raw", "png", "jpeg")
+        }
 
 
 # -- choosing a codec ---------------------------------------------------------------------------------
@@ -130,7 +132,7 @@ def test_png_is_exact_and_jpeg_close_in_every_layout(layout):
     out = np.empty_like(frame)
     fr.decode_into(fr.encode(frame, FrameCodec("png"), layout), "png", layout, out)
     assert np.array_equal(out, frame)
-    fr.decode_into(fr.encode(frame, FrameCodec("jpeg", 90), layout), "jpeg", layout, out)
+    fr.decode_into(fr.encode(frame, FrameCodec("jpeg", fr.DEFAULT_QUALITY), layout), "jpeg", layout, out)
     assert psnr(out, frame) >= fr.PSNR_FLOOR_DB
 
 
@@ -144,9 +146,9 @@ def test_only_uint8_images_are_frames():
 # -- the build -----------------------------------------------------------------------------------------
 def test_the_manifest_records_codec_quality_bytes_and_psnr(builds):
     manifest = builds["jpeg"].manifest
-    assert manifest["version"] == 3 and manifest["frames"] == {"codec": "jpeg", "quality": 90}
+    assert manifest["version"] == 3 and manifest["frames"] == {"codec": "jpeg", "quality": fr.DEFAULT_QUALITY}
     assert manifest["layout"]["frames"]["pixels"] == {
-        "codec": "jpeg", "quality": 90, "layout": "hwc", "dtype": "uint8", "shape": [H, W, 3],
+        "codec": "jpeg", "quality": fr.DEFAULT_QUALITY, "layout": "hwc", "dtype": "uint8", "shape": [H, W, 3],
     }  # fmt: skip
     stats = manifest["stats"]["frames"]["pixels"]
     rows = sum(LENGTHS) + len(LENGTHS)
@@ -363,7 +365,7 @@ def test_a_published_build_with_compressed_frames_samples_like_the_local_one(bui
         return
     assert (remote[rows] == local[rows]).all()
     card = (folder / "README.md").read_text()
-    assert "## Compressed frames" in card and "| `pixels` | jpeg | 90 |" in card
+    assert "## Compressed frames" in card and f"| `pixels` | jpeg | {fr.DEFAULT_QUALITY} |" in card
     stacks = buffer(remote.storage, transform=FrameStack(3, keys=["pixels"])).sample(8)
     assert (stacks == buffer(builds["jpeg"], transform=FrameStack(3, keys=["pixels"])).sample(8)).all()
 

@@ -396,6 +396,50 @@ class FeatureStats:
     def result(self) -> dict[str, dict[str, Any]]:
         return {key_to_str(k): s.result() for k, s in (self._keys or {}).items()}
 
+    def state(self) -> dict[str, Any]:
+        """The running state as tensors and plain values (``torch.load(..., weights_only=True)`` reads it
+        back): :meth:`from_state` goes on exactly where this left off, so the statistics of a resumed build
+        equal those of an uninterrupted one."""
+        if self._keys is None:
+            return {"keys": None}
+        return {"keys": [(list(k), _plain(vars(s))) for k, s in self._keys.items()]}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> FeatureStats:
+        stats = cls()
+        if state["keys"] is not None:
+            stats._keys = {}
+            for key, attrs in state["keys"]:
+                restored = _KeyStats.__new__(_KeyStats)
+                vars(restored).update(_unplain(attrs))
+                stats._keys[tuple(key)] = restored
+        return stats
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy arrays as tensors and dtypes as tagged names (see :meth:`FeatureStats.state`)."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.array(value))
+    if isinstance(value, np.dtype):
+        return {"numpy_dtype": value.str}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.numpy()
+    if isinstance(value, dict):
+        if set(value) == {"numpy_dtype"}:
+            return np.dtype(value["numpy_dtype"])
+        return {k: _unplain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unplain(v) for v in value)
+    return value
+
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach().cpu()

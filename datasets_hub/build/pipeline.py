@@ -9,6 +9,11 @@ A loader that finds a raw file malformed raises :class:`~datasets_hub.errors.Cor
 build moves that file aside to ``<name>.corrupt`` (so the next load downloads it again instead of
 failing on the same bytes forever) and re-raises naming the URL it came from.
 
+A build by a ``resumable`` loader keeps checkpoints in its staging folder
+(:mod:`datasets_hub.build.resume`): when it stops on an error, Ctrl-C or ``kill -9``, the staging
+folder stays and the next build of the same fingerprint goes on after the last checkpoint instead of
+starting over (a corrupt source file, ``force=True`` or a checkpoint that fails its checks start over).
+
 Nothing is fsynced (on ext4 one fsync flushes the whole build and doubled build times): a killed
 process never publishes a build, and after a power loss `datasets-hub verify` finds a damaged one
 through the per-file sha256 the manifest records.
@@ -25,6 +30,7 @@ from typing import Any
 import torch
 
 from datasets_hub import __version__
+from datasets_hub.build import resume
 from datasets_hub.build.format import (
     FORMAT,
     MANIFEST,
@@ -85,23 +91,32 @@ def build(
         if manifest is not None and not force:
             return final  # another process built it while we waited
         incomplete = final.with_name(final.name + INCOMPLETE_SUFFIX)
-        if incomplete.exists():
+        if incomplete.exists() and (force or not loader.resumable):
             remove_tree(incomplete)  # left by a process that was killed mid-build
         try:
             manifest = _convert(spec, loader, files, sources, incomplete, final.name, chunk_rows, frames)
+            resume.drop_checkpoint(incomplete)  # the complete build is published without it
             write_json_atomic(incomplete / MANIFEST, manifest)
             write_manifest_checksum(incomplete)  # published with the manifest by the same rename
             if final.exists():
                 remove_tree(final)  # readers with open memmaps keep their (unlinked) files
             os.replace(incomplete, final)
         except BaseException as exc:
-            remove_tree(incomplete)
+            # a resumable build keeps what its last checkpoint vouches for; a corrupt source may have fed it
+            kept = loader.resumable and resume.has_checkpoint(incomplete) and not isinstance(exc, CorruptFile)
+            if not kept:
+                remove_tree(incomplete)
             if isinstance(exc, CorruptFile):
                 _quarantine(exc, spec, files, sources)
             if is_disk_full(exc):
+                where = (
+                    f"the build so far is kept in {incomplete} and the next load resumes it"
+                    if kept
+                    else "the partial build was removed"
+                )
                 raise CacheError(
-                    f"the disk filled up while building {spec.id!r} ({exc}); the partial build was removed. "
-                    "Free space (e.g. `datasets-hub cache prune`) or point DATASETS_HUB_CACHE elsewhere, then load again"
+                    f"the disk filled up while building {spec.id!r} ({exc}); {where}. Free space (e.g. "
+                    "`datasets-hub cache prune`) or point DATASETS_HUB_CACHE elsewhere, then load again"
                 ) from exc
             raise
     return final
@@ -164,6 +179,21 @@ def _chunks_of(loader: Loader, spec: DatasetSpec, files: Mapping[str, Path], ctx
         yield chunk
 
 
+def _writer_for(
+    target: Path, build_fp: str, loader: Loader, frames: FrameCodec | None
+) -> tuple[LeanTEDWriter, resume.Checkpoint | None]:
+    """The writer of the staging folder ``target``: resumed from its checkpoint when there is a usable one
+    (a resumable loader's interrupted build), else a new one in an emptied folder."""
+    checkpoint = resume.load_checkpoint(target, build_fp) if loader.resumable else None
+    if checkpoint is not None:
+        writer = LeanTEDWriter.resume(target / "data", checkpoint.writer, frames=frames)
+        if writer is not None:
+            return writer, checkpoint
+    if target.exists():
+        remove_tree(target)  # no checkpoint, or one its files disagree with: start over
+    return LeanTEDWriter(target / "data", frames=frames), None
+
+
 def _convert(
     spec: DatasetSpec,
     loader: Loader,
@@ -177,7 +207,7 @@ def _convert(
     started = time.time()
     if frames is not None:
         require_codec_libraries(frames)
-    writer = LeanTEDWriter(target / "data", frames=frames)
+    writer, checkpoint = _writer_for(target, build_fp, loader, frames)
     # A build's tensor ops are small per chunk; torch's intra-op thread pool then spins against the
     # writer's IO thread and made a 1M-row build ~1.5x slower on 2 cores. One thread while building.
     threads = torch.get_num_threads()
@@ -193,11 +223,22 @@ def _convert(
                 bar.update(n)
 
             ctx = LoaderContext(chunk_rows=chunk_rows, progress=read, expect=bar.set_total)
+            if checkpoint is not None:
+                ctx.done_episodes = checkpoint.done_episodes
+                ctx.notes.update(checkpoint.notes)
+                bar.update(writer.num_transitions)
+            saved, unsaved = time.monotonic(), False
             for chunk in _chunks_of(loader, spec, files, ctx):
                 check_chunk(chunk, loader.name, spec.id)  # the sample-level contract, naming loader and key
                 writer.write(chunk)  # TED violations and write errors (a full disk) propagate as they are
                 if not reported:
                     bar.update(int(chunk.batch_size[0]) if chunk.batch_dims else 0)
+                unsaved = loader.resumable
+                if unsaved and time.monotonic() - saved >= resume.CHECKPOINT_EVERY_S:
+                    resume.save_checkpoint(target, build_fp, writer.checkpoint(), ctx.notes)
+                    saved, unsaved = time.monotonic(), False
+            if unsaved:  # sealing can fail too (a full disk): it then redoes no episode
+                resume.save_checkpoint(target, build_fp, writer.checkpoint(), ctx.notes)
         summary = writer.finish()
     except BaseException:
         writer.abort()  # stop the IO thread before the caller removes the directory

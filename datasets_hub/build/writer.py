@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import torch
@@ -126,8 +126,29 @@ class _LeafFile:
         self.row_shape = row_shape
         self.rows = 0
         self.sha256 = hashlib.sha256()  # recorded in the manifest so `datasets-hub verify` can spot tampering
-        self._fh = open(path, "wb")  # noqa: SIM115 - the column writer owns the handle until close()
+        self._fh: BinaryIO = open(path, "wb")  # noqa: SIM115 - the column writer owns the handle until close()
         self._io = io
+
+    @classmethod
+    def resumed(
+        cls, path: Path, dtype: torch.dtype, row_shape: tuple[int, ...], io: _BackgroundIO, rows: int, sha256: str
+    ) -> _LeafFile | None:
+        """The file as a checkpoint left it: cut back to ``rows`` rows and re-hashed (one sequential read);
+        None when it is shorter or its bytes do not hash to ``sha256``."""
+        leaf = cls.__new__(cls)
+        leaf.path, leaf.dtype, leaf.row_shape, leaf.rows, leaf._io = path, dtype, row_shape, rows, io
+        size = rows * int(np.prod(row_shape, dtype=np.int64)) * torch.empty(0, dtype=dtype).element_size()
+        if not path.is_file() or path.stat().st_size < size:
+            return None
+        leaf._fh = open(path, "r+b")  # noqa: SIM115 - the column writer owns the handle until close()
+        leaf._fh.truncate(size)
+        leaf.sha256 = hashlib.sha256()
+        while chunk := leaf._fh.read(_WRITE_SLICE):
+            leaf.sha256.update(chunk)
+        if leaf.sha256.hexdigest() != sha256:
+            leaf._fh.close()
+            return None
+        return leaf
 
     def append(self, values: torch.Tensor) -> None:
         """Queue ``values`` for writing; the caller must not modify them afterwards."""
@@ -147,6 +168,9 @@ class _LeafFile:
 
         self._io.submit(write, buffer.nbytes)
         self.rows += values.shape[0]
+
+    def flush(self) -> None:
+        self._fh.flush()
 
     def close(self) -> None:
         if not self._fh.closed:
@@ -182,6 +206,14 @@ class _FrameFile:
         self.offsets.append(torch.zeros(1, dtype=torch.int64))
         self.end = 0
         self.rows = 0
+
+    @classmethod
+    def resumed(cls, key: Key, encoder: FrameEncoder, blob: _LeafFile, offsets: _LeafFile) -> _FrameFile:
+        """The leaf going on from its checkpointed files (the frames already encoded stay as they are)."""
+        frame_file = cls.__new__(cls)
+        frame_file.key, frame_file.encoder, frame_file.blob, frame_file.offsets = key, encoder, blob, offsets
+        frame_file.end, frame_file.rows = blob.rows, offsets.rows - 1
+        return frame_file
 
     def append(self, values: torch.Tensor) -> None:
         blobs, lengths = self.encoder.encode_rows(_to_numpy(values))
@@ -387,6 +419,9 @@ class LeanTEDWriter:
         self.episode_ids.append(ids)
         self.episode_returns.append(returns)
         self.num_transitions += n
+        if len(self.episode_ids) >= 1024:  # one small tensor per chunk adds up over DROID's 95k episodes
+            for entries in (self.episode_starts, self.episode_lengths, self.episode_ids, self.episode_returns):
+                entries[:] = [torch.cat(entries)]
 
     def _queue_stats(self, chunk: TensorDictBase) -> None:
         if self._stats_pending is not None:
@@ -445,6 +480,94 @@ class LeanTEDWriter:
             lengths = torch.cat(self.episode_lengths)
             ep = torch.repeat_interleave(torch.arange(starts.numel()), lengths)
             target.append(stored[torch.arange(self.num_transitions) + ep + 1])
+
+    # -- checkpoints (datasets_hub.build.resume) ------------------------------------------------
+    def checkpoint(self) -> dict[str, Any]:
+        """The state after every chunk written so far, with each queued write done and flushed: tensors
+        and plain values that :meth:`resume` goes on from (each leaf's rows and the sha256 of its bytes,
+        the episode index, the statistics, the frame encoders' counts)."""
+        self._io.drain()
+        if self._stats_pending is not None:
+            self._stats_pending.result()
+        leaves = {**self.files}
+        for frame_file in self.frame_files.values():
+            leaves.update(frame_file.leaves())
+        for handle in leaves.values():
+            handle.flush()
+        starts, lengths = torch.cat(self.episode_starts), torch.cat(self.episode_lengths)
+        return {
+            "schema": [(list(k), str(d).replace("torch.", ""), list(shape)) for k, (d, shape) in self._schema.items()],
+            "obs_keys": [list(k) for k in self.obs_keys],
+            "step_keys": [list(k) for k in self.step_keys],
+            "split_next": [list(k) for k in self.split_next],
+            "files": [
+                (group, list(key), str(h.dtype).replace("torch.", ""), list(h.row_shape), h.rows, h.sha256.hexdigest())
+                for (group, key), h in leaves.items()
+            ],
+            "encoders": [(list(key), f.encoder.state()) for key, f in self.frame_files.items()],
+            "num_transitions": self.num_transitions,
+            "history_rows": self.history_rows,
+            "flag_counts": dict(self.flag_counts),
+            "episodes": {
+                "start": starts,
+                "length": lengths,
+                "id": torch.cat(self.episode_ids),
+                "return": torch.cat(self.episode_returns),
+            },
+            "feature_stats": self.feature_stats.state(),
+        }
+
+    @classmethod
+    def resume(cls, data_dir: Path, state: dict[str, Any], frames: FrameCodec | None = None) -> LeanTEDWriter | None:
+        """A writer going on from ``state`` (a :meth:`checkpoint`) over the files it describes.
+
+        Each leaf file is cut back to its checkpointed length and re-hashed against its recorded sha256;
+        files the checkpoint does not know (written after it, or by a ``finish`` that did not complete)
+        are deleted. None when a file is missing, short or hashes otherwise: the build must start over.
+        """
+        writer = cls(data_dir, frames)
+        writer._schema = {tuple(k): (getattr(torch, d), tuple(shape)) for k, d, shape in state["schema"]}
+        writer.obs_keys = [tuple(k) for k in state["obs_keys"]]
+        writer.step_keys = [tuple(k) for k in state["step_keys"]]
+        writer.split_next = [tuple(k) for k in state["split_next"]]
+        codec = writer.frames
+        if state["encoders"] and codec is None:  # not this build's checkpoint (the codec is in the fingerprint)
+            writer.abort()
+            return None
+        leaves: dict[tuple[str, Key], _LeafFile] = {}
+        for group, parts, dtype, shape, rows, sha256 in state["files"]:
+            path = writer.data_dir.joinpath(group, *parts[:-1], parts[-1] + LEAF_SUFFIX)
+            leaf = _LeafFile.resumed(path, getattr(torch, dtype), tuple(shape), writer._io, rows, sha256)
+            if leaf is None:
+                for opened in leaves.values():
+                    opened.close()
+                writer.abort()
+                return None
+            leaves[(group, tuple(parts))] = leaf
+        for parts, encoder_state in state["encoders"]:
+            key = tuple(parts)
+            layout, shape = image_layout(*writer._schema[key]) or "", writer._schema[key][1]
+            encoder = FrameEncoder(cast(FrameCodec, codec), layout, shape)  # not None: checked above
+            encoder.restore(encoder_state)
+            blob, offsets = leaves.pop((FRAMES, (*key, "blob"))), leaves.pop((FRAMES, (*key, "offsets")))
+            writer.frame_files[key] = _FrameFile.resumed(key, encoder, blob, offsets)
+        writer.files = leaves
+        kept = {leaf.path for leaf in leaves.values()}
+        kept |= {leaf.path for f in writer.frame_files.values() for leaf in f.leaves().values()}
+        for path in sorted(writer.data_dir.rglob("*"), reverse=True):  # children before their folders
+            if path.is_file() and path not in kept:
+                path.unlink()
+            elif path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+        writer.num_transitions = int(state["num_transitions"])
+        writer.history_rows = int(state["history_rows"])
+        writer.flag_counts = {k: int(v) for k, v in state["flag_counts"].items()}
+        episodes = state["episodes"]
+        writer.episode_starts, writer.episode_lengths = [episodes["start"]], [episodes["length"]]
+        writer.episode_ids, writer.episode_returns = [episodes["id"]], [episodes["return"]]
+        writer._seen_ids = set(episodes["id"].tolist())
+        writer.feature_stats = FeatureStats.from_state(state["feature_stats"])
+        return writer
 
     # -- sealing ------------------------------------------------------------------------------
     def finish(self) -> dict[str, Any]:

@@ -71,7 +71,7 @@ def add_frames(p: argparse.ArgumentParser) -> None:
         choices=["auto", "raw", "jpeg", "png"],
         help="store camera frames raw, as JPEG or PNG per frame (default auto: raw up to 16 GiB decoded, JPEG above)",
     )
-    p.add_argument("--frame-quality", type=int, metavar="1-100", help="JPEG quality (default 90)")
+    p.add_argument("--frame-quality", type=int, metavar="1-100", help="JPEG quality (default 75)")
 
 
 def frames_of(args: argparse.Namespace) -> dict[str, Any]:

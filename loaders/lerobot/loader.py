@@ -184,6 +184,7 @@ class LeRobotLoader(Loader):
     requires = ("pyarrow", "av", "huggingface_hub")
     install_hint = "pip install 'datasets-hub[lerobot]'  (pyarrow, av)"
     format_version = 2  # 2: string features kept as text (1 skipped them)
+    resumable = True  # episodes in ctx.done_episodes are skipped: their rows and videos are not decoded
 
     # -- ids ---------------------------------------------------------------------------------------
     def catalogue(self) -> dict[str, dict[str, Any]]:
@@ -399,7 +400,8 @@ class _Converter:
             int(workers) if workers is not None else (1 if frames < 1000 else min(4, os.cpu_count() or 1))
         )
         self.reader = EpisodeReader(spec.id, meta, local, self.selected)
-        self.notes: dict[str, Any] = {"missing_reward": 0}
+        # counted over every selected episode (not those converted now): a resumed build notes what a whole one does
+        self.missing_reward = 0 if self._first_feature(REWARD_FEATURES) else sum(e.length for e in self.selected)
 
     def _frame_layout(self, key: str) -> tuple[tuple[int, ...], bool]:
         """The stored per-frame shape of camera ``key`` and whether it is channels-first."""
@@ -418,7 +420,8 @@ class _Converter:
         pool = DecodePool(self.num_workers if self.meta.video_keys else 1)
         scratch = tempfile.TemporaryDirectory(prefix="datasets_hub-lerobot-")
         pending: deque[tuple[lm.Episode, Any, dict[str, Any]]] = deque()
-        queue = iter(self.selected)
+        # a resumed build (datasets_hub.build.resume) already holds some episodes: never decode them again
+        queue = (e for e in self.selected if e.index not in self.ctx.done_episodes)
         ahead = max(1, pool.num_workers)
         try:
             while True:
@@ -513,7 +516,6 @@ class _Converter:
             td.set(("next", "reward"), torch.from_numpy(column(rows, reward_feature, n)).reshape(n, 1))
         else:
             td.set(("next", "reward"), torch.zeros(n, 1, dtype=torch.float32))
-            self.notes["missing_reward"] += n
         done = torch.zeros(n, 1, dtype=torch.bool)
         done_feature = self._first_feature(DONE_FEATURES)
         if done_feature is not None:
@@ -605,5 +607,5 @@ class _Converter:
             "the last step of every episode: LeRobot records no observation after "
             "it; ('next', 'observation', ...) is NaN (0 for integers and images) there",
         )
-        if self.notes["missing_reward"]:
+        if self.missing_reward:
             note("reward", "the dataset has no next.reward feature: ('next', 'reward') is 0 on every row")

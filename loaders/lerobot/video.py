@@ -24,8 +24,11 @@ the build move that download aside).
 from __future__ import annotations
 
 import os
+import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -163,8 +166,32 @@ def raise_error(result: tuple[str, str, str | None] | None) -> None:
     raise LoaderError(message)
 
 
-def _worker_init() -> None:
+def _worker_init(build_process: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    threading.Thread(target=_exit_with, args=(build_process,), name="datasets_hub-decode-watch", daemon=True).start()
+
+
+def _exit_with(build_process: int) -> None:
+    """End this worker once the build process is gone. A build killed with SIGKILL cannot shut its pool down,
+    and the workers (children of the fork server, each holding the pool's queues) would otherwise wait for
+    tasks forever, with the fork server and whatever pipes they inherited."""
+    while _alive(build_process):
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a killed process stays a zombie until its parent reaps it (a parent that reads the
+    build's output pipes, which the workers hold, reaps it only once they close: it must count as gone)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:  # gone, or its pid reused by another user's process
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):  # no /proc (macOS): the signal's answer
+        return True
+    return state not in ("Z", "X")
 
 
 class DecodePool:
@@ -179,7 +206,9 @@ class DecodePool:
             context = multiprocessing.get_context("forkserver")
             # the fork server imports this module once (torch comes with it); workers fork from it
             context.set_forkserver_preload([__name__])
-            self._pool = ProcessPoolExecutor(self.num_workers, mp_context=context, initializer=_worker_init)
+            self._pool = ProcessPoolExecutor(
+                self.num_workers, mp_context=context, initializer=_worker_init, initargs=(os.getpid(),)
+            )
 
     def submit(self, task: DecodeTask) -> Future[Any] | DecodeTask:
         """A future of the task's result (or the task itself, decoded later by :meth:`result`)."""
