@@ -2,8 +2,8 @@
 
 The dataset is benchmarks/video.py's (its ``write``: a LeRobot v3.0 dataset of 3 cameras x 180x320 RGB at 15 fps,
 moving camera-like content, AV1 as LeRobot encodes it) and our two builds are its ``build`` (``frames="raw"`` and
-``frames="jpeg"``, quality 90). Then, in one run on those files, random windows of 8 consecutive frames of the 3
-cameras, batch 64, in samples/s (one sample = one window of each camera = 24 frames) for each ``--workers`` k:
+``frames="jpeg"`` at its default quality). Then, in one run on those files, random windows of 8 consecutive
+frames of the 3 cameras, batch 64, in samples/s (one sample = one window of each camera = 24 frames) for each ``--workers`` k:
 
 - **ours, jpeg / raw**: video.py's ``windows_per_second`` (``delta_timestamps`` -> ``WindowSampler`` ->
   ``SampledBatches(...).dataloader(num_workers=k)``; on a build the k workers are sampling threads, and JPEG
@@ -16,10 +16,10 @@ cameras, batch 64, in samples/s (one sample = one window of each camera = 24 fra
   own venv (``--lerobot-python``) as a child process;
 - **Lance** (pylance): the same MP4s decoded with PyAV and written as a Lance dataset with **one row per frame**
   (episode_index, frame_index, timestamp, observation.state, action, and one binary column of JPEG bytes per
-  camera, ``.`` in names written ``__``, quality 90, 4:2:0, as our jpeg build encodes), in order, so a frame's row id is its global index. A
-  batch draws 64 anchors, reads their 8-frame windows with one ``LanceDataset.take`` of the (sorted, unique)
-  row ids, and decodes the JPEGs with simplejpeg into one preallocated array per camera (a frame in two
-  overlapping windows decoded once and copied, as ours does) on
+  camera, ``.`` in names written ``__``, at our jpeg build's quality, 4:2:0, as it encodes), in order, so a
+  frame's row id is its global index. A batch draws 64 anchors, reads their 8-frame windows with one
+  ``LanceDataset.take`` of the (sorted, unique) row ids, and decodes the JPEGs with simplejpeg into one
+  preallocated array per camera (a frame in two overlapping windows decoded once and copied, as ours does) on
   ``torch.get_num_threads()`` threads (the rule ours follows: all cores in the main process, 1 in a DataLoader
   worker process). k workers are k ``DataLoader`` worker processes over an iterable of batches (``spawn``),
   each opening the dataset itself. It runs in a venv of its own (``--lance-python``) as a child process.
@@ -76,7 +76,6 @@ def _load(name: str, path: Path) -> Any:
 video = _load("video_bench", HERE / "video.py")  # the writer, the builds and our sampling, as they are
 FPS, CAMERAS, WINDOW, BATCH, REPO = video.FPS, video.CAMERAS, video.WINDOW, video.BATCH, video.REPO
 HEIGHT, WIDTH = video.HEIGHT, video.WIDTH
-LANCE_QUALITY = 90  # our jpeg build's default quality
 
 
 def lance_name(feature: str) -> str:
@@ -141,7 +140,7 @@ def lerobot_child(root: str, workers: int, seconds: float) -> None:
 
 
 # -- Lance (pylance), in its own venv ----------------------------------------------------------------
-def lance_convert_child(root: str, out: str) -> None:
+def lance_convert_child(root: str, out: str, quality: int) -> None:
     """Decode the MP4s (PyAV), JPEG-encode each frame, write one Lance row per frame; print time and bytes."""
     import glob
 
@@ -164,7 +163,7 @@ def lance_convert_child(root: str, out: str) -> None:
                 for frame in container.decode(stream):
                     image = frame.to_ndarray(format="rgb24")
                     blobs.append(
-                        simplejpeg.encode_jpeg(image, quality=LANCE_QUALITY, colorspace="RGB", colorsubsampling="420")
+                        simplejpeg.encode_jpeg(image, quality=quality, colorspace="RGB", colorsubsampling="420")
                     )
         if len(blobs) != rows:  # the written files hold each episode's frames in row order, one per row
             raise RuntimeError(f"{cam}: {len(blobs)} decoded frames for {rows} parquet rows")
@@ -313,6 +312,9 @@ def main() -> None:
         "samples_per_s": {},
         "not_run": {},
     }  # fmt: skip
+    from datasets_hub.build.frames import DEFAULT_QUALITY as quality  # our jpeg build's, which Lance's JPEGs match
+
+    report["jpeg_quality"] = quality
     timeout = 120 + 10 * args.seconds
     cache = Path(tempfile.mkdtemp(prefix="datasets_hub-bench-baselines-", dir=args.data))
     lance_path = cache / "droid_shaped.lance"
@@ -323,7 +325,9 @@ def main() -> None:
                                                 "path": built["path"]}  # fmt: skip
         if args.lance_python.exists():
             try:
-                converted = child(args.lance_python, "--_lance_convert", str(root), str(lance_path), timeout=1800)
+                converted = child(
+                    args.lance_python, "--_lance_convert", str(root), str(lance_path), str(quality), timeout=1800
+                )
                 report["stores"]["lance"] = {**converted, "seconds": round(converted["seconds"], 1)}
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 report["not_run"]["lance"] = f"the conversion failed: {exc}"
@@ -394,7 +398,7 @@ if __name__ == "__main__":
     if mode == "--_lerobot":
         lerobot_child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     elif mode == "--_lance_convert":
-        lance_convert_child(sys.argv[2], sys.argv[3])
+        lance_convert_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif mode == "--_lance_sample":
         lance_sample_child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     else:
