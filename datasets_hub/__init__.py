@@ -148,6 +148,7 @@ _EXPORTS: dict[str, str] = {
     "CatalogueError": "errors",
     "PluginError": "errors",
     "ReadOnlyError": "errors",
+    "NotShareable": "errors",
     "PreprocessError": "errors",
     "UncachedPreprocessWarning": "fingerprint",
 }

@@ -158,3 +158,9 @@ class ReadOnlyError(HubError, RuntimeError):
             f"this {what} is read-only and cannot be written to. For a writable copy, extend a new buffer "
             "from its contents: rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(rb))); rb2.extend(rb[:])"
         )
+
+
+class NotShareable(HubError, RuntimeError):
+    """A buffer part sent to a process being spawned (``torch.multiprocessing``) that cannot share its state
+    with it: a ``ListStorage`` (Python objects), a ``TensorDictMaxValueWriter``, a storage not allocated yet. The
+    child's writes would be lost, so it is refused (``RuntimeError``, as in TorchRL); the message names the fix."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -47,3 +48,16 @@ def test_shared_init_lets_a_child_allocate_before_the_parent_writes(tmp_path):
     assert p.exitcode == 0
     assert len(rb) == 3
     assert rb[:].tolist() == [10.0, 11.0, 12.0]
+
+
+def test_cleanup_removes_the_files_and_refuses_later_writes(tmp_path):
+    storage = LazyMemmapStorage(6, scratch_dir=tmp_path / "mm")
+    assert storage.cleanup() is False  # nothing written: no files
+    storage = LazyMemmapStorage(6, scratch_dir=tmp_path / "mm2", existsok=True)
+    rb = ReplayBuffer(storage=storage)
+    rb.extend(torch.arange(3.0) + 7)
+    assert storage.cleanup() is True
+    assert not (tmp_path / "mm2").exists() and len(storage) == 0 and storage.cleaned_up
+    assert storage.cleanup() is False
+    with pytest.raises(RuntimeError, match="cleanup"):
+        rb.extend(torch.arange(2.0))

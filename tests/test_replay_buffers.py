@@ -787,3 +787,95 @@ def test_a_generator_that_is_not_torch_s_is_refused_when_given():
     rb = _small_buffer(batch_size=4, generator=torch.Generator().manual_seed(0))
     with pytest.raises(TypeError, match=r"pass torch.Generator\(\).manual_seed\(seed\)"):
         rb.set_rng(3)
+
+
+def _prefetching(seed, prefetch=2, storage=None):
+    rb = ReplayBuffer(
+        storage=storage or ListStorage(12),
+        batch_size=3,
+        prefetch=prefetch,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    rb.extend(torch.arange(12) * 10)
+    return rb
+
+
+@pytest.mark.parametrize("how", ["state_dict", "pickle", "dumps"])
+def test_batches_in_flight_travel_with_the_saved_state(how, tmp_path):
+    import pickle
+
+    source = _prefetching(0, storage=LazyTensorStorage(12))
+    source.sample()  # two more batches are now drawn ahead
+    if how == "pickle":
+        restored = pickle.loads(pickle.dumps(source))
+    else:
+        restored = _prefetching(1, storage=LazyTensorStorage(12))
+        restored.sample()
+        if how == "state_dict":
+            restored.load_state_dict(source.state_dict())
+        else:
+            source.dumps(tmp_path)
+            restored.loads(tmp_path)
+    for _ in range(4):
+        assert torch.equal(source.sample(), restored.sample())
+
+
+def test_a_prefetch_state_of_another_capacity_is_refused_before_anything_changes():
+    state = _prefetching(0).state_dict()
+    target = _prefetching(1, prefetch=1)
+    target.sample()
+    queued = list(target._prefetch_queue)
+    with pytest.raises(RuntimeError, match="prefetch queue with capacity 2"):
+        target.load_state_dict(state)
+    assert list(target._prefetch_queue) == queued
+    legacy = dict(state)
+    legacy.pop("_prefetch_state")
+    other = _prefetching(1)
+    other.sample()
+    other.load_state_dict(legacy)
+    assert not other._prefetch_queue
+
+
+def test_a_prefetching_buffer_cannot_be_shared():
+    with pytest.raises(ValueError, match=r"Cannot share prefetched replay buffers.*prefetch=0.*shared=False"):
+        ReplayBuffer(storage=LazyMemmapStorage(4), batch_size=2, prefetch=1, shared=True)
+    rb = ReplayBuffer(storage=LazyMemmapStorage(4))
+    assert rb.share(True) is rb
+    with pytest.raises(RuntimeError, match="cannot be undone"):
+        rb.share(False)
+
+
+def test_stats_snapshot_counts_without_side_effects():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2)
+    rb.extend(torch.arange(15))
+    assert rb.stats() == {
+        "size": 10,
+        "write_count": 15,
+        "prefetch_queue_size": 0,
+        "initialized": True,
+        "capacity": 10,
+        "utilization": 1.0,
+    }
+    json.dumps(rb.stats())
+    rb.empty(empty_write_count=False)
+    assert (rb.stats()["size"], rb.stats()["write_count"]) == (0, 15)
+    rb.empty()
+    assert rb.stats()["write_count"] == 0
+    delayed = ReplayBuffer(storage=LazyTensorStorage(4), delayed_init=True)
+    assert delayed.stats()["initialized"] is False and delayed.stats()["capacity"] == 4
+    assert not delayed.initialized
+
+
+def test_set_set_at_and_update_write_single_entries_in_place():
+    rb = ReplayBuffer(storage=LazyTensorStorage(6))
+    rb.extend(TensorDict({"a": torch.arange(4.0), "b": torch.arange(4.0) + 10}, [4]))
+    rb.set_at_("a", torch.tensor([70.0, 71.0]), torch.tensor([1, 3]))
+    assert rb["a"].tolist() == [0.0, 70.0, 2.0, 71.0]
+    rb.set_("b", torch.tensor([20.0, 21.0, 22.0, 23.0]))
+    assert rb["b"].tolist() == [20.0, 21.0, 22.0, 23.0]
+    rb.update_(TensorDict({"a": torch.full((4,), 5.0)}, [4]))
+    assert rb["a"].tolist() == [5.0] * 4 and rb["b"].tolist() == [20.0, 21.0, 22.0, 23.0]
+    with pytest.raises(ValueError, match="dtype"):
+        rb.set_("a", torch.arange(4))
+    with pytest.raises(KeyError, match="no entry 'c'"):
+        rb.set_("c", torch.zeros(4))

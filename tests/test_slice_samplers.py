@@ -13,6 +13,7 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSliceSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
+from datasets_hub.buffers.samplers.slice_layout import SliceLayout
 from datasets_hub.buffers.storages import Storage
 from datasets_hub.buffers.tensor_storages import LazyTensorStorage
 
@@ -26,7 +27,7 @@ class EpisodeStorage(Storage):
     would not need it); ``keys`` picks which leaves ``read_key`` offers. ``reads`` counts calls.
     """
 
-    def __init__(self, lengths, with_index=False, keys=("episode", ("next", "done"))):
+    def __init__(self, lengths, with_index=False, keys=("episode", ("next", "done")), vouched=False):
         self.index = EpisodeIndex.from_lengths(lengths)
         n = int(sum(lengths))
         super().__init__(n)
@@ -36,9 +37,13 @@ class EpisodeStorage(Storage):
         self.done = torch.zeros(n, dtype=torch.bool)
         self.done[self.index.end - 1] = True
         self.with_index, self.keys, self.reads = with_index, [k if isinstance(k, tuple) else (k,) for k in keys], 0
+        self.vouched = vouched
 
     def __len__(self):
         return self.n
+
+    def done_only_at_episode_ends(self):
+        return self.vouched
 
     def episode_index(self):
         return self.index if self.with_index else None
@@ -178,6 +183,40 @@ def test_done_is_stored_done_or_truncated():
     inside = (index == 10) & ~trunc
     assert inside.any() and done[inside].all()
     assert torch.equal(done, trunc | storage.done[index])
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_storage_vouching_for_its_done_flags_is_not_scanned(strict):
+    # vouched, over its own episode index: done = truncated, and the flags are never read (O(rows) at 10^8 rows)
+    storage = EpisodeStorage(LENGTHS, with_index=True, vouched=True)
+    s = SliceSampler(slice_len=8, strict_length=strict)
+    s.generator = gen(6)
+    for _ in range(3):
+        index, info = s.sample(storage, 512)
+        done, trunc = info[("next", "done")].reshape(-1), info[("next", "truncated")].reshape(-1)
+        assert torch.equal(done, trunc) and torch.equal(done, trunc | storage.done[index])
+        assert done.any()
+    assert storage.reads == 0
+    # the same storage without the promise: its flags are read once, and give the same done
+    plain = EpisodeStorage(LENGTHS, with_index=True)
+    p = SliceSampler(slice_len=8, strict_length=strict)
+    p.generator = gen(6)
+    for _ in range(3):
+        assert torch.equal(p.sample(plain, 512)[1][("next", "done")], s.sample(storage, 512)[1][("next", "done")])
+    assert plain.reads == 1
+
+
+def test_a_vouching_storage_without_an_index_is_still_scanned():
+    # the promise is about the storage's own episode index; episodes derived from ids are checked as before
+    storage = EpisodeStorage([50, 30], vouched=True)
+    storage.done[10] = True
+    s = SliceSampler(slice_len=8, traj_key="episode")
+    s.generator = gen(3)
+    index, info = s.sample(storage, 800)
+    assert torch.equal(
+        info[("next", "done")].reshape(-1), info[("next", "truncated")].reshape(-1) | storage.done[index]
+    )
+    assert storage.reads == 2  # the ids, then the flags
 
 
 def test_truncated_key_none_gives_no_info():
@@ -361,6 +400,29 @@ def test_dataset_build_slices_use_its_episode_index():
     ep = data["episode"].reshape(10, 6)
     assert (ep == ep[:, :1]).all() and (ep != 1).all()  # episode 1 has 3 steps
     assert (torch.diff(data["step"].reshape(10, 6), dim=1) == 1).all()
+    # a build vouches that its done flags end episodes: a slice's done is its truncated mark, never a scan
+    assert storage.done_only_at_episode_ends()
+    read_key = storage.read_key
+
+    def no_done_scan(key):
+        assert key not in (("next", "done"), "next/done"), "the done flags of a build were scanned"
+        return read_key(key)
+
+    get = storage.get
+
+    def no_whole_build(index):
+        assert not isinstance(index, slice), "the whole build was gathered"
+        return get(index)
+
+    # nor is the whole build gathered to look for a key it lacks (TorchRL's "is_init")
+    storage.read_key, storage.get = no_done_scan, no_whole_build
+    rb = TensorDictReplayBuffer(storage=storage, sampler=SliceSampler(slice_len=3), batch_size=300)
+    sample = rb.sample()
+    stored = get(sample["index"])["next", "done"]  # the build's own flags at those rows
+    mask = torch.zeros(100, 3, dtype=torch.bool)
+    mask[:, -1] = True
+    assert torch.equal(sample["next", "truncated"], mask.reshape(-1, 1))
+    assert stored.any() and torch.equal(sample["next", "done"], mask.reshape(-1, 1) | stored)
 
 
 def test_prioritized_slices_through_the_buffer():
@@ -417,6 +479,34 @@ def test_end_keys_or_the_flags_of_every_key_present():
     bad.extend(data)
     with pytest.raises(KeyError, match="none of end_keys"):
         bad.sample()
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize(
+    "lengths, slice_len",
+    [
+        ([500] * 40, 4),
+        (LENGTHS, 8),
+        ([9, 9, 30, 9, 12, 9], 9),
+        ([1] + [300] * 5, 4),
+        ([5], 5),
+        (list(range(1, 60)), 3),
+        ([1, 10_000], 4),
+    ],
+)
+def test_the_bucket_lookup_gives_the_binary_search_rows(lengths, slice_len, strict):
+    # every start number, and the rows the binary search gives: the bucket table must agree on each one
+    layout = SliceLayout(EpisodeIndex.from_lengths(lengths), slice_len, strict)
+    if layout.total == 0:
+        return
+    u = torch.arange(layout.total)
+    assert layout.rows_of_np(u.numpy()).tolist() == layout.rows_of(u).tolist()
+    if lengths == [500] * 40:
+        assert layout.width == 497  # mt30's shape: one bucket per episode
+    if lengths == [1] + [300] * 5 and strict:
+        assert layout.width == 297  # the 1-row episode has no start and is not kept
+    if lengths == [1, 10_000]:  # one start in the short episode: a table of 10^4 buckets for 2 episodes
+        assert layout.width == (9997 if strict else 0)  # ... is not made: the binary search serves
 
 
 # -- TorchRL 0.14's slice keywords ----------------------------------------------------------------

@@ -183,3 +183,17 @@ def test_a_tensordict_holding_no_tensors_is_a_loader_error_not_a_corrupt_file(tm
     with pytest.raises(LoaderError, match=r"entry 'obs' is a list, not a tensor") as info:
         convert([bad])
     assert not isinstance(info.value, CorruptFile)
+
+
+def test_a_chunk_reads_where_tensordict_registers_no_safe_globals(tmp_path):
+    # tensordict 0.14 (TorchRL 0.14's) registers neither _make_td nor TensorDict for weights_only loading; a chunk
+    # saved by a recent tensordict names both (_make_td(tensordict._td.TensorDict, state)): our stand-ins serve
+    path = save_chunk(tmp_path / "chunk_0.pt", chunk(0, 2, 4, [1, 2]))
+    registered = torch.serialization.get_safe_globals()
+    torch.serialization.clear_safe_globals()
+    try:
+        td = load_tensordict(path)
+    finally:
+        torch.serialization.add_safe_globals(registered)
+    torch.testing.assert_close(td["obs"], chunk(0, 2, 4, [1, 2])["obs"], rtol=0, atol=0, equal_nan=True)
+    assert td.batch_size == (2, 4)

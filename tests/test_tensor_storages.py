@@ -71,6 +71,22 @@ def test_local_tensorclass_survives_state_dict():
     assert (got.obs == torch.arange(5.0)).all()
 
 
+def test_a_tensor_storage_over_an_entryless_tensordict_takes_the_first_keys():
+    rb = ReplayBuffer(storage=TensorStorage(TensorDict(batch_size=[4])))
+    rb.extend(TensorDict({"a": torch.tensor([5, 6]), "n": TensorDict({"b": torch.ones(2, 3)}, [2, 3])}, [2]))
+    assert rb[:]["a"].tolist() == [5, 6, 0, 0]  # every wrapped row is an item, as TorchRL counts them
+    assert rb[:]["n", "b"].shape == (4, 3)
+
+
+def test_storage_private_names_of_torchrl_are_views_of_the_allocation():
+    storage = LazyTensorStorage(5)
+    assert storage._storage is None
+    storage._init(TensorDict({"a": torch.ones(2)}, []))
+    assert storage._storage.shape == (5,) and storage._storage["a"].shape == (5, 2)
+    storage.set(torch.arange(2), TensorDict({"a": torch.tensor([[1.0, 2.0], [3.0, 4.0]])}, [2]))
+    assert storage._storage["a"][1].tolist() == [3.0, 4.0]
+
+
 def test_gather_into_writes_the_rows_of_each_leaf_into_given_arrays():
     """TensorStorage.gather_into: each leaf's rows in a caller's arrays (wider rows keep their tail),
     extras replace their keys; a kind numpy cannot gather leaf by leaf goes through gather."""

@@ -126,3 +126,17 @@ def test_round_robin_writer_stores_the_index():
     assert stored["obs"].tolist() == [4.0, 5.0, 2.0, 3.0]
     rb.add(TensorDict({"obs": torch.tensor(9.0)}, []))
     assert rb.storage[:]["index"].tolist() == [0, 1, 2, 3]
+
+
+def test_max_value_writer_loads_ranks_before_it_has_a_storage(tmp_path):
+    from datasets_hub import LazyTensorStorage, TensorDictReplayBuffer
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), writer=TensorDictMaxValueWriter(rank_key="r"))
+    rb.extend(TensorDict({"r": torch.tensor([0.3, 0.1, 0.4]), "x": torch.arange(3)}, [3]))
+    rb.writer.dumps(tmp_path)
+    fresh = TensorDictMaxValueWriter(rank_key="r")
+    fresh.loads(tmp_path)
+    assert fresh._current_top_values == rb.writer._current_top_values
+    assert [row for _, row in fresh._current_top_values] == [1, 0, 2]  # lowest rank first
+    with pytest.raises(ValueError, match="ranks 3 items; this storage holds 2"):
+        fresh.register_storage(LazyTensorStorage(2))

@@ -26,3 +26,14 @@ def test_a_registered_writer_writes_round_robin():
     assert writer.extend(torch.arange(10, 13)).tolist() == [3, 0, 1]
     assert storage.get(torch.arange(4)).tolist() == [11, 12, 2, 10]
     assert writer.indices_in_order().tolist() == [2, 3, 0, 1]
+
+
+def test_torchrl_cursor_names_are_settable_and_old_states_load(tmp_path):
+    writer = RoundRobinWriter()
+    writer._cursor, writer._write_count = 3, 23
+    writer.dumps(tmp_path)
+    other = RoundRobinWriter()
+    other.loads(tmp_path)
+    assert (other.cursor, other.write_count) == (3, 23)
+    other.load_state_dict({"_cursor": 5})
+    assert (other.cursor, other.write_count) == (5, 5)

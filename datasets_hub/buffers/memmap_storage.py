@@ -20,7 +20,7 @@ from datasets_hub.buffers.disk_space import full_disk_error, memmap_filenames, r
 from datasets_hub.buffers.nested_keys import nest
 from datasets_hub.buffers.tensor_leaves import decode_meta, leaves_of
 from datasets_hub.buffers.tensor_storages import TensorStorage
-from datasets_hub.errors import StorageExists
+from datasets_hub.errors import InvalidArgument, StorageExists
 from datasets_hub.files import write_json_atomic
 
 
@@ -40,6 +40,8 @@ class LazyMemmapStorage(TensorStorage):
     version live in shared memory, so writes in a child are visible in the parent.
     """
 
+    _mm_td: Any = None  # the memory-mapped TensorDict of the files (keeps the mappings alive)
+
     def __init__(
         self,
         max_size: int,
@@ -56,10 +58,15 @@ class LazyMemmapStorage(TensorStorage):
         self._existsok = existsok
         temp = scratch_dir is None
         directory = tempfile.mkdtemp(prefix="datasets_hub_memmap_") if scratch_dir is None else scratch_dir
+        self.scratch_dir_is_temp = temp
         self.auto_cleanup = temp if auto_cleanup is None else bool(auto_cleanup)
+        self.cleaned_up = False
         # auto_cleanup: the creating process removes the files when the storage is collected or at exit
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(directory), True) if self.auto_cleanup else None
         self.scratch_dir = Path(directory)
+        # the rows are files every process maps: the length and version are seen by forked children too
+        if not compilable:
+            self._fork_share_counters()
         if shared_init:  # the first process to write allocates the files, the others adopt them
             self.share()
 
@@ -68,6 +75,10 @@ class LazyMemmapStorage(TensorStorage):
         return self.scratch_dir / "data"
 
     def _alloc_leaves(self, keys, shapes, row_batch) -> list[torch.Tensor]:
+        if self.cleaned_up:  # the buffer's writer and sampler still count the removed items: refuse
+            raise InvalidArgument(
+                "this LazyMemmapStorage was removed by cleanup(): build a new storage (and buffer) to write again"
+            )
         data_dir = self._data_dir
         if (self.scratch_dir / "storage.json").exists() and not self._existsok:
             raise StorageExists(
@@ -112,10 +123,58 @@ class LazyMemmapStorage(TensorStorage):
         info.pop("len"), info.pop("write_version")
         write_json_atomic(self.scratch_dir / "storage.json", info)
 
+    # TorchRL's attribute names (read by code written against it): the public ones above
+    @property
+    def _auto_cleanup(self) -> bool:
+        return self.auto_cleanup
+
+    @property
+    def _scratch_dir_is_temp(self) -> bool:
+        return self.scratch_dir_is_temp
+
+    @property
+    def _cleaned_up(self) -> bool:
+        return self.cleaned_up
+
+    @property
+    def _storage(self) -> Any:
+        """The memory-mapped allocation (leaves carry their ``filename``) for one-dimensional TensorDict
+        data; as :attr:`TensorStorage._storage` otherwise."""
+        if self.initialized and self._kind == "td" and self.ndim == 1:
+            return self._mm_td
+        return super()._storage
+
+    def cleanup(self) -> bool:
+        """Remove this storage's directory and files now (TorchRL's ``cleanup``), whatever ``auto_cleanup``.
+
+        The storage forgets its items and its allocation, and refuses later writes (the buffer's writer
+        and sampler would still count the removed items): build a new one to write again. Returns
+        True when files were removed, False when there were none (never written, or the directory is
+        already gone); calling it again is harmless. Other processes mapping the files keep their
+        mappings until they drop them."""
+        had_files = self.initialized and self.scratch_dir.exists()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        self._mm_td = None
+        self._kind, self._keys, self._schema, self._plain, self._td, self._meta = None, [], [], [], None, None
+        self._np, self._row_batch = [], ()
+        self._counts[0] = 0
+        self._bump_version()
+        if had_files or (self.scratch_dir_is_temp and self.scratch_dir.exists()):
+            shutil.rmtree(self.scratch_dir, ignore_errors=True)
+        self.cleaned_up = True
+        return had_files
+
+    @property
+    def rows_visible_to_children(self) -> bool:
+        """Always True: the rows are files that every process maps."""
+        return True
+
     def _maybe_attach_shared(self) -> None:
-        # another process may have allocated the files (shared buffers): adopt them
+        # another process (a shared buffer's, or a forked child, which moved our length) allocated the files
         meta_path = self.scratch_dir / "storage.json"
-        if self._shared and meta_path.exists():
+        if (self._shared or len(self) > 0) and meta_path.exists():
             self._reopen(json.loads(meta_path.read_text()))
 
     def _reopen(self, info: dict[str, Any]) -> None:
@@ -132,17 +191,18 @@ class LazyMemmapStorage(TensorStorage):
         )
 
     def share(self) -> None:
+        """Put the length and version in torch shared memory: processes the storage is sent to count with it
+        (the rows are files, visible to every process already)."""
         self._share_counters()
         self._shared = True
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
+        state = super().__getstate__()  # a process being spawned gets the counters shared (see TensorStorage)
         for k in (
             "_plain",
             "_np",
             "_mm_td",
             "_td",
-            "_counts",
             "_finalizer",
             "_meta",
             "_paths",

@@ -28,8 +28,10 @@ Contracts, by section of the class:
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import json
+import multiprocessing
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,12 +44,14 @@ from tensordict import TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
+from datasets_hub.buffers import prefetch_state
 from datasets_hub.buffers.batch_size import check_batch_items
 from datasets_hub.buffers.generations import ConditionalUpdateResult, update_if_present
 from datasets_hub.buffers.samplers.base import Sampler, as_index, check_generator
 from datasets_hub.buffers.samplers.prioritized import PrioritizedSampler, check_reduction, reduce_trailing
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.samplers.sample_units import SampleUnit, Transition
+from datasets_hub.buffers.shared_counters import being_spawned
 from datasets_hub.buffers.storages import ListStorage, Storage, _as_index, _slice_items, attach_extras
 from datasets_hub.buffers.transforms import Compose, as_transform
 from datasets_hub.buffers.writers import ImmutableDatasetWriter, RoundRobinWriter, Writer
@@ -76,6 +80,13 @@ def _collate_list(items: list[Any]) -> Any:
         return default_collate(items)
     except (TypeError, RuntimeError):
         return items  # arbitrary objects: the list itself is the batch
+
+
+# TorchRL's phrase ("Cannot share prefetched replay buffers") is kept for code that matches it
+_PREFETCH_SHARED = (
+    "Cannot share prefetched replay buffers: batches drawn ahead in this process would miss the writes of the "
+    "other processes. Build the buffer with prefetch=0, or keep prefetch and shared=False"
+)
 
 
 class ReplayBuffer:
@@ -125,6 +136,8 @@ class ReplayBuffer:
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0 (batches kept in flight), got {prefetch!r}")
         self._prefetch = prefetch
+        if prefetch and shared:
+            raise InvalidArgument(_PREFETCH_SHARED)
         if dim_extend is not None and (not isinstance(dim_extend, int) or dim_extend < 0):
             raise ValueError(f"dim_extend must be an int >= 0 (the data dim extend() writes along), got {dim_extend!r}")
         if pin_memory and not torch.cuda.is_available():
@@ -140,6 +153,8 @@ class ReplayBuffer:
             raise ValueError("compilable=True keeps the write cursor in plain ints (as TorchRL): it cannot be shared")
         self._init_threading()
         self._shared = False
+        # writers in other processes of a shared buffer take turns through it (share() makes it a process lock)
+        self._process_lock: Any = contextlib.nullcontext()
         self._pending = {
             "storage": storage,
             "sampler": sampler,
@@ -392,8 +407,17 @@ class ReplayBuffer:
         clone.set_rng(generator)
         return clone
 
-    def share(self) -> None:
-        """Share the storage and write cursor with ``torch.multiprocessing`` children (``shared=True``)."""
+    def share(self, shared: bool = True) -> ReplayBuffer:
+        """Share the storage and write cursor with ``torch.multiprocessing`` children (``shared=True``);
+        returns the buffer (TorchRL's signature). Sharing cannot be undone: ``share(False)`` on a shared
+        buffer is refused, on another it does nothing. A prefetching buffer cannot be shared (batches
+        drawn ahead would not see other processes' writes)."""
+        if not shared:
+            if self._shared:
+                raise InvalidArgument("this buffer's storage is already in shared memory: sharing cannot be undone")
+            return self
+        if self._prefetch:
+            raise InvalidArgument(_PREFETCH_SHARED)
         if not hasattr(self._storage, "share"):
             raise ValueError(
                 f"shared=True needs a storage that lives outside one process; {type(self._storage).__name__} "
@@ -401,7 +425,11 @@ class ReplayBuffer:
             )
         self._storage.share()
         self._writer.share()
+        # two processes extending at once would take the same rows; a lock of the spawn context also goes to
+        # spawned and forkserver children (one of the fork context cannot), and forked ones inherit it
+        self._process_lock = multiprocessing.get_context("spawn").Lock()
         self._shared = True
+        return self
 
     def append_transform(self, transform: Any, *, invert: bool = False) -> ReplayBuffer:
         """Add a transform at the end; ``invert=True`` runs it on writes instead of on samples."""
@@ -430,7 +458,7 @@ class ReplayBuffer:
     def add(self, data: Any) -> int:
         """Write one item; returns its position."""
         data = self._inv(data)
-        with self._lock:
+        with self._lock, self._process_lock:
             index = self._writer.add(data)
             if index < 0:  # declined by the writer (TensorDictMaxValueWriter)
                 return index
@@ -449,7 +477,7 @@ class ReplayBuffer:
         data = self._inv(data)
         if self._dim_extend:
             data = mdim.transpose_data(data, self._dim_extend)
-        with self._lock:
+        with self._lock, self._process_lock:
             index = self._writer.extend(data)
             items = self._items_of_rows(index)
             if self._writer.may_drop_items:  # -1 marks an item the writer declined
@@ -460,14 +488,66 @@ class ReplayBuffer:
             return torch.stack(mdim.unravel(items, self._storage.shape), -1)
         return index
 
-    def empty(self) -> None:
-        """Remove every item and reset the write cursor, ``write_count`` and the sampler."""
+    def empty(self, empty_write_count: bool = True) -> None:
+        """Remove every item and reset the write cursor and the sampler; ``write_count`` too unless
+        ``empty_write_count=False`` (TorchRL's keyword: a monitor's cumulative count goes on)."""
         self._refuse_if_read_only()
         self._drain()
         with self._lock:
+            count = self._writer.write_count
             self._writer.empty()
             self._storage.empty()
             self._sampler.empty()
+            if not empty_write_count:
+                self._writer.keep_write_count(count)
+
+    def stats(self) -> dict[str, int | float | bool]:
+        """A JSON-able snapshot of counters (TorchRL's ``stats``): ``size`` (``len``), ``write_count`` (0 for
+        writers that do not count), ``prefetch_queue_size`` (batches in flight), ``initialized``, and, when the
+        storage's capacity is known, ``capacity`` and ``utilization`` (``size / capacity``). It changes nothing
+        and does not build a buffer built with ``delayed_init=True``."""
+        if not self.initialized:
+            pending = self.__dict__["_pending"]["storage"]
+            out: dict[str, int | float | bool] = {"size": 0, "write_count": 0, "prefetch_queue_size": 0}
+            out["initialized"] = False
+            if isinstance(pending, Storage):
+                out["capacity"], out["utilization"] = int(pending.max_size), 0.0
+            return out
+        size = len(self)
+        capacity = int(self._storage.max_size)
+        return {
+            "size": size,
+            "write_count": int(self._writer.write_count),
+            "prefetch_queue_size": len(self._queue),
+            "initialized": True,
+            "capacity": capacity,
+            "utilization": size / capacity if capacity else 0.0,
+        }
+
+    # -- in-place writes of single keys (TensorDict's set_ / set_at_ / update_) ---------------------
+    def set_(self, key: Any, value: torch.Tensor) -> ReplayBuffer:
+        """Overwrite entry ``key`` of every stored item in place (``value``: one row per item)."""
+        self._refuse_if_read_only()
+        with self._lock:
+            self._storage.set_key_(key, value, None)
+        return self
+
+    def set_at_(self, key: Any, value: torch.Tensor, index: Any) -> ReplayBuffer:
+        """Overwrite entry ``key`` of the items at ``index`` in place (``value``: one row per index)."""
+        self._refuse_if_read_only()
+        with self._lock:
+            self._storage.set_key_(key, value, index)
+        return self
+
+    def update_(self, data: Any) -> ReplayBuffer:
+        """Overwrite, in place, every entry ``data`` (a TensorDict of one row per stored item) holds."""
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"update_ takes a TensorDict of entries to overwrite, got {type(data).__name__}")
+        self._refuse_if_read_only()
+        with self._lock:
+            for key, value in data.items(include_nested=True, leaves_only=True):
+                self._storage.set_key_(key, value, None)
+        return self
 
     def _gather(
         self,
@@ -622,6 +702,13 @@ class ReplayBuffer:
         self._turn = 0  # draw number allowed to use the sampler now
         self._queue: collections.deque = collections.deque()
         self._executor: ThreadPoolExecutor | None = None
+        # held while the queue of prefetched batches is changed or read whole (state capture, restore)
+        self._futures_lock = threading.RLock()
+
+    @property
+    def _prefetch_queue(self) -> collections.deque:
+        """TorchRL's name of the queue of batches drawn ahead (futures, oldest first)."""
+        return self._queue
 
     def _job(self, batch_size: int, ticket: int) -> tuple[Any, dict[str, Any], bool]:
         with self._cond:
@@ -649,16 +736,29 @@ class ReplayBuffer:
                 data, info, ran_out = self._sample_now(batch_size)
             transform = self._transform  # inlined _fwd: this runs for every batch
             return (transform(data) if transform.transforms else data), info, ran_out
-        if batch_size != self._batch_size or not self._queue:
-            result = self._job(batch_size, self._ticket())
-        else:
-            result = self._queue.popleft().result()
-        if batch_size == self._batch_size:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self._prefetch, thread_name_prefix="datasets_hub_prefetch")
-            while len(self._queue) < self._prefetch:
-                self._queue.append(self._executor.submit(self._job, batch_size, self._ticket()))
+        with self._futures_lock:
+            if batch_size != self._batch_size or not self._queue:
+                result = self._job(batch_size, self._ticket())
+            else:
+                result = self._queue.popleft().result()
+            if batch_size == self._batch_size:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(self._prefetch, thread_name_prefix="datasets_hub_prefetch")
+                while len(self._queue) < self._prefetch:
+                    self._queue.append(self._executor.submit(self._job, batch_size, self._ticket()))
         return result
+
+    def _settled_queue(self) -> list[Any]:
+        """The results of every batch in flight, oldest first (waits for them; hold ``_futures_lock``)."""
+        return [future.result() for future in self._queue]
+
+    @contextlib.contextmanager
+    def _settled_then_locked(self) -> Iterator[list[Any]]:
+        """Wait for the batches in flight (they sample under ``_lock``), then hold ``_lock``; yields their
+        results. Callers hold ``_futures_lock``, so no new batch is queued meanwhile."""
+        settled = self._settled_queue()
+        with self._lock:
+            yield settled
 
     def sample_many(self, k: int, batch_size: int | None = None) -> Any:
         """``k`` batches in one call, stacked: a ``[k, batch_size]`` TensorDict (or tensor).
@@ -766,22 +866,31 @@ class ReplayBuffer:
 
     def _drain(self) -> None:
         """Wait for in-flight prefetches and drop them (after empty/load, they would be stale)."""
-        while self._queue:
-            try:
-                self._queue.popleft().result()
-            except Exception:  # noqa: BLE001 - a failed stale batch is dropped with the others
-                pass
+        with self._futures_lock:
+            while self._queue:
+                try:
+                    self._queue.popleft().result()
+                except Exception:  # noqa: BLE001 - a failed stale batch is dropped with the others
+                    pass
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for k in ("_lock", "_cond", "_queue", "_executor", "_next_ticket", "_turn"):
+        with self._futures_lock:  # the batches in flight travel with the sampler that moved past them
+            queued = prefetch_state.capture(self._settled_queue(), self._prefetch, clone=False)
+            state = self.__dict__.copy()
+        for k in ("_lock", "_cond", "_queue", "_executor", "_next_ticket", "_turn", "_futures_lock"):
             state.pop(k)
         state.pop("_episodes_cache", None)  # derived (ReplayBuffer.episodes); recomputed on first use
+        state["_prefetch_state"] = queued
+        if not being_spawned():  # a plain copy writes on its own (a process lock only travels to a spawned child)
+            state["_process_lock"] = contextlib.nullcontext()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        queued = state.pop("_prefetch_state", None)
         self.__dict__.update(state)
         self._init_threading()
+        if queued is not None:
+            self._queue.extend(prefetch_state.settled(queued["queue"]))
 
     def __del__(self) -> None:
         executor = getattr(self, "_executor", None)
@@ -933,32 +1042,61 @@ class ReplayBuffer:
     # -- state: state_dict / load_state_dict, dumps / loads ---------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "_storage": self._storage.state_dict(),
-                "_sampler": self._sampler.state_dict(),
-                "_writer": self._writer.state_dict(),
-                "_batch_size": self._batch_size,
-            }
+        """Storage, sampler, writer, batch size, the generator's state (``"_rng"``: ``(state, device)``, or
+        None without a generator) and the batches drawn ahead by ``prefetch`` (``"_prefetch_state"``, see
+        ``prefetch_state.py``), all at one point in time: a buffer loading it gives the same batches next."""
+        with self._futures_lock:  # batches in flight settle first: they use the sampler under _lock
+            queued = self._settled_queue()
+            with self._lock:
+                gen = self._sampler.generator
+                return {
+                    "_storage": self._storage.state_dict(),
+                    "_sampler": self._sampler.state_dict(),
+                    "_writer": self._writer.state_dict(),
+                    "_batch_size": self._batch_size,
+                    "_rng": (gen.get_state().clone(), str(gen.device)) if gen is not None else None,
+                    "_prefetch_state": prefetch_state.capture(queued, self._prefetch),
+                }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._drain()
-        with self._lock:
-            self._storage.load_state_dict(state_dict["_storage"])
-            self._sampler.load_state_dict(state_dict["_sampler"])
-            self._writer.load_state_dict(state_dict["_writer"])
+        """Restore a :meth:`state_dict`; one without ``"_prefetch_state"`` (older states) leaves no batch in
+        flight. A prefetch state saved with another ``prefetch`` is refused before anything changes."""
+        queued = state_dict.get("_prefetch_state")
+        prefetch_state.check(queued, self._prefetch)
+        with self._futures_lock:
+            self._drain()
+            with self._lock:
+                self._storage.load_state_dict(state_dict["_storage"])
+                self._sampler.load_state_dict(state_dict["_sampler"])
+                self._writer.load_state_dict(state_dict["_writer"])
+                rng = state_dict.get("_rng")
+                if rng is not None:
+                    gen = self._sampler.generator
+                    if gen is None:
+                        gen = torch.Generator(device=rng[1])
+                        self.set_rng(gen)
+                    gen.set_state(rng[0])
+                if queued is not None:
+                    self._queue.extend(prefetch_state.settled(queued["queue"]))
 
     def dumps(self, path: str | Path) -> None:
         """Save storage, sampler, writer (and generator) state under the directory ``path``.
 
         Tensor storages are written as a tensordict memmap tree, metadata as JSON, sampler state with
         ``torch.save`` (loaded back with ``weights_only=True``). Read-only dataset storages are not
-        copied: only the sampler and writer state are saved. With ``prefetch``, the saved sampler
-        state is the one after the batches already in flight.
+        copied: only the sampler and writer state are saved. With ``prefetch``, the batches already in
+        flight are saved too (``prefetch.pt``; not when they hold objects other than tensors and
+        TensorDicts), so the loaded buffer gives the same batches next.
         """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        with self._lock:
+        # batches in flight settle before _lock is taken (they sample under it)
+        with self._futures_lock, self._settled_then_locked() as settled:
+            queued = prefetch_state.to_file_form(prefetch_state.capture(settled, self._prefetch, False))
+            if queued is not None:
+                torch.save(queued, path / "prefetch.pt")
+            else:  # batches of Python objects: not saved (the loaded buffer samples on from the sampler)
+                (path / "prefetch.pt").unlink(missing_ok=True)
             if not getattr(self._storage, "read_only", False):  # read-only builds are not copied
                 self._storage.dumps(path / "storage")  # with the storage's checkpointer
             torch.save(self._sampler.state_dict(), path / "sampler.pt")
@@ -997,8 +1135,14 @@ class ReplayBuffer:
                     f"{path} was dumped with a {meta[part]} but this buffer has a {type(obj).__name__}: "
                     f"build the buffer with a {meta[part]} to load it"
                 )
+        queued = None
+        if (path / "prefetch.pt").exists():
+            queued = prefetch_state.from_file_form(torch.load(path / "prefetch.pt", weights_only=True))
+            prefetch_state.check(queued, self._prefetch)
         self._drain()
-        with self._lock:
+        with self._futures_lock, self._lock:
+            if queued is not None:
+                self._queue.extend(prefetch_state.settled(queued["queue"]))
             if (path / "storage").exists() and not getattr(self._storage, "read_only", False):
                 self._storage.loads(path / "storage")
             self._sampler.load_state_dict(torch.load(path / "sampler.pt", weights_only=True))

@@ -18,7 +18,8 @@ from tensordict import TensorDict, TensorDictBase, is_tensorclass
 
 from datasets_hub.buffers.checkpointers import STORAGE_FORMAT
 from datasets_hub.buffers.episode_index import EpisodeIndex
-from datasets_hub.errors import ReadOnlyError
+from datasets_hub.buffers.shared_counters import being_spawned
+from datasets_hub.errors import NotShareable, ReadOnlyError
 
 
 class Storage:
@@ -84,6 +85,12 @@ class Storage:
     slot_generations: Any = None
 
     @property
+    def rows_visible_to_children(self) -> bool:
+        """True where processes the storage is sent to, and children forked from this one, see its rows (a
+        writer then keeps its cursor where they see it too: ``shared_counters.py``)."""
+        return False
+
+    @property
     def checkpointer(self) -> Any:
         """How ``dumps``/``loads`` write this storage (see ``checkpointers.py``); settable, as in TorchRL."""
         if self._checkpointer is None:
@@ -143,6 +150,12 @@ class Storage:
 
     def episode_index(self) -> EpisodeIndex | None:
         return None
+
+    def done_only_at_episode_ends(self) -> bool:
+        """Whether every set ``("next", "done")`` flag sits, by construction, on the last row of an episode of
+        :meth:`episode_index`: a slice sampler then takes a slice's ``done`` from its ``truncated`` mark
+        without scanning the stored flags (``O(rows)`` on its first call). Default: not known (False)."""
+        return False
 
     def num_items(self, data: Any) -> int:
         """How many items ``data`` holds (its leading batch size, or ``len``)."""
@@ -216,6 +229,14 @@ class Storage:
 
     def empty(self) -> None:
         raise NotImplementedError
+
+    def set_key_(self, key: Any, value: Any, index: Any = None) -> None:
+        """Overwrite one stored entry in place: of every valid item (``index=None``) or of the items at
+        ``index``; ``value`` has one row per item written (``rb.set_``/``set_at_``/``update_``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot overwrite a single entry in place: use a tensor storage "
+            "(LazyTensorStorage, LazyMemmapStorage), or rewrite whole items with rb[index] = data"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -388,6 +409,14 @@ class ListStorage(Storage):
         if not self._storage:
             raise KeyError(key)
         return torch.stack([torch.as_tensor(item[key]) for item in self._storage])
+
+    def __getstate__(self) -> dict[str, Any]:
+        if being_spawned():  # the child would write into its own copy of the list: its writes would be lost
+            raise NotShareable(
+                "Cannot share a storage of type ListStorage between processes: its items are Python objects "
+                "of this process. Use LazyMemmapStorage(max_size) for a buffer other processes write to"
+            )
+        return self.__dict__.copy()
 
     def empty(self) -> None:
         self._storage = []

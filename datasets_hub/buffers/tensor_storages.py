@@ -27,7 +27,7 @@ from torch.utils import _pytree
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.nested_keys import as_key, nest
 from datasets_hub.buffers.row_blocks import fill_rows, take_rows
-from datasets_hub.buffers.shared_counters import SharedCounters
+from datasets_hub.buffers.shared_counters import SharedCounters, being_spawned
 from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index
 from datasets_hub.buffers.tensor_leaves import (
     decode_meta,
@@ -38,6 +38,7 @@ from datasets_hub.buffers.tensor_leaves import (
     numpy_views,
     split_env,
 )
+from datasets_hub.errors import NotShareable
 
 # ---------------------------------------------------------------------------------------------
 # Tensor storages: every leaf is one preallocated tensor [max_size, *row_shape].
@@ -59,9 +60,11 @@ class TensorStorage(SharedCounters, Storage):
     ``TensorStorage(storage, max_size=None)`` wraps existing data whose leading dim is the capacity;
     every row counts as valid (``len == max_size``). The lazy subclasses allocate from the first
     write instead. Writes must match the schema of the first batch (keys, per-row shapes, dtypes),
-    with one exception: a TensorDict write that covers every valid item (``rb.write_all(data)``)
+    with two exceptions: a TensorDict write that covers every valid item (``rb.write_all(data)``)
     may add keys, and each new leaf is allocated for the whole capacity (zeros elsewhere; a new
-    file for memmap storages). Reads gather each leaf with one ``index_select`` and rebuild the
+    file for memmap storages); and a storage wrapping a TensorDict without entries
+    (``TensorStorage(TensorDict(batch_size=[n]))``, as TorchRL allows) takes the keys of its first
+    write, the rows not written yet holding zeros (all ``n`` rows count as valid, as always here). Reads gather each leaf with one ``index_select`` and rebuild the
     data kind that was written.
     Slice reads (``storage[a:b]``) are zero-copy views: write through the buffer, not through them.
     """
@@ -445,7 +448,9 @@ class TensorStorage(SharedCounters, Storage):
         if any(k not in set(keys) for k in self._keys):
             return  # keys are missing as well: a schema mismatch, reported by _check
         names = ", ".join(key_str(k) for k, _ in new)
-        if not self._covers_every_item(cursor):
+        # a TensorStorage wrapping a TensorDict without entries (TensorStorage(TensorDict(batch_size=[n])))
+        # takes its keys from the first write: every row counts as valid, rows not written hold zeros
+        if self._keys and not self._covers_every_item(cursor):
             raise ValueError(
                 f"data does not match the storage schema (set by the first write): unexpected {names}. A new key "
                 "must be written for every stored item at once, or the other items would hold zeros: "
@@ -487,6 +492,40 @@ class TensorStorage(SharedCounters, Storage):
             t.view(self.shape[0], *self._env, *shape)[:n0][cursor] = v.reshape(*probe.shape, *shape)
         self._bump_version()
 
+    def set_key_(self, key: Any, value: Any, index: Any = None) -> None:
+        """Overwrite entry ``key`` in place, of every valid item (``value`` with ``len(self)`` rows, or
+        ``max_size`` rows, the whole allocation, as TorchRL's storage takes it) or of the items at ``index``.
+        The key must exist, and ``value`` must have its per-item shape and dtype: nothing is reallocated.
+        One-dimensional storages only."""
+        path = key if isinstance(key, tuple) else (key,)
+        if self.ndim > 1:
+            raise NotImplementedError("set_key_ on a multi-dimensional storage: overwrite rows with rb[idx] = data")
+        if not self.initialized or path not in self._keys:
+            known = ", ".join(key_str(k) for k in self._keys) or "none (nothing written yet)"
+            raise KeyError(f"the storage holds no entry {key_str(path)}; its entries: {known}")
+        i = self._keys.index(path)
+        leaf, (shape, dtype) = self._plain[i], self._schema[i]
+        value = torch.as_tensor(value)
+        if tuple(value.shape[1:]) != shape or value.dtype != dtype:
+            raise ValueError(
+                f"entry {key_str(path)} holds items of shape {shape} and dtype {dtype}; got rows of shape "
+                f"{tuple(value.shape[1:])} and dtype {value.dtype}: convert the value first"
+            )
+        n = len(self)
+        if index is None:
+            if value.shape[0] not in (n, self.max_size):
+                raise ValueError(
+                    f"set_ of {key_str(path)} needs one row per stored item ({n}) or per slot ({self.max_size}), "
+                    f"got {value.shape[0]}: use set_at_ to write some items"
+                )
+            leaf[: value.shape[0]] = value
+        else:
+            rows = _as_index(index, n)
+            if isinstance(rows, torch.Tensor):
+                rows = rows.reshape(-1)
+            leaf[rows] = value
+        self._bump_version()
+
     def empty(self) -> None:
         """Forget every item; the allocation and the schema stay."""
         self._counts[0] = 0
@@ -500,6 +539,34 @@ class TensorStorage(SharedCounters, Storage):
         for t in self._plain:
             t.share_memory_()
         self._np = numpy_views(self._plain)  # share_memory_ moved in-memory leaves: refresh the views
+
+    # TorchRL's method name, called by code written against it (``_storage`` is above) ------------
+    def _init(self, data: Any) -> None:
+        """Allocate the storage for items like ``data`` (one item), writing nothing (TorchRL's ``_init``)."""
+        if self.initialized:
+            raise RuntimeError(f"this {type(self).__name__} is already allocated")
+        if self.ndim > 1:
+            raise NotImplementedError("_init on a multi-dimensional storage: its first extend() allocates it")
+        kind, keys, leaves, meta, row_batch = flatten(data, False)
+        self._allocate(kind, keys, leaves, meta, row_batch, False)
+
+    @property
+    def rows_visible_to_children(self) -> bool:
+        """True when processes this storage is sent to (or forked children) see its rows: after ``share()``."""
+        return self._shared
+
+    def __getstate__(self) -> dict[str, Any]:
+        if being_spawned():
+            # as in TorchRL, a storage sent to a process being spawned is shared with it; sharing moves the
+            # leaves into shared memory, which must happen here (not in torch's pickler) to keep our views valid
+            if not self.initialized and not self._shared:
+                raise NotShareable(
+                    f"cannot share this {type(self).__name__} with a process being spawned: it has not been "
+                    "initialized yet (its leaves are allocated by the first write). Write data into it first, or "
+                    "build it with LazyMemmapStorage(max_size, shared_init=True)"
+                )
+            self.share()
+        return super().__getstate__()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(len={len(self)}, max_size={self.max_size}, kind={self._kind})"
@@ -672,9 +739,10 @@ class LazyTensorStorage(TensorStorage):
         return out
 
     def __getstate__(self) -> dict[str, Any]:
-        if self._shared and not self.initialized:
-            raise RuntimeError(
-                "a shared LazyTensorStorage must be allocated before it is sent to another process "
-                "(extend it once first), or use LazyMemmapStorage, which children can allocate"
+        if (self._shared or being_spawned()) and not self.initialized:
+            raise NotShareable(
+                "a shared LazyTensorStorage must be allocated before it is sent to another process: it has not "
+                "been initialized yet (extend it once first), or use LazyMemmapStorage(max_size, shared_init=True), "
+                "which children can allocate"
             )
         return super().__getstate__()

@@ -7,8 +7,9 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase, is_tensor_collection
 
+from datasets_hub.buffers.shared_counters import being_spawned
 from datasets_hub.buffers.writers import RoundRobinWriter, Writer
-from datasets_hub.errors import InvalidArgument, WrongDataType
+from datasets_hub.errors import InvalidArgument, NotShareable, WrongDataType
 
 # TorchRL's message says "expects data to be a tensor collection": code matching on it keeps working
 _NOT_A_COLLECTION = (
@@ -81,8 +82,13 @@ class TensorDictMaxValueWriter(Writer):
                 "TensorDictMaxValueWriter keeps single items by rank: use a storage with ndim=1 "
                 "(flatten the batch with td.reshape(-1) before extend)"
             )
+        # ranks loaded before any storage was registered (``loads`` on a fresh writer) are kept
+        loaded = self._values if self._storage is None else self._values[:0]
+        if loaded.numel() > storage.max_size:
+            raise ValueError(f"the writer ranks {loaded.numel()} items; this storage holds {storage.max_size}")
         super().register_storage(storage)
         self._values = torch.full((storage.max_size,), float("-inf"), dtype=torch.float64)
+        self._values[: loaded.numel()] = loaded
 
     @property
     def write_count(self) -> int:
@@ -93,6 +99,14 @@ class TensorDictMaxValueWriter(Writer):
         """TorchRL's attribute: the next row a write fills while the storage is not full (0 once full)."""
         storage = self.storage
         return len(storage) % storage.max_size
+
+    @property
+    def _current_top_values(self) -> list[tuple[float, int]]:
+        """TorchRL's attribute: ``(rank, row)`` of every stored item, lowest rank first (a valid heap)."""
+        n = len(self._storage) if self._storage is not None else self._values.numel()
+        ranks = self._values[:n]
+        order = torch.sort(ranks, stable=True).indices
+        return [(float(ranks[i]), int(i)) for i in order]
 
     def _ranks(self, data: Any, n: int) -> torch.Tensor:
         if not is_tensor_collection(data):
@@ -166,17 +180,34 @@ class TensorDictMaxValueWriter(Writer):
         self._values.fill_(float("-inf"))
         self._written = 0
 
+    def keep_write_count(self, count: int) -> None:
+        self._written = int(count)
+
     def state_dict(self) -> dict[str, Any]:
-        n = len(self._storage) if self._storage is not None else 0
+        n = len(self._storage) if self._storage is not None else self._values.numel()
         return {"ranks": self._values[:n].tolist(), "write_count": self._written}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the ranks; a writer without a storage yet keeps them until ``register_storage``."""
         ranks = torch.tensor(state_dict["ranks"], dtype=torch.float64)
-        if ranks.numel() > self._values.numel():
-            raise ValueError(f"the saved writer ranks {ranks.numel()} items; this storage holds {self._values.numel()}")
-        self._values.fill_(float("-inf"))
-        self._values[: ranks.numel()] = ranks
+        if self._storage is None:
+            self._values = ranks
+        else:
+            if ranks.numel() > self._values.numel():
+                raise ValueError(
+                    f"the saved writer ranks {ranks.numel()} items; this storage holds {self._values.numel()}"
+                )
+            self._values.fill_(float("-inf"))
+            self._values[: ranks.numel()] = ranks
         self._written = int(state_dict["write_count"])
+
+    def __getstate__(self) -> dict[str, Any]:
+        if being_spawned():  # the ranks are this process's: a child's writes would not be ranked with ours
+            raise NotShareable(
+                "TensorDictMaxValueWriter cannot be shared between processes: it ranks the items in this "
+                "process. Use a RoundRobinWriter for a buffer other processes write to"
+            )
+        return self.__dict__.copy()
 
     def __repr__(self) -> str:
         return f"TensorDictMaxValueWriter(rank_key={self.rank_key!r}, reduction={self.reduction!r})"

@@ -79,6 +79,11 @@ class Writer:
     def empty(self) -> None:
         return None
 
+    def keep_write_count(self, count: int) -> None:
+        """Set ``write_count`` back to ``count`` (``rb.empty(empty_write_count=False)``); writers that do
+        not count writes ignore it."""
+        return None
+
     def share(self) -> None:
         return None
 
@@ -116,7 +121,10 @@ class RoundRobinWriter(SharedCounters, Writer):
         self._init_counters(2, plain=self._compilable)  # [cursor, write_count]
 
     def register_storage(self, storage: Storage) -> None:
+        """Attach to ``storage``; where children see its rows (memory-mapped files), they see the cursor too."""
         super().register_storage(storage)
+        if getattr(storage, "rows_visible_to_children", False) and not self._compilable:
+            self._fork_share_counters()
         if self._loaded_stamps is not None:
             generations.on_storage(storage).load(self._loaded_stamps)
             self._loaded_stamps = None
@@ -129,14 +137,22 @@ class RoundRobinWriter(SharedCounters, Writer):
     def write_count(self) -> int:
         return int(self._counts[1])
 
-    # TorchRL's attribute names, read by code written against it (checkpoint tools, tests): read-only here
+    # TorchRL's attribute names, read and set by code written against it (checkpoint tools, tests)
     @property
     def _cursor(self) -> int:
         return self.cursor
 
+    @_cursor.setter
+    def _cursor(self, value: int) -> None:
+        self._counts[0] = int(value)
+
     @property
     def _write_count(self) -> int:
         return self.write_count
+
+    @_write_count.setter
+    def _write_count(self, value: int) -> None:
+        self._counts[1] = int(value)
 
     def add(self, data: Any) -> int:
         storage = self.storage
@@ -185,6 +201,9 @@ class RoundRobinWriter(SharedCounters, Writer):
         if stamps is not None:  # handles taken before empty() go stale at once
             stamps.invalidate()
 
+    def keep_write_count(self, count: int) -> None:
+        self._counts[1] = int(count)
+
     def share(self) -> None:
         if self.tracks_generations:
             raise InvalidArgument(
@@ -202,7 +221,8 @@ class RoundRobinWriter(SharedCounters, Writer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._counts[0] = int(state_dict["_cursor"])
-        self._counts[1] = int(state_dict["_write_count"])
+        # states saved before write counts existed (TorchRL's older ones): at least the cursor's items were written
+        self._counts[1] = int(state_dict.get("_write_count", state_dict["_cursor"]))
         saved = state_dict.get("_generation")  # absent from states saved without tracking
         if saved is not None and self.tracks_generations:
             if self._storage is None:

@@ -114,6 +114,7 @@ class DatasetStorage(ReadOnlyStorage):
         ids = self._episode_id_np
         self._ids_are_ordinals = ids.dtype == np.int64 and bool(np.array_equal(ids, np.arange(ids.size)))
         self._plans: dict[tuple, _Plan] = {}
+        self._keys: frozenset[Key] | None = None  # the keys of a batch (read_key)
         self._into_plans: dict[tuple, tuple] = {}  # gather_into's reads by (out keys, extras keys)
         self._plain_get = type(self).get is DatasetStorage.get
         if not self.in_memory:
@@ -155,6 +156,11 @@ class DatasetStorage(ReadOnlyStorage):
 
     def episode_index(self) -> EpisodeIndex:
         return self._index
+
+    def done_only_at_episode_ends(self) -> bool:
+        """True: the build writer refuses a chunk with a done flag on any row but its episode's last
+        (:class:`~datasets_hub.build.writer.LeanTEDWriter`), so no sampler has to scan 10^8 flags to learn it."""
+        return True
 
     def frame_keys(self) -> frozenset[Key]:
         """The observation-like keys stored once per episode (T+1 rows): what :meth:`episode_frames` serves."""
@@ -563,7 +569,17 @@ class DatasetStorage(ReadOnlyStorage):
         for stored, column in self._steps:
             if stored == key:
                 return column
+        if key not in self._batch_keys():
+            raise KeyError(key)  # before gathering every row (10^8 at mt30's size) to find that out
         return self.get(slice(None)).get(key)
+
+    def _batch_keys(self) -> frozenset[Key]:
+        """The keys of a sampled batch (as tuples), from a batch of one row; cached."""
+        keys = self._keys
+        if keys is None:
+            sample = self.get(torch.zeros(min(1, len(self)), dtype=torch.int64))
+            keys = self._keys = frozenset(as_key(k) for k in sample.keys(include_nested=True, leaves_only=True))
+        return keys
 
     def gather_key(
         self, key: str | tuple[str, ...], rows: torch.Tensor, *, episodes: np.ndarray | None = None

@@ -28,6 +28,7 @@ __all__ = ["UnsafeChunk", "load_tensordict"]
 
 _LEGACY_CLASS_NAMES = ("tensordict.tensordict.TensorDict",)
 _MAKE_TD_NAMES = ("tensordict._reductions._make_td",)
+_MAKE_TD_CLASSES = ("tensordict._td.TensorDict",)  # the class newer versions hand to _make_td
 
 
 class UnsafeChunk(LoaderError):
@@ -64,8 +65,13 @@ def _allow_list() -> list[Callable[..., Any] | tuple[Callable[..., Any], str]]:
     stand_ins: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = [
         (_PickledTensorDict, name) for name in _LEGACY_CLASS_NAMES
     ]
-    # tensordict registers its own _make_td as weights_only-safe in recent versions: ours only stands in otherwise
-    return stand_ins + [(_make_td, name) for name in _MAKE_TD_NAMES if name not in registered]
+    # tensordict registers its own _make_td (and the class it is handed) as weights_only-safe in recent versions
+    # (0.15): ours only stand in otherwise, the class included (tensordict 0.14 registers neither, and a chunk
+    # saved by 0.14 or later names it as _make_td's first argument)
+    for name in _MAKE_TD_NAMES:
+        if name not in registered:
+            stand_ins += [(_make_td, name), *((_PickledTensorDict, c) for c in _MAKE_TD_CLASSES if c not in registered)]
+    return stand_ins
 
 
 def load_tensordict(path: Path, *, mmap: bool = True) -> TensorDict:

@@ -115,6 +115,7 @@ class DeviceSliceSampler(DeviceSampler):
         self.strict_length, self.cache_values = bool(strict_length), bool(cache_values)
         self.truncated_key = truncated_key
         self.done_key = _replace_last(truncated_key, "done") if truncated_key is not None else None
+        self.terminated_key = _replace_last(truncated_key, "terminated") if truncated_key is not None else None
         self._storage: Any = None  # a weak reference: a copied sampler (fork) must not copy the data
         self._layouts: dict[int, DeviceSliceLayout] = {}
         self._masks: dict[tuple[int, int], torch.Tensor] = {}
@@ -170,6 +171,11 @@ class DeviceSliceSampler(DeviceSampler):
         self.layout(st, slice_len)
         self._end_mask(st, num_slices, slice_len)
         self._stored_done(st)
+        self._stored_terminated(st)
+
+    def _stored_terminated(self, storage: DeviceStorage) -> torch.Tensor | None:
+        # one flag per row, or None (terminated is False then, as on the host); the storage keeps it
+        return storage.flag_column(self.terminated_key) if self.terminated_key is not None else None
 
     def _stored_done(self, storage: DeviceStorage) -> torch.Tensor | None:
         # one flag per row, or None (done = truncated then, as on the host); the storage keeps it
@@ -190,7 +196,13 @@ class DeviceSliceSampler(DeviceSampler):
         truncated = self._end_mask(storage, num_slices, slice_len).clone()
         stored = self._stored_done(storage)
         done = truncated.clone() if stored is None else torch.index_select(stored, 0, index).reshape(-1, 1) | truncated
-        return {self.truncated_key: truncated, self.done_key: done}
+        stored_terminated = self._stored_terminated(storage)
+        terminated = (
+            torch.zeros_like(truncated)
+            if stored_terminated is None
+            else torch.index_select(stored_terminated, 0, index).reshape(-1, 1)
+        )
+        return {self.truncated_key: truncated, self.done_key: done, self.terminated_key: terminated}
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         st = self._bind(storage)

@@ -35,6 +35,7 @@ import torch
 
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.episode_index import EpisodeIndex
+from datasets_hub.buffers.nested_keys import as_key
 from datasets_hub.buffers.samplers.base import Sampler, as_index
 from datasets_hub.buffers.samplers.random import SamplerWithoutReplacement
 from datasets_hub.buffers.samplers.slice_layout import SliceLayout, cached_arange, cached_arange_np, check_slice_shape
@@ -390,12 +391,28 @@ class SliceSampler(Sampler):
         return flags, flags_np
 
     def _stored_done(self, storage: Storage) -> torch.Tensor | None:
-        if self._done_key_seen != self._cache_key:
+        if self._done_key_seen != self._cache_key and self._vouched_done(storage):
+            # the storage's own episodes, and it vouches that its done flags lie only on their last rows:
+            # done = truncated, without reading (O(rows)) the flags
+            self._done, self._done_np, self._done_at_ends = None, None, True
+            self._done_key_seen = self._cache_key
+        elif self._done_key_seen != self._cache_key:
             done, self._done_np = self._read_flags(storage, self.done_key)  # None: done = truncated then
             self._done = done
             self._done_at_ends = _only_at_ends(done, self._episodes)
             self._done_key_seen = self._cache_key
         return self._done
+
+    def _vouched_done(self, storage: Storage) -> bool:
+        """Whether ``storage`` vouches for where its ``("next", "done")`` flags lie, on the episodes sampled here."""
+        return (
+            self.done_key is not None
+            and as_key(self.done_key) == ("next", "done")
+            and self._perm is None
+            and self._episodes is not None
+            and self._episodes is storage.episode_index()
+            and storage.done_only_at_episode_ends()
+        )
 
     def _flags_at(
         self, storage: Storage, key: NestedKey, index: torch.Tensor, index_np: np.ndarray | None
@@ -516,7 +533,7 @@ class SliceSampler(Sampler):
         """The hot path when every slice is full: one torch draw, then a few numpy ops on the batch.
         Also returns the index as numpy rows: valid rows of ``storage`` by construction (``sample_rows``)."""
         u = torch.randint(layout.total, (num_slices,), generator=self.generator).numpy()
-        rows = u + layout.base_np[layout.bounds_np.searchsorted(u, side="right")]
+        rows = layout.rows_of_np(u)
         # into a fresh array: numpy's broadcast add allocating its own output costs about twice as much
         index_np = np.add(rows[:, None], cached_arange_np(slice_len), out=np.empty((num_slices, slice_len), np.int64))
         index_np = index_np.reshape(-1)

@@ -77,6 +77,35 @@ class SliceLayout:
         self.bounds_np, self.base_np = self.bounds.numpy(), self.base.numpy()
         self.total = int(k_count.sum()) if k_count.numel() else 0
         self.count = k_count
+        self._plan_lookup()
+
+    def _plan_lookup(self) -> None:
+        """A bucket table for :meth:`rows_of_np`: start numbers in buckets of ``width`` (the fewest starts of
+        any kept episode), ``first[b]`` the episode of bucket ``b``'s first number. A bucket then crosses at
+        most one episode boundary, and a start's episode is ``first[b]`` or the next one: two reads per
+        slice, where a binary search over 10^6 episodes makes ~20 dependent cache misses (~0.6 us a slice at
+        mt30's 690,000 episodes). Kept only while the table is small (no more buckets than 4x the
+        episodes + 4096); otherwise the binary search serves."""
+        self.width = 0
+        if not self.total:
+            return
+        width = int(self.count.min())
+        buckets = -(-self.total // width)
+        if buckets > 4 * self.count.numel() + 4096:
+            return  # a few very short episodes would make the table as large as the storage
+        self.width = width
+        self.first_np = self.bounds_np.searchsorted(np.arange(0, self.total, width, dtype=np.int64), side="right")
+        # the first start number of each kept episode, and the total after the last one (a sentinel)
+        self.next_first_np = np.append(self.excl.numpy(), self.total)
+
+    def rows_of_np(self, u: np.ndarray) -> np.ndarray:
+        """Storage rows of start numbers ``u`` (int64 numpy, each in ``[0, total)``): :meth:`rows_of` in numpy,
+        ``O(1)`` reads per start through the bucket table where there is one."""
+        if not self.width:
+            return u + self.base_np[self.bounds_np.searchsorted(u, side="right")]
+        e = self.first_np[u // self.width]
+        e += u >= self.next_first_np[e + 1]
+        return u + self.base_np[e]
 
     def valid_start_mask(self, size: int) -> torch.Tensor:
         """Bool ``[size]``: True at the rows that are valid slice starts."""
