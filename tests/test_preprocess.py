@@ -27,7 +27,17 @@ from datasets_hub.fingerprint import UncachedPreprocessWarning
 from datasets_hub.preprocess.chunks import probe_calls
 from datasets_hub.preprocess.storage import PreprocessedStorage
 
-from fixtures.preprocess import LENGTHS, N, calls, counted, fails_on_row_170, fake_rb, obs_feature, published
+from fixtures.preprocess import (
+    LENGTHS,
+    N,
+    calls,
+    counted,
+    counted_by_every_worker,
+    fails_on_row_170,
+    fake_rb,
+    obs_feature,
+    published,
+)
 
 
 # ------------------------------------------------------------------------------------------ values
@@ -51,7 +61,8 @@ def test_two_workers_write_disjoint_slices_equal_to_one_process(tmp_path):
     rb = fake_rb()
     log = tmp_path / "log"
     one = rb.preprocess(functools.partial(counted, log=str(log)), num_workers=0, chunk_size=30)[:]
-    two = rb.preprocess(functools.partial(counted, log=str(log)), num_workers=2, chunk_size=30, version="2w")[:]
+    each = functools.partial(counted_by_every_worker, log=str(log), parent=os.getpid(), workers=2)
+    two = rb.preprocess(each, num_workers=2, chunk_size=30, version="2w")[:]
     torch.testing.assert_close(one["r"], two["r"])
     pids = set(two["pid"].reshape(-1).tolist())
     assert os.getpid() not in pids and len(pids) == 2  # both workers wrote their own chunks
