@@ -943,9 +943,10 @@ class ReplayBuffer:
         self._refuse_if_read_only()
         data = self._inv(data)
         if getattr(self._storage, "ndim", 1) > 1 and not (len(self) == 0 and index == slice(None)):
+            if isinstance(index, list):
+                index = torch.as_tensor(index)
             with self._lock:  # as TorchRL: index the data in the layout extend() takes
-                full = index if isinstance(index, tuple) else (slice(None),) * self._dim_extend + (index,)
-                self._storage.set(full, mdim.transpose_data(data, self._dim_extend))
+                self._storage.set_in_layout(index, data, self._dim_extend)
             return
         with self._lock:
             if len(self) == 0 and isinstance(index, slice) and index == slice(None):

@@ -480,16 +480,51 @@ class TensorStorage(SharedCounters, Storage):
             for shape, dtype in shapes
         ]
 
-    def _set_md(self, cursor: tuple, kind, keys, leaves, row_batch) -> None:
-        """Overwrite existing items through a multi-dim index (``rb[idx] = x`` with ``dim_extend > 0``)."""
+    def set_in_layout(self, index: Any, data: Any, dim: int = 0) -> None:
+        """Overwrite existing items through ``index`` into the storage seen with its dims 0 and ``dim``
+        swapped: the layout ``extend`` took when the buffer extends along ``dim`` (``rb[0, 3:4] = x``
+        with ``dim_extend=1`` is environment 0, time step 3, as in TorchRL). ``data`` broadcasts over
+        the indexed batch dims, aligned on the trailing ones (``rb[:, 10:20] = x`` with ``x`` of batch
+        ``[10]`` writes every environment). Length and write cursor are unchanged."""
+        batched = not (isinstance(data, TensorDictBase) or is_tensorclass(data)) or bool(data.batch_size)
+        kind, keys, leaves, _, row_batch = flatten(data, batched)
+        if not self.initialized:
+            self._maybe_attach_shared()
+        self._set_md(index if isinstance(index, tuple) else (index,), kind, keys, leaves, row_batch, dim)
+
+    def _set_md(self, cursor: tuple, kind, keys, leaves, row_batch, dim: int = 0) -> None:
+        """Overwrite existing items through a multi-dim index of the storage with dims 0 and ``dim`` swapped."""
         if not self.initialized:
             raise RuntimeError("write rows into an empty multi-dimensional storage with extend() first")
+        if not 0 <= dim < self.ndim:
+            raise ValueError(f"dim={dim} is not a storage dim of this ndim={self.ndim} storage")
         n0 = self.len_along_dim0()
-        probe = torch.empty(n0, *self._env)[cursor]
-        lead = probe.ndim
-        ordered = self._check(kind, keys, [t.reshape(-1, *t.shape[lead:]) for t in leaves], row_batch, True)
+        target = tuple(torch.empty(n0, *self._env).transpose(0, dim)[cursor].shape)
+        shapes = dict(zip(self._keys, (shape for shape, _ in self._schema), strict=True))
+        expanded = {}
+        for key, value in zip(keys, leaves, strict=True):
+            shape = shapes.get(key)
+            if shape is None:
+                continue  # _check names the unexpected key
+            lead = value.shape[: value.ndim - len(shape)]
+            if value.ndim < len(shape) or len(lead) > len(target):
+                raise ValueError(
+                    f"entry {key_str(key)} of shape {tuple(value.shape)} does not fit the indexed items "
+                    f"{list(target)} with per-item shape {shape}"
+                )
+            try:
+                expanded[key] = value.reshape((1,) * (len(target) - len(lead)) + tuple(value.shape)).expand(target + shape)
+            except RuntimeError as exc:
+                raise ValueError(
+                    f"entry {key_str(key)} of batch shape {list(lead)} cannot broadcast to the indexed items "
+                    f"{list(target)} (broadcasting aligns the trailing dims)"
+                ) from exc
+        flat = [expanded[k].reshape((-1, *shapes[k])) if k in expanded else v for k, v in zip(keys, leaves, strict=True)]
+        ordered = self._check(kind, keys, flat, row_batch, True)
         for t, v, (shape, _) in zip(self._plain, ordered, self._schema, strict=True):
-            t.view(self.shape[0], *self._env, *shape)[:n0][cursor] = v.reshape(*probe.shape, *shape)
+            view = t.view(self.shape[0], *self._env, *shape)[:n0].transpose(0, dim)
+            same = v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()  # e.g. rb[a] = rb[b]
+            view[cursor] = (v.clone() if same else v).reshape(target + shape)
         self._bump_version()
 
     def set_key_(self, key: Any, value: Any, index: Any = None) -> None:
