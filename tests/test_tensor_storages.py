@@ -122,3 +122,29 @@ def test_underscore_storage_is_the_whole_allocated_data_as_written():
     grid = LazyTensorStorage(6, ndim=2)
     grid.set(torch.arange(2), TensorDict({"a": torch.arange(6).reshape(2, 3)}, [2, 3]))
     assert grid._storage.batch_size == grid.shape
+
+
+@pytest.mark.parametrize("storage_type", ["LazyTensorStorage", "LazyMemmapStorage"])
+def test_lazy_stack_of_parts_that_differ_in_shape_is_stored_part_by_part(storage_type, tmp_path):
+    import datasets_hub as dh
+    from tensordict import LazyStackedTensorDict
+
+    wide = TensorDict(a=torch.arange(40.0).view(5, 4, 2), batch_size=[5])
+    narrow = TensorDict(a=-torch.arange(30.0).view(5, 3, 2), b=torch.arange(5) + 100, batch_size=[5])
+    data = LazyStackedTensorDict(wide, narrow, stack_dim=1)  # items [2]: part 0 a [4, 2], part 1 a [3, 2] and b
+    rb = TensorDictReplayBuffer(storage=getattr(dh, storage_type)(6), batch_size=3)
+    rb.extend(data)
+    item = rb[2]
+    assert isinstance(item, LazyStackedTensorDict) and item.batch_size == (2,)
+    assert (item[0]["a"] == wide[2]["a"]).all() and (item[1]["a"] == narrow[2]["a"]).all() and item[1]["b"] == 102
+    sample = rb.sample()
+    assert sample.batch_size == (3, 2) and (sample[:, 1]["b"] == sample["index"][:, 0] + 100).all()
+    rb.dumps(tmp_path)
+    restored = TensorDictReplayBuffer(storage=getattr(dh, storage_type)(6))
+    restored.loads(tmp_path)
+    assert (restored[:][:, 1]["a"] == narrow["a"]).all()
+    with pytest.raises(ValueError, match=r"\('1', 'a'\)"):  # another shape than the first write's
+        other = TensorDict(a=torch.zeros(5, 2, 2), b=torch.zeros(5, dtype=torch.int64), batch_size=[5])
+        ReplayBuffer(storage=rb.storage).extend(LazyStackedTensorDict(wide.exclude("index"), other, stack_dim=1))
+    with pytest.raises(ValueError, match="LazyStackStorage"):  # items that differ in shape themselves
+        LazyTensorStorage(6).set(torch.arange(2), LazyStackedTensorDict(wide[0], narrow[0], stack_dim=0))

@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase, is_tensorclass
+from tensordict import TensorDict, TensorDictBase, is_tensorclass, lazy_stack
 from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.nested_keys import as_key, nest
 from datasets_hub.buffers.row_blocks import fill_rows, take_rows
 from datasets_hub.buffers.shared_counters import SharedCounters, being_spawned
-from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index
+from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index, attach_extras
 from datasets_hub.buffers.tensor_leaves import (
     decode_meta,
     flatten,
@@ -338,6 +338,15 @@ class TensorStorage(SharedCounters, Storage):
             return out[0]
         if kind == "pytree":
             return _pytree.tree_unflatten(out, self._meta)
+        if kind == "lazy_td":
+            parts, stack_dim = self._meta
+            nested = nest(self._keys, out)
+            batch_size = torch.Size(batch) + self._row_batch
+            stacked = lazy_stack(
+                [TensorDict(nested.get(str(i), {}), batch_size=batch_size) for i in range(parts)],
+                dim=len(batch) + stack_dim,
+            )
+            return attach_extras(stacked, extra)
         source: Any
         if self._flat and not extra:
             source = {p[1]: t for p, t in zip(self._paths, out, strict=True)}
@@ -386,6 +395,8 @@ class TensorStorage(SharedCounters, Storage):
         kind, keys, leaves, meta, row_batch = flatten(data, batched)
         if not self.initialized:
             self._maybe_attach_shared()
+        if kind == "lazy_td":
+            self._check_lazy_stack(meta)
         if self.ndim > 1:
             if isinstance(cursor, tuple):
                 return self._set_md(cursor, kind, keys, leaves, row_batch)
@@ -437,6 +448,20 @@ class TensorStorage(SharedCounters, Storage):
         if top > n:
             self._counts[0] = top
         self._bump_version()
+
+    def _check_lazy_stack(self, meta: list[int]) -> None:
+        """Lazy stacks of parts that differ in shape are stored part by part (``tensor_leaves``): only on
+        one-dimensional storages, and stacked the same way at every write."""
+        if self.ndim > 1:
+            raise NotImplementedError(
+                "a storage with ndim > 1 cannot hold a lazy stack of parts that differ in shape: use ndim=1, "
+                "or a LazyStackStorage"
+            )
+        if self.initialized and self._kind == "lazy_td" and list(meta) != list(self._meta):
+            raise ValueError(
+                f"this storage holds lazy stacks of {self._meta[0]} parts along item dim {self._meta[1]}; got "
+                f"{meta[0]} parts along item dim {meta[1]}: stack the data the same way at every write"
+            )
 
     def _add_new_keys(self, cursor: Any, kind: str, keys: list, leaves: list, row_batch: tuple, batched: bool) -> None:
         """Allocate the keys a write adds when it may add them (see the class docstring); anything
@@ -627,6 +652,8 @@ class TensorStorage(SharedCounters, Storage):
         meta = None
         if self._kind == "pytree":
             meta = _pytree.treespec_dumps(self._meta)
+        elif self._kind == "lazy_td":
+            meta = list(self._meta)
         elif self._kind == "tensorclass":
             meta = f"{self._meta.__module__}:{self._meta.__qualname__}"
         return {
