@@ -1025,7 +1025,9 @@ class ReplayBuffer:
         full = (slice(None),) * self._dim_extend + (index,)
         with self._lock:
             data = self._storage.get(full)
-        return mdim.transpose_data(data, self._dim_extend) if data.ndim > self._dim_extend else data
+        # the batch dims left after indexing (a PyTree's leaves also have their per-item dims)
+        batch_dims = torch.empty(self._storage.shape, device="meta")[full].ndim
+        return mdim.transpose_data(data, self._dim_extend) if batch_dims > self._dim_extend else data
 
     def query(self, predicate: Callable[[Any], bool] | None = None, *, trajectory_key: Any = None) -> list[Any]:
         """The stored trajectories for which ``predicate`` holds (all without one), oldest first, as
