@@ -47,6 +47,24 @@ def test_compilable_sample_has_no_graph_break():
         assert set(out["a"].tolist()) <= set(range(50))
 
 
+
+def test_compiled_sample_is_not_recompiled_as_the_buffer_grows():
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    rb = ReplayBuffer(storage=LazyTensorStorage(200, compilable=True), batch_size=16, compilable=True)
+    counter = CompileCounter()
+    draw = torch.compile(rb.sample, backend=counter, fullgraph=True)
+    for step in range(5):
+        rb.extend(TensorDict({"a": torch.arange(10.0) + 10 * step}, [10]))  # 10, 20, ... 50 items
+        out = draw()
+        assert out["a"].max() < 10 * (step + 1)  # only the items written so far
+    assert counter.frame_count == 1  # one compile, not one per length
+    rb.empty()
+    with pytest.raises(RuntimeError, match="empty storage"):
+        rb.sample()
+
+
 def test_tensor_storage_over_an_empty_tensordict():
     storage = TensorStorage(TensorDict({}, [10]))
     assert len(storage) == 10 and storage.max_size == 10

@@ -85,6 +85,8 @@ class TensorStorage(SharedCounters, Storage):
         self._compilable = bool(compilable)
         self._env: tuple[int, ...] = ()  # dims 1..ndim-1, known from the first write
         self._init_counters(2, plain=self._compilable)  # [len (items), write_version]
+        # compilable: the length also as a tensor, which torch.compile reads as a graph input (see length_tensor)
+        self._len_t = torch.zeros((), dtype=torch.int64) if self._compilable else None
         self._kind: str | None = None
         self._keys: list[tuple[str, ...]] = []
         self._schema: list[tuple[tuple[int, ...], torch.dtype]] = []
@@ -112,7 +114,7 @@ class TensorStorage(SharedCounters, Storage):
         super().__init__(max_size)
         if storage is not None:
             self._attach(kind, keys, leaves, meta, row_batch)
-            self._counts[0] = self.max_size
+            self._set_len(self.max_size)
 
     @property
     def compilable(self) -> bool:
@@ -170,6 +172,17 @@ class TensorStorage(SharedCounters, Storage):
 
     def __len__(self) -> int:
         return int(self._counts[0])
+
+    def _set_len(self, n: int) -> None:
+        self._counts[0] = n
+        if self._len_t is not None:
+            self._len_t.fill_(n)
+
+    def length_tensor(self) -> torch.Tensor:
+        """``len(self)`` as a 0-d int64 tensor. With ``compilable=True`` it is the storage's own tensor,
+        which ``torch.compile`` reads as a graph input, not a constant: code compiled over it (a
+        ``RandomSampler`` draw) is not recompiled when the storage grows. Read it, never write it."""
+        return self._len_t if self._len_t is not None else torch.tensor(len(self))
 
     @property
     def initialized(self) -> bool:
@@ -446,7 +459,7 @@ class TensorStorage(SharedCounters, Storage):
             same = isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
             t[index] = v.clone() if same else v
         if top > n:
-            self._counts[0] = top
+            self._set_len(top)
         self._bump_version()
 
     def _check_lazy_stack(self, meta: list[int]) -> None:
@@ -588,7 +601,7 @@ class TensorStorage(SharedCounters, Storage):
 
     def empty(self) -> None:
         """Forget every item; the allocation and the schema stay."""
-        self._counts[0] = 0
+        self._set_len(0)
         self._bump_version()
 
     # -- sharing, state, dumps -------------------------------------------------------------------
@@ -710,7 +723,7 @@ class TensorStorage(SharedCounters, Storage):
         n = int(info["len"])
         for t, v in zip(self._plain, leaves, strict=True):
             t[:n] = v[:n]
-        self._counts[0] = n
+        self._set_len(n)
         self._counts[1] = max(self.write_version + 1, int(info.get("write_version", 0)))
 
     def _class_for(self, kind: str, info: dict[str, Any]) -> Any:
