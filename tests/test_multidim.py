@@ -184,7 +184,6 @@ def test_tensor_storage_wraps_2d_data_and_setitem_writes_through_the_layout():
     assert (rb[1]["obs"] == new["obs"]).all()
 
 
-
 @pytest.mark.parametrize("storage_type", [LazyTensorStorage, LazyMemmapStorage])
 def test_setitem_with_a_tuple_indexes_the_layout_extend_took_and_broadcasts(storage_type):
     rb = ReplayBuffer(storage=storage_type(60, ndim=2))
@@ -209,7 +208,6 @@ def test_setitem_with_a_tuple_indexes_the_layout_extend_took_and_broadcasts(stor
     assert len(rb) == 60
     with pytest.raises(ValueError, match="cannot broadcast"):
         rb[:, 0:2] = row  # 10 steps given for 2
-
 
 
 @pytest.mark.parametrize("storage_type", [LazyTensorStorage, LazyMemmapStorage])

@@ -47,7 +47,6 @@ def test_compilable_sample_has_no_graph_break():
         assert set(out["a"].tolist()) <= set(range(50))
 
 
-
 def test_compiled_sample_is_not_recompiled_as_the_buffer_grows():
     from torch._dynamo.testing import CompileCounter
 
@@ -144,8 +143,9 @@ def test_underscore_storage_is_the_whole_allocated_data_as_written():
 
 @pytest.mark.parametrize("storage_type", ["LazyTensorStorage", "LazyMemmapStorage"])
 def test_lazy_stack_of_parts_that_differ_in_shape_is_stored_part_by_part(storage_type, tmp_path):
-    import datasets_hub as dh
     from tensordict import LazyStackedTensorDict
+
+    import datasets_hub as dh
 
     wide = TensorDict(a=torch.arange(40.0).view(5, 4, 2), batch_size=[5])
     narrow = TensorDict(a=-torch.arange(30.0).view(5, 3, 2), b=torch.arange(5) + 100, batch_size=[5])
@@ -161,8 +161,9 @@ def test_lazy_stack_of_parts_that_differ_in_shape_is_stored_part_by_part(storage
     restored = TensorDictReplayBuffer(storage=getattr(dh, storage_type)(6))
     restored.loads(tmp_path)
     assert (restored[:][:, 1]["a"] == narrow["a"]).all()
+    other = TensorDict(a=torch.zeros(5, 2, 2), b=torch.zeros(5, dtype=torch.int64), batch_size=[5])
+    mismatched = LazyStackedTensorDict(wide.exclude("index"), other, stack_dim=1)
     with pytest.raises(ValueError, match=r"\('1', 'a'\)"):  # another shape than the first write's
-        other = TensorDict(a=torch.zeros(5, 2, 2), b=torch.zeros(5, dtype=torch.int64), batch_size=[5])
-        ReplayBuffer(storage=rb.storage).extend(LazyStackedTensorDict(wide.exclude("index"), other, stack_dim=1))
+        ReplayBuffer(storage=rb.storage).extend(mismatched)
     with pytest.raises(ValueError, match="LazyStackStorage"):  # items that differ in shape themselves
         LazyTensorStorage(6).set(torch.arange(2), LazyStackedTensorDict(wide[0], narrow[0], stack_dim=0))

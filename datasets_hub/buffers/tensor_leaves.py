@@ -128,7 +128,9 @@ def _flatten_lazy(td: LazyStackedTensorDict, batched: bool) -> tuple:
     for i, part in enumerate(td.tensordicts):
         for key, value in part.items(include_nested=True, leaves_only=True):
             if not isinstance(value, torch.Tensor):
-                raise TypeError(f"entry {key!r} is a {type(value).__name__}, not a tensor: tensor storages hold tensors only")
+                raise TypeError(
+                    f"entry {key!r} is a {type(value).__name__}, not a tensor: tensor storages hold tensors only"
+                )
             keys.append((str(i), *(key if isinstance(key, tuple) else (key,))))
             leaves.append(value)
     part_batch = td.tensordicts[0].batch_size

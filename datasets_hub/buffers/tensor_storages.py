@@ -551,13 +551,17 @@ class TensorStorage(SharedCounters, Storage):
                     f"{list(target)} with per-item shape {shape}"
                 )
             try:
-                expanded[key] = value.reshape((1,) * (len(target) - len(lead)) + tuple(value.shape)).expand(target + shape)
+                expanded[key] = value.reshape((1,) * (len(target) - len(lead)) + tuple(value.shape)).expand(
+                    target + shape
+                )
             except RuntimeError as exc:
                 raise ValueError(
                     f"entry {key_str(key)} of batch shape {list(lead)} cannot broadcast to the indexed items "
                     f"{list(target)} (broadcasting aligns the trailing dims)"
                 ) from exc
-        flat = [expanded[k].reshape((-1, *shapes[k])) if k in expanded else v for k, v in zip(keys, leaves, strict=True)]
+        flat = [
+            expanded[k].reshape((-1, *shapes[k])) if k in expanded else v for k, v in zip(keys, leaves, strict=True)
+        ]
         ordered = self._check(kind, keys, flat, row_batch, True)
         for t, v, (shape, _) in zip(self._plain, ordered, self._schema, strict=True):
             view = t.view(self.shape[0], *self._env, *shape)[:n0].transpose(0, dim)
@@ -662,7 +666,7 @@ class TensorStorage(SharedCounters, Storage):
         return TensorDict(src, batch_size=[stop, *self._row_batch])
 
     def _meta_json(self) -> dict[str, Any]:
-        meta = None
+        meta: Any = None
         if self._kind == "pytree":
             meta = _pytree.treespec_dumps(self._meta)
         elif self._kind == "lazy_td":
