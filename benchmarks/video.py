@@ -119,7 +119,7 @@ def build_child(root: str, frames: str, workers: int, mode: str = "fresh") -> No
             decoded.append(episode.index)
             return submit(converter, pool, episode, rows, scratch)
 
-        lr._Converter._submit = counting  # type: ignore[method-assign]
+        lr._Converter._submit = counting  # type: ignore[method-assign]  # the resume trial counts the episodes it decodes
     if mode.startswith("kill-at-"):
         import signal
 

@@ -215,8 +215,8 @@ class HERReplayBuffer(TensorDictReplayBuffer):
 
     # -- state ------------------------------------------------------------------------------------
 
-    def empty(self) -> None:
-        super().empty()
+    def empty(self, empty_write_count: bool = True) -> None:
+        super().empty(empty_write_count)
         self._episodes = None
         self._last_cache_key = _NO_CACHE
 

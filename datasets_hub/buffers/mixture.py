@@ -466,7 +466,8 @@ class Mixture:
         self._plan_normalize(normalize or {}, stats)
         # (key, per-item shape, dtype) of every array of a batch, allocated once per batch
         layout = [(key, spec[2], self._layout_dtype(key)) for key, spec in self._schema.items() if spec[0] == "tensor"]
-        fixed = [(("dataset", "index"), (), np.dtype(np.int64))]  # and the pad masks: written from a cache
+        fixed: list[tuple[Key, tuple[int, ...], np.dtype]] = [(("dataset", "index"), (), np.dtype(np.int64))]
+        # and the pad masks: written from a cache
         fixed += [
             ((*key[:-1], key[-1] + "_dim_is_pad"), (width,), np.dtype(np.bool_)) for key, width in self._pad.items()
         ]
