@@ -184,6 +184,52 @@ def test_tensor_storage_wraps_2d_data_and_setitem_writes_through_the_layout():
     assert (rb[1]["obs"] == new["obs"]).all()
 
 
+@pytest.mark.parametrize("storage_type", [LazyTensorStorage, LazyMemmapStorage])
+def test_setitem_with_a_tuple_indexes_the_layout_extend_took_and_broadcasts(storage_type):
+    rb = ReplayBuffer(storage=storage_type(60, ndim=2))
+    rb.extend(collector_batch())  # [n_envs=3, T=20]: rb[e, t] is environment e, step t
+    before = rb[:]["obs"].clone()
+    one = {"obs": [-1.0], ("collector", "traj_ids"): [7], ("next", "done"): [[True]], ("next", "obs"): [-1.5]}
+    rb[0, 3:4] = TensorDict({k: torch.tensor(v) for k, v in one.items()}, [1])
+    assert rb[0, 3]["obs"] == -1.0 and rb[0, 3]["collector", "traj_ids"] == 7
+    assert (rb[1:, 3]["obs"] == before[1:, 3]).all()  # the other environments keep step 3
+    row = TensorDict(
+        {
+            "obs": torch.arange(10.0) + 500,
+            ("collector", "traj_ids"): torch.arange(10),
+            ("next", "done"): torch.zeros(10, 1, dtype=torch.bool),
+            ("next", "obs"): torch.arange(10.0) + 600,
+        },
+        [10],
+    )
+    rb[:, 10:20] = row  # batch [10] broadcast over the 3 environments
+    assert (rb[:, 10:20]["obs"] == (torch.arange(10.0) + 500).expand(3, 10)).all()
+    assert (rb[:, :10]["obs"][1:] == before[1:, :10]).all()
+    assert len(rb) == 60
+    with pytest.raises(ValueError, match="cannot broadcast"):
+        rb[:, 0:2] = row  # 10 steps given for 2
+
+
+@pytest.mark.parametrize("storage_type", [LazyTensorStorage, LazyMemmapStorage])
+def test_pytree_data_in_a_2d_storage_reads_back_in_the_layout_extend_took(storage_type, tmp_path):
+    obs = torch.arange(24.0).view(2, 6, 2)  # [n_envs, T, 2]
+    act = torch.arange(12).view(2, 6) + 50
+    rb = ReplayBuffer(storage=storage_type(12, ndim=2), batch_size=4)
+    rb.extend({"obs": obs, "act": (act, -act)})
+    assert len(rb) == 12 and rb.storage.shape == (6, 2)
+    everything = rb[:]
+    assert (everything["obs"] == obs).all() and (everything["act"][1] == -act).all()
+    assert (rb[1]["act"][0] == act[1]).all()  # environment 1, every step
+    rb[0, 2:3] = {"obs": torch.full((1, 2), -7.0), "act": (torch.tensor([-8]), torch.tensor([-9]))}
+    assert rb[0]["act"][0].tolist() == [50, 51, -8, 53, 54, 55] and (rb[1]["obs"] == obs[1]).all()
+    sample = rb.sample()
+    assert sample["act"][0].shape == (4,) and ((sample["act"][0] >= 50) | (sample["act"][0] == -8)).all()
+    rb.dumps(tmp_path)
+    restored = ReplayBuffer(storage=storage_type(12, ndim=2))
+    restored.loads(tmp_path)
+    assert restored[0]["act"][1].tolist() == [-50, -51, -9, -53, -54, -55]
+
+
 def test_prioritized_slice_sampler_refuses_2d_storages():
     from datasets_hub import PrioritizedSliceSampler
 

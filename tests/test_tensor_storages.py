@@ -47,6 +47,23 @@ def test_compilable_sample_has_no_graph_break():
         assert set(out["a"].tolist()) <= set(range(50))
 
 
+def test_compiled_sample_is_not_recompiled_as_the_buffer_grows():
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    rb = ReplayBuffer(storage=LazyTensorStorage(200, compilable=True), batch_size=16, compilable=True)
+    counter = CompileCounter()
+    draw = torch.compile(rb.sample, backend=counter, fullgraph=True)
+    for step in range(5):
+        rb.extend(TensorDict({"a": torch.arange(10.0) + 10 * step}, [10]))  # 10, 20, ... 50 items
+        out = draw()
+        assert out["a"].max() < 10 * (step + 1)  # only the items written so far
+    assert counter.frame_count == 1  # one compile, not one per length
+    rb.empty()
+    with pytest.raises(RuntimeError, match="empty storage"):
+        rb.sample()
+
+
 def test_tensor_storage_over_an_empty_tensordict():
     storage = TensorStorage(TensorDict({}, [10]))
     assert len(storage) == 10 and storage.max_size == 10
@@ -122,3 +139,31 @@ def test_underscore_storage_is_the_whole_allocated_data_as_written():
     grid = LazyTensorStorage(6, ndim=2)
     grid.set(torch.arange(2), TensorDict({"a": torch.arange(6).reshape(2, 3)}, [2, 3]))
     assert grid._storage.batch_size == grid.shape
+
+
+@pytest.mark.parametrize("storage_type", ["LazyTensorStorage", "LazyMemmapStorage"])
+def test_lazy_stack_of_parts_that_differ_in_shape_is_stored_part_by_part(storage_type, tmp_path):
+    from tensordict import LazyStackedTensorDict
+
+    import datasets_hub as dh
+
+    wide = TensorDict(a=torch.arange(40.0).view(5, 4, 2), batch_size=[5])
+    narrow = TensorDict(a=-torch.arange(30.0).view(5, 3, 2), b=torch.arange(5) + 100, batch_size=[5])
+    data = LazyStackedTensorDict(wide, narrow, stack_dim=1)  # items [2]: part 0 a [4, 2], part 1 a [3, 2] and b
+    rb = TensorDictReplayBuffer(storage=getattr(dh, storage_type)(6), batch_size=3)
+    rb.extend(data)
+    item = rb[2]
+    assert isinstance(item, LazyStackedTensorDict) and item.batch_size == (2,)
+    assert (item[0]["a"] == wide[2]["a"]).all() and (item[1]["a"] == narrow[2]["a"]).all() and item[1]["b"] == 102
+    sample = rb.sample()
+    assert sample.batch_size == (3, 2) and (sample[:, 1]["b"] == sample["index"][:, 0] + 100).all()
+    rb.dumps(tmp_path)
+    restored = TensorDictReplayBuffer(storage=getattr(dh, storage_type)(6))
+    restored.loads(tmp_path)
+    assert (restored[:][:, 1]["a"] == narrow["a"]).all()
+    other = TensorDict(a=torch.zeros(5, 2, 2), b=torch.zeros(5, dtype=torch.int64), batch_size=[5])
+    mismatched = LazyStackedTensorDict(wide.exclude("index"), other, stack_dim=1)
+    with pytest.raises(ValueError, match=r"\('1', 'a'\)"):  # another shape than the first write's
+        ReplayBuffer(storage=rb.storage).extend(mismatched)
+    with pytest.raises(ValueError, match="LazyStackStorage"):  # items that differ in shape themselves
+        LazyTensorStorage(6).set(torch.arange(2), LazyStackedTensorDict(wide[0], narrow[0], stack_dim=0))

@@ -159,7 +159,7 @@ class LazyMemmapStorage(TensorStorage):
         self._mm_td = None
         self._kind, self._keys, self._schema, self._plain, self._td, self._meta = None, [], [], [], None, None
         self._np, self._row_batch = [], ()
-        self._counts[0] = 0
+        self._set_len(0)
         self._bump_version()
         if had_files or (self.scratch_dir_is_temp and self.scratch_dir.exists()):
             shutil.rmtree(self.scratch_dir, ignore_errors=True)

@@ -943,9 +943,10 @@ class ReplayBuffer:
         self._refuse_if_read_only()
         data = self._inv(data)
         if getattr(self._storage, "ndim", 1) > 1 and not (len(self) == 0 and index == slice(None)):
+            if isinstance(index, list):
+                index = torch.as_tensor(index)
             with self._lock:  # as TorchRL: index the data in the layout extend() takes
-                full = index if isinstance(index, tuple) else (slice(None),) * self._dim_extend + (index,)
-                self._storage.set(full, mdim.transpose_data(data, self._dim_extend))
+                self._storage.set_in_layout(index, data, self._dim_extend)
             return
         with self._lock:
             if len(self) == 0 and isinstance(index, slice) and index == slice(None):
@@ -1024,7 +1025,9 @@ class ReplayBuffer:
         full = (slice(None),) * self._dim_extend + (index,)
         with self._lock:
             data = self._storage.get(full)
-        return mdim.transpose_data(data, self._dim_extend) if data.ndim > self._dim_extend else data
+        # the batch dims left after indexing (a PyTree's leaves also have their per-item dims)
+        batch_dims = torch.empty(self._storage.shape, device="meta")[full].ndim
+        return mdim.transpose_data(data, self._dim_extend) if batch_dims > self._dim_extend else data
 
     def query(self, predicate: Callable[[Any], bool] | None = None, *, trajectory_key: Any = None) -> list[Any]:
         """The stored trajectories for which ``predicate`` holds (all without one), oldest first, as

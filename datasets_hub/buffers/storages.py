@@ -73,6 +73,11 @@ class Storage:
     def set(self, cursor: Any, data: Any) -> None:
         raise NotImplementedError
 
+    def set_in_layout(self, index: Any, data: Any, dim: int = 0) -> None:
+        """Overwrite items through ``index`` into the storage seen with dims 0 and ``dim`` swapped
+        (``rb[idx] = data`` on a multi-dimensional storage); storages with ``ndim > 1`` implement it."""
+        raise NotImplementedError(f"{type(self).__name__} has no multi-dimensional layout to index")
+
     def __getitem__(self, index: Any) -> Any:
         return self.get(index)
 

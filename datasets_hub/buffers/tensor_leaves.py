@@ -1,7 +1,9 @@
 """The data a tensor storage holds, as leaves: every kind flattened to ``(kind, keys, leaves, meta, row_batch)``.
 
-Kinds: ``"tensor"``, ``"td"`` (TensorDict), ``"tensorclass"`` and ``"pytree"`` (nested dicts, tuples and
-lists of tensors, numbers or arrays). ``flatten`` splits written data into its leaves, with the
+Kinds: ``"tensor"``, ``"td"`` (TensorDict), ``"lazy_td"`` (a lazily stacked TensorDict whose stacked
+parts differ in shape or keys: each part's leaves are stored under the part's number, ``("0", *key)``, and
+``meta`` is ``[number of parts, stack dim within an item]``), ``"tensorclass"`` and ``"pytree"`` (nested
+dicts, tuples and lists of tensors, numbers or arrays). ``flatten`` splits written data into its leaves, with the
 per-item batch dims (``row_batch``) and ``meta`` (the tensorclass, or the PyTree's treespec) that
 :class:`~datasets_hub.buffers.tensor_storages.TensorStorage` needs to rebuild the same kind on reads;
 ``split_env`` splits the trailing dims of a multi-dimensional storage off the leaves. ``numpy_views``
@@ -14,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase, is_tensorclass
+from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
 _NUMPY_DTYPES = {
@@ -53,6 +55,8 @@ def decode_meta(kind: str, meta: Any) -> Any:
     """The treespec or tensorclass recorded by ``_meta_json`` (the class is imported by name)."""
     if kind == "pytree":
         return _pytree.treespec_loads(meta)
+    if kind == "lazy_td":
+        return list(meta)
     if kind == "tensorclass":
         import importlib
 
@@ -90,6 +94,8 @@ def flatten(data: Any, batched: bool) -> tuple[str, list[tuple[str, ...]], list[
             "extend() needs data with a leading batch dimension, got a TensorDict with batch_size=[]: "
             "use add() for a single item, or give the TensorDict a batch_size"
         )
+    if kind == "td" and isinstance(td, LazyStackedTensorDict) and not _stacks_alike(td):
+        return _flatten_lazy(td, batched)
     keys, leaves = [], []
     for key, value in td.items(include_nested=True, leaves_only=True):
         if not isinstance(value, torch.Tensor):
@@ -101,6 +107,34 @@ def flatten(data: Any, batched: bool) -> tuple[str, list[tuple[str, ...]], list[
         leaves.append(value)
     row_batch = tuple(td.batch_size[1:] if batched else td.batch_size)
     return kind, keys, leaves, meta, row_batch
+
+
+def _stacks_alike(td: LazyStackedTensorDict) -> bool:
+    """True where every stacked part has the same keys and leaf shapes (a dense stack holds them)."""
+    parts = [dict(p.items(include_nested=True, leaves_only=True)) for p in td.tensordicts]
+    first = {k: v.shape for k, v in parts[0].items()} if parts else {}
+    return all({k: v.shape for k, v in p.items()} == first for p in parts[1:])
+
+
+def _flatten_lazy(td: LazyStackedTensorDict, batched: bool) -> tuple:
+    """The leaves of each stacked part under its number; the stack dim must lie within the items."""
+    stack_dim = td.stack_dim - (1 if batched else 0)
+    if stack_dim < 0:
+        raise ValueError(
+            "these items differ in shape (a lazy stack along the batch dim): a tensor storage preallocates "
+            "one shape per item; store them in a LazyStackStorage (or ListStorage)"
+        )
+    keys, leaves = [], []
+    for i, part in enumerate(td.tensordicts):
+        for key, value in part.items(include_nested=True, leaves_only=True):
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"entry {key!r} is a {type(value).__name__}, not a tensor: tensor storages hold tensors only"
+                )
+            keys.append((str(i), *(key if isinstance(key, tuple) else (key,))))
+            leaves.append(value)
+    part_batch = td.tensordicts[0].batch_size
+    return "lazy_td", keys, leaves, [len(td.tensordicts), stack_dim], tuple(part_batch[1:] if batched else part_batch)
 
 
 def flatten_pytree(data: Any, batched: bool) -> tuple:

@@ -21,14 +21,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase, is_tensorclass
+from tensordict import TensorDict, TensorDictBase, is_tensorclass, lazy_stack
 from torch.utils import _pytree
 
 from datasets_hub.buffers import multidim as mdim
 from datasets_hub.buffers.nested_keys import as_key, nest
 from datasets_hub.buffers.row_blocks import fill_rows, take_rows
 from datasets_hub.buffers.shared_counters import SharedCounters, being_spawned
-from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index
+from datasets_hub.buffers.storages import _FORMAT, Storage, _as_index, attach_extras
 from datasets_hub.buffers.tensor_leaves import (
     decode_meta,
     flatten,
@@ -85,6 +85,8 @@ class TensorStorage(SharedCounters, Storage):
         self._compilable = bool(compilable)
         self._env: tuple[int, ...] = ()  # dims 1..ndim-1, known from the first write
         self._init_counters(2, plain=self._compilable)  # [len (items), write_version]
+        # compilable: the length also as a tensor, which torch.compile reads as a graph input (see length_tensor)
+        self._len_t = torch.zeros((), dtype=torch.int64) if self._compilable else None
         self._kind: str | None = None
         self._keys: list[tuple[str, ...]] = []
         self._schema: list[tuple[tuple[int, ...], torch.dtype]] = []
@@ -112,7 +114,7 @@ class TensorStorage(SharedCounters, Storage):
         super().__init__(max_size)
         if storage is not None:
             self._attach(kind, keys, leaves, meta, row_batch)
-            self._counts[0] = self.max_size
+            self._set_len(self.max_size)
 
     @property
     def compilable(self) -> bool:
@@ -170,6 +172,17 @@ class TensorStorage(SharedCounters, Storage):
 
     def __len__(self) -> int:
         return int(self._counts[0])
+
+    def _set_len(self, n: int) -> None:
+        self._counts[0] = n
+        if self._len_t is not None:
+            self._len_t.fill_(n)
+
+    def length_tensor(self) -> torch.Tensor:
+        """``len(self)`` as a 0-d int64 tensor. With ``compilable=True`` it is the storage's own tensor,
+        which ``torch.compile`` reads as a graph input, not a constant: code compiled over it (a
+        ``RandomSampler`` draw) is not recompiled when the storage grows. Read it, never write it."""
+        return self._len_t if self._len_t is not None else torch.tensor(len(self))
 
     @property
     def initialized(self) -> bool:
@@ -338,6 +351,15 @@ class TensorStorage(SharedCounters, Storage):
             return out[0]
         if kind == "pytree":
             return _pytree.tree_unflatten(out, self._meta)
+        if kind == "lazy_td":
+            parts, stack_dim = self._meta
+            nested = nest(self._keys, out)
+            batch_size = torch.Size(batch) + self._row_batch
+            stacked = lazy_stack(
+                [TensorDict(nested.get(str(i), {}), batch_size=batch_size) for i in range(parts)],
+                dim=len(batch) + stack_dim,
+            )
+            return attach_extras(stacked, extra)
         source: Any
         if self._flat and not extra:
             source = {p[1]: t for p, t in zip(self._paths, out, strict=True)}
@@ -386,6 +408,8 @@ class TensorStorage(SharedCounters, Storage):
         kind, keys, leaves, meta, row_batch = flatten(data, batched)
         if not self.initialized:
             self._maybe_attach_shared()
+        if kind == "lazy_td":
+            self._check_lazy_stack(meta)
         if self.ndim > 1:
             if isinstance(cursor, tuple):
                 return self._set_md(cursor, kind, keys, leaves, row_batch)
@@ -435,8 +459,22 @@ class TensorStorage(SharedCounters, Storage):
             same = isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
             t[index] = v.clone() if same else v
         if top > n:
-            self._counts[0] = top
+            self._set_len(top)
         self._bump_version()
+
+    def _check_lazy_stack(self, meta: list[int]) -> None:
+        """Lazy stacks of parts that differ in shape are stored part by part (``tensor_leaves``): only on
+        one-dimensional storages, and stacked the same way at every write."""
+        if self.ndim > 1:
+            raise NotImplementedError(
+                "a storage with ndim > 1 cannot hold a lazy stack of parts that differ in shape: use ndim=1, "
+                "or a LazyStackStorage"
+            )
+        if self.initialized and self._kind == "lazy_td" and list(meta) != list(self._meta):
+            raise ValueError(
+                f"this storage holds lazy stacks of {self._meta[0]} parts along item dim {self._meta[1]}; got "
+                f"{meta[0]} parts along item dim {meta[1]}: stack the data the same way at every write"
+            )
 
     def _add_new_keys(self, cursor: Any, kind: str, keys: list, leaves: list, row_batch: tuple, batched: bool) -> None:
         """Allocate the keys a write adds when it may add them (see the class docstring); anything
@@ -480,16 +518,55 @@ class TensorStorage(SharedCounters, Storage):
             for shape, dtype in shapes
         ]
 
-    def _set_md(self, cursor: tuple, kind, keys, leaves, row_batch) -> None:
-        """Overwrite existing items through a multi-dim index (``rb[idx] = x`` with ``dim_extend > 0``)."""
+    def set_in_layout(self, index: Any, data: Any, dim: int = 0) -> None:
+        """Overwrite existing items through ``index`` into the storage seen with its dims 0 and ``dim``
+        swapped: the layout ``extend`` took when the buffer extends along ``dim`` (``rb[0, 3:4] = x``
+        with ``dim_extend=1`` is environment 0, time step 3, as in TorchRL). ``data`` broadcasts over
+        the indexed batch dims, aligned on the trailing ones (``rb[:, 10:20] = x`` with ``x`` of batch
+        ``[10]`` writes every environment). Length and write cursor are unchanged."""
+        batched = not (isinstance(data, TensorDictBase) or is_tensorclass(data)) or bool(data.batch_size)
+        kind, keys, leaves, _, row_batch = flatten(data, batched)
+        if not self.initialized:
+            self._maybe_attach_shared()
+        self._set_md(index if isinstance(index, tuple) else (index,), kind, keys, leaves, row_batch, dim)
+
+    def _set_md(self, cursor: tuple, kind, keys, leaves, row_batch, dim: int = 0) -> None:
+        """Overwrite existing items through a multi-dim index of the storage with dims 0 and ``dim`` swapped."""
         if not self.initialized:
             raise RuntimeError("write rows into an empty multi-dimensional storage with extend() first")
+        if not 0 <= dim < self.ndim:
+            raise ValueError(f"dim={dim} is not a storage dim of this ndim={self.ndim} storage")
         n0 = self.len_along_dim0()
-        probe = torch.empty(n0, *self._env)[cursor]
-        lead = probe.ndim
-        ordered = self._check(kind, keys, [t.reshape(-1, *t.shape[lead:]) for t in leaves], row_batch, True)
+        target = tuple(torch.empty(n0, *self._env).transpose(0, dim)[cursor].shape)
+        shapes = dict(zip(self._keys, (shape for shape, _ in self._schema), strict=True))
+        expanded = {}
+        for key, value in zip(keys, leaves, strict=True):
+            shape = shapes.get(key)
+            if shape is None:
+                continue  # _check names the unexpected key
+            lead = value.shape[: value.ndim - len(shape)]
+            if value.ndim < len(shape) or len(lead) > len(target):
+                raise ValueError(
+                    f"entry {key_str(key)} of shape {tuple(value.shape)} does not fit the indexed items "
+                    f"{list(target)} with per-item shape {shape}"
+                )
+            try:
+                expanded[key] = value.reshape((1,) * (len(target) - len(lead)) + tuple(value.shape)).expand(
+                    target + shape
+                )
+            except RuntimeError as exc:
+                raise ValueError(
+                    f"entry {key_str(key)} of batch shape {list(lead)} cannot broadcast to the indexed items "
+                    f"{list(target)} (broadcasting aligns the trailing dims)"
+                ) from exc
+        flat = [
+            expanded[k].reshape((-1, *shapes[k])) if k in expanded else v for k, v in zip(keys, leaves, strict=True)
+        ]
+        ordered = self._check(kind, keys, flat, row_batch, True)
         for t, v, (shape, _) in zip(self._plain, ordered, self._schema, strict=True):
-            t.view(self.shape[0], *self._env, *shape)[:n0][cursor] = v.reshape(*probe.shape, *shape)
+            view = t.view(self.shape[0], *self._env, *shape)[:n0].transpose(0, dim)
+            same = v.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()  # e.g. rb[a] = rb[b]
+            view[cursor] = (v.clone() if same else v).reshape(target + shape)
         self._bump_version()
 
     def set_key_(self, key: Any, value: Any, index: Any = None) -> None:
@@ -528,7 +605,7 @@ class TensorStorage(SharedCounters, Storage):
 
     def empty(self) -> None:
         """Forget every item; the allocation and the schema stay."""
-        self._counts[0] = 0
+        self._set_len(0)
         self._bump_version()
 
     # -- sharing, state, dumps -------------------------------------------------------------------
@@ -589,9 +666,11 @@ class TensorStorage(SharedCounters, Storage):
         return TensorDict(src, batch_size=[stop, *self._row_batch])
 
     def _meta_json(self) -> dict[str, Any]:
-        meta = None
+        meta: Any = None
         if self._kind == "pytree":
             meta = _pytree.treespec_dumps(self._meta)
+        elif self._kind == "lazy_td":
+            meta = list(self._meta)
         elif self._kind == "tensorclass":
             meta = f"{self._meta.__module__}:{self._meta.__qualname__}"
         return {
@@ -648,7 +727,7 @@ class TensorStorage(SharedCounters, Storage):
         n = int(info["len"])
         for t, v in zip(self._plain, leaves, strict=True):
             t[:n] = v[:n]
-        self._counts[0] = n
+        self._set_len(n)
         self._counts[1] = max(self.write_version + 1, int(info.get("write_version", 0)))
 
     def _class_for(self, kind: str, info: dict[str, Any]) -> Any:

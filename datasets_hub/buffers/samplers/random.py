@@ -29,11 +29,21 @@ class RandomSampler(Sampler):
             refuse_without_replacement(type(self), replacement)
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        if getattr(storage, "compilable", False) and hasattr(storage, "length_tensor"):
+            return self._sample_traceable(storage.length_tensor(), batch_size), {}
         n = len(storage)
         if n == 0:
             raise RuntimeError("Cannot sample from an empty storage: add or extend data first")
         index = torch.randint(n, (batch_size,), generator=self.generator)
         return index, {}
+
+    def _sample_traceable(self, n: torch.Tensor, batch_size: int) -> torch.Tensor:
+        """The draw of a ``compilable`` storage: the length stays a tensor, so ``torch.compile`` does not
+        specialise the graph on it (one compile however the storage grows). Uniform over ``range(n)``
+        (exact for ``n < 2**53``); not the same stream as ``randint``, in eager and compiled code alike."""
+        torch._assert_async(n > 0, "Cannot sample from an empty storage: add or extend data first")
+        uniform = torch.rand(batch_size, dtype=torch.float64, generator=self.generator)
+        return (uniform * n).to(torch.int64)
 
     def sample_at(
         self, storage: Storage, index: torch.Tensor, generator: torch.Generator | None = None
