@@ -130,3 +130,72 @@ def test_update_if_present_checks_everything_before_writing():
     listed.extend([torch.zeros(3)] * 2)
     with pytest.raises(TypeError, match="conditional write"):
         listed.update_if_present(index=torch.arange(2), generation=torch.zeros(2), patch={"obs": torch.ones(2, 3)})
+
+
+def versioned_buffer():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(6), writer=RoundRobinWriter(track_generations=True))
+    index = rb.extend(
+        TensorDict({"obs": torch.arange(6.0), "meta": {"v": torch.tensor([5, 5, 5, 2, 2, 2])}}, batch_size=[6])
+    )
+    return rb, index, rb.writer.generations_of(index)
+
+
+def test_update_if_present_with_a_version_writes_only_newer_and_records_it():
+    rb, index, generation = versioned_buffer()
+    rb.extend(TensorDict({"obs": torch.tensor([-1.0]), "meta": {"v": torch.tensor([0])}}, batch_size=[1]))  # slot 0
+    result = rb.update_if_present(
+        index=index,
+        generation=generation,
+        patch={"obs": torch.full((6,), 9.0)},
+        version_key=("meta", "v"),
+        version=torch.tensor([7, 4, 5, 3, 2, 1]),
+        require_newer=True,
+    )
+    # slot 0 was rewritten (stale); 1 (4 < 5) and 2 (5 == 5, newer required) and 4, 5 lose; 3 (3 > 2) wins
+    assert result.updated.tolist() == [False, False, False, True, False, False]
+    assert result.version_rejected.tolist() == [False, True, True, False, True, True]
+    assert (result.updated_count, result.version_rejected_count, result.stale_count) == (1, 4, 1)
+    assert rb[:]["obs"].tolist() == [-1.0, 1.0, 2.0, 9.0, 4.0, 5.0]
+    assert rb[:]["meta", "v"].tolist() == [0, 5, 5, 3, 2, 2]  # the accepted version is written with the patch
+    ties = rb.update_if_present(
+        index=index[4:], generation=generation[4:], patch={"obs": torch.zeros(2)}, version_key=("meta", "v"), version=2
+    )
+    assert ties.updated.tolist() == [True, True]  # without require_newer a tie is accepted
+
+
+def test_an_item_addressed_twice_keeps_the_row_with_the_highest_version():
+    rb, index, generation = versioned_buffer()
+    slots = index[[4, 4, 4]]
+    result = rb.update_if_present(
+        index=slots,
+        generation=generation[[4, 4, 4]],
+        patch={"obs": torch.tensor([10.0, 30.0, 20.0])},
+        version_key=("meta", "v"),
+        version=torch.tensor([3, 8, 8]),
+    )
+    assert result.updated.tolist() == [False, False, True]  # the last of the two highest
+    assert result.version_rejected.tolist() == [True, True, False]
+    assert rb[4]["obs"].item() == 20.0 and rb[4]["meta", "v"].item() == 8
+
+
+def test_version_arguments_are_checked_before_anything_is_written():
+    rb, index, generation = versioned_buffer()
+    before = rb[:].clone()
+    bad = [
+        ({"version_key": ("meta", "v")}, ValueError, "together"),
+        ({"version_key": "meta.v", "version": 9}, ValueError, "Dotted-string"),
+        ({"version_key": "nope", "version": 9}, KeyError, "no version entry"),
+        ({"version_key": ("meta", "v"), "version": torch.ones(4, dtype=torch.int64)}, ValueError, "one per item"),
+    ]
+    for kwargs, error, match in bad:
+        with pytest.raises(error, match=match):
+            rb.update_if_present(index=index, generation=generation, patch={"obs": torch.zeros(6)}, **kwargs)
+    with pytest.raises(ValueError, match="may not appear in patch"):
+        rb.update_if_present(
+            index=index,
+            generation=generation,
+            patch={("meta", "v"): torch.zeros(6, dtype=torch.int64)},
+            version_key=("meta", "v"),
+            version=9,
+        )
+    assert (rb[:] == before).all()

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from datasets_hub.errors import InvalidArgument, WrongDataType
+from datasets_hub.errors import InvalidArgument, InvalidParameter, WrongDataType
 
 
 class SlotGenerations:
@@ -84,23 +84,42 @@ def slots_of(index: Any, ndim: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class ConditionalUpdateResult:
-    """What ``update_if_present`` did: ``updated[i]`` is True where ``index[i]`` was still live and was written."""
+    """What ``update_if_present`` did, one entry per item of ``index`` and each item in exactly one group:
+    ``updated`` (still live, written), ``version_rejected`` (still live, lost the version comparison; ``None``
+    without ``version_key``) or stale (its slot was rewritten or emptied since it was sampled)."""
 
     updated: torch.Tensor
+    version_rejected: torch.Tensor | None = None
 
     @property
     def updated_count(self) -> int:
         return int(self.updated.sum())
 
     @property
+    def version_rejected_count(self) -> int:
+        return 0 if self.version_rejected is None else int(self.version_rejected.sum())
+
+    @property
     def stale_count(self) -> int:
-        return int(self.updated.numel() - self.updated.sum())
+        return int(self.updated.numel()) - self.updated_count - self.version_rejected_count
 
 
-def update_if_present(storage: Any, writer: Any, index: Any, generation: Any, patch: Any) -> ConditionalUpdateResult:
+def update_if_present(
+    storage: Any,
+    writer: Any,
+    index: Any,
+    generation: Any,
+    patch: Any,
+    version_key: Any = None,
+    version: Any = None,
+    require_newer: bool = False,
+) -> ConditionalUpdateResult:
     """Write ``patch`` (a dict or TensorDict of entries for every item of ``index``) into the items of ``index``
-    whose slot stamp equals ``generation``; stale items are left alone. Every key, shape and dtype is checked
-    before anything is written. Callers hold the buffer's lock."""
+    whose slot stamp equals ``generation``; stale items are left alone. With ``version_key`` (a stored scalar
+    per item) and ``version`` (a scalar, or one per item), a live item is written only if ``version`` is at
+    least its stored one (greater with ``require_newer``), and the accepted version is written with the patch;
+    an item addressed twice keeps only the row with the highest version (the last on ties). Every key, shape
+    and dtype is checked before anything is written. Callers hold the buffer's lock."""
     if not getattr(writer, "tracks_generations", False):
         raise InvalidArgument(
             "update_if_present is a conditional write: it needs generation stamps, which this buffer's writer does "
@@ -113,6 +132,8 @@ def update_if_present(storage: Any, writer: Any, index: Any, generation: Any, pa
         )
     if getattr(storage, "ndim", 1) != 1:
         raise InvalidArgument("update_if_present writes into 1-D storages (ndim=1); this storage has ndim > 1")
+    if (version_key is None) != (version is None):
+        raise InvalidParameter("update_if_present: pass version_key and version together (or neither)")
     index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
     n = index.numel()
     generation = torch.as_tensor(generation, dtype=torch.int64).reshape(-1)
@@ -120,8 +141,30 @@ def update_if_present(storage: Any, writer: Any, index: Any, generation: Any, pa
         raise InvalidArgument(f"update_if_present: {n} indices but {generation.numel()} generations")
     stamps = of_storage(storage)
     live = (stamps.of(index) == generation) if stamps is not None else torch.zeros(n, dtype=torch.bool)
-    patch = patch if isinstance(patch, TensorDictBase) else TensorDict(dict(patch), batch_size=[])
+    patch = patch.clone(False) if isinstance(patch, TensorDictBase) else TensorDict(dict(patch), batch_size=[])
     reference = storage.get(index[:1]) if n else None
+    if version_key is not None:
+        version_key = _version_key(version_key, patch)
+        stored = None if reference is None else reference.get(version_key, None)
+        if reference is not None and stored is None:
+            raise KeyError(f"update_if_present: the storage has no version entry {version_key!r}")
+        shape = () if stored is None else tuple(stored.shape[1:])
+        if any(d != 1 for d in shape):
+            raise InvalidParameter(
+                f"update_if_present: version_key {version_key!r} must hold one scalar per item; it holds {list(shape)}"
+            )
+        incoming = torch.as_tensor(version)
+        while incoming.ndim > 1 and incoming.shape[-1] == 1:
+            incoming = incoming.squeeze(-1)
+        if incoming.ndim == 0:
+            incoming = incoming.expand(n)
+        elif incoming.ndim != 1 or incoming.numel() != n:
+            raise InvalidParameter(
+                f"update_if_present: version must be a scalar or one per item ({n}), got shape {list(incoming.shape)}"
+            )
+        if stored is not None:
+            incoming = incoming.to(stored.dtype)
+        patch.set(version_key, incoming.reshape(n, *shape))
     for key, value in patch.items(include_nested=True, leaves_only=True):
         stored = None if reference is None else reference.get(key, None)
         if reference is not None and stored is None:
@@ -132,9 +175,53 @@ def update_if_present(storage: Any, writer: Any, index: Any, generation: Any, pa
                 f"update_if_present: {key!r} must be {n} items of shape {list(stored.shape[1:])} and dtype "
                 f"{stored.dtype}, got shape {list(value.shape)} and dtype {value.dtype}"
             )
+    rejected = None
+    if version_key is not None:
+        accepted = _version_accepted(
+            storage, index, live, patch.get(version_key).reshape(n), version_key, require_newer
+        )
+        rejected = live & ~accepted
+        live = live & accepted
     if bool(live.any()):
         rows = storage.get(index[live])
         for key, value in patch.items(include_nested=True, leaves_only=True):
             rows.set(key, value[live])
         storage.set(index[live], rows)
-    return ConditionalUpdateResult(updated=live)
+    return ConditionalUpdateResult(updated=live, version_rejected=rejected)
+
+
+def _version_key(version_key: Any, patch: TensorDictBase) -> tuple[str, ...]:
+    if isinstance(version_key, str) and "." in version_key:
+        raise InvalidParameter(
+            f"update_if_present: Dotted-string version keys are not read as nested keys: use "
+            f"{tuple(version_key.split('.'))!r} for {version_key!r}"
+        )
+    key = (version_key,) if isinstance(version_key, str) else tuple(version_key)
+    if patch.get(key, None) is not None:
+        raise InvalidParameter(
+            f"update_if_present: version_key {key!r} may not appear in patch (it is written from version=)"
+        )
+    return key
+
+
+def _version_accepted(
+    storage: Any, index: torch.Tensor, live: torch.Tensor, incoming: torch.Tensor, key: Any, require_newer: bool
+) -> torch.Tensor:
+    """Per item: live, its incoming version beats the stored one, and it is the row of its slot with the highest
+    incoming version (the last such row on ties)."""
+    n = index.numel()
+    accepted = torch.zeros(n, dtype=torch.bool)
+    if not bool(live.any()):
+        return accepted
+    rows = torch.nonzero(live).reshape(-1)
+    stored = storage.get(index[rows]).get(key).reshape(-1)
+    wins = incoming[rows] > stored if require_newer else incoming[rows] >= stored
+    best: dict[int, int] = {}  # slot -> the row that keeps it
+    for row in rows.tolist():
+        slot = int(index[row])
+        if slot not in best or incoming[row] >= incoming[best[slot]]:
+            best[slot] = row
+    keep = torch.zeros(n, dtype=torch.bool)
+    keep[list(best.values())] = True
+    accepted[rows] = wins & keep[rows]
+    return accepted

@@ -370,13 +370,25 @@ class ReplayBuffer:
         """Run ``hook(data, path=path)`` on the data :meth:`loads` read, before the storage takes it."""
         self._storage.register_load_hook(hook)
 
-    def update_if_present(self, *, index: Any, generation: Any, patch: Any) -> ConditionalUpdateResult:
+    def update_if_present(
+        self,
+        *,
+        index: Any,
+        generation: Any,
+        patch: Any,
+        version_key: Any = None,
+        version: Any = None,
+        require_newer: bool = False,
+    ) -> ConditionalUpdateResult:
         """Write ``patch`` into the items of ``index`` whose slots still hold the ``generation`` a sample reported
-        (``"index_generation"``); items overwritten since are left alone. Needs a writer with
-        ``track_generations=True``; see ``generations.py``."""
+        (``"index_generation"``); items overwritten since are left alone. With ``version_key``/``version``, a
+        live item is written only when the incoming version is not older than its stored one (newer with
+        ``require_newer=True``). Needs a writer with ``track_generations=True``; see ``generations.py``."""
         self._drain()
         with self._lock:
-            return update_if_present(self._storage, self._writer, index, generation, patch)
+            return update_if_present(
+                self._storage, self._writer, index, generation, patch, version_key, version, require_newer
+            )
 
     def save(self, path: str | Path) -> None:
         """TorchRL's alias of :meth:`dumps`."""
