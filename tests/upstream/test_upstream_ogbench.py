@@ -155,8 +155,11 @@ def test_single_task_rewards_match_make_env_and_datasets(tmp_path, name):
     write_task_file(path, dataset, [7, 0, 12, 30, 5], seed=len(name))
     write_task_file(tmp_path / f"{dataset}-val.npz", dataset, [3, 4], seed=1)
     env, theirs, _ = ogbench.make_env_and_datasets(name, dataset_path=str(path), add_info=True)
-    # the card's environment is the one upstream makes for this name
-    assert environment_card(dataset, entry["params"]["task"])["env_id"] == env.spec.id
+    # the card's environment is the one upstream makes for this name; a name without -taskN is upstream's
+    # default task, and shares its build (same params) with the -taskN name, so the card names the numbered env
+    task = entry["params"]["task"]
+    expected = env.spec.id.replace("-singletask-v0", f"-singletask-task{task}-v0")
+    assert environment_card(dataset, task)["env_id"] == expected
     spec = DatasetSpec(id=f"ogbench/{name}", loader="ogbench", params=entry["params"])
     td = torch.cat(list(OGBenchLoader().episodes(spec, {f"{dataset}.npz": path}, LoaderContext(chunk_rows=9))))
     reward = td["next", "reward"].numpy().reshape(-1)
