@@ -57,6 +57,7 @@ from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
 from datasets_hub.buffers.feature_stats import compute_feature_stats, stats_arrays
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, nest
 from datasets_hub.buffers.row_blocks import BatchMemory, fill_rows
+from datasets_hub.buffers.tensor_leaves import REAL_NUMPY_DTYPES
 from datasets_hub.errors import InvalidParameter, did_you_mean
 
 NORMALIZE_MODES = ("mean_std", "min_max", "q01_q99")
@@ -312,22 +313,9 @@ class _Member:
 
 def _numpy_able(pieces: list[Any]) -> bool:
     return all(
-        isinstance(p, torch.Tensor) and p.device.type == "cpu" and p.dtype in _NUMPY_DTYPES and not p.requires_grad
+        isinstance(p, torch.Tensor) and p.device.type == "cpu" and p.dtype in REAL_NUMPY_DTYPES and not p.requires_grad
         for p in pieces
     )
-
-
-_NUMPY_DTYPES = {
-    torch.float16,
-    torch.float32,
-    torch.float64,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.bool,
-}
 
 
 def concat_rows(pieces: list[torch.Tensor]) -> torch.Tensor:

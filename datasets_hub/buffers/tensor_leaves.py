@@ -19,19 +19,21 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensorclass
 from torch.utils import _pytree
 
-_NUMPY_DTYPES = {
-    torch.float16,
-    torch.float32,
-    torch.float64,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.uint8,
-    torch.bool,
-    torch.complex64,
-    torch.complex128,
-}
+#: torch dtypes whose tensors numpy views without a copy, real-valued ones (what a mixture pads and normalises)
+REAL_NUMPY_DTYPES = frozenset(
+    {
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+    }
+)
+_NUMPY_DTYPES = REAL_NUMPY_DTYPES | {torch.complex64, torch.complex128}
 
 
 def numpy_views(leaves: list[torch.Tensor]) -> list[np.ndarray | None]:
