@@ -78,6 +78,24 @@ class BuildEpisodes:
     def __len__(self) -> int:
         return len(self.lengths)
 
+    def require_one_observation_per_step_with_action_and_reward(self, holds: str, needs: str) -> list[Key]:
+        """Refuse a build a format whose steps hold one observation each cannot hold: next values stored per
+        step (not the following observations), or no action or ``("next", "reward")`` key. ``holds`` and
+        ``needs`` finish the messages (``"an RLDS step holds one observation"``, ``"every RLDS step has an
+        action and a reward"``). Returns the action keys, sorted."""
+        if self.next_per_step:
+            shown = "/".join(sorted(self.next_per_step)[0])
+            raise InvalidParameter(
+                f"the build stores the next values of {shown!r} per step (they are not the following observations); "
+                f"{holds} and cannot hold them. Export with format='hf'"
+            )
+        steps = set(self.step_keys)
+        actions = sorted(k for k in steps if k[0] == "action")
+        if not actions or REWARD not in steps:
+            missing = "action" if not actions else "next/reward"
+            raise InvalidParameter(f"{needs}; this build has no {missing!r} key")
+        return actions
+
     @property
     def transitions(self) -> int:
         return self.build.transitions

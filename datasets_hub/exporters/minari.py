@@ -139,17 +139,10 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
             f"minari.load_dataset({dataset_id!r}) reads <MINARI_DATASETS_PATH>/{dataset_id}; export to a folder "
             f"ending with {dataset_id!r}, not {out}"
         )
-    if episodes.next_per_step:
-        shown = "/".join(sorted(episodes.next_per_step)[0])
-        raise InvalidParameter(
-            f"the build stores the next values of {shown!r} per step (they are not the following observations); "
-            "Minari holds one observation sequence per episode and cannot hold them. Export with format='hf'"
-        )
+    actions = episodes.require_one_observation_per_step_with_action_and_reward(
+        "Minari holds one observation sequence per episode", "every Minari episode has actions and rewards"
+    )
     steps = set(episodes.step_keys)
-    actions = sorted(k for k in steps if k[0] == "action")
-    if not actions or REWARD not in steps:
-        missing = "action" if not actions else "next/reward"
-        raise InvalidParameter(f"every Minari episode has actions and rewards; this build has no {missing!r} key")
     columns = {k: episodes.column(k) for k in (*episodes.observation_keys, *episodes.step_keys)}
     for key in (REWARD, TERMINATED, TRUNCATED):
         if columns[key].shape not in ((), (1,)):

@@ -132,17 +132,10 @@ def plan(episodes: BuildEpisodes, out: Path, options: dict[str, Any]) -> Plan:
     mb = options.get("shard_mb", 200)
     if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0:
         raise InvalidParameter(f"shard_mb must be a positive number of megabytes, got {mb!r}")
-    if episodes.next_per_step:
-        shown = "/".join(sorted(episodes.next_per_step)[0])
-        raise InvalidParameter(
-            f"the build stores the next values of {shown!r} per step (they are not the following observations); "
-            "an RLDS step holds one observation and cannot hold them. Export with format='hf'"
-        )
+    actions = episodes.require_one_observation_per_step_with_action_and_reward(
+        "an RLDS step holds one observation", "every RLDS step has an action and a reward"
+    )
     steps = set(episodes.step_keys)
-    actions = sorted(k for k in steps if k[0] == "action")
-    if not actions or REWARD not in steps:
-        missing = "action" if not actions else "next/reward"
-        raise InvalidParameter(f"every RLDS step has an action and a reward; this build has no {missing!r} key")
     leaves: list[Leaf] = []
     for key, path in group_paths(list(episodes.observation_keys), "observation", "RLDS FeaturesDict").items():
         c = episodes.column(key)
