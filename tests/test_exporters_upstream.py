@@ -9,30 +9,16 @@ installed with the hub's test extras).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
-import pytest
 import torch
-
-try:
-    import datasets
-    import lerobot.datasets.lerobot_dataset  # noqa: F401 - the reference reader must import, or nothing here runs
-except Exception as exc:  # noqa: BLE001 - a broken install may raise anything at import
-    if os.environ.get("DATASETS_HUB_UPSTREAM_REQUIRED", "") not in ("", "0"):  # make test-upstream: never skip
-        pytest.fail(
-            f"lerobot / datasets cannot be imported under make test-upstream ({exc!r}); rebuild "
-            ".venv-upstream-lerobot (make test-upstream-lerobot)",
-            pytrace=False,
-        )
-    pytest.skip(
-        "lerobot is installed only in .venv-upstream-lerobot (make test-upstream-lerobot)", allow_module_level=True
-    )
 
 from datasets_hub.build.storage import DatasetStorage
 from datasets_hub.exporters import export_build
 
 from fixtures.export_builds import LENGTHS, chunk, make_build
+from fixtures.upstream_lerobot import require_lerobot
+
+datasets = require_lerobot("datasets")[1]
 
 
 def test_lerobot_dataset_reads_the_export_value_for_value(tmp_path):

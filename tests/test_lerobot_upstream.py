@@ -19,26 +19,15 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
-
-try:
-    import lerobot.datasets.lerobot_dataset  # noqa: F401 - the reference reader must import, or nothing here runs
-except Exception as exc:  # noqa: BLE001 - a broken install may raise anything at import
-    if os.environ.get("DATASETS_HUB_UPSTREAM_REQUIRED", "") not in ("", "0"):  # make test-upstream: never skip
-        pytest.fail(
-            f"lerobot cannot be imported under make test-upstream ({exc!r}); rebuild .venv-upstream-lerobot "
-            "(make test-upstream-lerobot)",
-            pytrace=False,
-        )
-    pytest.skip(
-        "lerobot is installed only in .venv-upstream-lerobot (make test-upstream-lerobot)", allow_module_level=True
-    )
 
 from datasets_hub.loader import DatasetSpec, LoaderContext
 from datasets_hub.loaders.lerobot.loader import LeRobotLoader, decode_text
 
 from fixtures import lerobot_writer as lw
+from fixtures.upstream_lerobot import require_lerobot
+
+require_lerobot()
 
 os.environ.setdefault("SVT_LOG", "1")
 REPO = "acme/koch_push"
