@@ -27,6 +27,7 @@ columns are left empty and the report says so. Run: ``.venv/bin/python benchmark
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import io
 import json
@@ -52,23 +53,31 @@ WINDOW, BATCH = 8, 64
 REPO = "bench/droid_shaped"
 
 
+@functools.lru_cache(maxsize=8)
+def _sensor_noise(camera: int, height: int, width: int) -> np.ndarray:
+    """The camera's fixed sensor-noise texture, drawn once (it does not move)."""
+    return np.random.default_rng(100 + camera).normal(0, 5, (height, width, 3)).astype(np.float32)
+
+
 def moving_frame(index: int, camera: int, height: int, width: int) -> np.ndarray:
-    """Camera-like content that moves with the frame index (see the module docstring)."""
-    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    """Camera-like content that moves with the frame index (see the module docstring).
+
+    Every term is computed from its row and column factors (the blob's Gaussian and the waves split by
+    ``sin(a + b)`` / ``cos(a + b)``), which gives the same picture as evaluating it per pixel (to float rounding)
+    about 4x faster: the 200k-frame datasets spend their time in the video encoder, not here."""
+    y = np.arange(height, dtype=np.float32)[:, None]
+    x = np.arange(width, dtype=np.float32)[None, :]
     t = float(index)
     cx = width / 2 + width / 3 * np.sin(t / 23.0 + camera)
     cy = height / 2 + height / 3 * np.cos(t / 31.0 + camera)
-    blob = 100 * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / (2 * 18.0**2))
-    noise = np.random.default_rng(100 + camera).normal(0, 5, (height, width, 3))
-    image = np.stack(
-        [
-            110 + 60 * np.sin((xx + 2.0 * t) / 21.0) + blob,
-            120 + 50 * np.cos((yy - 1.3 * t) / 17.0 + xx / 40.0) + 0.6 * blob,
-            100 + 45 * np.sin((xx + yy + 3.1 * t) / 27.0) + 0.3 * blob,
-        ],
-        -1,
-    )
-    return (image + noise).clip(0, 255).astype(np.uint8)
+    blob = 100 * np.exp(-((y - cy) ** 2) / (2 * 18.0**2)) * np.exp(-((x - cx) ** 2) / (2 * 18.0**2))
+    a1, b1 = (y - 1.3 * t) / 17.0, x / 40.0
+    a2, b2 = y / 27.0, (x + 3.1 * t) / 27.0
+    red = 110 + 60 * np.sin((x + 2.0 * t) / 21.0) + blob
+    green = 120 + 50 * (np.cos(a1) * np.cos(b1) - np.sin(a1) * np.sin(b1)) + 0.6 * blob
+    blue = 100 + 45 * (np.sin(a2) * np.cos(b2) + np.cos(a2) * np.sin(b2)) + 0.3 * blob
+    image = np.stack([red, green, blue], -1) + _sensor_noise(camera, height, width)
+    return image.clip(0, 255).astype(np.uint8)
 
 
 def write(data: Path, episodes: int, length: int, codec: str) -> Path:
@@ -314,7 +323,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=12)
     parser.add_argument("--length", type=int, default=150, help="frames per episode")
     parser.add_argument("--codec", default="libsvtav1", choices=["libsvtav1", "libx264"])
-    parser.add_argument("--workers", nargs="+", type=int, default=[0, 2])
+    parser.add_argument("--workers", nargs="+", type=int, default=[0, 2, 4])
     parser.add_argument("--seconds", type=float, default=5.0, help="timed sampling per configuration")
     parser.add_argument("--build-workers", type=int, default=2, help="video decoding processes of the build")
     parser.add_argument("--data", type=Path, default=HERE / "results" / "video-data")

@@ -14,27 +14,41 @@ frames of the 3 cameras, batch 64, in samples/s (one sample = one window of each
   uniform over every frame as ours draws), workers
   started with ``spawn`` (a forked worker inherits the parent's open torchcodec decoders). It runs in LeRobot's
   own venv (``--lerobot-python``) as a child process;
-- **Lance** (pylance): the same MP4s decoded with PyAV and written as a Lance dataset with **one row per frame**
-  (episode_index, frame_index, timestamp, observation.state, action, and one binary column of JPEG bytes per
-  camera, ``.`` in names written ``__``, at our jpeg build's quality, 4:2:0, as it encodes), in order, so a
-  frame's row id is its global index. A batch draws 64 anchors, reads their 8-frame windows with one
-  ``LanceDataset.take`` of the (sorted, unique) row ids, and decodes the JPEGs with simplejpeg into one
-  preallocated array per camera (a frame in two overlapping windows decoded once and copied, as ours does) on
-  ``torch.get_num_threads()`` threads (the rule ours follows: all cores in the main process, 1 in a DataLoader
-  worker process). k workers are k ``DataLoader`` worker processes over an iterable of batches (``spawn``),
-  each opening the dataset itself. It runs in a venv of its own (``--lance-python``) as a child process.
+- **Lance, jpeg** (pylance; lerobot-lancedb's ``LeRobotLanceDataset`` layout): the same MP4s decoded with PyAV
+  and written as a Lance dataset with **one row per frame** (episode_index, frame_index, timestamp,
+  observation.state, action, and one binary column of JPEG bytes per camera, ``.`` in names written ``__``, at our
+  jpeg build's quality, 4:2:0, as it encodes; lerobot-lancedb's converter defaults to quality 95), in order, so a
+  frame's row id is its global index; converted one data file at a time (bounded memory). A batch draws 64
+  anchors, reads their 8-frame windows with one ``LanceDataset.take`` of the (sorted, unique) row ids, and decodes
+  the JPEGs with simplejpeg into one preallocated array per camera (a frame in two overlapping windows decoded
+  once and copied, as ours does) on ``torch.get_num_threads()`` threads (the rule ours follows: all cores in the
+  main process, 1 in a DataLoader worker process);
+- **Lance, video** (pylance + torchcodec; lerobot-lancedb's ``LeRobotLanceVideoDataset`` layout, its
+  bit-exact one): a frames table without images and a videos table holding each source MP4's bytes verbatim in a
+  blob-encoded column, read as that class reads it (see ``LanceVideoWindows``): ``take_blobs`` into a cached
+  torchcodec ``VideoDecoder`` per (camera, MP4 file), 16 of them per process (its default), and one
+  ``get_frames_at`` per file and batch. lerobot-lancedb itself needs LeRobot >= 0.5 and torch < 2.11, which
+  cannot share a venv with LeRobot 0.4.4 here: both Lance columns are these layouts read with pylance directly.
+
+For Lance, k workers are k ``DataLoader`` worker processes over an iterable of batches (``spawn``), each opening
+the dataset itself; both run in a venv of their own (``--lance-python``) as child processes.
 
 All columns sample the same windows: anchors drawn uniformly over every frame (a global shuffle), positions past
 the anchor's episode end repeating its last frame (LeRobot's ``delta_timestamps`` rule, which ours follows). The
-first batch of each configuration (worker start-up, first touch) is not timed. Build/convert time and bytes are
-reported for ours and Lance; LeRobot reads the MP4s as they are.
+first batch of each configuration (worker start-up, first touch) is not timed. Build/convert time, bytes and peak
+RSS are reported for ours and Lance; LeRobot reads the MP4s as they are.
+
+At 200k frames (``--episodes 690 --length 290``) a raw build is 104 GB: ``--raw-episodes N`` builds ours raw from
+the first N episodes only (written as a dataset of their own: the same frames), and ``--cache DIR`` keeps the
+builds and conversions (with their build time, bytes and peak RSS in ``DIR/stores.json``) for later sampling
+runs (``--no-sampling`` builds only).
 
 Venvs: LeRobot's is the Makefile's ``.venv-upstream-lerobot``; Lance's is made once, outside the project::
 
     python3.11 -m venv /tmp/lance-venv
-    /tmp/lance-venv/bin/pip install --constraint constraints.txt torch==2.13.0 pylance simplejpeg av numpy
+    /tmp/lance-venv/bin/pip install --constraint constraints.txt torch==2.13.0 pylance simplejpeg av numpy torchcodec==0.13.0
 
-Run: ``.venv/bin/python benchmarks/video_baselines.py [--episodes 12 --length 150 --seconds 5 --workers 0 2
+Run: ``.venv/bin/python benchmarks/video_baselines.py [--episodes 12 --length 150 --seconds 5 --workers 0 2 4
 --lerobot-python .venv-upstream-lerobot/bin/python --lance-python /tmp/lance-venv/bin/python]``. A column
 whose venv is missing or whose run fails is left empty, with the reason in the report.
 """
@@ -43,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -140,8 +155,17 @@ def lerobot_child(root: str, workers: int, seconds: float) -> None:
 
 
 # -- Lance (pylance), in its own venv ----------------------------------------------------------------
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def lance_convert_child(root: str, out: str, quality: int) -> None:
-    """Decode the MP4s (PyAV), JPEG-encode each frame, write one Lance row per frame; print time and bytes."""
+    """Decode the MP4s (PyAV), JPEG-encode each frame, write one Lance row per frame; print time, bytes, peak RSS.
+
+    One data file (and its video file per camera) at a time is decoded and handed to ``lance.write_dataset`` as a
+    record batch, so memory is bounded by one file's frames whatever the dataset size."""
     import glob
 
     import av
@@ -151,39 +175,166 @@ def lance_convert_child(root: str, out: str, quality: int) -> None:
     import simplejpeg
 
     started = time.time()
-    data = pq.read_table(sorted(glob.glob(f"{root}/data/chunk-*/file-*.parquet")))
-    rows = data.num_rows
-    columns: dict[str, list[bytes]] = {}
-    for cam in CAMERAS:
-        blobs: list[bytes] = []
-        for path in sorted(glob.glob(f"{root}/videos/{cam}/chunk-*/file-*.mp4")):
-            with av.open(path) as container:
-                stream = container.streams.video[0]
-                stream.thread_type = "AUTO"
-                for frame in container.decode(stream):
-                    image = frame.to_ndarray(format="rgb24")
-                    blobs.append(
-                        simplejpeg.encode_jpeg(image, quality=quality, colorspace="RGB", colorsubsampling="420")
-                    )
-        if len(blobs) != rows:  # the written files hold each episode's frames in row order, one per row
-            raise RuntimeError(f"{cam}: {len(blobs)} decoded frames for {rows} parquet rows")
-        columns[cam] = blobs
-    table = pa.table(
-        {
-            "episode_index": data["episode_index"],
-            "frame_index": data["frame_index"],
-            "timestamp": data["timestamp"],
-            lance_name("observation.state"): data["observation.state"],
-            "action": data["action"],
-            **{lance_name(cam): pa.array(blobs, pa.binary()) for cam, blobs in columns.items()},
-        }
-    )
+    data_files = sorted(glob.glob(f"{root}/data/chunk-*/file-*.parquet"))
+    rows = 0
+
+    def batches() -> Any:
+        nonlocal rows
+        for data_file in data_files:
+            data = pq.read_table(data_file)
+            relative = Path(data_file).relative_to(root).with_suffix(".mp4").parts[1:]  # chunk-*/file-*.mp4
+            columns: dict[str, list[bytes]] = {}
+            for cam in CAMERAS:
+                blobs: list[bytes] = []
+                with av.open(str(Path(root, "videos", cam, *relative))) as container:
+                    stream = container.streams.video[0]
+                    stream.thread_type = "AUTO"
+                    for frame in container.decode(stream):
+                        image = frame.to_ndarray(format="rgb24")
+                        blobs.append(
+                            simplejpeg.encode_jpeg(image, quality=quality, colorspace="RGB", colorsubsampling="420")
+                        )
+                if len(blobs) != data.num_rows:  # each file holds its episodes' frames in row order, one per row
+                    raise RuntimeError(f"{cam} {relative}: {len(blobs)} decoded frames for {data.num_rows} rows")
+                columns[cam] = blobs
+            rows += data.num_rows
+            yield pa.record_batch(
+                {
+                    "episode_index": data["episode_index"].combine_chunks(),
+                    "frame_index": data["frame_index"].combine_chunks(),
+                    "timestamp": data["timestamp"].combine_chunks(),
+                    lance_name("observation.state"): data["observation.state"].combine_chunks(),
+                    "action": data["action"].combine_chunks(),
+                    **{lance_name(cam): pa.array(blobs, pa.binary()) for cam, blobs in columns.items()},
+                }
+            )
+
+    first = next(batches_iter := batches())
+    reader = pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], batches_iter))
     if Path(out).exists():
         shutil.rmtree(out)
-    lance.write_dataset(table, out)
+    lance.write_dataset(reader, out)
     seconds = time.time() - started
     stored = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
-    print(json.dumps({"seconds": seconds, "bytes": stored, "rows": rows, "pylance": lance.__version__}))
+    print(json.dumps({"seconds": seconds, "bytes": stored, "rows": rows, "peak_rss": _peak_rss(),
+                      "pylance": lance.__version__}))  # fmt: skip
+
+
+# -- Lance, the video layout of lerobot-lancedb's LeRobotLanceVideoDataset -----------------------------
+VIDEOS_TABLE, FRAMES_TABLE = "droid_shaped_videos.lance", "droid_shaped.lance"
+DECODER_CACHE = 16  # LeRobotLanceVideoDataset's default decoder_cache_size
+
+
+def lance_video_convert_child(root: str, out: str) -> None:
+    """lerobot-lancedb's video layout (``convert_to_lance_video``), written with pylance: a frames table (one row
+    per frame, the tabular columns, no images) and a videos table (one row per source MP4: ``video_key``,
+    ``chunk_index``, ``file_index`` and the file's bytes verbatim in a ``video_bytes`` column with Lance's blob
+    encoding), beside a copy of ``meta/``. Nothing is decoded; memory holds one MP4 at a time."""
+    import glob
+
+    import lance
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    started = time.time()
+    if Path(out).exists():
+        shutil.rmtree(out)
+    Path(out).mkdir(parents=True)
+    shutil.copytree(Path(root, "meta"), Path(out, "meta"))
+    data = pq.read_table(sorted(glob.glob(f"{root}/data/chunk-*/file-*.parquet")))
+    keep = ["episode_index", "frame_index", "index", "timestamp", "task_index", "observation.state", "action"]
+    lance.write_dataset(data.select(keep).rename_columns([lance_name(k) for k in keep]), f"{out}/{FRAMES_TABLE}")
+    schema = pa.schema(
+        [
+            pa.field("video_key", pa.string()),
+            pa.field("chunk_index", pa.int32()),
+            pa.field("file_index", pa.int32()),
+            pa.field("video_bytes", pa.large_binary(), metadata={"lance-encoding:blob": "true"}),
+        ]
+    )
+
+    def batches() -> Any:
+        for cam in CAMERAS:
+            for path in sorted(Path(root, "videos", cam).glob("chunk-*/file-*.mp4")):
+                chunk, file = int(path.parent.name.removeprefix("chunk-")), int(path.stem.removeprefix("file-"))
+                yield pa.record_batch([[cam], [chunk], [file], [path.read_bytes()]], schema=schema)
+
+    lance.write_dataset(pa.RecordBatchReader.from_batches(schema, batches()), f"{out}/{VIDEOS_TABLE}")
+    seconds = time.time() - started
+    stored = sum(p.stat().st_size for p in Path(out).rglob("*") if p.is_file())
+    print(json.dumps({"seconds": seconds, "bytes": stored, "rows": data.num_rows, "peak_rss": _peak_rss(),
+                      "pylance": lance.__version__}))  # fmt: skip
+
+
+class LanceVideoWindows(torch.utils.data.IterableDataset):
+    """An endless iterable of window batches from the video layout at ``path``, read as LeRobotLanceVideoDataset
+    reads it: the batch's rows from the frames table in one ``take``; per (camera, MP4 file) the file's bytes
+    through ``take_blobs`` into a torchcodec ``VideoDecoder(seek_mode="approximate")`` kept in a per-process cache
+    of ``DECODER_CACHE`` decoders (first in, first out), and one ``get_frames_at`` call for all of the batch's
+    frames of that file, at frame ``round((timestamp + the episode's from_timestamp) * fps)``. Frames come back
+    as uint8 (``return_uint8=True``; its default converts to float32)."""
+
+    def __init__(self, path: str, seed: int) -> None:
+        self.path, self.seed = path, seed
+
+    def __iter__(self) -> Any:
+        import glob
+
+        import lance
+        import pyarrow.parquet as pq
+        from torchcodec.decoders import VideoDecoder
+
+        info = torch.utils.data.get_worker_info()
+        rng = np.random.default_rng([self.seed, info.id if info else 0])
+        frames_table = lance.dataset(f"{self.path}/{FRAMES_TABLE}")
+        videos = lance.dataset(f"{self.path}/{VIDEOS_TABLE}")
+        blob_row = {
+            (r["video_key"], r["chunk_index"], r["file_index"]): i
+            for i, r in enumerate(videos.to_table(columns=["video_key", "chunk_index", "file_index"]).to_pylist())
+        }
+        episodes = pq.read_table(sorted(glob.glob(f"{self.path}/meta/episodes/chunk-*/file-*.parquet"))).to_pydict()
+        order = np.argsort(episodes["episode_index"])
+        first_row = np.asarray(episodes["dataset_from_index"])[order]
+        last_row = np.asarray(episodes["dataset_to_index"])[order] - 1
+        where = {
+            cam: (
+                np.asarray(episodes[f"videos/{cam}/chunk_index"])[order],
+                np.asarray(episodes[f"videos/{cam}/file_index"])[order],
+                np.asarray(episodes[f"videos/{cam}/from_timestamp"])[order],
+            )
+            for cam in CAMERAS
+        }
+        total = int(last_row[-1]) + 1
+        decoders: dict[tuple[str, int, int], Any] = {}
+        offsets = np.arange(WINDOW)
+        while True:
+            anchors = rng.integers(0, total, BATCH)
+            episode = np.searchsorted(first_row, anchors, side="right") - 1
+            ids = np.minimum(anchors[:, None] + offsets, last_row[episode][:, None])
+            unique, inverse = np.unique(ids, return_inverse=True)
+            table = frames_table.take(unique, columns=["timestamp", lance_name("observation.state"), "action"])
+            timestamps = table["timestamp"].to_numpy()[inverse.reshape(ids.shape)]
+            batch: dict[str, Any] = {}
+            for cam in CAMERAS:
+                chunk, file, start = (a[episode] for a in where[cam])
+                index = np.rint((timestamps + start[:, None]) * FPS).astype(np.int64)
+                out = torch.empty((BATCH, WINDOW, 3, HEIGHT, WIDTH), dtype=torch.uint8)
+                for key in sorted({(cam, int(c), int(f)) for c, f in zip(chunk, file, strict=True)}):
+                    if key not in decoders:
+                        blob = videos.take_blobs(blob_column="video_bytes", indices=[blob_row[key]])[0]
+                        decoders[key] = VideoDecoder(blob.readall(), seek_mode="approximate")
+                        blob.close()
+                        while len(decoders) > DECODER_CACHE:
+                            decoders.pop(next(iter(decoders)))
+                    rows = np.flatnonzero((chunk == key[1]) & (file == key[2]))
+                    got = decoders[key].get_frames_at(indices=index[rows].ravel().tolist()).data
+                    out[torch.from_numpy(rows)] = got.reshape(len(rows), WINDOW, 3, HEIGHT, WIDTH)
+                batch[cam] = out
+            anchor_rows = inverse.reshape(ids.shape)[:, 0]
+            for key in ("observation.state", "action"):
+                values = np.stack(table[lance_name(key)].to_numpy(zero_copy_only=False))
+                batch[key] = torch.from_numpy(values[anchor_rows])
+            yield batch
 
 
 def _episode_ends(dataset: Any) -> np.ndarray:
@@ -241,9 +392,10 @@ class LanceWindows(torch.utils.data.IterableDataset):
             yield batch
 
 
-def lance_sample_child(path: str, workers: int, seconds: float) -> None:
+def lance_sample_child(path: str, workers: int, seconds: float, layout: str = "jpeg") -> None:
+    windows = LanceVideoWindows(path, seed=0) if layout == "video" else LanceWindows(path, seed=0)
     loader = torch.utils.data.DataLoader(
-        LanceWindows(path, seed=0),
+        windows,
         batch_size=None,
         num_workers=workers,
         multiprocessing_context="spawn" if workers else None,
@@ -251,7 +403,8 @@ def lance_sample_child(path: str, workers: int, seconds: float) -> None:
 
     def check(batch: dict) -> None:
         shape = tuple(batch[CAMERAS[2]].shape)
-        if shape != (BATCH, WINDOW, HEIGHT, WIDTH, 3):
+        expected = (BATCH, WINDOW, 3, HEIGHT, WIDTH) if layout == "video" else (BATCH, WINDOW, HEIGHT, WIDTH, 3)
+        if shape != expected:
             raise RuntimeError(f"Lance windows of {CAMERAS[2]} have shape {shape}")
 
     print(json.dumps({"samples_per_s": _timed(iter(loader), seconds, check)}))
@@ -279,16 +432,96 @@ def _ratio(ours: float | None, theirs: float | None) -> float | None:
     return round(ours / theirs, 2) if ours and theirs else None
 
 
+COLUMNS = ("ours jpeg", "ours raw", "lerobot", "lance jpeg", "lance video")
+
+
+def _stores(args: argparse.Namespace, root: Path, raw_root: Path | None, cache: Path, report: dict) -> dict:
+    """Build or convert each store a sampled column needs, or take it from ``cache/stores.json`` (a kept
+    ``--cache`` of an earlier run: its build time, bytes and peak RSS are that run's, marked with its date)."""
+    from datasets_hub.build.frames import DEFAULT_QUALITY as quality  # our jpeg build's, which Lance's JPEGs match
+
+    record = cache / "stores.json"
+    stores: dict[str, dict] = json.loads(record.read_text()) if record.exists() else {}
+
+    def keep(name: str, store: dict, source: Path) -> None:
+        store.update(
+            built=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            load_average=os.getloadavg(),
+            source=str(source),
+            mp4_bytes=sum(p.stat().st_size for p in source.rglob("*.mp4")),
+        )
+        stores[name] = store
+        record.write_text(json.dumps(stores, indent=1))
+
+    wanted = set(args.columns)
+    for name, frames, source in (("ours jpeg", "jpeg", root), ("ours raw", "raw", raw_root)):
+        if name not in wanted or source is None or name in stores:
+            continue
+        built = video.build(source, frames, cache / frames, args.build_workers)
+        keep(name, built, source)
+    converters = {"lance jpeg": ("--_lance_convert", str(quality)), "lance video": ("--_lance_video_convert",)}
+    for name, (mode, *extra) in converters.items():
+        if name not in wanted or name in stores:
+            continue
+        if not args.lance_python.exists():
+            report["not_run"][name] = f"no Lance venv at {args.lance_python} (see the docstring)"
+            continue
+        target = cache / name.replace(" ", "-")
+        try:
+            converted = child(args.lance_python, mode, str(root), str(target), *extra, timeout=4 * 3600)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            report["not_run"][name] = f"the conversion failed: {exc}"
+            continue
+        keep(name, {**converted, "path": str(target)}, root)
+    report["jpeg_quality"] = quality
+    return stores
+
+
+def _describe(stores: dict) -> dict:
+    """The report's view of each store: seconds, bytes and their ratio to the MP4s it came from, peak RSS, and
+    for our builds frames/s per core (camera frames over the build's seconds and its decoding processes)."""
+    out = {}
+    for name, store in stores.items():
+        source = Path(store["source"])
+        frames = json.loads((source / "meta" / "info.json").read_text())["total_frames"]
+        entry = {
+            "frames": frames,
+            "seconds": round(store["seconds"], 1),
+            "bytes": store["bytes"],
+            "mp4_bytes": store["mp4_bytes"],
+            "bytes_vs_mp4": round(store["bytes"] / store["mp4_bytes"], 2),
+            "peak_rss": max(store.get("peak_rss", 0), store.get("children_peak_rss", 0)),
+            "built": store["built"],
+            "load_average_after": [round(x, 1) for x in store["load_average"]],
+        }
+        if name.startswith("ours"):
+            entry["build_process_peak_rss"] = store["peak_rss"]
+            entry["decoder_processes_peak_rss"] = store["children_peak_rss"]
+            entry["frames_per_second_per_core"] = round(frames * len(CAMERAS) / store["seconds"] / 2, 1)
+            entry["psnr_db"] = {k.rsplit(".", 1)[-1]: v.get("psnr_db") for k, v in store.get("frames", {}).items()}
+        out[name] = entry
+    return out
+
+
 def main() -> None:
     report_module = _load("_report", HERE / "_report.py")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=12)
     parser.add_argument("--length", type=int, default=150, help="frames per episode")
     parser.add_argument("--codec", default="libsvtav1", choices=["libsvtav1", "libx264"])
-    parser.add_argument("--workers", nargs="+", type=int, default=[0, 2])
+    parser.add_argument("--workers", nargs="+", type=int, default=[0, 2, 4])
+    parser.add_argument("--columns", nargs="+", default=list(COLUMNS), choices=COLUMNS)
     parser.add_argument("--seconds", type=float, default=5.0, help="timed sampling per configuration")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per configuration (median)")
     parser.add_argument("--build-workers", type=int, default=2, help="video decoding processes of our builds")
+    parser.add_argument(
+        "--raw-episodes",
+        type=int,
+        help="build ours raw from the first N episodes only (a dataset of its own, the same frames): a raw build "
+        "of 200k frames x 3 cameras is 104 GB",
+    )
+    parser.add_argument("--cache", type=Path, help="keep the builds and conversions here and reuse them")
+    parser.add_argument("--no-sampling", action="store_true", help="build and convert only")
     parser.add_argument("--lerobot-python", type=Path, default=ROOT / ".venv-upstream-lerobot" / "bin" / "python")
     parser.add_argument("--lance-python", type=Path, default=Path("/tmp/lance-venv/bin/python"))
     parser.add_argument("--data", type=Path, default=HERE / "results" / "video-data")
@@ -297,6 +530,9 @@ def main() -> None:
 
     started = time.time()
     root = video.write(args.data, args.episodes, args.length, args.codec)
+    raw_root = root
+    if args.raw_episodes is not None and args.raw_episodes != args.episodes:
+        raw_root = video.write(args.data, args.raw_episodes, args.length, args.codec) if args.raw_episodes else None
     mp4 = sum(p.stat().st_size for p in root.rglob("*.mp4"))
     frames = args.episodes * args.length
     print(f"dataset: {frames:,} frames x {len(CAMERAS)} cameras, {mp4 / 2**20:.1f} MiB of MP4 ({args.codec})")
@@ -312,80 +548,75 @@ def main() -> None:
         "samples_per_s": {},
         "not_run": {},
     }  # fmt: skip
-    from datasets_hub.build.frames import DEFAULT_QUALITY as quality  # our jpeg build's, which Lance's JPEGs match
-
-    report["jpeg_quality"] = quality
-    timeout = 120 + 10 * args.seconds
-    cache = Path(tempfile.mkdtemp(prefix="datasets_hub-bench-baselines-", dir=args.data))
-    lance_path = cache / "droid_shaped.lance"
+    if args.raw_episodes is not None and args.raw_episodes != args.episodes:
+        report["dataset"]["raw_episodes"] = args.raw_episodes
+    timeout = 300 + 10 * args.seconds
+    cache = args.cache or Path(tempfile.mkdtemp(prefix="datasets_hub-bench-baselines-", dir=args.data))
+    cache.mkdir(parents=True, exist_ok=True)
     try:
-        for name in ("raw", "jpeg"):
-            built = video.build(root, name, cache, args.build_workers)
-            report["stores"][f"ours {name}"] = {"seconds": round(built["seconds"], 1), "bytes": built["bytes"],
-                                                "path": built["path"]}  # fmt: skip
-        if args.lance_python.exists():
-            try:
-                converted = child(
-                    args.lance_python, "--_lance_convert", str(root), str(lance_path), str(quality), timeout=1800
-                )
-                report["stores"]["lance"] = {**converted, "seconds": round(converted["seconds"], 1)}
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                report["not_run"]["lance"] = f"the conversion failed: {exc}"
-        else:
-            report["not_run"]["lance"] = f"no Lance venv at {args.lance_python} (see the docstring)"
-        if not args.lerobot_python.exists():
+        stores = _stores(args, root, raw_root, cache, report)
+        report["stores"] = _describe(stores)
+        if "lerobot" in args.columns and not args.lerobot_python.exists():
             report["not_run"]["lerobot"] = f"no LeRobot venv at {args.lerobot_python} (make test-upstream-lerobot)"
         runs: dict[tuple[int, str], list[float]] = {}
-        for _ in range(args.repeats):  # round robin: load that comes and goes touches every column alike
+        for _ in range(
+            0 if args.no_sampling else args.repeats
+        ):  # round robin: load that comes and goes touches every column alike
             for workers in args.workers:
-                for name in ("jpeg", "raw"):
-                    path = report["stores"][f"ours {name}"]["path"]
-                    runs.setdefault((workers, f"ours {name}"), []).append(
-                        video.windows_per_second(path, workers, args.seconds)
+                for name in args.columns:
+                    if name in report["not_run"]:
+                        continue
+                    try:
+                        if name.startswith("ours"):
+                            rate = video.windows_per_second(stores[name]["path"], workers, args.seconds)
+                        elif name == "lerobot":
+                            got = child(args.lerobot_python, "--_lerobot", str(root), str(workers), str(args.seconds),
+                                        timeout=timeout)  # fmt: skip
+                            rate = got.pop("samples_per_s")
+                            report["lerobot"] = got
+                        else:
+                            layout = name.removeprefix("lance ")
+                            rate = child(args.lance_python, "--_lance_sample", stores[name]["path"], str(workers),
+                                         str(args.seconds), layout, timeout=timeout)["samples_per_s"]  # fmt: skip
+                    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                        report["not_run"][f"{name}/{workers}"] = str(exc)[-2000:]
+                        continue
+                    runs.setdefault((workers, name), []).append(rate)
+                    print(
+                        f"workers={workers} {name}: {rate:.1f} samples/s  (load {os.getloadavg()[0]:.1f})", flush=True
                     )
-                if "lerobot" not in report["not_run"]:
-                    try:
-                        got = child(args.lerobot_python, "--_lerobot", str(root), str(workers), str(args.seconds),
-                                    timeout=timeout)  # fmt: skip
-                        runs.setdefault((workers, "lerobot"), []).append(got.pop("samples_per_s"))
-                        report["lerobot"] = got
-                    except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                        report["not_run"][f"lerobot/{workers}"] = str(exc)
-                if "lance" in report["stores"]:
-                    try:
-                        got = child(args.lance_python, "--_lance_sample", str(lance_path), str(workers),
-                                    str(args.seconds), timeout=timeout)  # fmt: skip
-                        runs.setdefault((workers, "lance"), []).append(got["samples_per_s"])
-                    except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                        report["not_run"][f"lance/{workers}"] = str(exc)
-                print(f"workers={workers}: { ({k[1]: round(v[-1], 1) for k, v in runs.items() if k[0] == workers}) }")
         report["runs"] = {f"{name}/{workers}": [round(r, 1) for r in rs] for (workers, name), rs in runs.items()}
-        for workers in args.workers:
+        report["load_average_end"] = os.getloadavg()
+        for workers in args.workers if not args.no_sampling else ():
             rates = report["samples_per_s"].setdefault(str(workers), {})
-            for name in ("ours jpeg", "ours raw", "lerobot", "lance"):
+            for name in args.columns:
                 got_runs = runs.get((workers, name))
                 rates[name] = round(statistics.median(got_runs), 1) if got_runs else None
-            for base in ("lerobot", "lance"):
-                rates[f"ours jpeg / {base}"] = _ratio(rates["ours jpeg"], rates[base])
-                rates[f"ours raw / {base}"] = _ratio(rates["ours raw"], rates[base])
+            for base in ("lerobot", "lance jpeg", "lance video"):
+                rates[f"ours jpeg / {base}"] = _ratio(rates.get("ours jpeg"), rates.get(base))
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
-    for store in report["stores"].values():
-        store.pop("path", None)
-        store["bytes_vs_mp4"] = round(store["bytes"] / mp4, 2)
+        if args.cache is None:
+            shutil.rmtree(cache, ignore_errors=True)
     report["seconds"] = round(time.time() - started, 1)
 
-    print(f"\nstores ({mp4 / 2**20:.1f} MiB of MP4, read as they are by LeRobot)")
+    print(
+        f"\nstores ({mp4 / 2**20:.1f} MiB of MP4 for {frames:,} frames x {len(CAMERAS)} cameras; LeRobot reads them as they are)"
+    )
+    print(
+        f"{'store':>11} | {'frames':>8} | {'seconds':>8} | {'MiB':>9} | {'x MP4':>6} | {'peak RSS MiB':>12} | frames/s/core"
+    )
     for name, store in report["stores"].items():
         print(
-            f"{name:>10}: {store['seconds']:7.1f} s  {store['bytes'] / 2**20:8.1f} MiB ({store['bytes_vs_mp4']}x MP4)"
+            f"{name:>11} | {store['frames']:>8,} | {store['seconds']:>8.1f} | {store['bytes'] / 2**20:>9.1f} | "
+            f"{store['bytes_vs_mp4']:>6} | {store['peak_rss'] / 2**20:>12.0f} | {store.get('frames_per_second_per_core', '-')}"
         )
-    print(f"\nrandom {WINDOW}-frame windows of {len(CAMERAS)} cameras, batch {BATCH}: samples/s")
-    columns = ["ours jpeg", "ours raw", "lerobot", "lance", "ours jpeg / lerobot", "ours jpeg / lance"]
-    print(f"{'workers':>8} | " + " | ".join(f"{c:>19}" for c in columns))
-    for workers, rates in report["samples_per_s"].items():
-        cells = ["-" if rates.get(c) is None else f"{rates[c]:,}" for c in columns]
-        print(f"{workers:>8} | " + " | ".join(f"{c:>19}" for c in cells))
+    if report["samples_per_s"]:
+        print(f"\nrandom {WINDOW}-frame windows of {len(CAMERAS)} cameras, batch {BATCH}: samples/s")
+        columns = [*args.columns, *(f"ours jpeg / {b}" for b in ("lerobot", "lance jpeg", "lance video"))]
+        print(f"{'workers':>8} | " + " | ".join(f"{c:>22}" for c in columns))
+        for workers, rates in report["samples_per_s"].items():
+            cells = ["-" if rates.get(c) is None else f"{rates[c]:,}" for c in columns]
+            print(f"{workers:>8} | " + " | ".join(f"{c:>22}" for c in cells))
     if report.get("lerobot"):
         print("LeRobot:", json.dumps(report["lerobot"]))
     for name, why in report["not_run"].items():
@@ -399,7 +630,9 @@ if __name__ == "__main__":
         lerobot_child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
     elif mode == "--_lance_convert":
         lance_convert_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif mode == "--_lance_video_convert":
+        lance_video_convert_child(sys.argv[2], sys.argv[3])
     elif mode == "--_lance_sample":
-        lance_sample_child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
+        lance_sample_child(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])
     else:
         main()
