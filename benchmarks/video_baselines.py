@@ -451,7 +451,8 @@ def _stores(args: argparse.Namespace, root: Path, raw_root: Path | None, cache: 
             mp4_bytes=sum(p.stat().st_size for p in source.rglob("*.mp4")),
         )
         stores[name] = store
-        record.write_text(json.dumps(stores, indent=1))
+        on_disk = json.loads(record.read_text()) if record.exists() else {}  # another run may share the cache
+        record.write_text(json.dumps({**on_disk, name: store}, indent=1))
 
     wanted = set(args.columns)
     for name, frames, source in (("ours jpeg", "jpeg", root), ("ours raw", "raw", raw_root)):
