@@ -248,6 +248,10 @@ def test_catalogue_entries_name_real_files():
     entries = _entries()
     assert entries["robomimic/v1.5/lift/ph/low_dim"]["resources"][0]["url"] == (
         "hf://datasets/robomimic/robomimic_datasets/v1.5/lift/ph/low_dim_v15.hdf5"
+        "@74fa018461f479cd9fd15b924a16103012096203"  # the revision its pinned size and sha256 are from
+    )
+    assert entries["robomimic/v1.5/lift/mh/low_dim"]["resources"][0]["url"] == (
+        "hf://datasets/robomimic/robomimic_datasets/v1.5/lift/mh/low_dim_v15.hdf5"
     )
     assert entries["robomimic/mimicgen/core/coffee_d0"]["resources"][0]["url"] == (
         "hf://datasets/amandlek/mimicgen_datasets/core/coffee_d0.hdf5"
@@ -259,6 +263,30 @@ def test_catalogue_entries_name_real_files():
     assert len(set(names)) == len(names)  # no two files share a raw-cache name
     for entry in entries.values():
         assert entry["loader"] == "robomimic" and entry["license"] and entry["citation"] and entry["description"]
+
+
+def _docs_pins() -> dict[str, tuple[int, str]]:
+    """The table of docs/datasets/robomimic.md ("Sizes and checksums"): path in the Hub repo -> (bytes, sha256)."""
+    import re
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "datasets" / "robomimic.md"
+    row = re.compile(r"^\| `(v1\.5/[\w/]+\.hdf5)` \| (\d+) \| `([0-9a-f]{64})` \|")
+    return {m[1]: (int(m[2]), m[3]) for m in map(row.match, page.read_text().splitlines()) if m}
+
+
+def test_pinned_sizes_and_sha256_are_the_docs_table_at_the_revision_it_names():
+    """Every resource with a size or sha256 pins both, at the Hub revision the docs name, with the docs table's
+    figures; the docs pin nothing the catalogue lacks (a figure changed in one place only fails)."""
+    prefix, revision = "hf://datasets/robomimic/robomimic_datasets/", "@74fa018461f479cd9fd15b924a16103012096203"
+    pinned = {}
+    for entry in _entries().values():
+        for resource in entry["resources"]:
+            if "size" in resource or "sha256" in resource:
+                url = resource["url"]
+                assert url.startswith(prefix) and url.endswith(revision), url
+                pinned[url[len(prefix) : -len(revision)]] = (resource["size"], resource["sha256"])
+    table = _docs_pins()
+    assert len(table) == 5 and pinned == table
 
 
 def test_catalogue_resolves_to_specs():
