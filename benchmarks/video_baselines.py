@@ -319,15 +319,15 @@ class LanceVideoWindows(torch.utils.data.IterableDataset):
                 chunk, file, start = (a[episode] for a in where[cam])
                 index = np.rint((timestamps + start[:, None]) * FPS).astype(np.int64)
                 out = torch.empty((BATCH, WINDOW, 3, HEIGHT, WIDTH), dtype=torch.uint8)
-                for key in sorted({(cam, int(c), int(f)) for c, f in zip(chunk, file, strict=True)}):
-                    if key not in decoders:
-                        blob = videos.take_blobs(blob_column="video_bytes", indices=[blob_row[key]])[0]
-                        decoders[key] = VideoDecoder(blob.readall(), seek_mode="approximate")
+                for file_key in sorted({(cam, int(c), int(f)) for c, f in zip(chunk, file, strict=True)}):
+                    if file_key not in decoders:
+                        blob = videos.take_blobs(blob_column="video_bytes", indices=[blob_row[file_key]])[0]
+                        decoders[file_key] = VideoDecoder(blob.readall(), seek_mode="approximate")
                         blob.close()
                         while len(decoders) > DECODER_CACHE:
                             decoders.pop(next(iter(decoders)))
-                    rows = np.flatnonzero((chunk == key[1]) & (file == key[2]))
-                    got = decoders[key].get_frames_at(indices=index[rows].ravel().tolist()).data
+                    rows = np.flatnonzero((chunk == file_key[1]) & (file == file_key[2]))
+                    got = decoders[file_key].get_frames_at(indices=index[rows].ravel().tolist()).data
                     out[torch.from_numpy(rows)] = got.reshape(len(rows), WINDOW, 3, HEIGHT, WIDTH)
                 batch[cam] = out
             anchor_rows = inverse.reshape(ids.shape)[:, 0]
