@@ -48,6 +48,11 @@ class BatchMemory:
         self._offsets: dict[int, tuple[list[int], int]] = {}  # total rows -> each array's offset, block size
         self._spare: np.ndarray | None = None
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row of every array together."""
+        return sum(self._row_bytes)
+
     def arrays(self, total: int) -> dict[Any, np.ndarray]:
         """Every key's array for a ``total``-row batch (uninitialised memory: every row must be written)."""
         planned = self._offsets.get(total)
