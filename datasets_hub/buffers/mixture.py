@@ -496,7 +496,9 @@ class Mixture:
             raise InvalidParameter(f"batch_size must be a positive int or None, got {batch_size!r}")
         self.batch_size = batch_size
         self.generator = generator
-        if read_ahead is not None and (not isinstance(read_ahead, int) or isinstance(read_ahead, bool) or read_ahead < 1):
+        if read_ahead is not None and (
+            not isinstance(read_ahead, int) or isinstance(read_ahead, bool) or read_ahead < 1
+        ):
             raise InvalidParameter(
                 f"read_ahead must be None (automatic) or a number of batches >= 1 (1: none ahead), got {read_ahead!r}"
             )
