@@ -66,8 +66,8 @@ from datasets_hub.errors import InvalidParameter, did_you_mean
 NORMALIZE_MODES = ("mean_std", "min_max", "q01_q99")
 _EPS = 1e-8
 #: batches drawn ahead (``read_ahead=None``) fill about this many rows, and at most this many bytes
-READ_AHEAD_ROWS = 4096
-READ_AHEAD_BYTES = 16 << 20
+READ_AHEAD_ROWS = 16384
+READ_AHEAD_BYTES = 32 << 20
 
 
 def mixture_weights(
