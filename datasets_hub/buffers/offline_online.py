@@ -23,7 +23,8 @@ files; nothing is copied from one to the other. Contract:
   the two parts share the stored schema only.
 - Offline rows drawn ahead: an offline part with a plain uniform sampler (``RandomSampler``) over a
   read-only build draws and reads ``READ_AHEAD_ROWS`` rows at once, and each batch takes the next of
-  them. ``randint`` fills its output in generator order, so the offline rows are those of drawing each
+  them (offline shares of up to a quarter of that; larger ones are drawn when asked for, once none
+  drawn ahead is left). ``randint`` fills its output in generator order, so the offline rows are those of drawing each
   batch's share when it is asked for (the generator is only ahead of them); each batch is a copy of them.
 """
 
@@ -179,7 +180,7 @@ class OfflineOnlineBuffer:
         arrays = self._memory.arrays(batch_size)
         row = 0
         for part, count in ((self.offline, n_offline), (self.online, batch_size - n_offline)):
-            if count and part is self.offline and self._reads_ahead:
+            if count and part is self.offline and self._reads_ahead and self._ahead_pays(count):
                 self._write_ahead(arrays, count)
             elif count:
                 _write(part, arrays, row, count, self.schema)
@@ -194,6 +195,13 @@ class OfflineOnlineBuffer:
         if return_info:
             return out, {"index": out.get(("index", "index")), "online": out.get(("index", "online"))}
         return out
+
+    def _ahead_pays(self, count: int) -> bool:
+        """Rows drawn ahead save a small share its per-call work, and cost a large one a copy: drawn ahead
+        for shares of at most a quarter of ``_ahead_rows``, and while any drawn ahead are left (so that
+        the rows keep the generator's order)."""
+        left = len(self._ahead.get(("index", "index"), ())) - self._ahead_used
+        return count <= self._ahead_rows // 4 or left > 0
 
     def _write_ahead(self, arrays: dict[Key, np.ndarray], count: int) -> None:
         """The next ``count`` offline rows drawn ahead copied into rows ``0:count`` of ``arrays``, more drawn
