@@ -40,6 +40,14 @@ schema at sample time and concatenates them. Contract of ``Mixture.sample(n)``:
 - The result is the members' batches concatenated in member order (each member's items contiguous,
   so slices stay whole), with the same batch dimensions as theirs.
 
+- Drawn ahead: when every member is a direct member of a read-only storage with a plain
+  ``RandomSampler`` or ``SliceSampler`` and shares are exact, a call draws ``batches_ahead(n)``
+  batches at once (``read_ahead=k`` batches; ``None``: batches of at most ``READ_AHEAD_BATCH_BYTES``,
+  up to ``READ_AHEAD_ROWS`` rows and ``READ_AHEAD_BYTES`` together; 1: none ahead), each member in one draw and one read
+  (``ReplayBuffer.draw_many_rows``: the values of successive draws), and the next calls with the same
+  ``n`` return them. The batches are those of drawing one per call; a call with another ``n`` drops
+  them. Every batch is written whole (values, padding, masks, index) in memory no other batch shares.
+
 Construction draws one small probe batch from every member to learn its schema (it advances that
 member's generator).
 """
@@ -65,9 +73,12 @@ from datasets_hub.errors import InvalidParameter, did_you_mean
 
 NORMALIZE_MODES = ("mean_std", "min_max", "q01_q99")
 _EPS = 1e-8
-#: batches drawn ahead (``read_ahead=None``) fill about this many rows, and at most this many bytes
+#: batches drawn ahead (``read_ahead=None``) fill about this many rows and at most this many bytes;
+#: only batches of at most READ_AHEAD_BATCH_BYTES are: each item drawn ahead costs one more copy, which
+#: outweighs the per-call work saved on larger batches (measured: docs/results/mixtures.md)
 READ_AHEAD_ROWS = 16384
 READ_AHEAD_BYTES = 32 << 20
+READ_AHEAD_BATCH_BYTES = 1 << 20
 
 
 def mixture_weights(
@@ -679,8 +690,10 @@ class Mixture:
             return 1
         if self.read_ahead is not None:
             return self.read_ahead
-        fit = READ_AHEAD_BYTES // max(1, batch_size * self._memory.row_bytes)
-        return max(1, min(READ_AHEAD_ROWS // batch_size, fit))
+        batch_bytes = batch_size * self._memory.row_bytes
+        if batch_bytes > READ_AHEAD_BATCH_BYTES:
+            return 1
+        return max(1, min(READ_AHEAD_ROWS // batch_size, READ_AHEAD_BYTES // max(1, batch_bytes)))
 
     def _next_arrays(self, batch_size: int, counts: list[int]) -> dict[Key, np.ndarray]:
         """The arrays of the next batch: one drawn ahead, or ``batches_ahead`` new ones allocated once

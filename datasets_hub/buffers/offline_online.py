@@ -23,8 +23,8 @@ files; nothing is copied from one to the other. Contract:
   the two parts share the stored schema only.
 - Offline rows drawn ahead: an offline part with a plain uniform sampler (``RandomSampler``) over a
   read-only build draws and reads ``READ_AHEAD_ROWS`` rows at once, and each batch takes the next of
-  them (offline shares of up to a quarter of that; larger ones are drawn when asked for, once none
-  drawn ahead is left). ``randint`` fills its output in generator order, so the offline rows are those of drawing each
+  them (offline shares of up to a quarter of that and ``READ_AHEAD_SHARE_BYTES``; larger ones are drawn
+  when asked for, once none drawn ahead is left). ``randint`` fills its output in generator order, so the offline rows are those of drawing each
   batch's share when it is asked for (the generator is only ahead of them); each batch is a copy of them.
 """
 
@@ -50,6 +50,9 @@ _BOOKKEEPING = {("index",), ("_weight",)}
 #: offline rows drawn and read at once (module docstring), at most this many bytes of them
 READ_AHEAD_ROWS = 4096
 READ_AHEAD_BYTES = 16 << 20
+#: only offline shares of at most this many bytes (and a quarter of the rows drawn ahead) are read ahead:
+#: each row costs one more copy, which outweighs the per-call work saved on larger shares
+READ_AHEAD_SHARE_BYTES = 1 << 20
 
 
 class OfflineOnlineBuffer:
@@ -106,8 +109,8 @@ class OfflineOnlineBuffer:
             and callable(getattr(offline, "draw_rows", None))
             and callable(getattr(offline.storage, "gather_into", None))
         )
-        row_bytes = self._memory.row_bytes
-        self._ahead_rows = max(1, min(READ_AHEAD_ROWS, READ_AHEAD_BYTES // max(1, row_bytes)))
+        self._row_bytes = self._memory.row_bytes
+        self._ahead_rows = max(1, min(READ_AHEAD_ROWS, READ_AHEAD_BYTES // max(1, self._row_bytes)))
 
     # -- writes -------------------------------------------------------------------------------------
     def _check(self, data: Any, batch_dims: int) -> None:
@@ -201,7 +204,8 @@ class OfflineOnlineBuffer:
         for shares of at most a quarter of ``_ahead_rows``, and while any drawn ahead are left (so that
         the rows keep the generator's order)."""
         left = len(self._ahead.get(("index", "index"), ())) - self._ahead_used
-        return count <= self._ahead_rows // 4 or left > 0
+        small = count <= self._ahead_rows // 4 and count * self._row_bytes <= READ_AHEAD_SHARE_BYTES
+        return small or left > 0
 
     def _write_ahead(self, arrays: dict[Key, np.ndarray], count: int) -> None:
         """The next ``count`` offline rows drawn ahead copied into rows ``0:count`` of ``arrays``, more drawn
