@@ -80,7 +80,7 @@ def _frame_codec(spec: Any, loader: Any, frames: str | None, frame_quality: int 
     from datasets_hub.build.frames import resolve_frames
 
     estimate = loader.frame_bytes(spec) if frames in (None, "auto") else None
-    return resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})")
+    return resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})", above_limit=loader.auto_frames)
 
 
 def _ensure_build(
@@ -338,7 +338,8 @@ def load(
     ``frames`` chooses how camera frames (uint8 image keys) are stored (see ``docs/guide/compressed-frames.md``):
     ``"raw"`` (decoded once, fastest to sample), ``"jpeg"`` (each frame on its own, ``frame_quality``
     1..100, default 75) or ``"png"`` (exact); ``None`` stores them raw while the loader's estimate of their
-    decoded size stays at or below ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` (16 GiB), JPEG above. The codec
+    decoded size stays at or below ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` (16 GiB), and above it as the
+    loader's ``auto_frames`` (JPEG for camera footage, PNG for Atari, OGBench and Minari frames). The codec
     enters the build's fingerprint; compressed frames are decoded at sample time, only those sampled, in
     host threads, or with ``decode_device="cuda"`` by nvJPEG (torchvision) into that device's memory: the
     sampled frames then arrive on the device, the other leaves on the host.

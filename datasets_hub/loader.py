@@ -220,12 +220,20 @@ class Loader:
                 unknown,
             )
 
+    #: the codec ``load(..., frames=None)`` stores image keys in when :meth:`frame_bytes` exceeds
+    #: ``datasets_hub.build.frames.RAW_LIMIT_BYTES``: ``"jpeg"`` for camera footage (already lossy upstream),
+    #: ``"png"`` where each pixel matters (small rendered or game frames, exact)
+    auto_frames = "jpeg"
+
     def frame_bytes(self, spec: DatasetSpec) -> int | None:
         """The decoded bytes of the camera frames the build of ``spec`` would hold (every uint8 image key,
-        T + 1 rows per episode), from metadata alone, or ``None`` when unknown (the default).
+        T + 1 rows per episode), or ``None`` when unknown (the default).
 
-        ``load(..., frames=None)`` stores frames raw up to ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` of them
-        and as JPEG above; without an estimate it stores them raw."""
+        It names the build (the codec enters its fingerprint), so it comes before any download: from the
+        catalogue entry, the parameters, facts upstream publishes, or a small metadata file; an upper bound
+        is fine where the exact count is only in the data. ``load(..., frames=None)`` stores frames raw up
+        to ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` of them and as :attr:`auto_frames` above; without an
+        estimate it stores them raw."""
         return None
 
     def resources(self, spec: DatasetSpec) -> list[Resource]:

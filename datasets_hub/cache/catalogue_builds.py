@@ -87,7 +87,7 @@ def catalogue_build_record(
         loader.check_catalogue_resources(spec, resources)
     # the frame codec load() picks: by default by the loader's estimate of the decoded frame bytes
     estimate = loader.frame_bytes(spec) if frames in (None, "auto") else None
-    codec = resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})")
+    codec = resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})", above_limit=loader.auto_frames)
     # stored redacted (no password or signature at rest): source_key() redacts the same way, so the raw file
     # paths derived from these records are the ones load() uses
     entry = {"build": build_path(spec, loader, codec).name, "resources": [redact_value(r.to_dict()) for r in resources]}

@@ -100,6 +100,9 @@ if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --p
 
 UPSTREAM = "https://storage.googleapis.com/atari-replay-datasets/dqn"
 NUM_CHECKPOINTS = 51
+#: frame slots of every checkpoint file (batch_rl's ``replay_capacity``: ``[1_000_000, 84, 84]`` uint8 each)
+REPLAY_CAPACITY = 1_000_000
+FRAME_PIXELS = 84 * 84
 PARAMS = ("base_url", "checkpoints", "game", "run")
 CHUNK_BYTES = 32 << 20  # frames per chunk; the writer holds a few chunks (obs, next, merged)
 UNKNOWN_KEY = ("info", "next_observation_unknown")
@@ -126,6 +129,16 @@ class AtariLoader(Loader):
     requires = ("numpy",)
     install_hint = "pip install numpy"
     format_version = 2  # 2: Dopamine's validity rules, history frames
+    #: above the raw limit, exact PNG: 84x84 grey frames where a ball or a bullet is one or two pixels, which
+    #: JPEG's 8x8 blocks smear; an agent's input should not depend on the storage
+    auto_frames = "png"
+
+    def frame_bytes(self, spec: DatasetSpec) -> int:
+        """An upper bound: :data:`REPLAY_CAPACITY` frames of 84x84 bytes per selected checkpoint (7.06 GB each,
+        360 GB for all 51). Every stored frame is one of a checkpoint's slots, or the zero frame after a
+        terminal row, which takes the place of the three padding slots Dopamine writes before the next
+        episode; the exact count (about the capacity, less the padding) is only in the files."""
+        return len(self.checkpoints(spec)) * REPLAY_CAPACITY * FRAME_PIXELS
 
     # -- parameters -------------------------------------------------------------------------
     def check_params(self, spec: DatasetSpec) -> None:
