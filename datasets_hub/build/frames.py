@@ -118,9 +118,13 @@ def image_layout(dtype: torch.dtype, shape: Sequence[int]) -> str | None:
     (uint8, 1 or 3 channels, at least 8 pixels a side), else None (the key stays raw)."""
     import torch
 
+    return uint8_image_layout(shape) if dtype == torch.uint8 else None
+
+
+def uint8_image_layout(shape: Sequence[int]) -> str | None:
+    """:func:`image_layout` of uint8 rows of ``shape``, without torch (a loader's :meth:`frame_bytes` reads
+    an upstream space or schema with it: ``datasets-hub info`` runs without torch)."""
     shape = tuple(int(d) for d in shape)
-    if dtype != torch.uint8:
-        return None
     if len(shape) == 2 and min(shape) >= 8:
         return "hw"
     if len(shape) == 3:
