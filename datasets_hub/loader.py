@@ -25,7 +25,7 @@ The TED chunk a loader yields (a ``TensorDict`` with batch size ``[N]``, N >= 1)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -293,6 +293,21 @@ class Loader:
         """Yield TED chunks of whole episodes (see the module docstring); ``files`` maps each
         resource name to its verified local path."""
         raise NotImplementedError
+
+
+def frame_layout(shape: Sequence[int]) -> str | None:
+    """``"hwc"``, ``"chw"`` or ``"hw"`` when uint8 rows of ``shape`` are images the build's frame codecs store
+    (1 or 3 channels, at least 8 pixels a side), else None: what :meth:`Loader.frame_bytes` counts. Torch-free,
+    so a loader can apply it to an upstream schema or space (``datasets-hub info`` runs without torch)."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) == 2 and min(shape) >= 8:
+        return "hw"
+    if len(shape) == 3:
+        if shape[2] in (1, 3) and min(shape[:2]) >= 8:
+            return "hwc"
+        if shape[0] in (1, 3) and min(shape[1:]) >= 8:
+            return "chw"
+    return None
 
 
 def _refuse_unused_resource(spec: DatasetSpec, loader_name: str, pin: Resource, fetched: list[Resource]) -> None:

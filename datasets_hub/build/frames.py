@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
+from datasets_hub.loader import frame_layout
 
 if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
     import torch
@@ -118,21 +119,7 @@ def image_layout(dtype: torch.dtype, shape: Sequence[int]) -> str | None:
     (uint8, 1 or 3 channels, at least 8 pixels a side), else None (the key stays raw)."""
     import torch
 
-    return uint8_image_layout(shape) if dtype == torch.uint8 else None
-
-
-def uint8_image_layout(shape: Sequence[int]) -> str | None:
-    """:func:`image_layout` of uint8 rows of ``shape``, without torch (a loader's :meth:`frame_bytes` reads
-    an upstream space or schema with it: ``datasets-hub info`` runs without torch)."""
-    shape = tuple(int(d) for d in shape)
-    if len(shape) == 2 and min(shape) >= 8:
-        return "hw"
-    if len(shape) == 3:
-        if shape[2] in (1, 3) and min(shape[:2]) >= 8:
-            return "hwc"
-        if shape[0] in (1, 3) and min(shape[1:]) >= 8:
-            return "chw"
-    return None
+    return frame_layout(shape) if dtype == torch.uint8 else None
 
 
 def _to_hwc(frame: np.ndarray, layout: str) -> np.ndarray:

@@ -38,7 +38,7 @@ import numpy as np
 
 from datasets_hub import sources
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError, UnknownParameter
-from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource, frame_layout
 from datasets_hub.loaders.formats.text import decode_text
 from datasets_hub.loaders.minari.convert import episode_columns, text_keys
 
@@ -353,8 +353,6 @@ def image_observation_bytes(metadata: Mapping[str, Any]) -> int | None:
     ``Dict``/``Tuple`` space) of a dataset with minari's ``metadata``: ``total_steps + total_episodes``
     rows (T + 1 observations per episode, stored once). ``None`` when the metadata lacks the counts or
     the space (an older store)."""
-    from datasets_hub.build.frames import uint8_image_layout
-
     space, steps, episodes = (metadata.get(k) for k in ("observation_space", "total_steps", "total_episodes"))
     try:
         space = json.loads(space) if isinstance(space, str) else space
@@ -374,7 +372,7 @@ def image_observation_bytes(metadata: Mapping[str, Any]) -> int | None:
             return sum(pixels(child) for child in children)
         shape = node.get("shape")
         if node.get("type") == "Box" and node.get("dtype") == "uint8" and isinstance(shape, list):
-            return int(np.prod(shape)) if uint8_image_layout(shape) else 0
+            return int(np.prod(shape)) if frame_layout(shape) else 0
         return 0
 
     return rows * pixels(space)
