@@ -527,7 +527,7 @@ def test_the_card_records_the_environment(tmp_path):
         assert card.recover_environment().spec.id == "cube-single-v0"
 
 
-def test_frames_auto_stores_exact_png_for_large_visual_sets(tmp_path, monkeypatch):
+def test_frames_auto_stores_exact_png_for_large_visual_sets(tmp_path, monkeypatch, capsys):
     """frames=None: a visual set over the raw limit (by upstream's generation settings, known before the
     download) is stored as PNG, exactly; under the limit it stays raw; the card says what was stored."""
     import datasets_hub as dh
@@ -547,6 +547,12 @@ def test_frames_auto_stores_exact_png_for_large_visual_sets(tmp_path, monkeypatc
     raw = dh.load(dataset_id, url=url)
     assert raw.storage.manifest["frames"] == {"codec": "raw", "quality": None}
     assert torch.equal(raw[:]["observation"], png[:]["observation"])
+    from datasets_hub.cli import main
+
+    for args, shown in (([], "observation: raw, stored decoded (exact)"), (["--frames", "png"], "observation: png")):
+        assert main(["info", dataset_id, "--param", f"url={url}", *args]) == 0
+        frames = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("frames ")]
+        assert len(frames) == 1 and shown in frames[0], frames
 
 
 @pytest.mark.parametrize(
