@@ -340,9 +340,10 @@ def test_a_user_entrys_copy_of_a_checkpoint_file_replaces_its_url():
 
 def test_frames_auto_stores_exact_png_above_the_raw_limit(tmp_path, monkeypatch):
     """frames=None: raw while the estimate (an upper bound) stays under the limit, PNG above, exactly the same frames."""
-    import fixtures.atari as fixture
     from datasets_hub.build import frames as fr
     from datasets_hub.loaders.atari import loader as atari_loader
+
+    import fixtures.atari as fixture
 
     monkeypatch.setattr(fixture, "SHAPE", (84, 84))  # the real frame size (the codecs need 8 pixels a side)
     buf = DopamineBuffer()

@@ -556,7 +556,7 @@ def test_frames_auto_stores_exact_png_for_large_visual_sets(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize(
-    ("dataset", "split", "decoded"),
+    "dataset, split, decoded",
     [
         ("visual-cube-single-play-v0", "train", 1000 * 1001 * 12288),  # 12.3 GB: raw by default
         ("visual-antmaze-large-explore-v0", "train", 10000 * 501 * 12288),

@@ -152,7 +152,7 @@ class MinariLoader(Loader):
             from minari.storage.remotes import get_cloud_storage
 
             metadata = get_cloud_storage().get_dataset_metadata(minari_id)
-        except Exception as exc:  # noqa: BLE001 - any remote failure: the build cannot be named without it
+        except Exception as exc:  # any remote failure: the build cannot be named without the metadata
             raise DownloadError(
                 f"cannot read the metadata of Minari dataset {minari_id!r} from {_remote_name()} "
                 f"({type(exc).__name__}: {exc}); it sizes the frames before the download. Check the id and the "
@@ -354,10 +354,12 @@ def image_observation_bytes(metadata: Mapping[str, Any]) -> int | None:
     rows (T + 1 observations per episode, stored once). ``None`` when the metadata lacks the counts or
     the space (an older store)."""
     space, steps, episodes = (metadata.get(k) for k in ("observation_space", "total_steps", "total_episodes"))
+    if not isinstance(steps, int) or not isinstance(episodes, int):
+        return None
+    rows = steps + episodes
     try:
         space = json.loads(space) if isinstance(space, str) else space
-        rows = int(steps) + int(episodes)
-    except (TypeError, ValueError):
+    except ValueError:
         return None
     if not isinstance(space, dict):
         return None
