@@ -77,12 +77,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
+from urllib.request import url2pathname
 
 import numpy as np
 
 from datasets_hub.errors import InvalidParameter, LoaderError
-from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource, frame_layout
 from datasets_hub.loaders.atari.replay import (
     FILE_KEYS,
     STACK_SIZE,
@@ -134,11 +135,25 @@ class AtariLoader(Loader):
     auto_frames = "png"
 
     def frame_bytes(self, spec: DatasetSpec) -> int:
-        """An upper bound: :data:`REPLAY_CAPACITY` frames of 84x84 bytes per selected checkpoint (7.06 GB each,
-        360 GB for all 51). Every stored frame is one of a checkpoint's slots, or the zero frame after a
-        terminal row, which takes the place of the three padding slots Dopamine writes before the next
-        episode; the exact count (about the capacity, less the padding) is only in the files."""
-        return len(self.checkpoints(spec)) * REPLAY_CAPACITY * FRAME_PIXELS
+        """An upper bound: every checkpoint's frame slots (the ``[capacity, H, W]`` of its observation file),
+        counted only when the frames are images (:func:`~datasets_hub.loader.frame_layout`). Every stored frame is
+        one of the slots, or the zero frame after a terminal row, which takes the place of the padding slots
+        Dopamine writes before the next episode. The shape comes from the file's ``.npy`` header where the
+        file is on this machine (a ``file://`` copy: one small read), else from upstream's facts:
+        :data:`REPLAY_CAPACITY` frames of 84x84 (7.06 GB a checkpoint, 360 GB for all 51)."""
+        game, run = self.source(spec)
+        resources = {r.name: r for r in self.resources(spec)}
+        total = 0
+        for k in self.checkpoints(spec):
+            urls = resources[f"{game}/{run}/replay_logs/{checkpoint_file('observation', k)}"].urls
+            local = next((Path(url2pathname(urlsplit(u).path)) for u in urls if u.startswith("file://")), None)
+            if local is None or not local.is_file():
+                total += REPLAY_CAPACITY * FRAME_PIXELS
+                continue
+            with NpyStream(local) as frames:
+                if frames.dtype == np.uint8 and frame_layout(frames.row_shape):
+                    total += frames.rows * frames.row_bytes
+        return total
 
     # -- parameters -------------------------------------------------------------------------
     def check_params(self, spec: DatasetSpec) -> None:
