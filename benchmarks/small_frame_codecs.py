@@ -73,8 +73,7 @@ def measure(frames: np.ndarray, marks: list[tuple[int, int]], codec: str, layout
     scores = [psnr(a, b) for a, b in zip(frames, out, strict=True)]
     finite = [s for s in scores if s != float("inf")]
     lost = sum(
-        int(np.abs(out[i][y, x].astype(int) - frames[i][y, x].astype(int)).max() > 16)
-        for i, (y, x) in enumerate(marks)
+        int(np.abs(out[i][y, x].astype(int) - frames[i][y, x].astype(int)).max() > 16) for i, (y, x) in enumerate(marks)
     )
     raw = frames[0].nbytes
     size = statistics.mean(len(b) for b in blobs)
