@@ -678,3 +678,35 @@ def test_frame_bytes_of_a_remote_dataset_come_from_its_metadata(tmp_path, monkey
     with pytest.raises(DownloadError, match="pass frames='raw'"):
         MinariLoader().frame_bytes(spec)
     assert image_observation_bytes({"total_steps": 5}) is None  # an older store without the counts
+
+
+def test_info_of_a_dataset_not_in_the_local_store_opens_no_connection(tmp_path, monkeypatch):
+    """``info`` (the API and the CLI's recorded path) names the build from local facts: the remote metadata
+    that sizes a ``load``'s frames is not fetched, and the name made without it is not recorded as final."""
+    import minari.storage.remotes as remotes
+
+    import datasets_hub
+    from datasets_hub.cache.catalogue_builds import catalogue_build_record
+    from datasets_hub.env import cache_root, connections_refused, offline
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("DATASETS_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    asked = []
+
+    class Remote:
+        def get_dataset_metadata(self, dataset_id):
+            asked.append(dataset_id)
+            raise OSError("no network in this test")
+
+    monkeypatch.setattr(remotes, "get_cloud_storage", lambda *a, **k: Remote())
+    card = datasets_hub.info("minari/D4RL/door/human-v2")
+    assert card.id == "minari/D4RL/door/human-v2" and not card.cached
+    name, _ = catalogue_build_record("minari/D4RL/door/human-v2")
+    assert asked == []
+    records = list(cache_root().rglob("minari-builds.json"))
+    assert all("door" not in p.read_text() for p in records)  # not recorded: an online load may size it
+    assert catalogue_build_record("minari/D4RL/door/human-v2")[0] == name
+    with connections_refused() as refusals:
+        assert offline() and len(refusals) == 1
+    assert not offline()
