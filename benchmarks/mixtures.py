@@ -143,18 +143,31 @@ def stats_cost(rows: int, image_rows: int, repeats: int, work: Path) -> list[dic
         "state": (rows, lambda: make_build("stats-state", rows, 17, 6, force=True)),
         "image": (image_rows, lambda: make_build("stats-image", image_rows, 7, 2, image=True, force=True)),
     }
+    stats_cpu: list[float] = []  # CPU seconds of the statistics thread's update calls (one build)
+
+    def timed_update(self: feature_stats.FeatureStats, batch: TensorDict) -> None:
+        start = time.thread_time()
+        real_update(self, batch)
+        stats_cpu.append(time.thread_time() - start)
+
     out = []
     for name, (n, run) in cases.items():
         times: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
+        thread_cpu: list[float] = []
         for _ in range(repeats):
             for mode in ("without", "with"):
                 if mode == "without":  # the statistics pass replaced by a no-op: the baseline
                     feature_stats.FeatureStats.update = lambda self, batch: None  # type: ignore[method-assign]  # baseline
                     feature_stats.FeatureStats.result = lambda self: {}  # type: ignore[method-assign]  # baseline
+                else:
+                    feature_stats.FeatureStats.update = timed_update  # type: ignore[method-assign]  # measured
+                    stats_cpu.clear()
                 try:
                     wall_start, cpu_start = time.perf_counter(), time.process_time()
                     run()
                     times[mode].append((time.perf_counter() - wall_start, time.process_time() - cpu_start))
+                    if mode == "with":
+                        thread_cpu.append(sum(stats_cpu))
                 finally:
                     feature_stats.FeatureStats.update = real_update  # type: ignore[method-assign]  # restored
                     feature_stats.FeatureStats.result = real_result  # type: ignore[method-assign]  # restored
@@ -170,8 +183,34 @@ def stats_cost(rows: int, image_rows: int, repeats: int, work: Path) -> list[dic
                 "cpu_s_without_stats": round(cpu["without"], 3),
                 "cpu_s_with_stats": round(cpu["with"], 3),
                 "cpu_extra": round(cpu["with"] / cpu["without"] - 1, 4),
+                "stats_thread_cpu_s": round(statistics.median(thread_cpu), 4),
                 "all": times,
             }
+        )
+    return out
+
+
+def stats_alone(rows: int, image_rows: int, repeats: int) -> list[dict[str, Any]]:
+    """``FeatureStats`` alone over the chunks of the writer-only builds above, held in memory: CPU
+    seconds per value (update of every chunk, then the result), median of ``repeats``."""
+    out = []
+    for name, n, obs, act, image, step in (
+        ("state", rows, 17, 6, False, CHUNK),
+        ("image", image_rows, 7, 2, True, 5000),
+    ):
+        chunks = [chunk(a, min(step, n - a), obs, act, image) for a in range(0, n, step)]
+        values = n * (obs + act + 1 + (84 * 84 * 3 if image else 0))  # next/observation: observation's stats
+        times = []
+        for _ in range(repeats):
+            stats = feature_stats.FeatureStats()
+            start = time.process_time()
+            for c in chunks:
+                stats.update(c)
+            stats.result()
+            times.append(time.process_time() - start)
+        cpu = statistics.median(times)
+        out.append(
+            {"dataset": name, "values": values, "cpu_s": round(cpu, 4), "ns_per_value": round(cpu / values * 1e9, 2)}
         )
     return out
 
@@ -404,7 +443,12 @@ def main() -> None:
             print(
                 f"  {r['dataset']:<10} {r['rows']:>9,} {r['wall_s_without_stats']:>6.2f}/{r['wall_s_with_stats']:<6.2f} "
                 f"{r['wall_extra']:>+7.1%} {r['cpu_s_without_stats']:>6.2f}/{r['cpu_s_with_stats']:<6.2f} "
-                f"{r['cpu_extra']:>+7.1%}"
+                f"{r['cpu_extra']:>+7.1%}  statistics thread {r['stats_thread_cpu_s']:.3f} s CPU"
+            )
+        alone = stats_alone(args.rows, args.image_rows, 2 * args.repeats + 1) if "stats" in args.parts else []
+        for r in alone:
+            print(
+                f"  statistics alone, {r['dataset']:<6} {r['values']:>12,} values: {r['ns_per_value']:6.2f} ns CPU per value"
             )
         mix = mixture_rate(args.rows, args.batches, args.seconds) if "mixture" in args.parts else []
         if "mixture" in args.parts and args.image_mixture_rows:
@@ -456,6 +500,7 @@ def main() -> None:
         "environment": environment(),
         "date": time.strftime("%Y-%m-%d"),
         "stats_build_cost": stats,
+        "stats_alone": alone,
         "mixture_rate": mix,
         "offline_online": seed,
         "lerobot_seeding": versus,

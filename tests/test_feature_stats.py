@@ -91,11 +91,11 @@ def test_images_per_channel_hwc_and_chw_exact():
     assert depth["shape"] == [1, 1, 1] and depth["q_rel_error"] == 0.0
 
 
-def test_long_byte_runs_counted_in_pairs_exactly():
-    """Images whose channels hold long runs (counted two bytes at a time), of odd length, one channel
-    holding every byte value and one a single value: exact, as numpy."""
+def test_long_byte_runs_counted_exactly():
+    """Images whose channels hold long runs of odd length, one channel holding every byte value and
+    one a single value, and a signed byte key: exact, as numpy."""
     rng = np.random.default_rng(4)
-    rows = 3001  # 3001 x 121 values per channel: odd, and past the length counted in pairs
+    rows = 3001
     hwc = rng.integers(0, 256, size=(rows, 11, 11, 3), dtype=np.uint8)
     hwc[:, :, :, 1] = 7
     hwc[-1, -1, -1, 2] = 255  # the odd length's last byte, and the channel's max

@@ -65,7 +65,6 @@ ZERO_BAND = 2.0**-27
 DERIVED = frozenset({("episode",), ("step",), ("done",), ("terminated",), ("truncated",), ("next", "done")})
 _BLOCK_VALUES = 1 << 17  # 1 MiB as float64: the block's passes run in cache (see the module docstring)
 _COUNT_BLOCK_VALUES = 1 << 22  # small integers take one counting pass per block: no cache to keep
-_PAIR_COUNT_MIN = 1 << 18  # bytes counted in pairs from this many on (below, the 65,536 pair counts cost more)
 _MANTISSA_SHIFT = 52 - 7  # a float64's bits past its 7 leading mantissa bits
 _ZERO_BUCKET = int(np.array(ZERO_BAND, np.float64).view(np.int64)) >> _MANTISSA_SHIFT  # first above the zero band
 _MANTISSA_SHIFT_32 = 23 - 7  # the same 7 leading mantissa bits of a float32
@@ -160,8 +159,9 @@ class _KeyStats:
         if self.offset:  # signed: flipping the sign bit orders the values from 0 (value - offset)
             unsigned = np.uint8 if self.bins == 256 else np.uint16
             block = np.bitwise_xor(block.view(unsigned), np.array(-self.offset).astype(unsigned))
-        for c in range(self.channels):
-            self.hist[c] += _count_bytes(block[c]) if self.bins == 256 else np.bincount(block[c], minlength=self.bins)
+        values = torch.from_numpy(block.astype(np.int32) if block.dtype == np.uint16 else block)
+        for c in range(self.channels):  # torch's bincount: in a build, cheaper than numpy's (docs/results/mixtures.md)
+            self.hist[c] += torch.bincount(values[c], minlength=self.bins).numpy()
 
     # -- other dtypes: merged moments, then exact or bucketed counts ---------------------------------
     def _update_moments(self, block: np.ndarray) -> None:
@@ -359,22 +359,6 @@ def _json_values(values: np.ndarray, shape: list[int]) -> Any:
     out = numbers.astype(object)
     out[np.isnan(numbers)] = None
     return out.tolist()
-
-
-def _count_bytes(values: np.ndarray) -> np.ndarray:
-    """How many times each of the 256 byte values occurs in ``values`` (1-d, uint8).
-
-    numpy's count, single-threaded on purpose: torch's runs on its intra-op threads, whose waiting
-    costs ten times the count itself when the machine is busy (measured: docs/results/mixtures.md).
-    Long runs are counted two bytes at a time as uint16 (half the increments; a byte's count is its
-    row plus its column of the 256 x 256 pair counts)."""
-    if values.size < _PAIR_COUNT_MIN:
-        return np.bincount(values, minlength=256)
-    even = values.size & ~1
-    pairs = np.bincount(np.ascontiguousarray(values[:even]).view(np.uint16), minlength=1 << 16).reshape(256, 256)
-    counts = pairs.sum(axis=0) + pairs.sum(axis=1)
-    counts[values[even:]] += 1  # an odd length's last byte
-    return counts
 
 
 def _bucket_index(values: np.ndarray) -> np.ndarray:
