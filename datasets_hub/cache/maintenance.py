@@ -410,6 +410,8 @@ class PruneItem:
     reason: str
     bytes: int
     skipped: str | None = None
+    #: skipped on purpose, not because it was busy (a resumable build's staging folder)
+    kept: bool = False
 
 
 def _size(path: Path) -> int:
@@ -461,9 +463,41 @@ def _variant_items(parent: Path, reason: str) -> Iterator[tuple[Path, str, list[
         yield variant, reason, [parent / (final + ".lock")]
 
 
-def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tuple[Path, str, list[Path]]]:
-    """(path, reason, locks to hold while deleting) for everything prunable."""
+def _staging_item(
+    path: Path, final: Path, cutoff: float | None, drop_resumable: bool, kept: list[PruneItem]
+) -> tuple[Path, str, list[Path]] | None:
+    """A build's staging folder as a prune candidate, or None when it is kept (added to ``kept``): a
+    resumable build (its checkpoint would let the next load go on from the episodes done) stays unless
+    ``drop_resumable`` or its last checkpoint is older than ``cutoff``."""
+    from datasets_hub.build import resume  # torch: only when a staging folder is there to look at
+
+    locks = [_build_lock(final)]
+    state = resume.resumable(path, final.name) if final.parent.is_relative_to(datasets_dir()) else None
+    if state is None:
+        return path, "unfinished build (its process died)", locks
+    when = datetime.fromtimestamp(state.saved_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    reason = f"resumable build: {state.episodes_done} episode(s) done, last checkpoint {when}"
+    if drop_resumable:
+        return path, f"{reason}; --drop-resumable gives up the resume", locks
+    if cutoff is not None and state.saved_at < cutoff:
+        return path, f"{reason}, older than the --older-than age", locks
+    item = PruneItem(path, reason, _size(path), kept=True)
+    item.skipped = "kept: loading the dataset again resumes it (`--drop-resumable` removes it)"
+    kept.append(item)
+    return None
+
+
+def _candidates(
+    older_than_days: float | None,
+    keep_stale: bool,
+    drop_resumable: bool = False,
+    kept: list[PruneItem] | None = None,
+) -> Iterator[tuple[Path, str, list[Path]]]:
+    """(path, reason, locks to hold while deleting) for everything prunable; resumable builds that stay
+    are added to ``kept`` instead."""
     root = cache_root()
+    kept = [] if kept is None else kept
+    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
     orphans = _orphaned_preprocessed()
     for parent in orphans:
         yield from _variant_items(parent, "preprocessed results of a build that no longer exists")
@@ -492,7 +526,9 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
                     continue
                 if name.endswith(INCOMPLETE_SUFFIX):
                     final = path.with_name(name[: -len(INCOMPLETE_SUFFIX)])
-                    yield path, "unfinished build (its process died)", [_build_lock(final)]
+                    staged = _staging_item(path, final, cutoff, drop_resumable, kept)
+                    if staged is not None:
+                        yield staged
                     dirnames.remove(name)
                 elif DELETING_MARK in name:
                     yield path, "interrupted deletion", []  # its flock says whether it is still going
@@ -513,7 +549,6 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
     if not keep_stale:
         for build, manifest, why in stale_builds():
             doomed[build] = (manifest.get("id"), f"stale build ({manifest.get('id')}): {why}")
-    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
     if cutoff is not None:
         for build, manifest in iter_builds(warn=False):
             if build not in doomed and _created(build, manifest) < cutoff:
@@ -538,10 +573,21 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
                 yield variant, f"preprocessed result older than {older_than_days:g} days", [_build_lock(variant)]
 
 
-def prune(*, older_than_days: float | None = None, keep_stale: bool = False, dry_run: bool = False) -> list[PruneItem]:
+def prune(
+    *,
+    older_than_days: float | None = None,
+    keep_stale: bool = False,
+    dry_run: bool = False,
+    drop_resumable: bool = False,
+) -> list[PruneItem]:
     """Remove leftovers of killed processes, broken builds, stale builds (an old on-disk format or loader
     ``format_version``: no ``load`` picks them again; kept with ``keep_stale``) and, with
     ``older_than_days``, builds older than that, each with its preprocessed variants.
+
+    The staging folder of an interrupted resumable build (a LeRobot build with a checkpoint this hub
+    version can resume from, :mod:`datasets_hub.build.resume`) is kept, returned with ``kept`` and the
+    episodes it has done: removing it gives up hours of decoding. It goes with ``drop_resumable``, or
+    when its last checkpoint is older than ``older_than_days``.
 
     Every removal holds the lock the item's writer holds (a build, a preprocessing result, a
     download); whatever another process holds is skipped, never waited for, and returned with
@@ -551,7 +597,8 @@ def prune(*, older_than_days: float | None = None, keep_stale: bool = False, dry
         raise ValueError(f"--older-than must be a number of days >= 0, got {older_than_days}")
     items: list[PruneItem] = []
     touched: set[Path] = set()
-    for path, reason, locks in list(_candidates(older_than_days, keep_stale)):
+    kept: list[PruneItem] = []
+    for path, reason, locks in list(_candidates(older_than_days, keep_stale, drop_resumable, kept)):
         if not os.path.lexists(path):
             continue
         item = PruneItem(path, reason, _size(path))
@@ -565,6 +612,7 @@ def prune(*, older_than_days: float | None = None, keep_stale: bool = False, dry
             elif not dry_run:
                 _delete(path)
                 touched.add(path.parent)
+    items.extend(kept)
     if not dry_run:
         builds = {build.name for build, _m in iter_builds(warn=False)}
         for parent in sorted(touched):
