@@ -425,7 +425,7 @@ class FrameColumn:
             return
         lo, hi = (span.tolist() for span in self._spans(rows))
         slot, row_of = slots.tolist(), rows.tolist()
-        blob = memoryview(self.blob) if self.blob.flags.c_contiguous else self.blob  # slicing a view is cheap
+        blob = self.blob.data if self.blob.flags.c_contiguous else self.blob  # a memoryview: cheap to slice
         if self.codec == "jpeg" and self.layout == "hwc":  # the common case: straight into the output
             import simplejpeg
 
@@ -480,7 +480,9 @@ class FrameColumn:
         if out is None:
             out = np.empty(shape, dtype=np.uint8)
         elif out.shape != shape or out.dtype != np.uint8 or not out.flags.c_contiguous:
-            raise ValueError(f"{self.key}: out must be C-contiguous uint8 {list(shape)}, got {out.dtype} {list(out.shape)}")
+            raise ValueError(
+                f"{self.key}: out must be C-contiguous uint8 {list(shape)}, got {out.dtype} {list(out.shape)}"
+            )
         dst = out.reshape(flat.size, *self.frame_shape)
         unique, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -502,8 +504,7 @@ class FrameColumn:
 
     def encoded(self, rows: Sequence[int]) -> list[np.ndarray]:
         """The stored bytes of ``rows`` (no decoding): what a device decoder takes."""
-        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-        lo, hi = self._spans(rows)
+        lo, hi = self._spans(np.asarray(rows, dtype=np.int64).reshape(-1))
         return [self.blob[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
 
 

@@ -174,8 +174,10 @@ class DatasetStorage(ReadOnlyStorage):
         sampler replaced by another tensor): None, and every frame is decoded."""
         if not extras:
             return None
-        entry = self._decoded_last.__dict__.get(column.key)
-        frames = entry[1]() if entry is not None else None
+        entry: tuple[np.ndarray, weakref.ref[torch.Tensor]] | None = self._decoded_last.__dict__.get(column.key)
+        if entry is None:
+            return None
+        frames = entry[1]()
         if frames is None:
             return None
         ptr, size = frames.data_ptr(), frames.numel()
