@@ -1,5 +1,7 @@
 """Cache maintenance: remove and prune what the hub keeps on disk (docs/design/on-disk.md).
 
+This module holds one concept: removing what the hub keeps on disk, by name (``rm``) or as leftovers (``prune``).
+
 These are the functions behind ``datasets-hub rm|cache rm|cache prune`` (``verify`` lives in
 :mod:`datasets_hub.cache.verify`, the listing in :mod:`datasets_hub.cache.listing`); they return
 plain data and never print, so scripts can call them too. Contracts:
@@ -60,6 +62,7 @@ from datasets_hub.cache.remote_copies import (
     remote_root,
     remove_copy,
 )
+from datasets_hub.cache.resumable import KEPT, staging_verdict
 from datasets_hub.downloads.fetch import SIDE_SUFFIXES
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
@@ -410,8 +413,7 @@ class PruneItem:
     reason: str
     bytes: int
     skipped: str | None = None
-    #: skipped on purpose, not because it was busy (a resumable build's staging folder)
-    kept: bool = False
+    kept: bool = False  # skipped on purpose, not because it was busy (a resumable build's staging folder)
 
 
 def _size(path: Path) -> int:
@@ -463,40 +465,12 @@ def _variant_items(parent: Path, reason: str) -> Iterator[tuple[Path, str, list[
         yield variant, reason, [parent / (final + ".lock")]
 
 
-def _staging_item(
-    path: Path, final: Path, cutoff: float | None, drop_resumable: bool, kept: list[PruneItem]
-) -> tuple[Path, str, list[Path]] | None:
-    """A build's staging folder as a prune candidate, or None when it is kept (added to ``kept``): a
-    resumable build (its checkpoint would let the next load go on from the episodes done) stays unless
-    ``drop_resumable`` or its last checkpoint is older than ``cutoff``."""
-    from datasets_hub.build import resume  # torch: only when a staging folder is there to look at
-
-    locks = [_build_lock(final)]
-    state = resume.resumable(path, final.name) if final.parent.is_relative_to(datasets_dir()) else None
-    if state is None:
-        return path, "unfinished build (its process died)", locks
-    when = datetime.fromtimestamp(state.saved_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    reason = f"resumable build: {state.episodes_done} episode(s) done, last checkpoint {when}"
-    if drop_resumable:
-        return path, f"{reason}; --drop-resumable gives up the resume", locks
-    if cutoff is not None and state.saved_at < cutoff:
-        return path, f"{reason}, older than the --older-than age", locks
-    item = PruneItem(path, reason, _size(path), kept=True)
-    item.skipped = "kept: loading the dataset again resumes it (`--drop-resumable` removes it)"
-    kept.append(item)
-    return None
-
-
 def _candidates(
-    older_than_days: float | None,
-    keep_stale: bool,
-    drop_resumable: bool = False,
-    kept: list[PruneItem] | None = None,
+    older_than_days: float | None, keep_stale: bool, drop_resumable: bool, kept: list[PruneItem]
 ) -> Iterator[tuple[Path, str, list[Path]]]:
     """(path, reason, locks to hold while deleting) for everything prunable; resumable builds that stay
     are added to ``kept`` instead."""
     root = cache_root()
-    kept = [] if kept is None else kept
     cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
     orphans = _orphaned_preprocessed()
     for parent in orphans:
@@ -526,9 +500,11 @@ def _candidates(
                     continue
                 if name.endswith(INCOMPLETE_SUFFIX):
                     final = path.with_name(name[: -len(INCOMPLETE_SUFFIX)])
-                    staged = _staging_item(path, final, cutoff, drop_resumable, kept)
-                    if staged is not None:
-                        yield staged
+                    reason, keep = staging_verdict(path, final, cutoff, drop_resumable)
+                    if keep:  # a resumable build: listed, not removed
+                        kept.append(PruneItem(path, reason, _size(path), skipped=KEPT, kept=True))
+                    else:
+                        yield path, reason, [_build_lock(final)]
                     dirnames.remove(name)
                 elif DELETING_MARK in name:
                     yield path, "interrupted deletion", []  # its flock says whether it is still going
@@ -584,10 +560,8 @@ def prune(
     ``format_version``: no ``load`` picks them again; kept with ``keep_stale``) and, with
     ``older_than_days``, builds older than that, each with its preprocessed variants.
 
-    The staging folder of an interrupted resumable build (a LeRobot build with a checkpoint this hub
-    version can resume from, :mod:`datasets_hub.build.resume`) is kept, returned with ``kept`` and the
-    episodes it has done: removing it gives up hours of decoding. It goes with ``drop_resumable``, or
-    when its last checkpoint is older than ``older_than_days``.
+    An interrupted build the next load would resume is kept (``kept``, its episodes done in ``reason``),
+    unless ``drop_resumable`` or its last checkpoint is older than that (:mod:`datasets_hub.cache.resumable`).
 
     Every removal holds the lock the item's writer holds (a build, a preprocessing result, a
     download); whatever another process holds is skipped, never waited for, and returned with
