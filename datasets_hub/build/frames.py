@@ -498,8 +498,14 @@ class FrameColumn:
             todo = ~found
         self._decode_rows(unique[todo], dst, first[todo])
         again = np.flatnonzero(first[inverse] != np.arange(flat.size))
-        if again.size:  # rows asked for more than once: copied from where they were decoded
-            dst[again] = dst[first[inverse[again]]]
+        if again.size:  # rows asked for more than once: copied from where they were decoded, frame by frame
+            to, source = again.tolist(), first[inverse[again]].tolist()  # (no temporary copy of them all)
+
+            def copy(a: int, b: int) -> None:
+                for i in range(a, b):
+                    dst[to[i]] = dst[source[i]]
+
+            run_parallel(len(to), copy, threads=sampling_threads(), min_per_task=32)
         return out
 
     def encoded(self, rows: Sequence[int]) -> list[np.ndarray]:
