@@ -105,6 +105,17 @@ def test_auto_is_raw_below_the_limit_and_jpeg_above_it():
     assert resolve_frames("PNG", None, None) == FrameCodec("png")
 
 
+def test_auto_above_the_limit_takes_the_loaders_codec():
+    over = fr.RAW_LIMIT_BYTES + 1
+    assert resolve_frames(None, None, over, above_limit="png") == FrameCodec("png")
+    assert resolve_frames(None, None, fr.RAW_LIMIT_BYTES, above_limit="png") == FrameCodec("raw")
+    assert resolve_frames(None, None, None, above_limit="png") == FrameCodec("raw")  # no estimate: raw
+    assert resolve_frames(None, 90, over, above_limit="png") == FrameCodec("jpeg", 90)  # a quality asks for JPEG
+    assert resolve_frames("raw", None, over, above_limit="png") == FrameCodec("raw")  # the user's choice stands
+    with pytest.raises(ValueError, match="above_limit"):
+        resolve_frames(None, None, over, above_limit="raw")
+
+
 def test_bad_frame_options_are_refused_with_the_fix():
     with pytest.raises(InvalidParameter, match="did you mean frames='jpeg'"):
         resolve_frames("jpg", None, None)

@@ -248,6 +248,10 @@ def test_catalogue_entries_name_real_files():
     entries = _entries()
     assert entries["robomimic/v1.5/lift/ph/low_dim"]["resources"][0]["url"] == (
         "hf://datasets/robomimic/robomimic_datasets/v1.5/lift/ph/low_dim_v15.hdf5"
+        "@74fa018461f479cd9fd15b924a16103012096203"  # the revision its pinned size and sha256 are from
+    )
+    assert entries["robomimic/v1.5/lift/mh/low_dim"]["resources"][0]["url"] == (
+        "hf://datasets/robomimic/robomimic_datasets/v1.5/lift/mh/low_dim_v15.hdf5"
     )
     assert entries["robomimic/mimicgen/core/coffee_d0"]["resources"][0]["url"] == (
         "hf://datasets/amandlek/mimicgen_datasets/core/coffee_d0.hdf5"
@@ -259,6 +263,42 @@ def test_catalogue_entries_name_real_files():
     assert len(set(names)) == len(names)  # no two files share a raw-cache name
     for entry in entries.values():
         assert entry["loader"] == "robomimic" and entry["license"] and entry["citation"] and entry["description"]
+
+
+def _docs_pins() -> dict[str, tuple[int | None, str | None]]:
+    """The table of docs/datasets/robomimic.md ("Sizes and checksums"): resource name -> (bytes, sha256), None
+    where the record gives none."""
+    import re
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "datasets" / "robomimic.md"
+    row = re.compile(r"^\| `([\w./-]+\.hdf5)` \| (\d+|not found) \| (?:`([0-9a-f]{64})`|not found) \|")
+    return {
+        m[1]: (None if m[2] == "not found" else int(m[2]), m[3])
+        for m in map(row.match, page.read_text().splitlines())
+        if m
+    }
+
+
+# the Hub revision each repo's pins were recorded at (docs/datasets/robomimic.md, "Sizes and checksums")
+PIN_REVISIONS = {
+    "robomimic/robomimic_datasets": "74fa018461f479cd9fd15b924a16103012096203",
+    "amandlek/mimicgen_datasets": "9bcacb0446b0f895dd352164bd39938710df4a1e",
+    "yifengzhu-hf/LIBERO-datasets": "f13aa24a3da8c43c7225569f28c562979fa0e35a",
+}
+
+
+def test_pinned_sizes_and_sha256_are_the_docs_table_at_the_revision_it_names():
+    """Every resource with a size or sha256 is a row of the docs table with exactly those figures, at the Hub
+    revision the docs name for its repo; every row is such a resource (a figure changed in one place only fails)."""
+    pinned = {}
+    for entry in _entries().values():
+        for resource in entry["resources"]:
+            if "size" in resource or "sha256" in resource:
+                repo = "/".join(resource["url"].split("/")[3:5])
+                assert resource["url"].endswith("@" + PIN_REVISIONS[repo]), resource["url"]
+                pinned[resource["name"]] = (resource.get("size"), resource.get("sha256"))
+    table = _docs_pins()
+    assert pinned == table and len(table) == 24
 
 
 def test_catalogue_resolves_to_specs():

@@ -166,7 +166,35 @@ def test_catalogue_lists_the_chunks():
         spec = catalogue.resolve(f"tdmpc2/{name}")
         resources = TDMPC2Loader().resources(spec)
         assert spec.params["task_set"] == name and len(resources) == count
-        assert resources[-1].urls[0] == f"hf://datasets/nicklashansen/tdmpc2/{name}/chunk_{count - 1}.pt"
+        assert resources[-1].urls[0] == (
+            f"hf://datasets/nicklashansen/tdmpc2/{name}/chunk_{count - 1}.pt@d0364e9b4451761012e548b4269b7c6c02234c49"
+        )
+
+
+def _docs_pins() -> dict[str, tuple[int | None, str | None]]:
+    """The table of docs/datasets/tdmpc2.md ("Sizes and checksums"): chunk -> (bytes, sha256), None where not found."""
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "datasets" / "tdmpc2.md"
+    row = re.compile(r"^\| `(mt\d\d/chunk_\d+\.pt)` \| (\d+|not found) \| (?:`([0-9a-f]{64})`|not found) \|")
+    return {
+        m[1]: (None if m[2] == "not found" else int(m[2]), m[3])
+        for m in map(row.match, page.read_text().splitlines())
+        if m
+    }
+
+
+def test_pinned_sizes_and_sha256_are_the_docs_table():
+    """Every chunk of both sets is in the docs table, and each resource pins exactly the table's size and sha256
+    (none where the table has none): a figure changed in one place only fails."""
+    table = _docs_pins()
+    assert len(table) == 24
+    for name in ("mt30", "mt80"):
+        for resource in TDMPC2Loader().resources(catalogue.resolve(f"tdmpc2/{name}")):
+            chunk = resource.name.removeprefix("tdmpc2/")
+            assert table[chunk] == (resource.size, resource.sha256), chunk
+    assert sum(1 for _, sha in table.values() if sha) == 16
 
 
 def test_torch_legacy_serialization_is_read_without_mmap(tmp_path):

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
+from datasets_hub.loader import frame_layout
 
 if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
     import torch
@@ -45,7 +46,7 @@ CODECS = ("raw", "jpeg", "png")
 #: (benchmarks/frame_codecs.py, docs/results/video.md). Builds of another quality keep their own fingerprint.
 DEFAULT_QUALITY = 75
 #: ``frames=None`` ("auto"): raw while the decoded frames of a build stay at or below this many bytes,
-#: JPEG above (16 GiB: the frames of Push-T or an ALOHA subset sample fastest raw from the page cache;
+#: the loader's ``auto_frames`` codec (JPEG, or PNG for exact-needed frames) above (16 GiB: the frames of Push-T or an ALOHA subset sample fastest raw from the page cache;
 #: DROID's 14.3 TB of decoded frames could not be built at all)
 RAW_LIMIT_BYTES = 16 * 2**30
 #: the floor the tests hold JPEG at the default quality to, on moving content with fixed sensor noise (sigma 6:
@@ -76,14 +77,23 @@ class FrameCodec:
 
 
 def resolve_frames(
-    frames: str | None, quality: int | None, decoded_bytes: int | None, where: str = "load"
+    frames: str | None,
+    quality: int | None,
+    decoded_bytes: int | None,
+    where: str = "load",
+    *,
+    above_limit: str = "jpeg",
 ) -> FrameCodec:
     """The codec a build uses, from ``load(..., frames=, frame_quality=)``.
 
     ``frames=None`` (or ``"auto"``) is raw while the decoded frames (``decoded_bytes``, the loader's
-    estimate; ``None`` when it gives none) stay at or below :data:`RAW_LIMIT_BYTES`, JPEG above.
+    estimate; ``None`` when it gives none) stay at or below :data:`RAW_LIMIT_BYTES`, and ``above_limit``
+    (the loader's ``auto_frames``: ``"jpeg"`` for camera footage, ``"png"`` where every pixel matters)
+    above it; a ``frame_quality`` given with ``frames=None`` asks for JPEG whatever the size.
     ``frame_quality`` (1..100, default :data:`DEFAULT_QUALITY`) applies to JPEG only.
     """
+    if above_limit not in ("jpeg", "png"):
+        raise ValueError(f"above_limit must be 'jpeg' or 'png', got {above_limit!r}")
     if frames is not None and not isinstance(frames, str):
         raise InvalidParameter(f"{where}: frames must be one of {list(CODECS)} or 'auto', got {frames!r}")
     name = "auto" if frames is None else frames.lower()
@@ -94,7 +104,7 @@ def resolve_frames(
     if quality is not None and (not isinstance(quality, int) or isinstance(quality, bool) or not 1 <= quality <= 100):
         raise InvalidParameter(f"{where}: frame_quality must be an int from 1 to 100, got {quality!r}")
     if name == "auto":
-        name = "jpeg" if decoded_bytes is not None and decoded_bytes > RAW_LIMIT_BYTES else "raw"
+        name = above_limit if decoded_bytes is not None and decoded_bytes > RAW_LIMIT_BYTES else "raw"
         if quality is not None and name != "jpeg":
             name = "jpeg"  # a quality was asked for: the user wants JPEG whatever the size
     if name != "jpeg" and quality is not None:
@@ -109,17 +119,7 @@ def image_layout(dtype: torch.dtype, shape: Sequence[int]) -> str | None:
     (uint8, 1 or 3 channels, at least 8 pixels a side), else None (the key stays raw)."""
     import torch
 
-    shape = tuple(int(d) for d in shape)
-    if dtype != torch.uint8:
-        return None
-    if len(shape) == 2 and min(shape) >= 8:
-        return "hw"
-    if len(shape) == 3:
-        if shape[2] in (1, 3) and min(shape[:2]) >= 8:
-            return "hwc"
-        if shape[0] in (1, 3) and min(shape[1:]) >= 8:
-            return "chw"
-    return None
+    return frame_layout(shape) if dtype == torch.uint8 else None
 
 
 def _to_hwc(frame: np.ndarray, layout: str) -> np.ndarray:
