@@ -494,24 +494,29 @@ class FrameColumn:
             order = np.argsort(done_rows, kind="stable")
             pos = np.minimum(np.searchsorted(done_rows, unique, sorter=order), max(done_rows.size - 1, 0))
             found = (pos < done_rows.size) & (done_rows[order[pos]] == unique) if done_rows.size else ~todo
-            dst[first[found]] = done_frames[order[pos[found]]]
+            _copy_frames(dst, first[found], done_frames, order[pos[found]])
             todo = ~found
         self._decode_rows(unique[todo], dst, first[todo])
         again = np.flatnonzero(first[inverse] != np.arange(flat.size))
-        if again.size:  # rows asked for more than once: copied from where they were decoded, frame by frame
-            to, source = again.tolist(), first[inverse[again]].tolist()  # (no temporary copy of them all)
-
-            def copy(a: int, b: int) -> None:
-                for i in range(a, b):
-                    dst[to[i]] = dst[source[i]]
-
-            run_parallel(len(to), copy, threads=sampling_threads(), min_per_task=32)
+        if again.size:  # rows asked for more than once: copied from where they were decoded
+            _copy_frames(dst, again, dst, first[inverse[again]])
         return out
 
     def encoded(self, rows: Sequence[int]) -> list[np.ndarray]:
         """The stored bytes of ``rows`` (no decoding): what a device decoder takes."""
         lo, hi = self._spans(np.asarray(rows, dtype=np.int64).reshape(-1))
         return [self.blob[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+
+
+def _copy_frames(dst: np.ndarray, to: np.ndarray, src: np.ndarray, source: np.ndarray) -> None:
+    """``dst[to[i]] = src[source[i]]`` frame by frame in the frame threads (no temporary of them all)."""
+    to_list, source_list = to.tolist(), source.tolist()
+
+    def copy(a: int, b: int) -> None:
+        for i in range(a, b):
+            dst[to_list[i]] = src[source_list[i]]
+
+    run_parallel(len(to_list), copy, threads=sampling_threads(), min_per_task=32)
 
 
 def device_decoder_available(device: torch.device | str) -> bool:
