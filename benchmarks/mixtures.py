@@ -25,7 +25,8 @@ so the builds are the ones ``datasets_hub.load`` would make):
 4. **Seeding against LeRobot.** The same LeRobot v3.0 dataset (``--lerobot-frames`` frames, states and
    actions, no cameras) seeded into our offline+online buffer (its build timed apart: it is made once)
    and into LeRobot 0.4.4's ``ReplayBuffer.from_lerobot_dataset``, each in a fresh process: time, RSS and
-   peak RSS. LeRobot runs from its own venv (``--lerobot-python``; skipped when it is missing).
+   peak RSS (VmHWM, the process's own high-water mark). LeRobot runs from its own venv
+   (``--lerobot-python``; skipped when it is missing).
 
 Prints tables and writes ``benchmarks/results/mixtures.json``. Not a test: figures depend on the machine.
 """
@@ -292,44 +293,48 @@ def seeding(rows: int, batches: list[int], seconds: float) -> dict[str, Any]:
 # -- 4. seeding against LeRobot's ReplayBuffer.from_lerobot_dataset --------------------------------------
 LEROBOT_PYTHON = ROOT / ".venv-upstream-lerobot" / "bin" / "python"  # LeRobot 0.4.4, its own torch (Makefile)
 
+# Peaks are VmHWM (/proc/self/status): the high-water mark of this process's own memory since its exec. Not
+# ru_maxrss: Linux carries a parent's peak into a child across exec, so a child of a big parent would report it.
+OURS_BUILD_CHILD = """
+import sys
+import datasets_hub as dh
+dh.download(sys.argv[1], root=sys.argv[2], num_workers=1)  # the build: once per dataset, cached
+"""
+
 OURS_CHILD = """
-import json, resource, sys, time, torch
+import json, sys, time, torch
 import datasets_hub as dh
 from datasets_hub.buffers.offline_online import OfflineOnlineBuffer
-def rss():
+def status(field):
     for line in open('/proc/self/status'):
-        if line.startswith('VmRSS:'):
+        if line.startswith(field + ':'):
             return int(line.split()[1]) / 1024
 dataset_id, root, scratch = sys.argv[1], sys.argv[2], sys.argv[3]
-t = time.perf_counter()
-dh.download(dataset_id, root=root, num_workers=1)  # the build: once per dataset, cached
-build_s = time.perf_counter() - t
-base, peak_before = rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+base, peak_before = status('VmRSS'), status('VmHWM')
 t = time.perf_counter()
 buf = OfflineOnlineBuffer(dh.load(dataset_id, root=root), capacity=100_000, scratch_dir=scratch)
 seed_s = time.perf_counter() - t
-print(json.dumps({"build_s": build_s, "seed_s": seed_s, "rss_before_mb": base, "rss_after_mb": rss(),
-                  "peak_before_mb": peak_before, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "frames": len(buf.offline)}))
+print(json.dumps({"seed_s": seed_s, "rss_before_mb": base, "rss_after_mb": status('VmRSS'),
+                  "peak_before_mb": peak_before, "peak_mb": status('VmHWM'), "frames": len(buf.offline)}))
 """
 
 LEROBOT_CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.rl.buffer import ReplayBuffer
-def rss():
+def status(field):
     for line in open('/proc/self/status'):
-        if line.startswith('VmRSS:'):
+        if line.startswith(field + ':'):
             return int(line.split()[1]) / 1024
 repo, root = sys.argv[1], sys.argv[2]
 dataset = LeRobotDataset(repo, root=root)
-base, peak_before = rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+base, peak_before = status('VmRSS'), status('VmHWM')
 t = time.perf_counter()
 buffer = ReplayBuffer.from_lerobot_dataset(dataset, device="cpu", state_keys=["observation.state"], use_drq=False,
                                            storage_device="cpu")
 seed_s = time.perf_counter() - t
-print(json.dumps({"seed_s": seed_s, "rss_before_mb": base, "rss_after_mb": rss(), "peak_before_mb": peak_before,
-                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "frames": len(buffer)}))
+print(json.dumps({"seed_s": seed_s, "rss_before_mb": base, "rss_after_mb": status('VmRSS'),
+                  "peak_before_mb": peak_before, "peak_mb": status('VmHWM'), "frames": len(buffer)}))
 """
 
 
@@ -354,6 +359,9 @@ def lerobot_seeding(frames: int, work: Path, python: Path = LEROBOT_PYTHON) -> d
     )
     lw.write_dataset(root, spec)
     out: dict[str, Any] = {"frames": episodes * 1000}
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", OURS_BUILD_CHILD, f"lerobot/{repo}", str(root)], check=True)
+    build_s = time.perf_counter() - t  # process start-up and imports included
     with tempfile.TemporaryDirectory() as scratch:
         ours = subprocess.run(
             [sys.executable, "-c", OURS_CHILD, f"lerobot/{repo}", str(root), scratch],
@@ -361,7 +369,7 @@ def lerobot_seeding(frames: int, work: Path, python: Path = LEROBOT_PYTHON) -> d
             text=True,
             check=True,
         )
-    out["ours"] = json.loads(ours.stdout.strip().splitlines()[-1])
+    out["ours"] = {**json.loads(ours.stdout.strip().splitlines()[-1]), "build_s": build_s}
     if python.exists():
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         theirs = subprocess.run(
