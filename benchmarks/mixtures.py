@@ -25,7 +25,8 @@ so the builds are the ones ``datasets_hub.load`` would make):
 4. **Seeding against LeRobot.** The same LeRobot v3.0 dataset (``--lerobot-frames`` frames, states and
    actions, no cameras) seeded into our offline+online buffer (its build timed apart: it is made once)
    and into LeRobot 0.4.4's ``ReplayBuffer.from_lerobot_dataset``, each in a fresh process: time, RSS and
-   peak RSS. LeRobot runs from its own venv (``--lerobot-python``; skipped when it is missing).
+   peak RSS (VmHWM, the process's own high-water mark). LeRobot runs from its own venv
+   (``--lerobot-python``; skipped when it is missing).
 
 Prints tables and writes ``benchmarks/results/mixtures.json``. Not a test: figures depend on the machine.
 """
@@ -143,18 +144,31 @@ def stats_cost(rows: int, image_rows: int, repeats: int, work: Path) -> list[dic
         "state": (rows, lambda: make_build("stats-state", rows, 17, 6, force=True)),
         "image": (image_rows, lambda: make_build("stats-image", image_rows, 7, 2, image=True, force=True)),
     }
+    stats_cpu: list[float] = []  # CPU seconds of the statistics thread's update calls (one build)
+
+    def timed_update(self: feature_stats.FeatureStats, batch: TensorDict) -> None:
+        start = time.thread_time()
+        real_update(self, batch)
+        stats_cpu.append(time.thread_time() - start)
+
     out = []
     for name, (n, run) in cases.items():
         times: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
+        thread_cpu: list[float] = []
         for _ in range(repeats):
             for mode in ("without", "with"):
                 if mode == "without":  # the statistics pass replaced by a no-op: the baseline
                     feature_stats.FeatureStats.update = lambda self, batch: None  # type: ignore[method-assign]  # baseline
                     feature_stats.FeatureStats.result = lambda self: {}  # type: ignore[method-assign]  # baseline
+                else:
+                    feature_stats.FeatureStats.update = timed_update  # type: ignore[method-assign]  # measured
+                    stats_cpu.clear()
                 try:
                     wall_start, cpu_start = time.perf_counter(), time.process_time()
                     run()
                     times[mode].append((time.perf_counter() - wall_start, time.process_time() - cpu_start))
+                    if mode == "with":
+                        thread_cpu.append(sum(stats_cpu))
                 finally:
                     feature_stats.FeatureStats.update = real_update  # type: ignore[method-assign]  # restored
                     feature_stats.FeatureStats.result = real_result  # type: ignore[method-assign]  # restored
@@ -170,8 +184,34 @@ def stats_cost(rows: int, image_rows: int, repeats: int, work: Path) -> list[dic
                 "cpu_s_without_stats": round(cpu["without"], 3),
                 "cpu_s_with_stats": round(cpu["with"], 3),
                 "cpu_extra": round(cpu["with"] / cpu["without"] - 1, 4),
+                "stats_thread_cpu_s": round(statistics.median(thread_cpu), 4),
                 "all": times,
             }
+        )
+    return out
+
+
+def stats_alone(rows: int, image_rows: int, repeats: int) -> list[dict[str, Any]]:
+    """``FeatureStats`` alone over the chunks of the writer-only builds above, held in memory: CPU
+    seconds per value (update of every chunk, then the result), median of ``repeats``."""
+    out = []
+    for name, n, obs, act, image, step in (
+        ("state", rows, 17, 6, False, CHUNK),
+        ("image", image_rows, 7, 2, True, 5000),
+    ):
+        chunks = [chunk(a, min(step, n - a), obs, act, image) for a in range(0, n, step)]
+        values = n * (obs + act + 1 + (84 * 84 * 3 if image else 0))  # next/observation: observation's stats
+        times = []
+        for _ in range(repeats):
+            stats = feature_stats.FeatureStats()
+            start = time.process_time()
+            for c in chunks:
+                stats.update(c)
+            stats.result()
+            times.append(time.process_time() - start)
+        cpu = statistics.median(times)
+        out.append(
+            {"dataset": name, "values": values, "cpu_s": round(cpu, 4), "ns_per_value": round(cpu / values * 1e9, 2)}
         )
     return out
 
@@ -292,44 +332,48 @@ def seeding(rows: int, batches: list[int], seconds: float) -> dict[str, Any]:
 # -- 4. seeding against LeRobot's ReplayBuffer.from_lerobot_dataset --------------------------------------
 LEROBOT_PYTHON = ROOT / ".venv-upstream-lerobot" / "bin" / "python"  # LeRobot 0.4.4, its own torch (Makefile)
 
+# Peaks are VmHWM (/proc/self/status): the high-water mark of this process's own memory since its exec. Not
+# ru_maxrss: Linux carries a parent's peak into a child across exec, so a child of a big parent would report it.
+OURS_BUILD_CHILD = """
+import sys
+import datasets_hub as dh
+dh.download(sys.argv[1], root=sys.argv[2], num_workers=1)  # the build: once per dataset, cached
+"""
+
 OURS_CHILD = """
-import json, resource, sys, time, torch
+import json, sys, time, torch
 import datasets_hub as dh
 from datasets_hub.buffers.offline_online import OfflineOnlineBuffer
-def rss():
+def status(field):
     for line in open('/proc/self/status'):
-        if line.startswith('VmRSS:'):
+        if line.startswith(field + ':'):
             return int(line.split()[1]) / 1024
 dataset_id, root, scratch = sys.argv[1], sys.argv[2], sys.argv[3]
-t = time.perf_counter()
-dh.download(dataset_id, root=root, num_workers=1)  # the build: once per dataset, cached
-build_s = time.perf_counter() - t
-base, peak_before = rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+base, peak_before = status('VmRSS'), status('VmHWM')
 t = time.perf_counter()
 buf = OfflineOnlineBuffer(dh.load(dataset_id, root=root), capacity=100_000, scratch_dir=scratch)
 seed_s = time.perf_counter() - t
-print(json.dumps({"build_s": build_s, "seed_s": seed_s, "rss_before_mb": base, "rss_after_mb": rss(),
-                  "peak_before_mb": peak_before, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "frames": len(buf.offline)}))
+print(json.dumps({"seed_s": seed_s, "rss_before_mb": base, "rss_after_mb": status('VmRSS'),
+                  "peak_before_mb": peak_before, "peak_mb": status('VmHWM'), "frames": len(buf.offline)}))
 """
 
 LEROBOT_CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.rl.buffer import ReplayBuffer
-def rss():
+def status(field):
     for line in open('/proc/self/status'):
-        if line.startswith('VmRSS:'):
+        if line.startswith(field + ':'):
             return int(line.split()[1]) / 1024
 repo, root = sys.argv[1], sys.argv[2]
 dataset = LeRobotDataset(repo, root=root)
-base, peak_before = rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+base, peak_before = status('VmRSS'), status('VmHWM')
 t = time.perf_counter()
 buffer = ReplayBuffer.from_lerobot_dataset(dataset, device="cpu", state_keys=["observation.state"], use_drq=False,
                                            storage_device="cpu")
 seed_s = time.perf_counter() - t
-print(json.dumps({"seed_s": seed_s, "rss_before_mb": base, "rss_after_mb": rss(), "peak_before_mb": peak_before,
-                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "frames": len(buffer)}))
+print(json.dumps({"seed_s": seed_s, "rss_before_mb": base, "rss_after_mb": status('VmRSS'),
+                  "peak_before_mb": peak_before, "peak_mb": status('VmHWM'), "frames": len(buffer)}))
 """
 
 
@@ -354,6 +398,9 @@ def lerobot_seeding(frames: int, work: Path, python: Path = LEROBOT_PYTHON) -> d
     )
     lw.write_dataset(root, spec)
     out: dict[str, Any] = {"frames": episodes * 1000}
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", OURS_BUILD_CHILD, f"lerobot/{repo}", str(root)], check=True)
+    build_s = time.perf_counter() - t  # process start-up and imports included
     with tempfile.TemporaryDirectory() as scratch:
         ours = subprocess.run(
             [sys.executable, "-c", OURS_CHILD, f"lerobot/{repo}", str(root), scratch],
@@ -361,7 +408,7 @@ def lerobot_seeding(frames: int, work: Path, python: Path = LEROBOT_PYTHON) -> d
             text=True,
             check=True,
         )
-    out["ours"] = json.loads(ours.stdout.strip().splitlines()[-1])
+    out["ours"] = {**json.loads(ours.stdout.strip().splitlines()[-1]), "build_s": build_s}
     if python.exists():
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         theirs = subprocess.run(
@@ -404,7 +451,12 @@ def main() -> None:
             print(
                 f"  {r['dataset']:<10} {r['rows']:>9,} {r['wall_s_without_stats']:>6.2f}/{r['wall_s_with_stats']:<6.2f} "
                 f"{r['wall_extra']:>+7.1%} {r['cpu_s_without_stats']:>6.2f}/{r['cpu_s_with_stats']:<6.2f} "
-                f"{r['cpu_extra']:>+7.1%}"
+                f"{r['cpu_extra']:>+7.1%}  statistics thread {r['stats_thread_cpu_s']:.3f} s CPU"
+            )
+        alone = stats_alone(args.rows, args.image_rows, 2 * args.repeats + 1) if "stats" in args.parts else []
+        for r in alone:
+            print(
+                f"  statistics alone, {r['dataset']:<6} {r['values']:>12,} values: {r['ns_per_value']:6.2f} ns CPU per value"
             )
         mix = mixture_rate(args.rows, args.batches, args.seconds) if "mixture" in args.parts else []
         if "mixture" in args.parts and args.image_mixture_rows:
@@ -456,6 +508,7 @@ def main() -> None:
         "environment": environment(),
         "date": time.strftime("%Y-%m-%d"),
         "stats_build_cost": stats,
+        "stats_alone": alone,
         "mixture_rate": mix,
         "offline_online": seed,
         "lerobot_seeding": versus,

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -41,9 +44,34 @@ def cache_root() -> Path:
     return (base / "datasets_hub").absolute()
 
 
+#: Inside :func:`connections_refused`: the list that records each refusal; ``None`` outside.
+_REFUSALS: ContextVar[list[str] | None] = ContextVar("datasets_hub_refusals", default=None)
+
+
 def offline() -> bool:
-    """True when ``DATASETS_HUB_OFFLINE`` forbids every connection."""
-    return flag("DATASETS_HUB_OFFLINE")
+    """True when ``DATASETS_HUB_OFFLINE`` forbids every connection, or inside :func:`connections_refused`."""
+    if flag("DATASETS_HUB_OFFLINE"):
+        return True
+    refusals = _REFUSALS.get()
+    if refusals is None:
+        return False
+    refusals.append("offline() answered True inside connections_refused()")
+    return True
+
+
+@contextmanager
+def connections_refused() -> Iterator[list[str]]:
+    """Within the block, :func:`offline` answers True in this thread (and context) whatever the variables say.
+
+    For answers that must come from local facts only (``info`` names a build without downloading); the list
+    it yields gains an entry each time a caller asked and was refused, so the caller knows the answer may
+    differ from an online one (and does not record it as final)."""
+    refusals: list[str] = []
+    token = _REFUSALS.set(refusals)
+    try:
+        yield refusals
+    finally:
+        _REFUSALS.reset(token)
 
 
 def registry_paths() -> list[Path]:

@@ -20,6 +20,7 @@ from datasets_hub.build.pipeline import build, build_path
 from datasets_hub.cache.layout import dir_size, raw_file_path, read_manifest
 from datasets_hub.catalogue import list_ids, resolve
 from datasets_hub.dataset_info import DatasetInfo
+from datasets_hub.env import connections_refused
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, UnknownParameter
 from datasets_hub.loader import DatasetSpec, Loader, Resource
 from datasets_hub.plugins import check_requirements, get_loader
@@ -80,7 +81,7 @@ def _frame_codec(spec: Any, loader: Any, frames: str | None, frame_quality: int 
     from datasets_hub.build.frames import resolve_frames
 
     estimate = loader.frame_bytes(spec) if frames in (None, "auto") else None
-    return resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})")
+    return resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})", above_limit=loader.auto_frames)
 
 
 def _ensure_build(
@@ -338,7 +339,8 @@ def load(
     ``frames`` chooses how camera frames (uint8 image keys) are stored (see ``docs/guide/compressed-frames.md``):
     ``"raw"`` (decoded once, fastest to sample), ``"jpeg"`` (each frame on its own, ``frame_quality``
     1..100, default 75) or ``"png"`` (exact); ``None`` stores them raw while the loader's estimate of their
-    decoded size stays at or below ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` (16 GiB), JPEG above. The codec
+    decoded size stays at or below ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` (16 GiB), and above it as the
+    loader's ``auto_frames`` (JPEG for camera footage, PNG for Atari, OGBench and Minari frames). The codec
     enters the build's fingerprint; compressed frames are decoded at sample time, only those sampled, in
     host threads, or with ``decode_device="cuda"`` by nvJPEG (torchvision) into that device's memory: the
     sampled frames then arrive on the device, the other leaves on the host.
@@ -423,13 +425,17 @@ def load(
 
 def info(dataset_id: str, *, frames: str | None = None, frame_quality: int | None = None, **params: Any) -> DatasetInfo:
     """The card of ``dataset_id``: catalogue facts, plus counts, schema and statistics once built
-    (``frames``/``frame_quality`` select the build as for :func:`load`)."""
+    (``frames``/``frame_quality`` select the build as for :func:`load`). It opens no connection: where sizing
+    the frames would need one (a Minari dataset not in the local store), it describes the build made without
+    that estimate."""
     spec = resolve(dataset_id, **params)
     loader = get_loader(spec.loader)
     loader.check_params(spec)
     if spec.resources:
         loader.check_catalogue_resources(spec, loader.resources(spec))
-    path = build_path(spec, loader, _frame_codec(spec, loader, frames, frame_quality))
+    with connections_refused():  # a card comes from local facts: no download to size the frames
+        codec = _frame_codec(spec, loader, frames, frame_quality)
+    path = build_path(spec, loader, codec)
     manifest = read_manifest(path)
     raw = 0
     for resource in loader.resources(spec):

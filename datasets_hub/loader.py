@@ -25,7 +25,7 @@ The TED chunk a loader yields (a ``TensorDict`` with batch size ``[N]``, N >= 1)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -220,12 +220,20 @@ class Loader:
                 unknown,
             )
 
+    #: the codec ``load(..., frames=None)`` stores image keys in when :meth:`frame_bytes` exceeds
+    #: ``datasets_hub.build.frames.RAW_LIMIT_BYTES``: ``"jpeg"`` for camera footage (already lossy upstream),
+    #: ``"png"`` where each pixel matters (small rendered or game frames, exact)
+    auto_frames = "jpeg"
+
     def frame_bytes(self, spec: DatasetSpec) -> int | None:
         """The decoded bytes of the camera frames the build of ``spec`` would hold (every uint8 image key,
-        T + 1 rows per episode), from metadata alone, or ``None`` when unknown (the default).
+        T + 1 rows per episode), or ``None`` when unknown (the default).
 
-        ``load(..., frames=None)`` stores frames raw up to ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` of them
-        and as JPEG above; without an estimate it stores them raw."""
+        It names the build (the codec enters its fingerprint), so it comes before any download: from the
+        catalogue entry, the parameters, facts upstream publishes, or a small metadata file; an upper bound
+        is fine where the exact count is only in the data. ``load(..., frames=None)`` stores frames raw up
+        to ``datasets_hub.build.frames.RAW_LIMIT_BYTES`` of them and as :attr:`auto_frames` above; without an
+        estimate it stores them raw."""
         return None
 
     def resources(self, spec: DatasetSpec) -> list[Resource]:
@@ -285,6 +293,21 @@ class Loader:
         """Yield TED chunks of whole episodes (see the module docstring); ``files`` maps each
         resource name to its verified local path."""
         raise NotImplementedError
+
+
+def frame_layout(shape: Sequence[int]) -> str | None:
+    """``"hwc"``, ``"chw"`` or ``"hw"`` when uint8 rows of ``shape`` are images the build's frame codecs store
+    (1 or 3 channels, at least 8 pixels a side), else None: what :meth:`Loader.frame_bytes` counts. Torch-free,
+    so a loader can apply it to an upstream schema or space (``datasets-hub info`` runs without torch)."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) == 2 and min(shape) >= 8:
+        return "hw"
+    if len(shape) == 3:
+        if shape[2] in (1, 3) and min(shape[:2]) >= 8:
+            return "hwc"
+        if shape[0] in (1, 3) and min(shape[1:]) >= 8:
+            return "chw"
+    return None
 
 
 def _refuse_unused_resource(spec: DatasetSpec, loader_name: str, pin: Resource, fetched: list[Resource]) -> None:

@@ -67,6 +67,8 @@ def check_class(cls: Any) -> None:
         raise AssertionError(f"{cls.__name__}.install_hint must be the exact 'pip install …' line for {cls.requires}")
     if not isinstance(cls.format_version, int) or isinstance(cls.format_version, bool) or cls.format_version < 1:
         raise AssertionError(f"{cls.__name__}.format_version must be a positive int")
+    if cls.auto_frames not in ("jpeg", "png"):
+        raise AssertionError(f"{cls.__name__}.auto_frames must be 'jpeg' or 'png', got {cls.auto_frames!r}")
     from datasets_hub.plugins import entry_point_names_of
 
     for registered in entry_point_names_of(cls):

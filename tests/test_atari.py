@@ -336,3 +336,46 @@ def test_a_user_entrys_copy_of_a_checkpoint_file_replaces_its_url():
     fetched = {r.name: r for r in AtariLoader().resources(spec)}
     assert fetched[name].urls == ("file:///srv/mine/action.gz",)
     assert all(r.urls[0].startswith("https://") for n, r in fetched.items() if n != name)
+
+
+def test_frames_auto_stores_exact_png_above_the_raw_limit(tmp_path, monkeypatch):
+    """frames=None: raw while the estimate (an upper bound) stays under the limit, PNG above, exactly the same frames."""
+    from datasets_hub.build import frames as fr
+
+    import fixtures.atari as fixture
+
+    monkeypatch.setattr(fixture, "SHAPE", (84, 84))  # the real frame size (the codecs need 8 pixels a side)
+    buf = DopamineBuffer()
+    play(buf, LENGTHS, ENDS)
+    buf.log_final()
+    for k in (0, 1):
+        save_checkpoint(tmp_path / "dqn" / "Pong" / "1" / "replay_logs", k, buf.logs[k])
+    params = {"checkpoints": [0, 1], "base_url": (tmp_path / "dqn").as_uri()}
+    spec = DatasetSpec(id="atari/Pong/1", loader="atari", params=params)
+    estimate = AtariLoader().frame_bytes(spec)
+    assert estimate == 2 * CAP * 84 * 84  # a local copy: the slots its .npy headers declare
+    upstream = DatasetSpec(id="atari/Pong/1", loader="atari", params={"checkpoints": [0, 1]})
+    assert AtariLoader().frame_bytes(upstream) == 2 * 1_000_000 * 84 * 84  # not on this machine: upstream's facts
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", estimate - 1)
+    png = datasets_hub.load("atari/Pong/1", **params)
+    assert png.storage.manifest["frames"] == {"codec": "png", "quality": None}
+    card = datasets_hub.info("atari/Pong/1", **params)
+    stored = card.frames["observation"]
+    assert stored["codec"] == "png" and stored["psnr_db"] is None and stored["bytes"] < stored["decoded_bytes"]
+    assert stored["decoded_bytes"] == stored["rows"] * 84 * 84 and stored["rows"] > card.counts["transitions"]
+    assert estimate >= stored["decoded_bytes"]  # the bound holds
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", estimate)
+    raw = datasets_hub.load("atari/Pong/1", **params)
+    assert raw.storage.manifest["frames"] == {"codec": "raw", "quality": None}
+    a, b = png[:], raw[:]
+    for key in ("observation", ("next", "observation")):
+        assert torch.equal(a[key], b[key])  # PNG is exact
+    assert {frame_id(f) for f in a["observation"].numpy()} == {frame_id(f) for f in b["observation"].numpy()}
+
+
+def test_frames_that_are_no_images_count_nothing(replay):
+    """The fixture's 6x5 frames are below the codecs' 8 pixels a side: nothing to compress, so the default
+    stays raw however many checkpoints are asked for."""
+    buf, _, folder = replay
+    params = {"checkpoints": list(range(len(buf.logs))), "base_url": folder.parents[2].as_uri()}
+    assert AtariLoader().frame_bytes(DatasetSpec(id="atari/Pong/1", loader="atari", params=params)) == 0

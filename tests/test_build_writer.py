@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +79,28 @@ def test_memory_mapped_frames_leave_the_resident_set_once_written(tmp_path):
     everything = built.get(torch.arange(n))
     assert torch.equal(everything["observation"], values[:-1])
     assert torch.equal(everything["next", "observation"], values[1:])
+
+
+@pytest.mark.parametrize("failing_call", [1, 3])
+def test_an_error_in_the_statistics_thread_fails_the_build_and_leaves_nothing(monkeypatch, failing_call):
+    """The statistics of each chunk are computed beside the writes: their error (first chunk, or the
+    last one, joined only before the manifest) fails the build like any other, and no build is left."""
+    from datasets_hub.buffers.feature_stats import FeatureStats
+    from datasets_hub.build.identity import build_path
+
+    real_update, calls = FeatureStats.update, []
+
+    def update(self: FeatureStats, batch: TensorDict) -> None:
+        calls.append(threading.current_thread().name)
+        if len(calls) == failing_call:
+            raise RuntimeError("statistics failed")
+        real_update(self, batch)
+
+    monkeypatch.setattr(FeatureStats, "update", update)
+    spec = DatasetSpec(id="fake/stats-error", loader="fake", params={"lengths": [5, 3, 4], "chunks": 3})
+    with pytest.raises(RuntimeError, match="statistics failed"):
+        build(spec, FakeLoader(), {}, [])
+    assert all(name.startswith("datasets_hub-build-stats") for name in calls)  # not the writing thread
+    final = build_path(spec, FakeLoader(), None)
+    assert not final.exists()
+    assert [p.name for p in final.parent.iterdir() if p.name.startswith(final.name) and p.suffix != ".lock"] == []

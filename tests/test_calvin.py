@@ -20,6 +20,7 @@ from datasets_hub.loader import DatasetSpec, LoaderContext, Resource
 from datasets_hub.loaders.calvin import CalvinLoader, UnsafePickle, load_object_npy
 
 from fixtures.calvin import ANNOTATIONS, EPISODES, write_folder, write_zip
+from fixtures.docs_tables import docs_pins
 
 OBS = ("depth_static", "rgb_gripper", "rgb_static", "robot_obs", "scene_obs")
 
@@ -204,23 +205,10 @@ def test_catalogue_has_the_task_splits():
             assert resource.urls[0].startswith("http://calvin.cs.uni-freiburg.de/dataset/")
 
 
-def _docs_pins() -> dict[str, tuple[int | None, str | None]]:
-    """The table of docs/datasets/calvin.md ("Sizes and checksums"): zip -> (bytes, sha256), None where none found."""
-    import re
-
-    page = Path(__file__).resolve().parents[1] / "docs" / "datasets" / "calvin.md"
-    row = re.compile(r"^\| `([\w.]+\.zip)` \([^)]*\) \| (\d+|none found) \| (?:`([0-9a-f]{64})`|none found) \|")
-    return {
-        m[1]: (None if m[2] == "none found" else int(m[2]), m[3])
-        for m in map(row.match, page.read_text().splitlines())
-        if m
-    }
-
-
 def test_catalogue_pins_match_the_docs_table():
     """Both ids of a split pin the same zip with the same size and sha256, and those are the docs table's
     figures (each with its public record there): a pin changed in one place and not the other fails."""
-    table = _docs_pins()
+    table = docs_pins("calvin.md", r"[\w.]+\.zip", "none found")
     assert sorted(table) == ["calvin_debug_dataset.zip", "task_ABCD_D.zip", "task_ABC_D.zip", "task_D_D.zip"]
     for split in ("task_ABC_D", "task_ABCD_D", "task_D_D", "debug"):
         pins = {

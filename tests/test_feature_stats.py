@@ -91,6 +91,53 @@ def test_images_per_channel_hwc_and_chw_exact():
     assert depth["shape"] == [1, 1, 1] and depth["q_rel_error"] == 0.0
 
 
+def test_long_byte_runs_counted_exactly():
+    """Images whose channels hold long runs of odd length, one channel holding every byte value and
+    one a single value, and a signed byte key: exact, as numpy."""
+    rng = np.random.default_rng(4)
+    rows = 3001
+    hwc = rng.integers(0, 256, size=(rows, 11, 11, 3), dtype=np.uint8)
+    hwc[:, :, :, 1] = 7
+    hwc[-1, -1, -1, 2] = 255  # the odd length's last byte, and the channel's max
+    hwc[:, :, :, 2] //= 2
+    signed = (hwc[..., :1].astype(np.int16) - 128).astype(np.int8)
+    result = feed({"pixels": hwc, "signed": signed}, [])
+    assert_equal_to_numpy(result["pixels"], numpy_stats(hwc, (0, 1, 2)), (1, 1, 3))
+    assert_equal_to_numpy(result["signed"], numpy_stats(signed, (0, 1, 2)), (1, 1, 1))
+
+
+def test_large_batches_equal_small_ones_and_numpy():
+    """A batch of many blocks whose first rows already show too many distinct values (buckets from the
+    start, cache-sized blocks) gives exactly the statistics of the same rows fed in small batches
+    (exact counts first, buckets after the switch), for float32, float64 and int32 keys and a NaN."""
+    rng = np.random.default_rng(5)
+    n = 3 * EXACT_DISTINCT + 20000  # several blocks of every key
+    state = (rng.normal(size=(n, 3)) * [1.0, 1e3, 1e-2] + [0.0, 5.0, -3.0]).astype(np.float32)
+    state[n // 2, 1] = np.nan
+    wide = rng.normal(size=(n, 2)) * 10.0 ** rng.integers(-5, 5, (n, 2))
+    counter = rng.integers(-(2**31), 2**31 - 1, size=(n, 1)).astype(np.int32)
+    columns = {"observation": state, "wide": wide, "counter": counter}
+    whole = feed(columns, [])
+    pieces = feed(columns, list(range(9000, n, 9000)))  # below the length that settles a key at once
+    assert sorted(whole) == sorted(pieces) == ["counter", "observation", "wide"]
+    for key in whole:
+        exact = {f for f in whole[key] if f not in ("mean", "std")}
+        assert {f: whole[key][f] for f in exact} == {f: pieces[key][f] for f in exact}, key
+        for name in ("mean", "std"):
+            np.testing.assert_allclose(stats_arrays(whole[key])[name], stats_arrays(pieces[key])[name], rtol=1e-12)
+        assert whole[key]["q_rel_error"] == RELATIVE_ERROR
+    values = state.astype(np.float64)
+    got = stats_arrays(whole["observation"])
+    assert whole["observation"]["nonfinite"] == 1
+    np.testing.assert_array_equal(got["min"], np.nanmin(values, axis=0))
+    np.testing.assert_array_equal(got["max"], np.nanmax(values, axis=0))
+    np.testing.assert_allclose(got["mean"], np.nanmean(values, axis=0), rtol=1e-9)
+    np.testing.assert_allclose(got["std"], np.nanstd(values, axis=0), rtol=1e-9)
+    for key, values in (("wide", wide), ("counter", counter)):
+        moments = {k: v for k, v in numpy_stats(values, (0,)).items() if not k.startswith("q")}
+        assert_equal_to_numpy(whole[key], moments, (values.shape[1],))
+
+
 def test_stable_moments_on_a_large_offset():
     x = (1e9 + np.arange(100000) % 7).astype(np.float64)[:, None]
     got = stats_arrays(feed({"x": x}, [3, 50000])["x"])

@@ -105,6 +105,17 @@ def test_auto_is_raw_below_the_limit_and_jpeg_above_it():
     assert resolve_frames("PNG", None, None) == FrameCodec("png")
 
 
+def test_auto_above_the_limit_takes_the_loaders_codec():
+    over = fr.RAW_LIMIT_BYTES + 1
+    assert resolve_frames(None, None, over, above_limit="png") == FrameCodec("png")
+    assert resolve_frames(None, None, fr.RAW_LIMIT_BYTES, above_limit="png") == FrameCodec("raw")
+    assert resolve_frames(None, None, None, above_limit="png") == FrameCodec("raw")  # no estimate: raw
+    assert resolve_frames(None, 90, over, above_limit="png") == FrameCodec("jpeg", 90)  # a quality asks for JPEG
+    assert resolve_frames("raw", None, over, above_limit="png") == FrameCodec("raw")  # the user's choice stands
+    with pytest.raises(ValueError, match="above_limit"):
+        resolve_frames(None, None, over, above_limit="raw")
+
+
 def test_bad_frame_options_are_refused_with_the_fix():
     with pytest.raises(InvalidParameter, match="did you mean frames='jpeg'"):
         resolve_frames("jpg", None, None)
@@ -308,6 +319,121 @@ def test_every_read_path_serves_compressed_frames(builds, read):
                 assert not x.any()
 
 
+# -- decoding on the host: once per frame, straight into the batch --------------------------------------
+def _one_by_one(column, rows):
+    """What take must give: each row's frame decoded on its own."""
+    out = np.empty((len(rows), *column.frame_shape), dtype=np.uint8)
+    for i, row in enumerate(rows):
+        lo, hi = int(column.offsets[row]), int(column.offsets[row + 1])
+        fr.decode_into(column.blob[lo:hi].tobytes(), column.codec, column.layout, out[i])
+    return out
+
+
+@pytest.fixture
+def decoded_rows(monkeypatch):
+    """Every row a FrameColumn decodes, in order (frames copied from another place are not counted)."""
+    rows: list[int] = []
+    decode = fr.FrameColumn._decode_rows
+
+    def counting(column, todo, out, slots):
+        rows.extend(todo.tolist())
+        return decode(column, todo, out, slots)
+
+    monkeypatch.setattr(fr.FrameColumn, "_decode_rows", counting)
+    return rows
+
+
+@pytest.mark.parametrize("codec", ["jpeg", "png"])
+def test_take_decodes_each_row_once_into_its_output(builds, codec, decoded_rows):
+    column = open_build(builds[codec].path).obs[("pixels",)]
+    n = len(column)
+    rows = np.array([[5, 0, 5], [n - 1, -1, 7]])  # repeats, and -1 is the last row again
+    want = _one_by_one(column, np.where(rows < 0, rows + n, rows).reshape(-1)).reshape(2, 3, H, W, 3)
+    assert np.array_equal(column.take(rows), want)
+    assert sorted(decoded_rows) == [0, 5, 7, n - 1]  # each distinct row once
+    out = np.zeros((2, 3, H, W, 3), dtype=np.uint8)
+    assert column.take(rows, out=out) is out and np.array_equal(out, want)
+    with pytest.raises(ValueError, match=r"out must be C-contiguous uint8 \[2, 3, 48, 64, 3\]"):
+        column.take(rows, out=np.zeros((2, 3, H, W, 3), dtype=np.int16))
+
+    decoded_rows.clear()
+    done = np.array([7, 0, 9])
+    done_frames = column.take(done)
+    decoded_rows.clear()
+    assert np.array_equal(column.take(rows, reuse=(done, done_frames)), want)
+    assert sorted(decoded_rows) == [5, n - 1]  # rows 0 and 7 are copied from the frames already decoded
+
+
+def test_a_damaged_frame_in_a_batch_is_named_whatever_the_thread(builds, monkeypatch):
+    column = open_build(builds["jpeg"].path).obs[("pixels",)]
+    blob = np.array(column.blob)
+    lo = int(column.offsets[10])
+    blob[lo : lo + 40] = 0  # the JPEG header of row 10
+    damaged = fr.FrameColumn(column.key, blob, column.offsets, "jpeg", "hwc", column.frame_shape)
+    monkeypatch.setenv("DATASETS_HUB_FRAME_THREADS", "3")
+    with pytest.raises(FrameError, match=r"pixels: the jpeg frame of row 10 cannot be decoded"):
+        damaged.take(np.arange(len(column)))
+    offsets = np.array(column.offsets)
+    offsets[4] = offsets[5] + 1  # row 4 ends before it starts
+    broken = fr.FrameColumn(column.key, column.blob, offsets, "jpeg", "hwc", column.frame_shape)
+    with pytest.raises(FrameError, match=r"row 4 has offsets \d+\.\.\d+ outside"):
+        broken.take([1, 4])
+
+
+def test_a_window_batch_decodes_each_camera_frame_once_and_gives_the_same_batch(builds, decoded_rows, monkeypatch):
+    """A window of offsets 0..3 holds the anchor's frame and the next one: the plain next/pixels of the
+    batch copy them from it (only an episode's last step needs its final frame, which no window holds)."""
+    storage = builds["jpeg"]
+
+    def sample():
+        windows = WindowSampler({"pixels": [0, 1, 2, 3], "action": [0, 1]})
+        return buffer(storage, windows, seed=3).sample(64)
+
+    once = sample()
+    rows_once = list(decoded_rows)
+    assert len(rows_once) == len(set(rows_once))  # no frame of the batch is decoded twice
+    decoded_rows.clear()
+    monkeypatch.setattr(DatasetStorage, "_reusable", lambda self, column, extras: None)  # every gather decodes
+    twice = sample()
+    assert len(decoded_rows) > len(rows_once) and set(decoded_rows) == set(rows_once)
+    assert set(once.keys(True, True)) == set(twice.keys(True, True))
+    for key in twice.keys(True, True):
+        assert torch.equal(once[key], twice[key]), key  # the same batch, bit for bit
+
+
+def test_a_window_the_sampler_changed_is_not_reused(builds, decoded_rows):
+    """Only the very frames the storage decoded (the window tensor in the batch's extras) are reused."""
+    storage = builds["jpeg"]
+    rows = torch.tensor([0, 3, 8])
+    window = storage.gather_key("pixels", rows)
+    decoded_rows.clear()
+    state = storage.gather(rows, {"pixels": window.clone()})  # another tensor: next/pixels decoded again
+    assert len(decoded_rows) == 3
+    decoded_rows.clear()
+    assert torch.equal(storage.gather(rows, {"pixels": window})["next", "pixels"], state["next", "pixels"])
+    assert len(decoded_rows) == 3  # the window holds rows t, not t + 1: nothing to copy from it
+    assert torch.equal(state["next", "pixels"], storage.gather(rows)["next", "pixels"])
+
+
+def test_frame_threads_are_the_cores_shared_by_the_sampling_threads(monkeypatch):
+    import os
+
+    monkeypatch.delenv("DATASETS_HUB_FRAME_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # what a sampling thread of ThreadedBatches sets, process-wide
+        assert fr.thread_count() == cores  # not torch's count
+    finally:
+        torch.set_num_threads(threads)
+    monkeypatch.setenv("DATASETS_HUB_FRAME_THREADS", "4")
+    assert fr.sampling_threads() == 4  # one sampling thread: every frame thread
+    with fr._Taking(), fr._Taking():
+        assert fr.sampling_threads() == 2  # two take at once: half each
+        with fr._Taking(), fr._Taking(), fr._Taking():
+            assert fr.sampling_threads() == 1  # as many as the cores or more: each on its own thread
+
+
 # -- decoding on a device ------------------------------------------------------------------------------
 def test_device_decode_falls_back_to_host_threads_without_a_device_decoder(builds):
     column = open_build(builds["jpeg"].path).obs[("pixels",)]
@@ -391,9 +517,9 @@ def test_frames_asked_for_a_dataset_without_camera_keys_are_refused():
         build(spec, FakeLoader(), {}, [], frames=FrameCodec("jpeg", 90))
 
 
-def test_frame_threads_follow_torch_and_the_environment(monkeypatch):
-    monkeypatch.delenv("DATASETS_HUB_FRAME_THREADS", raising=False)
-    assert fr.thread_count() == torch.get_num_threads()  # 1 inside DataLoader workers
+def test_frame_threads_follow_the_environment(monkeypatch):
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", object)  # any worker info
+    assert fr.thread_count() == 1  # inside a DataLoader worker process: its siblings use the other cores
     monkeypatch.setenv("DATASETS_HUB_FRAME_THREADS", "3")
     assert fr.thread_count() == fr.build_thread_count() == 3
     monkeypatch.setenv("DATASETS_HUB_FRAME_THREADS", "many")

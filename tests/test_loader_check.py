@@ -149,3 +149,11 @@ def test_gym_entry_end_to_end():
     pytest.importorskip("gymnasium")
     summary = check_loader("gym/cartpole-random-v0", params={"steps": 300}, runs=2)
     assert summary["counts"]["transitions"] == 300
+
+
+def test_auto_frames_must_name_a_compressed_codec():
+    class Blurry(FakeLoader):
+        auto_frames = "webp"
+
+    with pytest.raises(AssertionError, match="auto_frames must be 'jpeg' or 'png'"):
+        check_loader(Blurry)

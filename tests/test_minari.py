@@ -583,3 +583,130 @@ def test_card_shows_sample_keys_spaces_and_recovers_the_environment(minari_store
     reference = dataset.recover_environment()
     assert env.spec.id == reference.spec.id == "CartPole-v1"
     assert env.observation_space == reference.observation_space and env.action_space == reference.action_space
+
+
+def _pixel_buffers(lengths=(4, 6, 3)):
+    """Episodes whose every observation image is distinct: pixel (0, 0) holds the episode, (0, 1) the step, and
+    the rest a smooth gradient that moves with both (rendered-frame-like content)."""
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    yy, xx = np.mgrid[0:16, 0:16]
+    buffers = []
+    for e, length in enumerate(lengths):
+        frames = np.stack([(yy * 8 + xx * 4 + 20 * e + 3 * t) % 256 for t in range(length + 1)])
+        frames = np.repeat(frames[..., None], 3, axis=3).astype(np.uint8)
+        frames[:, 0, 0, 0], frames[:, 0, 1, 0] = e, np.arange(length + 1)
+        state = np.stack([np.full(length + 1, float(e)), np.arange(length + 1.0)], 1).astype(np.float32)
+        buffers.append(
+            EpisodeBuffer(
+                observations={"pixels": frames, "state": state},
+                actions=(np.arange(length) % 3).astype(np.int64),
+                rewards=list(0.5 * np.arange(length)),
+                terminations=[False] * (length - 1) + [True],
+                truncations=[False] * length,
+            )
+        )
+    return buffers
+
+
+def test_frames_auto_stores_image_observations_as_png_above_the_raw_limit(tmp_path, monkeypatch):
+    """frames=None: the estimate from metadata.json (exact: T + 1 frames an episode) picks PNG above the
+    raw limit and raw under it; PNG frames are the source frames exactly; the card says what was stored."""
+    import datasets_hub
+    from datasets_hub.build import frames as fr
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "store"))
+    space = gym.spaces.Dict(
+        {"pixels": gym.spaces.Box(0, 255, (16, 16, 3), np.uint8), "state": gym.spaces.Box(-1e3, 1e3, (2,), np.float32)}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        minari.create_dataset_from_buffers(
+            "hubtest/pixels-v0", _pixel_buffers(), observation_space=space, action_space=gym.spaces.Discrete(3),
+            author="datasets_hub tests", data_format="hdf5",
+        )  # fmt: skip
+    spec = DatasetSpec(id="minari/hubtest/pixels-v0", loader="minari")
+    estimate = MinariLoader().frame_bytes(spec)
+    assert estimate == (4 + 6 + 3 + 3) * 16 * 16 * 3
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", estimate - 1)
+    png = datasets_hub.load("minari/hubtest/pixels-v0")
+    assert png.storage.manifest["frames"] == {"codec": "png", "quality": None}
+    stored = datasets_hub.info("minari/hubtest/pixels-v0").frames["observation/pixels"]
+    assert stored["decoded_bytes"] == estimate and stored["psnr_db"] is None  # the estimate is exact
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", estimate)
+    raw = datasets_hub.load("minari/hubtest/pixels-v0")
+    assert raw.storage.manifest["frames"] == {"codec": "raw", "quality": None}
+    a, b = png[:], raw[:]
+    source = minari.load_dataset("hubtest/pixels-v0")
+    want = np.concatenate([ep.observations["pixels"][:-1] for ep in source.iterate_episodes()])
+    np.testing.assert_array_equal(a["observation", "pixels"].numpy(), want)
+    assert torch.equal(a["next", "observation", "pixels"], b["next", "observation", "pixels"])
+    # the state leaf is not an image: the estimate and the build count the pixels only
+    assert set(datasets_hub.info("minari/hubtest/pixels-v0", frames="png").frames) == {"observation/pixels"}
+
+
+def test_frame_bytes_of_a_remote_dataset_come_from_its_metadata(tmp_path, monkeypatch):
+    import minari.storage.remotes as remotes
+
+    from datasets_hub.loaders.minari.loader import image_observation_bytes
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("DATASETS_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    space = {"type": "Tuple", "subspaces": [{"type": "Box", "dtype": "uint8", "shape": [3, 64, 64]},
+                                            {"type": "Box", "dtype": "uint8", "shape": [4]}]}  # fmt: skip
+    metadata = {"observation_space": json.dumps(space), "total_steps": 1000, "total_episodes": 10}
+    asked = []
+
+    class Remote:
+        def get_dataset_metadata(self, dataset_id):
+            asked.append(dataset_id)
+            return metadata
+
+    monkeypatch.setattr(remotes, "get_cloud_storage", lambda *a, **k: Remote())
+    spec = DatasetSpec(id="minari/atari/pong/expert-v0", loader="minari")
+    assert MinariLoader().frame_bytes(spec) == 1010 * 3 * 64 * 64 and asked == ["atari/pong/expert-v0"]
+    monkeypatch.setenv("DATASETS_HUB_OFFLINE", "1")
+    assert MinariLoader().frame_bytes(spec) is None  # offline and not local: no estimate (nor a build)
+    monkeypatch.delenv("DATASETS_HUB_OFFLINE")
+
+    class Down:
+        def get_dataset_metadata(self, dataset_id):
+            raise OSError("connection refused")
+
+    monkeypatch.setattr(remotes, "get_cloud_storage", lambda *a, **k: Down())
+    with pytest.raises(DownloadError, match="pass frames='raw'"):
+        MinariLoader().frame_bytes(spec)
+    assert image_observation_bytes({"total_steps": 5}) is None  # an older store without the counts
+
+
+def test_info_of_a_dataset_not_in_the_local_store_opens_no_connection(tmp_path, monkeypatch):
+    """``info`` (the API and the CLI's recorded path) names the build from local facts: the remote metadata
+    that sizes a ``load``'s frames is not fetched, and the name made without it is not recorded as final."""
+    import minari.storage.remotes as remotes
+
+    import datasets_hub
+    from datasets_hub.cache.catalogue_builds import catalogue_build_record
+    from datasets_hub.env import cache_root, connections_refused, offline
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("DATASETS_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    asked = []
+
+    class Remote:
+        def get_dataset_metadata(self, dataset_id):
+            asked.append(dataset_id)
+            raise OSError("no network in this test")
+
+    monkeypatch.setattr(remotes, "get_cloud_storage", lambda *a, **k: Remote())
+    card = datasets_hub.info("minari/D4RL/door/human-v2")
+    assert card.id == "minari/D4RL/door/human-v2" and not card.cached
+    name, _ = catalogue_build_record("minari/D4RL/door/human-v2")
+    assert asked == []
+    records = list(cache_root().rglob("minari-builds.json"))
+    assert all("door" not in p.read_text() for p in records)  # not recorded: an online load may size it
+    assert catalogue_build_record("minari/D4RL/door/human-v2")[0] == name
+    with connections_refused() as refusals:
+        assert offline() and len(refusals) == 1
+    assert not offline()

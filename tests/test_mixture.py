@@ -337,7 +337,8 @@ def _same_batches(x, y):
 def test_the_direct_gather_gives_the_batches_of_sampling_each_member():
     """Members gathered straight into the batch (gather_into) give what sampling them and copying gives."""
     for make in (RandomSampler, lambda: SliceSampler(slice_len=4)):
-        direct = Mixture([buffer(n, make(), seed=i) for i, n in enumerate("abc")], weights="uniform")
+        # batches of changing sizes: none drawn ahead (a new size drops what was drawn ahead for the last)
+        direct = Mixture([buffer(n, make(), seed=i) for i, n in enumerate("abc")], weights="uniform", read_ahead=1)
         # an identity projection makes a member go through its own sample()
         sampled = Mixture(
             [buffer(n, make(), seed=i) for i, n in enumerate("abc")], weights="uniform", project=[lambda td: td] * 3
@@ -349,6 +350,68 @@ def test_the_direct_gather_gives_the_batches_of_sampling_each_member():
     kept = first["observation"].clone()
     direct.sample(12)
     assert torch.equal(first["observation"], kept)
+
+
+@pytest.mark.parametrize("make", [RandomSampler, lambda: SliceSampler(slice_len=4)], ids=["rows", "slices"])
+def test_batches_drawn_ahead_are_those_of_successive_calls(make):
+    """A member of a read-only build with a uniform or slice sampler draws several batches at once: the
+    batches are exactly those of drawing one at a time (and of each member sampled and copied in)."""
+    norm = {"observation": "mean_std", "action": "min_max"}
+
+    def mix(**kw):
+        rbs = [buffer(n, make(), seed=i) for i, n in enumerate("abc")]
+        return Mixture(rbs, weights=[1, 2, 1], normalize=norm, stats=[stats_of(rb) for rb in rbs], **kw)
+
+    ahead, one_by_one = mix(), mix(read_ahead=1)
+    sampled = mix(project=[lambda td: td] * 3)  # each member's own sample(), copied in
+    assert ahead.batches_ahead(16) > 1 and one_by_one.batches_ahead(16) == 1 and sampled.batches_ahead(16) == 1
+    assert mix(read_ahead=3).batches_ahead(16) == 3
+    for _ in range(ahead.batches_ahead(16) + 3):  # past the end of the first draw ahead
+        batch = ahead.sample(16)
+        _same_batches(batch, one_by_one.sample(16))
+        _same_batches(batch, sampled.sample(16))
+
+
+def test_a_batch_never_changes_and_padding_and_masks_are_rewritten_for_every_batch():
+    """Batches drawn ahead share one block of memory: a kept batch is never overwritten, and a batch the
+    caller modified then dropped leaves nothing behind in later ones (padding zero, masks and index right)."""
+    rbs = [buffer(n, seed=i) for i, n in enumerate("abc")]
+    mix = Mixture(rbs, weights=[1, 2, 1])
+    k = mix.batches_ahead(8)
+    assert k > 1
+    kept = mix.sample(8)
+    copy = kept.clone()
+    for _ in range(3 * k):  # several draws ahead, the memory of dropped ones reused
+        batch = mix.sample(8)
+        for key in ("observation", "action", "observation_dim_is_pad", ("dataset", "index")):
+            batch[key].fill_(7)  # the caller writes into a batch, then drops it
+        del batch
+        _same_batches(kept, copy)
+    for _ in range(3 * k):
+        batch = mix.sample(8)
+        assert batch["dataset", "index"].tolist() == [0] * 2 + [1] * 4 + [2] * 2
+        for i, name in enumerate("abc"):
+            obs_dim, act_dim = SETS[name][:2]
+            rows = batch["dataset", "index"] == i
+            assert (batch["observation"][rows][:, obs_dim:] == 0).all()
+            assert (batch["action"][rows][:, act_dim:] == 0).all()
+            assert (batch["observation_dim_is_pad"][rows] == (torch.arange(5) >= obs_dim)).all()
+            assert (batch["observation"][rows][:, :obs_dim] != 7).all()
+
+
+@pytest.mark.parametrize("read_ahead", [0, -1, 1.5, True])
+def test_bad_read_ahead_is_refused(read_ahead):
+    with pytest.raises(InvalidParameter, match="read_ahead must be"):
+        Mixture([buffer("a")], read_ahead=read_ahead)
+
+
+def test_members_that_can_change_between_calls_are_not_drawn_ahead():
+    from datasets_hub.buffers.samplers import SamplerWithoutReplacement
+
+    epochs = buffer("a", SamplerWithoutReplacement())  # what it draws depends on the rows left this epoch
+    assert Mixture([epochs, buffer("c")], weights="uniform").batches_ahead(8) == 1
+    assert Mixture([buffer("a"), buffer("c")], weights="uniform", exact=False).batches_ahead(8) == 1
+    assert Mixture([buffer("a"), buffer("c")], weights="uniform").batches_ahead(8) > 1
 
 
 def test_a_projection_maps_a_dataset_to_the_common_schema_instead_of_padding():

@@ -10,6 +10,7 @@ import torch
 
 import datasets_hub as dh
 from datasets_hub import catalogue
+from datasets_hub.buffers import offline_online
 from datasets_hub.buffers.offline_online import OfflineOnlineBuffer
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler
@@ -125,6 +126,27 @@ def test_a_scheduled_ratio(tmp_path):
     for ratio in (-0.1, float("nan"), "half"):
         with pytest.raises(InvalidParameter, match="ratio"):
             OfflineOnlineBuffer(rb, capacity=4, ratio=ratio)
+
+
+def test_offline_rows_drawn_ahead_are_those_of_drawing_each_batch(tmp_path):
+    """The offline rows are read ahead in blocks, yet each batch's are those of drawing its share when it
+    is asked for (one generator stream, also across a block's end and a changing share), with the stored
+    values, and a batch is its own copy: later batches never change it."""
+    rb, _ = offline_buffer()
+    buf = OfflineOnlineBuffer(rb, capacity=32, ratio=lambda step: [0.5, 0.25, 1.0][step % 3], scratch_dir=tmp_path)
+    buf.extend(online_rows())
+    expected = torch.Generator().manual_seed(0)  # the offline buffer's seed: the draws it would make
+    kept, first = None, None
+    for step in range(3 * offline_online.READ_AHEAD_ROWS // 16 + 5):  # past the end of several blocks
+        out = buf.sample(16)
+        n = int((~out["index", "online"]).sum())
+        assert n == round([0.5, 0.25, 1.0][step % 3] * 16)
+        rows = out["index", "index"][:n]
+        assert torch.equal(rows, torch.randint(OFFLINE_ROWS, (n,), generator=expected))
+        assert torch.equal(out["observation"][:n], rb.storage[rows]["observation"])
+        if kept is None:
+            kept, first = out, out.clone()
+    assert (kept == first).all()
 
 
 def test_priorities_of_online_items(tmp_path):

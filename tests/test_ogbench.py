@@ -525,3 +525,49 @@ def test_the_card_records_the_environment(tmp_path):
             card.recover_environment()
     else:
         assert card.recover_environment().spec.id == "cube-single-v0"
+
+
+def test_frames_auto_stores_exact_png_for_large_visual_sets(tmp_path, monkeypatch, capsys):
+    """frames=None: a visual set over the raw limit (by upstream's generation settings, known before the
+    download) is stored as PNG, exactly; under the limit it stays raw; the card says what was stored."""
+    import datasets_hub as dh
+    from datasets_hub.build import frames as fr
+
+    arrays = write_ogbench(tmp_path / "v.npz", [4, 0, 6], visual=True, side=16, info=False)
+    url, dataset_id = (tmp_path / "v.npz").as_uri(), "ogbench/visual-cube-triple-play-v0"
+    estimate = OGBenchLoader().frame_bytes(DatasetSpec(id=dataset_id, loader="ogbench", params={"url": url}))
+    assert estimate == 3000 * 1001 * 64 * 64 * 3 > fr.RAW_LIMIT_BYTES  # 36.9 GB decoded: PNG by default
+    png = dh.load(dataset_id, url=url)
+    assert png.storage.manifest["frames"] == {"codec": "png", "quality": None}
+    check(png[:], expected_transitions([arrays]))  # every frame decodes to its source exactly
+    stored = dh.info(dataset_id, url=url).frames["observation"]
+    rows = 5 + 7  # T + 1 rows per trajectory with a transition (the single-row one is skipped)
+    assert stored["rows"] == rows and stored["decoded_bytes"] == rows * 16 * 16 * 3 and stored["psnr_db"] is None
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", estimate)
+    raw = dh.load(dataset_id, url=url)
+    assert raw.storage.manifest["frames"] == {"codec": "raw", "quality": None}
+    assert torch.equal(raw[:]["observation"], png[:]["observation"])
+    from datasets_hub.cli import main
+
+    for args, shown in (([], "observation: raw, stored decoded (exact)"), (["--frames", "png"], "observation: png")):
+        assert main(["info", dataset_id, "--param", f"url={url}", *args]) == 0
+        frames = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("frames ")]
+        assert len(frames) == 1 and shown in frames[0], frames
+
+
+@pytest.mark.parametrize(
+    "dataset, split, decoded",
+    [
+        ("visual-cube-single-play-v0", "train", 1000 * 1001 * 12288),  # 12.3 GB: raw by default
+        ("visual-antmaze-large-explore-v0", "train", 10000 * 501 * 12288),
+        ("visual-antmaze-large-explore-v0", "val", 1000 * 501 * 12288),  # a tenth of the trajectories
+        ("visual-humanoidmaze-giant-stitch-v0", "train", 10000 * 401 * 12288),
+        ("powderworld-hard-play-v0", "train", 5000 * 1001 * 3072),
+        ("cube-double-play-v0", "train", 0),  # a state set: no image
+        ("cube-double-play-100m-v0", "train", 0),
+        ("my-own-set", "train", None),  # not an upstream name: no estimate, raw
+    ],
+)
+def test_frame_bytes_follow_upstreams_generation_settings(dataset, split, decoded):
+    spec = DatasetSpec(id=f"ogbench/{dataset}", loader="ogbench", params={"split": split})
+    assert OGBenchLoader().frame_bytes(spec) == decoded

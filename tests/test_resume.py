@@ -171,3 +171,34 @@ def test_a_killed_build_resumes(root, tmp_path, monkeypatch, trial):
     resumed = build(root, frames="jpeg")
     assert trial.decoded == [STOP_AT]
     same_build(resumed, uninterrupted(root, tmp_path, monkeypatch, trial, frames="jpeg"))
+
+
+def test_prune_keeps_a_resumable_build_and_names_its_progress(root, trial, run):
+    from datasets_hub.cache import maintenance as mt
+
+    staged = trial.interrupted(root)
+    code, out, _ = run("cache", "prune")
+    assert code == 0 and staged.exists() and resume.has_checkpoint(staged)
+    assert f"kept         {staged} (resumable build: {STOP_AT} episode(s) done, last checkpoint " in out
+    assert "loading the dataset again resumes it (`--drop-resumable` removes it)" in out
+    assert "removed 0 item(s)" in out and "kept 1 resumable build(s)" in out
+    assert "unfinished build" not in out
+
+    assert mt.prune(older_than_days=1)[0].kept and staged.exists()  # checkpointed seconds ago
+    saved = (staged / resume.CHECKPOINT).stat().st_mtime
+    os.utime(staged / resume.CHECKPOINT, (saved - 3 * 86400, saved - 3 * 86400))  # no progress for 3 days
+    [old] = mt.prune(older_than_days=2, dry_run=True)
+    assert not old.kept and old.skipped is None and "older than the --older-than age" in old.reason and staged.exists()
+
+    code, out, _ = run("cache", "prune", "--drop-resumable")
+    assert code == 0 and not staged.exists() and f"removed      {staged} (resumable build: {STOP_AT} episode" in out
+    trial.decoded.clear()
+    build(root)
+    assert trial.decoded == [0, 1, 2]  # the resume was given up: every episode is decoded again
+
+
+def test_prune_removes_a_staging_folder_no_build_could_resume(root, trial, monkeypatch, run):
+    staged = trial.interrupted(root)
+    monkeypatch.setattr(resume, "__version__", "0.0.0-another")  # a checkpoint of another hub version
+    code, out, _ = run("cache", "prune")
+    assert code == 0 and not staged.exists() and f"removed      {staged} (unfinished build (its process died)" in out

@@ -157,3 +157,28 @@ def test_check_loader_contract(tmp_path):
     _, _, spec, files = convert(write_shards(tmp_path))
     summary = check_loader(RLUAtariLoader, spec, files)
     assert summary["counts"]["transitions"] == len(expected()) and summary["layout"]["obs"] == ["observation"]
+
+
+def test_frames_auto_stores_exact_png_above_the_raw_limit(tmp_path, monkeypatch):
+    """frames=None: raw under the limit, PNG (exact, upstream's own codec) above; the estimate is documented
+    as an estimate (a run's 50M steps over its shards), and the card says what was stored."""
+    from datasets_hub.build import frames as fr
+
+    base = write_shards(tmp_path).as_uri()
+    spec = DatasetSpec(id="rlu_atari/Pong/1", loader="rlu_atari", params={"shards": [0, 1], "base_url": base})
+    estimate = RLUAtariLoader().frame_bytes(spec)
+    assert estimate == 2 * 1_000_000 * 84 * 84
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", estimate - 1)
+    png = datasets_hub.load("rlu_atari/Pong/1", shards=[0, 1], base_url=base)
+    assert png.storage.manifest["frames"] == {"codec": "png", "quality": None}
+    stored = datasets_hub.info("rlu_atari/Pong/1", shards=[0, 1], base_url=base).frames["observation"]
+    rows = len(expected()) + 5  # T + 1 frames for each of the 5 episodes with a transition
+    assert stored["codec"] == "png" and stored["rows"] == rows and stored["decoded_bytes"] == rows * 84 * 84
+    assert stored["psnr_db"] is None  # exact
+    check_rows(png[:], expected())  # every frame decodes to its source PNG's pixels
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", estimate)
+    raw = datasets_hub.load("rlu_atari/Pong/1", shards=[0, 1], base_url=base)
+    assert raw.storage.manifest["frames"] == {"codec": "raw", "quality": None}
+    assert torch.equal(png[:]["next", "observation"], raw[:]["next", "observation"])
+    short = DatasetSpec(id="rlu_atari/Carnival/1", loader="rlu_atari", params={"shards": [0]})
+    assert RLUAtariLoader().frame_bytes(short) == 50_000_000 // 49 * 84 * 84  # 49 shards share the run's steps

@@ -20,6 +20,7 @@ from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext, Resource
 from datasets_hub.loaders.robomimic import RobomimicLoader, decode_text, demo_order
 
+from fixtures.docs_tables import docs_pins
 from fixtures.robomimic import DEMOS, IMG, MASKS, check_rows, expected_rows, write_robomimic
 
 
@@ -265,20 +266,6 @@ def test_catalogue_entries_name_real_files():
         assert entry["loader"] == "robomimic" and entry["license"] and entry["citation"] and entry["description"]
 
 
-def _docs_pins() -> dict[str, tuple[int | None, str | None]]:
-    """The table of docs/datasets/robomimic.md ("Sizes and checksums"): resource name -> (bytes, sha256), None
-    where the record gives none."""
-    import re
-
-    page = Path(__file__).resolve().parents[1] / "docs" / "datasets" / "robomimic.md"
-    row = re.compile(r"^\| `([\w./-]+\.hdf5)` \| (\d+|not found) \| (?:`([0-9a-f]{64})`|not found) \|")
-    return {
-        m[1]: (None if m[2] == "not found" else int(m[2]), m[3])
-        for m in map(row.match, page.read_text().splitlines())
-        if m
-    }
-
-
 # the Hub revision each repo's pins were recorded at (docs/datasets/robomimic.md, "Sizes and checksums")
 PIN_REVISIONS = {
     "robomimic/robomimic_datasets": "74fa018461f479cd9fd15b924a16103012096203",
@@ -297,7 +284,7 @@ def test_pinned_sizes_and_sha256_are_the_docs_table_at_the_revision_it_names():
                 repo = "/".join(resource["url"].split("/")[3:5])
                 assert resource["url"].endswith("@" + PIN_REVISIONS[repo]), resource["url"]
                 pinned[resource["name"]] = (resource.get("size"), resource.get("sha256"))
-    table = _docs_pins()
+    table = docs_pins("robomimic.md", r"[\w./-]+\.hdf5", "not found")
     assert pinned == table and len(table) == 24
 
 

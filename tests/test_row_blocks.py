@@ -32,3 +32,29 @@ def test_take_rows_gathers_into_contiguous_and_into_wider_rows():
     wide = np.zeros((3, 4), dtype=np.float32)
     take_rows(column, rows, wide)
     assert wide[:, :2].tolist() == column[rows].tolist() and not wide[:, 2:].any()
+
+
+def test_batch_memory_reuses_a_block_and_its_arrays_only_when_nothing_references_them():
+    import torch
+
+    from datasets_hub.buffers.row_blocks import BatchMemory
+
+    memory = BatchMemory([("a", (3,), np.dtype(np.float32)), ("b", (), np.dtype(np.int64))])
+    first = memory.arrays(4)
+    first["a"][:] = 1
+    address = first["a"].__array_interface__["data"][0]
+    kept = torch.from_numpy(first["a"])  # a batch's tensor, alive
+    del first
+    second = memory.arrays(4)
+    assert second["a"].__array_interface__["data"][0] != address  # not the memory the kept tensor sees
+    second["a"][:] = 2
+    assert (kept == 1).all()
+    del kept, second
+    third = memory.arrays(4)  # nothing references the second block: reused, arrays and all
+    assert (third["a"] == 2).all()
+    part = third["b"][1:3]  # a view of a view: it holds the block, not the array
+    del third
+    fourth = memory.arrays(4)
+    assert not np.shares_memory(fourth["b"], part)
+    other = memory.arrays(8)  # another size: another block (the 4-row one is referenced by ``fourth``)
+    assert other["a"].shape == (8, 3) and not np.shares_memory(other["a"], fourth["a"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import pickle
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -649,3 +650,27 @@ def test_slice_sampler_without_replacement_is_a_sampler_without_replacement():
     assert sampler._sample_list.numel() == 3  # four slices of two rows this epoch, one served
     with pytest.raises(ValueError, match="no item at a given row"):
         sampler.sample_at(rb.storage, torch.tensor([0]))
+
+
+def test_sample_many_rows_of_full_slices_is_k_successive_draws():
+    """One draw of k times the slices (slice_len given, every slice full) gives the values, the info and the
+    generator state of k draws."""
+    storage = LazyTensorStorage(200)
+    episode = torch.arange(200) // 50
+    done = (torch.arange(200) % 50 == 49).unsqueeze(-1)
+    storage.set(torch.arange(200), TensorDict({"episode": episode, ("next", "done"): done}, batch_size=[200]))
+
+    def sampler(seed):
+        s = SliceSampler(slice_len=5, traj_key="episode")
+        s.generator = torch.Generator().manual_seed(seed)
+        return s
+
+    one, many = sampler(3), sampler(3)
+    draws = [one.sample_rows(storage, 20) for _ in range(4)]
+    index, info, rows = many.sample_many_rows(storage, 4, 20)
+    assert torch.equal(index, torch.cat([d[0] for d in draws]))
+    assert np.array_equal(rows, np.concatenate([d[2] for d in draws]))
+    assert set(info) == set(draws[0][1]) and info
+    for key, value in info.items():
+        assert torch.equal(value, torch.cat([d[1][key] for d in draws])), key
+    assert torch.equal(one.generator.get_state(), many.generator.get_state())

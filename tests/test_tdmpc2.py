@@ -18,6 +18,7 @@ from datasets_hub.errors import CorruptFile, InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, LoaderContext, Resource
 from datasets_hub.loaders.tdmpc2 import TASK_SETS, TDMPC2Loader, UnsafeChunk, load_tensordict
 
+from fixtures.docs_tables import docs_pins
 from fixtures.tdmpc2 import chunk, save_chunk
 
 
@@ -171,24 +172,10 @@ def test_catalogue_lists_the_chunks():
         )
 
 
-def _docs_pins() -> dict[str, tuple[int | None, str | None]]:
-    """The table of docs/datasets/tdmpc2.md ("Sizes and checksums"): chunk -> (bytes, sha256), None where not found."""
-    import re
-    from pathlib import Path
-
-    page = Path(__file__).resolve().parents[1] / "docs" / "datasets" / "tdmpc2.md"
-    row = re.compile(r"^\| `(mt\d\d/chunk_\d+\.pt)` \| (\d+|not found) \| (?:`([0-9a-f]{64})`|not found) \|")
-    return {
-        m[1]: (None if m[2] == "not found" else int(m[2]), m[3])
-        for m in map(row.match, page.read_text().splitlines())
-        if m
-    }
-
-
 def test_pinned_sizes_and_sha256_are_the_docs_table():
     """Every chunk of both sets is in the docs table, and each resource pins exactly the table's size and sha256
     (none where the table has none): a figure changed in one place only fails."""
-    table = _docs_pins()
+    table = docs_pins("tdmpc2.md", r"mt\d\d/chunk_\d+\.pt", "not found")
     assert len(table) == 24
     for name in ("mt30", "mt80"):
         for resource in TDMPC2Loader().resources(catalogue.resolve(f"tdmpc2/{name}")):

@@ -33,8 +33,10 @@ How each value is computed (the contract the tests check against numpy over the 
   ``nan*`` functions do for NaN).
 
 Memory is bounded per key whatever the dataset size (the counts of :data:`EXACT_DISTINCT` values, or
-a few thousand buckets, per channel), and each batch is converted in blocks of at most
-:data:`_BLOCK_VALUES` values.
+a few thousand buckets, per channel). Each batch is read in blocks of at most :data:`_BLOCK_VALUES`
+values (:data:`_COUNT_BLOCK_VALUES` for small integers and while a key may still have few distinct
+values): small enough that a block and its float64 copy stay in a core's cache through the several
+numpy passes over it, which then cost about half as much as over blocks that spill to memory.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ RELATIVE_ERROR = 2**-8
 ZERO_BAND = 2.0**-27
 #: keys the build derives itself (never statistics: ids, time, flags)
 DERIVED = frozenset({("episode",), ("step",), ("done",), ("terminated",), ("truncated",), ("next", "done")})
-_BLOCK_VALUES = 1 << 22
+_BLOCK_VALUES = 1 << 17  # 1 MiB as float64: the block's passes run in cache (see the module docstring)
+_COUNT_BLOCK_VALUES = 1 << 22  # small integers take one counting pass per block: no cache to keep
 _MANTISSA_SHIFT = 52 - 7  # a float64's bits past its 7 leading mantissa bits
 _ZERO_BUCKET = int(np.array(ZERO_BAND, np.float64).view(np.int64)) >> _MANTISSA_SHIFT  # first above the zero band
 _MANTISSA_SHIFT_32 = 23 - 7  # the same 7 leading mantissa bits of a float32
@@ -134,15 +137,22 @@ class _KeyStats:
 
     def update(self, values: np.ndarray) -> None:
         n = values.shape[0]
+        if self.rows == 0 and not self.small and self.exact is not None:
+            self._settle_exact(values)  # once: a key whose first rows have few distinct values keeps them
         self.rows += n
         per_row = max(1, math.prod(self.item_shape))
-        step = max(1, _BLOCK_VALUES // per_row)
-        for a in range(0, n, step):
+        a = 0
+        while a < n:
+            # large blocks while counting small integers, or while telling whether a key has few distinct
+            # values (a prefix of a large block settles that with one sort); cache-sized blocks after
+            large = self.small or self.exact is not None
+            step = max(1, (_COUNT_BLOCK_VALUES if large else _BLOCK_VALUES) // per_row)
             block = self._by_channel(values[a : a + step])
             if self.small:
                 self._count_small(block)
             else:
                 self._update_moments(block)
+            a += step
 
     # -- integers of at most 16 bits: every value counted ---------------------------------------------
     def _count_small(self, block: np.ndarray) -> None:
@@ -150,21 +160,23 @@ class _KeyStats:
             unsigned = np.uint8 if self.bins == 256 else np.uint16
             block = np.bitwise_xor(block.view(unsigned), np.array(-self.offset).astype(unsigned))
         values = torch.from_numpy(block.astype(np.int32) if block.dtype == np.uint16 else block)
-        for c in range(self.channels):  # torch's bincount: the fastest single-threaded count of uint8
+        for c in range(self.channels):  # torch's bincount: in a build, cheaper than numpy's (docs/results/mixtures.md)
             self.hist[c] += torch.bincount(values[c], minlength=self.bins).numpy()
 
     # -- other dtypes: merged moments, then exact or bucketed counts ---------------------------------
     def _update_moments(self, block: np.ndarray) -> None:
-        x = block.astype(np.float64)  # [channels, values]
+        x = block.astype(np.float64, copy=False)  # [channels, values], read only below
         with np.errstate(invalid="ignore", over="ignore"):
-            all_finite = bool(np.isfinite(x.sum()))  # one cheap pass; NaN, inf and inf - inf all show
+            sums = x.sum(axis=1)  # NaN, inf and inf - inf all show in their channel's sum
+        all_finite = bool(np.isfinite(sums).all())
         if all_finite:
             count = np.full(self.channels, x.shape[1], dtype=np.int64)
-            mean = x.sum(axis=1) / x.shape[1]
+            mean = sums / x.shape[1]
             centred = x - mean[:, None]
             np.square(centred, out=centred)
             m2 = centred.sum(axis=1)
-            lo, hi = x.min(axis=1), x.max(axis=1)
+            # on the block's own dtype (exact: a float64 copy orders values the same), fewer bytes to read
+            lo, hi = block.min(axis=1).astype(np.float64), block.max(axis=1).astype(np.float64)
             columns = list(x) if self.exact is not None else []
         else:
             finite = np.isfinite(x)
@@ -187,9 +199,11 @@ class _KeyStats:
         self.min = np.minimum(self.min, lo)
         self.max = np.maximum(self.max, hi)
         # float32 values are bucketed from their own bits (half the bytes of the float64 copy per pass)
-        self._count_values(block if block.dtype == np.float32 else x, columns, all_finite)
+        self._count_values(block if block.dtype == np.float32 else x, columns, all_finite, (lo, hi))
 
-    def _count_values(self, block: np.ndarray, columns: list[np.ndarray], all_finite: bool) -> None:
+    def _count_values(
+        self, block: np.ndarray, columns: list[np.ndarray], all_finite: bool, extremes: tuple[np.ndarray, np.ndarray]
+    ) -> None:
         if self.exact is not None:
             merged: list[tuple[np.ndarray, np.ndarray]] = []
             for (values, counts), column in zip(self.exact, columns, strict=True):
@@ -207,22 +221,38 @@ class _KeyStats:
             if merged:
                 self.exact = merged
                 return
-            # too many distinct values: count everything in buckets from now on
-            for c, (values, counts) in enumerate(self.exact):
-                self._bucket(values, counts, channel=c)
-            self.exact = None
+            self._to_buckets()
         if all_finite:
-            self._bucket(block, None, channel=None)
+            self._bucket_all(block, extremes)
         else:
             for c, column in enumerate(columns):
                 self._bucket(column, None, channel=c)
 
-    def _bucket(self, values: np.ndarray, weights: np.ndarray | None, channel: int | None) -> None:
-        """Count ``values`` (one channel's, or ``[rows, channels]`` when ``channel`` is None) in buckets."""
-        if not values.size:
+    def _to_buckets(self) -> None:
+        """Too many distinct values: the exact counts go into buckets, and every value from now on."""
+        for c, (values, counts) in enumerate(self.exact or []):
+            self._bucket(values, counts, channel=c)
+        self.exact = None
+
+    def _settle_exact(self, values: np.ndarray) -> None:
+        """Go to buckets now if a channel's first values in ``values`` (rows of items) are already more
+        than :data:`EXACT_DISTINCT` distinct finite values: the key would go there anyway, with the same
+        counts, and the rest of the batch is then read in cache-sized blocks. One sort per channel tried."""
+        per_channel_row = max(1, math.prod(self.item_shape) // self.channels)
+        rows = -(-2 * EXACT_DISTINCT // per_channel_row)  # twice the bound: a few repeated values still tell
+        if values.shape[0] < rows:
             return
-        index = _bucket_index(values)
-        lo, hi = int(index.min()), int(index.max())
+        prefix = self._by_channel(values[:rows])
+        for column in prefix:
+            # distinct as the exact counts see them: float64 values (float32 ones convert exactly)
+            seen = column if column.dtype == np.float32 else column.astype(np.float64)
+            seen = np.sort(seen[np.isfinite(seen)])
+            if seen.size and 1 + np.count_nonzero(seen[1:] != seen[:-1]) > EXACT_DISTINCT:
+                self._to_buckets()
+                return
+
+    def _cover(self, lo: int, hi: int) -> None:
+        """Grow the bucket columns to hold bucket indices ``lo..hi``."""
         width = self.buckets.shape[1]
         if width == 0:
             self.lo = lo
@@ -231,15 +261,29 @@ class _KeyStats:
             grown = np.zeros((self.channels, stop - start), dtype=np.int64)
             grown[:, self.lo - start : self.lo - start + width] = self.buckets
             self.buckets, self.lo = grown, start
-        width = self.buckets.shape[1]
-        if channel is None:  # every channel ([channels, values]) in one count: bucket + channel * width
-            shift = np.arange(self.channels, dtype=np.int64)[:, None] * width - self.lo
-            index += shift.astype(index.dtype)  # in place: the index is this call's own array
-            counted = np.bincount(index.reshape(-1), minlength=self.channels * width)
-            self.buckets += counted.reshape(self.channels, width)
+
+    def _bucket(self, values: np.ndarray, weights: np.ndarray | None, channel: int) -> None:
+        """Count one channel's ``values`` (each ``weights`` times, or once) in buckets."""
+        if not values.size:
             return
-        counted = np.bincount(index - self.lo, weights=weights, minlength=width)
+        index = _bucket_index(values)
+        self._cover(int(index.min()), int(index.max()))
+        counted = np.bincount(index - self.lo, weights=weights, minlength=self.buckets.shape[1])
         self.buckets[channel] += counted.astype(np.int64)
+
+    def _bucket_all(self, block: np.ndarray, extremes: tuple[np.ndarray, np.ndarray]) -> None:
+        """Count every value of ``block`` (``[channels, values]``, all finite) in buckets; ``extremes``
+        holds each channel's min and max, whose buckets bound the block's (the bucket index grows with
+        the value), so no pass looks for them."""
+        lo, hi = _bucket_index(np.array([extremes[0].min(), extremes[1].max()]))
+        self._cover(int(lo), int(hi))
+        width = self.buckets.shape[1]
+        self.buckets = np.ascontiguousarray(self.buckets)  # (a no-op) so that the flat view below is a view
+        # each channel's buckets at bucket + channel * width of the flat counts, in one add; the index
+        # as intp: numpy's counting loops take intp, and a smaller index is converted several times slower
+        shift = np.arange(self.channels, dtype=np.intp)[:, None] * width - self.lo
+        flat = np.add(_bucket_index(block), shift, dtype=np.intp)
+        np.add.at(self.buckets.reshape(-1), flat.reshape(-1), 1)  # into the counts: no block of zeros
 
     # -- the result -----------------------------------------------------------------------------------
     def result(self) -> dict[str, Any]:

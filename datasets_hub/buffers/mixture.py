@@ -40,6 +40,14 @@ schema at sample time and concatenates them. Contract of ``Mixture.sample(n)``:
 - The result is the members' batches concatenated in member order (each member's items contiguous,
   so slices stay whole), with the same batch dimensions as theirs.
 
+- Drawn ahead: when every member is a direct member of a read-only storage with a plain
+  ``RandomSampler`` or ``SliceSampler`` and shares are exact, a call draws ``batches_ahead(n)``
+  batches at once (``read_ahead=k`` batches; ``None``: batches of at most ``READ_AHEAD_BATCH_BYTES``,
+  up to ``READ_AHEAD_ROWS`` rows and ``READ_AHEAD_BYTES`` together; 1: none ahead), each member in one draw and one read
+  (``ReplayBuffer.draw_many_rows``: the values of successive draws), and the next calls with the same
+  ``n`` return them. The batches are those of drawing one per call; a call with another ``n`` drops
+  them. Every batch is written whole (values, padding, masks, index) in memory no other batch shares.
+
 Construction draws one small probe batch from every member to learn its schema (it advances that
 member's generator).
 """
@@ -47,6 +55,7 @@ member's generator).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -57,11 +66,19 @@ from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
 from datasets_hub.buffers.feature_stats import compute_feature_stats, stats_arrays
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, nest
 from datasets_hub.buffers.row_blocks import BatchMemory, fill_rows
+from datasets_hub.buffers.samplers.random import RandomSampler
+from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.tensor_leaves import REAL_NUMPY_DTYPES
 from datasets_hub.errors import InvalidParameter, did_you_mean
 
 NORMALIZE_MODES = ("mean_std", "min_max", "q01_q99")
 _EPS = 1e-8
+#: batches drawn ahead (``read_ahead=None``) fill about this many rows and at most this many bytes;
+#: only batches of at most READ_AHEAD_BATCH_BYTES are: each item drawn ahead costs one more copy, which
+#: outweighs the per-call work saved on larger batches (measured: docs/results/mixtures.md)
+READ_AHEAD_ROWS = 16384
+READ_AHEAD_BYTES = 32 << 20
+READ_AHEAD_BATCH_BYTES = 1 << 20
 
 
 def mixture_weights(
@@ -148,6 +165,8 @@ class _Member:
         self.source_spec: dict[Key, tuple[np.dtype, tuple[int, ...]]] = {}  # source leaf: dtype, per-item shape
         self.norm_np: dict[Key, tuple[np.ndarray, np.ndarray, bool]] = {}  # target: shift, scale, clip
         self.routes: list[tuple] = []  # plan_routes
+        self.pad_rows: dict[Key, np.ndarray] = {}  # padded keys: this member's row of the pad mask
+        self._pool: dict[Key, np.ndarray] = {}  # write_ahead's gather, reused (never part of a batch)
 
     def projected(self, td: TensorDictBase) -> TensorDictBase:
         """The batch through the user's projection, if any (its errors and wrong results name the dataset)."""
@@ -250,6 +269,49 @@ class _Member:
             aside = norm is not None and (narrow is not None or dtype != dtypes[target])
             routes.append((source, target, narrow, norm, aside))
         self.routes = routes
+
+    def reads_ahead(self) -> bool:
+        """Whether the items of later batches may be drawn now (``write_ahead``): a direct member whose
+        plain uniform or slice sampler draws i.i.d. rows of a read-only storage, so nothing between two
+        calls (writes, priorities, an epoch's end) could change what a later draw gives."""
+        sampler = getattr(self.buffer, "sampler", None)
+        return (
+            self.direct
+            and bool(getattr(self.buffer.storage, "read_only", False))
+            and type(sampler) in (RandomSampler, SliceSampler)
+            and callable(getattr(self.buffer, "draw_many_rows", None))
+        )
+
+    def write_ahead(self, arrays: dict[Key, np.ndarray], k: int, batch: int, row: int, count: int) -> None:
+        """This member's ``count`` items of each of ``k`` batches of ``batch`` items laid one after the
+        other in ``arrays``: one draw of ``k * count`` items (``draw_many_rows``: the values of ``k``
+        successive draws), one read, then batch ``j``'s items normalised and written into rows
+        ``j * batch + row`` to ``j * batch + row + count`` (entries past this member's width zeroed)."""
+        n = k * count
+        index, info, rows = self.buffer.draw_many_rows(k, count)
+        if rows is None:  # drawn without the promise of valid rows: the storage's own gather checks them
+            extras = {key: v for key, v in info.items() if isinstance(v, torch.Tensor) and v.shape[:1] == (n,)}
+            leaves = sample_leaves(self.buffer.storage.gather(index, extras))
+            got = {source: leaves[source].numpy() for source, *_ in self.routes}
+        else:
+            if next(iter(self._pool.values()), np.empty(0)).shape[:1] != (n,):
+                self._pool = {src: np.empty((n, *shape), dtype) for src, (dtype, shape) in self.source_spec.items()}
+            got = self._pool
+            extras = {key: v for key, v in info.items() if isinstance(v, torch.Tensor) and as_key(key) in got}
+            self.buffer.storage.gather_into(rows, got, extras)
+        for source, target, narrow, norm, _ in self.routes:
+            value = got[source].reshape(k, count, *got[source].shape[1:])
+            dst = arrays[target].reshape(k, batch, *arrays[target].shape[1:])[:, row : row + count]
+            if norm is not None:  # each member with its own statistics
+                shift, scale, clip = norm
+                value = np.subtract(value, shift, dtype=dst.dtype)
+                np.divide(value, scale, out=value)
+                if clip:
+                    np.clip(value, -1.0, 1.0, out=value)
+            if narrow is not None:
+                dst[..., narrow:] = 0
+                dst = dst[..., :narrow]
+            np.copyto(dst, value)
 
     def write(self, arrays: dict[Key, np.ndarray], row: int, count: int) -> None:
         """Draw ``count`` items and write them, normalised, into rows ``row:row + count`` of ``arrays``
@@ -405,6 +467,7 @@ class Mixture:
         ids: bool = False,
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
+        read_ahead: int | None = None,
     ) -> None:
         buffers = list(buffers)
         if not buffers:
@@ -444,6 +507,15 @@ class Mixture:
             raise InvalidParameter(f"batch_size must be a positive int or None, got {batch_size!r}")
         self.batch_size = batch_size
         self.generator = generator
+        if read_ahead is not None and (
+            not isinstance(read_ahead, int) or isinstance(read_ahead, bool) or read_ahead < 1
+        ):
+            raise InvalidParameter(
+                f"read_ahead must be None (automatic) or a number of batches >= 1 (1: none ahead), got {read_ahead!r}"
+            )
+        self.read_ahead = read_ahead
+        self._ahead: deque[dict[Key, np.ndarray]] = deque()  # batches drawn ahead, of _ahead_size items each
+        self._ahead_size = 0
         self._pad: dict[Key, int] = {}  # padded keys: their width in the mixture
         self._shares: dict[int, list[int]] = {}  # exact shares by number of slots
         self._fixed: dict[tuple, dict[Key, torch.Tensor]] = {}  # (counts, device) -> dataset index, masks
@@ -462,6 +534,9 @@ class Mixture:
         self._memory = BatchMemory(layout + fixed)
         for m in self._members:
             m.plan_routes({key: dtype for key, _, dtype in layout}, self._pad)
+            m.pad_rows = {key: np.arange(width) >= m.width[key] for key, width in self._pad.items()}
+        # every member's later batches may be drawn now, and every batch holds the same shares
+        self._can_read_ahead = self._block and self.exact and all(m.reads_ahead() for m in self._members)
 
     # -- construction ----------------------------------------------------------------------------------
     def _learn_schema(self) -> dict[Key, tuple[str, Any, tuple[int, ...]]]:
@@ -596,7 +671,7 @@ class Mixture:
                 raise InvalidParameter("sample() needs a batch size: sample(256) or Mixture(..., batch_size=256)")
         counts = self.counts(batch_size)
         if self._block:
-            out = self._sample_block(counts)
+            out = self._batch(self._next_arrays(batch_size, counts), batch_size)
         else:
             parts = []
             for i, count in enumerate(counts):
@@ -609,25 +684,64 @@ class Mixture:
             return out, {"dataset": out.get(("dataset", "index"))}
         return out
 
-    def _sample_block(self, counts: list[int]) -> TensorDict:
-        """The batch allocated once (``BatchMemory``), each member writing its rows into it (``_Member.write``)."""
-        total = sum(counts)
-        arrays = self._memory.arrays(total)
+    def batches_ahead(self, batch_size: int) -> int:
+        """How many batches of ``batch_size`` one draw makes (``read_ahead``; 1: none drawn ahead)."""
+        if not self._can_read_ahead:
+            return 1
+        if self.read_ahead is not None:
+            return self.read_ahead
+        batch_bytes = batch_size * self._memory.row_bytes
+        if batch_bytes > READ_AHEAD_BATCH_BYTES:
+            return 1
+        return max(1, min(READ_AHEAD_ROWS // batch_size, READ_AHEAD_BYTES // max(1, batch_bytes)))
+
+    def _next_arrays(self, batch_size: int, counts: list[int]) -> dict[Key, np.ndarray]:
+        """The arrays of the next batch: one drawn ahead, or ``batches_ahead`` new ones allocated once
+        (``BatchMemory``: a block shared by them, reused once none of them is referenced) and filled
+        member by member (``_Member.write``, ``_Member.write_ahead``)."""
+        if self._ahead and self._ahead_size == batch_size:
+            return self._ahead.popleft()
+        self._ahead.clear()  # another batch size: the batches drawn for the last one are dropped
+        k = self.batches_ahead(batch_size)
+        arrays = self._memory.arrays(k * batch_size)
         row = 0
         for m, count in zip(self._members, counts, strict=True):
             if count:
-                m.write(arrays, row, count)
+                if k == 1:
+                    m.write(arrays, row, count)
+                else:
+                    m.write_ahead(arrays, k, batch_size, row, count)
                 row += count
-        batch = torch.Size([total])
-        parts = [(m, None, torch.Size([c])) for m, c in zip(self._members, counts, strict=True) if c]
-        for key, value in self._fixed_keys(parts, tuple(counts), batch, torch.device("cpu")).items():
-            np.copyto(arrays[key], value.numpy())  # cached: the batch gets its own copy
+        self._write_fixed(arrays, k, batch_size, counts)
+        if k == 1:
+            return arrays
+        self._ahead_size = batch_size
+        self._ahead.extend(
+            {key: a[j * batch_size : (j + 1) * batch_size] for key, a in arrays.items()} for j in range(k)
+        )
+        return self._ahead.popleft()
+
+    def _write_fixed(self, arrays: dict[Key, np.ndarray], k: int, batch_size: int, counts: list[int]) -> None:
+        """The dataset index and the pad masks of ``k`` batches of these ``counts``: each member's rows
+        filled with its index and its mask row (constant per member: written, not copied from a cache)."""
+        index = arrays[("dataset", "index")].reshape(k, batch_size)
+        row = 0
+        for i, (m, count) in enumerate(zip(self._members, counts, strict=True)):
+            if count:
+                index[:, row : row + count] = i
+                for key, pad_row in m.pad_rows.items():
+                    mask = arrays[(*key[:-1], key[-1] + "_dim_is_pad")]
+                    mask.reshape(k, batch_size, pad_row.size)[:, row : row + count] = pad_row
+                row += count
+
+    def _batch(self, arrays: dict[Key, np.ndarray], batch_size: int) -> TensorDict:
         keys: list[Key] = list(arrays)
         values: list[Any] = [torch.from_numpy(a) for a in arrays.values()]
         if self.ids:
             index = values[keys.index(("dataset", "index"))]
             keys.append(("dataset", "id"))
             values.append(NonTensorStack.from_list([self.names[i] for i in index.reshape(-1).tolist()]))
+        batch = torch.Size([batch_size])
         return TensorDict._new_unsafe(source=cast(Any, nest(keys, values)), batch_size=batch, nested=True)
 
     def _concatenate(self, parts: list[tuple[_Member, dict[Key, Any], torch.Size]], counts: tuple) -> TensorDict:

@@ -21,6 +21,11 @@ files; nothing is copied from one to the other. Contract:
   call. Each batch holds the stored keys plus ``("index", "index")`` (the item's position in its part)
   and ``("index", "online")`` (bool: which part). Keys a sampler adds (goals, windows) are not kept:
   the two parts share the stored schema only.
+- Offline rows drawn ahead: an offline part with a plain uniform sampler (``RandomSampler``) over a
+  read-only build draws and reads ``READ_AHEAD_ROWS`` rows at once, and each batch takes the next of
+  them (offline shares of up to a quarter of that and ``READ_AHEAD_SHARE_BYTES``; larger ones are drawn
+  when asked for, once none drawn ahead is left). ``randint`` fills its output in generator order, so the offline rows are those of drawing each
+  batch's share when it is asked for (the generator is only ahead of them); each batch is a copy of them.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.errors import InvalidParameter
 
 _BOOKKEEPING = {("index",), ("_weight",)}
+#: offline rows drawn and read at once (module docstring), at most this many bytes of them
+READ_AHEAD_ROWS = 4096
+READ_AHEAD_BYTES = 16 << 20
+#: only offline shares of at most this many bytes (and a quarter of the rows drawn ahead) are read ahead:
+#: each row costs one more copy, which outweighs the per-call work saved on larger shares
+READ_AHEAD_SHARE_BYTES = 1 << 20
 
 
 class OfflineOnlineBuffer:
@@ -89,6 +100,17 @@ class OfflineOnlineBuffer:
         self._memory = BatchMemory(
             [*layout, (("index", "index"), (), np.dtype(np.int64)), (("index", "online"), (), np.dtype(np.bool_))]
         )
+        # offline rows drawn ahead (each batch copies the next ones): their arrays, and how many are used
+        self._ahead: dict[Key, np.ndarray] = {}
+        self._ahead_used = 0
+        self._reads_ahead = (
+            type(getattr(offline, "sampler", None)) is RandomSampler
+            and bool(getattr(offline.storage, "read_only", False))
+            and callable(getattr(offline, "draw_rows", None))
+            and callable(getattr(offline.storage, "gather_into", None))
+        )
+        self._row_bytes = self._memory.row_bytes
+        self._ahead_rows = max(1, min(READ_AHEAD_ROWS, READ_AHEAD_BYTES // max(1, self._row_bytes)))
 
     # -- writes -------------------------------------------------------------------------------------
     def _check(self, data: Any, batch_dims: int) -> None:
@@ -161,9 +183,11 @@ class OfflineOnlineBuffer:
         arrays = self._memory.arrays(batch_size)
         row = 0
         for part, count in ((self.offline, n_offline), (self.online, batch_size - n_offline)):
-            if count:
+            if count and part is self.offline and self._reads_ahead and self._ahead_pays(count):
+                self._write_ahead(arrays, count)
+            elif count:
                 _write(part, arrays, row, count, self.schema)
-                row += count
+            row += count
         np.copyto(arrays[("index", "online")], self._online_mask(n_offline, batch_size))
         keys = list(arrays)
         values = [torch.from_numpy(a) for a in arrays.values()]
@@ -174,6 +198,41 @@ class OfflineOnlineBuffer:
         if return_info:
             return out, {"index": out.get(("index", "index")), "online": out.get(("index", "online"))}
         return out
+
+    def _ahead_pays(self, count: int) -> bool:
+        """Rows drawn ahead save a small share its per-call work, and cost a large one a copy: drawn ahead
+        for shares of at most a quarter of ``_ahead_rows``, and while any drawn ahead are left (so that
+        the rows keep the generator's order)."""
+        left = len(self._ahead.get(("index", "index"), ())) - self._ahead_used
+        small = count <= self._ahead_rows // 4 and count * self._row_bytes <= READ_AHEAD_SHARE_BYTES
+        return small or left > 0
+
+    def _write_ahead(self, arrays: dict[Key, np.ndarray], count: int) -> None:
+        """The next ``count`` offline rows drawn ahead copied into rows ``0:count`` of ``arrays``, more drawn
+        and read (``_ahead_rows`` at once) when those run out."""
+        done = 0
+        while done < count:
+            held = len(self._ahead.get(("index", "index"), ()))
+            if self._ahead_used == held:
+                self._draw_ahead()
+                held = len(self._ahead[("index", "index")])
+            take = min(count - done, held - self._ahead_used)
+            at = self._ahead_used
+            for key, ahead in self._ahead.items():
+                np.copyto(arrays[key][done : done + take], ahead[at : at + take])
+            self._ahead_used += take
+            done += take
+
+    def _draw_ahead(self) -> None:
+        n = self._ahead_rows
+        if not self._ahead:  # allocated once: private, only ever copied from
+            self._ahead = {
+                key: np.empty((n, *shape), torch.empty((), dtype=dtype).numpy().dtype)
+                for key, (dtype, shape) in self.schema.items()
+            }
+            self._ahead[("index", "index")] = np.empty(n, np.int64)
+        _write(self.offline, self._ahead, 0, n, self.schema)
+        self._ahead_used = 0
 
     def _online_mask(self, n_offline: int, batch_size: int) -> np.ndarray:
         mask = self._masks.get((n_offline, batch_size))

@@ -897,6 +897,15 @@ class ReplayBuffer:
         with self._lock:
             return self._sampler.sample_rows(self._storage, batch_size)
 
+    def draw_many_rows(self, k: int, batch_size: int) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None] | None:
+        """:meth:`draw_rows` of ``k`` successive batches as one draw of ``k * batch_size`` items, in draw
+        order (``Sampler.sample_many_rows``: the values of ``k`` calls, under one lock hold); ``None``
+        (nothing drawn) where :meth:`draw_index` gives ``None``."""
+        if not self._plain_gathers():
+            return None
+        with self._lock:
+            return self._sampler.sample_many_rows(self._storage, k, batch_size)
+
     def gather_drawn(self, index: torch.Tensor, info: dict[str, Any], rows: np.ndarray | None = None) -> Any:
         """What ``sample`` returns for a drawn 1-D ``index`` and its ``info`` (:meth:`draw_index`;
         the index of several draws of buffers sharing this storage may be concatenated). ``rows``: the

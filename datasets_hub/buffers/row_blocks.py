@@ -40,13 +40,20 @@ class BatchMemory:
     """The arrays of one batch as views of a single block of memory, the block reused for the next batch
     when nothing references it any more (the caller dropped that batch: no tensor of it is alive to see
     the change). A fresh block each time would cost the kernel a page fault per 4 KiB written, more than
-    the gathers themselves on large batches."""
+    the gathers themselves on large batches. The arrays themselves are reused too when the same number
+    of rows is asked for and none of them, nor any other view of the block, is referenced."""
 
     def __init__(self, layout: Sequence[tuple[Any, tuple[int, ...], np.dtype]]) -> None:
         self.layout = [(key, tuple(shape), np.dtype(dtype)) for key, shape, dtype in layout]
         self._row_bytes = [int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for _, shape, dtype in self.layout]
         self._offsets: dict[int, tuple[list[int], int]] = {}  # total rows -> each array's offset, block size
         self._spare: np.ndarray | None = None
+        self._views: tuple[int, dict[Any, np.ndarray]] | None = None  # the spare block's arrays, their rows
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row of every array together."""
+        return sum(self._row_bytes)
 
     def arrays(self, total: int) -> dict[Any, np.ndarray]:
         """Every key's array for a ``total``-row batch (uninitialised memory: every row must be written)."""
@@ -57,13 +64,27 @@ class BatchMemory:
             if len(self._offsets) < 64:
                 self._offsets[total] = planned
         offsets, nbytes = planned
-        spare = self._spare
-        # three references to a block nobody else holds: self._spare, ``spare`` and getrefcount's argument
-        if spare is not None and spare.nbytes == nbytes and sys.getrefcount(spare) == 3:
+        spare, views = self._spare, self._views
+        # references to a block nobody else holds: self._spare, ``spare``, getrefcount's argument, and one
+        # per kept array (a view's base is the block itself: numpy collapses views of views)
+        held = 3 + (len(views[1]) if views is not None else 0)
+        # each kept array: its place in the dict, ``a`` and getrefcount's argument (a tensor made from it,
+        # or a view of such a tensor, holds one more)
+        free = (
+            spare is not None
+            and sys.getrefcount(spare) == held
+            and (views is None or all(sys.getrefcount(a) == 3 for a in views[1].values()))
+        )
+        if free and views is not None and views[0] == total:
+            return dict(views[1])
+        if free and spare is not None and spare.nbytes == nbytes:
             block = spare
         else:
             block = self._spare = np.empty(nbytes, dtype=np.uint8)
-        return {
+        self._views = None  # before the new views exist: the old ones no longer count towards ``held``
+        arrays = {
             key: block[at : at + total * size].view(dtype).reshape(total, *shape)
             for (key, shape, dtype), at, size in zip(self.layout, offsets, self._row_bytes, strict=True)
         }
+        self._views = (total, arrays)
+        return dict(arrays)

@@ -28,13 +28,14 @@ import math
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
+from datasets_hub.loader import frame_layout
 
 if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
     import torch
@@ -45,7 +46,7 @@ CODECS = ("raw", "jpeg", "png")
 #: (benchmarks/frame_codecs.py, docs/results/video.md). Builds of another quality keep their own fingerprint.
 DEFAULT_QUALITY = 75
 #: ``frames=None`` ("auto"): raw while the decoded frames of a build stay at or below this many bytes,
-#: JPEG above (16 GiB: the frames of Push-T or an ALOHA subset sample fastest raw from the page cache;
+#: the loader's ``auto_frames`` codec (JPEG, or PNG for exact-needed frames) above (16 GiB: the frames of Push-T or an ALOHA subset sample fastest raw from the page cache;
 #: DROID's 14.3 TB of decoded frames could not be built at all)
 RAW_LIMIT_BYTES = 16 * 2**30
 #: the floor the tests hold JPEG at the default quality to, on moving content with fixed sensor noise (sigma 6:
@@ -76,14 +77,23 @@ class FrameCodec:
 
 
 def resolve_frames(
-    frames: str | None, quality: int | None, decoded_bytes: int | None, where: str = "load"
+    frames: str | None,
+    quality: int | None,
+    decoded_bytes: int | None,
+    where: str = "load",
+    *,
+    above_limit: str = "jpeg",
 ) -> FrameCodec:
     """The codec a build uses, from ``load(..., frames=, frame_quality=)``.
 
     ``frames=None`` (or ``"auto"``) is raw while the decoded frames (``decoded_bytes``, the loader's
-    estimate; ``None`` when it gives none) stay at or below :data:`RAW_LIMIT_BYTES`, JPEG above.
+    estimate; ``None`` when it gives none) stay at or below :data:`RAW_LIMIT_BYTES`, and ``above_limit``
+    (the loader's ``auto_frames``: ``"jpeg"`` for camera footage, ``"png"`` where every pixel matters)
+    above it; a ``frame_quality`` given with ``frames=None`` asks for JPEG whatever the size.
     ``frame_quality`` (1..100, default :data:`DEFAULT_QUALITY`) applies to JPEG only.
     """
+    if above_limit not in ("jpeg", "png"):
+        raise ValueError(f"above_limit must be 'jpeg' or 'png', got {above_limit!r}")
     if frames is not None and not isinstance(frames, str):
         raise InvalidParameter(f"{where}: frames must be one of {list(CODECS)} or 'auto', got {frames!r}")
     name = "auto" if frames is None else frames.lower()
@@ -94,7 +104,7 @@ def resolve_frames(
     if quality is not None and (not isinstance(quality, int) or isinstance(quality, bool) or not 1 <= quality <= 100):
         raise InvalidParameter(f"{where}: frame_quality must be an int from 1 to 100, got {quality!r}")
     if name == "auto":
-        name = "jpeg" if decoded_bytes is not None and decoded_bytes > RAW_LIMIT_BYTES else "raw"
+        name = above_limit if decoded_bytes is not None and decoded_bytes > RAW_LIMIT_BYTES else "raw"
         if quality is not None and name != "jpeg":
             name = "jpeg"  # a quality was asked for: the user wants JPEG whatever the size
     if name != "jpeg" and quality is not None:
@@ -109,17 +119,7 @@ def image_layout(dtype: torch.dtype, shape: Sequence[int]) -> str | None:
     (uint8, 1 or 3 channels, at least 8 pixels a side), else None (the key stays raw)."""
     import torch
 
-    shape = tuple(int(d) for d in shape)
-    if dtype != torch.uint8:
-        return None
-    if len(shape) == 2 and min(shape) >= 8:
-        return "hw"
-    if len(shape) == 3:
-        if shape[2] in (1, 3) and min(shape[:2]) >= 8:
-            return "hwc"
-        if shape[0] in (1, 3) and min(shape[1:]) >= 8:
-            return "chw"
-    return None
+    return frame_layout(shape) if dtype == torch.uint8 else None
 
 
 def _to_hwc(frame: np.ndarray, layout: str) -> np.ndarray:
@@ -190,6 +190,8 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 # -- threads ---------------------------------------------------------------------------------------
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _POOL_LOCK = threading.Lock()
+#: threads of this process inside a sampling :meth:`FrameColumn.take` now (the callers sharing the pool)
+_TAKERS = [0]
 
 
 def _env_threads() -> int | None:
@@ -205,12 +207,26 @@ def _env_threads() -> int | None:
     return threads
 
 
-def thread_count() -> int:
-    """Threads that decode sampled frames: ``DATASETS_HUB_FRAME_THREADS``, else torch's intra-op thread count
-    (the physical cores; 1 inside DataLoader workers, which run in parallel already)."""
-    import torch
+def _cores() -> int:
+    """The CPUs this process may run on (its affinity mask, which containers and ``taskset`` narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
-    return _env_threads() or max(1, torch.get_num_threads())
+
+def thread_count() -> int:
+    """Threads that decode sampled frames: ``DATASETS_HUB_FRAME_THREADS``, else 1 inside a DataLoader worker
+    process (its siblings run in parallel already), else the CPUs this process may run on.
+
+    Not torch's intra-op count: sampling threads set that to 1 for the whole process
+    (:mod:`datasets_hub.interop.threaded_batches`), which said nothing about the cores free for decoding."""
+    env = _env_threads()
+    if env is not None:
+        return env
+    import torch.utils.data
+
+    return 1 if torch.utils.data.get_worker_info() is not None else _cores()
 
 
 def build_thread_count() -> int:
@@ -220,7 +236,8 @@ def build_thread_count() -> int:
 
 
 def _pool() -> ThreadPoolExecutor:
-    """This process's frame threads (a forked child makes its own: threads do not survive a fork)."""
+    """This process's frame threads, one pool for every caller (a forked child makes its own: threads do
+    not survive a fork)."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL[0] != os.getpid():
@@ -232,17 +249,44 @@ def _pool() -> ThreadPoolExecutor:
 def run_parallel(
     count: int, work: Callable[[int, int], None], *, threads: int | None = None, min_per_task: int = 4
 ) -> None:
-    """Call ``work(lo, hi)`` over ``range(count)`` split among ``threads`` frame threads (default
-    :func:`thread_count`; inline when one thread or few items)."""
+    """Call ``work(lo, hi)`` over ``range(count)`` in ``threads`` contiguous parts (default
+    :func:`thread_count`; inline when one thread or few items): the calling thread does the first part
+    itself and the process's frame pool the others."""
     threads = thread_count() if threads is None else threads
     if threads <= 1 or count <= min_per_task:
         work(0, count)
         return
     parts = min(threads, max(1, count // min_per_task))
     bounds = np.linspace(0, count, parts + 1).astype(np.int64).tolist()
-    futures = [_pool().submit(work, a, b) for a, b in itertools.pairwise(bounds) if b > a]
+    spans = [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+    pool = _pool()
+    futures = [pool.submit(work, a, b) for a, b in spans[1:]]
+    try:
+        work(*spans[0])
+    finally:
+        wait(futures)  # every part has ended before the caller's buffers are handed on (or freed)
     for future in futures:
         future.result()
+
+
+def sampling_threads() -> int:
+    """Frame threads one sampling :meth:`FrameColumn.take` splits its frames over: the frame threads
+    (:func:`thread_count`) shared by the threads taking frames now. One sampling thread gets every
+    core; ``k`` sampling threads (``num_workers=k`` of a loader's threads) get ``cores / k`` each, so
+    that once they cover the cores each decodes its own batch on its own thread, with no hand-over."""
+    return max(1, -(-thread_count() // max(1, _TAKERS[0])))
+
+
+class _Taking:
+    """Counts the threads inside a sampling take (:func:`sampling_threads` divides the cores among them)."""
+
+    def __enter__(self) -> None:
+        with _POOL_LOCK:
+            _TAKERS[0] += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with _POOL_LOCK:
+            _TAKERS[0] -= 1
 
 
 # -- build side ------------------------------------------------------------------------------------
@@ -355,27 +399,76 @@ class FrameColumn:
         episode, time = self.locate(row)
         return f"episode {episode}, frame {time} (row {row})"
 
-    def _bytes_of(self, row: int) -> np.ndarray:
-        lo, hi = int(self.offsets[row]), int(self.offsets[row + 1])
-        if not 0 <= lo < hi <= self.blob.shape[0]:
+    def _spans(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ``[lo, hi)`` byte spans of ``rows`` in the blob (one gather each), checked all at once."""
+        lo, hi = self.offsets[rows], self.offsets[rows + 1]
+        bad = (lo < 0) | (hi <= lo) | (hi > self.blob.shape[0])
+        if bad.any():
+            i = int(np.argmax(bad))
+            row, a, b = int(rows[i]), int(lo[i]), int(hi[i])
             raise FrameError(
-                f"{self.key}: {self._where(row)} has offsets {lo}..{hi} outside its {self.blob.shape[0]}-byte blob: "
+                f"{self.key}: {self._where(row)} has offsets {a}..{b} outside its {self.blob.shape[0]}-byte blob: "
                 "the build is damaged; run `datasets-hub verify` and `datasets-hub rm`, then load again"
             )
-        return self.blob[lo:hi]
+        return lo, hi
 
-    def _decode_row(self, row: int, out: np.ndarray) -> None:
-        data = self._bytes_of(row)
-        try:
-            decode_into(data, self.codec, self.layout, out)
-        except (ValueError, OSError, SyntaxError) as exc:  # simplejpeg: ValueError; Pillow: OSError/SyntaxError
-            raise FrameError(
-                f"{self.key}: the {self.codec} frame of {self._where(row)} cannot be decoded ({exc}): the build "
-                "is damaged; run `datasets-hub verify` and `datasets-hub rm`, then load again"
-            ) from exc
+    def _damaged(self, row: int, exc: Exception) -> FrameError:
+        return FrameError(
+            f"{self.key}: the {self.codec} frame of {self._where(row)} cannot be decoded ({exc}): the build "
+            "is damaged; run `datasets-hub verify` and `datasets-hub rm`, then load again"
+        )
 
-    def take(self, rows: Any, axis: int = 0) -> np.ndarray:
-        """The decoded frames at ``rows`` (any shape of ints), shaped ``[*rows.shape, *frame_shape]``."""
+    def _decode_rows(self, rows: np.ndarray, out: np.ndarray, slots: np.ndarray) -> None:
+        """Decode frame ``rows[i]`` into ``out[slots[i]]`` for every ``i``, in contiguous parts over the
+        frame threads (:func:`sampling_threads`); the byte spans are looked up once for all of them."""
+        if not rows.size:
+            return
+        lo, hi = (span.tolist() for span in self._spans(rows))
+        slot, row_of = slots.tolist(), rows.tolist()
+        blob = self.blob.data if self.blob.flags.c_contiguous else self.blob  # a memoryview: cheap to slice
+        if self.codec == "jpeg" and self.layout == "hwc":  # the common case: straight into the output
+            import simplejpeg
+
+            decode = simplejpeg.decode_jpeg
+            colorspace = "GRAY" if self.frame_shape[2] == 1 else "RGB"
+
+            def work(a: int, b: int) -> None:
+                i = a
+                try:
+                    for i in range(a, b):
+                        decode(blob[lo[i] : hi[i]], colorspace=colorspace, buffer=out[slot[i]])
+                except ValueError as exc:  # simplejpeg's error for bad bytes or a wrong size
+                    raise self._damaged(row_of[i], exc) from exc
+
+        else:
+            codec, layout = self.codec, self.layout
+
+            def work(a: int, b: int) -> None:
+                i = a
+                try:
+                    for i in range(a, b):
+                        decode_into(blob[lo[i] : hi[i]], codec, layout, out[slot[i]])
+                except (ValueError, OSError, SyntaxError) as exc:  # Pillow: OSError/SyntaxError
+                    raise self._damaged(row_of[i], exc) from exc
+
+        with _Taking():
+            run_parallel(len(slot), work, threads=sampling_threads())
+
+    def take(
+        self,
+        rows: Any,
+        axis: int = 0,
+        *,
+        out: np.ndarray | None = None,
+        reuse: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """The decoded frames at ``rows`` (any shape of ints), shaped ``[*rows.shape, *frame_shape]``.
+
+        Each distinct row is decoded once, straight into the first place that asks for it; a row asked for
+        again is copied from there. ``out`` (C-contiguous uint8 of that shape) receives the frames instead
+        of a fresh array. ``reuse=(done_rows, done_frames)``: frames this column already decoded
+        (``done_frames[i]`` is row ``done_rows[i]``, as an earlier ``take`` returned them): those rows are
+        copied from there, not decoded again (the same bytes decode to the same pixels)."""
         if axis != 0:
             raise ValueError("a FrameColumn is indexed by row (axis=0) only")
         rows = np.asarray(rows, dtype=np.int64)
@@ -383,21 +476,47 @@ class FrameColumn:
         if rows.size and (rows.min() < -n or rows.max() >= n):
             raise IndexError(f"{self.key}: row index out of range for {n} frames")
         flat = np.where(rows < 0, rows + n, rows).reshape(-1)
-        unique, inverse = np.unique(flat, return_inverse=True)
-        decoded = np.empty((unique.size, *self.frame_shape), dtype=np.uint8)
-        order = unique.tolist()
-
-        def work(lo: int, hi: int) -> None:
-            for i in range(lo, hi):
-                self._decode_row(order[i], decoded[i])
-
-        run_parallel(unique.size, work)
-        out = decoded if unique.size == flat.size and np.array_equal(unique, flat) else decoded[inverse]
-        return out.reshape(*rows.shape, *self.frame_shape)
+        shape = (*rows.shape, *self.frame_shape)
+        if out is None:
+            out = np.empty(shape, dtype=np.uint8)
+        elif out.shape != shape or out.dtype != np.uint8 or not out.flags.c_contiguous:
+            raise ValueError(
+                f"{self.key}: out must be C-contiguous uint8 {list(shape)}, got {out.dtype} {list(out.shape)}"
+            )
+        dst = out.reshape(flat.size, *self.frame_shape)
+        unique, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        todo = np.ones(unique.size, dtype=bool)
+        if reuse is not None:
+            done_rows, done_frames = reuse
+            done_rows = np.asarray(done_rows, dtype=np.int64).reshape(-1)
+            done_frames = done_frames.reshape(done_rows.size, *self.frame_shape)
+            order = np.argsort(done_rows, kind="stable")
+            pos = np.minimum(np.searchsorted(done_rows, unique, sorter=order), max(done_rows.size - 1, 0))
+            found = (pos < done_rows.size) & (done_rows[order[pos]] == unique) if done_rows.size else ~todo
+            _copy_frames(dst, first[found], done_frames, order[pos[found]])
+            todo = ~found
+        self._decode_rows(unique[todo], dst, first[todo])
+        again = np.flatnonzero(first[inverse] != np.arange(flat.size))
+        if again.size:  # rows asked for more than once: copied from where they were decoded
+            _copy_frames(dst, again, dst, first[inverse[again]])
+        return out
 
     def encoded(self, rows: Sequence[int]) -> list[np.ndarray]:
         """The stored bytes of ``rows`` (no decoding): what a device decoder takes."""
-        return [self._bytes_of(int(r)) for r in rows]
+        lo, hi = self._spans(np.asarray(rows, dtype=np.int64).reshape(-1))
+        return [self.blob[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+
+
+def _copy_frames(dst: np.ndarray, to: np.ndarray, src: np.ndarray, source: np.ndarray) -> None:
+    """``dst[to[i]] = src[source[i]]`` frame by frame in the frame threads (no temporary of them all)."""
+    to_list, source_list = to.tolist(), source.tolist()
+
+    def copy(a: int, b: int) -> None:
+        for i in range(a, b):
+            dst[to_list[i]] = src[source_list[i]]
+
+    run_parallel(len(to_list), copy, threads=sampling_threads(), min_per_task=32)
 
 
 def device_decoder_available(device: torch.device | str) -> bool:

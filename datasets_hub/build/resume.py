@@ -94,3 +94,27 @@ def load_checkpoint(staging: Path, fingerprint: str) -> Checkpoint | None:
     ):
         return None
     return Checkpoint(writer=payload["writer"], notes=dict(payload["notes"]))
+
+
+@dataclass(frozen=True)
+class Resumable:
+    """What an interrupted build's staging folder holds for the next load (``datasets-hub cache prune`` shows it)."""
+
+    episodes_done: int
+    #: when the last checkpoint was written (seconds since the epoch): the build's last progress
+    saved_at: float
+
+
+def resumable(staging: Path, fingerprint: str) -> Resumable | None:
+    """The progress the next build of ``fingerprint`` would resume from ``staging``; None when it would
+    start over (no checkpoint, an unreadable one, or one of another build or hub version)."""
+    if not has_checkpoint(staging):
+        return None
+    checkpoint = load_checkpoint(staging, fingerprint)
+    if checkpoint is None:
+        return None
+    try:
+        saved_at = (staging / CHECKPOINT).stat().st_mtime
+    except OSError:  # replaced or removed in between: a build is running on it (its lock says so)
+        return None
+    return Resumable(len(checkpoint.done_episodes), saved_at)

@@ -9,6 +9,8 @@ Observation-like keys are stored once per episode with T+1 rows; ``observation[t
 
 from __future__ import annotations
 
+import threading
+import weakref
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -117,6 +119,8 @@ class DatasetStorage(ReadOnlyStorage):
         self._keys: frozenset[Key] | None = None  # the keys of a batch (read_key)
         self._into_plans: dict[tuple, tuple] = {}  # gather_into's reads by (out keys, extras keys)
         self._plain_get = type(self).get is DatasetStorage.get
+        # per sampling thread, the frames its last host-side decode of each compressed key returned (see _reusable)
+        self._decoded_last = threading.local()
         if not self.in_memory:
             self._advise_huge_pages()
         super().__init__(self._len)
@@ -149,10 +153,38 @@ class DatasetStorage(ReadOnlyStorage):
         return self._len
 
     def _decoded(self, column: FrameColumn, rows: np.ndarray) -> torch.Tensor:
-        """The frames of a compressed column at ``rows`` (any shape): decoded on ``decode_device`` if set."""
+        """The frames of a compressed column at ``rows`` (any shape): decoded on ``decode_device`` if set.
+
+        A host decode is remembered (this thread's last one per key: its rows and a weak reference to the
+        frames) so that the gather of the same batch can copy the frames it shares with it (see
+        :meth:`_reusable`) instead of decoding them again."""
         if self.decode_device is None:
-            return torch.from_numpy(column.take(rows))
+            frames = torch.from_numpy(column.take(rows))
+            last = self._decoded_last.__dict__
+            last[column.key] = (np.asarray(rows, dtype=np.int64).reshape(-1), weakref.ref(frames))
+            return frames
         return decode_on_device(column, rows, self.decode_device)
+
+    def _reusable(self, column: FrameColumn, extras: dict[Any, Any] | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(rows, frames)`` this thread decoded last for ``column`` when those frames are a value of
+        ``extras``: a window a sampler read just now for the batch being gathered (a ``WindowSampler``'s
+        ``delta_timestamps`` window holds the anchor's frame and the next one). The frames in the batch are
+        then the ones decoded from those rows, so a frame of the plain keys at the same row is copied
+        from them: each frame of a batch is decoded once. Anything else (no such window, a window the
+        sampler replaced by another tensor): None, and every frame is decoded."""
+        if not extras:
+            return None
+        entry: tuple[np.ndarray, weakref.ref[torch.Tensor]] | None = self._decoded_last.__dict__.get(column.key)
+        if entry is None:
+            return None
+        frames = entry[1]()
+        if frames is None:
+            return None
+        ptr, size = frames.data_ptr(), frames.numel()
+        for value in extras.values():
+            if type(value) is torch.Tensor and value.data_ptr() == ptr and value.numel() == size:
+                return entry[0], frames.numpy()
+        return None
 
     def episode_index(self) -> EpisodeIndex:
         return self._index
@@ -369,7 +401,11 @@ class DatasetStorage(ReadOnlyStorage):
         for column, key, after in obs:  # observation-like keys: frame row r + e (+ 1 for next)
             frames = rows + episode + after
             if isinstance(column, FrameColumn):
-                fill_rows(out[key], self._decoded(column, frames).numpy())
+                dst = out[key]
+                if self.decode_device is None and dst.shape[1:] == column.frame_shape and dst.flags.c_contiguous:
+                    column.take(frames, out=dst)  # decoded straight into the batch (dtype checked by take)
+                else:
+                    fill_rows(dst, self._decoded(column, frames).numpy())
             else:
                 take_rows(column, frames, out[key])
         for column, key in unpacked:
@@ -476,6 +512,16 @@ class DatasetStorage(ReadOnlyStorage):
                         _set(nxt, at_next, frames[1])
                     else:
                         _set(root if at_t else nxt, at_t or at_next, frames)
+                    continue
+                if type(column) is FrameColumn:  # host decode: frames of this batch's windows are not decoded again
+                    reuse = self._reusable(column, extras)
+                    if at_t and at_next:
+                        gathered = column.take(both, reuse=reuse)
+                        _set(root, at_t, from_numpy(gathered[0]))
+                        _set(nxt, at_next, from_numpy(gathered[1]))
+                    else:
+                        half = column.take(both[0] if at_t else both[1], reuse=reuse)
+                        _set(root if at_t else nxt, at_t or at_next, from_numpy(half))
                     continue
                 if at_t and at_next:
                     if advise:

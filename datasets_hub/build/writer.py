@@ -322,9 +322,10 @@ class LeanTEDWriter:
                 found = {key_to_str(k): f"{str(self._schema[k][0]).replace('torch.', '')} {list(self._schema[k][1])}"
                          for k in self.obs_keys}  # fmt: skip
                 raise InvalidParameter(
-                    f"frames={self.frames.codec!r}: this dataset has no camera key to store compressed (an "
+                    f"frames={self.frames.codec!r} (asked for, or chosen by frames=None from the loader's estimate "
+                    "of the frame bytes): this dataset has no camera key to store compressed (an "
                     "observation-like uint8 image [H, W], [H, W, 1|3] or [1|3, H, W], at least 8 pixels a side); its "
-                    f"observation-like keys are {found}. Load it without frames= (or frames='raw')"
+                    f"observation-like keys are {found}. Load it with frames='raw'"
                 )
 
     def _check_schema(self, chunk: TensorDictBase) -> None:

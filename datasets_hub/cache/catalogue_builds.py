@@ -6,7 +6,9 @@ fingerprint of the loader's resources and ``format_version``, which only the loa
 computed once per id, params, frame choice, loader code version
 (:func:`datasets_hub.plugin_facts.code_stamp`), hub version and mirror setting, and recorded in
 ``<cache>/catalogue/plugins/<loader>-builds.json``. Computing it imports the id's loader module alone,
-which imports no torch (loader modules import torch inside the functions that convert).
+which imports no torch (loader modules import torch inside the functions that convert). Naming a build opens
+no connection: where the loader's frame estimate would need the network (a Minari dataset not in the local
+store), the name is that of a build without the estimate, and it is not recorded.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
+
+from datasets_hub import env
 
 
 def _resource_env() -> dict[str, str]:
@@ -85,12 +89,16 @@ def catalogue_build_record(
     resources = loader.resources(spec)
     if spec.resources:  # as load() does: an entry's own files are fetched, or refused by name
         loader.check_catalogue_resources(spec, resources)
-    # the frame codec load() picks: by default by the loader's estimate of the decoded frame bytes
-    estimate = loader.frame_bytes(spec) if frames in (None, "auto") else None
-    codec = resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})")
+    # the frame codec load() picks: by default by the loader's estimate of the decoded frame bytes, from
+    # local facts only (naming a build never downloads); an estimate that needed the network is not recorded
+    with env.connections_refused() as refusals:
+        estimate = loader.frame_bytes(spec) if frames in (None, "auto") else None
+    codec = resolve_frames(frames, frame_quality, estimate, where=f"load({spec.id!r})", above_limit=loader.auto_frames)
     # stored redacted (no password or signature at rest): source_key() redacts the same way, so the raw file
     # paths derived from these records are the ones load() uses
     entry = {"build": build_path(spec, loader, codec).name, "resources": [redact_value(r.to_dict()) for r in resources]}
+    if refusals:
+        return entry["build"], entry["resources"]
     if len(recorded) >= _MAX_RECORDED_BUILDS:
         recorded = {}
     recorded[key] = entry

@@ -1,5 +1,7 @@
 """Cache maintenance: remove and prune what the hub keeps on disk (docs/design/on-disk.md).
 
+This module holds one concept: removing what the hub keeps on disk, by name (``rm``) or as leftovers (``prune``).
+
 These are the functions behind ``datasets-hub rm|cache rm|cache prune`` (``verify`` lives in
 :mod:`datasets_hub.cache.verify`, the listing in :mod:`datasets_hub.cache.listing`); they return
 plain data and never print, so scripts can call them too. Contracts:
@@ -60,6 +62,7 @@ from datasets_hub.cache.remote_copies import (
     remote_root,
     remove_copy,
 )
+from datasets_hub.cache.resumable import KEPT, staging_verdict
 from datasets_hub.downloads.fetch import SIDE_SUFFIXES
 from datasets_hub.errors import CacheError, InvalidParameter, did_you_mean
 
@@ -410,6 +413,7 @@ class PruneItem:
     reason: str
     bytes: int
     skipped: str | None = None
+    kept: bool = False  # skipped on purpose, not because it was busy (a resumable build's staging folder)
 
 
 def _size(path: Path) -> int:
@@ -461,9 +465,13 @@ def _variant_items(parent: Path, reason: str) -> Iterator[tuple[Path, str, list[
         yield variant, reason, [parent / (final + ".lock")]
 
 
-def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tuple[Path, str, list[Path]]]:
-    """(path, reason, locks to hold while deleting) for everything prunable."""
+def _candidates(
+    older_than_days: float | None, keep_stale: bool, drop_resumable: bool, kept: list[PruneItem]
+) -> Iterator[tuple[Path, str, list[Path]]]:
+    """(path, reason, locks to hold while deleting) for everything prunable; resumable builds that stay
+    are added to ``kept`` instead."""
     root = cache_root()
+    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
     orphans = _orphaned_preprocessed()
     for parent in orphans:
         yield from _variant_items(parent, "preprocessed results of a build that no longer exists")
@@ -492,7 +500,11 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
                     continue
                 if name.endswith(INCOMPLETE_SUFFIX):
                     final = path.with_name(name[: -len(INCOMPLETE_SUFFIX)])
-                    yield path, "unfinished build (its process died)", [_build_lock(final)]
+                    reason, keep = staging_verdict(path, final, cutoff, drop_resumable)
+                    if keep:  # a resumable build: listed, not removed
+                        kept.append(PruneItem(path, reason, _size(path), skipped=KEPT, kept=True))
+                    else:
+                        yield path, reason, [_build_lock(final)]
                     dirnames.remove(name)
                 elif DELETING_MARK in name:
                     yield path, "interrupted deletion", []  # its flock says whether it is still going
@@ -513,7 +525,6 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
     if not keep_stale:
         for build, manifest, why in stale_builds():
             doomed[build] = (manifest.get("id"), f"stale build ({manifest.get('id')}): {why}")
-    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
     if cutoff is not None:
         for build, manifest in iter_builds(warn=False):
             if build not in doomed and _created(build, manifest) < cutoff:
@@ -538,10 +549,19 @@ def _candidates(older_than_days: float | None, keep_stale: bool) -> Iterator[tup
                 yield variant, f"preprocessed result older than {older_than_days:g} days", [_build_lock(variant)]
 
 
-def prune(*, older_than_days: float | None = None, keep_stale: bool = False, dry_run: bool = False) -> list[PruneItem]:
+def prune(
+    *,
+    older_than_days: float | None = None,
+    keep_stale: bool = False,
+    dry_run: bool = False,
+    drop_resumable: bool = False,
+) -> list[PruneItem]:
     """Remove leftovers of killed processes, broken builds, stale builds (an old on-disk format or loader
     ``format_version``: no ``load`` picks them again; kept with ``keep_stale``) and, with
     ``older_than_days``, builds older than that, each with its preprocessed variants.
+
+    An interrupted build the next load would resume is kept (``kept``, its episodes done in ``reason``),
+    unless ``drop_resumable`` or its last checkpoint is older than that (:mod:`datasets_hub.cache.resumable`).
 
     Every removal holds the lock the item's writer holds (a build, a preprocessing result, a
     download); whatever another process holds is skipped, never waited for, and returned with
@@ -551,7 +571,8 @@ def prune(*, older_than_days: float | None = None, keep_stale: bool = False, dry
         raise ValueError(f"--older-than must be a number of days >= 0, got {older_than_days}")
     items: list[PruneItem] = []
     touched: set[Path] = set()
-    for path, reason, locks in list(_candidates(older_than_days, keep_stale)):
+    kept: list[PruneItem] = []
+    for path, reason, locks in list(_candidates(older_than_days, keep_stale, drop_resumable, kept)):
         if not os.path.lexists(path):
             continue
         item = PruneItem(path, reason, _size(path))
@@ -565,6 +586,7 @@ def prune(*, older_than_days: float | None = None, keep_stale: bool = False, dry
             elif not dry_run:
                 _delete(path)
                 touched.add(path.parent)
+    items.extend(kept)
     if not dry_run:
         builds = {build.name for build, _m in iter_builds(warn=False)}
         for parent in sorted(touched):

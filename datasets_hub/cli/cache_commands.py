@@ -52,6 +52,11 @@ def register(sub: Any) -> None:
         action="store_true",
         help="keep builds of an old format or loader format_version, and local copies of an earlier export of a URL",
     )
+    c.add_argument(
+        "--drop-resumable",
+        action="store_true",
+        help="also remove interrupted builds that the next load would resume (kept by default)",
+    )
     c.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     c.set_defaults(func=cmd_cache_prune)
 
@@ -218,16 +223,26 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
     from datasets_hub.cache.maintenance import prune
     from datasets_hub.files import human_bytes
 
-    items = prune(older_than_days=args.older_than, keep_stale=args.keep_stale, dry_run=args.dry_run)
+    items = prune(
+        older_than_days=args.older_than,
+        keep_stale=args.keep_stale,
+        dry_run=args.dry_run,
+        drop_resumable=args.drop_resumable,
+    )
     verb = "would remove" if args.dry_run else "removed"
     done = [i for i in items if i.skipped is None]
+    kept = [i for i in items if i.kept]
     for item in items:
-        if item.skipped:
+        if item.kept:
+            out(f"kept         {item.path} ({item.reason}, {human_bytes(item.bytes)}): {item.skipped}")
+        elif item.skipped:
             out(f"skipped      {item.path} ({item.reason}): {item.skipped}")
         else:
             out(f"{verb:<12} {item.path} ({item.reason}, {human_bytes(item.bytes)})")
+    busy = len(items) - len(done) - len(kept)
     out(
         f"{verb} {len(done)} item(s), {human_bytes(sum(i.bytes for i in done))}"
-        + (f"; skipped {len(items) - len(done)} in use" if len(done) != len(items) else "")
+        + (f"; kept {len(kept)} resumable build(s), {human_bytes(sum(i.bytes for i in kept))}" if kept else "")
+        + (f"; skipped {busy} in use" if busy else "")
     )
     return 0

@@ -285,6 +285,12 @@ def cmd_info(args: argparse.Namespace) -> int:
             f"{key}: {f.get('codec')}{quality}, {human_bytes(f.get('bytes', 0))} "
             f"(decoded {human_bytes(f.get('decoded_bytes', 0))}), {loss}",
         )
+    if not card.frames:  # a raw build (chosen, or frames=None under the limit): its image keys are stored decoded
+        from datasets_hub.loader import frame_layout
+
+        for name, key in card.sample_keys.items():
+            if key["dtype"] == "uint8" and not name.startswith("next/") and frame_layout(key["shape"]):
+                row("frames", f"{name}: raw, stored decoded (exact)")
     lines += _feature_rows(card.feature_stats)
     lines.append("  sample (one transition; a batch of B adds a leading B)")
     sample_rows = [(name, spec["dtype"], tuple(spec["shape"])) for name, spec in card.sample_keys.items()]

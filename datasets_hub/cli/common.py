@@ -69,7 +69,7 @@ def add_frames(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--frames",
         choices=["auto", "raw", "jpeg", "png"],
-        help="store camera frames raw, as JPEG or PNG per frame (default auto: raw up to 16 GiB decoded, JPEG above)",
+        help="store camera frames raw, as JPEG or PNG per frame (default auto: raw up to 16 GiB decoded, above it JPEG or PNG by loader)",
     )
     p.add_argument("--frame-quality", type=int, metavar="1-100", help="JPEG quality (default 75)")
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from datasets_hub import sources
 from datasets_hub.errors import DownloadError, HubError, InvalidParameter, LoaderError, UnknownParameter
-from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource, frame_layout
 from datasets_hub.loaders.formats.text import decode_text
 from datasets_hub.loaders.minari.convert import episode_columns, text_keys
 
@@ -131,6 +131,34 @@ class MinariLoader(Loader):
                 f"{spec.id!r} does not name a Minari dataset: ids look like "
                 "'minari/<namespace>/<name>-v<version>', e.g. 'minari/mujoco/hopper/expert-v0'"
             )
+
+    #: above the raw limit, exact PNG: Minari's image observations are rendered frames (Atari screens, MuJoCo
+    #: pixels), small and sharp-edged, where JPEG's loss would change what an agent sees
+    auto_frames = "png"
+
+    def frame_bytes(self, spec: DatasetSpec) -> int | None:
+        """Exact, from the dataset's ``metadata.json`` (:func:`image_observation_bytes`): the local store's copy,
+        else the remote's (one small file, the one minari reads to list datasets); ``None`` offline for a
+        dataset not in the local store (it cannot be built then anyway)."""
+        self.check_params(spec)
+        minari_id = spec.name
+        local = store_root() / minari_id / "data" / "metadata.json"
+        if local.is_file():
+            with open(local) as fh:
+                return image_observation_bytes(json.load(fh))
+        if offline():
+            return None
+        try:
+            from minari.storage.remotes import get_cloud_storage
+
+            metadata = get_cloud_storage().get_dataset_metadata(minari_id)
+        except Exception as exc:  # any remote failure: the build cannot be named without the metadata
+            raise DownloadError(
+                f"cannot read the metadata of Minari dataset {minari_id!r} from {_remote_name()} "
+                f"({type(exc).__name__}: {exc}); it sizes the frames before the download. Check the id and the "
+                "connection, or pass frames='raw' (or 'png', 'jpeg') to choose the storage without it"
+            ) from exc
+        return image_observation_bytes(metadata)
 
     def resources(self, spec: DatasetSpec) -> list[Resource]:
         return []  # minari manages its own store and downloads
@@ -318,6 +346,38 @@ def _chunk(pending: list[dict[tuple[str, ...], np.ndarray]], minari_id: str) -> 
                 f"Minari dataset {minari_id!r}: {'/'.join(key)!r} has dtype {values.dtype}, which torch cannot hold"
             ) from exc
     return out
+
+
+def image_observation_bytes(metadata: Mapping[str, Any]) -> int | None:
+    """Decoded bytes of the image observations (uint8 ``Box`` leaves of image shape, at any depth of a
+    ``Dict``/``Tuple`` space) of a dataset with minari's ``metadata``: ``total_steps + total_episodes``
+    rows (T + 1 observations per episode, stored once). ``None`` when the metadata lacks the counts or
+    the space (an older store)."""
+    space, steps, episodes = (metadata.get(k) for k in ("observation_space", "total_steps", "total_episodes"))
+    if not isinstance(steps, int) or not isinstance(episodes, int):
+        return None
+    rows = steps + episodes
+    try:
+        space = json.loads(space) if isinstance(space, str) else space
+    except ValueError:
+        return None
+    if not isinstance(space, dict):
+        return None
+
+    def pixels(node: Any) -> int:
+        if not isinstance(node, dict):
+            return 0
+        children = node.get("subspaces")
+        if isinstance(children, dict):
+            return sum(pixels(child) for child in children.values())
+        if isinstance(children, list):
+            return sum(pixels(child) for child in children)
+        shape = node.get("shape")
+        if node.get("type") == "Box" and node.get("dtype") == "uint8" and isinstance(shape, list):
+            return int(np.prod(shape)) if frame_layout(shape) else 0
+        return 0
+
+    return rows * pixels(space)
 
 
 def card_metadata(data_path: Path) -> dict[str, Any]:

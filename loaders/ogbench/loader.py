@@ -63,6 +63,7 @@ import numpy as np
 from datasets_hub.errors import InvalidParameter, LoaderError
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
 from datasets_hub.loaders.formats.npz_stream import NpzFile
+from datasets_hub.loaders.ogbench.sizes import image_bytes
 from datasets_hub.loaders.ogbench.tasks import SINGLETASK, check_task, default_task, relabel
 
 if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
@@ -136,6 +137,15 @@ class OGBenchLoader(Loader):
     requires = ()
     install_hint = ""
     format_version = 1
+    #: above the raw limit, exact PNG: 64x64 renders (and Powderworld's 32x32 grid of materials) are small
+    #: enough that JPEG's 8x8 blocks and halved colour resolution would change what an agent sees
+    auto_frames = "png"
+
+    def frame_bytes(self, spec: DatasetSpec) -> int | None:
+        """From upstream's generation settings (:mod:`.sizes`): exact for upstream's files (a trajectory of
+        one row, which has no transition, only lowers it); 0 for a state set; ``None`` for a name they do
+        not cover."""
+        return image_bytes(self._name(spec), spec.params.get("split", "train"))
 
     # -- parameters and files ------------------------------------------------------------------------
     def _name(self, spec: DatasetSpec) -> str:

@@ -82,6 +82,8 @@ SHORT_GAMES = ("Carnival", "Gravitar", "StarGunner")  # one shard fewer (TFDS at
 SHARDS = 50
 RUNS = (1, 2, 3, 4, 5)
 FRAME = (84, 84, 1)
+#: steps a run logged: 50 DQN iterations of 1M agent steps each (Agarwal et al. 2020), cut into its shards
+RUN_STEPS = 50_000_000
 PARAMS = ("base_url", "checkpoint_range", "game", "run", "shards")
 CHUNK_BYTES = 64 << 20
 _REQUIRED = ("observations", "actions", "unclipped_rewards", "discounts")
@@ -104,6 +106,18 @@ class RLUAtariLoader(Loader):
     requires = ("PIL", "google.protobuf")
     install_hint = "pip install 'datasets-hub[openx]'"
     format_version = 1
+    #: above the raw limit, exact PNG: upstream stores every frame as a PNG already, and 84x84 grey game frames
+    #: (a ball of one or two pixels) are where JPEG's 8x8 blocks change what an agent sees
+    auto_frames = "png"
+
+    def frame_bytes(self, spec: DatasetSpec) -> int:
+        """An estimate, not a bound: a run's :data:`RUN_STEPS` spread evenly over its shards (1M steps of 84x84
+        bytes a shard, 7.06 GB; 353 GB for a whole run), one stored frame per step (an episode of L steps
+        stores its L frames once). The steps of a shard are only in its records; ``checkpoint_range`` can
+        only lower the count."""
+        game, _ = self.source(spec)
+        per_shard = RUN_STEPS // num_shards(game)
+        return len(self.shards(spec)) * per_shard * FRAME[0] * FRAME[1] * FRAME[2]
 
     # -- parameters -------------------------------------------------------------------------
     def check_params(self, spec: DatasetSpec) -> None:

@@ -57,6 +57,15 @@ class RandomSampler(Sampler):
             return index, info, None
         return index, info, index.numpy()  # randint(len(storage)): every row is valid, info is empty
 
+    def sample_many_rows(
+        self, storage: Storage, k: int, batch_size: int
+    ) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None]:
+        """One draw of ``k * batch_size`` rows: ``randint`` fills its output in generator order, so these
+        are the values (and the generator state after them) of ``k`` draws of ``batch_size``."""
+        if type(self).sample is not RandomSampler.sample or getattr(storage, "compilable", False):
+            return super().sample_many_rows(storage, k, batch_size)
+        return self.sample_rows(storage, k * batch_size)
+
 
 class SamplerWithoutReplacement(Sampler):
     """Epochs over the valid rows: each row is returned at most once per epoch.

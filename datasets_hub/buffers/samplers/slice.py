@@ -593,6 +593,27 @@ class SliceSampler(Sampler):
             return perm[index], info, None
         return index, info, rows
 
+    def sample_many_rows(
+        self, storage: Storage, k: int, batch_size: int
+    ) -> tuple[torch.Tensor, dict[str, Any], np.ndarray | None]:
+        """With ``slice_len`` given and every slice full (``_sample_full``), one draw of ``k`` times the
+        slices: ``randint`` fills its output in generator order and the rest is worked out per slice, so
+        these are the values (and the generator state after them) of ``k`` draws; else ``k`` draws."""
+        cls = type(self)
+        plain = (
+            cls.sample is SliceSampler.sample
+            and cls._sample_positions is SliceSampler._sample_positions
+            and cls._sample_full is SliceSampler._sample_full
+            and cls._positions is SliceSampler._positions
+        )
+        if not plain or self.num_slices is not None or len(storage) == 0:
+            return super().sample_many_rows(storage, k, batch_size)
+        num_slices, slice_len = self._shape(batch_size)
+        layout = self._layout(storage, slice_len)
+        if not layout.uniform_len or self._perm is not None:
+            return super().sample_many_rows(storage, k, batch_size)
+        return self._sample_full(storage, layout, k * num_slices, slice_len)
+
     def _sample_positions(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         index, info, _ = self._positions(storage, batch_size)
         return index, info
