@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from datasets_hub.build.identity import chosen_build_path
 from datasets_hub.build.pipeline import build, build_path
 from datasets_hub.cache.layout import dir_size, raw_file_path, read_manifest
 from datasets_hub.catalogue import list_ids, resolve
@@ -99,9 +100,11 @@ def _ensure_build(
     if spec.resources:  # an entry's own files are fetched, or refused by name: never silently replaced
         loader.check_catalogue_resources(spec, loader.resources(spec))
     codec = _frame_codec(spec, loader, frames, frame_quality)
-    path = build_path(spec, loader, codec)
+    path = chosen_build_path(spec, loader, codec, frames, frame_quality)
     if not force and read_manifest(path) is not None:
         return path
+    if path != build_path(spec, loader, codec):  # force=True on the raw build the default choice found: rebuild it
+        codec = _frame_codec(spec, loader, "raw", None)
     if not allow_download:
         raise DownloadError(
             f"{dataset_id!r} is not in the cache ({path.parent}) and download=False; call "
@@ -435,7 +438,7 @@ def info(dataset_id: str, *, frames: str | None = None, frame_quality: int | Non
         loader.check_catalogue_resources(spec, loader.resources(spec))
     with connections_refused():  # a card comes from local facts: no download to size the frames
         codec = _frame_codec(spec, loader, frames, frame_quality)
-    path = build_path(spec, loader, codec)
+    path = chosen_build_path(spec, loader, codec, frames, frame_quality)
     manifest = read_manifest(path)
     raw = 0
     for resource in loader.resources(spec):

@@ -373,6 +373,39 @@ def test_frames_auto_stores_exact_png_above_the_raw_limit(tmp_path, monkeypatch)
     assert {frame_id(f) for f in a["observation"].numpy()} == {frame_id(f) for f in b["observation"].numpy()}
 
 
+def test_the_default_choice_uses_an_exact_raw_build_already_in_the_cache(tmp_path, monkeypatch):
+    """frames=None that the estimate turns to PNG loads an existing raw build (same frames, exactly) instead of
+    building again; an explicit choice is its own build, and once the PNG build exists the default takes it.
+    ``info`` and the CLI's recorded build name follow the same rule."""
+    from datasets_hub.build import frames as fr
+    from datasets_hub.cache.catalogue_builds import catalogue_build_record
+
+    import fixtures.atari as fixture
+
+    monkeypatch.setattr(fixture, "SHAPE", (84, 84))
+    buf = DopamineBuffer()
+    play(buf, LENGTHS, ENDS)
+    buf.log_final()
+    for k in (0, 1):
+        save_checkpoint(tmp_path / "dqn" / "Pong" / "1" / "replay_logs", k, buf.logs[k])
+    params = {"checkpoints": [0, 1], "base_url": (tmp_path / "dqn").as_uri()}
+    estimate = AtariLoader().frame_bytes(DatasetSpec(id="atari/Pong/1", loader="atari", params=params))
+    raw = datasets_hub.load("atari/Pong/1", frames="raw", **params)
+    raw_build = raw.storage.path
+    monkeypatch.setattr(fr, "RAW_LIMIT_BYTES", estimate - 1)  # the default now asks for PNG
+    again = datasets_hub.load("atari/Pong/1", **params)
+    assert again.storage.path == raw_build and again.storage.manifest["frames"]["codec"] == "raw"
+    assert [p for p in raw_build.parent.iterdir() if p.is_dir()] == [raw_build]  # nothing built
+    card = datasets_hub.info("atari/Pong/1", **params)
+    assert card.cached and card.build_path == raw_build and card.frames == {}  # {}: raw frames
+    assert catalogue_build_record("atari/Pong/1", params)[0] == raw_build.name
+    png = datasets_hub.load("atari/Pong/1", frames="png", **params)
+    assert png.storage.path != raw_build and png.storage.manifest["frames"]["codec"] == "png"
+    assert datasets_hub.load("atari/Pong/1", **params).storage.path == png.storage.path
+    assert catalogue_build_record("atari/Pong/1", params)[0] == png.storage.path.name
+    assert torch.equal(png[:]["observation"], raw[:]["observation"])
+
+
 def test_frames_that_are_no_images_count_nothing(replay):
     """The fixture's 6x5 frames are below the codecs' 8 pixels a side: nothing to compress, so the default
     stays raw however many checkpoints are asked for."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datasets_hub.build.format import STORAGE_FORMAT_VERSION
-from datasets_hub.cache.layout import dataset_dir, fingerprint
+from datasets_hub.cache.layout import dataset_dir, fingerprint, read_manifest
 from datasets_hub.redact import redact_value
 
 if TYPE_CHECKING:
@@ -50,3 +50,22 @@ def build_fingerprint(spec: DatasetSpec, loader: Loader, frames: FrameCodec | No
 def build_path(spec: DatasetSpec, loader: Loader, frames: FrameCodec | None = None) -> Path:
     """The folder of that build in the cache (complete once it holds a manifest)."""
     return dataset_dir(spec.id) / build_fingerprint(spec, loader, frames)
+
+
+def chosen_build_path(
+    spec: DatasetSpec, loader: Loader, codec: FrameCodec, frames: str | None, frame_quality: int | None
+) -> Path:
+    """The build ``load(spec.id, frames=frames, frame_quality=frame_quality)`` uses, ``codec`` being what that
+    choice resolved to (:func:`datasets_hub.build.frames.resolve_frames`).
+
+    The default choice (``frames=None`` or ``"auto"``, no quality) that resolved to a compressed codec by the
+    loader's size estimate takes an exact raw build already in the cache instead, when the compressed one is
+    not there: it holds the same frames exactly (a build made before the loader could estimate, or asked for
+    with ``frames="raw"``), and the user asked for no particular storage. Any explicit choice is its own
+    build. The cache is looked at on each call (two stats), so the answer follows it."""
+    path = build_path(spec, loader, codec)
+    if frames in (None, "auto") and frame_quality is None and codec.compressed and read_manifest(path) is None:
+        raw = build_path(spec, loader, None)
+        if read_manifest(raw) is not None:
+            return raw
+    return path

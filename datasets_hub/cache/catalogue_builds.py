@@ -79,7 +79,7 @@ def catalogue_build_record(
         recorded = {}
     entry = recorded.get(key)
     if isinstance(entry, dict) and isinstance(entry.get("build"), str) and isinstance(entry.get("resources"), list):
-        return entry["build"], entry["resources"]
+        return _present_build(dataset_id, entry), entry["resources"]
     from datasets_hub.build.frames import resolve_frames
     from datasets_hub.build.identity import build_path
     from datasets_hub.plugins import get_loader
@@ -97,8 +97,10 @@ def catalogue_build_record(
     # stored redacted (no password or signature at rest): source_key() redacts the same way, so the raw file
     # paths derived from these records are the ones load() uses
     entry = {"build": build_path(spec, loader, codec).name, "resources": [redact_value(r.to_dict()) for r in resources]}
+    if frames in (None, "auto") and frame_quality is None and codec.compressed:
+        entry["exact_alternative"] = build_path(spec, loader, None).name  # see chosen_build_path
     if refusals:
-        return entry["build"], entry["resources"]
+        return _present_build(dataset_id, entry), entry["resources"]
     if len(recorded) >= _MAX_RECORDED_BUILDS:
         recorded = {}
     recorded[key] = entry
@@ -107,7 +109,23 @@ def catalogue_build_record(
         write_json_atomic(path, recorded, indent=None, sort_keys=False)
     except OSError:
         pass
-    return entry["build"], entry["resources"]
+    return _present_build(dataset_id, entry), entry["resources"]
+
+
+def _present_build(dataset_id: str, entry: dict[str, Any]) -> str:
+    """The recorded build's name, or its exact raw alternative when only that one is in the cache: the rule of
+    :func:`datasets_hub.build.identity.chosen_build_path`, looked at on each call (the cache changes)."""
+    from datasets_hub.cache.layout import dataset_dir, read_manifest
+
+    alternative = entry.get("exact_alternative")
+    folder = dataset_dir(dataset_id)
+    if (
+        isinstance(alternative, str)
+        and read_manifest(folder / entry["build"]) is None
+        and read_manifest(folder / alternative) is not None
+    ):
+        return alternative
+    return str(entry["build"])
 
 
 def recorded_info(
