@@ -380,6 +380,24 @@ def test_a_damaged_frame_in_a_batch_is_named_whatever_the_thread(builds, monkeyp
         broken.take([1, 4])
 
 
+def test_a_stored_jpeg_of_another_size_is_a_damaged_frame_not_a_partial_one(builds):
+    """A valid JPEG smaller than the stored frame shape would fit the decode buffer: it is refused by name
+    rather than leaving the rest of the frame as whatever the batch memory held."""
+    import simplejpeg
+
+    column = open_build(builds["jpeg"].path).obs[("pixels",)]
+    h, w, c = column.frame_shape
+    small = simplejpeg.encode_jpeg(np.full((h // 2, w // 2, c), 200, dtype=np.uint8), quality=75, colorspace="RGB")
+    frames = [bytes(column.blob[column.offsets[r] : column.offsets[r + 1]]) for r in range(3)]
+    frames[1] = small
+    blob = np.frombuffer(b"".join(frames), dtype=np.uint8)
+    offsets = np.cumsum([0, *map(len, frames)]).astype(np.int64)
+    mixed = fr.FrameColumn(column.key, blob, offsets, "jpeg", "hwc", column.frame_shape)
+    assert np.array_equal(mixed.take([0, 2]), column.take([0, 2]))
+    with pytest.raises(FrameError, match=r"pixels: the jpeg frame of row 1 cannot be decoded \(a \[24, 32, 3\] image"):
+        mixed.take([0, 1, 2])
+
+
 def test_a_window_batch_decodes_each_camera_frame_once_and_gives_the_same_batch(builds, decoded_rows, monkeypatch):
     """A window of offsets 0..3 holds the anchor's frame and the next one: the plain next/pixels of the
     batch copy them from it (only an episode's last step needs its final frame, which no window holds)."""

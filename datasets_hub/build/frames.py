@@ -219,8 +219,8 @@ def thread_count() -> int:
     """Threads that decode sampled frames: ``DATASETS_HUB_FRAME_THREADS``, else 1 inside a DataLoader worker
     process (its siblings run in parallel already), else the CPUs this process may run on.
 
-    Not torch's intra-op count: sampling threads set that to 1 for the whole process
-    (:mod:`datasets_hub.interop.threaded_batches`), which said nothing about the cores free for decoding."""
+    Not torch's intra-op count: each sampling thread sets its own to 1
+    (:mod:`datasets_hub.interop.threaded_batches`), which says nothing about the cores free for decoding."""
     env = _env_threads()
     if env is not None:
         return env
@@ -431,13 +431,16 @@ class FrameColumn:
 
             decode = simplejpeg.decode_jpeg
             colorspace = "GRAY" if self.frame_shape[2] == 1 else "RGB"
+            frame_shape = tuple(self.frame_shape)
 
             def work(a: int, b: int) -> None:
                 i = a
                 try:
                     for i in range(a, b):
-                        decode(blob[lo[i] : hi[i]], colorspace=colorspace, buffer=out[slot[i]])
-                except ValueError as exc:  # simplejpeg's error for bad bytes or a wrong size
+                        got = decode(blob[lo[i] : hi[i]], colorspace=colorspace, buffer=out[slot[i]])
+                        if got.shape != frame_shape:  # a smaller image fits the buffer: never a partial frame
+                            raise ValueError(f"a {list(got.shape)} image where {list(frame_shape)} is stored")
+                except ValueError as exc:  # simplejpeg's error for bad bytes or a buffer too small
                     raise self._damaged(row_of[i], exc) from exc
 
         else:
