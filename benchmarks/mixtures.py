@@ -274,26 +274,28 @@ def mixture_rate(rows: int, batches: list[int], seconds: float, image: bool = Fa
 
 # -- 3. offline+online seeding --------------------------------------------------------------------------
 SEED_CHILD = """
-import json, resource, sys, time, torch
+import json, sys, time, torch
 import datasets_hub
 from datasets_hub.buffers.offline_online import OfflineOnlineBuffer
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler
 from datasets_hub.buffers.writers import ImmutableDatasetWriter
 from datasets_hub.build.storage import DatasetStorage
-def rss_kb():
+def status_kb(field):
     for line in open('/proc/self/status'):
-        if line.startswith('VmRSS:'):
+        if line.startswith(field + ':'):
             return int(line.split()[1])
+def rss_kb():
+    return status_kb('VmRSS')
 path, scratch, batches, seconds = sys.argv[1], sys.argv[2], [int(b) for b in sys.argv[3].split(",")], float(sys.argv[4])
 base = rss_kb()
-peak_before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # imports included
+peak_before_kb = status_kb('VmHWM')  # imports included (VmHWM: this process's own peak, see below)
 t = time.perf_counter()
 offline = TensorDictReplayBuffer(storage=DatasetStorage(path), sampler=RandomSampler(),
                                  writer=ImmutableDatasetWriter(), generator=torch.Generator().manual_seed(0))
 buf = OfflineOnlineBuffer(offline, capacity=100_000, ratio=0.5, scratch_dir=scratch)
 seed_s = time.perf_counter() - t
-peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak_kb = status_kb('VmHWM')
 after = rss_kb()
 buf.extend(offline.storage[0:10_000])
 def rate(fn, batch):  # items per CPU second, median of 5 runs (see rate() in the parent)
