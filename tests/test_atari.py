@@ -338,19 +338,25 @@ def test_a_user_entrys_copy_of_a_checkpoint_file_replaces_its_url():
     assert all(r.urls[0].startswith("https://") for n, r in fetched.items() if n != name)
 
 
-def test_frames_auto_stores_exact_png_above_the_raw_limit(tmp_path, monkeypatch):
-    """frames=None: raw while the estimate (an upper bound) stays under the limit, PNG above, exactly the same frames."""
-    from datasets_hub.build import frames as fr
-
+def _pong_at_84x84(tmp_path, monkeypatch) -> dict:
+    """Two checkpoints of the fixture's run at the real frame size (the codecs need 8 pixels a side), written
+    where a ``file://`` base URL finds them: the load params of ``atari/Pong/1``."""
     import fixtures.atari as fixture
 
-    monkeypatch.setattr(fixture, "SHAPE", (84, 84))  # the real frame size (the codecs need 8 pixels a side)
+    monkeypatch.setattr(fixture, "SHAPE", (84, 84))
     buf = DopamineBuffer()
     play(buf, LENGTHS, ENDS)
     buf.log_final()
     for k in (0, 1):
         save_checkpoint(tmp_path / "dqn" / "Pong" / "1" / "replay_logs", k, buf.logs[k])
-    params = {"checkpoints": [0, 1], "base_url": (tmp_path / "dqn").as_uri()}
+    return {"checkpoints": [0, 1], "base_url": (tmp_path / "dqn").as_uri()}
+
+
+def test_frames_auto_stores_exact_png_above_the_raw_limit(tmp_path, monkeypatch):
+    """frames=None: raw while the estimate (an upper bound) stays under the limit, PNG above, exactly the same frames."""
+    from datasets_hub.build import frames as fr
+
+    params = _pong_at_84x84(tmp_path, monkeypatch)
     spec = DatasetSpec(id="atari/Pong/1", loader="atari", params=params)
     estimate = AtariLoader().frame_bytes(spec)
     assert estimate == 2 * CAP * 84 * 84  # a local copy: the slots its .npy headers declare
@@ -380,15 +386,7 @@ def test_the_default_choice_uses_an_exact_raw_build_already_in_the_cache(tmp_pat
     from datasets_hub.build import frames as fr
     from datasets_hub.cache.catalogue_builds import catalogue_build_record
 
-    import fixtures.atari as fixture
-
-    monkeypatch.setattr(fixture, "SHAPE", (84, 84))
-    buf = DopamineBuffer()
-    play(buf, LENGTHS, ENDS)
-    buf.log_final()
-    for k in (0, 1):
-        save_checkpoint(tmp_path / "dqn" / "Pong" / "1" / "replay_logs", k, buf.logs[k])
-    params = {"checkpoints": [0, 1], "base_url": (tmp_path / "dqn").as_uri()}
+    params = _pong_at_84x84(tmp_path, monkeypatch)
     estimate = AtariLoader().frame_bytes(DatasetSpec(id="atari/Pong/1", loader="atari", params=params))
     raw = datasets_hub.load("atari/Pong/1", frames="raw", **params)
     raw_build = raw.storage.path
