@@ -64,8 +64,14 @@ def chosen_build_path(
     with ``frames="raw"``), and the user asked for no particular storage. Any explicit choice is its own
     build. The cache is looked at on each call (two stats), so the answer follows it."""
     path = build_path(spec, loader, codec)
-    if frames in (None, "auto") and frame_quality is None and codec.compressed and read_manifest(path) is None:
-        raw = build_path(spec, loader, None)
-        if read_manifest(raw) is not None:
-            return raw
+    if frames in (None, "auto") and frame_quality is None and codec.compressed:
+        return path.parent / present_build(path.parent, path.name, build_path(spec, loader, None).name)
     return path
+
+
+def present_build(folder: Path, chosen: str, exact_alternative: str | None) -> str:
+    """``chosen`` (a build folder name under ``folder``), or ``exact_alternative`` when only that one is built:
+    the rule of :func:`chosen_build_path` on names, for callers that recorded them (``datasets-hub info``)."""
+    if exact_alternative and read_manifest(folder / chosen) is None and read_manifest(folder / exact_alternative):
+        return exact_alternative
+    return chosen

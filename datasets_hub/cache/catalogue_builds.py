@@ -113,19 +113,15 @@ def catalogue_build_record(
 
 
 def _present_build(dataset_id: str, entry: dict[str, Any]) -> str:
-    """The recorded build's name, or its exact raw alternative when only that one is in the cache: the rule of
-    :func:`datasets_hub.build.identity.chosen_build_path`, looked at on each call (the cache changes)."""
-    from datasets_hub.cache.layout import dataset_dir, read_manifest
+    """The recorded build's name, or its exact raw alternative when only that one is in the cache
+    (:func:`datasets_hub.build.identity.present_build`), looked at on each call (the cache changes)."""
+    from datasets_hub.build.identity import present_build
+    from datasets_hub.cache.layout import dataset_dir
 
     alternative = entry.get("exact_alternative")
-    folder = dataset_dir(dataset_id)
-    if (
-        isinstance(alternative, str)
-        and read_manifest(folder / entry["build"]) is None
-        and read_manifest(folder / alternative) is not None
-    ):
-        return alternative
-    return str(entry["build"])
+    return present_build(
+        dataset_dir(dataset_id), str(entry["build"]), alternative if isinstance(alternative, str) else None
+    )
 
 
 def recorded_info(
