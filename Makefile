@@ -141,7 +141,7 @@ $(ULR_STAMP): pyproject.toml constraints.txt
 	$(ULR_PY) -m pip install -q --no-deps lerobot==0.4.4 torchcodec==0.13.0
 	$(ULR_PY) -m pip install -q --constraint constraints.txt "draccus==0.10.0" "datasets>=4,<5" \
 		"huggingface-hub>=0.34.2,<0.36" "av>=15,<16" pandas pyarrow numpy pillow accelerate jsonlines \
-		"tensordict>=0.14.3,<0.16" pyyaml filelock cloudpickle requests tqdm pytest
+		"tensordict>=0.14.3,<0.16" pyyaml filelock cloudpickle requests tqdm pytest pytest-timeout
 	$(ULR_PY) -m pip install -q --no-deps -e .
 	$(ULR_PY) -c "import torchvision" 2>/dev/null || echo "$(CURDIR)/tests/upstream_shims" > \
 		"$$($(ULR_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_upstream_shims.pth"
