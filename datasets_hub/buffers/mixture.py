@@ -166,6 +166,7 @@ class _Member:
         self.norm_np: dict[Key, tuple[np.ndarray, np.ndarray, bool]] = {}  # target: shift, scale, clip
         self.routes: list[tuple] = []  # plan_routes
         self.pad_rows: dict[Key, np.ndarray] = {}  # padded keys: this member's row of the pad mask
+        self._mask_blocks: dict[Key, np.ndarray] = {}  # pad_rows repeated (mask_rows), never part of a batch
         self._pool: dict[Key, np.ndarray] = {}  # write_ahead's gather, reused (never part of a batch)
 
     def projected(self, td: TensorDictBase) -> TensorDictBase:
@@ -282,6 +283,16 @@ class _Member:
             and callable(getattr(self.buffer, "draw_many_rows", None))
         )
 
+    def mask_rows(self, key: Key, count: int) -> np.ndarray:
+        """``count`` rows of this member's pad mask of ``key`` as one contiguous block (made once, grown to
+        the largest count asked for; private: only ever copied from), so that a batch's mask rows are one
+        block copy rather than a broadcast of a short row."""
+        block = self._mask_blocks.get(key)
+        if block is None or len(block) < count:
+            row = self.pad_rows[key]
+            block = self._mask_blocks[key] = np.ascontiguousarray(np.broadcast_to(row, (count, row.size)))
+        return block[:count]
+
     def write_ahead(self, arrays: dict[Key, np.ndarray], k: int, batch: int, row: int, count: int) -> None:
         """This member's ``count`` items of each of ``k`` batches of ``batch`` items laid one after the
         other in ``arrays``: one draw of ``k * count`` items (``draw_many_rows``: the values of ``k``
@@ -309,9 +320,8 @@ class _Member:
                 if clip:
                     np.clip(value, -1.0, 1.0, out=value)
             if narrow is not None:
-                dst[..., narrow:] = 0
-                dst = dst[..., :narrow]
-            np.copyto(dst, value)
+                dst.fill(0)  # whole rows at once: cheaper than the strided tail alone
+            fill_rows(dst, value)
 
     def write(self, arrays: dict[Key, np.ndarray], row: int, count: int) -> None:
         """Draw ``count`` items and write them, normalised, into rows ``row:row + count`` of ``arrays``
@@ -328,6 +338,8 @@ class _Member:
                 leaves = self.mapped(self.buffer.storage.gather(index, extras))
             for _, target, narrow, _, _ in self.routes:
                 dst = arrays[target][row:end]
+                if narrow is not None:
+                    dst.fill(0)
                 value = leaves[target]
                 if not isinstance(value, torch.Tensor) or not _numpy_able([value]):
                     raise InvalidParameter(
@@ -342,15 +354,13 @@ class _Member:
                         f"{count} items of per-item shape {list(dst.shape[1:])} (its first batch's): a member must "
                         "return the items asked for, with one schema"
                     ) from None
-                if narrow is not None:
-                    dst[..., narrow:] = 0
             return
         _, info, rows = draw
         views, later = {}, []
         for source, target, narrow, norm, aside in self.routes:
             dst = arrays[target][row:end]
             if narrow is not None:
-                dst[..., narrow:] = 0
+                dst.fill(0)  # whole rows at once, then the values over their leading entries
                 dst = dst[..., :narrow]
             if aside:
                 dtype, shape = self.source_spec[source]
@@ -370,7 +380,7 @@ class _Member:
             if clip:
                 np.clip(x, -1.0, 1.0, out=x)
             if x is not dst:
-                np.copyto(dst, x)
+                fill_rows(dst, x)
 
 
 def _numpy_able(pieces: list[Any]) -> bool:
@@ -527,10 +537,9 @@ class Mixture:
         # (key, per-item shape, dtype) of every array of a batch, allocated once per batch
         layout = [(key, spec[2], self._layout_dtype(key)) for key, spec in self._schema.items() if spec[0] == "tensor"]
         fixed: list[tuple[Key, tuple[int, ...], np.dtype]] = [(("dataset", "index"), (), np.dtype(np.int64))]
-        # and the pad masks: written from a cache
-        fixed += [
-            ((*key[:-1], key[-1] + "_dim_is_pad"), (width,), np.dtype(np.bool_)) for key, width in self._pad.items()
-        ]
+        # and the pad masks: (padded key, its mask's key, width)
+        self._masks = [(key, (*key[:-1], key[-1] + "_dim_is_pad"), width) for key, width in self._pad.items()]
+        fixed += [(mask_key, (width,), np.dtype(np.bool_)) for _, mask_key, width in self._masks]
         self._memory = BatchMemory(layout + fixed)
         for m in self._members:
             m.plan_routes({key: dtype for key, _, dtype in layout}, self._pad)
@@ -723,15 +732,15 @@ class Mixture:
 
     def _write_fixed(self, arrays: dict[Key, np.ndarray], k: int, batch_size: int, counts: list[int]) -> None:
         """The dataset index and the pad masks of ``k`` batches of these ``counts``: each member's rows
-        filled with its index and its mask row (constant per member: written, not copied from a cache)."""
+        filled with its index and copied from its block of mask rows (``_Member.mask_rows``)."""
         index = arrays[("dataset", "index")].reshape(k, batch_size)
         row = 0
         for i, (m, count) in enumerate(zip(self._members, counts, strict=True)):
             if count:
                 index[:, row : row + count] = i
-                for key, pad_row in m.pad_rows.items():
-                    mask = arrays[(*key[:-1], key[-1] + "_dim_is_pad")]
-                    mask.reshape(k, batch_size, pad_row.size)[:, row : row + count] = pad_row
+                for key, mask_key, width in self._masks:
+                    mask = arrays[mask_key].reshape(k, batch_size, width)[:, row : row + count]
+                    np.copyto(mask, m.mask_rows(key, count))  # the same rows in each of the k batches
                 row += count
 
     def _batch(self, arrays: dict[Key, np.ndarray], batch_size: int) -> TensorDict:

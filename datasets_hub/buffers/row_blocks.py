@@ -20,11 +20,33 @@ def fill_rows(dst: np.ndarray, value: np.ndarray) -> None:
     """``value`` written into ``dst``: the same shape, or ``dst`` wider in its last dimension (the
     values fill ``[..., :width]``). Any other shape is a ``ValueError``, never a broadcast."""
     if dst.shape == value.shape:
-        np.copyto(dst, value)
+        if dst.flags.c_contiguous and value.flags.c_contiguous:
+            np.copyto(dst, value)
+        else:
+            _copy_strided_rows(dst, value)
     elif value.ndim and dst.shape[:-1] == value.shape[:-1] and dst.shape[-1] >= value.shape[-1]:
-        dst[..., : value.shape[-1]] = value
+        _copy_strided_rows(dst[..., : value.shape[-1]], value)
     else:
         raise ValueError(f"cannot write values of shape {list(value.shape)} into rows of shape {list(dst.shape)}")
+
+
+def _copy_strided_rows(dst: np.ndarray, value: np.ndarray) -> None:
+    """``np.copyto(dst, value)`` (same shape) where rows are strided: with the same dtype and each row's
+    last dimension contiguous in both, every row is copied as one opaque item (a void view of it), not
+    value by value: the same bytes, in about half the time of numpy's per-value strided loop for rows
+    of a few values (a batch's narrow rows inside its padded ones, a field cut from packed records)."""
+    width = value.shape[-1] if value.ndim else 0
+    if (
+        width > 1
+        and value.dtype == dst.dtype
+        and value.strides[-1] == value.itemsize
+        and dst.strides[-1] == dst.itemsize
+        and not value.dtype.hasobject
+    ):
+        row = np.dtype((np.void, width * value.itemsize))
+        np.copyto(dst.view(row), value.view(row))
+    else:
+        np.copyto(dst, value)
 
 
 def take_rows(column: np.ndarray, rows: np.ndarray, dst: np.ndarray) -> None:
