@@ -399,6 +399,42 @@ def test_a_batch_never_changes_and_padding_and_masks_are_rewritten_for_every_bat
             assert (batch["observation"][rows][:, :obs_dim] != 7).all()
 
 
+@pytest.mark.parametrize("normalize", [{}, {"observation": "mean_std", "action": "q01_q99"}], ids=["raw", "normalised"])
+def test_batches_of_varying_shares_get_their_own_rows_padding_and_masks_in_reused_memory(normalize):
+    """Shares drawn per batch (exact=False) change every member's rows from batch to batch, one batch per
+    call: each batch's pad entries are zero and each item's mask is its dataset's, whatever the memory
+    reused from a dropped batch held, and the values are those of each member sampled and copied in."""
+
+    def mix(**kw):
+        rbs = [buffer(n, seed=i) for i, n in enumerate("abc")]
+        stats = [stats_of(rb) for rb in rbs]
+        return Mixture(rbs, weights=[1, 2, 1], exact=False, generator=gen(3), normalize=normalize, stats=stats, **kw)
+
+    direct, sampled = mix(), mix(project=[lambda td: td] * 3)
+    seen = set()
+    for size in (40, 40, 7, 40, 64, 40):
+        batch = direct.sample(size)
+        _same_batches(batch, sampled.sample(size))
+        index = batch["dataset", "index"]
+        counts = torch.bincount(index, minlength=3).tolist()
+        seen.add(tuple(counts))
+        assert index.tolist() == [i for i, c in enumerate(counts) for _ in range(c)]  # members in order
+        for i, name in enumerate("abc"):
+            obs_dim, act_dim = SETS[name][:2]
+            rows = index == i
+            for key, mask_key, dim, width in (
+                ("observation", "observation_dim_is_pad", obs_dim, 5),
+                (("next", "observation"), ("next", "observation_dim_is_pad"), obs_dim, 5),
+                ("action", "action_dim_is_pad", act_dim, 6),
+            ):
+                assert (batch[key][rows][:, dim:] == 0).all()
+                assert (batch[mask_key][rows] == (torch.arange(width) >= dim)).all()
+        for key in batch.keys(True, True):  # the caller fills the batch with garbage, then drops it
+            batch[key].fill_(1)
+        del batch
+    assert len(seen) > 2  # the shares did change between batches
+
+
 @pytest.mark.parametrize("read_ahead", [0, -1, 1.5, True])
 def test_bad_read_ahead_is_refused(read_ahead):
     with pytest.raises(InvalidParameter, match="read_ahead must be"):

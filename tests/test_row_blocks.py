@@ -58,3 +58,33 @@ def test_batch_memory_reuses_a_block_and_its_arrays_only_when_nothing_references
     assert not np.shares_memory(fourth["b"], part)
     other = memory.arrays(8)  # another size: another block (the 4-row one is referenced by ``fourth``)
     assert other["a"].shape == (8, 3) and not np.shares_memory(other["a"], fourth["a"])
+
+
+def test_fill_rows_copies_strided_rows_bit_for_bit_as_numpy_does():
+    """Rows whose last dimension is contiguous but whose rows are strided (a field cut from packed records,
+    values into the leading entries of wider rows, windows of vectors) are copied row by row as opaque
+    items: the same bytes as numpy's copy, NaN payloads and signed zeros included, the rest untouched."""
+    rng = np.random.default_rng(0)
+    records = rng.integers(0, 256, (7, 24), dtype=np.uint8)  # any bit pattern: NaNs with payloads, -0.0
+    field = records.view(np.float32)[:, 1:4]  # 3 float32 values per row, rows 24 bytes apart
+    wide = np.full((7, 8), -1, dtype=np.float32)
+    fill_rows(wide, field)
+    assert wide[:, :3].view(np.uint32).tolist() == field.view(np.uint32).tolist()
+    assert (wide[:, 3:] == -1).all()
+    same = np.full((7, 3), -1, dtype=np.float32)
+    fill_rows(same, field)
+    assert same.view(np.uint32).tolist() == field.view(np.uint32).tolist()
+    windows = rng.standard_normal((4, 3, 2))  # [B, T, D] into [B, T, D_max]
+    into = np.zeros((4, 3, 5))
+    fill_rows(into, windows)
+    assert into[..., :2].tolist() == windows.tolist() and not into[..., 2:].any()
+    flags, source = np.zeros((5, 4), dtype=bool), rng.integers(0, 2, (5, 6)).astype(bool)
+    fill_rows(flags, source[:, 1:5])
+    assert flags.tolist() == source[:, 1:5].tolist()
+    casted = np.zeros((3, 4), dtype=np.float64)  # another dtype: numpy's casting copy, as before
+    fill_rows(casted, np.arange(12, dtype=np.int32).reshape(3, 4)[:, :3])
+    assert casted.tolist() == [[0, 1, 2, 0], [4, 5, 6, 0], [8, 9, 10, 0]]
+    transposed = np.arange(12.0).reshape(4, 3).T  # rows not contiguous along the last dimension
+    out = np.zeros((3, 4))
+    fill_rows(out, transposed)
+    assert out.tolist() == transposed.tolist()
