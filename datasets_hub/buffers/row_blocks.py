@@ -20,33 +20,34 @@ def fill_rows(dst: np.ndarray, value: np.ndarray) -> None:
     """``value`` written into ``dst``: the same shape, or ``dst`` wider in its last dimension (the
     values fill ``[..., :width]``). Any other shape is a ``ValueError``, never a broadcast."""
     if dst.shape == value.shape:
-        if dst.flags.c_contiguous and value.flags.c_contiguous:
+        if (dst.flags.c_contiguous and value.flags.c_contiguous) or not _copied_as_rows(dst, value):
             np.copyto(dst, value)
-        else:
-            _copy_strided_rows(dst, value)
     elif value.ndim and dst.shape[:-1] == value.shape[:-1] and dst.shape[-1] >= value.shape[-1]:
-        _copy_strided_rows(dst[..., : value.shape[-1]], value)
+        narrow = dst[..., : value.shape[-1]]
+        if not _copied_as_rows(narrow, value):
+            narrow[...] = value
     else:
         raise ValueError(f"cannot write values of shape {list(value.shape)} into rows of shape {list(dst.shape)}")
 
 
-def _copy_strided_rows(dst: np.ndarray, value: np.ndarray) -> None:
-    """``np.copyto(dst, value)`` (same shape) where rows are strided: with the same dtype and each row's
-    last dimension contiguous in both, every row is copied as one opaque item (a void view of it), not
-    value by value: the same bytes, in about half the time of numpy's per-value strided loop for rows
-    of a few values (a batch's narrow rows inside its padded ones, a field cut from packed records)."""
+def _copied_as_rows(dst: np.ndarray, value: np.ndarray) -> bool:
+    """Copy ``value`` into ``dst`` (the same shape, strided rows) row by row, each row one opaque item (a
+    void view of it) rather than value by value, where both have the same dtype and each row's last
+    dimension is contiguous: the same bytes, in about half the time of numpy's per-value strided loop
+    for rows of a few values (a batch's narrow rows inside its padded ones, a field cut from packed
+    records). False (nothing written) where that does not apply."""
     width = value.shape[-1] if value.ndim else 0
     if (
-        width > 1
-        and value.dtype == dst.dtype
-        and value.strides[-1] == value.itemsize
-        and dst.strides[-1] == dst.itemsize
-        and not value.dtype.hasobject
+        width < 2
+        or value.dtype != dst.dtype
+        or value.dtype.hasobject
+        or value.strides[-1] != value.itemsize
+        or dst.strides[-1] != dst.itemsize
     ):
-        row = np.dtype((np.void, width * value.itemsize))
-        np.copyto(dst.view(row), value.view(row))
-    else:
-        np.copyto(dst, value)
+        return False
+    row = np.dtype((np.void, width * value.itemsize))
+    np.copyto(dst.view(row), value.view(row))
+    return True
 
 
 def take_rows(column: np.ndarray, rows: np.ndarray, dst: np.ndarray) -> None:
