@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from datasets_hub.buffers.row_blocks import fill_rows, take_rows
+from datasets_hub.buffers.row_blocks import ROW_COPY_MIN_ROWS, fill_rows, take_rows
 
 
 def test_fill_rows_same_shape_and_wider_rows_leave_the_rest_alone():
@@ -60,31 +60,34 @@ def test_batch_memory_reuses_a_block_and_its_arrays_only_when_nothing_references
     assert other["a"].shape == (8, 3) and not np.shares_memory(other["a"], fourth["a"])
 
 
-def test_fill_rows_copies_strided_rows_bit_for_bit_as_numpy_does():
+@pytest.mark.parametrize("n", [7, ROW_COPY_MIN_ROWS + 5], ids=["few rows", "row-wise copy"])
+def test_fill_rows_copies_strided_rows_bit_for_bit_as_numpy_does(n):
     """Rows whose last dimension is contiguous but whose rows are strided (a field cut from packed records,
-    values into the leading entries of wider rows, windows of vectors) are copied row by row as opaque
-    items: the same bytes as numpy's copy, NaN payloads and signed zeros included, the rest untouched."""
+    values into the leading entries of wider rows, windows of vectors) are copied (from ROW_COPY_MIN_ROWS
+    rows on, row by row as opaque items): the same bytes as numpy's copy, NaN payloads and signed zeros
+    included, the rest untouched."""
     rng = np.random.default_rng(0)
-    records = rng.integers(0, 256, (7, 24), dtype=np.uint8)  # any bit pattern: NaNs with payloads, -0.0
+    records = rng.integers(0, 256, (n, 24), dtype=np.uint8)  # any bit pattern: NaNs with payloads, -0.0
     field = records.view(np.float32)[:, 1:4]  # 3 float32 values per row, rows 24 bytes apart
-    wide = np.full((7, 8), -1, dtype=np.float32)
+    wide = np.full((n, 8), -1, dtype=np.float32)
     fill_rows(wide, field)
-    assert wide[:, :3].view(np.uint32).tolist() == field.view(np.uint32).tolist()
+    assert np.array_equal(wide[:, :3].view(np.uint32), field.view(np.uint32))
     assert (wide[:, 3:] == -1).all()
-    same = np.full((7, 3), -1, dtype=np.float32)
+    same = np.full((n, 3), -1, dtype=np.float32)
     fill_rows(same, field)
-    assert same.view(np.uint32).tolist() == field.view(np.uint32).tolist()
-    windows = rng.standard_normal((4, 3, 2))  # [B, T, D] into [B, T, D_max]
-    into = np.zeros((4, 3, 5))
+    assert np.array_equal(same.view(np.uint32), field.view(np.uint32))
+    windows = rng.standard_normal((n, 3, 2))  # [B, T, D] into [B, T, D_max]
+    into = np.zeros((n, 3, 5))
     fill_rows(into, windows)
-    assert into[..., :2].tolist() == windows.tolist() and not into[..., 2:].any()
-    flags, source = np.zeros((5, 4), dtype=bool), rng.integers(0, 2, (5, 6)).astype(bool)
+    assert np.array_equal(into[..., :2], windows) and not into[..., 2:].any()
+    flags, source = np.zeros((n, 4), dtype=bool), rng.integers(0, 2, (n, 6)).astype(bool)
     fill_rows(flags, source[:, 1:5])
-    assert flags.tolist() == source[:, 1:5].tolist()
-    casted = np.zeros((3, 4), dtype=np.float64)  # another dtype: numpy's casting copy, as before
-    fill_rows(casted, np.arange(12, dtype=np.int32).reshape(3, 4)[:, :3])
-    assert casted.tolist() == [[0, 1, 2, 0], [4, 5, 6, 0], [8, 9, 10, 0]]
-    transposed = np.arange(12.0).reshape(4, 3).T  # rows not contiguous along the last dimension
-    out = np.zeros((3, 4))
+    assert np.array_equal(flags, source[:, 1:5])
+    casted = np.zeros((n, 4), dtype=np.float64)  # another dtype: numpy's casting copy, as before
+    ints = np.arange(4 * n, dtype=np.int32).reshape(n, 4)[:, :3]
+    fill_rows(casted, ints)
+    assert np.array_equal(casted[:, :3], ints) and not casted[:, 3].any()
+    transposed = np.arange(3.0 * n).reshape(n, 3).T  # rows not contiguous along the last dimension
+    out = np.zeros((3, n))
     fill_rows(out, transposed)
-    assert out.tolist() == transposed.tolist()
+    assert np.array_equal(out, transposed)

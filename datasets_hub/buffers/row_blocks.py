@@ -15,12 +15,17 @@ from typing import Any
 
 import numpy as np
 
+#: rows below which numpy's own strided copy is as fast as the row-wise one with its set-up (measured:
+#: about 1.5 us of set-up against 2.5-5 ns saved per row of 3 to 17 float32 values)
+ROW_COPY_MIN_ROWS = 1024
+_ROW_TYPES: dict[int, np.dtype] = {}  # bytes per row -> the opaque item of that size
+
 
 def fill_rows(dst: np.ndarray, value: np.ndarray) -> None:
     """``value`` written into ``dst``: the same shape, or ``dst`` wider in its last dimension (the
     values fill ``[..., :width]``). Any other shape is a ``ValueError``, never a broadcast."""
     if dst.shape == value.shape:
-        if (dst.flags.c_contiguous and value.flags.c_contiguous) or not _copied_as_rows(dst, value):
+        if not _copied_as_rows(dst, value):
             np.copyto(dst, value)
     elif value.ndim and dst.shape[:-1] == value.shape[:-1] and dst.shape[-1] >= value.shape[-1]:
         narrow = dst[..., : value.shape[-1]]
@@ -31,21 +36,27 @@ def fill_rows(dst: np.ndarray, value: np.ndarray) -> None:
 
 
 def _copied_as_rows(dst: np.ndarray, value: np.ndarray) -> bool:
-    """Copy ``value`` into ``dst`` (the same shape, strided rows) row by row, each row one opaque item (a
-    void view of it) rather than value by value, where both have the same dtype and each row's last
-    dimension is contiguous: the same bytes, in about half the time of numpy's per-value strided loop
-    for rows of a few values (a batch's narrow rows inside its padded ones, a field cut from packed
+    """Copy ``value`` into ``dst`` (the same shape) row by row, each row one opaque item (a void view of
+    it) rather than value by value, where that pays: at least ``ROW_COPY_MIN_ROWS`` rows of several
+    values, strided in one of them (contiguous ones are one block copy already), the same dtype, and
+    each row's last dimension contiguous in both. The same bytes, in about half the time of numpy's
+    per-value strided loop (a batch's narrow rows inside its padded ones, a field cut from packed
     records). False (nothing written) where that does not apply."""
     width = value.shape[-1] if value.ndim else 0
     if (
         width < 2
+        or value.size < ROW_COPY_MIN_ROWS * width
         or value.dtype != dst.dtype
         or value.dtype.hasobject
         or value.strides[-1] != value.itemsize
         or dst.strides[-1] != dst.itemsize
+        or (dst.flags.c_contiguous and value.flags.c_contiguous)
     ):
         return False
-    row = np.dtype((np.void, width * value.itemsize))
+    nbytes = width * value.itemsize
+    row = _ROW_TYPES.get(nbytes)
+    if row is None:
+        row = _ROW_TYPES.setdefault(nbytes, np.dtype((np.void, nbytes)))
     np.copyto(dst.view(row), value.view(row))
     return True
 
