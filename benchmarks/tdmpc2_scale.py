@@ -37,6 +37,15 @@ GC paused, 1 torch thread, medians: ``rb.sample()`` of 256 slices of 4 steps (py
   ``observation`` and ``next/observation`` written here per row (TorchRL has no shared-next layout).
   TorchRL's batch has fewer leaves and bytes: the comparison favours it.
 
+Memory options, to see where the cost of a batch over many rows goes: ``--populate`` maps every page
+of ours' files into the process before timing (a long run's steady state); ``--in-memory`` samples
+from ``DatasetStorage(path, in_memory=True)`` (the build copied into anonymous memory, advised for
+transparent huge pages); ``--thp off`` disables transparent huge pages for the whole process
+(``prctl(PR_SET_THP_DISABLE)``: every mapping in 4 KiB pages), and ``--thp compare`` (with
+``--in-memory``) copies each build twice, with 2 MiB pages and then with 4 KiB pages, all timed
+interleaved in one process; ``--random`` advises ``MADV_RANDOM`` on ours' file mappings. The report
+says how much of the process was mapped in 2 MiB pages while timed (``/proc/self/smaps_rollup``).
+
 The first call of each (the one that derives or loads the episode boundaries) is reported on its own.
 Values of every build are checked on sampled batches (observation = step, next observation =
 step + 1, task = episode % 30, slices inside one episode). Prints a table and writes
