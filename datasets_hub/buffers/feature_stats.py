@@ -173,7 +173,9 @@ class _KeyStats:
         if all_finite:
             count = np.full(self.channels, x.shape[1], dtype=np.int64)
             mean = sums / x.shape[1]
-            centred = x - mean[:, None]
+            # in place when nothing reads the float64 copy later (float32 values are bucketed from their own bits)
+            in_place = x is not block and block.dtype == np.float32 and self.exact is None
+            centred = np.subtract(x, mean[:, None], out=x if in_place else None)
             np.square(centred, out=centred)
             m2 = centred.sum(axis=1)
             # on the block's own dtype (exact: a float64 copy orders values the same), fewer bytes to read
