@@ -145,7 +145,7 @@ class _KeyStats:
         a = 0
         while a < n:
             # large blocks while counting small integers, or while telling whether a key has few distinct
-            # values (a prefix of a large block settles that with one sort); cache-sized blocks after
+            # values (a prefix of a large block settles that, see _settle_exact); cache-sized blocks after
             large = self.small or self.exact is not None
             step = max(1, (_COUNT_BLOCK_VALUES if large else _BLOCK_VALUES) // per_row)
             block = self._by_channel(values[a : a + step])
@@ -240,7 +240,8 @@ class _KeyStats:
     def _settle_exact(self, values: np.ndarray) -> None:
         """Go to buckets now if a channel's first values in ``values`` (rows of items) are already more
         than :data:`EXACT_DISTINCT` distinct finite values: the key would go there anyway, with the same
-        counts, and the rest of the batch is then read in cache-sized blocks. One sort per channel tried."""
+        counts, and the rest of the batch is then read in cache-sized blocks. Per channel tried: a count of
+        its values' distinct low 16 bits, and a sort only when that does not already prove it."""
         per_channel_row = max(1, math.prod(self.item_shape) // self.channels)
         rows = -(-2 * EXACT_DISTINCT // per_channel_row)  # twice the bound: a few repeated values still tell
         if values.shape[0] < rows:
