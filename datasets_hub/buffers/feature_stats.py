@@ -348,12 +348,13 @@ class _KeyStats:
             "max": np.where(empty, np.nan, self.max),
         }
         # bucket counts: one running sum per key; only the buckets the order statistics fall in are valued
-        cumulative = np.cumsum(self.buckets, axis=1) if self.exact is None else None
+        exact = self.exact
+        cumulative = np.cumsum(self.buckets, axis=1) if exact is None else np.zeros((0, 0), np.int64)
         for name, q in PERCENTILES.items():
             column = []
             for c in range(self.channels):
-                if cumulative is None:
-                    values, counts = self.exact[c]  # type: ignore[index]
+                if exact is not None:
+                    values, counts = exact[c]
                     column.append(_percentile(values, counts, q))
                 else:
                     column.append(_percentile_of(cumulative[c], self._bucket_value_of(c), q))
