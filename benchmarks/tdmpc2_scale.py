@@ -211,10 +211,8 @@ def warm(paths: list[Path]) -> None:
 MADV_POPULATE_READ = 22  # Linux >= 5.14: map a range's pages into this process (reading them if needed)
 
 
-def populate(paths: list[Path]) -> int:
-    """Map every page of this process's mappings of ``paths`` (``madvise(MADV_POPULATE_READ)``), as a long run's
-    calls eventually do: the steady state a training run samples in. Without it, a 9 GB mapping mapped page by
-    page on first touch costs a minor fault per new page for thousands of calls. Returns the bytes mapped."""
+def _advise_mappings(paths: list[Path], advice: int) -> int:
+    """``madvise(advice)`` on every mapping of ``paths`` in this process; returns the bytes advised."""
     import ctypes
 
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -226,9 +224,16 @@ def populate(paths: list[Path]) -> int:
             parts = line.split(maxsplit=5)
             if len(parts) == 6 and parts[5].strip() in names:
                 lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                if libc.madvise(lo, hi - lo, MADV_POPULATE_READ) == 0:
+                if libc.madvise(lo, hi - lo, advice) == 0:
                     done += hi - lo
     return done
+
+
+def populate(paths: list[Path]) -> int:
+    """Map every page of this process's mappings of ``paths`` (``madvise(MADV_POPULATE_READ)``), as a long run's
+    calls eventually do: the steady state a training run samples in. Without it, a 9 GB mapping mapped page by
+    page on first touch costs a minor fault per new page for thousands of calls. Returns the bytes mapped."""
+    return _advise_mappings(paths, MADV_POPULATE_READ)
 
 
 MADV_RANDOM = 1  # no read-ahead around a fault in this range (the pages read are the ones touched)
@@ -237,20 +242,7 @@ PR_SET_THP_DISABLE = 41  # prctl: no transparent huge pages for any mapping of t
 
 def advise_random(paths: list[Path]) -> int:
     """``madvise(MADV_RANDOM)`` on this process's mappings of ``paths``; returns the bytes advised."""
-    import ctypes
-
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    names = {str(p.resolve()) for p in paths}
-    done = 0
-    with open("/proc/self/maps") as fh:
-        for line in fh:
-            parts = line.split(maxsplit=5)
-            if len(parts) == 6 and parts[5].strip() in names:
-                lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                if libc.madvise(lo, hi - lo, MADV_RANDOM) == 0:
-                    done += hi - lo
-    return done
+    return _advise_mappings(paths, MADV_RANDOM)
 
 
 def disable_huge_pages() -> None:
