@@ -37,6 +37,15 @@ GC paused, 1 torch thread, medians: ``rb.sample()`` of 256 slices of 4 steps (py
   ``observation`` and ``next/observation`` written here per row (TorchRL has no shared-next layout).
   TorchRL's batch has fewer leaves and bytes: the comparison favours it.
 
+Memory options, to see where the cost of a batch over many rows goes: ``--populate`` maps every page
+of ours' files into the process before timing (a long run's steady state); ``--in-memory`` samples
+from ``DatasetStorage(path, in_memory=True)`` (the build copied into anonymous memory, advised for
+transparent huge pages); ``--thp off`` disables transparent huge pages for the whole process
+(``prctl(PR_SET_THP_DISABLE)``: every mapping in 4 KiB pages), and ``--thp compare`` (with
+``--in-memory``) copies each build twice, with 2 MiB pages and then with 4 KiB pages, all timed
+interleaved in one process; ``--random`` advises ``MADV_RANDOM`` on ours' file mappings. The report
+says how much of the process was mapped in 2 MiB pages while timed (``/proc/self/smaps_rollup``).
+
 The first call of each (the one that derives or loads the episode boundaries) is reported on its own.
 Values of every build are checked on sampled batches (observation = step, next observation =
 step + 1, task = episode % 30, slices inside one episode). Prints a table and writes
@@ -202,10 +211,8 @@ def warm(paths: list[Path]) -> None:
 MADV_POPULATE_READ = 22  # Linux >= 5.14: map a range's pages into this process (reading them if needed)
 
 
-def populate(paths: list[Path]) -> int:
-    """Map every page of this process's mappings of ``paths`` (``madvise(MADV_POPULATE_READ)``), as a long run's
-    calls eventually do: the steady state a training run samples in. Without it, a 9 GB mapping mapped page by
-    page on first touch costs a minor fault per new page for thousands of calls. Returns the bytes mapped."""
+def _advise_mappings(paths: list[Path], advice: int) -> int:
+    """``madvise(advice)`` on every mapping of ``paths`` in this process; returns the bytes advised."""
     import ctypes
 
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -217,9 +224,50 @@ def populate(paths: list[Path]) -> int:
             parts = line.split(maxsplit=5)
             if len(parts) == 6 and parts[5].strip() in names:
                 lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                if libc.madvise(lo, hi - lo, MADV_POPULATE_READ) == 0:
+                if libc.madvise(lo, hi - lo, advice) == 0:
                     done += hi - lo
     return done
+
+
+def populate(paths: list[Path]) -> int:
+    """Map every page of this process's mappings of ``paths`` (``madvise(MADV_POPULATE_READ)``), as a long run's
+    calls eventually do: the steady state a training run samples in. Without it, a 9 GB mapping mapped page by
+    page on first touch costs a minor fault per new page for thousands of calls. Returns the bytes mapped."""
+    return _advise_mappings(paths, MADV_POPULATE_READ)
+
+
+MADV_RANDOM = 1  # no read-ahead around a fault in this range (the pages read are the ones touched)
+PR_SET_THP_DISABLE = 41  # prctl: no transparent huge pages for any mapping of this process (anonymous or file)
+
+
+def advise_random(paths: list[Path]) -> int:
+    """``madvise(MADV_RANDOM)`` on this process's mappings of ``paths``; returns the bytes advised."""
+    return _advise_mappings(paths, MADV_RANDOM)
+
+
+def disable_huge_pages() -> None:
+    """No transparent huge pages in this process from now on (``prctl(PR_SET_THP_DISABLE)``): the
+    library's ``MADV_HUGEPAGE`` advice then has no effect, and every mapping uses 4 KiB pages."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    if libc.prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
+        raise SystemExit(f"--thp off: prctl(PR_SET_THP_DISABLE) failed (errno {ctypes.get_errno()})")
+
+
+def page_sizes() -> dict[str, int]:
+    """Bytes of this process's memory by kind of page (``/proc/self/smaps_rollup``): resident, anonymous
+    memory in 2 MiB pages, file pages mapped as 2 MiB pages."""
+    out = {}
+    try:
+        with open("/proc/self/smaps_rollup") as fh:
+            for line in fh:
+                name, _, rest = line.partition(":")
+                if name in ("Rss", "AnonHugePages", "FilePmdMapped"):
+                    out[name] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
 
 
 def drop(paths: list[Path]) -> None:
@@ -288,8 +336,82 @@ def bytes_per_transition(steps: int = STEPS) -> dict[str, float]:
     }
 
 
+def open_cases(
+    build_dir: Path,
+    rows: int,
+    pages: str | None,
+    shapes: list[tuple[int, int]],
+    fns: dict[str, Callable[[], Any]],
+    built: dict[str, Any],
+    args: argparse.Namespace,
+    rl_dir: Path | None,
+) -> list[dict[str, Any]]:
+    """Open ours (and TorchRL's storage in ``rl_dir`` when given) over ``build_dir``, check a few batches,
+    and add one sampling function per shape to ``fns``; returns the cases. ``pages`` (``"2M"`` or
+    ``"4K"`` with ``--thp compare``) labels the in-memory copy and suffixes the names."""
+    episodes = rows // STEPS
+    suffix = f"_{pages}" if pages else ""
+    t0 = time.perf_counter()
+    storage = DatasetStorage(build_dir, in_memory=args.in_memory)
+    if args.in_memory:
+        built[f"in_memory_copy{suffix}_s"] = time.perf_counter() - t0
+        drop(ours_files(build_dir))  # the copy is what is sampled: the files' cached pages may go
+    rl_storage = None
+    if rl_dir is not None:
+        t0 = time.perf_counter()
+        rl_storage = torchrl_storage(build_dir, episodes, args.obs_width, rl_dir)
+        built["torchrl_storage_s"] = time.perf_counter() - t0
+    cases = []
+    for slices, slice_len in shapes:
+        batch = slices * slice_len
+        case: dict[str, Any] = {"rows": rows, "episodes": episodes, "slices": slices, "slice_len": slice_len}
+        if pages:
+            case["pages"] = pages
+        name = case_name(case)
+        rb = dh.TensorDictReplayBuffer(
+            storage=storage,
+            sampler=dh.SliceSampler(num_slices=slices),
+            batch_size=batch,
+            generator=torch.Generator().manual_seed(0),
+        )
+        t0 = time.perf_counter()
+        first = rb.sample()
+        case["ours_first_call_s"] = time.perf_counter() - t0
+        for got in (first, rb.sample(), rb.sample()):
+            check_batch(got, slices, slice_len, f"ours, {rows:,} rows")
+        fns[f"ours_{name}"] = rb.sample
+        if rl_storage is not None:
+            sampler = RLSliceSampler(num_slices=slices, end_key=("next", "truncated"), cache_values=True)
+            rl = RLTensorDictReplayBuffer(storage=rl_storage, sampler=sampler, batch_size=batch)
+            t0 = time.perf_counter()
+            got = rl.sample()
+            case["torchrl_first_call_s"] = time.perf_counter() - t0
+            if got.numel() != batch:
+                raise RuntimeError(f"torchrl, {rows:,} rows: {got.numel()} rows for a batch of {batch}")
+            fns[f"torchrl_{name}"] = rl.sample
+        print(f"  {slices}x{slice_len}{' ' + pages if pages else ''}: first calls ours "
+              f"{case['ours_first_call_s']:.2f}s, TorchRL {case.get('torchrl_first_call_s', float('nan')):.2f}s",
+              flush=True)  # fmt: skip
+        cases.append(case)
+    return cases
+
+
+def case_name(case: dict[str, Any]) -> str:
+    """``rows_SLICESxSTEPS`` (plus ``_2M``/``_4K`` with ``--thp compare``): the key of a case's timings."""
+    pages = f"_{case['pages']}" if "pages" in case else ""
+    return f"{case['rows']}_{case['slices']}x{case['slice_len']}{pages}"
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
+    if args.thp == "compare" and not args.in_memory:
+        raise SystemExit("--thp compare needs --in-memory (two anonymous copies of each build, 2 MiB and 4 KiB pages)")
+    if args.thp == "off":
+        disable_huge_pages()
+    # --thp compare: every size copied twice, first with huge pages, then (THP disabled for the process,
+    # which leaves the pages already mapped as they are) with 4 KiB pages; all timed interleaved
+    passes: list[str | None] = ["2M", "4K"] if args.thp == "compare" else [None]
+    build_dirs: dict[int, Path] = {}
     # --work keeps the builds (a rerun reuses them: the pipeline returns a complete build as it is)
     tmp = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="dh_tdmpc2_scale_", dir=args.tmp))
     files: dict[str, list[Path]] = {"ours": [], "torchrl": []}
@@ -299,7 +421,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cases: list[dict[str, Any]] = []
     fns: dict[str, Callable[[], Any]] = {}
     try:
-        for rows in args.sizes:
+        for pages, rows in [(pages, rows) for pages in passes for rows in args.sizes]:
+            if pages == "4K" and rows == args.sizes[0]:
+                disable_huge_pages()
+            if rows in build_dirs:
+                again = next(b for b in builds if b["rows"] == rows)
+                cases += open_cases(build_dirs[rows], rows, pages, shapes, fns, again, args, None)
+                continue
             if rows % STEPS:
                 raise SystemExit(f"--sizes: {rows} is not a multiple of {STEPS} (whole mt30 episodes)")
             episodes = rows // STEPS
@@ -309,43 +437,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             built["build_bytes"] = du(build_dir)
             print(f"built {rows:,} rows ({episodes:,} episodes) in {built['build_s']:.0f}s: "
                   f"{built['build_bytes'] / 1e9:.2f} GB", flush=True)  # fmt: skip
-            storage = DatasetStorage(build_dir)
-            files["ours"] += ours_files(build_dir)
-            rl_storage = None
-            if have_rl:
-                t0 = time.perf_counter()
-                rl_storage = torchrl_storage(build_dir, episodes, args.obs_width, tmp / f"torchrl_{rows}")
-                built["torchrl_storage_s"] = time.perf_counter() - t0
-                files["torchrl"] += torchrl_files(build_dir, tmp / f"torchrl_{rows}")
+            build_dirs[rows] = build_dir
             builds.append(built)
-            for slices, slice_len in shapes:
-                batch = slices * slice_len
-                case: dict[str, Any] = {"rows": rows, "episodes": episodes, "slices": slices, "slice_len": slice_len}
-                name = f"{rows}_{slices}x{slice_len}"
-                rb = dh.TensorDictReplayBuffer(
-                    storage=storage,
-                    sampler=dh.SliceSampler(num_slices=slices),
-                    batch_size=batch,
-                    generator=torch.Generator().manual_seed(0),
-                )
-                t0 = time.perf_counter()
-                first = rb.sample()
-                case["ours_first_call_s"] = time.perf_counter() - t0
-                for got in (first, rb.sample(), rb.sample()):
-                    check_batch(got, slices, slice_len, f"ours, {rows:,} rows")
-                fns[f"ours_{name}"] = rb.sample
-                if rl_storage is not None:
-                    sampler = RLSliceSampler(num_slices=slices, end_key=("next", "truncated"), cache_values=True)
-                    rl = RLTensorDictReplayBuffer(storage=rl_storage, sampler=sampler, batch_size=batch)
-                    t0 = time.perf_counter()
-                    got = rl.sample()
-                    case["torchrl_first_call_s"] = time.perf_counter() - t0
-                    if got.numel() != batch:
-                        raise RuntimeError(f"torchrl, {rows:,} rows: {got.numel()} rows for a batch of {batch}")
-                    fns[f"torchrl_{name}"] = rl.sample
-                print(f"  {slices}x{slice_len}: first calls ours {case['ours_first_call_s']:.2f}s, TorchRL "
-                      f"{case.get('torchrl_first_call_s', float('nan')):.2f}s", flush=True)  # fmt: skip
-                cases.append(case)
+            files["ours"] += ours_files(build_dir)
+            rl_dir = tmp / f"torchrl_{rows}" if have_rl else None
+            cases += open_cases(build_dir, rows, pages, shapes, fns, built, args, rl_dir)
+            if rl_dir is not None:
+                files["torchrl"] += torchrl_files(build_dir, rl_dir)
         # one phase per library: its files warmed, the other's dropped from the page cache, so that a
         # phase's working set fits this machine's RAM (both together do not, at 345M rows: every call
         # then waits on the disk); the sizes of one library interleaved within its phase
@@ -355,11 +453,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not mine:
                 continue
             drop(files["torchrl" if lib == "ours" else "ours"])
-            t0 = time.perf_counter()
-            warm(files[lib])
-            print(f"{lib}: warmed {sum(p.stat().st_size for p in files[lib]) / 1e9:.2f} GB in "
-                  f"{time.perf_counter() - t0:.0f}s", flush=True)  # fmt: skip
-            if args.populate:
+            in_ram = lib == "ours" and args.in_memory  # then ours reads no file while sampling
+            if args.random and lib == "ours" and not in_ram:
+                print(f"ours: MADV_RANDOM on {advise_random(files[lib]) / 1e9:.2f} GB of mappings", flush=True)
+            if not in_ram:
+                t0 = time.perf_counter()
+                warm(files[lib])
+                print(f"{lib}: warmed {sum(p.stat().st_size for p in files[lib]) / 1e9:.2f} GB in "
+                      f"{time.perf_counter() - t0:.0f}s", flush=True)  # fmt: skip
+            if args.populate and not in_ram:
                 t0 = time.perf_counter()
                 mapped = populate(files[lib])
                 print(f"{lib}: mapped {mapped / 1e9:.2f} GB into this process in {time.perf_counter() - t0:.1f}s",
@@ -374,17 +476,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 repeats = max(5, min(args.repeats, int(args.slow_budget_s / one_call_s(fn))))
                 timed[name] = time_calls({name: fn}, repeats, 1)[name]
                 calls += repeats + 4
-            timed[lib] = {"major_faults_per_call": (major_faults() - faults) / max(1, calls)}
-            print(f"{lib}: {timed[lib]['major_faults_per_call']:.2f} major page faults per call", flush=True)
+            timed[lib] = {"major_faults_per_call": (major_faults() - faults) / max(1, calls), **page_sizes()}
+            print(f"{lib}: {timed[lib]['major_faults_per_call']:.2f} major page faults per call; after timing, "
+                  f"resident {timed[lib].get('Rss', 0) / 1e9:.2f} GB, anonymous 2 MiB pages "
+                  f"{timed[lib].get('AnonHugePages', 0) / 1e9:.2f} GB, file pages mapped 2 MiB "
+                  f"{timed[lib].get('FilePmdMapped', 0) / 1e9:.2f} GB", flush=True)  # fmt: skip
         for case in cases:
-            name = f"{case['rows']}_{case['slices']}x{case['slice_len']}"
+            name = case_name(case)
             for lib in ("ours", "torchrl"):
                 t = timed.get(f"{lib}_{name}")
                 if t:
                     case[f"{lib}_us"] = t["median_s"] * 1e6
                     case[f"{lib}_p10_us"], case[f"{lib}_p90_us"] = t["p10_s"] * 1e6, t["p90_s"] * 1e6
                     case[f"{lib}_repeats"] = t["repeats"]
-            ref = next(c for c in cases if (c["slices"], c["slice_len"]) == (case["slices"], case["slice_len"]))
+            shape = (case["slices"], case["slice_len"], case.get("pages"))
+            ref = next(c for c in cases if (c["slices"], c["slice_len"], c.get("pages")) == shape)
             case["ours_over_reference"] = case["ours_us"] / ref["ours_us"]
             if "torchrl_us" in case:
                 case["torchrl_over_reference"] = case["torchrl_us"] / ref["torchrl_us"]
@@ -401,8 +507,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "repeats": args.repeats,
         "warmup": args.warmup,
         "builds": builds,
+        "in_memory": args.in_memory,
+        "thp": args.thp,
+        "thp_mode": thp_mode(),
+        "populate": args.populate,
+        "random": args.random,
         "major_faults_per_call": {
             lib: timed[lib]["major_faults_per_call"] for lib in ("ours", "torchrl") if lib in timed
+        },
+        "page_sizes": {
+            lib: {k: v for k, v in timed[lib].items() if k != "major_faults_per_call"}
+            for lib in ("ours", "torchrl")
+            if lib in timed
         },
         "cases": cases,
         "target_ratio": 1.3,
@@ -411,6 +527,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "env": environment(torchrl=getattr(torchrl, "__version__", None) if have_rl else None),
         "command": command(),
     }
+
+
+def thp_mode() -> str | None:
+    """The kernel's transparent huge page mode (``always``, ``madvise`` or ``never``), None where unknown."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return text[text.index("[") + 1 : text.index("]")] if "[" in text else None
 
 
 def parse_shape(text: str) -> tuple[int, int]:
@@ -437,7 +562,8 @@ def table(report: dict[str, Any]) -> str:
 
     for c in report["cases"]:
         lines.append(
-            f"| {c['rows']:,} | {c['episodes']:,} | {c['slices']}x{c['slice_len']} | {c['ours_us']:.0f} | "
+            f"| {c['rows']:,}{' (' + c['pages'] + ' pages)' if 'pages' in c else ''} | {c['episodes']:,} "
+            f"| {c['slices']}x{c['slice_len']} | {c['ours_us']:.0f} | "
             f"{c['ours_over_reference']:.2f}x | {f(c, 'torchrl_us', '.0f')} | {f(c, 'torchrl_over_reference', '.2f')} "
             f"| {f(c, 'torchrl_over_ours', '.1f')} | {c['ours_first_call_s']:.2f} | {f(c, 'torchrl_first_call_s', '.2f')} |"
         )
@@ -445,7 +571,14 @@ def table(report: dict[str, Any]) -> str:
     sizes = ", ".join(
         f"{x['rows']:,} rows: {x['build_bytes'] / 1e9:.2f} GB in {x['build_s']:.0f}s" for x in report["builds"]
     )
+    mode = "in_memory=True" if report["in_memory"] else "memory-mapped files"
+    mode += ", populated" if report["populate"] else ""
+    mode += ", MADV_RANDOM" if report["random"] else ""
+    pages = report["page_sizes"].get("ours", {})
     lines.append(
+        f"\nours: {mode}; transparent huge pages: {report['thp_mode']} (this process: {report['thp']}); "
+        f"while timed: {pages.get('AnonHugePages', 0) / 1e9:.2f} GB anonymous and "
+        f"{pages.get('FilePmdMapped', 0) / 1e9:.2f} GB of files in 2 MiB pages, {pages.get('Rss', 0) / 1e9:.2f} GB resident"
         f"\nbuilds: {sizes}"
         f"\nbiggest / first size (ours), every shape <= {report['target_ratio']}x: {'met' if report['met'] else 'MISSED'}"
         f"\nreal mt30 per transition: build {b['build']:.0f} B, device-resident {b['device']:.0f} B "
@@ -471,6 +604,23 @@ def main(argv: list[str] | None = None) -> None:
         "--populate",
         action="store_true",
         help="map every page of each library's files into the process before timing (a long run's steady state)",
+    )
+    p.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="sample ours from DatasetStorage(path, in_memory=True): the build copied into anonymous memory",
+    )
+    p.add_argument(
+        "--thp",
+        choices=["default", "off", "compare"],
+        default="default",
+        help="off: no transparent huge pages in this process (prctl PR_SET_THP_DISABLE), to measure what they do; "
+        "compare (with --in-memory): each build copied twice, with huge pages and then without, timed interleaved",
+    )
+    p.add_argument(
+        "--random",
+        action="store_true",
+        help="madvise(MADV_RANDOM) on ours' file mappings before they are warmed (not with --in-memory)",
     )
     p.add_argument(
         "--work",

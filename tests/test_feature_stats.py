@@ -302,3 +302,64 @@ def test_a_state_saved_and_restored_goes_on_exactly(tmp_path):
     assert resumed.result() == whole.result()
     assert whole.result()["observation"]["q_rel_error"] > 0  # the bucket regime was reached
     assert FeatureStats.from_state(FeatureStats().state()).result() == {}
+
+
+def assert_same_in_pieces(x: np.ndarray, cuts: list[int], whole: dict) -> None:
+    """``x`` fed in pieces gives ``whole`` (its statistics fed at once): every field equal, mean and std
+    to float rounding (merged moments depend on the split in their last bits)."""
+    pieces = feed({"x": x}, cuts)["x"]
+    assert {k: v for k, v in pieces.items() if k not in ("mean", "std")} == {
+        k: v for k, v in whole.items() if k not in ("mean", "std")
+    }
+    for name in ("mean", "std"):
+        np.testing.assert_allclose(stats_arrays(pieces)[name], stats_arrays(whole)[name], rtol=1e-12)
+
+
+def test_the_first_batch_settles_the_regime_only_on_proof_of_too_many_distinct_values():
+    """A first batch is sent to buckets at once only when it proves more than EXACT_DISTINCT distinct
+    values per channel (from the low 16 bits, else by a sort): exactly EXACT_DISTINCT distinct values
+    with distinct low bits stay exact, one more goes to buckets, and values whose low bits all agree
+    (multiples of a power of two) are counted by the sort; the result is the one of small batches."""
+    ulp = np.float32(2.0**-23)
+    distinct = np.float32(1.0) + np.arange(EXACT_DISTINCT, dtype=np.float32) * ulp  # low 16 bits all differ
+    few = np.tile(distinct, 2)[:, None]
+    result = feed({"x": few}, [])["x"]
+    assert result["q_rel_error"] == 0.0
+    assert_equal_to_numpy(result, numpy_stats(few, (0,)), (1,))
+    assert_same_in_pieces(few, [1000, 20000], result)
+
+    many = np.tile(np.append(distinct, np.float32(3.0)), 2)[:, None]  # EXACT_DISTINCT + 1 distinct values
+    result = feed({"x": many}, [])["x"]
+    assert result["q_rel_error"] == RELATIVE_ERROR
+    assert_same_in_pieces(many, [1000, 20000], result)
+
+    # low 16 bits all zero: only the sort tells that these EXACT_DISTINCT + 1 values are distinct
+    mantissas, exponents = np.meshgrid(1 + np.arange(128) / 128, 2.0 ** np.arange(-64, 65))
+    coarse = (mantissas * exponents).astype(np.float32).reshape(-1)[: EXACT_DISTINCT + 1]
+    assert ((coarse.view(np.uint32) & 0xFFFF) == 0).all() and np.unique(coarse).size == EXACT_DISTINCT + 1
+    coarse = np.tile(coarse, 2)[:, None]
+    result = feed({"x": coarse}, [])["x"]
+    assert result["q_rel_error"] == RELATIVE_ERROR
+    assert_same_in_pieces(coarse, [1000, 20000], result)
+
+
+def test_constant_and_empty_channels_in_the_bucket_regime():
+    """A key in buckets (one channel with many distinct values) keeps its constant channel's percentiles
+    exact (the bucket's value is clipped to the exact min and max), its integer channel within the
+    bound, and gives null for a channel with no finite value."""
+    rng = np.random.default_rng(6)
+    n = 3 * EXACT_DISTINCT
+    x = np.stack(
+        [rng.normal(size=n), np.full(n, -2.5), np.full(n, np.nan), rng.integers(-50, 50, n).astype(np.float64)],
+        axis=1,
+    )
+    result = feed({"x": x}, [])["x"]
+    assert result["q_rel_error"] == RELATIVE_ERROR
+    assert result["nonfinite"] == n
+    for name in ("q01", "q99", "min", "max", "mean"):
+        assert result[name][1] == -2.5 and result[name][2] is None
+    assert result["std"][1] == 0.0
+    for name, q in (("q01", 1.0), ("q99", 99.0)):
+        exact = np.percentile(x[:, 3], q)
+        assert abs(result[name][3] - exact) <= RELATIVE_ERROR * abs(exact) + ZERO_BAND
+    assert_same_in_pieces(x, [7, 5000, 20000], result)

@@ -61,8 +61,8 @@ PRIVATE_ACCESS_ALLOWED: dict[tuple[str, str], str] = {
 
 #: the hub's layers, bottom first: module-name prefixes (the longest matching prefix places a module)
 LAYERS: list[tuple[str, ...]] = [
-    # leaves: errors, files, environment, redaction, the build format's facts, the loader contract
-    (PACKAGE, f"{PACKAGE}.errors", f"{PACKAGE}.files", f"{PACKAGE}.env", f"{PACKAGE}.redact",
+    # leaves: errors, files, environment, redaction, fork-safe locks, the build format's facts, the loader contract
+    (PACKAGE, f"{PACKAGE}.errors", f"{PACKAGE}.files", f"{PACKAGE}.env", f"{PACKAGE}.redact", f"{PACKAGE}.process_locks",
      f"{PACKAGE}.build.format", f"{PACKAGE}.ted_contract", f"{PACKAGE}.fingerprint", f"{PACKAGE}.loader"),
     # the buffer layer; downloads; finding plugins (and their facts); what a loader may use to reach its upstream
     (f"{PACKAGE}.buffers", f"{PACKAGE}.downloads", f"{PACKAGE}.progress", f"{PACKAGE}.plugins", f"{PACKAGE}.sources",
@@ -82,7 +82,7 @@ LAYERS: list[tuple[str, ...]] = [
 #: buffer layer, the upstream helpers (sources) and the plugin author's test kit
 LOADER_MAY_IMPORT = (
     f"{PACKAGE}.loader", f"{PACKAGE}.errors", f"{PACKAGE}.catalogue", f"{PACKAGE}.buffers", f"{PACKAGE}.sources",
-    f"{PACKAGE}.testing", f"{PACKAGE}.loaders",
+    f"{PACKAGE}.testing", f"{PACKAGE}.process_locks", f"{PACKAGE}.loaders",
 )  # fmt: skip
 
 #: past this many lines a module must name its one concept in its docstring (rule 5)

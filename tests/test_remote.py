@@ -20,6 +20,7 @@ from datasets_hub.errors import DownloadError, InvalidParameter
 from datasets_hub.remote.publish import PUBLISHED, export
 from datasets_hub.remote.storage import ResidentStorage
 
+from fixtures.http_server import ENDLESS_S
 from fixtures.remote import ID, PARAMS, local_build, publish
 from fixtures.remote import same as _same
 from fixtures.remote import serve_folder as _serve
@@ -493,7 +494,7 @@ def test_a_chunk_with_an_endless_body_is_cut_at_its_published_size(published):
         started = time.monotonic()
         with pytest.raises(DownloadError, match=r"sent more than the [\d,]+ bytes its publishing record allows"):
             rb[:]
-        assert time.monotonic() - started < 30
+        assert time.monotonic() - started < ENDLESS_S / 2  # cut by the client, not ended by the server
 
 
 def test_a_chunk_that_stalls_after_its_headers_fails_within_the_rate_window(published, monkeypatch):
@@ -548,7 +549,7 @@ def test_hugging_face_reads_follow_the_download_rules(published, monkeypatch, tm
         started = time.monotonic()
         with pytest.raises(DownloadError, match=r"sent more than the [\d,]+ bytes its publishing record allows"):
             rb[:]
-        assert time.monotonic() - started < 30
+        assert time.monotonic() - started < ENDLESS_S / 2  # cut by the client, not ended by the server
     with serve_files() as server:
         _serve_on_the_hub(server, published)
         point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")

@@ -96,8 +96,8 @@ def test_samples_come_only_from_resident_pool_members(published, local_rb):
 def test_the_background_thread_refreshes_the_pool_while_batches_are_drawn(published, local_rb):
     rb = _pool(f"file://{published}", k=5, refresh=0.02, batch_size=32, sampler=SliceSampler(slice_len=4))
     storage = rb.storage
-    deadline = time.monotonic() + 60
-    while storage.pool_status()["refreshes"] < 20:
+    deadline = time.monotonic() + 150  # a refresh fetches and checks a whole episode: seconds on a loaded machine
+    while storage.pool_status()["refreshes"] < 8:
         assert time.monotonic() < deadline, storage.pool_status()
         batch = rb.sample()
         assert same(batch.select(*KEYS), local_rb[batch["index"]].select(*KEYS))

@@ -32,6 +32,9 @@ def test_methods_take_an_rref_in_place_of_self(monkeypatch):
         port = s.getsockname()[1]
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(port))
+    # listen on the loopback only: TensorPipe and Gloo otherwise pick the address the hostname resolves to
+    monkeypatch.setenv("TP_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     rpc.init_rpc("owner", rank=0, world_size=1)
     try:
         rref = rpc.remote("owner", RemoteTensorDictReplayBuffer, kwargs={"storage": LazyTensorStorage(10)})

@@ -42,7 +42,7 @@ numpy passes over it, which then cost about half as much as over blocks that spi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,7 @@ _MANTISSA_SHIFT = 52 - 7  # a float64's bits past its 7 leading mantissa bits
 _ZERO_BUCKET = int(np.array(ZERO_BAND, np.float64).view(np.int64)) >> _MANTISSA_SHIFT  # first above the zero band
 _MANTISSA_SHIFT_32 = 23 - 7  # the same 7 leading mantissa bits of a float32
 _ZERO_BUCKET_32 = _ZERO_BUCKET - ((1023 - 127) << 7)  # float32 buckets above ZERO_BAND (a normal float32)
+_COVER_MARGIN = 128  # bucket columns added beyond a new extreme: one power of two's worth
 _SMALL_INTS = {np.dtype(t): (int(np.iinfo(t).min), 1 << (8 * np.dtype(t).itemsize)) for t in ("u1", "i1", "u2", "i2")}
 
 
@@ -144,7 +145,7 @@ class _KeyStats:
         a = 0
         while a < n:
             # large blocks while counting small integers, or while telling whether a key has few distinct
-            # values (a prefix of a large block settles that with one sort); cache-sized blocks after
+            # values (a prefix of a large block settles that, see _settle_exact); cache-sized blocks after
             large = self.small or self.exact is not None
             step = max(1, (_COUNT_BLOCK_VALUES if large else _BLOCK_VALUES) // per_row)
             block = self._by_channel(values[a : a + step])
@@ -172,7 +173,9 @@ class _KeyStats:
         if all_finite:
             count = np.full(self.channels, x.shape[1], dtype=np.int64)
             mean = sums / x.shape[1]
-            centred = x - mean[:, None]
+            # in place when nothing reads the float64 copy later (float32 values are bucketed from their own bits)
+            in_place = x is not block and block.dtype == np.float32 and self.exact is None
+            centred = np.subtract(x, mean[:, None], out=x if in_place else None)
             np.square(centred, out=centred)
             m2 = centred.sum(axis=1)
             # on the block's own dtype (exact: a float64 copy orders values the same), fewer bytes to read
@@ -237,26 +240,38 @@ class _KeyStats:
     def _settle_exact(self, values: np.ndarray) -> None:
         """Go to buckets now if a channel's first values in ``values`` (rows of items) are already more
         than :data:`EXACT_DISTINCT` distinct finite values: the key would go there anyway, with the same
-        counts, and the rest of the batch is then read in cache-sized blocks. One sort per channel tried."""
+        counts, and the rest of the batch is then read in cache-sized blocks. Per channel tried: a count of
+        its values' distinct low 16 bits, and a sort only when that does not already prove it."""
         per_channel_row = max(1, math.prod(self.item_shape) // self.channels)
         rows = -(-2 * EXACT_DISTINCT // per_channel_row)  # twice the bound: a few repeated values still tell
         if values.shape[0] < rows:
             return
-        prefix = self._by_channel(values[:rows])
-        for column in prefix:
+        prefix = values[:rows]
+        if self.axes:
+            prefix = prefix.transpose(0, *[a + 1 for a in self.axes])
+        prefix = prefix.reshape(rows, -1, self.channels)  # one channel: [:, :, c], read only as needed
+        for c in range(self.channels):
             # distinct as the exact counts see them: float64 values (float32 ones convert exactly)
-            seen = column if column.dtype == np.float32 else column.astype(np.float64)
-            seen = np.sort(seen[np.isfinite(seen)])
+            column = prefix[:, :, c]
+            seen = column.astype(np.float32 if column.dtype == np.float32 else np.float64).reshape(-1)
+            seen = seen[np.isfinite(seen)]
+            if _distinct_bit_patterns(seen) > EXACT_DISTINCT + 1:  # +1: 0.0 and -0.0, one value
+                self._to_buckets()  # proven without a sort (distinct patterns of the low 16 bits)
+                return
+            seen = np.sort(seen)
             if seen.size and 1 + np.count_nonzero(seen[1:] != seen[:-1]) > EXACT_DISTINCT:
                 self._to_buckets()
                 return
 
     def _cover(self, lo: int, hi: int) -> None:
-        """Grow the bucket columns to hold bucket indices ``lo..hi``."""
+        """Grow the bucket columns to hold bucket indices ``lo..hi``, and :data:`_COVER_MARGIN` more on the
+        side that grows (extremes grow a little at a time early on: one copy of the counts, not one per
+        block; empty columns change no statistic)."""
         width = self.buckets.shape[1]
         if width == 0:
             self.lo = lo
-        start, stop = min(self.lo, lo), max(self.lo + width, hi + 1)
+        start = self.lo if lo >= self.lo else lo - _COVER_MARGIN
+        stop = self.lo + width if hi < self.lo + width else hi + 1 + _COVER_MARGIN
         if start < self.lo or stop > self.lo + width:
             grown = np.zeros((self.channels, stop - start), dtype=np.int64)
             grown[:, self.lo - start : self.lo - start + width] = self.buckets
@@ -332,25 +347,24 @@ class _KeyStats:
             "min": np.where(empty, np.nan, self.min),
             "max": np.where(empty, np.nan, self.max),
         }
+        # bucket counts: one running sum per key; only the buckets the order statistics fall in are valued
+        exact = self.exact
+        cumulative = np.cumsum(self.buckets, axis=1) if exact is None else np.zeros((0, 0), np.int64)
         for name, q in PERCENTILES.items():
             column = []
             for c in range(self.channels):
-                if self.exact is not None:
-                    values, counts = self.exact[c]
+                if exact is not None:
+                    values, counts = exact[c]
                     column.append(_percentile(values, counts, q))
                 else:
-                    column.append(self._bucket_percentile(c, q))
+                    column.append(_percentile_of(cumulative[c], self._bucket_value_of(c), q))
             out[name] = np.array(column)
         return out
 
-    def _bucket_percentile(self, channel: int, q: float) -> float:
-        counts = self.buckets[channel]
-        nonzero = np.nonzero(counts)[0]
-        if not nonzero.size:
-            return math.nan
-        values = _bucket_value(nonzero + self.lo)
-        values = np.clip(values, self.min[channel], self.max[channel])  # the true value is inside both
-        return _percentile(values, counts[nonzero], q)
+    def _bucket_value_of(self, channel: int) -> Callable[[int], float]:
+        """The value standing for column ``i`` of ``channel``'s buckets, inside its exact [min, max]."""
+        lo, hi = self.min[channel], self.max[channel]
+        return lambda i: float(np.clip(_bucket_value(np.array([i + self.lo])), lo, hi)[0])
 
 
 def _json_values(values: np.ndarray, shape: list[int]) -> Any:
@@ -380,6 +394,15 @@ def _bucket_index(values: np.ndarray) -> np.ndarray:
     return k
 
 
+def _distinct_bit_patterns(values: np.ndarray) -> int:
+    """How many distinct low 16 bits the float32 or float64 ``values`` (finite) have: a lower bound of
+    their distinct bit patterns, so of their distinct values plus one (0.0 and -0.0 are one value with
+    two patterns). Counting 65,536 bins is several times cheaper than the sort that counts exactly."""
+    bits = values.view(np.uint32 if values.dtype == np.float32 else np.uint64)
+    low = np.bitwise_and(bits, 0xFFFF).astype(np.intp)
+    return int(np.count_nonzero(np.bincount(low, minlength=1 << 16)))
+
+
 def _bucket_value(index: np.ndarray) -> np.ndarray:
     """The value standing for each bucket: the middle of its range, within 2**-8 of every value in it."""
     upper = np.abs(index).astype(np.int64) + _ZERO_BUCKET - 1
@@ -390,15 +413,21 @@ def _bucket_value(index: np.ndarray) -> np.ndarray:
 
 def _percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
     """numpy's default percentile (linear interpolation) of the multiset ``values`` (sorted) x ``counts``."""
-    total = int(counts.sum())
+    return _percentile_of(np.cumsum(counts), lambda i: float(values[i]), q)
+
+
+def _percentile_of(cumulative: np.ndarray, value_at: Callable[[int], float], q: float) -> float:
+    """numpy's default percentile of a multiset given as the running sum of its counts (sorted values,
+    zero counts allowed) and ``value_at(i)``, the value counted at position ``i``."""
+    total = int(cumulative[-1]) if cumulative.size else 0
     if total == 0:
         return math.nan
     h = (total - 1) * q / 100.0
     below = math.floor(h)
     above = min(below + 1, total - 1)
-    cumulative = np.cumsum(counts)
-    a = float(values[np.searchsorted(cumulative, below, side="right")])
-    b = float(values[np.searchsorted(cumulative, above, side="right")])
+    # the first position whose running count passes the rank: always one with a count
+    a = value_at(int(np.searchsorted(cumulative, below, side="right")))
+    b = value_at(int(np.searchsorted(cumulative, above, side="right")))
     t = h - below
     # numpy's own lerp (numpy/lib/_function_base_impl.py: _lerp): the same float result
     return b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t

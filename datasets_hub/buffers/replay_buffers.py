@@ -32,7 +32,10 @@ import contextlib
 import copy
 import json
 import multiprocessing
+import os
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,6 +66,61 @@ _FORMAT = "datasets_hub.replay_buffer"
 
 
 _COMPONENTS = ("_storage", "_sampler", "_writer", "_collate_fn", "_transform", "_dim_extend")
+
+#: every buffer of this process: a fork waits for their samples in progress, and the child renews their threads
+_LIVE_BUFFERS: weakref.WeakSet[ReplayBuffer] = weakref.WeakSet()
+#: how long a fork waits for the samples in progress to end before it goes on regardless
+FORK_WAIT_S = 2.0
+_HELD_FOR_FORK: list[ReplayBuffer] = []
+
+
+def _live_buffers() -> list[ReplayBuffer]:
+    for _ in range(10):
+        try:
+            return list(_LIVE_BUFFERS)
+        except RuntimeError:  # another thread made a buffer meanwhile
+            continue
+    return []
+
+
+def _hold_buffers_before_fork() -> None:
+    """Take every buffer's lock, so that no thread is inside a sampler when the process forks (the child would
+    find its state half-updated). Never blocks while holding one: all are tried at once and, where one is busy,
+    let go and tried again, for at most :data:`FORK_WAIT_S` (a lock still busy then is marked in the child)."""
+    buffers = _live_buffers()
+    deadline = time.monotonic() + FORK_WAIT_S
+    while True:
+        held = []
+        for buffer in buffers:
+            if not buffer._lock.acquire(blocking=False):
+                break
+            held.append(buffer)
+        if len(held) == len(buffers) or time.monotonic() > deadline:
+            _HELD_FOR_FORK[:] = held
+            return
+        for buffer in held:
+            buffer._lock.release()
+        time.sleep(0.001)
+
+
+def _release_buffers_after_fork() -> None:
+    for buffer in _HELD_FOR_FORK:
+        buffer._lock.release()
+    _HELD_FOR_FORK.clear()
+
+
+def _renew_threads_after_fork() -> None:
+    _HELD_FOR_FORK.clear()  # the child's copies of those locks are made anew below
+    for buffer in _live_buffers():
+        buffer._renew_threads_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere no process is forked
+    os.register_at_fork(
+        before=_hold_buffers_before_fork,
+        after_in_parent=_release_buffers_after_fork,
+        after_in_child=_renew_threads_after_fork,
+    )
 
 
 def _collate_list(items: list[Any]) -> Any:
@@ -425,6 +483,7 @@ class ReplayBuffer:
         and its own lock and prefetch queue (``prefetch`` batches in flight; ``None``: this buffer's
         setting): one independent sample stream per DataLoader worker or DDP rank."""
         consumption.refuse_split(self._sampler, "fork()")
+        self._refuse_after_fork(copying=True)
         clone = copy.copy(self)  # through __getstate__: a fresh lock
         # a copy (pickle) carries the batches drawn ahead; a fork draws its own stream, never the parent's
         clone._queue.clear()
@@ -737,6 +796,9 @@ class ReplayBuffer:
     # -- draws: under the lock, or prefetched in ticket order ------------------------------------
 
     def _init_threading(self) -> None:
+        _LIVE_BUFFERS.add(self)  # a forked child renews these (_renew_threads_in_child)
+        self._fork_torn: str | None = None
+        self._fork_lost: str | None = None
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._next_ticket = 0  # next draw number to hand out
@@ -745,6 +807,44 @@ class ReplayBuffer:
         self._executor: ThreadPoolExecutor | None = None
         # held while the queue of prefetched batches is changed or read whole (state capture, restore)
         self._futures_lock = threading.RLock()
+
+    def _renew_threads_in_child(self) -> None:
+        """Run in a forked child (``os.register_at_fork``) before its own code: the parent's threads do not exist
+        here, so the locks they may have held and the prefetch executor are made anew. Batches drawn ahead that
+        had finished are kept. One still in flight is lost with its thread: this buffer then refuses to sample
+        here (its sampler moved past rows it would never serve), though copies for workers (:meth:`fork`, which
+        draw their own streams) are fine. A lock another thread held at the fork means the sampler state may be
+        half-updated: then copies are refused too (:meth:`_refuse_after_fork`)."""
+        torn = not self._lock.acquire(blocking=False)  # the forking thread itself may hold it (re-entrant)
+        if not torn:
+            self._lock.release()
+        finished = [future for future in self._queue if future.done()]
+        lost = len(self._queue) - len(finished)
+        self._init_threading()
+        self._queue.extend(finished)
+        advice = (
+            "Fork when no thread samples it and no batch is in flight, give each process its own copy "
+            "(rb.fork(generator), or rb.as_dataset() for a DataLoader), or start processes with the 'spawn' method"
+        )
+        name = type(self).__name__
+        if torn:
+            self._fork_torn = (
+                f"this {name} was forked into this process while another thread was sampling it: its sampler state "
+                f"may be half-updated here, so it cannot be sampled or copied in this process. {advice}"
+            )
+        if lost:
+            self._fork_lost = (
+                f"this {name} was forked into this process while {lost} batch(es) it drew ahead on threads "
+                f"(prefetch={self._prefetch}) were in flight: they are lost with those threads, and its sampler "
+                f"has moved past them, so it cannot sample here. {advice}"
+            )
+
+    def _refuse_after_fork(self, *, copying: bool = False) -> None:
+        """Refuse to sample (or, with ``copying``, to copy) a buffer a fork left unusable in this process."""
+        if self._fork_torn is not None:
+            raise InvalidArgument(self._fork_torn)
+        if not copying and self._fork_lost is not None:
+            raise InvalidArgument(self._fork_lost)
 
     @property
     def _prefetch_queue(self) -> collections.deque:
@@ -769,6 +869,8 @@ class ReplayBuffer:
             return t
 
     def _draw(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
+        if self._fork_torn is not None or self._fork_lost is not None:
+            self._refuse_after_fork()
         if self._compilable and torch.compiler.is_compiling():
             data, info, ran_out = self._sample_now(batch_size)  # no lock: dynamo cannot trace one
             return self._fwd(data), info, ran_out
@@ -820,6 +922,7 @@ class ReplayBuffer:
                 f"sample_many needs a positive batch_size (here or in the constructor), got {batch_size!r}"
             )
         check_batch_items(k * batch_size, f"sample_many({k}, batch_size={batch_size})")
+        self._refuse_after_fork()
         if not self._plain_gathers():
             return _stack([self.sample(batch_size) for _ in range(k)])
         with self._lock:
@@ -924,6 +1027,7 @@ class ReplayBuffer:
                     pass
 
     def __getstate__(self) -> dict[str, Any]:
+        self._refuse_after_fork(copying=True)  # a copy would carry a sampler state that may be half-updated
         with self._futures_lock:  # the batches in flight travel with the sampler that moved past them
             queued = prefetch_state.capture(self._settled_queue(), self._prefetch, clone=False)
             state = self.__dict__.copy()

@@ -26,7 +26,6 @@ import io
 import itertools
 import math
 import os
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import numpy as np
 
 from datasets_hub.errors import CacheError, InvalidParameter, MissingDependency
 from datasets_hub.loader import frame_layout
+from datasets_hub.process_locks import ProcessLock
 
 if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
     import torch
@@ -189,9 +189,15 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 # -- threads ---------------------------------------------------------------------------------------
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
-_POOL_LOCK = threading.Lock()
 #: threads of this process inside a sampling :meth:`FrameColumn.take` now (the callers sharing the pool)
 _TAKERS = [0]
+
+
+def _forget_parent_takers() -> None:
+    _TAKERS[0] = 0  # the parent's taking threads do not exist in a forked child
+
+
+_POOL_LOCK = ProcessLock(reset_in_child=_forget_parent_takers)
 
 
 def _env_threads() -> int | None:

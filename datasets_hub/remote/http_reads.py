@@ -37,6 +37,7 @@ from typing import Any
 from datasets_hub.downloads.fetch import download_settings
 from datasets_hub.downloads.http import CHUNK_SIZE, MAX_REDIRECTS
 from datasets_hub.errors import DownloadError, MissingDependency
+from datasets_hub.process_locks import ProcessLock
 from datasets_hub.redact import redact_text, redact_url
 
 MAX_UNLISTED_BYTES = 256 << 20  # published.json and the manifest: the record sizes neither
@@ -79,7 +80,7 @@ class _Loop:
 
 
 _loops: dict[int, _Loop] = {}
-_loops_lock = threading.Lock()
+_loops_lock = ProcessLock()
 
 
 def _loop() -> _Loop:

@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -87,6 +86,7 @@ from datasets_hub.loaders.formats.text import decode_text, encode_text
 from datasets_hub.loaders.lerobot import meta as lm
 from datasets_hub.loaders.lerobot.data import EpisodeReader, column, keys_of, text_column
 from datasets_hub.loaders.lerobot.video import DecodePool, DecodeTask, output_shape
+from datasets_hub.process_locks import ProcessLock
 
 if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
     from tensordict import TensorDictBase
@@ -112,7 +112,7 @@ REWARD_FEATURES = ("next.reward", "reward")
 DONE_FEATURES = ("next.done", "is_terminal")
 _HF_CO = "https://huggingface.co/datasets/"
 _metas: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, Path]]] = {}
-_metas_lock = threading.Lock()
+_metas_lock = ProcessLock()
 
 # well-known repos (facts from their Hub dataset cards); any other repo in the format loads by id too
 _KNOWN = {

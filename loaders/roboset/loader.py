@@ -82,7 +82,6 @@ name).
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,6 +91,7 @@ import numpy as np
 
 from datasets_hub.errors import DownloadError, InvalidParameter, LoaderError, did_you_mean
 from datasets_hub.loader import DatasetSpec, Loader, LoaderContext, Resource
+from datasets_hub.process_locks import ProcessLock
 
 if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
     from tensordict import TensorDictBase
@@ -105,7 +105,7 @@ _RESERVED = {UNKNOWN_KEY, DONE_KEY}
 _CORE = ("observations", "actions", "rewards", "done")
 _CHUNK_BYTES = 256 << 20  # a chunk of image trials is cut by bytes long before chunk_rows
 _listings: dict[tuple[Any, ...], list[str]] = {}
-_listings_lock = threading.Lock()
+_listings_lock = ProcessLock()
 
 
 class RoboSetLoader(Loader):
