@@ -87,10 +87,10 @@ def test_resume_after_dropped_connection(raw):
 def test_read_timeout_resumes(raw):
     data = payload(2 * MiB + 9, seed=4)
     with serve_files({"x.bin": data}) as server:
-        server.fault("x.bin", drop_after=MiB + 50, stall=1.0)  # goes silent mid-file, once
+        server.fault("x.bin", drop_after=MiB + 50, stall=10.0)  # goes silent mid-file, once
         t0 = time.monotonic()
         out = dl.fetch(res("x.bin", server.url("x.bin"), data=data), raw / "x.bin", loader="d4rl", timeout=0.2)
-        assert time.monotonic() - t0 < 0.9  # the client gave up on the stalled read, it did not wait
+        assert time.monotonic() - t0 < 5  # the client gave up on the stalled read, it did not wait 10 s
         ranges = server.ranges("x.bin")
     assert out.read_bytes() == data
     assert len(ranges) == 2 and ranges[0] is None

@@ -507,11 +507,11 @@ def test_a_chunk_that_stalls_after_its_headers_fails_within_the_rate_window(publ
         chunk = _first_chunk(published)
         rb = dh.load(url, resident="lazy")
         monkeypatch.setenv("DATASETS_HUB_RATE_WINDOW", "0.5")  # read at each read, as downloads do
-        server.fault(f"pub/{chunk}", drop_after=0, drop_times=10, stall=20)
+        server.fault(f"pub/{chunk}", drop_after=0, drop_times=10, stall=60)
         started = time.monotonic()
         with pytest.raises(DownloadError, match=r"no byte for 0.5 s"):
             rb[:]
-        assert time.monotonic() - started < 15  # 3 tries of 0.5 s, not 3 x 20 s
+        assert time.monotonic() - started < 30  # 3 tries of 0.5 s; one stall waited out would take 60 s
 
 
 def test_a_trickling_chunk_fails_below_the_minimum_rate(published, monkeypatch):
@@ -554,12 +554,12 @@ def test_hugging_face_reads_follow_the_download_rules(published, monkeypatch, tm
         _serve_on_the_hub(server, published)
         point_huggingface_hub_at(server, monkeypatch, tmp_path / "hf-cache")
         monkeypatch.setenv("DATASETS_HUB_RATE_WINDOW", "0.5")
-        server.fault(server.hf_path("org/cartpole", chunk), drop_after=0, drop_times=10, stall=20)
+        server.fault(server.hf_path("org/cartpole", chunk), drop_after=0, drop_times=10, stall=60)
         rb = dh.load("hf://datasets/org/cartpole", resident="lazy")
         started = time.monotonic()
         with pytest.raises(DownloadError, match=r"no byte for 0.5 s"):
             rb[:]
-        assert time.monotonic() - started < 15
+        assert time.monotonic() - started < 30  # one stall waited out would take 60 s
 
 
 def test_a_file_larger_than_its_published_size_is_refused_through_fsspec(published):
