@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -18,15 +19,15 @@ from fixtures.faults import stop_one_worker
 
 def test_a_sigstopped_worker_is_named_and_the_parent_does_not_hang(tmp_path, monkeypatch):
     marker = tmp_path / "stopped.pid"
-    monkeypatch.setenv("DATASETS_HUB_TEST_STOP_MARK", str(marker))
-    monkeypatch.setenv("DATASETS_HUB_TEST_PARENT", str(os.getpid()))
     monkeypatch.setenv("DATASETS_HUB_PREPROCESS_HEARTBEAT", "3")
     rb = dh.load("gym/cartpole-random-v0", steps=4000)
     box: dict = {}
 
     def run():
         try:
-            rb.preprocess(stop_one_worker, num_workers=2, chunk_size=500)
+            # bound, not in the environment: workers of a forkserver started by an earlier test do not see it
+            fn = functools.partial(stop_one_worker, marker=str(marker), parent=os.getpid())
+            rb.preprocess(fn, num_workers=2, chunk_size=500)
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             box["error"] = exc
 
