@@ -45,7 +45,6 @@ def start_heartbeat(queue: Any) -> None:
     """In a worker (pool initializer): report ``("beat", pid)`` every BEAT seconds from a thread."""
     _QUEUE["queue"] = queue
     pid = os.getpid()
-    queue.put(("beat", pid, None, None))  # known to the parent before it takes any work
 
     def beat() -> None:
         while True:
@@ -138,7 +137,6 @@ class WorkerWatch:
                 del self.running[pid]
 
     def kill_all(self) -> None:
-        self._drain()  # workers whose first beat has not been read yet are ours too
         for pid in self.seen:
             try:
                 os.kill(pid, signal.SIGKILL)  # our own workers; SIGKILL also ends a stopped one

@@ -302,11 +302,9 @@ def _map_processes(
         initializer=_watch_parent,
         initargs=(os.getpid(), watch.queue),
     )
-    spawned: list[Any] = []  # this pool's worker processes (it starts them while the chunks are submitted)
-    failed = False
+    spawned: list[Any] = []  # this pool's worker processes, once it failed (killed, then reaped)
     try:
         pending = {pool.submit(_task, job, a, b): (a, b) for a, b in chunks}
-        spawned = [p for p in multiprocessing.active_children() if p not in earlier]
         while pending:
             done, _ = wait(pending, timeout=BEAT, return_when=FIRST_COMPLETED)
             watch.check()  # a stopped or stuck worker: PreprocessError naming it (workers killed)
@@ -322,17 +320,17 @@ def _map_processes(
                         "could not start: a script needs the `if __name__ == '__main__':` guard (see stderr)"
                     ) from exc
     except BaseException:
-        failed = True
-        # nothing may keep running (or stay stopped) after the error: every worker is killed, those not heard
-        # from yet too. One killed while it waited for work holds the pool's queue lock for good, so a worker
-        # left alive would wait for that lock forever, and a shutdown that waited for it too.
-        watch.kill_all()
+        # nothing may keep running (or stay stopped) after the error: every process of the pool is killed, those
+        # not heard from yet too (SIGKILL ends a stopped one). One killed while it waited for work holds the
+        # pool's queue lock for good, so a worker left alive would wait for that lock forever, and so would a
+        # shutdown that waited for it.
+        spawned = [p for p in multiprocessing.active_children() if p not in earlier]
         for process in spawned:
             process.kill()
         raise
     finally:
-        pool.shutdown(wait=not failed, cancel_futures=True)
-        for process in spawned if failed else ():
+        pool.shutdown(wait=not spawned, cancel_futures=True)
+        for process in spawned:
             process.join(10)  # reaped: killed above
         watch.close()
         _FORKED_FN.clear()
