@@ -41,7 +41,9 @@ numpy passes over it, which then cost about half as much as over blocks that spi
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -63,13 +65,25 @@ RELATIVE_ERROR = 2**-8
 ZERO_BAND = 2.0**-27
 #: keys the build derives itself (never statistics: ids, time, flags)
 DERIVED = frozenset({("episode",), ("step",), ("done",), ("terminated",), ("truncated",), ("next", "done")})
-_BLOCK_VALUES = 1 << 17  # 1 MiB as float64: the block's passes run in cache (see the module docstring)
-_COUNT_BLOCK_VALUES = 1 << 22  # small integers take one counting pass per block: no cache to keep
+_BLOCK_VALUES = 1 << 19  # values per block past the few-distinct-values stage (see the module docstring)
+_COUNT_BLOCK_VALUES = 1 << 17  # small integers take one counting pass per block: no cache to keep
 _MANTISSA_SHIFT = 52 - 7  # a float64's bits past its 7 leading mantissa bits
 _ZERO_BUCKET = int(np.array(ZERO_BAND, np.float64).view(np.int64)) >> _MANTISSA_SHIFT  # first above the zero band
 _MANTISSA_SHIFT_32 = 23 - 7  # the same 7 leading mantissa bits of a float32
 _ZERO_BUCKET_32 = _ZERO_BUCKET - ((1023 - 127) << 7)  # float32 buckets above ZERO_BAND (a normal float32)
 _COVER_MARGIN = 128  # bucket columns added beyond a new extreme: one power of two's worth
+#: float32 keys of at most this many channels count their values' high 16 bits (65,536 int64 counts,
+#: 512 KiB, per channel; see the module docstring); wider keys count buckets over the range seen
+HIGH_HALF_CHANNELS = 64
+_HALVES = 1 << 16  # high halves of a float32
+# a channel's counts start one 64-byte line past a multiple of 512 KiB: at exactly 512 KiB apart, the
+# counts of equal values in different channels (read in turn) would share a cache set, and miss
+_HIGH_STRIDE = _HALVES + 8
+_HIGH_HALF = 1 if sys.byteorder == "little" else 0  # which uint16 of a float32 holds its high bits
+_SIGN = 1 << 15  # a high half's sign bit
+_INFINITY_32 = 0x7F80  # the high half of +inf: finite magnitudes are below it
+_TILE_VALUES = 1024  # a block's rows are reduced in tiles of this many values: wide inner loops
+_SHIFT_RATIO = 64.0  # a block whose mean is further than sqrt(this) of its std from the shift is re-centred
 _SMALL_INTS = {np.dtype(t): (int(np.iinfo(t).min), 1 << (8 * np.dtype(t).itemsize)) for t in ("u1", "i1", "u2", "i2")}
 
 
@@ -128,13 +142,37 @@ class _KeyStats:
         self.exact: list[tuple[np.ndarray, np.ndarray]] | None = [(np.zeros(0), np.zeros(0, np.int64))] * c
         self.buckets = np.zeros((c, 0), dtype=np.int64)
         self.lo = 0  # bucket index of column 0
+        self.shift: np.ndarray | None = None  # what the next block's moments are summed about (_update_block)
+        self.high: np.ndarray | None = None  # float32 keys in buckets: counts of each high half (_count_high)
+        self.high_counted = 0  # values per channel counted in ``high``
+
+    def state(self) -> dict[str, Any]:
+        """The attributes :meth:`restored` goes on from, with the float32 counts folded into the buckets:
+        the layout of the states written before those counts existed, plus ``shift``."""
+        if not self.small:
+            self.fold()
+        return {name: value for name, value in vars(self).items() if name not in ("high", "high_counted")}
+
+    @classmethod
+    def restored(cls, attrs: Mapping[str, Any]) -> _KeyStats:
+        stats = cls.__new__(cls)
+        # a state written before the shifted sums lacks ``shift``: the next block picks one, as a first
+        # block does (the values stay within the contract; only their last bits may differ)
+        stats.shift, stats.high, stats.high_counted = None, None, 0
+        vars(stats).update(attrs)
+        return stats
 
     def _by_channel(self, values: np.ndarray) -> np.ndarray:
-        """``[channels, values]``, each channel's values contiguous (reductions along a contiguous axis
-        run an order of magnitude faster than down the columns of ``[rows, channels]``)."""
+        """``[channels, values]``, each channel's values contiguous: one count per channel (small integers)."""
         if self.axes:
             values = values.transpose(0, *[a + 1 for a in self.axes])
         return np.ascontiguousarray(values.reshape(-1, self.channels).T)
+
+    def _channels_last(self, values: np.ndarray) -> np.ndarray:
+        """``[values, channels]``, C-contiguous: a view of rows of items, a copy for channel-first images."""
+        if self.axes:
+            values = values.transpose(0, *[a + 1 for a in self.axes])
+        return np.ascontiguousarray(values.reshape(-1, self.channels))
 
     def update(self, values: np.ndarray) -> None:
         n = values.shape[0]
@@ -142,17 +180,24 @@ class _KeyStats:
             self._settle_exact(values)  # once: a key whose first rows have few distinct values keeps them
         self.rows += n
         per_row = max(1, math.prod(self.item_shape))
+        tile = _tile_rows(self.channels)
         a = 0
         while a < n:
             # large blocks while counting small integers, or while telling whether a key has few distinct
             # values (a prefix of a large block settles that, see _settle_exact); cache-sized blocks after
             large = self.small or self.exact is not None
             step = max(1, (_COUNT_BLOCK_VALUES if large else _BLOCK_VALUES) // per_row)
-            block = self._by_channel(values[a : a + step])
+            if per_row == self.channels and step > tile:
+                step -= step % tile  # an item is one value per channel: blocks of whole tiles
             if self.small:
-                self._count_small(block)
+                self._count_small(self._by_channel(values[a : a + step]))
             else:
-                self._update_moments(block)
+                block = self._channels_last(values[a : a + step])
+                whole = block.shape[0] - block.shape[0] % tile
+                if whole:
+                    self._update_block(block[:whole].reshape(-1, tile * self.channels), tile)
+                if whole < block.shape[0]:
+                    self._update_block(block[whole:], 1)
             a += step
 
     # -- integers of at most 16 bits: every value counted ---------------------------------------------
@@ -165,32 +210,52 @@ class _KeyStats:
             self.hist[c] += torch.bincount(values[c], minlength=self.bins).numpy()
 
     # -- other dtypes: merged moments, then exact or bucketed counts ---------------------------------
-    def _update_moments(self, block: np.ndarray) -> None:
-        x = block.astype(np.float64, copy=False)  # [channels, values], read only below
+    def _update_block(self, tiled: np.ndarray, tile: int) -> None:
+        """Add ``tiled``: ``[rows, tile * channels]``, C-contiguous, each row ``tile`` consecutive rows of
+        channel values. Every reduction runs down the rows (wide, contiguous inner loops: no transposed
+        copy) and folds its ``tile`` partial results per channel after."""
+        c = self.channels
+        n = tiled.shape[0] * tile  # values per channel
+        if self.shift is None:
+            first = tiled[0, :c].astype(np.float64)
+            self.shift = np.where(np.isfinite(first), first, 0.0)
         with np.errstate(invalid="ignore", over="ignore"):
-            sums = x.sum(axis=1)  # NaN, inf and inf - inf all show in their channel's sum
-        all_finite = bool(np.isfinite(sums).all())
+            sums, squares = _shifted_sums(tiled, self.shift, tile, c)  # NaN and inf show in their channel's sums
+            all_finite = bool(np.isfinite(sums).all() and np.isfinite(squares).all())
         if all_finite:
-            count = np.full(self.channels, x.shape[1], dtype=np.int64)
-            mean = sums / x.shape[1]
-            # in place when nothing reads the float64 copy later (float32 values are bucketed from their own bits)
-            in_place = x is not block and block.dtype == np.float32 and self.exact is None
-            centred = np.subtract(x, mean[:, None], out=x if in_place else None)
-            np.square(centred, out=centred)
-            m2 = centred.sum(axis=1)
+            # Moments about the shift K: with d = S1/n the block's mean minus K, M2 = S2 - S1 * d. Each
+            # sum runs over at most _TILE_VALUES + _BLOCK_VALUES / _TILE_VALUES terms (down a tile column,
+            # then across the tile), so S2 is within about 1.2e3 eps of itself, and M2 within that times
+            # (1 + d**2 / var) of itself: the subtraction cancels when the block sits far from K. K is the
+            # previous block's mean, close for steady data; a block past _SHIFT_RATIO (a drifting key: a
+            # clock, a counter) is summed again about its own mean, where d is a rounding error and the
+            # sums are numpy's two passes. Either way M2 is within about 1e-11 relative (65 * 1.2e3 eps).
+            offset = sums / n
+            m2 = squares - sums * offset
+            if (offset * offset * n > _SHIFT_RATIO * m2).any():
+                self.shift = self.shift + offset
+                sums, squares = _shifted_sums(tiled, self.shift, tile, c)
+                offset = sums / n
+                m2 = squares - sums * offset
+            mean = self.shift + offset
+            m2 = np.maximum(m2, 0.0)  # a constant channel's rounding
+            self.shift = mean
+            count = np.full(c, n, dtype=np.int64)
             # on the block's own dtype (exact: a float64 copy orders values the same), fewer bytes to read
-            lo, hi = block.min(axis=1).astype(np.float64), block.max(axis=1).astype(np.float64)
-            columns = list(x) if self.exact is not None else []
+            lo = np.minimum.reduce(tiled.min(axis=0).reshape(tile, c), axis=0).astype(np.float64)
+            hi = np.maximum.reduce(tiled.max(axis=0).reshape(tile, c), axis=0).astype(np.float64)
+            columns = list(tiled.reshape(-1, c).T.astype(np.float64)) if self.exact is not None else []
         else:
+            x = tiled.reshape(-1, c).astype(np.float64)  # [values, channels]
             finite = np.isfinite(x)
             self.nonfinite += int((~finite).sum())
-            count = finite.sum(axis=1)
+            count = finite.sum(axis=0)
             safe = np.where(finite, x, 0.0)
-            mean = np.divide(safe.sum(axis=1), count, out=np.zeros(self.channels), where=count > 0)
-            m2 = (np.where(finite, x - mean[:, None], 0.0) ** 2).sum(axis=1)
-            lo = np.where(finite, x, np.inf).min(axis=1)
-            hi = np.where(finite, x, -np.inf).max(axis=1)
-            columns = [x[c, finite[c]] for c in range(self.channels)]
+            mean = np.divide(safe.sum(axis=0), count, out=np.zeros(c), where=count > 0)
+            m2 = (np.where(finite, x - mean, 0.0) ** 2).sum(axis=0)
+            lo = np.where(finite, x, np.inf).min(axis=0)
+            hi = np.where(finite, x, -np.inf).max(axis=0)
+            columns = [x[finite[:, i], i] for i in range(c)]
         # Chan et al.'s merge of (count, mean, M2): stable for any split of the data
         total = self.count + count
         delta = mean - self.mean
@@ -201,11 +266,15 @@ class _KeyStats:
         self.count = total
         self.min = np.minimum(self.min, lo)
         self.max = np.maximum(self.max, hi)
-        # float32 values are bucketed from their own bits (half the bytes of the float64 copy per pass)
-        self._count_values(block if block.dtype == np.float32 else x, columns, all_finite, (lo, hi))
+        self._count_values(tiled, tile, columns, all_finite, (lo, hi))
 
     def _count_values(
-        self, block: np.ndarray, columns: list[np.ndarray], all_finite: bool, extremes: tuple[np.ndarray, np.ndarray]
+        self,
+        tiled: np.ndarray,
+        tile: int,
+        columns: list[np.ndarray],
+        all_finite: bool,
+        extremes: tuple[np.ndarray, np.ndarray],
     ) -> None:
         if self.exact is not None:
             merged: list[tuple[np.ndarray, np.ndarray]] = []
@@ -225,11 +294,13 @@ class _KeyStats:
                 self.exact = merged
                 return
             self._to_buckets()
-        if all_finite:
-            self._bucket_all(block, extremes)
-        else:
+        if not all_finite:
             for c, column in enumerate(columns):
                 self._bucket(column, None, channel=c)
+        elif tiled.dtype == np.float32 and self.channels <= HIGH_HALF_CHANNELS:
+            self._count_high(tiled, tile)
+        else:
+            self._bucket_all(tiled, tile, extremes)
 
     def _to_buckets(self) -> None:
         """Too many distinct values: the exact counts go into buckets, and every value from now on."""
@@ -286,8 +357,8 @@ class _KeyStats:
         counted = np.bincount(index - self.lo, weights=weights, minlength=self.buckets.shape[1])
         self.buckets[channel] += counted.astype(np.int64)
 
-    def _bucket_all(self, block: np.ndarray, extremes: tuple[np.ndarray, np.ndarray]) -> None:
-        """Count every value of ``block`` (``[channels, values]``, all finite) in buckets; ``extremes``
+    def _bucket_all(self, tiled: np.ndarray, tile: int, extremes: tuple[np.ndarray, np.ndarray]) -> None:
+        """Count every value of ``tiled`` (see :meth:`_update_block`; all finite) in buckets; ``extremes``
         holds each channel's min and max, whose buckets bound the block's (the bucket index grows with
         the value), so no pass looks for them."""
         lo, hi = _bucket_index(np.array([extremes[0].min(), extremes[1].max()]))
@@ -296,15 +367,47 @@ class _KeyStats:
         self.buckets = np.ascontiguousarray(self.buckets)  # (a no-op) so that the flat view below is a view
         # each channel's buckets at bucket + channel * width of the flat counts, in one add; the index
         # as intp: numpy's counting loops take intp, and a smaller index is converted several times slower
-        shift = np.arange(self.channels, dtype=np.intp)[:, None] * width - self.lo
-        flat = np.add(_bucket_index(block), shift, dtype=np.intp)
+        flat = np.add(_bucket_index(tiled), _channel_offsets(self.channels, tile, width) - self.lo, dtype=np.intp)
         np.add.at(self.buckets.reshape(-1), flat.reshape(-1), 1)  # into the counts: no block of zeros
+
+    def _count_high(self, tiled: np.ndarray, tile: int) -> None:
+        """Count every float32 value of ``tiled`` (all finite) by its high 16 bits (sign, exponent and 7
+        leading mantissa bits: its bucket, see :meth:`fold`), 65,536 counts per channel: one add for the
+        index, no bucket arithmetic, no extremes to cover."""
+        if self.high is None:
+            self.high = np.zeros((self.channels, _HIGH_STRIDE), dtype=np.int64)  # pages stay unmapped until counted
+        self.high_counted += tiled.shape[0] * tile  # values per channel in ``high``
+        halves = tiled.view(np.uint16)[:, _HIGH_HALF::2]
+        index = np.add(halves, _channel_offsets(self.channels, tile, _HIGH_STRIDE), dtype=np.intp)
+        np.add.at(self.high.reshape(-1), index.reshape(-1), 1)
+
+    def fold(self) -> None:
+        """Move the counts of float32 high halves into the buckets. A finite float32 whose high half is
+        ``h`` (magnitude bits ``p = h & 0x7FFF``) falls in bucket ``p - (_ZERO_BUCKET_32 - 1)`` signed
+        as the value, or 0 for ``p < _ZERO_BUCKET_32`` (:func:`_bucket_index`): positive halves from
+        ``_ZERO_BUCKET_32`` on are buckets 1, 2, ... in order, negative ones the same buckets negated.
+        Only the columns between the buckets of the exact extremes are read (the rest were never counted)."""
+        high = self.high
+        if high is None:
+            return
+        lowest, highest = _bucket_index(np.array([self.min.min(), self.max.max()]))
+        top, bottom = max(int(highest), 0), max(-int(lowest), 0)
+        positive = high[:, _ZERO_BUCKET_32 : _ZERO_BUCKET_32 + top]  # column j: bucket j + 1
+        negative = high[:, _SIGN + _ZERO_BUCKET_32 : _SIGN + _ZERO_BUCKET_32 + bottom]  # column j: bucket -(j + 1)
+        zero = self.high_counted - positive.sum(axis=1) - negative.sum(axis=1)  # the zero band's columns unread
+        self._cover(-bottom, top)
+        zero_column = -self.lo
+        self.buckets[:, zero_column] += zero
+        self.buckets[:, zero_column + 1 : zero_column + 1 + top] += positive
+        self.buckets[:, zero_column - bottom : zero_column] += negative[:, ::-1]
+        self.high, self.high_counted = None, 0
 
     # -- the result -----------------------------------------------------------------------------------
     def result(self) -> dict[str, Any]:
         if self.small:
             out = self._small_result()
         else:
+            self.fold()
             out = self._moment_result()
         # NaN (a channel with no finite value) is written null: manifests are strict JSON
         shaped = {k: _json_values(v, self.shape) for k, v in out.items()}
@@ -347,24 +450,68 @@ class _KeyStats:
             "min": np.where(empty, np.nan, self.min),
             "max": np.where(empty, np.nan, self.max),
         }
-        # bucket counts: one running sum per key; only the buckets the order statistics fall in are valued
         exact = self.exact
-        cumulative = np.cumsum(self.buckets, axis=1) if exact is None else np.zeros((0, 0), np.int64)
+        if exact is not None:
+            for name, q in PERCENTILES.items():
+                out[name] = np.array([_percentile(values, counts, q) for values, counts in exact])
+            return out
+        # bucket counts: one running sum per channel, every channel's order statistics found at once; only
+        # the buckets they fall in are valued
+        cumulative = np.cumsum(self.buckets, axis=1)
         for name, q in PERCENTILES.items():
-            column = []
-            for c in range(self.channels):
-                if exact is not None:
-                    values, counts = exact[c]
-                    column.append(_percentile(values, counts, q))
-                else:
-                    column.append(_percentile_of(cumulative[c], self._bucket_value_of(c), q))
-            out[name] = np.array(column)
+            out[name] = self._bucket_percentiles(cumulative, q)
         return out
 
-    def _bucket_value_of(self, channel: int) -> Callable[[int], float]:
-        """The value standing for column ``i`` of ``channel``'s buckets, inside its exact [min, max]."""
-        lo, hi = self.min[channel], self.max[channel]
-        return lambda i: float(np.clip(_bucket_value(np.array([i + self.lo])), lo, hi)[0])
+    def _bucket_percentiles(self, cumulative: np.ndarray, q: float) -> np.ndarray:
+        """Per channel, numpy's default percentile ``q`` of the bucketed values whose running counts are
+        ``cumulative`` (``[channels, columns]``): :func:`_percentile_of`'s arithmetic, on arrays."""
+        if cumulative.shape[1] == 0:
+            return np.full(self.channels, np.nan)
+        total = cumulative[:, -1]
+        h = (total - 1) * q / 100.0
+        below = np.floor(h)
+        above = np.minimum(below + 1, total - 1)
+        last = cumulative.shape[1] - 1
+        # the first column whose running count passes each rank (searchsorted, side="right", per row)
+        a = self._bucket_values(np.minimum((cumulative <= below[:, None]).sum(axis=1), last))
+        b = self._bucket_values(np.minimum((cumulative <= above[:, None]).sum(axis=1), last))
+        t = h - below
+        with np.errstate(invalid="ignore"):  # empty channels, NaN below
+            value = np.where(t >= 0.5, b - (b - a) * (1 - t), a + (b - a) * t)
+        return np.where(total > 0, value, np.nan)
+
+    def _bucket_values(self, columns: np.ndarray) -> np.ndarray:
+        """The value standing for each channel's bucket column ``columns[c]``, inside its exact [min, max]."""
+        with np.errstate(invalid="ignore"):  # an empty channel's [inf, -inf]: its value is unused
+            return np.clip(_bucket_value(columns + self.lo), self.min, self.max)
+
+
+def _tile_rows(channels: int) -> int:
+    """Rows of ``channels`` values reduced as one row of a tile (see :meth:`_KeyStats._update_block`)."""
+    return max(1, _TILE_VALUES // channels)
+
+
+@functools.lru_cache(maxsize=256)
+def _channel_offsets(channels: int, tile: int, width: int) -> np.ndarray:
+    """``channel * width`` for each value of a row of a tile: where each channel's counts start in its
+    key's flat counts (read-only, shared)."""
+    offsets = np.tile(np.arange(channels, dtype=np.intp) * width, tile)
+    offsets.setflags(write=False)
+    return offsets
+
+
+def _shifted_sums(tiled: np.ndarray, shift: np.ndarray, tile: int, channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel, the sum and the sum of squares of ``tiled``'s values minus ``shift``, in float64."""
+    centred = np.subtract(tiled, np.tile(shift, tile), dtype=np.float64)
+    sums = centred.sum(axis=0).reshape(tile, channels).sum(axis=0)
+    squares = np.einsum("ij,ij->j", centred, centred).reshape(tile, channels).sum(axis=0)
+    return sums, squares
+
+
+def _columns_used(counts: np.ndarray) -> int:
+    """How many leading columns of ``counts`` (``[channels, columns]``) reach its last nonzero column."""
+    used = np.flatnonzero(counts.any(axis=0))
+    return int(used[-1]) + 1 if used.size else 0
 
 
 def _json_values(values: np.ndarray, shape: list[int]) -> Any:
@@ -475,7 +622,7 @@ class FeatureStats:
         equal those of an uninterrupted one."""
         if self._keys is None:
             return {"keys": None}
-        return {"keys": [(list(k), _plain(vars(s))) for k, s in self._keys.items()]}
+        return {"keys": [(list(k), _plain(s.state())) for k, s in self._keys.items()]}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> FeatureStats:
@@ -483,9 +630,7 @@ class FeatureStats:
         if state["keys"] is not None:
             stats._keys = {}
             for key, attrs in state["keys"]:
-                restored = _KeyStats.__new__(_KeyStats)
-                vars(restored).update(_unplain(attrs))
-                stats._keys[tuple(key)] = restored
+                stats._keys[tuple(key)] = _KeyStats.restored(_unplain(attrs))
         return stats
 
 
