@@ -371,3 +371,91 @@ def test_constant_and_empty_channels_in_the_bucket_regime():
         exact = np.percentile(x[:, 3], q)
         assert abs(result[name][3] - exact) <= RELATIVE_ERROR * abs(exact) + ZERO_BAND
     assert_same_in_pieces(x, [7, 5000, 20000], result)
+
+
+def test_float32_counts_equal_those_of_the_float64_buckets_in_every_band():
+    """float32 keys count their values' high 16 bits and fold them into buckets: every statistic but
+    mean and std (float rounding) equals that of the same values as float64 (which are bucketed from
+    their own bits), for values in the zero band, subnormals, both signs, the float32 extremes, a key
+    wider than HIGH_HALF_CHANNELS, and a state saved and restored midway (the counts folded there)."""
+    from datasets_hub.buffers.feature_stats import HIGH_HALF_CHANNELS
+
+    rng = np.random.default_rng(7)
+    n = 3 * EXACT_DISTINCT
+    x = rng.standard_normal((n, 6)) * 10.0 ** rng.integers(-30, 30, (n, 6))
+    x[:, 1] = np.abs(x[:, 1])  # positive only
+    x[:, 2] = -np.abs(x[:, 2])  # negative only
+    edges = [0.0, -0.0, ZERO_BAND / 2, -ZERO_BAND / 2, ZERO_BAND, -ZERO_BAND * 1.5, 1e-42, -1e-42, 3.4e38, -3.4e38]
+    x[: len(edges), 3] = edges
+    x[:, 4] = rng.standard_normal(n) * 1e-9  # mostly inside the zero band
+    x[:, 5] = 5.0 + rng.integers(0, 3, n) * 2.0**-20  # all in one or two buckets
+    wide = rng.standard_normal((n, HIGH_HALF_CHANNELS + 1))
+    as32 = {"x": x.astype(np.float32), "wide": wide.astype(np.float32)}
+    as64 = {k: v.astype(np.float64) for k, v in as32.items()}  # the same values
+
+    def fed(columns: dict, restore_at: int | None) -> dict:
+        stats = FeatureStats()
+        for a, b in itertools.pairwise([0, 5000, n // 2, n]):
+            if a == restore_at:
+                stats = FeatureStats.from_state(stats.state())
+            stats.update(TensorDict({k: torch.from_numpy(v[a:b]) for k, v in columns.items()}, [b - a]))
+        return stats.result()
+
+    reference = fed(as64, None)
+    for restore_at in (None, n // 2):
+        got = fed(as32, restore_at)
+        for key in ("x", "wide"):
+            assert got[key]["q_rel_error"] == RELATIVE_ERROR
+            for name in ("min", "max", "q01", "q99", "count", "nonfinite", "shape"):
+                assert got[key][name] == reference[key][name], (key, name, restore_at)
+            for name in ("mean", "std"):
+                np.testing.assert_allclose(stats_arrays(got[key])[name], stats_arrays(reference[key])[name], rtol=1e-12)
+
+
+def test_moments_of_drifting_and_offset_keys_equal_numpy():
+    """Moments are summed about a shift (the previous block's mean): a key that drifts far from it
+    between blocks (a clock), one on a large offset whose first row is NaN (no shift to start from), and
+    a constant one stay within the documented 1e-9 of numpy's two passes, in any split."""
+    rng = np.random.default_rng(8)
+    n = 300_000  # several blocks
+    clock = (np.arange(n) * 1e3 + rng.standard_normal(n))[:, None]
+    offset = 1e9 + rng.standard_normal((n, 2))
+    offset[0, 0] = np.nan
+    constant = np.full((n, 1), 0.1, np.float32)
+    for cuts in ([], [1, 7, 150_000]):
+        result = feed({"clock": clock, "offset": offset, "constant": constant}, cuts)
+        for key, values in (("clock", clock), ("offset", offset), ("constant", constant)):
+            as64 = values.astype(np.float64)
+            got = stats_arrays(result[key])
+            np.testing.assert_allclose(got["mean"], np.nanmean(as64, axis=0), rtol=1e-12)
+            np.testing.assert_allclose(got["std"], np.nanstd(as64, axis=0), rtol=1e-9, atol=1e-12)
+
+
+def test_a_state_written_before_the_shifted_sums_resumes():
+    """States written by the code before the moments were sums about a shift lack ``shift`` (they are
+    otherwise the same layout): restored, they go on to the statistics of an uninterrupted pass, every
+    field equal but mean and std, which agree to float rounding."""
+    rng = np.random.default_rng(9)
+    n = 4 * EXACT_DISTINCT
+    columns = {
+        "observation": rng.standard_normal((n, 3)).astype(np.float32),
+        "reward": rng.standard_normal((n, 1)),
+        "pixels": rng.integers(0, 256, (n, 2, 2, 3), dtype=np.uint8),
+    }
+    half = {k: torch.from_numpy(v[: n // 2]) for k, v in columns.items()}
+    rest = {k: torch.from_numpy(v[n // 2 :]) for k, v in columns.items()}
+    first = FeatureStats()
+    first.update(TensorDict(half, [n // 2]))
+    state = first.state()
+    for _, attrs in state["keys"]:
+        attrs.pop("shift", None)  # as the earlier code wrote them
+    resumed = FeatureStats.from_state(state)
+    resumed.update(TensorDict(rest, [n - n // 2]))
+    whole = feed(columns, [n // 2])
+    got = resumed.result()
+    for key in whole:
+        assert {k: v for k, v in got[key].items() if k not in ("mean", "std")} == {
+            k: v for k, v in whole[key].items() if k not in ("mean", "std")
+        }
+        for name in ("mean", "std"):
+            np.testing.assert_allclose(stats_arrays(got[key])[name], stats_arrays(whole[key])[name], rtol=1e-12)

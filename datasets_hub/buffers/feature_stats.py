@@ -1,5 +1,7 @@
 """Per-feature statistics computed in one pass: mean, std, min, max and the 1st/99th percentiles.
 
+This module holds one concept: the running statistics of a dataset's keys, and their readings.
+
 :class:`FeatureStats` takes TED batches (a build's chunks as a loader hands them over, or the rows of
 any storage) one after the other and never looks at a row twice; :meth:`FeatureStats.result` gives,
 per numeric key (``"observation"``, ``"action"``, ``"next/reward"``, ``"observation/image"``, ...)::
@@ -17,26 +19,33 @@ How each value is computed (the contract the tests check against numpy over the 
   of 17 values has 17 means); per channel for images (3-d items with 1, 3 or 4 channels first or
   last: HWC gives shape ``[1, 1, C]``, CHW ``[C, 1, 1]``, so the arrays broadcast against an item);
   over all values for any other large item (shape ``[]``). ``shape`` records which.
-- mean and std (population, numpy's ``ddof=0``): float64 moments of each batch merged with Chan's
-  pairwise update (numerically stable; equal to numpy's two-pass results to about 1e-9 relative or better).
+- mean and std (population, numpy's ``ddof=0``): float64 moments of each block of values, as sums of
+  the values minus a shift (the previous block's mean; a block far from it, relative to its spread, is
+  summed again about its own mean), merged with Chan's pairwise update (numerically stable; equal to
+  numpy's two-pass results to about 1e-9 relative or better).
 - min, max: exact.
 - percentiles: numpy's default (linear interpolation between order statistics) at 1 and 99.
   *Exact* for integer dtypes of at most 16 bits (uint8 images: a 256-bin count per channel) and, for
   other dtypes, while each channel has at most :data:`EXACT_DISTINCT` distinct values (counts of
   every distinct value). Past that, values are counted in buckets of relative width 2**-7 (a
-  float64's exponent and the 7 leading bits of its mantissa; an HDR-histogram-like scheme): each
-  order statistic comes back within ``q_rel_error`` = :data:`RELATIVE_ERROR` (about 0.39%) of its
+  float64's exponent and the 7 leading bits of its mantissa; an HDR-histogram-like scheme; a float32
+  key of at most :data:`HIGH_HALF_CHANNELS` channels counts each value's high 16 bits, its sign,
+  exponent and 7 leading mantissa bits, which are the same bucket): each order statistic comes back within ``q_rel_error`` = :data:`RELATIVE_ERROR` (about 0.39%) of its
   magnitude, plus :data:`ZERO_BAND` (7.5e-9) absolute near zero, and inside the exact [min, max];
   numpy's interpolation between two order statistics keeps that bound relative to the larger of
   the two. ``q_rel_error`` records which case a key is in.
 - NaN and +-inf values are left out of every statistic and counted in ``nonfinite`` (as numpy's
   ``nan*`` functions do for NaN).
 
-Memory is bounded per key whatever the dataset size (the counts of :data:`EXACT_DISTINCT` values, or
-a few thousand buckets, per channel). Each batch is read in blocks of at most :data:`_BLOCK_VALUES`
-values (:data:`_COUNT_BLOCK_VALUES` for small integers and while a key may still have few distinct
-values): small enough that a block and its float64 copy stay in a core's cache through the several
-numpy passes over it, which then cost about half as much as over blocks that spill to memory.
+Memory is bounded per key whatever the dataset size (per channel: the counts of
+:data:`EXACT_DISTINCT` values, or a few thousand buckets, or for float32 keys 65,536 counts of 8 bytes
+of which only the pages holding counted values are ever touched). Each batch is read in blocks of at
+most :data:`_BLOCK_VALUES` values (:data:`_COUNT_BLOCK_VALUES` for small integers and while a key may
+still have few distinct values) as rows of channel values, as they lie in memory (no transposed copy):
+each reduction runs down rows of :data:`_TILE_VALUES` values, wide contiguous loops. The statistics run
+beside a build's writes in a thread of their own (``datasets_hub.build.writer``): each numpy call
+hands the GIL back and must take it again, so a few large calls per block keep that thread from
+waiting on the writer's Python code more than it computes.
 """
 
 from __future__ import annotations
@@ -162,12 +171,6 @@ class _KeyStats:
         vars(stats).update(attrs)
         return stats
 
-    def _by_channel(self, values: np.ndarray) -> np.ndarray:
-        """``[channels, values]``, each channel's values contiguous: one count per channel (small integers)."""
-        if self.axes:
-            values = values.transpose(0, *[a + 1 for a in self.axes])
-        return np.ascontiguousarray(values.reshape(-1, self.channels).T)
-
     def _channels_last(self, values: np.ndarray) -> np.ndarray:
         """``[values, channels]``, C-contiguous: a view of rows of items, a copy for channel-first images."""
         if self.axes:
@@ -190,7 +193,7 @@ class _KeyStats:
             if per_row == self.channels and step > tile:
                 step -= step % tile  # an item is one value per channel: blocks of whole tiles
             if self.small:
-                self._count_small(self._by_channel(values[a : a + step]))
+                self._count_small(self._channels_last(values[a : a + step]))
             else:
                 block = self._channels_last(values[a : a + step])
                 whole = block.shape[0] - block.shape[0] % tile
@@ -202,12 +205,14 @@ class _KeyStats:
 
     # -- integers of at most 16 bits: every value counted ---------------------------------------------
     def _count_small(self, block: np.ndarray) -> None:
+        """Count every value of ``block`` (``[values, channels]``): one count over ``channels * bins``
+        bins, each value's bin ``value - offset + channel * bins`` (no transposed copy)."""
         if self.offset:  # signed: flipping the sign bit orders the values from 0 (value - offset)
             unsigned = np.uint8 if self.bins == 256 else np.uint16
             block = np.bitwise_xor(block.view(unsigned), np.array(-self.offset).astype(unsigned))
-        values = torch.from_numpy(block.astype(np.int32) if block.dtype == np.uint16 else block)
-        for c in range(self.channels):  # torch's bincount: in a build, cheaper than numpy's (docs/results/mixtures.md)
-            self.hist[c] += torch.bincount(values[c], minlength=self.bins).numpy()
+        width = self.channels * self.bins
+        index = np.add(block, _channel_offsets(self.channels, 1, self.bins), dtype=np.intp)
+        self.hist += np.bincount(index.reshape(-1), minlength=width).reshape(self.channels, self.bins)
 
     # -- other dtypes: merged moments, then exact or bucketed counts ---------------------------------
     def _update_block(self, tiled: np.ndarray, tile: int) -> None:
@@ -225,11 +230,11 @@ class _KeyStats:
         if all_finite:
             # Moments about the shift K: with d = S1/n the block's mean minus K, M2 = S2 - S1 * d. Each
             # sum runs over at most _TILE_VALUES + _BLOCK_VALUES / _TILE_VALUES terms (down a tile column,
-            # then across the tile), so S2 is within about 1.2e3 eps of itself, and M2 within that times
+            # then across the tile), so S2 is within about 1.5e3 eps of itself, and M2 within that times
             # (1 + d**2 / var) of itself: the subtraction cancels when the block sits far from K. K is the
             # previous block's mean, close for steady data; a block past _SHIFT_RATIO (a drifting key: a
             # clock, a counter) is summed again about its own mean, where d is a rounding error and the
-            # sums are numpy's two passes. Either way M2 is within about 1e-11 relative (65 * 1.2e3 eps).
+            # sums are numpy's two passes. Either way M2 is within about 1e-11 relative (65 * 1.5e3 eps).
             offset = sums / n
             m2 = squares - sums * offset
             if (offset * offset * n > _SHIFT_RATIO * m2).any():
@@ -246,16 +251,18 @@ class _KeyStats:
             hi = np.maximum.reduce(tiled.max(axis=0).reshape(tile, c), axis=0).astype(np.float64)
             columns = list(tiled.reshape(-1, c).T.astype(np.float64)) if self.exact is not None else []
         else:
-            x = tiled.reshape(-1, c).astype(np.float64)  # [values, channels]
+            # [channels, values]: numpy's pairwise sums along each channel's contiguous values (sums down
+            # the rows would add up to a block of values in sequence); a rare path, the copy is no matter
+            x = np.ascontiguousarray(tiled.reshape(-1, c).T, dtype=np.float64)
             finite = np.isfinite(x)
             self.nonfinite += int((~finite).sum())
-            count = finite.sum(axis=0)
+            count = finite.sum(axis=1)
             safe = np.where(finite, x, 0.0)
-            mean = np.divide(safe.sum(axis=0), count, out=np.zeros(c), where=count > 0)
-            m2 = (np.where(finite, x - mean, 0.0) ** 2).sum(axis=0)
-            lo = np.where(finite, x, np.inf).min(axis=0)
-            hi = np.where(finite, x, -np.inf).max(axis=0)
-            columns = [x[finite[:, i], i] for i in range(c)]
+            mean = np.divide(safe.sum(axis=1), count, out=np.zeros(c), where=count > 0)
+            m2 = (np.where(finite, x - mean[:, None], 0.0) ** 2).sum(axis=1)
+            lo = np.where(finite, x, np.inf).min(axis=1)
+            hi = np.where(finite, x, -np.inf).max(axis=1)
+            columns = [x[i, finite[i]] for i in range(c)]
         # Chan et al.'s merge of (count, mean, M2): stable for any split of the data
         total = self.count + count
         delta = mean - self.mean
