@@ -171,6 +171,10 @@ class _KeyStats:
         vars(stats).update(attrs)
         return stats
 
+    def _by_channel(self, values: np.ndarray) -> np.ndarray:
+        """``[channels, values]``, each channel's values contiguous (small integers: one count per channel)."""
+        return np.ascontiguousarray(self._channels_last(values).T)
+
     def _channels_last(self, values: np.ndarray) -> np.ndarray:
         """``[values, channels]``, C-contiguous: a view of rows of items, a copy for channel-first images."""
         if self.axes:
@@ -193,7 +197,7 @@ class _KeyStats:
             if per_row == self.channels and step > tile:
                 step -= step % tile  # an item is one value per channel: blocks of whole tiles
             if self.small:
-                self._count_small(self._channels_last(values[a : a + step]))
+                self._count_small(self._by_channel(values[a : a + step]))
             else:
                 block = self._channels_last(values[a : a + step])
                 whole = block.shape[0] - block.shape[0] % tile
@@ -205,14 +209,14 @@ class _KeyStats:
 
     # -- integers of at most 16 bits: every value counted ---------------------------------------------
     def _count_small(self, block: np.ndarray) -> None:
-        """Count every value of ``block`` (``[values, channels]``): one count over ``channels * bins``
-        bins, each value's bin ``value - offset + channel * bins`` (no transposed copy)."""
         if self.offset:  # signed: flipping the sign bit orders the values from 0 (value - offset)
             unsigned = np.uint8 if self.bins == 256 else np.uint16
             block = np.bitwise_xor(block.view(unsigned), np.array(-self.offset).astype(unsigned))
-        width = self.channels * self.bins
-        index = np.add(block, _channel_offsets(self.channels, 1, self.bins), dtype=np.intp)
-        self.hist += np.bincount(index.reshape(-1), minlength=width).reshape(self.channels, self.bins)
+        values = torch.from_numpy(block.astype(np.int32) if block.dtype == np.uint16 else block)
+        # torch's bincount per channel: in a build, cheaper than one numpy count over channels x values
+        # on the untransposed block (docs/results/mixtures.md)
+        for c in range(self.channels):
+            self.hist[c] += torch.bincount(values[c], minlength=self.bins).numpy()
 
     # -- other dtypes: merged moments, then exact or bucketed counts ---------------------------------
     def _update_block(self, tiled: np.ndarray, tile: int) -> None:
