@@ -216,6 +216,40 @@ def stats_alone(rows: int, image_rows: int, repeats: int) -> list[dict[str, Any]
     return out
 
 
+def stats_beside_python(rows: int, repeats: int) -> dict[str, Any]:
+    """The statistics of the writer-only state dataset's chunks computed in a thread, as a build does,
+    while this thread runs pure Python (a loader's or writer's Python work) or waits: wall and CPU
+    milliseconds of that thread, medians of ``repeats``. Each numpy call of the statistics hands the GIL
+    back and must take it again, which a thread running Python holds up to ``sys.getswitchinterval()``."""
+    import threading
+
+    chunks = [chunk(a, min(CHUNK, rows - a), 17, 6, False) for a in range(0, rows, CHUNK)]
+
+    def job(out: list[tuple[float, float]]) -> None:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        stats = feature_stats.FeatureStats()
+        for c in chunks:
+            stats.update(c)
+        out.append((time.perf_counter() - wall, time.thread_time() - cpu))
+
+    result: dict[str, Any] = {"values": rows * 24}
+    for mode in ("waiting", "python"):
+        runs: list[tuple[float, float]] = []
+        for _ in range(repeats):
+            worker = threading.Thread(target=job, args=(runs,))
+            worker.start()
+            while mode == "python" and worker.is_alive():
+                total = 0
+                for i in range(20_000):
+                    total += i
+            worker.join()
+        result[mode] = {
+            "wall_ms": round(statistics.median(r[0] for r in runs) * 1e3, 1),
+            "cpu_ms": round(statistics.median(r[1] for r in runs) * 1e3, 1),
+        }
+    return result
+
+
 # -- 2. mixture rate ----------------------------------------------------------------------------------
 def rate(fn: Any, items: int, seconds: float, repeats: int = 5) -> float:
     """Items per CPU second of this process (median of ``repeats`` runs of ``seconds / repeats`` each):
@@ -460,6 +494,12 @@ def main() -> None:
             print(
                 f"  statistics alone, {r['dataset']:<6} {r['values']:>12,} values: {r['ns_per_value']:6.2f} ns CPU per value"
             )
+        beside = stats_beside_python(args.rows, 2 * args.repeats + 1) if "stats" in args.parts else {}
+        for mode in ("waiting", "python") if beside else ():
+            print(
+                f"  statistics in a thread, this thread {mode:<7}: {beside[mode]['wall_ms']:6.1f} ms wall, "
+                f"{beside[mode]['cpu_ms']:6.1f} ms CPU ({beside['values']:,} values)"
+            )
         mix = mixture_rate(args.rows, args.batches, args.seconds) if "mixture" in args.parts else []
         if "mixture" in args.parts and args.image_mixture_rows:
             mix += mixture_rate(args.image_mixture_rows, args.image_batches, args.seconds, image=True)
@@ -511,6 +551,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "stats_build_cost": stats,
         "stats_alone": alone,
+        "stats_beside_python": beside,
         "mixture_rate": mix,
         "offline_online": seed,
         "lerobot_seeding": versus,
