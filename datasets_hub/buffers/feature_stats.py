@@ -199,12 +199,7 @@ class _KeyStats:
             if self.small:
                 self._count_small(self._by_channel(values[a : a + step]))
             else:
-                block = self._channels_last(values[a : a + step])
-                whole = block.shape[0] - block.shape[0] % tile
-                if whole:
-                    self._update_block(block[:whole].reshape(-1, tile * self.channels), tile)
-                if whole < block.shape[0]:
-                    self._update_block(block[whole:], 1)
+                self._update_block(self._channels_last(values[a : a + step]))
             a += step
 
     # -- integers of at most 16 bits: every value counted ---------------------------------------------
@@ -219,10 +214,38 @@ class _KeyStats:
             self.hist[c] += torch.bincount(values[c], minlength=self.bins).numpy()
 
     # -- other dtypes: merged moments, then exact or bucketed counts ---------------------------------
-    def _update_block(self, tiled: np.ndarray, tile: int) -> None:
-        """Add ``tiled``: ``[rows, tile * channels]``, C-contiguous, each row ``tile`` consecutive rows of
-        channel values. Every reduction runs down the rows (wide, contiguous inner loops: no transposed
-        copy) and folds its ``tile`` partial results per channel after."""
+    def _update_block(self, block: np.ndarray) -> None:
+        """Add ``block`` (``[values, channels]``, C-contiguous): its whole tiles, then the rows left over,
+        to the moments; then every value to the counts (exact ones: one merge for the whole block)."""
+        c = self.channels
+        tile = _tile_rows(c)
+        whole = block.shape[0] - block.shape[0] % tile
+        parts = [(block[:whole].reshape(-1, tile * c), tile)] if whole else []
+        if whole < block.shape[0]:
+            parts.append((block[whole:], 1))
+        added = [self._add_moments(part, part_tile) for part, part_tile in parts]
+        if self.exact is not None:
+            columns = [np.concatenate([part_columns[i] for _, part_columns, _ in added]) for i in range(c)]
+            if self._count_exact(columns):
+                return
+            self._to_buckets()
+        for (part, part_tile), (all_finite, part_columns, extremes) in zip(parts, added, strict=True):
+            if not all_finite:
+                for channel, column in enumerate(part_columns):
+                    self._bucket(column, None, channel=channel)
+            elif part.dtype == np.float32 and c <= HIGH_HALF_CHANNELS:
+                self._count_high(part, part_tile)
+            else:
+                self._bucket_all(part, part_tile, extremes)
+
+    def _add_moments(
+        self, tiled: np.ndarray, tile: int
+    ) -> tuple[bool, list[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """Merge the moments and extremes of ``tiled`` (``[rows, tile * channels]``, C-contiguous, each row
+        ``tile`` consecutive rows of channel values): every reduction runs down the rows (wide, contiguous
+        inner loops: no transposed copy) and folds its ``tile`` partial results per channel after. Returns
+        whether every value is finite, each channel's finite values (where they are counted exactly, or
+        some are not finite; else empty) and each channel's min and max."""
         c = self.channels
         n = tiled.shape[0] * tile  # values per channel
         if self.shift is None:
@@ -277,41 +300,24 @@ class _KeyStats:
         self.count = total
         self.min = np.minimum(self.min, lo)
         self.max = np.maximum(self.max, hi)
-        self._count_values(tiled, tile, columns, all_finite, (lo, hi))
+        return all_finite, columns, (lo, hi)
 
-    def _count_values(
-        self,
-        tiled: np.ndarray,
-        tile: int,
-        columns: list[np.ndarray],
-        all_finite: bool,
-        extremes: tuple[np.ndarray, np.ndarray],
-    ) -> None:
-        if self.exact is not None:
-            merged: list[tuple[np.ndarray, np.ndarray]] = []
-            for (values, counts), column in zip(self.exact, columns, strict=True):
-                # a prefix with too many distinct values settles it for the price of a small sort
-                if column.size > EXACT_DISTINCT and np.unique(column[: EXACT_DISTINCT + 1]).size > EXACT_DISTINCT:
-                    merged = []
-                    break
-                new, new_counts = np.unique(column, return_counts=True)
-                both, inverse = np.unique(np.concatenate([values, new]), return_inverse=True)
-                total = np.bincount(inverse, weights=np.concatenate([counts, new_counts]), minlength=both.size)
-                merged.append((both, total.astype(np.int64)))
-                if both.size > EXACT_DISTINCT:
-                    merged = []
-                    break
-            if merged:
-                self.exact = merged
-                return
-            self._to_buckets()
-        if not all_finite:
-            for c, column in enumerate(columns):
-                self._bucket(column, None, channel=c)
-        elif tiled.dtype == np.float32 and self.channels <= HIGH_HALF_CHANNELS:
-            self._count_high(tiled, tile)
-        else:
-            self._bucket_all(tiled, tile, extremes)
+    def _count_exact(self, columns: list[np.ndarray]) -> bool:
+        """Merge each channel's ``columns`` (finite values) into its exact counts; False (counts left as
+        they were) once a channel would pass :data:`EXACT_DISTINCT` distinct values."""
+        merged: list[tuple[np.ndarray, np.ndarray]] = []
+        for (values, counts), column in zip(self.exact or [], columns, strict=True):
+            # a prefix with too many distinct values settles it for the price of a small sort
+            if column.size > EXACT_DISTINCT and np.unique(column[: EXACT_DISTINCT + 1]).size > EXACT_DISTINCT:
+                return False
+            new, new_counts = np.unique(column, return_counts=True)
+            both, inverse = np.unique(np.concatenate([values, new]), return_inverse=True)
+            total = np.bincount(inverse, weights=np.concatenate([counts, new_counts]), minlength=both.size)
+            if both.size > EXACT_DISTINCT:
+                return False
+            merged.append((both, total.astype(np.int64)))
+        self.exact = merged
+        return True
 
     def _to_buckets(self) -> None:
         """Too many distinct values: the exact counts go into buckets, and every value from now on."""
