@@ -60,8 +60,8 @@ def upstream() -> types.SimpleNamespace:
         _unavailable("TD-MPC2's Buffer needs torchrl: run in the benchmark venv (make test-upstream-tdmpc2)")
     sys.path.insert(0, str(package))  # TD-MPC2 imports its modules as top-level ones (common.buffer, ...)
     try:
-        from common import buffer  # type: ignore[import-not-found]
-        from trainer import offline_trainer  # type: ignore[import-not-found]
+        from common import buffer  # type: ignore[import-not-found]  # TD-MPC2 checkout, on sys.path here
+        from trainer import offline_trainer  # type: ignore[import-not-found]  # the same checkout
     finally:
         sys.path.remove(str(package))
     return types.SimpleNamespace(buffer=buffer, offline_trainer=offline_trainer)
