@@ -30,7 +30,8 @@ How each value is computed (the contract the tests check against numpy over the 
   every distinct value). Past that, values are counted in buckets of relative width 2**-7 (a
   float64's exponent and the 7 leading bits of its mantissa; an HDR-histogram-like scheme; a float32
   key of at most :data:`HIGH_HALF_CHANNELS` channels counts each value's high 16 bits, its sign,
-  exponent and 7 leading mantissa bits, which are the same bucket): each order statistic comes back within ``q_rel_error`` = :data:`RELATIVE_ERROR` (about 0.39%) of its
+  exponent and 7 leading mantissa bits, which are the same bucket): each order statistic comes back
+  within ``q_rel_error`` = :data:`RELATIVE_ERROR` (about 0.39%) of its
   magnitude, plus :data:`ZERO_BAND` (7.5e-9) absolute near zero, and inside the exact [min, max];
   numpy's interpolation between two order statistics keeps that bound relative to the larger of
   the two. ``q_rel_error`` records which case a key is in.
@@ -75,7 +76,7 @@ ZERO_BAND = 2.0**-27
 #: keys the build derives itself (never statistics: ids, time, flags)
 DERIVED = frozenset({("episode",), ("step",), ("done",), ("terminated",), ("truncated",), ("next", "done")})
 _BLOCK_VALUES = 1 << 19  # values per block past the few-distinct-values stage (see the module docstring)
-_COUNT_BLOCK_VALUES = 1 << 17  # small integers take one counting pass per block: no cache to keep
+_COUNT_BLOCK_VALUES = 1 << 22  # small integers take one counting pass per block: no cache to keep
 _MANTISSA_SHIFT = 52 - 7  # a float64's bits past its 7 leading mantissa bits
 _ZERO_BUCKET = int(np.array(ZERO_BAND, np.float64).view(np.int64)) >> _MANTISSA_SHIFT  # first above the zero band
 _MANTISSA_SHIFT_32 = 23 - 7  # the same 7 leading mantissa bits of a float32
