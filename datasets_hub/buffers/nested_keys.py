@@ -7,7 +7,7 @@ manifests a key is written ``"next/obs"`` (:func:`key_to_str` / :func:`parse_key
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 Key = tuple[str, ...]
@@ -52,3 +52,33 @@ def nest(
             node = node.setdefault(part, {})
         node[key[-1]] = value
     return tree
+
+
+class NestPlan:
+    """The nested dict of fixed ``keys`` built again and again (one per sampled batch): where each key
+    goes is worked out once, so that a build is one assignment per key and per inner dict. The result
+    is the dict :func:`nest` makes of the same keys and values, its keys in the same order."""
+
+    def __init__(self, keys: Iterable[str | Iterable[str]]) -> None:
+        self.keys: list[Key] = [as_key(k) for k in keys]
+        slots: dict[Key, int] = {(): 0}  # each inner dict's place in a build's list of dicts
+        # in key order: (dict, name, inner dict's slot) for an inner dict met first here, (dict, name, 0) for a value
+        self._steps: list[tuple[int, str, int]] = []
+        for key in self.keys:
+            for depth in range(1, len(key)):
+                path = key[:depth]
+                if path not in slots:
+                    slots[path] = len(slots)
+                    self._steps.append((slots[path[:-1]], path[-1], slots[path]))
+            self._steps.append((slots[key[:-1]], key[-1], 0))
+        self._dicts = len(slots)
+
+    def build(self, values: Sequence[Any]) -> dict[str, Any]:
+        """The nested dict holding ``values``, one per key of ``keys`` and in their order."""
+        if len(values) != len(self.keys):
+            raise ValueError(f"{len(values)} values for {len(self.keys)} keys")
+        trees: list[dict[str, Any]] = [{} for _ in range(self._dicts)]
+        it = iter(values)
+        for tree, name, inner in self._steps:
+            trees[tree][name] = trees[inner] if inner else next(it)
+        return trees[0]

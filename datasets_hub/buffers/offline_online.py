@@ -48,7 +48,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
-from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, nest
+from datasets_hub.buffers.nested_keys import Key, NestPlan, as_key, key_to_str
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.row_blocks import BatchMemory, fill_rows
 from datasets_hub.buffers.samplers.random import RandomSampler
@@ -116,6 +116,7 @@ class OfflineOnlineBuffer:
         )
         self._offline_rows = _OfflineRows(offline, self.schema, memory, reads_ahead)
         self._dtypes = {key: (shape, dtype) for key, shape, dtype in layout}
+        self._tree = NestPlan(key for key, _, _ in memory.layout)  # a batch's keys, as its arrays are laid out
         # what the online share is gathered from: (the storage's numpy_columns(), per key its column or None)
         self._online_plan: tuple[Any, list[tuple[Key, np.ndarray]] | None] = (None, None)
 
@@ -190,11 +191,10 @@ class OfflineOnlineBuffer:
         arrays = self._offline_rows.batch(batch_size, n_offline)
         if n_offline < batch_size:
             self._write_online(arrays, n_offline, batch_size - n_offline)
-        keys = list(arrays)
-        values = [torch.from_numpy(a) for a in arrays.values()]
+        values = [torch.from_numpy(arrays[key]) for key in self._tree.keys]
         # the leaves were checked against the schema on the way in: no second validation per batch
         out = TensorDict._new_unsafe(
-            source=cast(Any, nest(keys, values)), batch_size=torch.Size([batch_size]), nested=True
+            source=cast(Any, self._tree.build(values)), batch_size=torch.Size([batch_size]), nested=True
         )
         if return_info:
             return out, {"index": out.get(_INDEX), "online": out.get(_ONLINE)}

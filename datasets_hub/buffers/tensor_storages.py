@@ -666,8 +666,14 @@ class TensorStorage(SharedCounters, Storage):
                 )
             self.share()
         state = super().__getstate__()
-        state["_columns"] = None  # views of this process's memory: numpy_columns() makes them again
+        # numpy views pickle as copies of their own, apart from the leaves: made again from the leaves
+        state.pop("_np", None)
+        state["_columns"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._np = numpy_views(self._plain)  # views of this copy's leaves (a write to one is seen by both)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(len={len(self)}, max_size={self.max_size}, kind={self._kind})"
