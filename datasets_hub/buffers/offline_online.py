@@ -91,8 +91,9 @@ class OfflineOnlineBuffer:
         self.ratio = ratio
         self.batch_size = batch_size
         self.offline = offline
+        self._online_storage = LazyMemmapStorage(capacity, scratch_dir=scratch_dir, existsok=True)
         self.online = TensorDictReplayBuffer(
-            storage=LazyMemmapStorage(capacity, scratch_dir=scratch_dir, existsok=True),
+            storage=self._online_storage,
             sampler=online_sampler if online_sampler is not None else RandomSampler(),
             generator=generator,
         )
@@ -103,7 +104,8 @@ class OfflineOnlineBuffer:
             for k, v in first.items(include_nested=True, leaves_only=True)
             if isinstance(v, torch.Tensor) and as_key(k)[:1] not in _BOOKKEEPING
         }
-        # a batch: the stored keys, each part's positions and which part; one block of memory per batch
+        # a batch: the stored keys, each part's positions and which part; one block of memory per batch, or
+        # per batches laid ahead together (_OfflineRows)
         layout = [
             (key, shape, torch.empty((), dtype=dtype).numpy().dtype) for key, (dtype, shape) in self.schema.items()
         ]
@@ -220,7 +222,7 @@ class OfflineOnlineBuffer:
     def _online_columns(self) -> list[tuple[Key, np.ndarray]] | None:
         """Per stored key, the online storage's column (``numpy_columns``), worked out again only when
         the storage's memory moved; ``None`` where a key has no column of the batch's dtype and item shape."""
-        columns = self.online.storage.numpy_columns()
+        columns = self._online_storage.numpy_columns()
         known, plan = self._online_plan
         if columns is known:
             return plan
