@@ -208,7 +208,12 @@ class OfflineOnlineBuffer:
         promises valid rows and adds no stored key, else through the storage's own gather (``_write_drawn``)."""
         draw = self.online.draw_rows(count)
         columns = self._online_columns()
-        if columns is not None and draw is not None and draw[2] is not None and not _replaces(draw[1], self.schema):
+        if (
+            columns is not None
+            and draw is not None
+            and draw[2] is not None
+            and not (draw[1] and _replaces(draw[1], self.schema))
+        ):
             rows = draw[2]
             end = row + count
             for key, column in columns:
