@@ -22,7 +22,7 @@ UPSTREAM_REQS := tests/upstream/requirements.txt tests/upstream/requirements-nod
 OGBENCH_IMPLS := $(UPSTREAM_VENV)/ogbench-impls
 UPSTREAM_STAMP := $(UPSTREAM_VENV)/.installed-$(shell cat pyproject.toml constraints.txt $(UPSTREAM_REQS) | cksum | cut -d' ' -f1)
 
-.PHONY: demo examples test test-install test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl torchrl-parity bench bench-install install lint lint-install docs docs-install clean
+.PHONY: demo examples test test-install test-upstream upstream-install test-upstream-lerobot bench-lerobot test-faults test-ray test-torchrl torchrl-parity test-upstream-tdmpc2 bench bench-install install lint lint-install docs docs-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,15 @@ TORCHRL_SRC ?=
 torchrl-parity: bench-install
 	@test -n "$(TORCHRL_SRC)" || (echo "usage: make torchrl-parity TORCHRL_SRC=path/to/pytorch-rl-clone [ARGS='--files test_writers.py']"; false)
 	$(BENCH_PY) benchmarks/torchrl_parity.py --torchrl-src "$(TORCHRL_SRC)" $(ARGS)
+
+# TD-MPC2's own reader (OfflineTrainer._load_dataset, Buffer.sample) against our loader, value by value. TD-MPC2
+# is not on PyPI, so not part of CI: TDMPC2_SRC is a clone (git clone https://github.com/nicklashansen/tdmpc2).
+# Its Buffer is a TorchRL replay buffer: the tests run in the benchmark venv.
+TDMPC2_SRC ?=
+test-upstream-tdmpc2: bench-install
+	@test -n "$(TDMPC2_SRC)" || (echo "usage: make test-upstream-tdmpc2 TDMPC2_SRC=path/to/tdmpc2-clone"; false)
+	DATASETS_HUB_UPSTREAM_REQUIRED=1 TDMPC2_SRC="$(TDMPC2_SRC)" $(BENCH_PY) -m pytest -q -p no:cacheprovider \
+		tests/test_tdmpc2_upstream.py
 
 $(BENCH_PY):
 	$(PYTHON) -m venv $(BENCH_VENV)
