@@ -20,6 +20,13 @@ def test_a_plan_builds_what_nest_builds(keys):
     for values in (list(range(len(keys))), [f"v{i}" for i in range(len(keys))]):
         built = plan.build(values)
         assert built == nest(keys, values) and repr(built) == repr(nest(keys, values))  # repr: the key order
+    marked = plan.build(list(range(len(keys))), inner=lambda d: ("inner", d))
+    for key in plan.keys:  # each inner dict handed to ``inner``, its own inner dicts already handed
+        node = marked
+        for part in key[:-1]:
+            tag, node = node[part]
+            assert tag == "inner"
+        assert node[key[-1]] == plan.keys.index(key)
     first, second = plan.build(list(range(len(keys)))), plan.build(list(range(len(keys))))
     assert first == second and first is not second  # a fresh dict per build
     with pytest.raises(ValueError, match=f"{len(keys) + 1} values for {len(keys)} keys"):
