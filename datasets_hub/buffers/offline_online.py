@@ -197,7 +197,9 @@ class OfflineOnlineBuffer:
         # the leaves were checked against the schema on the way in: no second validation per batch, and
         # each inner TensorDict made as its dict is (what nested=True makes, without looking at every value)
         size = torch.Size([batch_size])
-        tree = self._tree.build(values, lambda d: TensorDict._new_unsafe(source=d, batch_size=size, nested=False))
+        tree = self._tree.build(
+            values, lambda d: TensorDict._new_unsafe(source=cast(Any, d), batch_size=size, nested=False)
+        )
         out = TensorDict._new_unsafe(source=cast(Any, tree), batch_size=size, nested=False)
         if return_info:
             return out, {"index": out.get(_INDEX), "online": out.get(_ONLINE)}
