@@ -312,8 +312,8 @@ class _OfflineRows:
     them all. The next calls asking for that size and share hand them out in order. Rows drawn and not
     handed out are, in order, those of the laid batches and then ``pool[used:held]``; a call asking for
     another size or share first moves the laid rows back to the front of the pool (``_unlay``) and takes
-    its rows in that order, so no drawn row is lost or reordered, and the offline part is drawn at the
-    same calls and with the same sizes as when each batch copied its rows from the pool."""
+    its rows in that order, so no drawn row is lost or reordered; the offline part is drawn at the same
+    calls, with the same sizes, whether batches are laid ahead or not."""
 
     def __init__(self, offline: Any, schema: dict[Key, Any], memory: BatchMemory, reads_ahead: bool) -> None:
         self.offline = offline
@@ -405,6 +405,7 @@ class _OfflineRows:
         self.laid, self.laid_shape, self.laid_count, self.laid_next = block, (batch_size, count), k, 0
 
     def _next_laid(self) -> dict[Key, np.ndarray]:
+        """The next laid batch's arrays (views of the block); the block is let go after the last one."""
         laid = cast(dict[Key, np.ndarray], self.laid)
         size = self.laid_shape[0]
         at = self.laid_next * size
