@@ -149,6 +149,53 @@ def test_offline_rows_drawn_ahead_are_those_of_drawing_each_batch(tmp_path):
     assert (kept == first).all()
 
 
+def test_batches_are_those_of_drawing_each_part_when_asked(tmp_path):
+    """Every batch, key by key, is what drawing its offline share from the offline buffer's generator and
+    then its online share from the online one gives when it is asked for (gathered from each part's
+    storage): across blocks of rows drawn ahead, changes of share and batch size (also to all offline,
+    to none offline and to shares too large to be drawn ahead), and online writes between calls, which
+    the very next batch sees. Batches kept without a copy never change afterwards."""
+    rb, _ = offline_buffer()
+    calls = (
+        [(512, 0.25)] * 40  # 128 offline rows each: past the end of a block drawn ahead
+        + [(512, 0.5), (300, 0.25), (64, 1.0), (64, 0.0), (2048, 1.0), (512, 0.25), (512, 0.25)]
+        + [(64, 0.3)] * 30
+        + [(4000, 0.3), (16, 0.5), (512, 0.25)]
+    )
+    writes = {0: 0, 1: 1, 41: 2, 45: 3, 60: 4, 80: 5}  # call -> which write goes before it
+    buf = OfflineOnlineBuffer(
+        rb,
+        capacity=24,  # the writes wrap around: older online rows are overwritten
+        ratio=lambda step: calls[step][1],
+        scratch_dir=tmp_path,
+        generator=torch.Generator().manual_seed(1),
+    )
+    offline_draws, online_draws = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
+    kept = []
+    for step, (size, ratio) in enumerate(calls):
+        if step in writes:
+            buf.extend(online_rows((4, 3), first_row=10_000 + 1000 * writes[step]))
+        n = round(ratio * size) if len(buf.online) else size
+        rows = torch.randint(OFFLINE_ROWS, (n,), generator=offline_draws) if n else torch.zeros(0, dtype=torch.int64)
+        online = (
+            torch.randint(len(buf.online), (size - n,), generator=online_draws)
+            if size > n
+            else torch.zeros(0, dtype=torch.int64)
+        )
+        out = buf.sample(size)
+        parts = [rb.storage[rows].exclude("index")] if n else []
+        parts += [buf.online.storage[online]] if size > n else []
+        expected = torch.cat(parts)
+        assert set(out.keys(True, True)) == set(expected.keys(True, True)) | {("index", "index"), ("index", "online")}
+        for key, value in expected.items(True, True):
+            assert torch.equal(out[key], value), (step, key)
+        assert torch.equal(out["index", "index"], torch.cat([rows, online]))
+        assert out["index", "online"].tolist() == [False] * n + [True] * (size - n)
+        if step % 7 == 0:
+            kept.append((out, out.clone()))
+    assert all((batch == copy).all() for batch, copy in kept)
+
+
 def test_priorities_of_online_items(tmp_path):
     rb, _ = offline_buffer()
     buf = OfflineOnlineBuffer(

@@ -123,6 +123,35 @@ def test_gather_into_writes_the_rows_of_each_leaf_into_given_arrays():
     assert (out[("next", "reward")] == 1).all()
 
 
+def test_numpy_columns_are_read_only_views_of_the_storage_until_its_memory_moves():
+    """TensorStorage.numpy_columns: None before the first write and for a compilable storage; then each
+    key's whole allocation, read-only, seeing later writes; the same dict until the memory moves (a copy
+    of the storage has its own)."""
+    import pickle
+
+    import numpy as np
+
+    storage = LazyTensorStorage(6)
+    assert storage.numpy_columns() is None
+    data = TensorDict(
+        {"obs": torch.arange(12.0).reshape(6, 2), "next": {"done": torch.zeros(6, 1, dtype=torch.bool)}}, [6]
+    )
+    storage.set(torch.arange(3), data[:3])
+    columns = storage.numpy_columns()
+    assert columns is not None and set(columns) == {("obs",), ("next", "done")}
+    assert columns[("obs",)].shape == (6, 2) and np.array_equal(columns[("obs",)][:3], data["obs"][:3].numpy())
+    with pytest.raises(ValueError, match="read-only"):
+        columns[("obs",)][0] = 7
+    storage.set(torch.arange(3, 6), data[3:])
+    assert storage.numpy_columns() is columns and np.array_equal(columns[("obs",)], data["obs"].numpy())
+    copy = pickle.loads(pickle.dumps(storage))
+    copy.set(torch.tensor([0]), data[5:6])
+    assert copy.numpy_columns()[("obs",)][0].tolist() == [10.0, 11.0] and columns[("obs",)][0].tolist() == [0.0, 1.0]
+    compilable = LazyTensorStorage(6, compilable=True)
+    compilable.set(torch.arange(3), data[:3])
+    assert compilable.numpy_columns() is None
+
+
 def test_underscore_storage_is_the_whole_allocated_data_as_written():
     storage = LazyTensorStorage(5)
     assert storage._storage is None  # nothing allocated yet

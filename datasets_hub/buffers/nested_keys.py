@@ -7,7 +7,8 @@ manifests a key is written ``"next/obs"`` (:func:`key_to_str` / :func:`parse_key
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 Key = tuple[str, ...]
@@ -52,3 +53,41 @@ def nest(
             node = node.setdefault(part, {})
         node[key[-1]] = value
     return tree
+
+
+class NestPlan:
+    """The nested dict of fixed ``keys`` built again and again (one per sampled batch): where each key
+    goes is worked out once, so that a build makes each dict in one step, innermost first. The result
+    is the dict :func:`nest` makes of the same keys and values, its keys in the same order."""
+
+    def __init__(self, keys: Iterable[str | Iterable[str]]) -> None:
+        self.keys: list[Key] = [as_key(k) for k in keys]
+        # each dict's entries in nest()'s order: a name and its value's index, or an inner dict's path
+        entries: dict[Key, list[tuple[str, int | Key]]] = {(): []}
+        for i, key in enumerate(self.keys):
+            for depth in range(1, len(key)):
+                path = key[:depth]
+                if path not in entries:
+                    entries[path] = []
+                    entries[path[:-1]].append((path[-1], path))
+            entries[key[:-1]].append((key[-1], i))
+        # a build extends the values with each dict as it is made, innermost first (the root last)
+        order = sorted(entries, key=len, reverse=True)
+        made = {path: len(self.keys) + n for n, path in enumerate(order)}
+        self._dicts: list[tuple[tuple[str, ...], Callable[[list[Any]], Any], bool, bool]] = []
+        for path in order:
+            names = tuple(name for name, _ in entries[path])
+            picks = [made[source] if isinstance(source, tuple) else source for _, source in entries[path]]
+            self._dicts.append((names, operator.itemgetter(*picks), len(picks) == 1, path != ()))
+
+    def build(self, values: Sequence[Any], inner: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+        """The nested dict holding ``values``, one per key of ``keys`` and in their order; ``inner``, when
+        given, turns each inner dict into what its parent holds (e.g. a TensorDict), innermost first."""
+        if len(values) != len(self.keys):
+            raise ValueError(f"{len(values)} values for {len(self.keys)} keys")
+        made = list(values)
+        for names, pick, single, is_inner in self._dicts:
+            picked = pick(made)
+            tree = dict(zip(names, (picked,) if single else picked, strict=True))
+            made.append(inner(tree) if inner is not None and is_inner else tree)
+        return made[-1]

@@ -22,10 +22,18 @@ files; nothing is copied from one to the other. Contract:
   and ``("index", "online")`` (bool: which part). Keys a sampler adds (goals, windows) are not kept:
   the two parts share the stored schema only.
 - Offline rows drawn ahead: an offline part with a plain uniform sampler (``RandomSampler``) over a
-  read-only build draws and reads ``READ_AHEAD_ROWS`` rows at once, and each batch takes the next of
-  them (offline shares of up to a quarter of that and ``READ_AHEAD_SHARE_BYTES``; larger ones are drawn
-  when asked for, once none drawn ahead is left). ``randint`` fills its output in generator order, so the offline rows are those of drawing each
-  batch's share when it is asked for (the generator is only ahead of them); each batch is a copy of them.
+  read-only build draws and reads ``READ_AHEAD_ROWS`` rows at once whenever a batch needs more than
+  are left, and each batch takes the next of them (offline shares of up to a quarter of that and
+  ``READ_AHEAD_SHARE_BYTES``; larger ones are drawn when asked for, once none drawn ahead is left).
+  ``randint`` fills its output in generator order, so the offline rows are those of drawing each
+  batch's share when it is asked for (the generator is only ahead of them), also when the share or the
+  batch size changes between calls: no row drawn ahead is lost or reordered. The rows drawn are laid
+  straight into the memory of the next batches of the same size and share (one copy per key for all of
+  them, not one per batch); each batch's online rows are drawn and gathered when it is asked for, so an
+  online write is in the very next batch. A batch handed out is never written again while it is
+  referenced (``BatchMemory``).
+- Online rows: gathered straight from the online storage's memory (``TensorStorage.numpy_columns``)
+  where its sampler promises valid rows (``draw_rows``), else through the storage's own gather.
 """
 
 from __future__ import annotations
@@ -40,14 +48,17 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
-from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, nest
+from datasets_hub.buffers.nested_keys import Key, NestPlan, as_key, key_to_str
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.row_blocks import BatchMemory, fill_rows
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.errors import InvalidParameter
 
 _BOOKKEEPING = {("index",), ("_weight",)}
-#: offline rows drawn and read at once (module docstring), at most this many bytes of them
+_INDEX: Key = ("index", "index")
+_ONLINE: Key = ("index", "online")
+#: offline rows drawn and read at once (module docstring), at most this many bytes of them; the batches
+#: laid ahead at once hold at most this many bytes too
 READ_AHEAD_ROWS = 4096
 READ_AHEAD_BYTES = 16 << 20
 #: only offline shares of at most this many bytes (and a quarter of the rows drawn ahead) are read ahead:
@@ -80,37 +91,36 @@ class OfflineOnlineBuffer:
         self.ratio = ratio
         self.batch_size = batch_size
         self.offline = offline
+        self._online_storage = LazyMemmapStorage(capacity, scratch_dir=scratch_dir, existsok=True)
         self.online = TensorDictReplayBuffer(
-            storage=LazyMemmapStorage(capacity, scratch_dir=scratch_dir, existsok=True),
+            storage=self._online_storage,
             sampler=online_sampler if online_sampler is not None else RandomSampler(),
             generator=generator,
         )
         self.steps = 0  # sample() calls so far: the argument of a ratio schedule
-        self._masks: dict[tuple[int, int], np.ndarray] = {}
         first = offline.storage[0:1]  # one stored item: the schema online writes must follow
         self.schema = {
             as_key(k): (v.dtype, tuple(v.shape[1:]))
             for k, v in first.items(include_nested=True, leaves_only=True)
             if isinstance(v, torch.Tensor) and as_key(k)[:1] not in _BOOKKEEPING
         }
-        # a batch: the stored keys, each part's positions and which part; one block of memory per batch
+        # a batch: the stored keys, each part's positions and which part; one block of memory per batch, or
+        # per batches laid ahead together (_OfflineRows)
         layout = [
             (key, shape, torch.empty((), dtype=dtype).numpy().dtype) for key, (dtype, shape) in self.schema.items()
         ]
-        self._memory = BatchMemory(
-            [*layout, (("index", "index"), (), np.dtype(np.int64)), (("index", "online"), (), np.dtype(np.bool_))]
-        )
-        # offline rows drawn ahead (each batch copies the next ones): their arrays, and how many are used
-        self._ahead: dict[Key, np.ndarray] = {}
-        self._ahead_used = 0
-        self._reads_ahead = (
+        memory = BatchMemory([*layout, (_INDEX, (), np.dtype(np.int64)), (_ONLINE, (), np.dtype(np.bool_))])
+        reads_ahead = (
             type(getattr(offline, "sampler", None)) is RandomSampler
             and bool(getattr(offline.storage, "read_only", False))
             and callable(getattr(offline, "draw_rows", None))
             and callable(getattr(offline.storage, "gather_into", None))
         )
-        self._row_bytes = self._memory.row_bytes
-        self._ahead_rows = max(1, min(READ_AHEAD_ROWS, READ_AHEAD_BYTES // max(1, self._row_bytes)))
+        self._offline_rows = _OfflineRows(offline, self.schema, memory, reads_ahead)
+        self._dtypes = {key: (shape, dtype) for key, shape, dtype in layout}
+        self._tree = NestPlan(key for key, _, _ in memory.layout)  # a batch's keys, as its arrays are laid out
+        # what the online share is gathered from: (the storage's numpy_columns(), per key its column or None)
+        self._online_plan: tuple[Any, list[tuple[Key, np.ndarray]] | None] = (None, None)
 
     # -- writes -------------------------------------------------------------------------------------
     def _check(self, data: Any, batch_dims: int) -> None:
@@ -180,67 +190,62 @@ class OfflineOnlineBuffer:
         share = self.current_ratio()  # checked at every call, also while the online part is empty
         n_offline = round(share * batch_size) if len(self.online) else batch_size
         self.steps += 1
-        arrays = self._memory.arrays(batch_size)
-        row = 0
-        for part, count in ((self.offline, n_offline), (self.online, batch_size - n_offline)):
-            if count and part is self.offline and self._reads_ahead and self._ahead_pays(count):
-                self._write_ahead(arrays, count)
-            elif count:
-                _write(part, arrays, row, count, self.schema)
-            row += count
-        np.copyto(arrays[("index", "online")], self._online_mask(n_offline, batch_size))
-        keys = list(arrays)
-        values = [torch.from_numpy(a) for a in arrays.values()]
-        # the leaves were checked against the schema on the way in: no second validation per batch
-        out = TensorDict._new_unsafe(
-            source=cast(Any, nest(keys, values)), batch_size=torch.Size([batch_size]), nested=True
+        arrays = self._offline_rows.batch(batch_size, n_offline)
+        if n_offline < batch_size:
+            self._write_online(arrays, n_offline, batch_size - n_offline)
+        values = [torch.from_numpy(arrays[key]) for key in self._tree.keys]
+        # the leaves were checked against the schema on the way in: no second validation per batch, and
+        # each inner TensorDict made as its dict is (what nested=True makes, without looking at every value)
+        size = torch.Size([batch_size])
+        tree = self._tree.build(
+            values, lambda d: TensorDict._new_unsafe(source=cast(Any, d), batch_size=size, nested=False)
         )
+        out = TensorDict._new_unsafe(source=cast(Any, tree), batch_size=size, nested=False)
         if return_info:
-            return out, {"index": out.get(("index", "index")), "online": out.get(("index", "online"))}
+            return out, {"index": out.get(_INDEX), "online": out.get(_ONLINE)}
         return out
 
-    def _ahead_pays(self, count: int) -> bool:
-        """Rows drawn ahead save a small share its per-call work, and cost a large one a copy: drawn ahead
-        for shares of at most a quarter of ``_ahead_rows``, and while any drawn ahead are left (so that
-        the rows keep the generator's order)."""
-        left = len(self._ahead.get(("index", "index"), ())) - self._ahead_used
-        small = count <= self._ahead_rows // 4 and count * self._row_bytes <= READ_AHEAD_SHARE_BYTES
-        return small or left > 0
+    def _write_online(self, arrays: dict[Key, np.ndarray], row: int, count: int) -> None:
+        """``count`` online items drawn now (every write so far is visible) and written into rows
+        ``row:row + count`` of ``arrays``: taken straight from the storage's columns where the sampler
+        promises valid rows and adds no stored key, else through the storage's own gather (``_write_drawn``)."""
+        draw = self.online.draw_rows(count)
+        columns = self._online_columns()
+        if (
+            columns is not None
+            and draw is not None
+            and draw[2] is not None
+            and not (draw[1] and _replaces(draw[1], self.schema))
+        ):
+            rows = draw[2]
+            end = row + count
+            for key, column in columns:
+                # valid rows into a contiguous batch slice of the column's dtype and item shape (checked
+                # once, _online_columns): "clip" gathers with no intermediate buffer
+                column.take(rows, axis=0, out=arrays[key][row:end], mode="clip")
+            np.copyto(arrays[_INDEX][row:end], rows)
+        else:
+            _write_drawn(self.online, draw, arrays, row, count, self.schema)
 
-    def _write_ahead(self, arrays: dict[Key, np.ndarray], count: int) -> None:
-        """The next ``count`` offline rows drawn ahead copied into rows ``0:count`` of ``arrays``, more drawn
-        and read (``_ahead_rows`` at once) when those run out."""
-        done = 0
-        while done < count:
-            held = len(self._ahead.get(("index", "index"), ()))
-            if self._ahead_used == held:
-                self._draw_ahead()
-                held = len(self._ahead[("index", "index")])
-            take = min(count - done, held - self._ahead_used)
-            at = self._ahead_used
-            for key, ahead in self._ahead.items():
-                np.copyto(arrays[key][done : done + take], ahead[at : at + take])
-            self._ahead_used += take
-            done += take
-
-    def _draw_ahead(self) -> None:
-        n = self._ahead_rows
-        if not self._ahead:  # allocated once: private, only ever copied from
-            self._ahead = {
-                key: np.empty((n, *shape), torch.empty((), dtype=dtype).numpy().dtype)
-                for key, (dtype, shape) in self.schema.items()
-            }
-            self._ahead[("index", "index")] = np.empty(n, np.int64)
-        _write(self.offline, self._ahead, 0, n, self.schema)
-        self._ahead_used = 0
-
-    def _online_mask(self, n_offline: int, batch_size: int) -> np.ndarray:
-        mask = self._masks.get((n_offline, batch_size))
-        if mask is None:
-            mask = np.arange(batch_size) >= n_offline
-            if len(self._masks) < 64:  # a fixed ratio repeats one; a schedule moves through a few
-                self._masks[(n_offline, batch_size)] = mask
-        return mask
+    def _online_columns(self) -> list[tuple[Key, np.ndarray]] | None:
+        """Per stored key, the online storage's column (``numpy_columns``), worked out again only when
+        the storage's memory moved; ``None`` where a key has no column of the batch's dtype and item shape."""
+        columns = self._online_storage.numpy_columns()
+        known, plan = self._online_plan
+        if columns is known:
+            return plan
+        plan = None
+        if columns is not None:
+            plan = []
+            for key in self.schema:
+                column = columns.get(key)
+                shape, dtype = self._dtypes[key]
+                if column is None or column.dtype != dtype or column.shape[1:] != shape:
+                    plan = None
+                    break
+                plan.append((key, column))
+        self._online_plan = (columns, plan)
+        return plan
 
     def __repr__(self) -> str:
         ratio = "schedule" if callable(self.ratio) else self.ratio
@@ -257,12 +262,25 @@ def _check_ratio(value: Any) -> None:
         raise InvalidParameter(f"ratio (the offline share of a batch) must be a number in [0, 1], got {value!r}")
 
 
+def _replaces(info: dict[str, Any], schema: dict[Key, Any]) -> bool:
+    """Whether a sampler's ``info`` holds entries that replace stored keys (``gather_into``'s extras)."""
+    return any(as_key(k) in schema for k in info)
+
+
 def _write(part: Any, arrays: dict[Key, np.ndarray], row: int, count: int, schema: dict[Key, Any]) -> None:
-    """``count`` items of ``part`` written into rows ``row:row + count`` of ``arrays`` (their positions in
-    ``("index", "index")``): drawn and gathered straight into them where the buffer and its storage allow
-    (``draw_rows``, ``gather_into``), else sampled and copied."""
-    end = row + count
+    """``count`` items of ``part`` drawn now and written into rows ``row:row + count`` of ``arrays``
+    (``_write_drawn``)."""
     draw = part.draw_rows(count) if callable(getattr(part, "draw_rows", None)) else None
+    _write_drawn(part, draw, arrays, row, count, schema)
+
+
+def _write_drawn(
+    part: Any, draw: Any, arrays: dict[Key, np.ndarray], row: int, count: int, schema: dict[Key, Any]
+) -> None:
+    """The ``count`` items of ``draw`` (``part.draw_rows(count)``; ``None``: sampled here) written into rows
+    ``row:row + count`` of ``arrays`` (their positions in ``("index", "index")``): gathered straight into
+    them where the buffer and its storage allow (promised rows, ``gather_into``), else gathered and copied."""
+    end = row + count
     gather_into = getattr(part.storage, "gather_into", None)
     if draw is not None and draw[2] is not None and callable(gather_into):
         index, info, rows = draw
@@ -279,4 +297,142 @@ def _write(part: Any, arrays: dict[Key, np.ndarray], row: int, count: int, schem
             index = info["index"]
         for key in schema:
             fill_rows(arrays[key][row:end], data.get(key).numpy())
-    np.copyto(arrays[("index", "index")][row:end], torch.as_tensor(index).reshape(-1).numpy())
+    np.copyto(arrays[_INDEX][row:end], torch.as_tensor(index).reshape(-1).numpy())
+
+
+class _OfflineRows:
+    """Each batch's offline share (module docstring): the batch's memory with its first ``count`` rows
+    written (values and positions) and its whole ``("index", "online")`` mask.
+
+    Read ahead (``reads_ahead``: a plain uniform sampler over a read-only build) for small shares
+    (``_ahead_pays``): rows are drawn ``ahead_rows`` at a time into ``pool`` (private, only ever copied
+    from) whenever fewer than a batch needs are left, and as many next batches of the asked size and
+    share as the rows left fill (at most ``READ_AHEAD_BYTES`` of batches) are laid at once in one
+    ``BatchMemory`` block: each batch's offline rows, positions and mask written, one copy per key for
+    them all. The next calls asking for that size and share hand them out in order. Rows drawn and not
+    handed out are, in order, those of the laid batches and then ``pool[used:held]``; a call asking for
+    another size or share first moves the laid rows back to the front of the pool (``_unlay``) and takes
+    its rows in that order, so no drawn row is lost or reordered; the offline part is drawn at the same
+    calls, with the same sizes, whether batches are laid ahead or not."""
+
+    def __init__(self, offline: Any, schema: dict[Key, Any], memory: BatchMemory, reads_ahead: bool) -> None:
+        self.offline = offline
+        self.schema = schema
+        self.memory = memory
+        self.reads_ahead = reads_ahead
+        self.row_bytes = memory.row_bytes
+        self.ahead_rows = max(1, min(READ_AHEAD_ROWS, READ_AHEAD_BYTES // max(1, self.row_bytes)))
+        # what a drawn row holds: the stored keys and the position
+        self.specs = {key: (shape, dtype) for key, shape, dtype in memory.layout if key != _ONLINE}
+        self.pool: dict[Key, np.ndarray] = {}
+        self.used = 0  # pool rows handed out (or laid)
+        self.held = 0  # pool rows drawn
+        self.laid: dict[Key, np.ndarray] | None = None  # the laid batches' block, each key [laid_count * size]
+        self.laid_shape = (0, 0)  # their batch size and offline share
+        self.laid_count = 0
+        self.laid_next = 0  # the next one to hand out
+        self._masks: dict[tuple[int, int], np.ndarray] = {}
+
+    def batch(self, batch_size: int, count: int) -> dict[Key, np.ndarray]:
+        """The next batch of ``batch_size`` rows, its first ``count`` (the offline share) written."""
+        if self.laid is not None and self.laid_shape == (batch_size, count):
+            return self._next_laid()
+        if not (count and self.reads_ahead and (self._ahead_pays(count) or self._left() > 0)):
+            arrays = self.memory.arrays(batch_size)
+            if count:
+                _write(self.offline, arrays, 0, count, self.schema)
+            np.copyto(arrays[_ONLINE], self._mask(count, batch_size))
+            return arrays
+        if self.laid is not None:
+            self._unlay()
+        while self.held - self.used < count:
+            self._draw()
+        if self._ahead_pays(count):
+            self._lay(batch_size, count)
+            return self._next_laid()
+        # a large share taking the rows left (then drawn when asked for: _ahead_pays is False once none is)
+        arrays = self.memory.arrays(batch_size)
+        for key, pool in self.pool.items():
+            np.copyto(arrays[key][:count], pool[self.used : self.used + count])
+        self.used += count
+        np.copyto(arrays[_ONLINE], self._mask(count, batch_size))
+        return arrays
+
+    def _left(self) -> int:
+        """Rows drawn ahead and not handed out yet."""
+        return (self.laid_count - self.laid_next) * self.laid_shape[1] + self.held - self.used
+
+    def _ahead_pays(self, count: int) -> bool:
+        """Rows drawn ahead save a small share its per-call work, and cost a large one a copy."""
+        return count <= self.ahead_rows // 4 and count * self.row_bytes <= READ_AHEAD_SHARE_BYTES
+
+    def _draw(self) -> None:
+        """``ahead_rows`` more rows drawn and read into the pool, after the rows not used yet (moved to
+        its front)."""
+        at = self._place_unused(0, self.ahead_rows)
+        _write(self.offline, self.pool, at, self.ahead_rows, self.schema)
+        self.held = at + self.ahead_rows
+
+    def _place_unused(self, at: int, room: int) -> int:
+        """The pool's unused rows (``used:held``) moved to start at row ``at``, with ``room`` rows free
+        after them (the pool grown where needed); returns the row after them."""
+        left = self.held - self.used
+        end = at + left
+        if not self.pool or len(self.pool[_INDEX]) < end + room:
+            grown = {key: np.empty((end + room, *shape), dtype) for key, (shape, dtype) in self.specs.items()}
+            for key, pool in self.pool.items():
+                grown[key][at:end] = pool[self.used : self.held]
+            self.pool = grown
+        elif at != self.used:
+            for pool in self.pool.values():
+                pool[at:end] = pool[self.used : self.held]  # numpy copies overlapping rows correctly
+        self.used, self.held = at, end
+        return end
+
+    def _lay(self, batch_size: int, count: int) -> None:
+        """The next batches of this size and share, as many as the unused pool rows fill (at least
+        ``count`` are left) and ``READ_AHEAD_BYTES`` allows, laid in one block: rows ``j * batch_size``
+        to ``j * batch_size + count`` of batch ``j``, its mask, and the rest left for its online rows."""
+        fits = (self.held - self.used) // count
+        k = max(1, min(fits, READ_AHEAD_BYTES // max(1, batch_size * self.row_bytes)))
+        block = self.memory.arrays(k * batch_size)
+        start, stop = self.used, self.used + k * count
+        for key, (shape, _) in self.specs.items():
+            laid = block[key].reshape(k, batch_size, *shape)[:, :count]
+            fill_rows(laid, self.pool[key][start:stop].reshape(k, count, *shape))
+        block[_ONLINE].reshape(k, batch_size)[...] = self._mask(count, batch_size)
+        self.used = stop
+        self.laid, self.laid_shape, self.laid_count, self.laid_next = block, (batch_size, count), k, 0
+
+    def _next_laid(self) -> dict[Key, np.ndarray]:
+        """The next laid batch's arrays (views of the block); the block is let go after the last one."""
+        laid = cast(dict[Key, np.ndarray], self.laid)
+        size = self.laid_shape[0]
+        at = self.laid_next * size
+        arrays = {key: block[at : at + size] for key, block in laid.items()}
+        self.laid_next += 1
+        if self.laid_next == self.laid_count:  # all handed out: the block is theirs alone (BatchMemory)
+            self.laid, self.laid_count, self.laid_next = None, 0, 0
+        return arrays
+
+    def _unlay(self) -> None:
+        """The laid batches not handed out taken apart: their offline rows moved to the front of the pool,
+        before its unused rows (the order they were drawn in)."""
+        laid = cast(dict[Key, np.ndarray], self.laid)
+        size, count = self.laid_shape
+        n = (self.laid_count - self.laid_next) * count
+        self._place_unused(n, 0)
+        for key, (shape, _) in self.specs.items():
+            rows = laid[key].reshape(self.laid_count, size, *shape)[self.laid_next :, :count]
+            fill_rows(self.pool[key][:n].reshape(rows.shape), rows)
+        self.used = 0
+        self.laid, self.laid_count, self.laid_next = None, 0, 0
+
+    def _mask(self, n_offline: int, batch_size: int) -> np.ndarray:
+        """``("index", "online")`` of a batch: ``n_offline`` False, then True."""
+        mask = self._masks.get((n_offline, batch_size))
+        if mask is None:
+            mask = np.arange(batch_size) >= n_offline
+            if len(self._masks) < 64:  # a fixed ratio repeats one; a schedule moves through a few
+                self._masks[(n_offline, batch_size)] = mask
+        return mask
