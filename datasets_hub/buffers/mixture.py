@@ -64,7 +64,7 @@ import torch
 from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
 
 from datasets_hub.buffers.feature_stats import compute_feature_stats, stats_arrays
-from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, nest
+from datasets_hub.buffers.nested_keys import Key, NestPlan, as_key, key_to_str, nest
 from datasets_hub.buffers.row_blocks import BatchMemory, fill_rows
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler
@@ -524,7 +524,8 @@ class Mixture:
                 f"read_ahead must be None (automatic) or a number of batches >= 1 (1: none ahead), got {read_ahead!r}"
             )
         self.read_ahead = read_ahead
-        self._ahead: deque[dict[Key, np.ndarray]] = deque()  # batches drawn ahead, of _ahead_size items each
+        # batches drawn ahead, of _ahead_size items each: each batch's leaves in the order of the memory's layout
+        self._ahead: deque[tuple[torch.Tensor, ...]] = deque()
         self._ahead_size = 0
         self._pad: dict[Key, int] = {}  # padded keys: their width in the mixture
         self._shares: dict[int, list[int]] = {}  # exact shares by number of slots
@@ -541,6 +542,10 @@ class Mixture:
         self._masks = [(key, (*key[:-1], key[-1] + "_dim_is_pad"), width) for key, width in self._pad.items()]
         fixed += [(mask_key, (width,), np.dtype(np.bool_)) for _, mask_key, width in self._masks]
         self._memory = BatchMemory(layout + fixed)
+        # a batch's keys, as its arrays are laid out (then its ids): each batch's dicts made in one step each
+        keys = [key for key, _, _ in self._memory.layout]
+        self._index_at = keys.index(("dataset", "index"))
+        self._tree = NestPlan([*keys, ("dataset", "id")] if self.ids else keys)
         for m in self._members:
             m.plan_routes({key: dtype for key, _, dtype in layout}, self._pad)
             m.pad_rows = {key: np.arange(width) >= m.width[key] for key, width in self._pad.items()}
@@ -680,7 +685,7 @@ class Mixture:
                 raise InvalidParameter("sample() needs a batch size: sample(256) or Mixture(..., batch_size=256)")
         counts = self.counts(batch_size)
         if self._block:
-            out = self._batch(self._next_arrays(batch_size, counts), batch_size)
+            out = self._batch(self._next_values(batch_size, counts), batch_size)
         else:
             parts = []
             for i, count in enumerate(counts):
@@ -704,10 +709,11 @@ class Mixture:
             return 1
         return max(1, min(READ_AHEAD_ROWS // batch_size, READ_AHEAD_BYTES // max(1, batch_bytes)))
 
-    def _next_arrays(self, batch_size: int, counts: list[int]) -> dict[Key, np.ndarray]:
-        """The arrays of the next batch: one drawn ahead, or ``batches_ahead`` new ones allocated once
-        (``BatchMemory``: a block shared by them, reused once none of them is referenced) and filled
-        member by member (``_Member.write``, ``_Member.write_ahead``)."""
+    def _next_values(self, batch_size: int, counts: list[int]) -> tuple[torch.Tensor, ...]:
+        """The leaves of the next batch (tensors over its arrays, in the memory's layout order): one drawn
+        ahead, or ``batches_ahead`` new ones allocated once (``BatchMemory``: a block shared by them,
+        reused once none of them is referenced) and filled member by member (``_Member.write``,
+        ``_Member.write_ahead``)."""
         if self._ahead and self._ahead_size == batch_size:
             return self._ahead.popleft()
         self._ahead.clear()  # another batch size: the batches drawn for the last one are dropped
@@ -723,11 +729,12 @@ class Mixture:
                 row += count
         self._write_fixed(arrays, k, batch_size, counts)
         if k == 1:
-            return arrays
+            return tuple(torch.from_numpy(a) for a in arrays.values())
         self._ahead_size = batch_size
-        self._ahead.extend(
-            {key: a[j * batch_size : (j + 1) * batch_size] for key, a in arrays.items()} for j in range(k)
-        )
+        # one [k, batch] tensor per key, unbound into the k batches' views in one call: a view costs a little
+        # less than a tensor made from an array, and each batch is spared a numpy slice per key
+        views = (torch.from_numpy(a.reshape(k, batch_size, *a.shape[1:])).unbind(0) for a in arrays.values())
+        self._ahead.extend(zip(*views, strict=True))
         return self._ahead.popleft()
 
     def _write_fixed(self, arrays: dict[Key, np.ndarray], k: int, batch_size: int, counts: list[int]) -> None:
@@ -743,15 +750,18 @@ class Mixture:
                     np.copyto(mask, m.mask_rows(key, count))  # the same rows in each of the k batches
                 row += count
 
-    def _batch(self, arrays: dict[Key, np.ndarray], batch_size: int) -> TensorDict:
-        keys: list[Key] = list(arrays)
-        values: list[Any] = [torch.from_numpy(a) for a in arrays.values()]
+    def _batch(self, values: tuple[torch.Tensor, ...], batch_size: int) -> TensorDict:
+        leaves: Sequence[Any] = values
         if self.ids:
-            index = values[keys.index(("dataset", "index"))]
-            keys.append(("dataset", "id"))
-            values.append(NonTensorStack.from_list([self.names[i] for i in index.reshape(-1).tolist()]))
-        batch = torch.Size([batch_size])
-        return TensorDict._new_unsafe(source=cast(Any, nest(keys, values)), batch_size=batch, nested=True)
+            index = values[self._index_at]
+            leaves = [*values, NonTensorStack.from_list([self.names[i] for i in index.reshape(-1).tolist()])]
+        # the leaves were written to the batch's schema: each inner TensorDict made as its dict is (what
+        # nested=True makes, without looking at every value)
+        size = torch.Size([batch_size])
+        tree = self._tree.build(
+            leaves, lambda d: TensorDict._new_unsafe(source=cast(Any, d), batch_size=size, nested=False)
+        )
+        return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=size, nested=False)
 
     def _concatenate(self, parts: list[tuple[_Member, dict[Key, Any], torch.Size]], counts: tuple) -> TensorDict:
         batch = torch.Size([sum(size[0] for _, _, size in parts), *parts[0][2][1:]])

@@ -190,10 +190,9 @@ class OfflineOnlineBuffer:
         share = self.current_ratio()  # checked at every call, also while the online part is empty
         n_offline = round(share * batch_size) if len(self.online) else batch_size
         self.steps += 1
-        arrays = self._offline_rows.batch(batch_size, n_offline)
+        values, rest = self._offline_rows.batch(batch_size, n_offline)
         if n_offline < batch_size:
-            self._write_online(arrays, n_offline, batch_size - n_offline)
-        values = [torch.from_numpy(arrays[key]) for key in self._tree.keys]
+            self._write_online(rest, batch_size - n_offline)
         # the leaves were checked against the schema on the way in: no second validation per batch, and
         # each inner TensorDict made as its dict is (what nested=True makes, without looking at every value)
         size = torch.Size([batch_size])
@@ -205,10 +204,11 @@ class OfflineOnlineBuffer:
             return out, {"index": out.get(_INDEX), "online": out.get(_ONLINE)}
         return out
 
-    def _write_online(self, arrays: dict[Key, np.ndarray], row: int, count: int) -> None:
-        """``count`` online items drawn now (every write so far is visible) and written into rows
-        ``row:row + count`` of ``arrays``: taken straight from the storage's columns where the sampler
-        promises valid rows and adds no stored key, else through the storage's own gather (``_write_drawn``)."""
+    def _write_online(self, arrays: dict[Key, np.ndarray], count: int) -> None:
+        """``count`` online items drawn now (every write so far is visible) and written into ``arrays``
+        (a batch's rows after its offline share): taken straight from the storage's columns where the
+        sampler promises valid rows and adds no stored key, else through the storage's own gather
+        (``_write_drawn``)."""
         draw = self.online.draw_rows(count)
         columns = self._online_columns()
         if (
@@ -218,14 +218,13 @@ class OfflineOnlineBuffer:
             and not (draw[1] and _replaces(draw[1], self.schema))
         ):
             rows = draw[2]
-            end = row + count
             for key, column in columns:
                 # valid rows into a contiguous batch slice of the column's dtype and item shape (checked
                 # once, _online_columns): "clip" gathers with no intermediate buffer
-                column.take(rows, axis=0, out=arrays[key][row:end], mode="clip")
-            np.copyto(arrays[_INDEX][row:end], rows)
+                column.take(rows, axis=0, out=arrays[key], mode="clip")
+            np.copyto(arrays[_INDEX], rows)
         else:
-            _write_drawn(self.online, draw, arrays, row, count, self.schema)
+            _write_drawn(self.online, draw, arrays, 0, count, self.schema)
 
     def _online_columns(self) -> list[tuple[Key, np.ndarray]] | None:
         """Per stored key, the online storage's column (``numpy_columns``), worked out again only when
@@ -301,15 +300,16 @@ def _write_drawn(
 
 
 class _OfflineRows:
-    """Each batch's offline share (module docstring): the batch's memory with its first ``count`` rows
-    written (values and positions) and its whole ``("index", "online")`` mask.
+    """Each batch's offline share (module docstring): the batch's leaves (tensors over its memory, its
+    first ``count`` rows written, values and positions, and its whole ``("index", "online")`` mask) and
+    the arrays of its rows after the share, left for the online rows.
 
     Read ahead (``reads_ahead``: a plain uniform sampler over a read-only build) for small shares
     (``_ahead_pays``): rows are drawn ``ahead_rows`` at a time into ``pool`` (private, only ever copied
     from) whenever fewer than a batch needs are left, and as many next batches of the asked size and
     share as the rows left fill (at most ``READ_AHEAD_BYTES`` of batches) are laid at once in one
     ``BatchMemory`` block: each batch's offline rows, positions and mask written, one copy per key for
-    them all. The next calls asking for that size and share hand them out in order. Rows drawn and not
+    them all, and their tensors made, one call per key for them all. The next calls asking for that size and share hand them out in order. Rows drawn and not
     handed out are, in order, those of the laid batches and then ``pool[used:held]``; a call asking for
     another size or share first moves the laid rows back to the front of the pool (``_unlay``) and takes
     its rows in that order, so no drawn row is lost or reordered; the offline part is drawn at the same
@@ -324,6 +324,7 @@ class _OfflineRows:
         self.ahead_rows = max(1, min(READ_AHEAD_ROWS, READ_AHEAD_BYTES // max(1, self.row_bytes)))
         # what a drawn row holds: the stored keys and the position
         self.specs = {key: (shape, dtype) for key, shape, dtype in memory.layout if key != _ONLINE}
+        self.keys = [key for key, _, _ in memory.layout]  # a batch's leaves are in this order
         self.pool: dict[Key, np.ndarray] = {}
         self.used = 0  # pool rows handed out (or laid)
         self.held = 0  # pool rows drawn
@@ -331,10 +332,14 @@ class _OfflineRows:
         self.laid_shape = (0, 0)  # their batch size and offline share
         self.laid_count = 0
         self.laid_next = 0  # the next one to hand out
+        self.laid_values: list[tuple[torch.Tensor, ...]] = []  # each laid batch's leaves
+        self.laid_rest: dict[Key, np.ndarray] = {}  # per key [laid_count, size - share]: each one's online rows
         self._masks: dict[tuple[int, int], np.ndarray] = {}
 
-    def batch(self, batch_size: int, count: int) -> dict[Key, np.ndarray]:
-        """The next batch of ``batch_size`` rows, its first ``count`` (the offline share) written."""
+    def batch(self, batch_size: int, count: int) -> tuple[tuple[torch.Tensor, ...], dict[Key, np.ndarray]]:
+        """The next batch of ``batch_size`` rows, its first ``count`` (the offline share) written: its
+        leaves in the order of ``keys``, and per stored key and ``("index", "index")`` the array of its
+        rows after the share (none when it is the whole batch)."""
         if self.laid is not None and self.laid_shape == (batch_size, count):
             return self._next_laid()
         if not (count and self.reads_ahead and (self._ahead_pays(count) or self._left() > 0)):
@@ -342,7 +347,7 @@ class _OfflineRows:
             if count:
                 _write(self.offline, arrays, 0, count, self.schema)
             np.copyto(arrays[_ONLINE], self._mask(count, batch_size))
-            return arrays
+            return self._handed(arrays, batch_size, count)
         if self.laid is not None:
             self._unlay()
         while self.held - self.used < count:
@@ -356,7 +361,14 @@ class _OfflineRows:
             np.copyto(arrays[key][:count], pool[self.used : self.used + count])
         self.used += count
         np.copyto(arrays[_ONLINE], self._mask(count, batch_size))
-        return arrays
+        return self._handed(arrays, batch_size, count)
+
+    def _handed(
+        self, arrays: dict[Key, np.ndarray], batch_size: int, count: int
+    ) -> tuple[tuple[torch.Tensor, ...], dict[Key, np.ndarray]]:
+        """What ``batch`` returns of one batch's arrays."""
+        rest = {key: arrays[key][count:] for key in self.specs} if count < batch_size else {}
+        return tuple(torch.from_numpy(arrays[key]) for key in self.keys), rest
 
     def _left(self) -> int:
         """Rows drawn ahead and not handed out yet."""
@@ -403,17 +415,33 @@ class _OfflineRows:
         block[_ONLINE].reshape(k, batch_size)[...] = self._mask(count, batch_size)
         self.used = stop
         self.laid, self.laid_shape, self.laid_count, self.laid_next = block, (batch_size, count), k, 0
+        # one [k, batch] tensor per key, unbound into the k batches' views in one call: a view costs a
+        # little less than a tensor made from an array, and each batch is spared a numpy slice per key
+        by_key = [
+            torch.from_numpy(block[key].reshape(k, batch_size, *shape)).unbind(0)
+            for key, shape, _ in self.memory.layout
+        ]
+        self.laid_values = list(zip(*by_key, strict=True))
+        if count < batch_size:
+            self.laid_rest = {
+                key: block[key].reshape(k, batch_size, *shape)[:, count:] for key, (shape, _) in self.specs.items()
+            }
 
-    def _next_laid(self) -> dict[Key, np.ndarray]:
-        """The next laid batch's arrays (views of the block); the block is let go after the last one."""
-        laid = cast(dict[Key, np.ndarray], self.laid)
-        size = self.laid_shape[0]
-        at = self.laid_next * size
-        arrays = {key: block[at : at + size] for key, block in laid.items()}
+    def _next_laid(self) -> tuple[tuple[torch.Tensor, ...], dict[Key, np.ndarray]]:
+        """What ``batch`` returns of the next laid batch (views of the block); the block is let go after
+        the last one."""
+        j = self.laid_next
+        values = self.laid_values[j]
+        rest = {key: rows[j] for key, rows in self.laid_rest.items()}
         self.laid_next += 1
         if self.laid_next == self.laid_count:  # all handed out: the block is theirs alone (BatchMemory)
-            self.laid, self.laid_count, self.laid_next = None, 0, 0
-        return arrays
+            self._let_go()
+        return values, rest
+
+    def _let_go(self) -> None:
+        """No batch laid any more: the block, its tensors and views dropped."""
+        self.laid, self.laid_count, self.laid_next = None, 0, 0
+        self.laid_values, self.laid_rest = [], {}
 
     def _unlay(self) -> None:
         """The laid batches not handed out taken apart: their offline rows moved to the front of the pool,
@@ -426,7 +454,7 @@ class _OfflineRows:
             rows = laid[key].reshape(self.laid_count, size, *shape)[self.laid_next :, :count]
             fill_rows(self.pool[key][:n].reshape(rows.shape), rows)
         self.used = 0
-        self.laid, self.laid_count, self.laid_next = None, 0, 0
+        self._let_go()
 
     def _mask(self, n_offline: int, batch_size: int) -> np.ndarray:
         """``("index", "online")`` of a batch: ``n_offline`` False, then True."""
