@@ -166,7 +166,6 @@ class _Member:
         self.norm_np: dict[Key, tuple[np.ndarray, np.ndarray, bool]] = {}  # target: shift, scale, clip
         self.routes: list[tuple] = []  # plan_routes
         self.pad_rows: dict[Key, np.ndarray] = {}  # padded keys: this member's row of the pad mask
-        self._mask_blocks: dict[Key, np.ndarray] = {}  # pad_rows repeated (mask_rows), never part of a batch
         self._pool: dict[Key, np.ndarray] = {}  # write_ahead's gather, reused (never part of a batch)
 
     def projected(self, td: TensorDictBase) -> TensorDictBase:
@@ -282,16 +281,6 @@ class _Member:
             and type(sampler) in (RandomSampler, SliceSampler)
             and callable(getattr(self.buffer, "draw_many_rows", None))
         )
-
-    def mask_rows(self, key: Key, count: int) -> np.ndarray:
-        """``count`` rows of this member's pad mask of ``key`` as one contiguous block (made once, grown to
-        the largest count asked for; private: only ever copied from), so that a batch's mask rows are one
-        block copy rather than a broadcast of a short row."""
-        block = self._mask_blocks.get(key)
-        if block is None or len(block) < count:
-            row = self.pad_rows[key]
-            block = self._mask_blocks[key] = np.ascontiguousarray(np.broadcast_to(row, (count, row.size)))
-        return block[:count]
 
     def write_ahead(self, arrays: dict[Key, np.ndarray], k: int, batch: int, row: int, count: int) -> None:
         """This member's ``count`` items of each of ``k`` batches of ``batch`` items laid one after the
@@ -530,6 +519,7 @@ class Mixture:
         self._pad: dict[Key, int] = {}  # padded keys: their width in the mixture
         self._shares: dict[int, list[int]] = {}  # exact shares by number of slots
         self._fixed: dict[tuple, dict[Key, torch.Tensor]] = {}  # (counts, device) -> dataset index, masks
+        self._fixed_arrays: dict[tuple, dict[Key, np.ndarray]] = {}  # (batch size, counts) -> the same as arrays
         self._schema = self._learn_schema()
         self._normalized = {as_key(k) for k in (normalize or {})}
         # every leaf of every member a CPU array: each batch is allocated once and filled member by member
@@ -738,17 +728,30 @@ class Mixture:
         return self._ahead.popleft()
 
     def _write_fixed(self, arrays: dict[Key, np.ndarray], k: int, batch_size: int, counts: list[int]) -> None:
-        """The dataset index and the pad masks of ``k`` batches of these ``counts``: each member's rows
-        filled with its index and copied from its block of mask rows (``_Member.mask_rows``)."""
-        index = arrays[("dataset", "index")].reshape(k, batch_size)
-        row = 0
-        for i, (m, count) in enumerate(zip(self._members, counts, strict=True)):
-            if count:
-                index[:, row : row + count] = i
-                for key, mask_key, width in self._masks:
-                    mask = arrays[mask_key].reshape(k, batch_size, width)[:, row : row + count]
-                    np.copyto(mask, m.mask_rows(key, count))  # the same rows in each of the k batches
+        """The dataset index and the pad masks of ``k`` batches of these ``counts``: one batch's rows
+        (``_fixed_rows``) copied into each of the k, one copy per key."""
+        for key, rows in self._fixed_rows(batch_size, counts).items():
+            np.copyto(arrays[key].reshape(k, *rows.shape), rows)
+
+    def _fixed_rows(self, batch_size: int, counts: list[int]) -> dict[Key, np.ndarray]:
+        """One batch's dataset index and pad masks for these ``counts`` (each member's rows filled with
+        its index and its row of each mask), made once per batch size and counts (private: only ever
+        copied from)."""
+        cache_key = (batch_size, tuple(counts))
+        fixed = self._fixed_arrays.get(cache_key)
+        if fixed is None:
+            fixed = {("dataset", "index"): np.empty(batch_size, dtype=np.int64)}
+            for _, mask_key, width in self._masks:
+                fixed[mask_key] = np.empty((batch_size, width), dtype=np.bool_)
+            row = 0
+            for i, (m, count) in enumerate(zip(self._members, counts, strict=True)):
+                fixed[("dataset", "index")][row : row + count] = i
+                for key, mask_key, _ in self._masks:
+                    fixed[mask_key][row : row + count] = m.pad_rows[key]
                 row += count
+            if len(self._fixed_arrays) < 256:  # exact shares repeat one entry per batch size; multinomial ones vary
+                self._fixed_arrays[cache_key] = fixed
+        return fixed
 
     def _batch(self, values: tuple[torch.Tensor, ...], batch_size: int) -> TensorDict:
         leaves: Sequence[Any] = values
