@@ -735,8 +735,8 @@ class Mixture:
 
     def _fixed_rows(self, batch_size: int, counts: list[int]) -> dict[Key, np.ndarray]:
         """One batch's dataset index and pad masks for these ``counts`` (each member's rows filled with
-        its index and its row of each mask), made once per batch size and counts (private: only ever
-        copied from)."""
+        its index and its row of each mask), made once per batch size with exact shares (private: only
+        ever copied from)."""
         cache_key = (batch_size, tuple(counts))
         fixed = self._fixed_arrays.get(cache_key)
         if fixed is None:
@@ -749,7 +749,7 @@ class Mixture:
                 for key, mask_key, _ in self._masks:
                     fixed[mask_key][row : row + count] = m.pad_rows[key]
                 row += count
-            if len(self._fixed_arrays) < 256:  # exact shares repeat one entry per batch size; multinomial ones vary
+            if self.exact and len(self._fixed_arrays) < 64:  # exact shares: one entry per batch size
                 self._fixed_arrays[cache_key] = fixed
         return fixed
 
