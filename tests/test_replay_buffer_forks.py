@@ -101,3 +101,29 @@ def test_a_fork_while_another_thread_samples_refuses_the_buffer_and_its_copies()
     assert on_sample.startswith("InvalidArgument") and "another thread was sampling" in on_sample
     assert on_copy.startswith("InvalidArgument") and "half-updated" in on_copy
     assert len(rb.sample()) == 2  # the parent goes on
+
+
+def test_one_buffer_busy_past_the_wait_leaves_the_others_guarded(monkeypatch):
+    """A buffer another thread samples for longer than the fork waits (a stalled read, say) is the only one left
+    unguarded: every other buffer's lock is still taken for the fork, so none of their threads can start a
+    sample at the fork's instant and leave it half-done in the child."""
+    from datasets_hub.buffers import replay_buffers
+
+    storage = _GatedStorage()
+    busy = ReplayBuffer(storage=storage, batch_size=2)
+    busy.extend(list(range(10)))
+    others = [_prefetching_buffer() for _ in range(3)]
+    monkeypatch.setattr(replay_buffers, "FORK_WAIT_S", 0.2)
+    monkeypatch.setattr(replay_buffers, "_live_buffers", lambda: [busy, *others])  # the busy one swept first
+    sampler = threading.Thread(target=busy.sample)
+    sampler.start()
+    assert storage.reading.wait(30)
+    try:
+        replay_buffers._hold_buffers_before_fork()  # what a fork runs first (os.register_at_fork)
+        held = list(replay_buffers._HELD_FOR_FORK)
+        replay_buffers._release_buffers_after_fork()
+    finally:
+        storage.gate.set()
+        sampler.join(30)
+    assert held == others
+    assert all(rb.sample()["obs"].shape == (4,) for rb in others)  # every lock was given back

@@ -71,6 +71,8 @@ _COMPONENTS = ("_storage", "_sampler", "_writer", "_collate_fn", "_transform", "
 _LIVE_BUFFERS: weakref.WeakSet[ReplayBuffer] = weakref.WeakSet()
 #: how long a fork waits for the samples in progress to end before it goes on regardless
 FORK_WAIT_S = 2.0
+#: after that, how long the fork waits in all for each of the locks still busy, one at a time
+FORK_GRACE_S = 0.1
 _HELD_FOR_FORK: list[ReplayBuffer] = []
 
 
@@ -86,7 +88,10 @@ def _live_buffers() -> list[ReplayBuffer]:
 def _hold_buffers_before_fork() -> None:
     """Take every buffer's lock, so that no thread is inside a sampler when the process forks (the child would
     find its state half-updated). Never blocks while holding one: all are tried at once and, where one is busy,
-    let go and tried again, for at most :data:`FORK_WAIT_S` (a lock still busy then is marked in the child)."""
+    let go and tried again, for at most :data:`FORK_WAIT_S`. Then every other lock that is free within
+    :data:`FORK_GRACE_S` is taken and the fork goes on: only a buffer whose lock another thread still holds is
+    marked in the child (one buffer busy for long, say sampling a stalled remote read, never leaves the others
+    unguarded)."""
     buffers = _live_buffers()
     deadline = time.monotonic() + FORK_WAIT_S
     while True:
@@ -95,7 +100,16 @@ def _hold_buffers_before_fork() -> None:
             if not buffer._lock.acquire(blocking=False):
                 break
             held.append(buffer)
-        if len(held) == len(buffers) or time.monotonic() > deadline:
+        if len(held) == len(buffers):
+            _HELD_FOR_FORK[:] = held
+            return
+        if time.monotonic() > deadline:
+            # the rest, each taken if free within a short grace (bounded: a thread that holds one of them and
+            # waits for a lock held here cannot hang the fork), skipping the ones still busy
+            grace = time.monotonic() + FORK_GRACE_S
+            for buffer in buffers[len(held) + 1 :]:
+                if buffer._lock.acquire(timeout=max(0.0, grace - time.monotonic())):
+                    held.append(buffer)
             _HELD_FOR_FORK[:] = held
             return
         for buffer in held:
