@@ -65,7 +65,7 @@ from tensordict import NonTensorStack, TensorDict, TensorDictBase, is_non_tensor
 
 from datasets_hub.buffers.feature_stats import compute_feature_stats, stats_arrays
 from datasets_hub.buffers.nested_keys import Key, NestPlan, as_key, key_to_str, nest
-from datasets_hub.buffers.row_blocks import BatchMemory, fill_rows
+from datasets_hub.buffers.row_blocks import BatchMemory, batch_tensordict, batch_tensors, fill_rows
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.tensor_leaves import REAL_NUMPY_DTYPES
@@ -721,10 +721,7 @@ class Mixture:
         if k == 1:
             return tuple(torch.from_numpy(a) for a in arrays.values())
         self._ahead_size = batch_size
-        # one [k, batch] tensor per key, unbound into the k batches' views in one call: a view costs a little
-        # less than a tensor made from an array, and each batch is spared a numpy slice per key
-        views = (torch.from_numpy(a.reshape(k, batch_size, *a.shape[1:])).unbind(0) for a in arrays.values())
-        self._ahead.extend(zip(*views, strict=True))
+        self._ahead.extend(batch_tensors(arrays.values(), k, batch_size))
         return self._ahead.popleft()
 
     def _write_fixed(self, arrays: dict[Key, np.ndarray], k: int, batch_size: int, counts: list[int]) -> None:
@@ -758,13 +755,7 @@ class Mixture:
         if self.ids:
             index = values[self._index_at]
             leaves = [*values, NonTensorStack.from_list([self.names[i] for i in index.reshape(-1).tolist()])]
-        # the leaves were written to the batch's schema: each inner TensorDict made as its dict is (what
-        # nested=True makes, without looking at every value)
-        size = torch.Size([batch_size])
-        tree = self._tree.build(
-            leaves, lambda d: TensorDict._new_unsafe(source=cast(Any, d), batch_size=size, nested=False)
-        )
-        return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=size, nested=False)
+        return batch_tensordict(self._tree, leaves, batch_size)  # the leaves were written to the batch's schema
 
     def _concatenate(self, parts: list[tuple[_Member, dict[Key, Any], torch.Size]], counts: tuple) -> TensorDict:
         batch = torch.Size([sum(size[0] for _, _, size in parts), *parts[0][2][1:]])

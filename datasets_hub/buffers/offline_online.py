@@ -45,12 +45,12 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from datasets_hub.buffers.memmap_storage import LazyMemmapStorage
 from datasets_hub.buffers.nested_keys import Key, NestPlan, as_key, key_to_str
 from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
-from datasets_hub.buffers.row_blocks import BatchMemory, fill_rows
+from datasets_hub.buffers.row_blocks import BatchMemory, batch_tensordict, batch_tensors, fill_rows
 from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.errors import InvalidParameter
 
@@ -193,13 +193,7 @@ class OfflineOnlineBuffer:
         values, rest = self._offline_rows.batch(batch_size, n_offline)
         if n_offline < batch_size:
             self._write_online(rest, batch_size - n_offline)
-        # the leaves were checked against the schema on the way in: no second validation per batch, and
-        # each inner TensorDict made as its dict is (what nested=True makes, without looking at every value)
-        size = torch.Size([batch_size])
-        tree = self._tree.build(
-            values, lambda d: TensorDict._new_unsafe(source=cast(Any, d), batch_size=size, nested=False)
-        )
-        out = TensorDict._new_unsafe(source=cast(Any, tree), batch_size=size, nested=False)
+        out = batch_tensordict(self._tree, values, batch_size)  # the leaves were checked on the way in
         if return_info:
             return out, {"index": out.get(_INDEX), "online": out.get(_ONLINE)}
         return out
@@ -415,13 +409,7 @@ class _OfflineRows:
         block[_ONLINE].reshape(k, batch_size)[...] = self._mask(count, batch_size)
         self.used = stop
         self.laid, self.laid_shape, self.laid_count, self.laid_next = block, (batch_size, count), k, 0
-        # one [k, batch] tensor per key, unbound into the k batches' views in one call: a view costs a
-        # little less than a tensor made from an array, and each batch is spared a numpy slice per key
-        by_key = [
-            torch.from_numpy(block[key].reshape(k, batch_size, *shape)).unbind(0)
-            for key, shape, _ in self.memory.layout
-        ]
-        self.laid_values = list(zip(*by_key, strict=True))
+        self.laid_values = batch_tensors(block.values(), k, batch_size)  # the memory's layout order: ``keys``
         if count < batch_size:
             self.laid_rest = {
                 key: block[key].reshape(k, batch_size, *shape)[:, count:] for key, (shape, _) in self.specs.items()

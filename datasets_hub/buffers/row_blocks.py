@@ -4,16 +4,21 @@ A mixture allocates each key's array for the whole batch, then every member writ
 into its slice (``DatasetStorage.gather_into``, or its own sampled batch copied in): no per-member
 arrays to join afterwards. A member's values may be narrower in the last dimension than the batch's
 (a 6-value action in a batch padded to 8): they fill the leading entries and the rest stays as the
-batch was allocated (zeros).
+batch was allocated (zeros). Batches drawn ahead together are laid one after the other in one block;
+:func:`batch_tensors` and :func:`batch_tensordict` turn the written arrays into each batch's TensorDict.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 import numpy as np
+import torch
+from tensordict import TensorDict
+
+from datasets_hub.buffers.nested_keys import NestPlan
 
 #: rows below which numpy's own strided copy is as fast as the row-wise one with its set-up (measured:
 #: about 1.5 us of set-up against 2.5-5 ns saved per row of 3 to 17 float32 values)
@@ -122,3 +127,21 @@ class BatchMemory:
         }
         self._views = (total, arrays)
         return dict(arrays)
+
+
+def batch_tensors(arrays: Iterable[np.ndarray], k: int, batch_size: int) -> list[tuple[torch.Tensor, ...]]:
+    """The leaves of ``k`` batches laid one after the other (each array ``[k * batch_size, ...]``): per batch,
+    a view of every array, in their order. One ``[k, batch]`` tensor per array, unbound into the ``k`` views
+    in one call: a view costs a little less than a tensor made from an array, and no batch pays a numpy
+    slice per key."""
+    per_array = [torch.from_numpy(a.reshape(k, batch_size, *a.shape[1:])).unbind(0) for a in arrays]
+    return list(zip(*per_array, strict=True))
+
+
+def batch_tensordict(plan: NestPlan, leaves: Sequence[Any], batch_size: int) -> TensorDict:
+    """The TensorDict of a batch's ``leaves`` (one per key of ``plan``, in its order), which must already hold
+    the batch's schema: no validation per batch, and each inner TensorDict made as its dict is (what
+    ``nested=True`` makes, without looking at every value)."""
+    size = torch.Size([batch_size])
+    tree = plan.build(leaves, lambda d: TensorDict._new_unsafe(source=cast(Any, d), batch_size=size, nested=False))
+    return TensorDict._new_unsafe(source=cast(Any, tree), batch_size=size, nested=False)
