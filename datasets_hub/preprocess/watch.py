@@ -11,13 +11,13 @@ naming the worker (PID, state, chunk) when
 - one chunk has run for longer than ``chunk_timeout`` seconds (``DATASETS_HUB_PREPROCESS_TIMEOUT``,
   default 3600: a worker alive but making no progress, e.g. ``fn`` blocked on a lock),
 
-then kills the workers (they are ours) so nothing is left stopped or hung behind.
+and the pool's owner (``workers._map_processes``) kills every process of the pool on that error, so nothing
+is left stopped or hung behind.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from typing import Any
@@ -108,7 +108,8 @@ class WorkerWatch:
                 self.running[pid] = (start, stop, now)
 
     def check(self) -> None:
-        """Raise :class:`PreprocessError` (after killing the workers) when one is stopped or stuck."""
+        """Raise :class:`PreprocessError` when a worker is stopped or stuck; the caller kills the pool's
+        processes on that error (all of them: those not heard from yet too)."""
         self._drain()
         now = time.monotonic()
         # a stopped worker first: the others may only be waiting on it (the queue's write lock)
@@ -136,16 +137,8 @@ class WorkerWatch:
             if chunk[0] == start:
                 del self.running[pid]
 
-    def kill_all(self) -> None:
-        for pid in self.seen:
-            try:
-                os.kill(pid, signal.SIGKILL)  # our own workers; SIGKILL also ends a stopped one
-            except (ProcessLookupError, PermissionError):
-                pass
-
     def _fail(self, message: str) -> None:
-        self.kill_all()
-        raise PreprocessError(message)
+        raise PreprocessError(message)  # the pool's owner kills every worker on the way out (_map_processes)
 
     def close(self) -> None:
         self.queue.close()
