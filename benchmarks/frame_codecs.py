@@ -8,6 +8,8 @@ candidate below and decoded again, on one thread:
 - JPEG (simplejpeg, libjpeg-turbo) at several qualities, chroma 4:2:0 (the build's setting) and 4:4:4;
 - WebP (Pillow, lossy) at several qualities;
 - AVIF (Pillow's libavif: an AV1 intra frame) at several qualities;
+- the build's ``frames="h264"`` codec (one intra h264 picture a frame, libx264 through PyAV) at several
+  quantisers, through the library's own encode and decode;
 - PNG (exact) for reference.
 
 Reported per candidate: bytes a frame, the ratio to the MP4's bytes a frame (its file size over its frames), PSNR
@@ -34,6 +36,7 @@ sys.path.insert(0, str(HERE))
 JPEG_QUALITIES = (95, 90, 85, 80, 75, 70)
 WEBP_QUALITIES = (95, 90, 80, 70)
 AVIF_QUALITIES = (90, 80, 70, 60, 50)
+H264_QPS = (24, 26, 28, 30, 32)
 
 
 def video_frames(codec: str, data: Path, episodes: int, length: int) -> tuple[list[np.ndarray], float]:
@@ -95,8 +98,29 @@ def candidates() -> dict[str, Codec]:
         out.update({f"webp q{q}": (pil_encode("WEBP", quality=q, method=4), pil_decode) for q in WEBP_QUALITIES})
     if features.check("avif"):
         out.update({f"avif q{q}": (pil_encode("AVIF", quality=q), pil_decode) for q in AVIF_QUALITIES})
+    out.update({f"h264 intra qp{qp} (frames='h264')": h264_intra(qp) for qp in H264_QPS})
     out["png (exact)"] = (pil_encode("PNG", compress_level=1), pil_decode)
     return out
+
+
+def h264_intra(qp: int) -> Codec:
+    """The build's own h264 codec (datasets_hub.build.frames), frame by frame. A build knows each key's frame
+    shape; here the decode takes that of the frame just encoded (``measure`` decodes each frame after it)."""
+    from datasets_hub.build import frames
+
+    codec = frames.FrameCodec("h264", qp)
+    shape: list[tuple[int, ...]] = []
+
+    def encode(frame: np.ndarray) -> bytes:
+        shape[:] = [frame.shape]
+        return frames.encode(frame, codec, "hwc")
+
+    def decode(data: bytes) -> np.ndarray:
+        out = np.empty(shape[0], dtype=np.uint8)
+        frames.decode_into(data, "h264", "hwc", out)
+        return out
+
+    return encode, decode
 
 
 def measure(frames: list[np.ndarray], mp4_bytes: float) -> list[dict]:

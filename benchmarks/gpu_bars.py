@@ -12,7 +12,7 @@ Parts:
 
 - ``decode`` (issue 28): a build of 180x320 camera frames stored as JPEG at the default quality (3 cameras,
   moving content). Batches of 1,536 random frames (64 windows of 8 frames x 3 cameras) are decoded
-  straight into device memory (``frames.decode_on_device``: one batched nvJPEG call through torchvision)
+  straight into device memory (``frame_device.decode_on_device``: one batched nvJPEG call through torchvision)
   and, for comparison, on the host's frame threads: frames/s, median of ``--repeats`` batches, the device
   synchronised before each clock read. Every frame of one batch is checked against the host's decode of
   the same bytes: PSNR between the two decoders, and each frame closer to its own host frame than to the
@@ -60,6 +60,7 @@ from datasets_hub.buffers.replay_buffers import TensorDictReplayBuffer
 from datasets_hub.buffers.samplers import RandomSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.writers import ImmutableDatasetWriter
+from datasets_hub.build import frame_device
 from datasets_hub.build import frames as frame_codecs
 from datasets_hub.build.reader import open_build
 from datasets_hub.build.storage import DatasetStorage
@@ -213,18 +214,18 @@ def decode_part(device: torch.device, episodes: int, length: int, repeats: int) 
     host_s = timed(host_batch, torch.device("cpu"), repeats)
     out["host_frames_per_s"] = round(out["frames_per_batch"] / host_s)
     out["host_threads"] = frame_codecs.sampling_threads()
-    if not frame_codecs.device_decoder_available(device):
+    if not frame_device.device_decoder_available(device):
         out["device"] = f"not measured: no nvJPEG decoder on {device} (CUDA with torchvision needed)"
         return out
 
     def device_batch() -> list[torch.Tensor]:
-        return [frame_codecs.decode_on_device(column, rows(), device) for column in columns]
+        return [frame_device.decode_on_device(column, rows(), device) for column in columns]
 
     device_s = timed(device_batch, device, repeats)
     out["device_frames_per_s"] = round(out["frames_per_batch"] / device_s)
     # the two decoders on the same bytes: close, and every frame its own
     check_rows = np.sort(rng.choice(frames - 1, 256, replace=False))
-    on_device = frame_codecs.decode_on_device(columns[0], check_rows, device).cpu().numpy().astype(np.float64)
+    on_device = frame_device.decode_on_device(columns[0], check_rows, device).cpu().numpy().astype(np.float64)
     on_host = columns[0].take(check_rows).astype(np.float64)
     after = columns[0].take(check_rows + 1).astype(np.float64)
     mse = ((on_device - on_host) ** 2).reshape(len(check_rows), -1).mean(axis=1)

@@ -19,6 +19,7 @@ from datasets_hub.buffers.samplers.random import RandomSampler
 from datasets_hub.buffers.samplers.slice import SliceSampler
 from datasets_hub.buffers.samplers.window import WindowSampler
 from datasets_hub.buffers.writers import ImmutableDatasetWriter
+from datasets_hub.build import frame_device, frame_h264
 from datasets_hub.build import frames as fr
 from datasets_hub.build.format import MANIFEST, write_manifest_checksum
 from datasets_hub.build.frames import FrameCodec, FrameError, psnr, resolve_frames
@@ -91,9 +92,7 @@ def buffer(storage, sampler=None, seed=0, **kw):
 def builds(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DATASETS_HUB_CACHE", str(tmp_path_factory.mktemp("cache")))
-        return {
-            c: make_build(FrameCodec(c, fr.DEFAULT_QUALITY if c == "jpeg" else None)) for c in ("raw", "png", "jpeg")
-        }
+        return {c: make_build(resolve_frames(c, None, None)) for c in ("raw", "png", "jpeg", "h264")}
 
 
 # -- choosing a codec ---------------------------------------------------------------------------------
@@ -170,24 +169,29 @@ def test_the_manifest_records_codec_quality_bytes_and_psnr(builds):
     png = builds["png"].manifest["stats"]["frames"]["pixels"]
     assert png["psnr_db"] is None and png["exact_rows"] == png["psnr_rows"]
     assert "frames" not in builds["raw"].manifest["layout"]
+    h264 = builds["h264"].manifest  # the codec that needs format 4: older hubs refuse it by version
+    assert h264["version"] == 4 and h264["frames"] == {"codec": "h264", "quality": frame_h264.DEFAULT_QP}
+    assert h264["layout"]["frames"]["pixels"]["codec"] == "h264"
+    assert h264["stats"]["frames"]["pixels"]["psnr_db"]["min"] >= frame_h264.PSNR_FLOOR_DB
 
 
-def test_each_jpeg_frame_is_its_own_source_frame(builds):
+@pytest.mark.parametrize("codec", ["jpeg", "h264"])
+def test_each_lossy_frame_is_its_own_source_frame(builds, codec):
     """Frame identity: every decoded frame is closer to its own source frame than to its neighbours, and
-    at or above the documented PSNR floor."""
-    stored = builds["jpeg"].get(torch.arange(len(builds["jpeg"])))
-    rows = (stored["episode"] + torch.arange(len(builds["jpeg"]))).numpy()
+    at or above the codec's documented PSNR floor."""
+    stored = builds[codec].get(torch.arange(len(builds[codec])))
+    rows = (stored["episode"] + torch.arange(len(builds[codec]))).numpy()
     sources = np.stack([source_frame(r) for r in range(sum(LENGTHS) + len(LENGTHS))])
     for frame, row in zip(stored["pixels"].numpy(), rows.tolist(), strict=True):
         own = psnr(frame, sources[row])
-        assert own >= fr.PSNR_FLOOR_DB
+        assert own >= fr.psnr_floor(codec)
         for other in (row - 1, row + 1):
             if 0 <= other < len(sources):
                 assert psnr(frame, sources[other]) < own
 
 
 def test_png_and_raw_builds_are_exact(builds):
-    everything = {c: builds[c].get(torch.arange(len(builds[c]))) for c in builds}
+    everything = {c: builds[c].get(torch.arange(len(builds[c]))) for c in ("raw", "png")}
     assert (everything["png"] == everything["raw"]).all()
     rows = (everything["raw"]["episode"] + torch.arange(len(builds["raw"]))).numpy()
     assert np.array_equal(everything["raw"]["pixels"].numpy(), np.stack([source_frame(r) for r in rows]))
@@ -302,21 +306,24 @@ def _pixel_leaves(td):
 
 @pytest.mark.parametrize("read", PATHS, ids=[p.__name__.strip("_") for p in PATHS])
 def test_every_read_path_serves_compressed_frames(builds, read):
-    """PNG gives exactly the raw build's samples (same seed); JPEG the same samples with frames close to them."""
-    raw, png, jpeg = (read(builds[c]) for c in ("raw", "png", "jpeg"))
+    """PNG gives exactly the raw build's samples (same seed); JPEG and h264 the same samples with frames
+    close to them."""
+    raw, png = read(builds["raw"]), read(builds["png"])
     assert (png == raw).all()
     frame_keys = _pixel_leaves(raw)
     assert frame_keys
-    assert (jpeg.exclude(*frame_keys) == raw.exclude(*frame_keys)).all()
-    for key in frame_keys:
-        a, b = jpeg.get(key).numpy(), raw.get(key).numpy()
-        assert a.shape == b.shape and a.dtype == np.uint8
-        flat_a, flat_b = a.reshape(-1, H * W), b.reshape(-1, H * W)
-        for x, y in zip(flat_a, flat_b, strict=True):
-            if y.any():  # a padded (zero) frame stays zero, raw or not
-                assert psnr(x, y) >= fr.PSNR_FLOOR_DB - 3  # against the raw frame (itself the source)
-            else:
-                assert not x.any()
+    for codec in ("jpeg", "h264"):
+        lossy = read(builds[codec])
+        assert (lossy.exclude(*frame_keys) == raw.exclude(*frame_keys)).all()
+        for key in frame_keys:
+            a, b = lossy.get(key).numpy(), raw.get(key).numpy()
+            assert a.shape == b.shape and a.dtype == np.uint8
+            flat_a, flat_b = a.reshape(-1, H * W), b.reshape(-1, H * W)
+            for x, y in zip(flat_a, flat_b, strict=True):
+                if y.any():  # a padded (zero) frame stays zero, raw or not
+                    assert psnr(x, y) >= fr.psnr_floor(codec) - 3  # against the raw frame (itself the source)
+                else:
+                    assert not x.any()
 
 
 # -- decoding on the host: once per frame, straight into the batch --------------------------------------
@@ -343,7 +350,7 @@ def decoded_rows(monkeypatch):
     return rows
 
 
-@pytest.mark.parametrize("codec", ["jpeg", "png"])
+@pytest.mark.parametrize("codec", ["jpeg", "png", "h264"])
 def test_take_decodes_each_row_once_into_its_output(builds, codec, decoded_rows):
     column = open_build(builds[codec].path).obs[("pixels",)]
     n = len(column)
@@ -456,8 +463,8 @@ def test_frame_threads_are_the_cores_shared_by_the_sampling_threads(monkeypatch)
 def test_device_decode_falls_back_to_host_threads_without_a_device_decoder(builds):
     column = open_build(builds["jpeg"].path).obs[("pixels",)]
     rows = np.array([[0, 5], [7, 5]])
-    assert not fr.device_decoder_available("cpu")
-    out = fr.decode_on_device(column, rows, "cpu")
+    assert not frame_device.device_decoder_available("cpu")
+    out = frame_device.decode_on_device(column, rows, "cpu")
     assert out.shape == (2, 2, H, W, 3) and torch.equal(out, torch.from_numpy(column.take(rows)))
 
 
@@ -481,9 +488,9 @@ def test_device_decode_hands_the_stored_bytes_to_nvjpeg_in_one_batch(builds, mon
     monkeypatch.setitem(sys.modules, "torchvision", types.ModuleType("torchvision"))
     monkeypatch.setitem(sys.modules, "torchvision.io", io)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert fr.device_decoder_available("cuda")
+    assert frame_device.device_decoder_available("cuda")
     rows = np.array([3, 1, 4])
-    out = fr.decode_on_device(column, rows, "cuda")
+    out = frame_device.decode_on_device(column, rows, "cuda")
     assert calls == [(3, "RGB", torch.device("cuda"))]
     assert torch.equal(out, torch.from_numpy(column.take(rows)))
 

@@ -212,7 +212,8 @@ def _check_frames(
         if key not in layout["obs"]:
             raise _fail(where, f"layout.frames names {key!r}, which layout.obs does not list")
         if not isinstance(spec, dict) or spec.get("codec") not in FRAME_CODECS or spec.get("dtype") != "uint8":
-            raise _fail(where, f"layout.frames[{key!r}] is {spec!r}: a uint8 key with codec jpeg or png is required")
+            raise _fail(where, f"layout.frames[{key!r}] is {spec!r}: a uint8 key with codec "
+                               f"{' or '.join(FRAME_CODECS)} is required")  # fmt: skip
         shape = spec.get("shape")
         if (
             spec.get("layout") not in FRAME_LAYOUTS

@@ -23,7 +23,7 @@ Groups of ``data/`` (a tensordict memmap tree):
   observation-like key K whose upstream next values are not the following rows (never guessed);
 - ``episodes/{start,length,id,return}``: the episode index, E rows;
 - ``frames/<key>/blob`` and ``frames/<key>/offsets`` (format 3, only for builds made with
-  ``frames="jpeg"``/``"png"``): an observation-like camera key stored compressed, one image per row
+  ``frames="jpeg"``/``"png"``; format 4 for ``"h264"``): an observation-like camera key stored compressed, one image per row
   (row ``r`` is ``blob[offsets[r]:offsets[r + 1]]``) instead of ``obs/<key>``; ``layout["frames"]``
   names each such key with its codec, quality, layout and decoded dtype and shape, and the reader
   hands it out as a :class:`~datasets_hub.build.frames.FrameColumn` among ``obs``;
@@ -48,11 +48,11 @@ from datasets_hub.files import sha256_file, write_text_atomic
 FORMAT = "datasets_hub.ted"  #: the manifest's "format"
 #: the manifest's "version": 2 adds the packed per-step records (``steps/_packed``, ``layout["packed"]``,
 #: see :mod:`datasets_hub.build.packed_steps`); version 1 builds (without them) are still read.
-#: 3 adds compressed frame leaves (``frames/``, ``layout["frames"]``, see :mod:`datasets_hub.build.frames`).
-#: A build without compressed frames is still written as version 2 (:func:`format_version_of`), so hub
-#: versions that predate format 3 read it
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+#: 3 adds compressed frame leaves (``frames/``, ``layout["frames"]``, see :mod:`datasets_hub.build.frames`),
+#: 4 the ``h264`` codec among them. A build is written as the oldest version that describes it
+#: (:func:`format_version_of`), so hub versions that predate a version still read the builds that do not need it
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 #: enters every build fingerprint: bump it when the layout changes, and old builds are never reused
 STORAGE_FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -62,7 +62,7 @@ DATA_DIR = "data"
 LEAF_SUFFIX = ".memmap"
 OBS, STEPS, EPISODES, HISTORY, FRAMES = "obs", "steps", "episodes", "history", "frames"
 #: codecs a compressed frame leaf may hold, and the decoded layouts with their number of dimensions
-FRAME_CODECS = ("jpeg", "png")
+FRAME_CODECS = ("jpeg", "png", "h264")
 FRAME_LAYOUTS = {"hwc": 3, "chw": 3, "hw": 2}
 EPISODE_COLUMNS = ("start", "length", "id", "return")
 #: bytes per item of every dtype a build may hold (the manifest names them as strings)
@@ -82,7 +82,10 @@ REQUIRED_COLUMNS = {
 
 def format_version_of(layout: dict[str, Any]) -> int:
     """The manifest version a build with ``layout`` is written as: the oldest one that describes it."""
-    return FORMAT_VERSION if layout.get("frames") else 2
+    frames = layout.get("frames") or {}
+    if any(spec.get("codec") == "h264" for spec in frames.values()):
+        return 4
+    return 3 if frames else 2
 
 
 def leaf_path(build_dir: Path, name: str) -> Path:

@@ -1,7 +1,7 @@
 """Compressed frame leaves of a build: one image per row, any row one read (docs/guide/compressed-frames.md).
 
 A camera key of a build is stored either raw (``uint8 [rows, *shape]``, as every other leaf) or, with
-``frames="jpeg"`` / ``"png"``, as two plain leaves of the ``frames/`` group
+``frames="jpeg"`` / ``"png"`` / ``"h264"``, as two plain leaves of the ``frames/`` group
 (:mod:`datasets_hub.build.format` owns the layout):
 
 - ``frames/<key>/blob``: ``uint8 [bytes]``, every row's image encoded on its own, back to back;
@@ -10,13 +10,15 @@ A camera key of a build is stored either raw (``uint8 [rows, *shape]``, as every
 So a row costs one read of its own bytes, whatever the dataset size, and no row depends on another
 (unlike a video's groups of pictures). This module owns the codecs: choosing one (:func:`resolve_frames`),
 encoding rows at build time (:class:`FrameEncoder`, which also measures the PSNR against the source) and
-decoding the sampled rows only, in a thread pool of the host (:class:`FrameColumn`), or with nvJPEG into
-device memory (:func:`decode_on_device`, where torchvision offers it).
+decoding the sampled rows only, in a thread pool of the host (:class:`FrameColumn`); decoding with nvJPEG
+into device memory is :mod:`datasets_hub.build.frame_device`'s.
 
 **Library.** JPEG goes through simplejpeg (libjpeg-turbo; 4:2:0 chroma, as the videos it usually comes
 from) and PNG through Pillow: measured on 180x320 frames here, simplejpeg decodes a frame in 0.68 ms
 against Pillow's 0.93 ms, and it decodes straight into a caller's buffer (no copy). Both release the GIL,
 so threads scale with cores. PyTurboJPEG wraps the same libjpeg-turbo and was not installed here.
+``h264`` (each row one intra picture, a third of JPEG's bytes, slower to decode) is
+:mod:`datasets_hub.build.frame_h264`'s.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ from datasets_hub.process_locks import ProcessLock
 if TYPE_CHECKING:  # torch is imported where used: `datasets-hub info/verify --param` import this module
     import torch
 
-CODECS = ("raw", "jpeg", "png")
+CODECS = ("raw", "jpeg", "png", "h264")
+#: codecs whose ``frame_quality`` is a setting of theirs: JPEG's quality (1..100, higher is better) and
+#: h264's quantiser (1..51, lower is better); the others are exact
+LOSSY = ("jpeg", "h264")
 #: the default JPEG quality (recorded in the manifest; any 1..100 may be asked for). 75: on frames decoded from
 #: LeRobot's AV1 MP4s (DROID's shape) it stores 1.94x the MP4 bytes at 38.3 dB or more; 90 took 3.7x for 39.9 dB
 #: (benchmarks/frame_codecs.py, docs/results/video.md). Builds of another quality keep their own fingerprint.
@@ -57,13 +62,21 @@ PSNR_FLOOR_DB = 34.0
 PSNR_EVERY = 16
 
 
+def psnr_floor(codec: str) -> float:
+    """The documented PSNR floor (dB) of ``codec`` at its default quality on the tests' hardest content."""
+    from datasets_hub.build import frame_h264
+
+    return frame_h264.PSNR_FLOOR_DB if codec == "h264" else PSNR_FLOOR_DB
+
+
 class FrameError(CacheError):
     """A stored frame cannot be decoded (a damaged blob): names the key, the episode and the frame."""
 
 
 @dataclass(frozen=True)
 class FrameCodec:
-    """How a build stores its camera keys: ``codec`` in :data:`CODECS`, ``quality`` for JPEG only."""
+    """How a build stores its camera keys: ``codec`` in :data:`CODECS`; ``quality`` is JPEG's quality or
+    h264's quantiser (``qp``), None for the exact codecs."""
 
     codec: str = "raw"
     quality: int | None = None
@@ -90,28 +103,48 @@ def resolve_frames(
     estimate; ``None`` when it gives none) stay at or below :data:`RAW_LIMIT_BYTES`, and ``above_limit``
     (the loader's ``auto_frames``: ``"jpeg"`` for camera footage, ``"png"`` where every pixel matters)
     above it; a ``frame_quality`` given with ``frames=None`` asks for JPEG whatever the size.
-    ``frame_quality`` (1..100, default :data:`DEFAULT_QUALITY`) applies to JPEG only.
+    ``frame_quality`` is JPEG's quality (1..100, higher is better, default :data:`DEFAULT_QUALITY`) or h264's
+    quantiser (1..51, lower is better, default ``frame_h264.DEFAULT_QP``); PNG and raw take none.
     """
+    from datasets_hub.build import frame_h264
+
     if above_limit not in ("jpeg", "png"):
         raise ValueError(f"above_limit must be 'jpeg' or 'png', got {above_limit!r}")
     if frames is not None and not isinstance(frames, str):
         raise InvalidParameter(f"{where}: frames must be one of {list(CODECS)} or 'auto', got {frames!r}")
     name = "auto" if frames is None else frames.lower()
     if name not in (*CODECS, "auto"):
-        close = difflib.get_close_matches(name, [*CODECS, "auto", "jpg"], n=1)
-        hint = f"; did you mean frames={('jpeg' if close[0] == 'jpg' else close[0])!r}?" if close else ""
+        close = difflib.get_close_matches(name, [*CODECS, "auto", "jpg", "h.264", "avc"], n=1)
+        spelled = {"jpg": "jpeg", "h.264": "h264", "avc": "h264"}
+        hint = f"; did you mean frames={spelled.get(close[0], close[0])!r}?" if close else ""
         raise InvalidParameter(f"{where}: frames={frames!r} is not one of {[*CODECS, 'auto']}{hint}")
-    if quality is not None and (not isinstance(quality, int) or isinstance(quality, bool) or not 1 <= quality <= 100):
-        raise InvalidParameter(f"{where}: frame_quality must be an int from 1 to 100, got {quality!r}")
+    if quality is not None and (not isinstance(quality, int) or isinstance(quality, bool)):
+        raise InvalidParameter(f"{where}: frame_quality must be an int, got {quality!r}")
     if name == "auto":
         name = above_limit if decoded_bytes is not None and decoded_bytes > RAW_LIMIT_BYTES else "raw"
         if quality is not None and name != "jpeg":
             name = "jpeg"  # a quality was asked for: the user wants JPEG whatever the size
-    if name != "jpeg" and quality is not None:
+    if name not in LOSSY:
+        if quality is not None:
+            raise InvalidParameter(
+                f"{where}: frame_quality={quality} applies to JPEG and h264 frames, not frames={name!r} "
+                f"({name} is exact)"
+            )
+        return FrameCodec(name, None)
+    if name == "jpeg":
+        if quality is not None and not 1 <= quality <= 100:
+            raise InvalidParameter(
+                f"{where}: frame_quality for JPEG frames is an int from 1 to 100 (higher is better, default "
+                f"{DEFAULT_QUALITY}), got {quality}"
+            )
+        return FrameCodec(name, DEFAULT_QUALITY if quality is None else int(quality))
+    low, high = frame_h264.QP_RANGE
+    if quality is not None and not low <= quality <= high:
         raise InvalidParameter(
-            f"{where}: frame_quality={quality} applies to JPEG frames, not frames={name!r} ({name} is exact)"
+            f"{where}: frame_quality for h264 frames is x264's quantiser, an int from {low} (best) to {high} "
+            f"(smallest), default {frame_h264.DEFAULT_QP}; got {quality}"
         )
-    return FrameCodec(name, (DEFAULT_QUALITY if quality is None else int(quality)) if name == "jpeg" else None)
+    return FrameCodec(name, frame_h264.DEFAULT_QP if quality is None else int(quality))
 
 
 def image_layout(dtype: torch.dtype, shape: Sequence[int]) -> str | None:
@@ -147,6 +180,10 @@ def encode(frame: np.ndarray, codec: FrameCodec, layout: str) -> bytes:
         out = io.BytesIO()
         Image.fromarray(hwc[..., 0] if hwc.shape[2] == 1 else hwc).save(out, format="PNG", compress_level=1)
         return out.getvalue()
+    if codec.codec == "h264":
+        from datasets_hub.build import frame_h264
+
+        return frame_h264.encode(hwc, int(codec.quality or frame_h264.DEFAULT_QP))
     raise ValueError(f"no encoder for codec {codec.codec!r}")
 
 
@@ -168,10 +205,15 @@ def decode_into(data: bytes | memoryview | np.ndarray, codec: str, layout: str, 
             image = np.asarray(img.convert("L" if channels == 1 else "RGB"))
         if image.ndim == 2:
             image = image[..., None]
+    elif codec == "h264":
+        from datasets_hub.build import frame_h264
+
+        height, width = _hw_of(out.shape, layout)
+        image = frame_h264.decode(data, height, width, channels)
     else:
         raise ValueError(f"no decoder for codec {codec!r}")
-    hw_shape = out.shape if layout == "hw" else (out.shape[1:] if layout == "chw" else out.shape[:2])
-    if image.shape[:2] != tuple(hw_shape[:2]):
+    hw_shape = _hw_of(out.shape, layout)
+    if image.shape[:2] != hw_shape:
         raise ValueError(f"decodes to {image.shape[1]}x{image.shape[0]} pixels, not {hw_shape[1]}x{hw_shape[0]}")
     if layout == "chw":
         out[...] = image.transpose(2, 0, 1)
@@ -179,6 +221,12 @@ def decode_into(data: bytes | memoryview | np.ndarray, codec: str, layout: str, 
         out[...] = image[..., 0]
     else:
         out[...] = image
+
+
+def _hw_of(shape: tuple[int, ...], layout: str) -> tuple[int, int]:
+    """The height and width of a frame of ``shape`` stored in ``layout``."""
+    hw = shape if layout == "hw" else (shape[1:] if layout == "chw" else shape[:2])
+    return int(hw[0]), int(hw[1])
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -528,56 +576,17 @@ def _copy_frames(dst: np.ndarray, to: np.ndarray, src: np.ndarray, source: np.nd
     run_parallel(len(to_list), copy, threads=sampling_threads(), min_per_task=32)
 
 
-def device_decoder_available(device: torch.device | str) -> bool:
-    """Whether frames can be decoded on ``device`` itself (CUDA with torchvision's nvJPEG)."""
-    import torch
-
-    device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    try:
-        from torchvision.io import decode_jpeg  # noqa: F401 - presence is the question
-    except ImportError:
-        return False
-    return True
-
-
-def decode_on_device(column: FrameColumn, rows: Any, device: torch.device | str) -> torch.Tensor:
-    """The frames at ``rows`` as a uint8 tensor on ``device``.
-
-    JPEG on CUDA with torchvision: one batched nvJPEG call over the rows' stored bytes, decoded straight
-    into device memory (only the compressed bytes cross to the device). Anything else (PNG, no
-    torchvision, a CPU device): decoded in the host's frame threads, then copied. Unmeasured on a GPU here.
-    """
-    import torch
-
-    device = torch.device(device)
-    rows = np.asarray(rows, dtype=np.int64)
-    if column.codec == "jpeg" and device_decoder_available(device):
-        from torchvision.io import ImageReadMode, decode_jpeg
-
-        flat = rows.reshape(-1)
-        data = [torch.from_numpy(np.ascontiguousarray(b)) for b in column.encoded(flat.tolist())]
-        shape = column.frame_shape
-        channels = 1 if column.layout == "hw" else shape[2] if column.layout == "hwc" else shape[0]
-        mode = ImageReadMode.GRAY if channels == 1 else ImageReadMode.RGB
-        try:
-            images = decode_jpeg(data, mode=mode, device=device)  # list of [C, H, W] on the device
-        except RuntimeError as exc:
-            raise FrameError(
-                f"{column.key}: nvJPEG could not decode a frame among rows {flat[:8].tolist()}…: {exc}"
-            ) from exc
-        batch = torch.stack(images)
-        if column.layout == "hwc":
-            batch = batch.permute(0, 2, 3, 1)
-        elif column.layout == "hw":
-            batch = batch[:, 0]
-        return batch.contiguous().reshape(*rows.shape, *column.frame_shape)
-    return torch.from_numpy(column.take(rows)).to(device)
-
-
 def require_codec_libraries(codec: FrameCodec) -> None:
     """A clear error, before a build starts, when the codec's library is missing."""
+    if codec.codec == "h264":
+        from datasets_hub.build import frame_h264
+
+        missing = frame_h264.available()
+        if missing is not None:
+            raise MissingDependency(
+                f"frames='h264' needs {missing}: pip install av (its wheels include libx264), or pass frames='jpeg'"
+            )
+        return
     module, package = {"jpeg": ("simplejpeg", "simplejpeg"), "png": ("PIL", "pillow")}.get(codec.codec, (None, None))
     if module is None:
         return

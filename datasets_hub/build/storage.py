@@ -22,7 +22,8 @@ from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.nested_keys import Key, as_key, nest, parse_key, put
 from datasets_hub.buffers.row_blocks import fill_rows, take_rows
 from datasets_hub.buffers.storages import ReadOnlyStorage
-from datasets_hub.build.frames import FrameColumn, decode_on_device
+from datasets_hub.build.frame_device import decode_on_device
+from datasets_hub.build.frames import FrameColumn
 from datasets_hub.build.memory import LARGE_ROW, available_memory, huge_pages, margin_bytes, will_need
 from datasets_hub.build.packed_steps import FieldCut, PackedSteps
 from datasets_hub.build.reader import open_build
@@ -73,7 +74,7 @@ class DatasetStorage(ReadOnlyStorage):
     ) -> None:
         self.path = Path(path)
         self.in_memory = bool(in_memory)
-        # compressed frames decoded on this device (nvJPEG on CUDA, see frames.decode_on_device); None: host threads
+        # compressed frames decoded on this device (nvJPEG on CUDA, see frame_device.decode_on_device); None: host threads
         self.decode_device = None if decode_device is None else torch.device(decode_device)
         # the one reader of the format (checks the files against the manifest; copies them into RAM)
         build = open_build(self.path, in_memory=self.in_memory)

@@ -18,6 +18,7 @@ from typing import Any
 
 from datasets_hub.build.format import (
     EPISODES,
+    FRAME_CODECS,
     MANIFEST,
     MANIFEST_SHA256,
     group_rows,
@@ -182,7 +183,7 @@ def _verify_fingerprint(build: Path, manifest: dict[str, Any], result: VerifyRes
     from datasets_hub.build.frames import FrameCodec
 
     recorded = manifest.get("frames")  # a compressed build's codec enters its fingerprint
-    if isinstance(recorded, dict) and recorded.get("codec") in ("jpeg", "png"):
+    if isinstance(recorded, dict) and recorded.get("codec") in FRAME_CODECS:
         choices: list[FrameCodec | None] = [FrameCodec(recorded["codec"], recorded.get("quality"))]
     else:  # raw: load()'s default choice (recorded by `info` and `verify` already), else raw by request
         choices = [None, FrameCodec()]

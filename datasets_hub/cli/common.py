@@ -68,10 +68,14 @@ def add_frames(p: argparse.ArgumentParser) -> None:
     """Give a command ``--frames`` and ``--frame-quality`` (how camera frames are stored, as ``load``'s)."""
     p.add_argument(
         "--frames",
-        choices=["auto", "raw", "jpeg", "png"],
-        help="store camera frames raw, as JPEG or PNG per frame (default auto: raw up to 16 GiB decoded, above it JPEG or PNG by loader)",
+        choices=["auto", "raw", "jpeg", "png", "h264"],
+        help="store camera frames raw, or as JPEG, PNG or intra h264 per frame (default auto: raw up to 16 GiB "
+        "decoded, above it JPEG or PNG by loader)",
     )
-    p.add_argument("--frame-quality", type=int, metavar="1-100", help="JPEG quality (default 75)")
+    p.add_argument(
+        "--frame-quality", type=int, metavar="Q",
+        help="JPEG quality 1-100 (default 75, higher is better) or h264 quantiser 1-51 (default 28, lower is better)",
+    )  # fmt: skip
 
 
 def frames_of(args: argparse.Namespace) -> dict[str, Any]:
