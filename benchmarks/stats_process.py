@@ -144,6 +144,7 @@ def measure(rows: int, repeats: int) -> dict[str, Any]:
 
     real_update, real_result = feature_stats.FeatureStats.update, feature_stats.FeatureStats.result
     ready: dict[str, list[float]] = {m: [] for m in PROCESS_MODES}
+    own_cpu: dict[str, list[float]] = {m: [] for m in PROCESS_MODES}  # each build's child: its CPU seconds
     checked: dict[str, Any] = {}
     child_cpu: list[float] = []  # the CPU seconds of the child of the build being timed
     server = multiprocessing.get_context("forkserver")
@@ -163,6 +164,7 @@ def measure(rows: int, repeats: int) -> dict[str, Any]:
         def result(self: Any) -> dict[str, Any]:
             checked[method], cpu = self._bench_child.result()
             child_cpu.append(cpu)
+            own_cpu[method].append(cpu)
             if self._bench_child is not kept:
                 ready[method].append(self._bench_child.ready_s or 0.0)
                 self._bench_child.close()
@@ -207,6 +209,7 @@ def measure(rows: int, repeats: int) -> dict[str, Any]:
         "wall_extra": {m: round(wall[m] / wall["without"] - 1, 4) for m in with_stats},
         "cpu_extra": {m: round(cpu[m] / cpu["without"] - 1, 4) for m in with_stats},
         "child_ready_s": {m: round(statistics.median(v), 4) for m, v in ready.items() if v},
+        "child_cpu_s": {m: round(statistics.median(v), 4) for m, v in own_cpu.items()},
         "all": times,
     }
 
@@ -298,10 +301,11 @@ def main() -> None:
         runs = [measure(rows, args.repeats) for rows in args.rows]
     kernel = compiled_pass(args.rows[0], 2 * args.repeats + 1)
     print(f"statistics in the build's thread or in a child process (median of {args.repeats} builds each)")
-    print(f"  {'rows':>9} {'where':<10} {'wall s':>15} {'extra':>7} {'CPU s':>15} {'extra':>7}  child ready")
+    print(f"  {'rows':>9} {'where':<10} {'wall s':>15} {'extra':>7} {'CPU s':>15} {'extra':>7}  child: CPU s, ready")
     for r in runs:
         for mode in ("thread", *PROCESS_MODES):
-            ready = f"{r['child_ready_s'][mode] * 1e3:.0f} ms" if mode in r["child_ready_s"] else ""
+            ready = f"{r['child_cpu_s'][mode]:.3f}" if mode in r["child_cpu_s"] else ""
+            ready += f", {r['child_ready_s'][mode] * 1e3:.0f} ms" if mode in r["child_ready_s"] else ""
             print(
                 f"  {r['rows']:>9,} {mode:<10} {r['wall_s']['without']:>7.3f}/{r['wall_s'][mode]:<7.3f} "
                 f"{r['wall_extra'][mode]:>+7.1%} {r['cpu_s']['without']:>7.3f}/{r['cpu_s'][mode]:<7.3f} "
