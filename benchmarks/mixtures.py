@@ -9,11 +9,12 @@ Four parts, each on synthetic data made here (a loader of random D4RL-shaped epi
 so the builds are the ones ``datasets_hub.load`` would make):
 
 1. **Statistics at build time.** The same dataset built with the per-key statistics pass and with it
-   replaced by a no-op, interleaved, ``--repeats`` times each; median wall and CPU seconds and their
-   ratio (CPU time counts every thread of the process: it holds on a loaded machine, wall time does
-   not). Three datasets: a D4RL-layout HDF5 file of ``--rows`` rows built by the D4RL loader (the
-   realistic case: reading the file is part of a build), the same shape from an in-memory loader
-   (the writer alone: the worst case for the ratio), and ``--image-rows`` rows of 84x84x3 uint8.
+   replaced by a no-op, interleaved (without then with, and with then without, in turn), ``--repeats``
+   times each after one untimed build, the garbage collected before each; median wall and CPU seconds
+   and their ratio (CPU time counts every thread of the process: it holds on a loaded machine, wall
+   time does not). Three datasets: a D4RL-layout HDF5 file of ``--rows`` rows built by the D4RL
+   loader (the realistic case: reading the file is part of a build), the same shape from an in-memory
+   loader (the writer alone: the worst case for the ratio), and ``--image-rows`` rows of 84x84x3 uint8.
 2. **Mixture rate.** Three builds whose state/action sizes differ (11/3, 17/6, 39/8 values); items per
    CPU second (median of 5 runs; see ``rate``) of each member alone and of the mixture (``exact`` shares, sizes as weights, padding with
    masks, no normalisation and with ``mean_std`` normalisation of observation and action), batches of
@@ -34,6 +35,7 @@ Prints tables and writes ``benchmarks/results/mixtures.json``. Not a test: figur
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -155,8 +157,11 @@ def stats_cost(rows: int, image_rows: int, repeats: int, work: Path) -> list[dic
     for name, (n, run) in cases.items():
         times: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
         thread_cpu: list[float] = []
-        for _ in range(repeats):
-            for mode in ("without", "with"):
+        run()  # untimed: the first build of a kind pays its imports and cold caches, whichever mode it is
+        for repeat in range(repeats):
+            # each order in turn (without first, then with first): a build's place in the pair (the
+            # build before it deleted, caches warmed by it) weighs on both sides alike
+            for mode in ("without", "with") if repeat % 2 == 0 else ("with", "without"):
                 if mode == "without":  # the statistics pass replaced by a no-op: the baseline
                     feature_stats.FeatureStats.update = lambda self, batch: None  # type: ignore[method-assign]  # baseline
                     feature_stats.FeatureStats.result = lambda self: {}  # type: ignore[method-assign]  # baseline
@@ -164,6 +169,7 @@ def stats_cost(rows: int, image_rows: int, repeats: int, work: Path) -> list[dic
                     feature_stats.FeatureStats.update = timed_update  # type: ignore[method-assign]  # measured
                     stats_cpu.clear()
                 try:
+                    gc.collect()  # not the garbage of the build before (a build with statistics leaves more)
                     wall_start, cpu_start = time.perf_counter(), time.process_time()
                     run()
                     times[mode].append((time.perf_counter() - wall_start, time.process_time() - cpu_start))
