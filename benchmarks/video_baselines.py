@@ -1,13 +1,13 @@
-"""Random 8-frame windows at DROID's shape: ours (jpeg, raw) against LeRobot 0.4.4 and Lance, on the same files.
+"""Random 8-frame windows at DROID's shape: ours (jpeg, h264, raw) against LeRobot 0.4.4 and Lance, on the same files.
 
 The dataset is benchmarks/video.py's (its ``write``: a LeRobot v3.0 dataset of 3 cameras x 180x320 RGB at 15 fps,
-moving camera-like content, AV1 as LeRobot encodes it) and our two builds are its ``build`` (``frames="raw"`` and
-``frames="jpeg"`` at its default quality). Then, in one run on those files, random windows of 8 consecutive
+moving camera-like content, AV1 or h264 as LeRobot encodes it) and our builds are its ``build`` (``frames="raw"``,
+``frames="jpeg"`` and ``frames="h264"``, each at its default quality). Then, in one run on those files, random windows of 8 consecutive
 frames of the 3 cameras, batch 64, in samples/s (one sample = one window of each camera = 24 frames) for each ``--workers`` k:
 
-- **ours, jpeg / raw**: video.py's ``windows_per_second`` (``delta_timestamps`` -> ``WindowSampler`` ->
-  ``SampledBatches(...).dataloader(num_workers=k)``; on a build the k workers are sampling threads, and JPEG
-  decodes on the frame threads, simplejpeg);
+- **ours, jpeg / h264 / raw**: video.py's ``windows_per_second`` (``delta_timestamps`` -> ``WindowSampler`` ->
+  ``SampledBatches(...).dataloader(num_workers=k)``; on a build the k workers are sampling threads, and the
+  frames decode on the frame threads: JPEG with simplejpeg, h264 intra pictures with PyAV);
 - **LeRobot 0.4.4**: ``LeRobotDataset(delta_timestamps=...)`` for the 3 cameras, ``video_backend="torchcodec"``
   (its default where torchcodec imports; the pyav backend goes through torchvision, which LeRobot's venv here only
   has as an import stand-in), through ``DataLoader(batch_size=64, sampler=RandomSampler(replacement=True), num_workers=k)`` (endless,
@@ -432,7 +432,9 @@ def _ratio(ours: float | None, theirs: float | None) -> float | None:
     return round(ours / theirs, 2) if ours and theirs else None
 
 
-COLUMNS = ("ours jpeg", "ours raw", "lerobot", "lance jpeg", "lance video")
+COLUMNS = ("ours jpeg", "ours h264", "ours raw", "lerobot", "lance jpeg", "lance video")
+#: our compressed columns, each compared with every other library's
+OURS_COMPRESSED = ("ours jpeg", "ours h264")
 
 
 def _stores(args: argparse.Namespace, root: Path, raw_root: Path | None, cache: Path, report: dict) -> dict:
@@ -455,7 +457,11 @@ def _stores(args: argparse.Namespace, root: Path, raw_root: Path | None, cache: 
         record.write_text(json.dumps({**on_disk, name: store}, indent=1))
 
     wanted = set(args.columns)
-    for name, frames, source in (("ours jpeg", "jpeg", root), ("ours raw", "raw", raw_root)):
+    for name, frames, source in (
+        ("ours jpeg", "jpeg", root),
+        ("ours h264", "h264", root),
+        ("ours raw", "raw", raw_root),
+    ):
         if name not in wanted or source is None or name in stores:
             continue
         built = video.build(source, frames, cache / frames, args.build_workers)
@@ -593,8 +599,10 @@ def main() -> None:
             for name in args.columns:
                 got_runs = runs.get((workers, name))
                 rates[name] = round(statistics.median(got_runs), 1) if got_runs else None
-            for base in ("lerobot", "lance jpeg", "lance video"):
-                rates[f"ours jpeg / {base}"] = _ratio(rates.get("ours jpeg"), rates.get(base))
+            for ours in OURS_COMPRESSED:
+                for base in ("lerobot", "lance jpeg", "lance video"):
+                    if ours in args.columns and base in args.columns:
+                        rates[f"{ours} / {base}"] = _ratio(rates.get(ours), rates.get(base))
     finally:
         if args.cache is None:
             shutil.rmtree(cache, ignore_errors=True)
@@ -613,7 +621,7 @@ def main() -> None:
         )
     if report["samples_per_s"]:
         print(f"\nrandom {WINDOW}-frame windows of {len(CAMERAS)} cameras, batch {BATCH}: samples/s")
-        columns = [*args.columns, *(f"ours jpeg / {b}" for b in ("lerobot", "lance jpeg", "lance video"))]
+        columns = [*args.columns, *(k for k in next(iter(report["samples_per_s"].values())) if " / " in k)]
         print(f"{'workers':>8} | " + " | ".join(f"{c:>22}" for c in columns))
         for workers, rates in report["samples_per_s"].items():
             cells = ["-" if rates.get(c) is None else f"{rates[c]:,}" for c in columns]

@@ -497,13 +497,14 @@ def test_device_decode_hands_the_stored_bytes_to_nvjpeg_in_one_batch(builds, mon
 
 # -- published builds --------------------------------------------------------------------------------
 @pytest.mark.parametrize("resident", ["lazy", "full", "pool"])
-def test_a_published_build_with_compressed_frames_samples_like_the_local_one(builds, tmp_path, resident):
+@pytest.mark.parametrize("codec", ["jpeg", "h264"])
+def test_a_published_build_with_compressed_frames_samples_like_the_local_one(builds, tmp_path, resident, codec):
     """Export carries the blob and offsets as they are; a lazy copy fetches the blob chunks its frames lie in."""
     import datasets_hub as dh
     from datasets_hub.remote.publish import export
 
     pytest.importorskip("zarr")
-    local = buffer(builds["jpeg"])
+    local = buffer(builds[codec])
     folder = export(local, tmp_path / "pub", chunk_bytes=4096)  # small chunks: a batch touches some of them
     kwargs = {"pool_episodes": 2} if resident == "pool" else {}
     remote = dh.load(folder.as_uri(), resident=resident, **kwargs)
@@ -516,9 +517,10 @@ def test_a_published_build_with_compressed_frames_samples_like_the_local_one(bui
         return
     assert (remote[rows] == local[rows]).all()
     card = (folder / "README.md").read_text()
-    assert "## Compressed frames" in card and f"| `pixels` | jpeg | {fr.DEFAULT_QUALITY} |" in card
+    quality = {"jpeg": f"{fr.DEFAULT_QUALITY}", "h264": f"qp {frame_h264.DEFAULT_QP}"}[codec]
+    assert "## Compressed frames" in card and f"| `pixels` | {codec} | {quality} |" in card
     stacks = buffer(remote.storage, transform=FrameStack(3, keys=["pixels"])).sample(8)
-    assert (stacks == buffer(builds["jpeg"], transform=FrameStack(3, keys=["pixels"])).sample(8)).all()
+    assert (stacks == buffer(builds[codec], transform=FrameStack(3, keys=["pixels"])).sample(8)).all()
 
 
 def test_decode_device_serves_every_read_path_and_pickles(builds):

@@ -529,21 +529,23 @@ def test_a_local_root_rewritten_with_same_size_files_is_converted_again(written,
 
 
 # -- compressed frames ---------------------------------------------------------------------------
-@pytest.mark.parametrize("codec", ["jpeg", "png"])
+@pytest.mark.parametrize("codec", ["jpeg", "png", "h264"])
 def test_frames_compressed_from_the_videos(hub, written, codec, capsys):
     """Built from the MP4s episode by episode and stored one image per frame: every row still reads its
-    own frame (the index drawn into it), PNG exactly as the raw build, JPEG within the PSNR floor."""
+    own frame (the index drawn into it), PNG exactly as the raw build, JPEG and h264 within their PSNR floor."""
     import datasets_hub
-    from datasets_hub.build.frames import DEFAULT_QUALITY, PSNR_FLOOR_DB
+    from datasets_hub.build.frame_h264 import DEFAULT_QP
+    from datasets_hub.build.frames import DEFAULT_QUALITY, psnr_floor
 
     root, spec, summary = written["v3.0"]
     hub(lw.files_of(root))
     td = datasets_hub.load(ID, num_workers=1, frames=codec)[:]
     check(td, spec, summary)
     card = datasets_hub.info(ID, frames=codec)
-    assert card.manifest["version"] == 3 and set(card.frames) == {f"observation/images/{c}" for c in ("top", "wrist")}
+    assert card.manifest["version"] == (4 if codec == "h264" else 3)
+    assert set(card.frames) == {f"observation/images/{c}" for c in ("top", "wrist")}
     top = card.frames["observation/images/top"]
-    assert top["codec"] == codec and top["quality"] == (DEFAULT_QUALITY if codec == "jpeg" else None)
+    assert top["codec"] == codec and top["quality"] == {"jpeg": DEFAULT_QUALITY, "h264": DEFAULT_QP}.get(codec)
     assert top["decoded_bytes"] == top["rows"] * spec.height * spec.width * 3 > top["bytes"]
     assert top["rows"] == sum(spec.lengths) + len(spec.lengths)
     raw = datasets_hub.load(ID, num_workers=1)[:]
@@ -553,10 +555,13 @@ def test_frames_compressed_from_the_videos(hub, written, codec, capsys):
                 assert torch.equal(td[key], raw[key])
         assert top["psnr_db"] is None
     else:
-        # the fixture's texture is a random colour per 8x8 cell: the worst case for 4:2:0 chroma (about 28 dB
-        # at quality 90, 26 at 75); camera-like content holds PSNR_FLOOR_DB (tests/test_frames.py). Identity: check() above
-        assert 25 <= top["psnr_db"]["min"] < PSNR_FLOOR_DB
         assert not torch.equal(td["observation", "images", "top"], raw["observation", "images", "top"])
+    if codec == "jpeg":
+        # the fixture's texture is a random colour per 8x8 cell: the worst case for JPEG's 4:2:0 chroma (about
+        # 28 dB at quality 90, 26 at 75); camera-like content holds its floor (tests/test_frames.py). Identity: check() above
+        assert 25 <= top["psnr_db"]["min"] < psnr_floor(codec)
+    elif codec == "h264":  # intra prediction copes with flat cells: it holds its floor even here (34.4 dB)
+        assert top["psnr_db"]["min"] >= psnr_floor(codec)
     assert LeRobotLoader().frame_bytes(DatasetSpec(id=ID, loader="lerobot")) == 2 * top["decoded_bytes"]
     assert datasets_hub.info(ID).frames == {}  # the raw build is another build
     from datasets_hub.cli import main
@@ -564,7 +569,8 @@ def test_frames_compressed_from_the_videos(hub, written, codec, capsys):
     assert main(["info", ID, "--frames", codec]) == 0
     shown = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("frames ")]
     assert len(shown) == 2 and f"observation/images/top: {codec}" in shown[0]
-    assert ("exact" in shown[0]) == (codec == "png") and (f"q{DEFAULT_QUALITY}" in shown[0]) == (codec == "jpeg")
+    assert ("exact" in shown[0]) == (codec == "png") and (f" q{DEFAULT_QUALITY}," in shown[0]) == (codec == "jpeg")
+    assert (f" qp{DEFAULT_QP}," in shown[0]) == (codec == "h264")
 
 
 def test_frames_auto_compresses_above_the_limit(hub, written, monkeypatch):

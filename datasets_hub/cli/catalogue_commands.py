@@ -279,7 +279,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     for key, f in sorted(card.frames.items()):  # compressed camera keys: codec, bytes, loss
         psnr = f.get("psnr_db")
         loss = "exact" if psnr is None else f"PSNR {psnr.get('mean')} dB mean, {psnr.get('min')} min"
-        quality = f" q{f['quality']}" if f.get("quality") is not None else ""
+        # JPEG's quality (q75) or h264's quantiser (qp28): the same field, two scales
+        setting = "qp" if f.get("codec") == "h264" else "q"
+        quality = f" {setting}{f['quality']}" if f.get("quality") is not None else ""
         row(
             "frames",
             f"{key}: {f.get('codec')}{quality}, {human_bytes(f.get('bytes', 0))} "

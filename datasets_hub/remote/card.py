@@ -159,6 +159,8 @@ def render_card(manifest: dict[str, Any], published: dict[str, Any], episode_ret
         ]
         for key, f in sorted(frames.items()):
             quality = "" if f.get("quality") is None else f["quality"]
+            if quality != "" and f.get("codec") == "h264":  # x264's quantiser: lower is better, unlike JPEG's scale
+                quality = f"qp {quality}"
             psnr = f.get("psnr_db")
             shown = "exact" if psnr is None else f"{psnr.get('mean')} / {psnr.get('min')}"
             body.append(
