@@ -44,10 +44,11 @@ _LOCAL = threading.local()
 
 
 def _thread_state() -> dict[str, Any]:
-    """This thread's encoders and decoder (fresh after a fork: codec contexts are not shared across processes)."""
+    """This thread's encoders, decoder and converters (fresh after a fork: codec contexts are not shared across
+    processes)."""
     state = getattr(_LOCAL, "state", None)
     if state is None or state["pid"] != os.getpid():
-        state = {"pid": os.getpid(), "encoders": {}, "decoder": None, "reformatter": None}
+        state = {"pid": os.getpid(), "encoders": {}, "decoder": None, "reformatters": {}}
         _LOCAL.state = state
     return state
 
@@ -68,19 +69,23 @@ def _encoder(height: int, width: int, qp: int) -> Any:
     return encoders[key]
 
 
-def _reformatter() -> Any:
-    """This thread's pixel-format converter, kept from frame to frame and used with ``threads=1``.
+def _reformatter(target: str, height: int, width: int) -> Any:
+    """This thread's converter of ``height x width`` pictures to the pixel format ``target`` (``"yuv420p"`` to
+    encode, ``"rgb24"`` or ``"gray"`` to decode), kept from frame to frame and used with ``threads=1``.
 
-    The same pixels as ``VideoFrame.to_ndarray(format=...)``, which sets up a new converter with its own slice
-    threads for every frame (ten times the cost of the conversion itself, 180x320). One thread each: the frame
-    threads already run in parallel, and a converter that owns threads hangs when a forked child (a DataLoader
-    worker) frees the parent's copy of it."""
+    A converter keeps one set-up, for one format and size: one each, so that a build decoding every 16th row
+    for its PSNR, or a batch of cameras of two sizes, does not set one up again at every switch. The same
+    pixels as ``VideoFrame.to_ndarray(format=...)``, which sets up a new converter with its own slice threads
+    for every frame (ten times the cost of the conversion itself, 180x320). One thread each: the frame threads
+    already run in parallel, and a converter that owns threads hangs when a forked child (a DataLoader worker)
+    frees the parent's copy of it."""
     import av
 
-    state = _thread_state()
-    if state["reformatter"] is None:
-        state["reformatter"] = av.video.reformatter.VideoReformatter()
-    return state["reformatter"]
+    reformatters = _thread_state()["reformatters"]
+    key = (target, height, width)
+    if key not in reformatters:
+        reformatters[key] = av.video.reformatter.VideoReformatter()
+    return reformatters[key]
 
 
 def _even(hwc: np.ndarray) -> np.ndarray:
@@ -98,7 +103,7 @@ def encode(hwc: np.ndarray, qp: int) -> bytes:
     rgb = np.ascontiguousarray(_even(np.repeat(hwc, 3, axis=2) if hwc.shape[2] == 1 else hwc))
     slot = _encoder(rgb.shape[0], rgb.shape[1], qp)
     context, count = slot
-    frame = _reformatter().reformat(
+    frame = _reformatter("yuv420p", rgb.shape[0], rgb.shape[1]).reformat(
         av.VideoFrame.from_ndarray(rgb, format="rgb24"), format="yuv420p", interpolation="BILINEAR", threads=1
     )
     frame.pts = count
@@ -139,8 +144,9 @@ def decode(data: bytes | memoryview | np.ndarray, height: int, width: int, chann
     picture = pictures[0]
     if (picture.height, picture.width) != (height + height % 2, width + width % 2):
         raise ValueError(f"decodes to {picture.width}x{picture.height} pixels, not {width}x{height}")
-    image = _reformatter().reformat(
-        picture, format="gray" if channels == 1 else "rgb24", interpolation="BILINEAR", threads=1
+    target = "gray" if channels == 1 else "rgb24"
+    image = _reformatter(target, picture.height, picture.width).reformat(
+        picture, format=target, interpolation="BILINEAR", threads=1
     )
     pixels = image.to_ndarray()
     return pixels[:height, :width, None] if channels == 1 else pixels[:height, :width]
