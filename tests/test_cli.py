@@ -489,7 +489,9 @@ def test_frames_options_reach_the_build(run):
     code, _, err = run("download", CARTPOLE, *SMALL, "--frames", "jpeg")
     assert code != 0 and "no camera key" in one_line(err)
     code, _, err = run("download", CARTPOLE, *SMALL, "--frames", "webp")
-    assert code != 0 and "'webp'" in err and "jpeg, png" in err
+    assert code != 0 and "'webp'" in err and "jpeg, png, h264" in err
+    code, _, err = run("download", CARTPOLE, *SMALL, "--frames", "h264", "--frame-quality", "90")
+    assert code != 0 and "x264's quantiser, an int from 1 (best) to 51" in one_line(err)
     code, out, _ = run("download", CARTPOLE, *SMALL, "--frames", "raw")
     assert code == 0 and Path(out.split(": ", 1)[1].strip()) == build_small(run)
     code, out, _ = run("info", CARTPOLE, *SMALL, "--frames", "raw")
