@@ -141,3 +141,15 @@ def test_a_damaged_h264_row_is_named_by_episode_and_frame():
     assert damaged.get(torch.tensor([0]))["pixels"].shape == (1, 48, 64, 3)
     with pytest.raises(FrameError, match=r"pixels: the h264 frame of episode 1, frame 2 \(row 12\) cannot be decoded"):
         damaged.get(torch.tensor([LENGTHS[0] + 2]))
+
+
+def test_a_finished_build_leaves_no_encoder_in_its_frame_threads():
+    """The frame threads outlive a build: its h264 encoders (4-8 MiB each) are dropped when it closes, while
+    the decoders that sampling reuses stay."""
+    make_build(DEFAULT)
+    assert frame_h264.release_encoders() == 0  # the build's close dropped them all
+    fr.encode(source_frame(1), DEFAULT, "hwc")
+    assert frame_h264.release_encoders() == 1 and frame_h264.release_encoders() == 0
+    out = np.empty_like(source_frame(1))
+    fr.decode_into(fr.encode(source_frame(1), DEFAULT, "hwc"), "h264", "hwc", out)  # a new encoder opens
+    assert psnr(out, source_frame(1)) >= frame_h264.PSNR_FLOOR_DB

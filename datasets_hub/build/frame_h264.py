@@ -25,9 +25,12 @@ from __future__ import annotations
 import fractions
 import os
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
+
+from datasets_hub.process_locks import ProcessLock
 
 #: x264's quantiser when ``frame_quality`` is not given: on frames decoded from LeRobot-style MP4s (h264 or
 #: AV1, crf 30, g=2; benchmarks/frame_codecs.py) it stores at most twice the MP4's bytes a frame
@@ -43,30 +46,65 @@ _X264_PARAMS = "keyint=1:min-keyint=1:scenecut=0:repeat-headers=1:bframes=0"
 _LOCAL = threading.local()
 
 
-def _thread_state() -> dict[str, Any]:
+class _ThreadCodecs:
+    """One thread's encoders (by frame size and quantiser), decoder and converters, made in process ``pid``."""
+
+    __slots__ = ("__weakref__", "decoder", "encoders", "pid", "reformatters")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.encoders: dict[tuple[int, int, int], list[Any]] = {}
+        self.decoder: Any = None
+        self.reformatters: dict[tuple[str, int, int], Any] = {}
+
+
+#: every live thread's codecs, weakly (a thread's go with it), so that a finished build can drop its encoders
+_ALL: weakref.WeakSet[_ThreadCodecs] = weakref.WeakSet()
+_ALL_LOCK = ProcessLock()  # free in a forked child, whatever a parent's thread held
+
+
+def _thread_state() -> _ThreadCodecs:
     """This thread's encoders, decoder and converters (fresh after a fork: codec contexts are not shared across
     processes)."""
     state = getattr(_LOCAL, "state", None)
-    if state is None or state["pid"] != os.getpid():
-        state = {"pid": os.getpid(), "encoders": {}, "decoder": None, "reformatters": {}}
+    if state is None or state.pid != os.getpid():
+        state = _ThreadCodecs()
         _LOCAL.state = state
+        with _ALL_LOCK:
+            _ALL.add(state)
     return state
+
+
+def release_encoders() -> int:
+    """Drop every thread's encoders in this process and return how many: a build calls it once it has encoded
+    its last row, so that its frame threads do not keep them (4-8 MiB each, one per thread and frame size) for
+    the rest of the process. An encode under way keeps its own until it returns; a later one opens a new one.
+    Decoders stay: sampling reuses them."""
+    with _ALL_LOCK:
+        states = [s for s in _ALL if s.pid == os.getpid()]
+    dropped = 0
+    for state in states:
+        encoders = state.encoders
+        dropped += len(encoders)
+        encoders.clear()
+    return dropped
 
 
 def _encoder(height: int, width: int, qp: int) -> Any:
     import av
 
-    encoders = _thread_state()["encoders"]
+    encoders = _thread_state().encoders
     key = (height, width, qp)
-    if key not in encoders:
+    slot = encoders.get(key)  # one lookup: release_encoders() may clear the dict from another thread
+    if slot is None:
         context = av.CodecContext.create("libx264", "w")
         context.width, context.height, context.pix_fmt = width, height, "yuv420p"
         context.time_base = fractions.Fraction(1, 1)
         context.options = {
             "qp": str(qp), "preset": "veryfast", "tune": "zerolatency", "threads": "1", "x264-params": _X264_PARAMS,
         }  # fmt: skip
-        encoders[key] = [context, 0]
-    return encoders[key]
+        slot = encoders[key] = [context, 0]
+    return slot
 
 
 def _reformatter(target: str, height: int, width: int) -> Any:
@@ -81,7 +119,7 @@ def _reformatter(target: str, height: int, width: int) -> Any:
     frees the parent's copy of it."""
     import av
 
-    reformatters = _thread_state()["reformatters"]
+    reformatters = _thread_state().reformatters
     key = (target, height, width)
     if key not in reformatters:
         reformatters[key] = av.video.reformatter.VideoReformatter()
@@ -118,12 +156,12 @@ def _decoder() -> Any:
     import av
 
     state = _thread_state()
-    if state["decoder"] is None:
+    if state.decoder is None:
         context = av.CodecContext.create("h264", "r")
         context.thread_count = 1  # frame threads would hold pictures back; the frame threads run in parallel
         context.options = {"err_detect": "explode"}
-        state["decoder"] = context
-    return state["decoder"]
+        state.decoder = context
+    return state.decoder
 
 
 def decode(data: bytes | memoryview | np.ndarray, height: int, width: int, channels: int) -> np.ndarray:
@@ -136,10 +174,10 @@ def decode(data: bytes | memoryview | np.ndarray, height: int, width: int, chann
     try:
         pictures = context.decode(av.Packet(bytes(data)))
     except av.error.FFmpegError as exc:
-        _thread_state()["decoder"] = None  # a fresh decoder for the next row: nothing carries over
+        _thread_state().decoder = None  # a fresh decoder for the next row: nothing carries over
         raise ValueError(f"h264 cannot decode these bytes ({exc})") from exc
     if len(pictures) != 1:
-        _thread_state()["decoder"] = None
+        _thread_state().decoder = None
         raise ValueError(f"the bytes hold {len(pictures)} pictures, not one")
     picture = pictures[0]
     if (picture.height, picture.width) != (height + height % 2, width + width % 2):

@@ -25,6 +25,7 @@ from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 from datasets_hub.buffers.episode_index import EpisodeIndex
 from datasets_hub.buffers.feature_stats import FeatureStats
 from datasets_hub.buffers.nested_keys import Key, as_key, key_to_str, parse_key
+from datasets_hub.build import frame_h264
 from datasets_hub.build.format import EPISODES, FRAMES, HISTORY, LEAF_SUFFIX, OBS, STEPS
 from datasets_hub.build.frames import FrameCodec, FrameColumn, FrameEncoder, image_layout
 from datasets_hub.build.memory import mapped_file, page_out
@@ -654,6 +655,8 @@ class LeanTEDWriter:
                 handle.close()
             for frame_file in self.frame_files.values():
                 frame_file.close()
+            if self.frames is not None and self.frames.codec == "h264":
+                frame_h264.release_encoders()  # the frame threads outlive the build; its encoders need not
 
     def abort(self) -> None:
         """Stop after a failure: wait for the IO thread, ignore its errors, close the files."""
