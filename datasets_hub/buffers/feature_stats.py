@@ -526,12 +526,6 @@ def _shifted_sums(tiled: np.ndarray, shift: np.ndarray, tile: int, channels: int
     return sums, squares
 
 
-def _columns_used(counts: np.ndarray) -> int:
-    """How many leading columns of ``counts`` (``[channels, columns]``) reach its last nonzero column."""
-    used = np.flatnonzero(counts.any(axis=0))
-    return int(used[-1]) + 1 if used.size else 0
-
-
 def _json_values(values: np.ndarray, shape: list[int]) -> Any:
     """Nested lists of ``shape``, NaN as None."""
     numbers = np.asarray(values, dtype=np.float64).reshape(shape)

@@ -794,11 +794,9 @@ class Mixture:
                     [torch.full(tuple(size), i, dtype=torch.int64, device=device) for i, size in sizes]
                 )
             }
-            for key, width in self._pad.items():
-                rows = [
-                    (torch.arange(width, device=device) >= m.width[key]).expand(size[0], width) for m, _, size in parts
-                ]
-                fixed[(*key[:-1], key[-1] + "_dim_is_pad")] = torch.cat(rows)
+            for key, mask_key, width in self._masks:  # each member's own row of the mask (_Member.pad_rows)
+                rows = [torch.from_numpy(m.pad_rows[key]).to(device).expand(size[0], width) for m, _, size in parts]
+                fixed[mask_key] = torch.cat(rows)
             if len(self._fixed) < 256:  # exact shares repeat one entry; multinomial ones vary
                 self._fixed[cache_key] = fixed
         return fixed

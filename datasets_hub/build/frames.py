@@ -190,6 +190,7 @@ def encode(frame: np.ndarray, codec: FrameCodec, layout: str) -> bytes:
 def decode_into(data: bytes | memoryview | np.ndarray, codec: str, layout: str, out: np.ndarray) -> None:
     """Decode one frame into ``out`` (its stored layout and shape); ValueError/OSError when it is damaged."""
     channels = 1 if layout == "hw" else (out.shape[0] if layout == "chw" else out.shape[2])
+    hw_shape = _hw_of(out.shape, layout)
     if codec == "jpeg":
         import simplejpeg
 
@@ -208,11 +209,9 @@ def decode_into(data: bytes | memoryview | np.ndarray, codec: str, layout: str, 
     elif codec == "h264":
         from datasets_hub.build import frame_h264
 
-        height, width = _hw_of(out.shape, layout)
-        image = frame_h264.decode(data, height, width, channels)
+        image = frame_h264.decode(data, *hw_shape, channels)
     else:
         raise ValueError(f"no decoder for codec {codec!r}")
-    hw_shape = _hw_of(out.shape, layout)
     if image.shape[:2] != hw_shape:
         raise ValueError(f"decodes to {image.shape[1]}x{image.shape[0]} pixels, not {hw_shape[1]}x{hw_shape[0]}")
     if layout == "chw":
